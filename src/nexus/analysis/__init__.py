@@ -1,0 +1,1 @@
+"""Analyses: parameter/FLOP accounting, attention statistics, growth dynamics, plots."""

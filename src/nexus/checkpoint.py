@@ -1,0 +1,170 @@
+"""Checkpoint directories: model.safetensors, config.json, trainer_state.pt, tokenizer, meta.json.
+
+Written into a temporary sibling directory and renamed into place, so a crash never leaves a half
+checkpoint under the final name. Loading verifies checksums and shapes and never unpickles
+arbitrary objects (safetensors for weights, torch.load(weights_only=True) for trainer state).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import ConfigError, RunConfig
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint directory that cannot be used (missing, truncated, corrupted, mismatched)."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def atomic_dir_write(final: Path, write_fn) -> Path:
+    """Call write_fn(tmp_dir), then move tmp_dir to `final` (replacing an older one last)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    try:
+        write_fn(tmp)
+        if final.exists():
+            old = final.parent / f".{final.name}.old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> Path:
+    def write(d: Path):
+        sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(sd, str(d / "model.safetensors"))
+        (d / "config.json").write_text(cfg.to_json())
+        if tokenizer is not None:
+            tokenizer.save(d)
+        if trainer_state is not None:
+            torch.save(trainer_state, d / "trainer_state.pt")
+        files = sorted(p.name for p in d.iterdir() if p.is_file())
+        meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files}}
+        try:
+            from importlib.metadata import version
+
+            meta["nexus"] = version("nexus")
+        except Exception:  # not installed as a distribution (running from a source tree)
+            meta["nexus"] = "source"
+        (d / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    return atomic_dir_write(Path(path), write)
+
+
+def read_config(path) -> RunConfig:
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"--checkpoint={str(path)!r} (valid: an existing checkpoint directory)")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"--checkpoint={str(path)!r} has no config.json (valid: a directory written by nexus)")
+    try:
+        d = json.loads(cfg_file.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cfg_file} is corrupted (not JSON: {e.msg} at line {e.lineno})") from None
+    return RunConfig.from_dict(d)
+
+
+def verify_checksums(path: Path) -> None:
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise CheckpointError(f"--checkpoint={str(path)!r} has no meta.json (valid: a complete nexus checkpoint)")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{meta_file} is corrupted (not JSON)") from None
+    for name, digest in meta.get("sha256", {}).items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} is missing {name} (truncated copy?)")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"checkpoint file {str(f)!r} is corrupted (sha256 mismatch with meta.json)")
+
+
+def load_state_dict_checked(model, sd: dict, where: str) -> None:
+    own = model.state_dict()
+    missing = [k for k in own if k not in sd]
+    extra = [k for k in sd if k not in own]
+    bad = [k for k in own if k in sd and tuple(own[k].shape) != tuple(sd[k].shape)]
+    if missing or extra or bad:
+        detail = (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}" if extra else
+                  f"{bad[0]} has shape {tuple(sd[bad[0]].shape)} but config.json implies {tuple(own[bad[0]].shape)}")
+        raise CheckpointError(f"checkpoint {where!r} does not match its config.json ({detail})")
+    model.load_state_dict(sd, strict=True)
+
+
+def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu"):
+    """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
+    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling)."""
+    from .config import apply_override
+    from .data.tokenizer import load_tokenizer_from_dir
+    from .models import build_model
+
+    path = Path(path)
+    cfg = read_config(path)
+    verify_checksums(path)
+    for k, v in (overrides or {}).items():
+        apply_override(cfg, f"model.{k}", v)
+    cfg.validate()
+    weights = path / "model.safetensors"
+    try:
+        sd = load_file(str(weights), device=map_location)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
+    model = build_model(cfg.model)
+    load_state_dict_checked(model, sd, str(path))
+    return model, cfg, load_tokenizer_from_dir(path)
+
+
+def load_trainer_state(path) -> dict | None:
+    f = Path(path) / "trainer_state.pt"
+    if not f.is_file():
+        return None
+    try:
+        return torch.load(f, weights_only=True, map_location="cpu")
+    except Exception as e:  # torch raises several types for truncated/corrupt pickles
+        raise CheckpointError(f"{f} is corrupted ({type(e).__name__})") from None
+
+
+def load(path, **overrides):
+    """Checkpoint directory -> model in eval mode (the public `nexus.load`)."""
+    model, cfg, tok = load_checkpoint(path, overrides or None)
+    model.eval()
+    model.tokenizer = tok
+    return model

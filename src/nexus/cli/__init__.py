@@ -1,0 +1,53 @@
+"""`nexus` command line. Each subcommand lives in its own module with `add_parser` and `run`.
+
+Bad input anywhere (config, preset, override, data file, checkpoint) becomes one line on stderr
+and exit code 2; nothing is half-written because every writer goes through a temporary name.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..config import ConfigError
+
+SUBCOMMANDS = ["train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints usage too; we promise one line
+        self.exit(2, f"nexus {self.prog.split()[-1] if ' ' in self.prog else ''}: error: {message} (see --help)\n".replace("  ", " "))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="nexus", description="Train, grow, evaluate, analyse and export progressive-training LMs.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name in SUBCOMMANDS:
+        mod = importlib.import_module(f".{'import_' if name == 'import' else name}", __name__)
+        mod.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        if argv:
+            parser.print_help()
+            return 2
+        args, extra = parser.parse_known_args(["train"])  # `nexus` alone runs the main job
+    try:
+        if extra and not getattr(args, "accepts_overrides", False):
+            raise ConfigError(f"unrecognized arguments: {' '.join(extra)}")
+        return int(args.func(args, extra) or 0)
+    except ConfigError as e:
+        print(f"nexus {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("nexus: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Helpers shared by subcommands: building a RunConfig from --preset/--config/overrides."""
+from __future__ import annotations
+
+import argparse
+
+from ..config import ConfigError, RunConfig, parse_overrides
+
+
+def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "baseline-tiny") -> None:
+    p.add_argument("--preset", default=None, help=f"preset name (see `nexus presets`; default {default_preset})")
+    p.add_argument("--config", default=None, help="YAML config file (presets and overrides apply on top)")
+    p.set_defaults(accepts_overrides=True, default_preset=default_preset)
+
+
+def build_config(args, extra: list[str]) -> RunConfig:
+    from ..presets import get_preset
+
+    if args.config and args.preset:
+        raise ConfigError(f"--preset={args.preset!r} and --config={args.config!r} both given (valid: one of them)")
+    if args.config:
+        cfg = RunConfig.load_yaml(args.config)
+    else:
+        cfg = get_preset(args.preset or args.default_preset)
+    parse_overrides(cfg, extra)
+    return cfg.validate()
+
+
+def positive_int(name: str):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: an integer > 0)") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: an integer > 0)")
+        return v
+    return parse
+
+
+def nonneg_float(name: str):
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a number >= 0)") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a number >= 0)")
+        return v
+    return parse

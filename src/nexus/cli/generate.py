@@ -1,0 +1,55 @@
+"""`nexus generate`: sample text from a checkpoint with a KV cache."""
+from __future__ import annotations
+
+from .common import nonneg_float, positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from a checkpoint")
+    p.add_argument("--checkpoint", required=True, metavar="DIR")
+    p.add_argument("--prompt", default="The ")
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=128)
+    p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=40, help="0 = off")
+    p.add_argument("--top-p", type=nonneg_float("--top-p"), default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="model field changed at load time, e.g. recurrent.t_inner=20 (test-time depth)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (SFT models)")
+    p.set_defaults(func=run)
+
+
+def parse_sets(items: list[str]) -> dict:
+    from ..config import ConfigError
+
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ConfigError(f"--set={it!r} (valid: FIELD=VALUE, e.g. recurrent.t_inner=20)")
+        k, v = it.split("=", 1)
+        out[k] = v
+    return out
+
+
+def run(args, extra) -> int:
+    import torch
+
+    from ..checkpoint import load_checkpoint
+    from ..config import ConfigError
+
+    if args.top_p <= 0 or args.top_p > 1:
+        raise ConfigError(f"--top-p={args.top_p} (valid: a number in (0, 1])")
+    model, cfg, tok = load_checkpoint(args.checkpoint, parse_sets(args.set) or None)
+    model.eval()
+    if args.chat:
+        from ..data.chat import chat_prompt_ids
+
+        ids = chat_prompt_ids(tok, [{"role": "user", "content": args.prompt}])
+    else:
+        ids = tok.encode(args.prompt) or [tok.eos_id]
+    g = torch.Generator().manual_seed(args.seed)
+    out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                         top_k=args.top_k, top_p=args.top_p, eos_id=tok.eos_id if args.chat else None, generator=g)
+    new = out[0, len(ids):].tolist()
+    print(args.prompt + tok.decode(new) if not args.chat else tok.decode(new))
+    return 0

@@ -1,0 +1,111 @@
+"""Where documents come from: the embedded default corpus, local files, or the HF hub."""
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from pathlib import Path
+from typing import Iterator
+
+from ..config import ConfigError, DataConfig
+
+# Standard-library modules whose docstrings extend the embedded corpus (all ship with CPython).
+_DOC_MODULES = ["collections", "functools", "itertools", "json", "pathlib", "re", "string", "textwrap",
+                "argparse", "logging", "unittest", "typing", "dataclasses", "statistics", "fractions",
+                "decimal", "datetime", "calendar", "heapq", "bisect", "csv", "difflib", "inspect", "ast"]
+
+
+def embedded_documents() -> list[str]:
+    """English prose that every Python installation carries: the interpreter's bundled language
+    reference topics (pydoc_data.topics, ~0.5 MB) plus standard-library docstrings. No download."""
+    docs: list[str] = []
+    try:
+        from pydoc_data.topics import topics
+
+        docs.extend(t.strip() for _, t in sorted(topics.items()) if t.strip())
+    except ImportError:  # some distributions strip pydoc_data; docstrings still give a usable corpus
+        pass
+    import importlib
+
+    for name in _DOC_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for _, obj in sorted(vars(mod).items()):
+            doc = inspect.getdoc(obj) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
+            if doc and len(doc) > 200 and getattr(obj, "__module__", None) == name:
+                docs.append(doc)
+    if not docs:
+        raise ConfigError("data.source='embedded' found no bundled text in this Python (valid: a local file path)")
+    return docs
+
+
+def _rows_to_text(rows, field: str, path: str) -> Iterator[str]:
+    for i, row in enumerate(rows):
+        if field not in row:
+            raise ConfigError(f"data.text_field={field!r} not in row {i} of {path} (valid: one of {sorted(row)})")
+        yield str(row[field])
+
+
+def local_documents(path: str, cfg: DataConfig) -> list:
+    """.txt (blank-line separated documents), .jsonl or .parquet through HF datasets."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"data.source={path!r} (valid: embedded, an existing .txt/.jsonl/.parquet file, hf:<name>, synthetic:<task>)")
+    if p.stat().st_size == 0:
+        raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
+    suffix = p.suffix.lower()
+    if suffix in (".txt", ".md", ".text"):
+        text = p.read_text(encoding="utf-8", errors="replace")
+        docs = [d.strip() for d in text.split("\n\n") if d.strip()]
+    elif suffix in (".jsonl", ".json", ".parquet"):
+        import datasets
+
+        kind = "parquet" if suffix == ".parquet" else "json"
+        try:
+            ds = datasets.load_dataset(kind, data_files=str(p), split="train")
+        except Exception as e:  # datasets raises many exception types for malformed files
+            raise ConfigError(f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+        if cfg.chat:
+            docs = list(ds)
+        else:
+            docs = list(_rows_to_text(ds, cfg.text_field, path))
+    else:
+        raise ConfigError(f"data.source={path!r} has suffix {suffix!r} (valid: .txt, .md, .jsonl, .json, .parquet)")
+    if cfg.max_documents:
+        docs = docs[: cfg.max_documents]
+    if not docs:
+        raise ConfigError(f"data.source={path!r} holds no documents (valid: a non-empty file)")
+    return docs
+
+
+def hub_documents(spec: str, cfg: DataConfig) -> list:
+    """hf:<name>[:<config>] streamed from the hub (e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT)."""
+    import datasets
+
+    parts = spec[3:].split(":")
+    name, conf = parts[0], (parts[1] if len(parts) > 1 else None)
+    limit = cfg.max_documents or 20000
+    try:
+        ds = datasets.load_dataset(name, conf, split="train", streaming=True)
+        rows = []
+        for i, row in enumerate(ds):
+            if i >= limit:
+                break
+            rows.append(row)
+    except Exception as e:  # offline, unknown dataset, gated: one line, no traceback
+        raise ConfigError(f"data.source={spec!r} could not be loaded from the hub ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160]}); offline? use a local file instead") from None
+    if cfg.chat:
+        return rows
+    return list(_rows_to_text(rows, cfg.text_field, spec))
+
+
+def load_documents(cfg: DataConfig) -> list:
+    src = cfg.source
+    if src == "embedded":
+        docs = embedded_documents()
+        return docs[: cfg.max_documents] if cfg.max_documents else docs
+    if src.startswith("hf:"):
+        return hub_documents(src, cfg)
+    return local_documents(src, cfg)

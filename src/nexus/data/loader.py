@@ -1,0 +1,202 @@
+"""Tokenized, split, cached token streams and the batches drawn from them.
+
+Documents are split train/validation at the document level with a seeded permutation, tokenized
+with EOS between documents, and cached as memory-mapped arrays. Training batches are random
+windows drawn from a generator seeded by (seed, step, micro-step): the data cursor is the step
+number, so resume and multi-process runs see exactly the same batches as a single process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import ConfigError, DataConfig
+from ..models.output import IGNORE_INDEX
+from .corpus import load_documents
+from .tokenizer import BPETokenizer, ByteTokenizer
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("NEXUS_CACHE", Path.home() / ".cache" / "nexus"))
+
+
+@dataclass
+class TokenStream:
+    tokens: np.ndarray  # token ids, EOS-separated documents
+    loss_mask: np.ndarray | None = None  # 1 where the token is a training target (SFT); None = all
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def window(self, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = torch.from_numpy(self.tokens[start:start + seq_len + 1].astype(np.int64))
+        x, y = chunk[:-1], chunk[1:].clone()
+        if self.loss_mask is not None:
+            m = torch.from_numpy(self.loss_mask[start + 1:start + seq_len + 1].astype(bool))
+            y[~m] = IGNORE_INDEX
+        return x, y
+
+
+class DataModule:
+    """Everything the trainer needs from data: tokenizer, train/val streams, batch sampling."""
+
+    def __init__(self, cfg: DataConfig, seed: int = 0, tokenizer=None):
+        self.cfg, self.seed = cfg, seed
+        self.task = None
+        if cfg.source.startswith("synthetic:"):
+            from .synthetic import make_task
+
+            self.task = make_task(cfg.source.split(":", 1)[1], cfg.synthetic, cfg.seq_len)
+            self.tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
+            self.vocab_size = self.task.vocab_size
+            return
+        docs = None
+        if tokenizer is None:
+            if cfg.tokenizer == "byte":
+                tokenizer = ByteTokenizer()
+            elif cfg.tokenizer == "bpe":
+                docs = load_documents(cfg)
+                train_docs, _ = self._split(docs)
+                tokenizer = BPETokenizer.train((_doc_text(d) for d in train_docs), cfg.bpe_vocab_size)
+            else:
+                tokenizer = BPETokenizer.load(cfg.tokenizer)
+        self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        self.train, self.val = self._load_or_build(docs)
+        for name, stream in (("train", self.train), ("validation", self.val)):
+            if len(stream) < cfg.seq_len + 2:
+                raise ConfigError(f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
+                                  f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)")
+
+    # ------------------------------------------------------------------ building
+    def _split(self, docs: list) -> tuple[list, list]:
+        rng = np.random.default_rng(self.cfg.split_seed)
+        order = rng.permutation(len(docs))
+        n_val = max(1, int(round(len(docs) * self.cfg.val_fraction))) if len(docs) > 1 else 0
+        val_idx = set(order[:n_val].tolist())
+        train = [d for i, d in enumerate(docs) if i not in val_idx]
+        val = [d for i, d in enumerate(docs) if i in val_idx]
+        if not val:  # a single document: hold out its tail instead
+            text = _doc_text(docs[0])
+            cut = int(len(text) * (1 - self.cfg.val_fraction))
+            return [text[:cut]], [text[cut:]]
+        return train, val
+
+    def _cache_key(self) -> str:
+        c = self.cfg
+        src = c.source
+        if src not in ("embedded",) and not src.startswith("hf:"):
+            st = Path(src).stat()
+            src = f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        elif src == "embedded":
+            src = f"embedded:{sys.version}"
+        tok_id = self.tokenizer.kind
+        if isinstance(self.tokenizer, BPETokenizer):
+            tok_id += hashlib.sha256(self.tokenizer.tok.to_str().encode()).hexdigest()[:16]
+        key = json.dumps([src, tok_id, c.split_seed, c.val_fraction, c.text_field, c.max_documents, c.chat, 1])
+        return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+    def _load_or_build(self, docs):
+        root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
+        d = root / self._cache_key()
+        if (d / "meta.json").is_file():
+            try:
+                return self._open(d)
+            except (OSError, ValueError, KeyError):
+                pass  # a damaged cache is rebuilt, never trusted
+        if docs is None:
+            docs = load_documents(self.cfg)
+        train_docs, val_docs = self._split(docs)
+        streams = {name: self._tokenize(ds) for name, ds in (("train", train_docs), ("val", val_docs))}
+        self._save(d, streams)
+        return streams["train"], streams["val"]
+
+    def _tokenize(self, docs: list) -> TokenStream:
+        tok = self.tokenizer
+        ids: list[int] = []
+        mask: list[int] | None = [] if self.cfg.chat else None
+        for doc in docs:
+            if self.cfg.chat:
+                from .chat import encode_conversation
+
+                t, m = encode_conversation(tok, doc)
+                ids.extend(t)
+                mask.extend(m)
+            else:
+                ids.extend(tok.encode(_doc_text(doc)))
+                ids.append(tok.eos_id)
+        dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
+        return TokenStream(np.asarray(ids, dtype=dtype), None if mask is None else np.asarray(mask, dtype=np.uint8))
+
+    def _save(self, d: Path, streams: dict) -> None:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        meta = {}
+        for name, s in streams.items():
+            s.tokens.tofile(tmp / f"{name}.bin")
+            meta[name] = {"n": len(s.tokens), "dtype": str(s.tokens.dtype), "mask": s.loss_mask is not None}
+            if s.loss_mask is not None:
+                s.loss_mask.tofile(tmp / f"{name}.mask")
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            os.replace(tmp, d)
+        except OSError:  # another process won the race; its cache is identical
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _open(self, d: Path):
+        meta = json.loads((d / "meta.json").read_text())
+        out = []
+        for name in ("train", "val"):
+            m = meta[name]
+            toks = np.memmap(d / f"{name}.bin", dtype=m["dtype"], mode="r", shape=(m["n"],))
+            mask = np.memmap(d / f"{name}.mask", dtype=np.uint8, mode="r", shape=(m["n"],)) if m["mask"] else None
+            out.append(TokenStream(toks, mask))
+        return out
+
+    # ------------------------------------------------------------------ batches
+    def train_batch(self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1):
+        """The `rank`-th slice of global micro-batch (step, micro); global size batch_size * world."""
+        g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
+        global_bs = batch_size * world
+        if self.task is not None:
+            x, y = self.task.batch(global_bs, g)
+        else:
+            hi = len(self.train) - self.cfg.seq_len - 1
+            starts = torch.randint(0, hi + 1, (global_bs,), generator=g).tolist()
+            xs, ys = zip(*(self.train.window(s, self.cfg.seq_len) for s in starts))
+            x, y = torch.stack(xs), torch.stack(ys)
+        sl = slice(rank * batch_size, (rank + 1) * batch_size)
+        return x[sl], y[sl]
+
+    def val_batches(self, n_batches: int, batch_size: int):
+        """Deterministic validation batches: evenly spaced windows (or a fixed-seed synthetic set)."""
+        if self.task is not None:
+            g = torch.Generator().manual_seed(10 ** 9 + 7)
+            for _ in range(n_batches):
+                yield self.task.batch(batch_size, g)
+            return
+        L = self.cfg.seq_len
+        hi = len(self.val) - L - 1
+        total = n_batches * batch_size
+        starts = np.linspace(0, hi, num=total).astype(np.int64).tolist() if hi > 0 else [0] * total
+        for b in range(n_batches):
+            xs, ys = zip(*(self.val.window(s, L) for s in starts[b * batch_size:(b + 1) * batch_size]))
+            yield torch.stack(xs), torch.stack(ys)
+
+
+def _doc_text(doc) -> str:
+    if isinstance(doc, str):
+        return doc
+    if isinstance(doc, dict) and "messages" in doc:
+        return "\n".join(str(m.get("content", "")) for m in doc["messages"])
+    return str(doc)

@@ -1,0 +1,68 @@
+"""Sampling with a KV cache (temperature, top-k, top-p) for any nexus model with `new_cache()`."""
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
+    `pos` is the number of tokens already consumed."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [dict() for _ in range(n_layers)]
+        self.pos = 0
+
+    def layer(self, i: int) -> dict:
+        return self.layers[i]
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """logits (B, V) -> next ids (B, 1). temperature 0 means greedy."""
+    if temperature <= 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        # drop tokens whose preceding cumulative mass already reaches top_p (keeps at least one)
+        drop = probs.cumsum(-1) - probs >= top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+@torch.no_grad()
+def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
+             top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
+             use_cache: bool = True) -> torch.Tensor:
+    """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step."""
+    was_training = model.training
+    model.eval()
+    ids = input_ids
+    cache = model.new_cache() if use_cache else None
+    step_input = ids
+    finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    max_len = getattr(model.cfg, "max_seq_len", None)
+    for _ in range(max_new_tokens):
+        if cache is None:
+            ctx_ids = ids if max_len is None else ids[:, -max_len:]
+            logits = model(ctx_ids).logits[:, -1]
+        else:
+            if max_len is not None and cache.pos + step_input.shape[1] > max_len:
+                break  # the cache cannot slide past the trained context; stop rather than extrapolate
+            logits = model(step_input, cache=cache).logits[:, -1]
+        nxt = sample_next(logits, temperature, top_k, top_p, generator)
+        if eos_id is not None:
+            nxt = torch.where(finished[:, None], torch.full_like(nxt, eos_id), nxt)
+            finished |= nxt[:, 0] == eos_id
+        ids = torch.cat([ids, nxt], dim=1)
+        step_input = nxt
+        if eos_id is not None and bool(finished.all()):
+            break
+    model.train(was_training)
+    return ids

@@ -1,0 +1,24 @@
+"""Model zoo: `build_model(ModelConfig)` picks the architecture."""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from ..config import ModelConfig
+from .output import LMOutput
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    if cfg.arch == "recurrent":
+        from .recurrent import RecurrentLM
+
+        return RecurrentLM(cfg)
+    from .transformer import TransformerLM
+
+    return TransformerLM(cfg)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = ["build_model", "count_parameters", "LMOutput"]

@@ -1,0 +1,112 @@
+"""Causal self-attention: GQA, QK-norm, RoPE, optional output gate, KV cache.
+
+The forward pass is split into named steps so variants replace one step, not the whole layer:
+    project -> mixer (anchor mixing) -> qk_norm -> rope -> attend -> gate -> o_proj
+Higher-order attention overrides `attend`; anchor mixing installs `self.mixer`; Nexus-Rank and
+Pattention arrive through `make_projection`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from .layers import RMSNorm, apply_rope
+from .projections import make_projection
+
+
+def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor | None:
+    """Boolean mask (True = may attend) for t_q new queries after t_k - t_q cached keys."""
+    past = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None] + past
+    j = torch.arange(t_k, device=device)[None, :]
+    return j <= i
+
+
+def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal SDPA for q (B,H,Tq,d) against k/v (B,Hkv,Tk,d), Tk >= Tq, queries are the last Tq."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    gqa = k.shape[1] != q.shape[1]
+    if t_q == t_k:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    if t_q == 1:
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t_q, t_k, q.device), enable_gqa=gqa)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.cfg, self.layer_idx = cfg, layer_idx
+        d, H, KV, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd
+        self.n_heads, self.n_kv_heads, self.head_dim = H, KV, hd
+        bias = cfg.attention_bias
+        self.q_proj = make_projection(cfg, "q", d, H * hd, bias)
+        self.k_proj = make_projection(cfg, "k", d, KV * hd, bias)
+        self.v_proj = make_projection(cfg, "v", d, KV * hd, bias)
+        self.o_proj = make_projection(cfg, "o", H * hd, d, False)
+        self.o_proj._nexus_out_proj = True  # zero_init_out targets this matrix
+        gate = cfg.attention.gate
+        # Gate logits come from the same normed input as q (gated attention, Qiu et al.).
+        self.g_proj = None if gate == "none" else nn.Linear(d, H * hd if gate == "elementwise" else H, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
+        # Anchor mixing installs a callable (attn, parts, x, ctx) -> parts here (see models/mixing.py).
+        self.mixer: nn.Module | None = None
+
+    # ------------------------------------------------------------------ steps
+    def project(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        B, T, _ = x.shape
+        parts = {
+            "q": self.q_proj(x).view(B, T, self.n_heads, self.head_dim),
+            "k": self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim),
+            "v": self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim),
+        }
+        if self.g_proj is not None:
+            parts["g"] = self.g_proj(x).view(B, T, self.n_heads, -1)
+        return parts
+
+    def qk_norm(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k
+
+    def attend(self, q, k, v, cache: dict | None, ctx: dict) -> torch.Tensor:
+        """q (B,H,T,hd), k/v (B,KV,T,hd), RoPE applied. Returns (B,H,T,hd)."""
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        return sdpa_causal(q, k, v)
+
+    def output(self, o: torch.Tensor, parts: dict) -> torch.Tensor:
+        """o (B,T,H,hd): apply the gate (after attention, before W_o) and the output projection."""
+        if "g" in parts:
+            o = o * torch.sigmoid(parts["g"])
+        B, T = o.shape[:2]
+        return self.o_proj(o.reshape(B, T, -1))
+
+    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
+        parts = self.project(x)
+        if self.mixer is not None:
+            parts = self.mixer(self, parts, x, ctx)
+        q, k = self.qk_norm(parts["q"], parts["k"])
+        if self.mixer is not None and hasattr(self.mixer, "after_qk_norm"):
+            q, k = self.mixer.after_qk_norm(self, q, k, ctx)
+        cos, sin = ctx["rope"]
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        v = parts["v"].transpose(1, 2)
+        o = self.attend(q, k, v, cache, ctx)
+        return self.output(o.transpose(1, 2), parts)
+
+
+def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
+    """Pick the attention class for a layer from the config."""
+    if cfg.attention.order > 1:
+        from .higher_order import HigherOrderAttention
+
+        return HigherOrderAttention(cfg, layer_idx)
+    return Attention(cfg, layer_idx)

@@ -1,0 +1,70 @@
+"""Small building blocks shared by every architecture: RMSNorm, RoPE, SwiGLU."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable gain. Computed in fp32 so bf16 runs keep the same statistics."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, gain: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if gain else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight is not None:
+            x = x * self.weight.float()
+        return x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE tables (rotate-half convention, as in Llama/Qwen, so HF weights import unchanged)."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float):
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self._build(max_seq_len)
+
+    def _build(self, n: int) -> None:
+        t = torch.arange(n, dtype=torch.float32, device=self.inv_freq.device)
+        freqs = torch.outer(t, self.inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if start + length > self.cos.shape[0]:
+            self._build(max(start + length, 2 * self.cos.shape[0]))
+        return self.cos[start:start + length], self.sin[start:start + length]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, T, hd); cos/sin: (T, hd)."""
+    return (x * cos.to(x.dtype)) + (rotate_half(x) * sin.to(x.dtype))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)): the Llama MLP."""
+
+    def __init__(self, d_model: int, hidden: int, bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.up_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, d_model, bias=bias)
+        self.down_proj._nexus_out_proj = True  # zero_init_out targets this matrix
+
+    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

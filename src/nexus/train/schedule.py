@@ -1,0 +1,36 @@
+"""Learning-rate schedules as a multiplier of the peak lr at a given step (warmup first)."""
+from __future__ import annotations
+
+import math
+
+from ..config import TrainConfig
+
+
+def lr_factor(step: int, tcfg: TrainConfig) -> float:
+    """Multiplier for optimizer step `step` (0-based) of tcfg.steps."""
+    total, warm, floor = tcfg.steps, tcfg.warmup_steps, tcfg.min_lr_ratio
+    if warm and step < warm:
+        return (step + 1) / warm
+    if tcfg.schedule == "constant":
+        return 1.0
+    if tcfg.schedule == "cosine":
+        span = max(total - warm, 1)
+        progress = min(max(step - warm, 0) / span, 1.0)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    # wsd and linear_warmdown: flat, then a linear decay over the last decay_fraction of steps
+    decay_steps = max(int(round(total * tcfg.decay_fraction)), 1)
+    decay_start = total - decay_steps
+    if step < decay_start:
+        return 1.0
+    progress = min((step - decay_start + 1) / decay_steps, 1.0)
+    return 1.0 + (floor - 1.0) * progress
+
+
+def set_lr(optimizer, step: int, tcfg: TrainConfig, rewarmup=None) -> float:
+    """Set every group's lr from its base lr; `rewarmup(step, base_lr, factor) -> lr_new|None` sets the
+    learning rate of freshly grown entries (SPARKLING). Returns the schedule factor."""
+    f = lr_factor(step, tcfg)
+    for g in optimizer.param_groups:
+        g["lr"] = g["base_lr"] * f
+        g["lr_new"] = rewarmup(step, g["base_lr"], f, tcfg) if rewarmup is not None else None
+    return f

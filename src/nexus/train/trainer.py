@@ -1,0 +1,325 @@
+"""The training loop. It knows nothing about architectures: it builds whatever `build_model`
+returns, feeds it (input_ids, labels) and minimizes `out.loss`.
+
+Extension points used by other parts of nexus:
+  * `self.rewarmup`: callable(step, base_lr, factor, tcfg) -> lr for freshly grown entries (SPARKLING)
+  * `train.grow_at` / `train.growth`: `nexus.growth.grow_in_training(trainer, spec)` swaps
+    model, optimizer and config in place at that step
+  * `self.callbacks`: callables(trainer, step, metrics) run after each logged step
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint import CheckpointError, load_checkpoint, load_trainer_state, save_checkpoint
+from ..config import ConfigError, RunConfig
+from ..data.loader import DataModule
+from ..models import build_model, count_parameters
+from . import distributed as D
+from .param_groups import build_optimizer
+from .schedule import set_lr
+
+
+class TrainingAborted(RuntimeError):
+    """Raised when training cannot continue (e.g. too many non-finite losses in a row)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name!r} but CUDA is not available (valid: auto|cpu)")
+    return torch.device(name)
+
+
+def memory_stats(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"cuda_alloc_mb": torch.cuda.memory_allocated(device) / 2 ** 20,
+                "cuda_reserved_mb": torch.cuda.memory_reserved(device) / 2 ** 20}
+    try:
+        with open("/proc/self/statm") as f:
+            rss_pages = int(f.read().split()[1])
+        return {"rss_mb": rss_pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20}
+    except (OSError, ValueError):
+        import resource
+
+        return {"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
+                 init_tokenizer=None):
+        self.quiet = quiet
+        self.callbacks = []
+        self.rewarmup = None
+        tstate = None
+        if resume:
+            model, ckpt_cfg, tok = load_checkpoint(resume)
+            tstate = load_trainer_state(resume)
+            if tstate is None:
+                raise CheckpointError(f"--resume={resume!r} has no trainer_state.pt (valid: a training checkpoint)")
+            # The checkpoint's model and data define the run; training fields may be changed on resume.
+            ckpt_cfg.train = cfg.train if cfg is not None else ckpt_cfg.train
+            cfg = ckpt_cfg
+            init_model, init_tokenizer = model, tok
+        cfg.validate()
+        self.cfg = cfg
+        tc = cfg.train
+        self.device = resolve_device(tc.device)
+        self.rank, self.world = D.init_if_launched(self.device)
+        if self.device.type == "cuda" and self.world > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(self.device)
+        self.is_main = self.rank == 0
+        self.out_dir = Path(tc.out_dir)
+        self._seed_everything(tc.seed)
+        self.data = DataModule(cfg.data, seed=tc.seed, tokenizer=init_tokenizer)
+        if init_model is None:
+            cfg.model.vocab_size = self.data.vocab_size  # the tokenizer decides the vocabulary
+            cfg.validate()
+            torch.manual_seed(tc.seed)
+            init_model = build_model(cfg.model)
+        elif init_model.cfg.vocab_size < self.data.vocab_size:
+            raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
+                              f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
+        self.model = init_model.to(self.device)
+        self.optimizer = build_optimizer(self.model, tc)
+        self.step = 0
+        self.nonfinite_in_row = 0
+        self.nonfinite_total = 0
+        self.tokens_seen = 0
+        if tstate is not None:
+            self._restore(tstate)
+        self._wrap()
+
+    # ------------------------------------------------------------------ set-up
+    def _seed_everything(self, seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _wrap(self) -> None:
+        self.train_model = self.model
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.cfg.train.compile:
+            self.train_model = torch.compile(self.train_model)
+
+    def set_model(self, model, optimizer) -> None:
+        """Swap in a new model and optimizer (growth mid-training)."""
+        self.model = model.to(self.device)
+        self.optimizer = optimizer
+        self._wrap()
+
+    def trainer_state(self) -> dict:
+        rng = {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(
+            np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": self.nonfinite_total,
+                "optimizer": self.optimizer.state_dict(), "rng": rng}
+
+    def _restore(self, st: dict) -> None:
+        try:
+            self.optimizer.load_state_dict(st["optimizer"])
+            self.step = int(st["step"])
+            self.tokens_seen = int(st.get("tokens_seen", 0))
+            self.nonfinite_total = int(st.get("nonfinite_total", 0))
+            torch.set_rng_state(st["rng"]["torch"])
+            _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"trainer_state.pt does not match this run ({type(e).__name__}: {str(e)[:100]})") from None
+        if self.cfg.growth_history:
+            from ..growth import restore_training_extras
+
+            restore_training_extras(self)
+
+    # ------------------------------------------------------------------ loop pieces
+    def _micro_batches(self, step: int):
+        tc = self.cfg.train
+        return [self.data.train_batch(step, m, tc.batch_size, self.rank, self.world) for m in range(tc.grad_accum)]
+
+    def train_step(self, step: int) -> dict:
+        tc = self.cfg.train
+        lr_factor = set_lr(self.optimizer, step, tc, self.rewarmup)
+        batches = self._micro_batches(step)
+        local_tokens = sum(int((y != -100).sum()) for _, y in batches)
+        total_tokens = D.all_reduce_sum(local_tokens, self.device)
+        loss_sum = 0.0
+        for i, (x, y) in enumerate(batches):
+            x, y = x.to(self.device), y.to(self.device)
+            sync = i == len(batches) - 1
+            ctx = self.train_model.no_sync() if (self.world > 1 and not sync) else _null()
+            with ctx, self._autocast():
+                out = self.train_model(x, labels=y)
+                # Weight each micro-batch by its share of all valid tokens in the global step; DDP then
+                # averages over ranks, so multiply by world to get sum/total.
+                scaled = out.loss * (out.n_tokens / max(total_tokens, 1)) * self.world
+            scaled.backward()
+            loss_sum += float(out.loss.detach()) * out.n_tokens
+        loss = D.all_reduce_sum(loss_sum, self.device) / max(total_tokens, 1)
+        metrics = {"step": step + 1, "loss": loss, "lr_factor": lr_factor, "tokens": total_tokens}
+        if not math.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.nonfinite_in_row += 1
+            self.nonfinite_total += 1
+            metrics.update(skipped=True, nonfinite_total=self.nonfinite_total)
+            if self.nonfinite_in_row >= tc.max_nonfinite:
+                raise TrainingAborted(f"loss was non-finite for {self.nonfinite_in_row} steps in a row "
+                                      f"(train.max_nonfinite={tc.max_nonfinite}); lower train.lr or check the data")
+            return metrics
+        self.nonfinite_in_row = 0
+        if tc.grad_clip > 0:
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
+            metrics["grad_norm"] = float(gn)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return metrics
+
+    def _autocast(self):
+        if self.cfg.train.dtype == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return _null()
+
+    @torch.no_grad()
+    def evaluate(self, n_batches: int | None = None) -> float:
+        tc = self.cfg.train
+        self.model.eval()
+        tot, n = 0.0, 0
+        for x, y in self.data.val_batches(n_batches or tc.eval_batches, tc.batch_size):
+            with self._autocast():
+                out = self.model(x.to(self.device), labels=y.to(self.device))
+            tot += float(out.ce_loss) * out.n_tokens
+            n += out.n_tokens
+        self.model.train()
+        return tot / max(n, 1)
+
+    def sample(self) -> str:
+        if self.data.task is not None:
+            return ""
+        tc = self.cfg.train
+        tok = self.data.tokenizer
+        ids = torch.tensor([tok.encode(tc.sample_prompt) or [tok.eos_id]], device=self.device)
+        g = torch.Generator(device=self.device).manual_seed(tc.seed)
+        rng = torch.get_rng_state()
+        out = self.model.generate(ids, max_new_tokens=tc.sample_tokens, temperature=0.8, top_k=40, generator=g)
+        torch.set_rng_state(rng)  # sampling must not perturb the training RNG (exact resume)
+        return tok.decode(out[0].tolist())
+
+    def log(self, record: dict) -> None:
+        if not self.is_main:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.out_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def say(self, msg: str) -> None:
+        if self.is_main and not self.quiet:
+            from tqdm import tqdm
+
+            tqdm.write(msg)
+
+    def save(self, path: Path) -> Path:
+        return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+
+    def _save_periodic(self) -> None:
+        tc = self.cfg.train
+        self.save(self.out_dir / f"step_{self.step:07d}")
+        steps = sorted(self.out_dir.glob("step_*"))
+        for old in steps[:-tc.keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    # ------------------------------------------------------------------ main loop
+    def fit(self) -> dict:
+        from tqdm import tqdm
+
+        tc = self.cfg.train
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.cfg.save_yaml(self.out_dir / "config.yaml")
+        n_params = count_parameters(self.model)
+        self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
+                 f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
+        bar = tqdm(total=tc.steps, initial=self.step, disable=(not self.is_main or self.quiet or not sys.stderr.isatty()),
+                   dynamic_ncols=True, desc="train")
+        t_last, tok_last = time.perf_counter(), 0
+        result: dict = {"params": n_params}
+        last_val = None
+        while self.step < tc.steps:
+            if tc.grow_at and self.step == tc.grow_at and not _already_grown(self.cfg, tc.grow_at):
+                from ..growth import grow_in_training
+
+                grow_in_training(self, tc.growth)
+                n_params = count_parameters(self.model)
+            m = self.train_step(self.step)
+            self.step += 1
+            self.tokens_seen += int(m["tokens"])
+            tok_last += int(m["tokens"])
+            if self.step % tc.log_every == 0 or self.step == tc.steps or m.get("skipped"):
+                dt = time.perf_counter() - t_last
+                m.update(tokens_per_s=tok_last / max(dt, 1e-9), tokens_seen=self.tokens_seen,
+                         lr=self.optimizer.param_groups[0]["lr"], params=n_params, **memory_stats(self.device))
+                t_last, tok_last = time.perf_counter(), 0
+                self.log(m)
+                for cb in self.callbacks:
+                    cb(self, self.step, m)
+                bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
+                if m.get("skipped"):
+                    self.say(f"step {self.step}: non-finite loss, step skipped ({self.nonfinite_total} so far)")
+            bar.update(1)
+            if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+                last_val = self.evaluate()
+                self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
+                self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
+            if tc.sample_every and self.step % tc.sample_every == 0 and self.is_main:
+                self.say(f"sample @ {self.step}: {self.sample()!r}")
+            if tc.save_every and self.step % tc.save_every == 0 and self.is_main and self.step < tc.steps:
+                self._save_periodic()
+        bar.close()
+        last_val = self.evaluate()
+        self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen, "final": True})
+        result.update(step=self.step, val_loss=last_val, val_ppl=math.exp(min(last_val, 50)), tokens_seen=self.tokens_seen)
+        if self.is_main:
+            sample = self.sample()
+            result["sample"] = sample
+            ckpt = self.save(self.out_dir / "checkpoint")
+            result["checkpoint"] = str(ckpt)
+            self.say(f"final: val loss {last_val:.4f} (ppl {result['val_ppl']:.2f}) after {self.step} steps, "
+                     f"{self.tokens_seen:,} tokens")
+            if sample:
+                self.say(f"sample: {sample!r}")
+            self.say(f"checkpoint: {ckpt}")
+        return result
+
+
+def _already_grown(cfg: RunConfig, step: int) -> bool:
+    return any(rec.get("step") == step for rec in cfg.growth_history)
+
+
+def _np_state() -> list:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _np_restore(s: list) -> None:
+    np.random.set_state((s[0], np.asarray(s[1], dtype=np.uint32), s[2], s[3], s[4]))
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
