@@ -1,13 +1,61 @@
-"""`nexus grow`: placeholder parser; the implementing issue replaces this module."""
+"""`nexus grow`: grow a checkpoint (Nexus-Rank M/A, TokenFormer tokens, SPARKLING width, retrofit).
+
+Each growth family module in nexus.growth may define `add_cli_args(parser)` and
+`spec_from_args(args) -> dict | None`; exactly one family must claim the command line.
+"""
 from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+
+
+def _family_modules():
+    from .. import growth
+
+    mods = []
+    for info in pkgutil.iter_modules(growth.__path__):
+        mod = importlib.import_module(f"nexus.growth.{info.name}")
+        if hasattr(mod, "spec_from_args"):
+            mods.append(mod)
+    return mods
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("grow", help="(in progress)")
-    p.set_defaults(func=run, accepts_overrides=True)
+    p = sub.add_parser("grow", help="grow a checkpoint and verify the growth",
+                       description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the grown checkpoint is written")
+    p.add_argument("--optimizer-state", default="asymmetric", metavar="POLICY",
+                   help="asymmetric (old keep, new zero) | copy | drop | scaled")
+    p.add_argument("--state-scale", type=float, default=1.0, help="moment scale for --optimizer-state scaled")
+    p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    for mod in _family_modules():
+        mod.add_cli_args(p)
+    p.set_defaults(func=run)
 
 
 def run(args, extra) -> int:
     from ..config import ConfigError
+    from ..growth import OPTIMIZER_STATE_POLICIES, grow_checkpoint
 
-    raise ConfigError("`nexus grow` is not implemented yet in this build")
+    if args.optimizer_state not in OPTIMIZER_STATE_POLICIES:
+        raise ConfigError(f"--optimizer-state={args.optimizer_state!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
+    specs = [s for s in (m.spec_from_args(args) for m in _family_modules()) if s]
+    if not specs:
+        raise ConfigError("nothing to grow: give a growth option (see `nexus grow --help`)")
+    if len(specs) > 1:
+        raise ConfigError(f"several growth families requested ({', '.join(s['family'] for s in specs)}); grow one at a time")
+    spec = specs[0]
+    spec.setdefault("optimizer_state", args.optimizer_state)
+    if args.optimizer_state == "scaled":
+        spec["state_scale"] = args.state_scale
+    report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        from ..growth.report import format_report
+
+        print(format_report(spec, report, args.out))
+    return 0

@@ -1,0 +1,258 @@
+"""Model growth: one API for every growth family (Nexus-Rank M/A, TokenFormer tokens, SPARKLING
+width, higher-order retrofit), carrying the whole training state across the change.
+
+A family module in this package registers a grower:
+
+    @register_grower("width")
+    def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult: ...
+
+It returns the new model (already initialized), the new ModelConfig, and for every parameter of the
+new model how the old values sit inside it (`ParamMap`). Everything else is generic and lives here:
+optimizer-state surgery by parameter *name* (never list order), per-element AdamW step counts, the
+re-warmup masks, the growth record in the config, and the checkpoint flow (validate everything,
+then write atomically, the source untouched).
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from ..config import ConfigError, ModelConfig, RunConfig
+
+OPTIMIZER_STATE_POLICIES = ("asymmetric", "copy", "drop", "scaled")
+
+
+@dataclass
+class ParamMap:
+    """Where a grown parameter's old values live.
+
+    old_name: the parameter's name before growth (None: a brand-new parameter, all entries new).
+    old_slices: region of the new tensor that holds the old tensor (None with old_name: unchanged
+        shape, the whole tensor is old). Entries outside the region are "new".
+    copy_source: for copy-initialized entries, per dimension an index tensor into the OLD tensor
+        (len = new size along that dim) telling which old entry each new entry copies; used by the
+        `copy` optimizer-state policy and the symmetry-lock metric (SPARKLING).
+    """
+
+    old_name: str | None
+    old_slices: tuple | None = None
+    copy_source: dict[int, torch.Tensor] | None = None
+
+    def new_mask(self, new_shape) -> torch.Tensor:
+        """Float 0/1 tensor: 1 where the entry is new."""
+        if self.old_name is None:
+            return torch.ones(new_shape)
+        mask = torch.ones(new_shape)
+        if self.old_slices is None:
+            return torch.zeros(new_shape)
+        mask[self.old_slices] = 0.0
+        return mask
+
+
+@dataclass
+class GrowthResult:
+    model: nn.Module  # the grown model, initialized
+    model_cfg: ModelConfig  # its config
+    param_maps: dict[str, ParamMap]  # new parameter name -> how old values embed in it
+    record: dict = field(default_factory=dict)  # what happened (family, sizes, init, mode, ...) for growth_history
+    report: dict = field(default_factory=dict)  # diagnostics to print (RMS ratios, warnings, ...)
+
+
+_GROWERS: dict[str, Callable[[nn.Module, RunConfig, dict], GrowthResult]] = {}
+_loaded = False
+
+
+def register_grower(family: str):
+    def deco(fn):
+        _GROWERS[family] = fn
+        return fn
+    return deco
+
+
+def _load_families() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+def families() -> list[str]:
+    _load_families()
+    return sorted(_GROWERS)
+
+
+# ----------------------------------------------------------------------------- optimizer surgery
+def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
+                               scale: float = 1.0, mark_new: bool = True) -> None:
+    """Move optimizer state from `old_state` (an OptimizerSet.state_dict()) into `new_optimizer`.
+
+    asymmetric: old entries keep their state, new entries start at zero with their own step count 0
+    copy: new entries copy the state of the entry they were copied from (ParamMap.copy_source), else zero
+    drop: every state is discarded (fresh optimizer)
+    scaled: like asymmetric with old moments multiplied by `scale`
+    AdamW's step becomes a per-element tensor wherever old and new entries share a tensor, so new
+    entries get Adam's bias correction from their own first step (torch keeps one step per tensor).
+    `mark_new` stores `new_mask` so a re-warmup schedule can address the new entries.
+    """
+    if policy not in OPTIMIZER_STATE_POLICIES:
+        raise ConfigError(f"--optimizer-state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
+    old = old_state.get("state", {}) if old_state else {}
+    for opt in new_optimizer.optimizers.values():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                name = new_optimizer.param_names[id(p)]
+                pm = maps.get(name, ParamMap(old_name=name))
+                mask = pm.new_mask(p.shape).to(p.device)
+                st_old = old.get(pm.old_name) if pm.old_name is not None else None
+                st: dict = {}
+                if policy != "drop" and st_old is not None:
+                    for key, val in st_old.items():
+                        if key in ("new_mask",):
+                            continue
+                        if key == "step":
+                            st[key] = _grow_step(val, p, pm)
+                            continue
+                        if not torch.is_tensor(val) or val.shape == () :
+                            st[key] = val
+                            continue
+                        st[key] = _grow_tensor_state(val, p, pm, policy, scale)
+                if mark_new and bool(mask.any()):
+                    st["new_mask"] = mask
+                if st:
+                    opt.state[p] = st
+
+
+def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, scale: float) -> torch.Tensor:
+    if pm.old_slices is None and tuple(val.shape) == tuple(p.shape):
+        out = val.clone()
+    else:
+        out = torch.zeros(p.shape, dtype=val.dtype, device=p.device)
+        out[pm.old_slices] = val.to(p.device)
+        if policy == "copy" and pm.copy_source:
+            src = val.to(p.device)
+            for dim, idx in sorted(pm.copy_source.items()):
+                src = src.index_select(dim, idx.to(p.device))
+            new = pm.new_mask(p.shape).to(p.device).bool()
+            out[new] = src[new]
+    if policy == "scaled":
+        out = out * scale
+    return out
+
+
+def _grow_step(val, p: torch.Tensor, pm: ParamMap):
+    t = val if torch.is_tensor(val) else torch.tensor(float(val))
+    if pm.old_slices is None:
+        return t.clone()
+    full = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    if t.ndim == 0:
+        full[pm.old_slices] = t.item()
+    else:
+        full[pm.old_slices] = t.to(p.device)
+    return full
+
+
+# ----------------------------------------------------------------------------- the API
+def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | None = None, step: int = 0):
+    """Grow `model` per `spec` (must contain "family"). Returns (new_model, new_cfg, new_optimizer, result).
+
+    The new optimizer is built from cfg.train and receives the transplanted state; pass
+    optimizer_state=None for a fresh optimizer (no state to carry).
+    """
+    from ..train.param_groups import build_optimizer
+
+    _load_families()
+    family = spec.get("family")
+    if family not in _GROWERS:
+        raise ConfigError(f"growth family {family!r} (valid: {', '.join(sorted(_GROWERS)) or 'none installed'})")
+    result = _GROWERS[family](model, cfg, dict(spec))
+    new_cfg = copy.deepcopy(cfg)
+    new_cfg.model = result.model_cfg
+    record = {"family": family, "step": step, **{k: v for k, v in spec.items() if k != "family"}, **result.record}
+    new_cfg.growth_history.append(_jsonable(record))
+    new_cfg.validate()
+    new_opt = build_optimizer(result.model, new_cfg.train)
+    policy = spec.get("optimizer_state", "asymmetric")
+    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy,
+                               float(spec.get("state_scale", 1.0)))
+    return result.model, new_cfg, new_opt, result
+
+
+def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: bool = True) -> dict:
+    """Load a checkpoint, grow it, verify, and write the grown checkpoint atomically to `out`."""
+    from ..checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
+
+    src, out = Path(src), Path(out)
+    if out.resolve() == src.resolve():
+        raise ConfigError(f"--out={str(out)!r} equals --checkpoint (valid: a different directory; the source stays untouched)")
+    model, cfg, tok = load_checkpoint(src)
+    tstate = load_trainer_state(src) or {}
+    step = int(tstate.get("step", 0))
+    new_model, new_cfg, new_opt, result = grow(model, cfg, spec, tstate.get("optimizer"), step)
+    report = dict(result.report)
+    if probe_verify:
+        from .verification import verify
+
+        report["verify"] = verify(model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size)
+    new_tstate = dict(tstate)
+    new_tstate["optimizer"] = new_opt.state_dict()
+    new_tstate["step"] = step
+    save_checkpoint(out, new_model, new_cfg, tok, new_tstate if tstate else None)
+    return report
+
+
+def grow_in_training(trainer, spec: dict) -> dict:
+    """Grow the trainer's model at the current step, carrying optimizer state, schedule and RNG."""
+    spec = dict(spec)
+    rng = torch.get_rng_state()
+    new_model, new_cfg, new_opt, result = grow(trainer.model, trainer.cfg, spec, trainer.optimizer.state_dict(),
+                                               trainer.step)
+    torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
+    trainer.cfg = new_cfg
+    trainer.set_model(new_model, new_opt)
+    restore_training_extras(trainer)
+    trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
+    trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
+    return result.report
+
+
+def restore_training_extras(trainer) -> None:
+    """Re-create what a grown run needs beyond weights and optimizer state (the re-warmup schedule)."""
+    rec = next((r for r in reversed(trainer.cfg.growth_history) if r.get("rewarmup")), None)
+    if rec is None:
+        trainer.rewarmup = None
+        return
+    from .rewarmup import make_rewarmup
+
+    trainer.rewarmup = make_rewarmup(rec)
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if torch.is_tensor(obj):
+        return obj.tolist()
+    if isinstance(obj, (int, float, str, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "grow", "grow_checkpoint", "grow_in_training",
+           "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
+
+
+def verify(*args, **kwargs):
+    """Growth verification (max |dlogits|, new-block gradient norms); see nexus.growth.verification."""
+    from .verification import verify as _verify
+
+    return _verify(*args, **kwargs)
