@@ -88,6 +88,8 @@ class AttentionConfig:
         _check(errors, isinstance(self.order, int) and self.order >= 1, f"{p}.order", self.order, "an integer >= 1")
         _check(errors, self.ho_targets in ("q", "qk", "qkv"), f"{p}.ho_targets", self.ho_targets, "q|qk|qkv")
         _check(errors, self.ho_form in ("projected", "self"), f"{p}.ho_form", self.ho_form, "projected|self")
+        _check(errors, self.ho_shared or self.ho_form != "self", f"{p}.ho_shared", self.ho_shared,
+               "true when ho_form=self (eq. 7-8 has no inner weights to keep separate)")
 
 
 @dataclass
@@ -114,6 +116,25 @@ class MixingConfig:
         _check(errors, self.norm in ("all", "qk", "none"), f"{p}.norm", self.norm, "all|qk|none")
         _check(errors, not (self.dynamic and self.anchor == "none"), f"{p}.dynamic", self.dynamic,
                "false unless mixing.anchor is set (dynamic mixing needs an anchor)")
+        _check(errors, isinstance(self.dynamic_hidden, int) and self.dynamic_hidden > 0, f"{p}.dynamic_hidden",
+               self.dynamic_hidden, "an integer > 0")
+        if self.anchor == "none":
+            return
+        _check(errors, isinstance(self.components, list) and len(self.components) > 0, f"{p}.components",
+               self.components, f"a non-empty subset of {list(self.COMPONENTS)} when mixing.anchor is set")
+        if self.anchor == "value_residual":
+            _check(errors, list(self.components) == ["v"], f"{p}.components", self.components,
+                   "['v'] with anchor=value_residual (ResFormer mixes values only; use anchor=nures for q/k/g)")
+            _check(errors, self.norm == "none", f"{p}.norm", self.norm,
+                   "none with anchor=value_residual (ResFormer reuses the raw v_1; use anchor=nures for normed anchors)")
+        if self.dynamic:
+            _check(errors, self.learnable, f"{p}.learnable", self.learnable, "true when mixing.dynamic is on")
+
+    def validate_with_model(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+        """Checks that need the rest of the model: gate logits must exist to be mixed."""
+        if self.anchor != "none" and "g" in self.components and model.attention.gate == "none":
+            errors.append(f"{p}.components={self.components!r} (valid: drop 'g', or set "
+                          f"{p.rsplit('.', 1)[0]}.attention.gate=elementwise|headwise: mixing g needs gate logits)")
 
 
 @dataclass
@@ -144,11 +165,15 @@ class RecurrentConfig:
     conv_kernel: int = 4  # depthwise causal conv kernel size (left padding only)
     ternary: bool = True  # BitNet b1.58 absmean ternary weights in every block linear
     act_quant: bool = False  # 8-bit per-token absmax activation quantization in BitLinear
+    subln: bool = True  # parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm before quantization)
+    sup_loss: str = "sum"  # sum (the seed: loss += CE per supervision step) | mean (divide by n_sup)
+    full_backprop: bool = False  # ablation/control: backprop through every iteration (memory grows with t_inner)
 
     def validate(self, errors: list[str], p: str) -> None:
         for name in ("n_sup", "t_inner", "conv_kernel"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 1, f"{p}.{name}", v, "an integer >= 1")
+        _check(errors, self.sup_loss in ("sum", "mean"), f"{p}.sup_loss", self.sup_loss, "sum|mean")
 
 
 @dataclass
@@ -215,6 +240,8 @@ class ModelConfig:
         self.attention.validate(errors, f"{p}.attention")
         self.projection.validate(errors, f"{p}.projection", self.d_model if isinstance(self.d_model, int) else 0)
         self.mixing.validate(errors, f"{p}.mixing")
+        if self.arch == "transformer":
+            self.mixing.validate_with_model(errors, f"{p}.mixing", self)
         self.moe.validate(errors, f"{p}.moe")
         self.recurrent.validate(errors, f"{p}.recurrent")
         if self.arch == "recurrent":
@@ -393,6 +420,11 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(f"{path}={value!r} (valid: an integer)")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}={value!r} (valid: a number)")
         return float(value)

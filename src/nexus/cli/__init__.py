@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as e:  # argparse errors and --help end here; keep main() callable in-process
+        return int(e.code or 0)
     if args.command is None:
         if argv:
             parser.print_help()

@@ -25,6 +25,7 @@ def embedded_documents() -> list[str]:
     except ImportError:  # some distributions strip pydoc_data; docstrings still give a usable corpus
         pass
     import importlib
+    import warnings
 
     for name in _DOC_MODULES:
         try:
@@ -32,7 +33,9 @@ def embedded_documents() -> list[str]:
         except ImportError:
             continue
         for _, obj in sorted(vars(mod).items()):
-            doc = inspect.getdoc(obj) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
+            with warnings.catch_warnings():  # typing's deprecated aliases warn when touched
+                warnings.simplefilter("ignore", DeprecationWarning)
+                doc = inspect.getdoc(obj) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
             if doc and len(doc) > 200 and getattr(obj, "__module__", None) == name:
                 docs.append(doc)
     if not docs:

@@ -104,6 +104,9 @@ class DataModule:
         return hashlib.sha256(key.encode()).hexdigest()[:20]
 
     def _load_or_build(self, docs):
+        src = self.cfg.source
+        if src != "embedded" and not src.startswith("hf:"):
+            check_local_source(src)
         root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
         d = root / self._cache_key()
         if (d / "meta.json").is_file():
@@ -192,6 +195,14 @@ class DataModule:
         for b in range(n_batches):
             xs, ys = zip(*(self.val.window(s, L) for s in starts[b * batch_size:(b + 1) * batch_size]))
             yield torch.stack(xs), torch.stack(ys)
+
+
+def check_local_source(path: str) -> None:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"data.source={path!r} (valid: embedded, an existing .txt/.jsonl/.parquet file, hf:<name>, synthetic:<task>)")
+    if p.stat().st_size == 0:
+        raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
 
 
 def _doc_text(doc) -> str:

@@ -121,6 +121,9 @@ class Muon(torch.optim.Optimizer):
     def direction(self, p: torch.Tensor, g: torch.Tensor, group: dict) -> torch.Tensor:
         n = self.blocks_of(p)
         pieces = g.chunk(n, dim=0) if n > 1 else (g,)
+        split = getattr(p, "_muon_split", None)  # unequal fused blocks (row counts), e.g. an anchor with GQA
+        if split is not None:
+            pieces, n = g.split(list(split), dim=0), len(split)
         out = []
         for piece in pieces:
             o = orthogonalize(piece, group["ns_steps"], group["ns_method"])

@@ -1,0 +1,106 @@
+"""Loss curves, training compute and the "compute to reach a loss" measurement.
+
+Training FLOPs per token = 3 x forward FLOPs per token (backward ~ 2 x forward). The forward count
+comes from the analytic walker in `nexus.analysis.flops` when it is installed; otherwise the
+documented fallback is Kaplan's 6N with N = the parameters that do matmul work per token
+(non-embedding parameters plus the LM head), which ignores attention's seq-length term.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..config import ModelConfig
+
+FALLBACK_SOURCE = "6N fallback (N = non-embedding params + LM head)"
+
+
+def active_params(model_cfg: ModelConfig) -> int:
+    """Parameters touched per token (MoE: only top_k of n_experts experts), without the embedding table.
+
+    Used as N in SPARKLING eq. 29 and in the 6N fallback.
+    """
+    from ..analysis.accounting import build_on_meta
+
+    model = build_on_meta(model_cfg)
+    n = 0
+    moe = model_cfg.moe
+    for name, p in model.named_parameters():
+        if name.endswith("embed.weight") and not model_cfg.tie_embeddings:
+            continue  # an untied input table is a lookup, not a matmul
+        if ".experts." in name and moe.n_experts:
+            n += p.numel() * moe.top_k / moe.n_experts  # only the routed experts run per token
+            continue
+        n += p.numel()  # tied embedding counted once: it is the LM head matmul
+    return int(round(n))
+
+
+def train_flops_per_token(model_cfg: ModelConfig, seq_len: int) -> tuple[float, str]:
+    """(training FLOPs per token, where the number came from)."""
+    try:
+        from ..analysis import flops as analytic
+    except ImportError:
+        analytic = None
+    fn = getattr(analytic, "forward_flops_per_token", None) if analytic is not None else None
+    if fn is not None:
+        return 3.0 * float(fn(model_cfg, seq_len)), "nexus.analysis.flops (3 x forward)"
+    return 6.0 * active_params(model_cfg), FALLBACK_SOURCE
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash mid-write; the resumed run rewrites that step
+    return rows
+
+
+def val_curve(rows: list[dict]) -> list[dict]:
+    """[{step, tokens, val_loss}] in step order, one point per step (the last record wins)."""
+    by_step = {}
+    for r in rows:
+        if "val_loss" in r and "tokens_seen" in r:
+            by_step[int(r["step"])] = {"step": int(r["step"]), "tokens": int(r["tokens_seen"]), "val_loss": float(r["val_loss"])}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def train_curve(rows: list[dict]) -> list[dict]:
+    by_step = {}
+    for r in rows:
+        if "loss" in r and "tokens_seen" in r and not r.get("skipped"):
+            by_step[int(r["step"])] = {"step": int(r["step"]), "tokens": int(r["tokens_seen"]), "loss": float(r["loss"])}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def cumulative_flops(tokens: float, segments: list[dict]) -> float:
+    """FLOPs spent after `tokens` training tokens, for a run made of segments
+    [{"start_tokens", "flops_per_token"}] (sorted; the last segment runs to the end)."""
+    total = 0.0
+    for i, seg in enumerate(segments):
+        end = segments[i + 1]["start_tokens"] if i + 1 < len(segments) else math.inf
+        lo, hi = seg["start_tokens"], min(end, tokens)
+        if hi > lo:
+            total += (hi - lo) * seg["flops_per_token"]
+    return total
+
+
+def first_crossing(xs: list[float], losses: list[float], target: float) -> float | None:
+    """Smallest x at which the piecewise-linear curve (xs, losses) first reaches loss <= target.
+
+    None when it never does. Linear interpolation between the two bracketing points.
+    """
+    for i, (x, y) in enumerate(zip(xs, losses)):
+        if y <= target:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], losses[i - 1]
+            return float(x0 + (x - x0) * (y0 - target) / (y0 - y))
+    return None

@@ -1,0 +1,132 @@
+"""BitLinear: BitNet b1.58 ternary linear layer with straight-through gradients.
+
+Forward uses W_q = clamp(round(W / gamma), -1, 1) * gamma with gamma = mean|W| (one scale per
+tensor), so every weight that touches an activation is in {-gamma, 0, +gamma}. Backward treats the
+quantizer as the identity (straight-through estimator), so the fp32 latent W receives the gradient
+of W_q. Optionally activations are quantized to 8 bits per token with an absmax scale (also STE).
+
+The quantizers are custom autograd Functions rather than the `w + (q - w).detach()` idiom because
+that idiom's forward value is `w + (q - w)`, which in floating point is not always exactly `q`:
+the "every weight is ternary" and "packed export gives identical logits" guarantees need exact q.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+QUANT_EPS = 1e-8  # floor on the absmean / absmax scales so an all-zero tensor does not divide by 0
+
+
+def ternary_scale(w: torch.Tensor) -> torch.Tensor:
+    """gamma = mean|W| (absmean), computed in fp32 and floored at QUANT_EPS."""
+    return w.detach().float().abs().mean().clamp_min(QUANT_EPS)
+
+
+def ternary_codes(w: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """Integer codes in {-1, 0, 1} (as int8) of W for the scale gamma."""
+    return torch.clamp(torch.round(w.detach().float() / gamma), -1, 1).to(torch.int8)
+
+
+def dequantize_ternary(codes: torch.Tensor, gamma: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """codes * gamma: the exact weight the BitLinear forward uses (shared by packed inference)."""
+    return (codes.to(torch.float32) * gamma.to(torch.float32)).to(dtype)
+
+
+class _TernarySTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w: torch.Tensor) -> torch.Tensor:
+        gamma = ternary_scale(w)
+        return dequantize_ternary(ternary_codes(w, gamma), gamma, w.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad  # straight-through: d W_q / d W treated as identity
+
+
+def act_quant_8bit(x: torch.Tensor) -> torch.Tensor:
+    """Per-token absmax quantization to the 8-bit grid {-128..127} * max|x| / 127 (forward value)."""
+    scale = 127.0 / x.detach().float().abs().amax(dim=-1, keepdim=True).clamp_min(QUANT_EPS)
+    return (torch.clamp(torch.round(x.float() * scale), -128, 127) / scale).to(x.dtype)
+
+
+class _ActQuantSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return act_quant_8bit(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def ternarize_ste(w: torch.Tensor) -> torch.Tensor:
+    return _TernarySTE.apply(w)
+
+
+def quantize_activations_ste(x: torch.Tensor) -> torch.Tensor:
+    return _ActQuantSTE.apply(x)
+
+
+def _rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Parameter-free RMSNorm (BitNet SubLN): keeps the quantizer's input at unit scale."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+class BitLinear(nn.Linear):
+    """nn.Linear whose forward uses absmean-ternary weights (and optionally 8-bit activations).
+
+    Subclassing nn.Linear keeps the FLOPs walker, the optimizer grouping and the init code working
+    unchanged: the latent parameter is still `.weight` of shape (out, in).
+    """
+
+    is_ternary = True  # read by analysis/accounting.py to report ternary model sizes
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, act_quant: bool = False,
+                 input_norm: bool = False, norm_eps: float = 1e-5, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.act_quant = act_quant  # 8-bit per-token absmax activation quantization
+        self.input_norm = input_norm  # parameter-free RMSNorm before quantization (SubLN)
+        self.norm_eps = norm_eps
+
+    def prepare_input(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_norm:
+            x = _rms_normalize(x, self.norm_eps)
+        if self.act_quant:
+            x = quantize_activations_ste(x)
+        return x
+
+    def quantized_weight(self) -> torch.Tensor:
+        """The weight the forward pass multiplies with (values in {-gamma, 0, +gamma})."""
+        return ternarize_ste(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.prepare_input(x), self.quantized_weight(), self.bias)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", ternary=True, act_quant={self.act_quant}, input_norm={self.input_norm}"
+
+
+class PackedTernaryLinear(nn.Module):
+    """Inference-only twin of BitLinear built from exported codes and scale (see ternary_export).
+
+    The dequantized weight codes*gamma is materialized once at load: that is bitwise the tensor a
+    BitLinear forward computes, so logits match the unpacked model exactly, and each token then
+    costs one dense matmul instead of re-quantizing the latent weights on every call.
+    """
+
+    is_ternary = True
+
+    def __init__(self, codes: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, act_quant: bool,
+                 input_norm: bool, norm_eps: float):
+        super().__init__()
+        self.out_features, self.in_features = codes.shape
+        self.register_buffer("weight", dequantize_ternary(codes, gamma), persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
+        self.act_quant, self.input_norm, self.norm_eps = act_quant, input_norm, norm_eps
+
+    prepare_input = BitLinear.prepare_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.prepare_input(x), self.weight, self.bias)

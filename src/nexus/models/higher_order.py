@@ -1,0 +1,193 @@
+"""Nexus higher-order attention: queries/keys (optionally values) refined by inner causal attention.
+
+Order m = 1 is standard attention. For m > 1 the outer attention does not use Q = X W_q directly:
+
+* form "projected" (paper eq. 12, the weight-shared variant it trains): the inner step is the *full*
+  attention of the layer applied to X (its W_q, W_k, W_v, QK-norm, RoPE, gate and W_o) at order
+  m - 1, giving Y in model space; the refined query is Q~ = Y W_q (K~ = Y W_k, V~ = Y W_v).
+  With `ho_shared` the inner weights are the layer's own (parameters do not grow, and the inner
+  output is computed once for all targets); without it every refined target t has its own inner
+  attention (its own W_q, W_k, W_v, W_o, shared across its levels), the paper's unshared ablation.
+* form "self" (paper eq. 7-8): Q~ = softmax(Q Q^T / sqrt(d)) Q on the per-head projections,
+  repeated m - 1 times; K~ and V~ likewise. Parameter-free.
+
+Every inner attention is causal (a refined key must not carry future tokens). With `ho_gate` each
+refined target is blended as base + alpha * (refined - base) with a zero-initialized per-head alpha,
+so a converted model computes exactly what it computed before and alpha learns how much to refine.
+
+Incremental decoding keeps one KV cache per inner level (and, for the self form, the history of each
+refined sequence) inside the layer's cache dict under "ho:<level>" keys; every level is causal, so
+decoding token by token equals the full forward.
+
+Anchor mixing (`self.mixer`) acts on the outer level only: the inner levels compute representations,
+the outer level is the one whose q/k/v/g the cross-layer anchors mix.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from ..config import ModelConfig
+from .attention import Attention, sdpa_causal
+from .layers import apply_rope
+
+OUTER = "outer"
+
+
+class HigherOrderAttention(Attention):
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__(cfg, layer_idx)
+        a = cfg.attention
+        self.order, self.form, self.shared = a.order, a.ho_form, a.ho_shared
+        self.targets = tuple(a.ho_targets)  # "qk" -> ("q", "k")
+        self.inner: nn.ModuleDict | None = None
+        if self.form == "projected" and not self.shared:
+            base = copy.deepcopy(cfg)
+            base.attention.order = 1
+            inner = {}
+            for t in self.targets:
+                m = Attention(base, layer_idx)
+                m.o_proj._nexus_out_proj = False  # zero_init_out would make the inner output (and Q~) zero
+                inner[t] = m
+            self.inner = nn.ModuleDict(inner)
+        self.ho_gate = None
+        if a.ho_gate:
+            heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
+            self.ho_gate = nn.ParameterDict({t: nn.Parameter(torch.zeros(heads[t])) for t in self.targets})
+
+    def reset_special_parameters(self) -> None:
+        # The refinement gate starts closed so the layer starts as standard attention (lossless retrofit).
+        if self.ho_gate is not None:
+            for p in self.ho_gate.values():
+                nn.init.zeros_(p)
+
+    # ------------------------------------------------------------------ levels
+    def _weights_name(self, w: Attention) -> str:
+        if w is self:
+            return "self"
+        return next(f"inner_{t}" for t, m in self.inner.items() if m is w)
+
+    def _blend(self, t: str, base: torch.Tensor, refined: torch.Tensor) -> torch.Tensor:
+        if self.ho_gate is None:
+            return refined
+        alpha = self.ho_gate[t].to(base.dtype).view(1, 1, -1, 1)
+        return base + alpha * (refined - base)
+
+    def level_parts(self, w: Attention, x: torch.Tensor, m: int, ctx: dict, cache: dict | None, memo: dict) -> dict:
+        """q/k/v(/g) of attention with weights `w` at order m, (B, T, heads, hd) each, refined."""
+        key = f"proj:{self._weights_name(w)}"
+        if key not in memo:  # every level reads the same x: project it once per weight set
+            memo[key] = w.project(x)
+        parts = dict(memo[key])
+        if m == 1:
+            return parts
+        B, T = x.shape[:2]
+        for t in self.targets:
+            if self.form == "projected":
+                src = w if (self.shared or w is not self) else self.inner[t]
+                y = self.level_output(src, x, m - 1, ctx, cache, memo, label=f"inner_{t}")
+                refined = getattr(w, f"{t}_proj")(y).view(B, T, parts[t].shape[2], self.head_dim)
+            else:
+                refined = self._self_refine(parts[t], m - 1, cache, t, ctx)
+            parts[t] = self._blend(t, parts[t], refined)
+        return parts
+
+    def level_output(self, w: Attention, x: torch.Tensor, m: int, ctx: dict, cache: dict | None, memo: dict,
+                     label: str) -> torch.Tensor:
+        """The whole attention of weights `w` at order m (an inner level), in model space (B, T, d)."""
+        key = f"{self._weights_name(w)}:{m}"
+        recorder = ctx.get("attention_maps")
+        if key in memo and recorder is None:
+            return memo[key]  # shared weights: the q and k refinements use the same inner attention
+        parts = self.level_parts(w, x, m, ctx, cache, memo)
+        q, k = w.qk_norm(parts["q"], parts["k"])
+        cos, sin = ctx["rope"]
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        v = parts["v"].transpose(1, 2)
+        sub = None if cache is None else cache.setdefault(f"ho:{key}", {})
+        if recorder is not None and m == self.order - 1:
+            recorder.add(label, q, k)
+        o = Attention.attend(w, q, k, v, sub, ctx)
+        out = w.output(o.transpose(1, 2), parts)
+        memo[key] = out
+        return out
+
+    def _self_refine(self, z: torch.Tensor, n: int, cache: dict | None, t: str, ctx: dict) -> torch.Tensor:
+        """Eq. 7-8 applied n times: z <- softmax(z z^T / sqrt(d)) z, causal, per head. z (B, T, h, hd)."""
+        z = z.transpose(1, 2)
+        recorder = ctx.get("attention_maps")
+        for level in range(n):
+            hist = z
+            if cache is not None:
+                c = cache.setdefault(f"ho:self_{t}:{level}", {})
+                if "z" in c:
+                    hist = torch.cat([c["z"], z], dim=2)
+                c["z"] = hist
+            if recorder is not None and level == n - 1:
+                recorder.add(f"inner_{t}", z, hist)
+            z = sdpa_causal(z, hist, hist)
+        return z.transpose(1, 2)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
+        parts = self.level_parts(self, x, self.order, ctx, cache, memo={})
+        if self.mixer is not None:
+            parts = self.mixer(self, parts, x, ctx)
+        q, k = self.qk_norm(parts["q"], parts["k"])
+        if self.mixer is not None and hasattr(self.mixer, "after_qk_norm"):
+            q, k = self.mixer.after_qk_norm(self, q, k, ctx)
+        cos, sin = ctx["rope"]
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        v = parts["v"].transpose(1, 2)
+        recorder = ctx.get("attention_maps")
+        if recorder is not None:
+            recorder.add(OUTER, q, k)
+        o = self.attend(q, k, v, cache, ctx)
+        return self.output(o.transpose(1, 2), parts)
+
+    # ------------------------------------------------------------------ accounting
+    def _trace(self, w: Attention, m: int, seen: set, acc: dict) -> None:
+        """Mirror of level_parts: add the attention products (in units of one H-head attention) and
+        the Linear FLOPs per token it performs."""
+        name = self._weights_name(w)
+        if ("proj", name) not in seen:
+            seen.add(("proj", name))
+            acc["lin"] += sum(_linear_flops(p) for p in (w.q_proj, w.k_proj, w.v_proj, w.g_proj) if p is not None)
+        if m == 1:
+            return
+        heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
+        for t in self.targets:
+            if self.form == "projected":
+                src = w if (self.shared or w is not self) else self.inner[t]
+                key = f"{self._weights_name(src)}:{m - 1}"
+                if key not in seen:
+                    seen.add(key)
+                    self._trace(src, m - 1, seen, acc)
+                    acc["attn"] += 1
+                    acc["lin"] += _linear_flops(src.o_proj)
+                acc["lin"] += _linear_flops(getattr(w, f"{t}_proj"))
+            else:
+                acc["attn"] += (m - 1) * heads[t] / self.n_heads
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token of this layer's own work (FLOPs protocol of analysis/flops.py).
+
+        Own work = every attention product (QK^T and AV: 2*hd*seq_len each per head, the full square
+        that dense kernels compute) plus the Linear passes beyond the one per child Linear that the
+        walker already counts (inner levels re-apply the layer's projections to new inputs).
+        """
+        acc = {"attn": 1.0, "lin": 0.0}  # the outer attention
+        self._trace(self, self.order, set(), acc)
+        acc["lin"] += _linear_flops(self.o_proj)
+        seen_by_walker = sum(_linear_flops(m) for m in self.modules() if isinstance(m, nn.Linear))
+        core = 2 * 2 * self.n_heads * self.head_dim * seq_len
+        return acc["attn"] * core + acc["lin"] - seen_by_walker
+
+
+def _linear_flops(p: nn.Module) -> float:
+    """Per-token FLOPs of one pass through a projection (Linear: 2*in*out; other kinds: their Linears)."""
+    return float(sum(2 * m.in_features * m.out_features for m in p.modules() if isinstance(m, nn.Linear)))

@@ -1,0 +1,271 @@
+"""Cross-layer anchor mixing of attention projections (ResFormer, NuResFormer, ExoFormer).
+
+For every mixed component S in {q, k, v, g} of layer n (ExoFormer paper, eq. 1 and eq. 7):
+
+    S_hat_n = (lambda1 * gamma1) * Norm(S_anchor) + (lambda2 * gamma2) * S_n
+
+  * anchors: `value_residual` (ResFormer) and `nures` take layer 0's own projections (q, k after its
+    QK-norm; v, g raw); `exo` computes them once per forward from the token embeddings with one
+    Linear(d, 4d) split into q/k/v/g.
+  * Norm: a per-head RMSNorm with gain on each anchor (mixing.norm: all | qk | none).
+  * lambda granularity: elementwise (heads, head_dim), headwise (heads, 1) or scalar (1, 1).
+  * gamma: per-token sigmoid factors from a small MLP (dynamic mixing), otherwise 1.
+
+Mixing runs inside Attention.forward right after the projections and before QK-norm and RoPE, so
+the layer order is: mix -> QK-norm -> RoPE -> attention -> o * sigmoid(g_hat) -> W_o.
+The anchor does not depend on other positions, so KV-cached decoding needs no extra state.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from .layers import RMSNorm
+
+COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
+
+
+def component_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
+    """(heads, width) of one projection as the attention sees it: q/g use query heads, k/v kv heads;
+    a headwise gate has width 1."""
+    if comp == "q":
+        return cfg.n_heads, cfg.hd
+    if comp in ("k", "v"):
+        return cfg.kv_heads, cfg.hd
+    return cfg.n_heads, (cfg.hd if cfg.attention.gate == "elementwise" else 1)
+
+
+def coefficient_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
+    heads, width = component_shape(cfg, comp)
+    gran = "scalar" if cfg.mixing.anchor == "value_residual" and not cfg.mixing.learnable else cfg.mixing.granularity
+    return {"elementwise": (heads, width), "headwise": (heads, 1), "scalar": (1, 1)}[gran]
+
+
+def anchor_is_normed(cfg: ModelConfig, comp: str) -> bool:
+    """ResFormer reuses the raw v_1; the unified framework normalizes all anchors or only Q/K ones."""
+    if cfg.mixing.anchor == "value_residual":
+        return False
+    return cfg.mixing.norm == "all" or (cfg.mixing.norm == "qk" and comp in ("q", "k"))
+
+
+class AnchorNorm(nn.Module):
+    """Per-head RMSNorm with gain on a (B, T, heads, width) anchor. A headwise gate has one logit per
+    head, where a per-head norm would collapse to a sign, so it is normalized across heads instead."""
+
+    def __init__(self, heads: int, width: int, eps: float):
+        super().__init__()
+        self.across_heads = width == 1
+        self.norm = RMSNorm(heads if self.across_heads else width, eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.across_heads:
+            return self.norm(x.squeeze(-1)).unsqueeze(-1)
+        return self.norm(x)
+
+
+def make_anchor_norms(cfg: ModelConfig) -> nn.ModuleDict:
+    return nn.ModuleDict({c: AnchorNorm(*component_shape(cfg, c), cfg.norm_eps)
+                          for c in cfg.mixing.components if anchor_is_normed(cfg, c)})
+
+
+def _normalize(norms: nn.ModuleDict, comp: str, x: torch.Tensor) -> torch.Tensor:
+    return norms[comp](x) if comp in norms else x
+
+
+# ----------------------------------------------------------------------------- anchor sources
+class ExoAnchor(nn.Module):
+    """ExoFormer's exogenous anchor: one fused Linear on the token embeddings, split into the mixed
+    components, each normalized. Computed once per forward, independent of depth."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.components = [c for c in COMPONENTS if c in cfg.mixing.components]
+        self.shapes = {c: component_shape(cfg, c) for c in self.components}
+        self.sizes = [h * w for h, w in self.shapes.values()]
+        self.proj = nn.Linear(cfg.d_model, sum(self.sizes), bias=False)
+        if len(set(self.sizes)) == 1:
+            # Muon must orthogonalize W_anc^Q, W_anc^K, W_anc^V, W_anc^G separately (the paper's four
+            # independent matrices); the fused weight is split into equal row blocks for that.
+            self.proj.weight._muon_blocks = len(self.sizes)
+        else:
+            # Unequal blocks (GQA or a headwise gate): Muon splits at these row counts instead.
+            self.proj.weight._muon_split = list(self.sizes)
+        self.norms = make_anchor_norms(cfg)
+        self.removed = False  # anchor-removal analysis: zero the anchor term in every layer
+
+    def prepare(self, ctx: dict, embeddings: torch.Tensor) -> None:
+        B, T, _ = embeddings.shape
+        ctx["anchor_removed"] = self.removed
+        anchors = {}
+        for c, chunk in zip(self.components, self.proj(embeddings).split(self.sizes, dim=-1)):
+            anchors[c] = _normalize(self.norms, c, chunk.view(B, T, *self.shapes[c]))
+        ctx["anchors"] = anchors
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return 0.0  # only the Linear (counted by the walker); RMSNorm is negligible (paper, app. F)
+
+
+class LayerZeroAnchor(nn.Module):
+    """Anchor source for ResFormer / NuResFormer: layer 0 fills ctx['anchors'] as it runs (see
+    AnchorCapture). This module only resets the slot and carries the anchor-removal switch."""
+
+    def __init__(self):
+        super().__init__()
+        self.removed = False
+
+    def prepare(self, ctx: dict, embeddings: torch.Tensor) -> None:
+        ctx["anchor_removed"] = self.removed
+        ctx["anchors"] = {}
+
+
+class AnchorCapture(nn.Module):
+    """Installed as layer 0's mixer for internal anchors: records v, g (raw projections) and q, k
+    (after layer 0's QK-norm), normalized per mixing.norm. Layer 0 itself is not mixed."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.components = [c for c in COMPONENTS if c in cfg.mixing.components]
+        self.norms = make_anchor_norms(cfg)
+
+    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
+        for c in ("v", "g"):
+            if c in self.components:
+                ctx["anchors"][c] = _normalize(self.norms, c, parts[c])
+        return parts
+
+    def after_qk_norm(self, attn, q: torch.Tensor, k: torch.Tensor, ctx: dict):
+        for c, t in (("q", q), ("k", k)):
+            if c in self.components:
+                ctx["anchors"][c] = _normalize(self.norms, c, t)
+        return q, k
+
+
+# ----------------------------------------------------------------------------- mixing
+class DynamicMixing(nn.Module):
+    """RMSNorm(x) -> Linear(d, 16, no bias) -> GELU -> Linear(16, 8) -> sigmoid: 8 per-token factors
+    (gamma1, gamma2 for q, k, v, g). The last Linear starts at exactly zero so gamma = 0.5; that init
+    lives in reset_special_parameters, which the model runs after its global init (the released
+    ExoFormer code lost it to a later global re-init)."""
+
+    def __init__(self, d_model: int, hidden: int, eps: float):
+        super().__init__()
+        self.norm = RMSNorm(d_model, eps)
+        self.fc1 = nn.Linear(d_model, hidden, bias=False)
+        self.fc2 = nn.Linear(hidden, 2 * len(COMPONENTS), bias=True)
+        self.reset_special_parameters()
+
+    def reset_special_parameters(self) -> None:
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.fc2(F.gelu(self.fc1(self.norm(x)))))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return 0.0  # GELU on 16 values and sigmoid on 8: negligible next to its two Linears
+
+
+class AnchorMixer(nn.Module):
+    """Layer n's mixer: S_hat = (l1 * g1) * anchor + (l2 * g2) * S for each mixed component.
+    Coefficients are stored flat (1-D) so optimizers treat them like gains: AdamW, no weight decay."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        m = cfg.mixing
+        self.layer_idx = layer_idx
+        self.components = [c for c in COMPONENTS if c in m.components]
+        self.shapes = {c: coefficient_shape(cfg, c) for c in self.components}
+        self.widths = {c: component_shape(cfg, c)[0] * component_shape(cfg, c)[1] for c in self.components}
+        # lambda starts at 1.0 with dynamic mixing (gamma = 0.5 makes the product 0.5), else at 0.5.
+        self.init_value = 1.0 if m.dynamic else 0.5
+        make = (lambda n: nn.Parameter(torch.full((n,), self.init_value))) if m.learnable else None
+        if m.learnable:
+            self.anchor_coef = nn.ParameterDict({c: make(self._numel(c)) for c in self.components})
+            self.current_coef = nn.ParameterDict({c: make(self._numel(c)) for c in self.components})
+        else:  # fixed coefficients (ResFormer's 0.5 / 0.5): buffers, so nothing trains them
+            self.anchor_coef, self.current_coef = _FixedCoefficients(), _FixedCoefficients()
+            for c in self.components:
+                self.anchor_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
+                self.current_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
+        self.dynamic = DynamicMixing(cfg.d_model, m.dynamic_hidden, cfg.norm_eps) if m.dynamic else None
+
+    def _numel(self, c: str) -> int:
+        h, w = self.shapes[c]
+        return h * w
+
+    def reset_special_parameters(self) -> None:
+        with torch.no_grad():
+            for c in self.components:
+                self.anchor_coef[c].fill_(self.init_value)
+                self.current_coef[c].fill_(self.init_value)
+
+    def coefficients(self, c: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lambda1, lambda2) of component c shaped (heads or 1, width or 1) for broadcasting."""
+        return self.anchor_coef[c].view(self.shapes[c]), self.current_coef[c].view(self.shapes[c])
+
+    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
+        anchors = ctx["anchors"]
+        gamma = self.dynamic(x) if self.dynamic is not None else None  # (B, T, 8)
+        removed = ctx.get("anchor_removed", False)
+        out = dict(parts)
+        for c in self.components:
+            l1, l2 = self.coefficients(c)
+            if gamma is not None:
+                i = COMPONENTS.index(c)
+                g1 = gamma[..., 2 * i, None, None]  # (B, T, 1, 1) broadcast over heads and width
+                g2 = gamma[..., 2 * i + 1, None, None]
+                l1, l2 = l1 * g1, l2 * g2
+            current = l2 * parts[c]
+            out[c] = current if removed else l1 * anchors[c] + current
+        return out
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Two multiplications and one addition per mixed element (paper, app. F.2: 12d for q,k,v,g)."""
+        return float(sum(3 * self.widths[c] for c in self.components))
+
+
+class _FixedCoefficients(nn.Module):
+    """Holder of fixed coefficient buffers with dict-style access like nn.ParameterDict."""
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return getattr(self, name)
+
+
+# ----------------------------------------------------------------------------- installation
+def install_anchor_mixing(model: nn.Module, cfg: ModelConfig) -> None:
+    """Attach the anchor source to `model.anchor` and a mixer to each layer's attention."""
+    if cfg.mixing.anchor == "exo":
+        model.anchor = ExoAnchor(cfg)
+        first_mixed = 0
+    else:  # value_residual, nures: layer 0 is the anchor and is left unmixed
+        model.anchor = LayerZeroAnchor()
+        model.layers[0].attn.mixer = AnchorCapture(cfg)
+        first_mixed = 1
+    for i in range(first_mixed, len(model.layers)):
+        model.layers[i].attn.mixer = AnchorMixer(cfg, i)
+
+
+def mixers(model: nn.Module) -> list[tuple[int, AnchorMixer]]:
+    """(layer index, mixer) for every mixed layer, for analyses and tests."""
+    return [(i, layer.attn.mixer) for i, layer in enumerate(getattr(model, "layers", []))
+            if isinstance(getattr(layer.attn, "mixer", None), AnchorMixer)]
+
+
+class anchor_removed:
+    """Context manager: evaluate `model` with the anchor term zeroed in every mixed layer."""
+
+    def __init__(self, model: nn.Module):
+        self.anchor = getattr(model, "anchor", None)
+
+    def __enter__(self):
+        if self.anchor is not None:
+            self.anchor.removed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.anchor is not None:
+            self.anchor.removed = False
+        return False

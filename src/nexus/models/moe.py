@@ -1,0 +1,91 @@
+"""OLMoE-style mixture-of-experts MLP: token-choice top-k routing over SwiGLU experts.
+
+    probs = softmax(x W_r^T)            (fp32, over all experts)
+    y     = sum_{e in topk(probs)} probs_e * expert_e(x)      (no renormalisation, as in OLMoE)
+
+Auxiliary losses (added once to the LM loss through ctx["aux_losses"], averaged over layers):
+  * load balancing (Switch / OLMoE): E * sum_e f_e * P_e, f_e = share of routed slots that went to
+    expert e, P_e = mean router probability of e;
+  * router z-loss (ST-MoE): mean over tokens of logsumexp(logits)^2.
+
+Experts are a ModuleList of SwiGLU so each expert matrix is an ordinary 2-D parameter: Muon
+orthogonalizes each expert on its own and width growth addresses experts by name.
+The fast forward groups tokens by expert (one matmul per expert); `reference/moe_ref.py` is the
+per-token loop it is tested against.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from .layers import SwiGLU
+
+
+def expert_hidden(cfg: ModelConfig) -> int:
+    """Inner size of one expert (moe.expert_hidden, default ffn // top_k so active FFN size matches dense)."""
+    return cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
+
+
+class MoEMLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        m = cfg.moe
+        self.n_experts, self.top_k = m.n_experts, m.top_k
+        self.lb_coef, self.z_coef = m.lb_loss_coef, m.router_z_coef
+        self.n_layers = cfg.n_layers  # aux losses are averaged over layers
+        self.hidden = expert_hidden(cfg)
+        self.router = nn.Linear(cfg.d_model, m.n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, self.hidden) for _ in range(m.n_experts))
+
+    def route(self, x2: torch.Tensor):
+        """x2 (N, d) -> (logits (N,E) fp32, probs (N,E), top-k weights (N,k), top-k expert ids (N,k))."""
+        logits = self.router(x2).float()
+        probs = logits.softmax(dim=-1)
+        weights, idx = probs.topk(self.top_k, dim=-1)
+        return logits, probs, weights, idx
+
+    def aux_losses(self, logits: torch.Tensor, probs: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        counts = torch.zeros(self.n_experts, device=probs.device, dtype=probs.dtype)
+        counts.scatter_add_(0, idx.reshape(-1), torch.ones(idx.numel(), device=probs.device, dtype=probs.dtype))
+        frac = counts / max(idx.numel(), 1)  # f_e: share of routed (token, slot) pairs
+        lb = self.n_experts * (frac * probs.mean(dim=0)).sum()
+        z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        return {"moe_lb": self.lb_coef * lb / self.n_layers, "moe_z": self.z_coef * z / self.n_layers}
+
+    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        logits, probs, weights, idx = self.route(x2)
+        out = torch.zeros_like(x2)
+        flat_expert = idx.reshape(-1)
+        flat_token = torch.arange(x2.shape[0], device=x.device).repeat_interleave(self.top_k)
+        flat_weight = weights.reshape(-1)
+        order = flat_expert.argsort(stable=True)  # group the routed slots by expert
+        counts = torch.bincount(flat_expert, minlength=self.n_experts).tolist()
+        start = 0
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            sel = order[start:start + n]
+            start += n
+            tok = flat_token[sel]
+            y = self.experts[e](x2.index_select(0, tok)) * flat_weight[sel].unsqueeze(-1).to(x.dtype)
+            out.index_add_(0, tok, y)
+        if ctx is not None and "aux_losses" in ctx and self.training:
+            for name, v in self.aux_losses(logits, probs, idx).items():
+                ctx["aux_losses"][name] = ctx["aux_losses"].get(name, 0.0) + v
+        return out.reshape(shape)
+
+    # Only top_k of n_experts run per token, so the experts' nn.Linear children must not be summed
+    # by a generic walker (it would over-count by n_experts/top_k): this module reports the whole
+    # active path itself and tells the walker to skip its children.
+    flops_include_children = True
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token of the ACTIVE path: router, softmax, top_k SwiGLU experts, weighting."""
+        d, h, k = self.router.in_features, self.hidden, self.top_k
+        router = 2 * d * self.n_experts + 5 * self.n_experts  # matmul + softmax (exp, sum, div) + top-k compare
+        expert = 2 * d * h * 3 + 4 * h  # gate/up/down matmuls + silu (~3 ops) and the gate*up product
+        return float(router + k * (expert + 2 * d))  # + scaling by the router weight and accumulation

@@ -1,0 +1,307 @@
+"""RecurrentLM: the NEXUS v4.1 depth-recurrent language model (seed 004).
+
+    x = embed(tokens); z = 0
+    for sup in range(N_sup):                       # deep supervision
+        T_inner - 1 times, without gradient:  z = f(z + x)
+        once, with gradient:                  z = f(z + x)
+        loss += CE(head(norm(z)), labels)
+        z = z.detach()                        # one-step gradient: memory independent of T_inner
+
+f is a stack of `n_layers` physical blocks, each
+    x = x + CausalConv1d(RMSNorm(x))     depthwise, kernel k, left padding only (no attention)
+    x = x + SwiGLU(RMSNorm(x))           BitLinear (ternary) gate/up/down, embeddings full precision
+
+Inference runs the whole recurrence (N_sup * T_inner applications of f); raising T_inner or N_sup at
+load or generation time is the seed's test-time scaling. Cached decoding keeps, for every
+(supervision step, iteration, layer) application, the last k-1 conv inputs: the recurrence runs
+over depth, so each application is a different causal conv over time with its own history.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ConfigError, ModelConfig, RecurrentConfig
+from .bitlinear import BitLinear
+from .layers import RMSNorm
+from .output import IGNORE_INDEX, LMOutput
+
+
+class CausalDepthwiseConv(nn.Module):
+    """Depthwise Conv1d over time with left padding only: output t sees inputs t-k+1..t."""
+
+    def __init__(self, d_model: int, kernel: int):
+        super().__init__()
+        self.kernel = kernel
+        self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=True)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start).
+        Returns (y (B, T, D), new state)."""
+        B, T, D = x.shape
+        if state is None:
+            state = x.new_zeros(B, self.kernel - 1, D)
+        full = torch.cat([state.to(x.dtype), x], dim=1)
+        y = self.conv(full.transpose(1, 2)).transpose(1, 2)
+        return y, full[:, full.shape[1] - (self.kernel - 1):]
+
+    def flops_per_token(self, seq_len: int) -> float:
+        d = self.conv.in_channels
+        return 2.0 * self.kernel * d + d  # multiply-adds of the kernel taps + bias
+
+
+class RecurrentMLP(nn.Module):
+    """SwiGLU with ternary BitLinear projections (plain nn.Linear when recurrent.ternary is off)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        rc = cfg.recurrent
+        d, h = cfg.d_model, cfg.ffn
+
+        def lin(i, o, subln=False):
+            if rc.ternary:
+                return BitLinear(i, o, bias=False, act_quant=rc.act_quant, input_norm=subln, norm_eps=cfg.norm_eps)
+            return nn.Linear(i, o, bias=False)
+
+        self.gate_proj = lin(d, h)
+        self.up_proj = lin(d, h)
+        self.down_proj = lin(h, d, subln=rc.subln)  # SubLN: norm the inner activation before quantizing it
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return 4.0 * self.gate_proj.out_features  # silu and the gate product, elementwise
+
+
+class RecurrentBlock(nn.Module):
+    """One physical layer of f: causal-conv token mixing, then SwiGLU channel mixing (pre-norm)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.conv = CausalDepthwiseConv(cfg.d_model, cfg.recurrent.conv_kernel)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = RecurrentMLP(cfg)
+
+    def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
+        state = cache.get(key) if cache is not None else None
+        y, new_state = self.conv(self.conv_norm(x), state)
+        if cache is not None:
+            cache[key] = new_state.detach()
+        x = x + y
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class RecurrentLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.arch != "recurrent":
+            raise ConfigError(f"model.arch={cfg.arch!r} (valid: recurrent for RecurrentLM)")
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)  # full precision (BitNet keeps embeddings)
+        self.layers = nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
+        self.init_weights()
+
+    # ------------------------------------------------------------------ init
+    def init_weights(self) -> None:
+        std = self.cfg.init_std
+        for m in self.modules():
+            if isinstance(m, nn.Linear):  # includes BitLinear: its latent weights start like any matrix
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=std)
+            elif isinstance(m, nn.Conv1d):
+                # a depthwise kernel has only k inputs per output: fan-in scaling, not init_std,
+                # so token mixing is not negligible at the start
+                nn.init.normal_(m.weight, std=1.0 / math.sqrt(m.kernel_size[0] * 4))
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, RMSNorm) and m.weight is not None:
+                nn.init.ones_(m.weight)
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_special_parameters"):
+                m.reset_special_parameters()
+
+    # ------------------------------------------------------------------ depth
+    def depth(self, n_sup: int | None = None, t_inner: int | None = None) -> tuple[int, int]:
+        """(N_sup, T_inner) for this call: explicit argument > generate() override > config."""
+        rc = self.cfg.recurrent
+        n = n_sup or self._depth_override[0] or rc.n_sup
+        t = t_inner or self._depth_override[1] or rc.t_inner
+        for name, v in (("n_sup", n), ("t_inner", t)):
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"model.recurrent.{name}={v!r} (valid: an integer >= 1)")
+        return n, t
+
+    @contextlib.contextmanager
+    def depth_scaled(self, n_sup: int | None = None, t_inner: int | None = None):
+        """Temporarily run a different recurrence depth (test-time scaling) without touching cfg."""
+        self.depth(n_sup, t_inner)  # validate before switching
+        old = self._depth_override
+        self._depth_override = (n_sup, t_inner)
+        try:
+            yield self
+        finally:
+            self._depth_override = old
+
+    # ------------------------------------------------------------------ forward
+    def head(self, z: torch.Tensor) -> torch.Tensor:
+        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return self.norm(z) @ w.t()
+
+    def f(self, z: torch.Tensor, cache, sup: int, it: int) -> torch.Tensor:
+        """One application of the physical stack."""
+        for i, layer in enumerate(self.layers):
+            z = layer(z, cache.layer(i) if cache is not None else None, (sup, it))
+        return z
+
+    def _ce(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+        flat, lab = logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1)
+        n = int((lab != IGNORE_INDEX).sum())
+        return F.cross_entropy(flat, lab, ignore_index=IGNORE_INDEX, reduction="sum") / max(n, 1), n
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
+                return_hidden: bool = False, n_sup: int | None = None, t_inner: int | None = None) -> LMOutput:
+        """labels[t] is the target of position t (already shifted). In training mode with labels, `loss`
+        is the deep-supervision loss (CE summed, or averaged, over supervision steps) and `ce_loss` the
+        CE of the final step; otherwise both are the final CE (what validation reports)."""
+        N, T = self.depth(n_sup, t_inner)
+        rc = self.cfg.recurrent
+        deep = self.training and labels is not None
+        grad_on = torch.is_grad_enabled()
+        x = self.embed(input_ids)
+        z = torch.zeros_like(x)
+        states = [x] if return_hidden else None
+        sup_losses = []
+        for s in range(N):
+            for t in range(T):
+                # one-step gradient: only the last iteration of each supervision step records a graph
+                keep_graph = grad_on and (not deep or rc.full_backprop or t == T - 1)
+                with torch.set_grad_enabled(keep_graph):
+                    z = self.f(z + x, cache, s, t)
+            if deep:
+                ce_s, _ = self._ce(self.head(z), labels)
+                sup_losses.append(ce_s)
+                if s < N - 1:
+                    z = z.detach() if not rc.full_backprop else z
+            if return_hidden:
+                states.append(z)
+        if cache is not None:
+            cache.pos += input_ids.shape[1]
+        logits = self.head(z)
+        out = LMOutput(logits=logits, aux_losses={}, hidden_states=states)
+        if labels is None:
+            return out
+        ce, n = self._ce(logits, labels)
+        if deep:
+            loss = torch.stack(sup_losses).sum()
+            if rc.sup_loss == "mean":
+                loss = loss / N
+        else:
+            loss = ce
+        if self.cfg.z_loss > 0:
+            valid = labels.reshape(-1) != IGNORE_INDEX
+            lse = torch.logsumexp(logits.float().reshape(-1, logits.shape[-1])[valid], dim=-1)
+            loss = loss + self.cfg.z_loss * lse.pow(2).sum() / max(n, 1)
+        out.loss, out.ce_loss, out.n_tokens = loss, ce, n
+        return out
+
+    # ------------------------------------------------------------------ generation
+    def new_cache(self):
+        from ..generate import KVCache
+
+        return KVCache(len(self.layers))
+
+    @torch.no_grad()
+    def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
+                 n_sup: int | None = None, t_inner: int | None = None):
+        """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
+        from ..generate import generate
+
+        with self.depth_scaled(n_sup, t_inner):
+            return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)
+
+    # ------------------------------------------------------------------ accounting
+    def effective_depth(self) -> int:
+        """Layer applications per forward: physical layers x T_inner x N_sup (the seed's table)."""
+        n, t = self.depth()
+        return len(self.layers) * n * t
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """The FLOPs walker counts every child once; f runs N_sup*T_inner times, so this module reports
+        the (N_sup*T_inner - 1) extra applications of its blocks (their Linear and own work)."""
+        n, t = self.depth()
+        per_application = 0.0
+        for layer in self.layers:
+            for m in layer.modules():
+                if isinstance(m, nn.Linear):
+                    per_application += 2.0 * m.in_features * m.out_features
+                if hasattr(m, "flops_per_token"):
+                    per_application += m.flops_per_token(seq_len)
+        return (n * t - 1) * per_application
+
+
+# ----------------------------------------------------------------------------- seed-style Python API
+@dataclasses.dataclass
+class NexusConfig:
+    """The seed's `NexusConfig` (nexus_model.py): flat fields, `from_dict`, `T_inner` spelled as there."""
+
+    vocab_size: int = 259  # tokenizer size (byte tokenizer by default)
+    d_model: int = 512  # residual width
+    n_layers: int = 2  # physical layers in f
+    ffn_hidden: int = 0  # SwiGLU inner size (0 -> 8/3 d_model)
+    n_sup: int = 4  # deep-supervision steps
+    T_inner: int = 6  # iterations of f per supervision step
+    conv_kernel: int = 4  # causal conv kernel
+    max_seq_len: int = 1024  # generation limit
+    ternary: bool = True  # BitNet b1.58 weights
+    act_quant: bool = False  # 8-bit activations
+    tie_embeddings: bool = True  # head shares the embedding
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    init_std: float = 0.02  # init std
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NexusConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        aliases = {"t_inner": "T_inner", "dim": "d_model", "hidden_dim": "ffn_hidden"}
+        kwargs = {}
+        for k, v in d.items():
+            k = aliases.get(k, k)
+            if k not in names:
+                raise ConfigError(f"NexusConfig field {k!r} is unknown (valid: {', '.join(sorted(names))})")
+            kwargs[k] = v
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_model_config(self) -> ModelConfig:
+        mc = ModelConfig(arch="recurrent", vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                         n_heads=1, ffn_hidden=self.ffn_hidden, max_seq_len=self.max_seq_len,
+                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std,
+                         recurrent=RecurrentConfig(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
+                                                   ternary=self.ternary, act_quant=self.act_quant))
+        errors: list[str] = []
+        mc.validate(errors)
+        if errors:
+            raise ConfigError("invalid NexusConfig: " + "; ".join(errors))
+        return mc
+
+
+class NexusModel(RecurrentLM):
+    """`NexusModel(NexusConfig)` as in the seed; also accepts a nexus ModelConfig. Same weights/keys as
+    RecurrentLM, so a nexus checkpoint's model.safetensors loads into it."""
+
+    def __init__(self, cfg: NexusConfig | ModelConfig):
+        super().__init__(cfg.to_model_config() if isinstance(cfg, NexusConfig) else cfg)

@@ -1,0 +1,1 @@
+"""Slow reference implementations that tests hold the fast paths to."""

@@ -1,0 +1,101 @@
+"""Slow, obviously-correct NEXUS v4.1 forward used only by tests.
+
+Written from the seed's pseudo-code with explicit loops: the causal conv is a sum over past tokens
+per position, the ternary quantizer is spelled out element by element in numpy-free torch, and the
+recurrence / deep supervision follow the seed's listing line by line. It reads the weights of a
+RecurrentLM but none of its methods, so a bug in the fast path cannot hide here too.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def ref_ternary(w: torch.Tensor) -> torch.Tensor:
+    gamma = w.abs().mean().clamp_min(1e-8)
+    q = torch.round(w / gamma)
+    q = torch.where(q > 1, torch.ones_like(q), q)
+    q = torch.where(q < -1, -torch.ones_like(q), q)
+    return q * gamma
+
+
+def ref_act_quant(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for idx in torch.cartesian_prod(*[torch.arange(n) for n in x.shape[:-1]]).reshape(-1, x.dim() - 1):
+        row = x[tuple(idx.tolist())]
+        s = 127.0 / row.abs().max().clamp_min(1e-8)
+        out[tuple(idx.tolist())] = torch.round(row * s).clamp(-128, 127) / s
+    return out
+
+
+def ref_linear(lin, x: torch.Tensor, eps: float) -> torch.Tensor:
+    if getattr(lin, "is_ternary", False):
+        if lin.input_norm:
+            x = ref_rmsnorm(x, None, eps)
+        if lin.act_quant:
+            x = ref_act_quant(x)
+        return x @ ref_ternary(lin.weight).t()
+    return x @ lin.weight.t()
+
+
+def ref_causal_conv(x: torch.Tensor, conv) -> torch.Tensor:
+    """y[t] = b + sum_j w[:, j] * x[t - (k-1) + j], missing (negative) positions are zero."""
+    B, T, D = x.shape
+    w = conv.conv.weight[:, 0, :]  # (D, k)
+    k = w.shape[1]
+    y = conv.conv.bias.expand(B, T, D).clone()
+    for t in range(T):
+        for j in range(k):
+            src = t - (k - 1) + j
+            if src >= 0:
+                y[:, t] = y[:, t] + w[:, j] * x[:, src]
+    return y
+
+
+def ref_block(layer, x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x + ref_causal_conv(ref_rmsnorm(x, layer.conv_norm.weight, eps), layer.conv)
+    h = ref_rmsnorm(x, layer.mlp_norm.weight, eps)
+    mlp = layer.mlp
+    inner = F.silu(ref_linear(mlp.gate_proj, h, eps)) * ref_linear(mlp.up_proj, h, eps)
+    return x + ref_linear(mlp.down_proj, inner, eps)
+
+
+def ref_f(model, z: torch.Tensor) -> torch.Tensor:
+    for layer in model.layers:
+        z = ref_block(layer, z, model.cfg.norm_eps)
+    return z
+
+
+def ref_head(model, z: torch.Tensor) -> torch.Tensor:
+    w = model.embed.weight if model.lm_head is None else model.lm_head.weight
+    return ref_rmsnorm(z, model.norm.weight, model.cfg.norm_eps) @ w.t()
+
+
+def ref_logits(model, ids: torch.Tensor, n_sup: int, t_inner: int) -> torch.Tensor:
+    """Inference: the full recurrence, N_sup * T_inner applications of f on z + x."""
+    x = model.embed.weight[ids]
+    z = torch.zeros_like(x)
+    for _ in range(n_sup * t_inner):
+        z = ref_f(model, z + x)
+    return ref_head(model, z)
+
+
+def ref_deep_supervision_loss(model, ids: torch.Tensor, labels: torch.Tensor, n_sup: int, t_inner: int) -> torch.Tensor:
+    """The seed's training listing, verbatim in structure."""
+    x = model.embed.weight[ids]
+    z = torch.zeros_like(x)
+    loss = 0.0
+    for _ in range(n_sup):
+        with torch.no_grad():
+            for _ in range(t_inner - 1):
+                z = ref_f(model, z + x)
+        z = ref_f(model, z + x)
+        logits = ref_head(model, z)
+        loss = loss + F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+        z = z.detach()
+    return loss

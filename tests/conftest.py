@@ -1,0 +1,13 @@
+import os
+
+import pytest
+
+# Tests never touch the user's cache or the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("NEXUS_CACHE", str(tmp_path_factory.getbasetemp() / "nexus-cache"))

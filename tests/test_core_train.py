@@ -1,0 +1,106 @@
+"""Trainer: bitwise exact resume, token-normalized accumulation, non-finite handling, checkpoints."""
+import json
+
+import pytest
+import torch
+
+from nexus.config import parse_overrides
+from nexus.presets import get_preset
+from nexus.train.trainer import Trainer, TrainingAborted
+
+
+def micro_cfg(out, *extra):
+    cfg = get_preset("baseline-micro")
+    parse_overrides(cfg, ["--train.out_dir", str(out), "--train.log_every", "1", "--train.eval_every", "0",
+                          "--data.seq_len", "32", "--train.batch_size", "4", "--model.d_model", "32",
+                          "--train.sample_tokens", "8", *extra])
+    return cfg.validate()
+
+
+def losses(run_dir):
+    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_exact_resume_is_bitwise(tmp_path, optimizer):
+    n, k = 8, 3
+    a = tmp_path / "a"
+    Trainer(micro_cfg(a, "--train.steps", str(n), "--train.save_every", str(k), "--train.keep_last", "5",
+                      "--train.optimizer", optimizer), quiet=True).fit()
+    b = tmp_path / "b"
+    resume_cfg = micro_cfg(b, "--train.steps", str(n), "--train.optimizer", optimizer)
+    Trainer(resume_cfg, resume=str(a / f"step_{k:07d}"), quiet=True).fit()
+    la, lb = losses(a), losses(b)
+    assert sorted(lb) == list(range(k + 1, n + 1))
+    for s in range(k + 1, n + 1):
+        assert la[s] == lb[s], (s, la[s], lb[s])
+
+
+def test_accumulation_normalizes_by_valid_tokens(tmp_path):
+    t = Trainer(micro_cfg(tmp_path, "--train.grad_accum", "2", "--train.grad_clip", "0"), quiet=True)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 259, (4, 32), generator=g)
+    y = torch.randint(0, 259, (4, 32), generator=g)
+    y1 = y.clone()
+    y1[:2, :20] = -100  # micro-batch 1 has far fewer valid tokens than micro-batch 2
+    t._micro_batches = lambda step: [(x[:2], y1[:2]), (x[2:], y1[2:])]
+    t.optimizer.step = lambda: None
+    t.optimizer.zero_grad = lambda set_to_none=True: None
+    t.train_step(0)
+    got = {n: p.grad.clone() for n, p in t.model.named_parameters()}
+    t.model.zero_grad(set_to_none=True)
+    out = t.model(x, labels=y1)  # reference: one batch, mean over all valid tokens
+    out.loss.backward()
+    for n, p in t.model.named_parameters():
+        torch.testing.assert_close(got[n], p.grad, atol=1e-6, rtol=1e-4)
+
+
+def test_nonfinite_loss_skips_then_aborts(tmp_path):
+    t = Trainer(micro_cfg(tmp_path, "--train.max_nonfinite", "3", "--train.steps", "10"), quiet=True)
+    real = t.train_model.forward
+    calls = {"n": 0}
+
+    def poisoned(x, labels=None, **kw):
+        out = real(x, labels=labels, **kw)
+        calls["n"] += 1
+        if calls["n"] in (2, 4, 5, 6):
+            out.loss = out.loss * float("nan")
+        return out
+
+    t.train_model.forward = poisoned
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    m1 = t.train_step(0)
+    assert not m1.get("skipped")
+    after1 = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    m2 = t.train_step(1)
+    assert m2["skipped"] and t.nonfinite_total == 1
+    for n, p in t.model.named_parameters():  # the skipped step changed nothing
+        assert torch.equal(p, after1[n])
+    assert any(not torch.equal(before[n], after1[n]) for n in before)
+    t.train_step(2)
+    assert t.nonfinite_in_row == 0
+    t.train_step(3)
+    t.train_step(4)
+    with pytest.raises(TrainingAborted, match="3 steps in a row"):
+        t.train_step(5)
+
+
+def test_fit_writes_metrics_checkpoints_and_keeps_last_k(tmp_path):
+    res = Trainer(micro_cfg(tmp_path, "--train.steps", "6", "--train.save_every", "2", "--train.keep_last", "2",
+                            "--train.eval_every", "3"), quiet=True).fit()
+    steps = sorted(p.name for p in tmp_path.glob("step_*"))
+    assert steps == ["step_0000002", "step_0000004"]
+    assert (tmp_path / "checkpoint" / "model.safetensors").is_file()
+    rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any("val_loss" in r for r in rows) and rows[-1].get("final")
+    assert all("rss_mb" in r for r in rows if "loss" in r)
+    assert res["val_loss"] == rows[-1]["val_loss"]
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_training_reduces_validation_loss(tmp_path):
+    t = Trainer(micro_cfg(tmp_path, "--train.steps", "30", "--train.lr", "3e-3"), quiet=True)
+    before = t.evaluate(2)
+    after = t.fit()["val_loss"]
+    assert after < before - 0.5
