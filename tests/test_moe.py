@@ -47,8 +47,9 @@ def test_aux_losses_match_reference_and_are_weighted():
     assert ctx["aux_losses"]["moe_z"].item() == pytest.approx(0.25 * z / cfg.n_layers, rel=1e-5)
     # perfectly balanced routing with uniform probabilities gives lb = 1 (its minimum)
     torch.nn.init.zeros_(moe.router.weight)
-    assert moe.aux_losses(*(lambda r: (r[0], r[1], torch.arange(12).remainder(6).view(6, 2)))(moe.route(torch.randn(6, 32))))["moe_lb"].item() \
-        == pytest.approx(0.5 * 1.0 / cfg.n_layers)
+    logits, probs, _, _ = moe.route(torch.randn(6, cfg.d_model))
+    balanced = torch.arange(12).remainder(6).view(6, 2)
+    assert moe.aux_losses(logits, probs, balanced)["moe_lb"].item() == pytest.approx(0.5 / cfg.n_layers)
 
 
 def test_model_with_moe_adds_aux_loss_once_and_trains():

@@ -44,6 +44,10 @@ class ProjectionConfig:
     pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
     freeze_scale: bool = True  # freeze Pattention's sqrt(n) at its pre-growth value so growth is exact
     frozen_n: int = 0  # the frozen n used for the scale (0 -> current param_tokens); set by growth
+    ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
+    ffn_frozen_n: int = 0  # frozen n for the FFN Pattention scale (0 -> current ffn tokens); set by growth
+    frozen_m: int = 0  # l2norm form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
+    frozen_a: int = 0  # l2norm form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
 
     KINDS = ("linear", "nexus_rank", "pattention")
     TARGETS = ("q", "k", "v", "o", "ffn")
@@ -54,7 +58,7 @@ class ProjectionConfig:
         _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
         _check(errors, self.form in ("paper", "l2norm"), f"{p}.form", self.form, "paper|l2norm")
         _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
-        for name in ("rank_m", "rank_a", "param_tokens", "frozen_n"):
+        for name in ("rank_m", "rank_a", "param_tokens", "frozen_n", "ffn_param_tokens", "ffn_frozen_n", "frozen_m", "frozen_a"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0 (0 = default)")
         if self.kind == "nexus_rank" and not self.relax_order:

@@ -1,13 +1,69 @@
-"""`nexus export`: placeholder parser; the implementing issue replaces this module."""
+"""`nexus export`: write a checkpoint in another format (HF transformers, or packed ternary weights)."""
 from __future__ import annotations
+
+import json
+import sys
+
+from .import_ import VERIFY_TOLERANCE
+
+FORMATS = ("hf", "ternary")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="(in progress)")
-    p.set_defaults(func=run, accepts_overrides=True)
+    p = sub.add_parser("export", help="export a checkpoint (--format hf: transformers directory; ternary: packed 2-bit)",
+                       description="hf: the baseline Transformer++ as Llama/Qwen2/Qwen3 for transformers. "
+                                   "ternary: NEXUS v4.1 recurrent models with packed ternary weights.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
+    p.add_argument("--format", required=True, choices=FORMATS, help="output format")
+    p.add_argument("--out", required=True, metavar="PATH", help="output directory (hf) or file (ternary)")
+    p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.set_defaults(func=run)
+
+
+def export_ternary_guarded(checkpoint: str, out: str) -> dict:
+    from ..config import ConfigError
+
+    try:
+        from ..models.ternary_export import export_ternary
+    except ImportError as e:
+        if e.name not in ("nexus.models.ternary_export", None):
+            raise  # the module exists but one of its own imports failed: show the real error
+        raise ConfigError("--format=ternary is not available in this build (valid: hf; the ternary exporter "
+                          "nexus.models.ternary_export is missing)") from None
+    return export_ternary(checkpoint, out)
+
+
+def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
+    from ..checkpoint import load_checkpoint, read_config
+    from ..hf import export_hf
+    from ..hf.config_map import check_exportable
+
+    check_exportable(read_config(checkpoint).model)  # refuse before reading any weights
+    model, cfg, tok = load_checkpoint(checkpoint)
+    model.eval()
+    res = export_hf(model, cfg, out, tok)
+    if verify:
+        from ..hf.verify import max_logit_difference
+
+        res["max_logit_diff"] = max_logit_difference(model, res["out"])
+    return res
 
 
 def run(args, extra) -> int:
-    from ..config import ConfigError
-
-    raise ConfigError("`nexus export` is not implemented yet in this build")
+    if args.format == "ternary":
+        res = export_ternary_guarded(args.checkpoint, args.out)
+        print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
+        return 0
+    res = export_hf_checkpoint(args.checkpoint, args.out, args.verify)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"exported {res['architecture']} -> {res['out']} ({', '.join(res['files'])}; tokenizer: {res['tokenizer']})")
+        if "max_logit_diff" in res:
+            print(f"  max |logit difference| vs transformers: {res['max_logit_diff']:.3g}")
+    if res.get("max_logit_diff", 0.0) > VERIFY_TOLERANCE:
+        print(f"nexus export: error: logits differ from transformers by {res['max_logit_diff']:.3g} "
+              f"(> {VERIFY_TOLERANCE})", file=sys.stderr)
+        return 1
+    return 0

@@ -1,13 +1,50 @@
-"""`nexus import`: placeholder parser; the implementing issue replaces this module."""
+"""`nexus import`: read a local HF Llama/Qwen2/Qwen3 checkpoint into a nexus checkpoint directory."""
 from __future__ import annotations
+
+import json
+import sys
+
+# Logits of an exact import differ only by fp32 rounding; anything above this is a wrong mapping.
+VERIFY_TOLERANCE = 1e-4
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="(in progress)")
-    p.set_defaults(func=run, accepts_overrides=True)
+    p = sub.add_parser("import", help="import a local HF Llama/Qwen2/Qwen3 checkpoint as a nexus checkpoint",
+                       description="Convert a HF checkpoint directory (LlamaForCausalLM, Qwen2ForCausalLM, "
+                                   "Qwen3ForCausalLM) into a nexus checkpoint with the same logits.")
+    p.add_argument("--hf", required=True, metavar="DIR", help="HF model directory (config.json + weights)")
+    p.add_argument("--out", required=True, metavar="CKPT", help="nexus checkpoint directory to write")
+    p.add_argument("--verify", action="store_true", help="also run the HF model and print the max logit difference")
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.set_defaults(func=run)
 
 
 def run(args, extra) -> int:
-    from ..config import ConfigError
+    from ..checkpoint import save_checkpoint
+    from ..hf import import_hf
+    from ..models import count_parameters
 
-    raise ConfigError("`nexus import` is not implemented yet in this build")
+    model, cfg = import_hf(args.hf)
+    tok = model.tokenizer
+    cfg.train.out_dir = args.out
+    out = save_checkpoint(args.out, model, cfg, tok)
+    res = {"checkpoint": str(out), "architecture": cfg.preset.removeprefix("hf:"), "params": count_parameters(model),
+           "tokenizer": getattr(tok, "kind", "byte"), "notes": model.import_notes}
+    if args.verify:
+        from ..hf.verify import max_logit_difference
+
+        res["max_logit_diff"] = max_logit_difference(model, args.hf)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"imported {res['architecture']} ({res['params'] / 1e6:.2f}M params, tokenizer {res['tokenizer']}) "
+              f"-> {res['checkpoint']}")
+        for note in model.import_notes[1:]:
+            print(f"  note: {note}")
+        if args.verify:
+            print(f"  max |logit difference| vs transformers: {res['max_logit_diff']:.3g}")
+    if args.verify and res["max_logit_diff"] > VERIFY_TOLERANCE:
+        print(f"nexus import: error: logits differ from transformers by {res['max_logit_diff']:.3g} "
+              f"(> {VERIFY_TOLERANCE})", file=sys.stderr)
+        return 1
+    return 0

@@ -89,4 +89,8 @@ def load_tokenizer_from_dir(directory: str | Path):
     directory = Path(directory)
     if (directory / "tokenizer.json").is_file():
         return BPETokenizer.load(directory / "tokenizer.json")
+    if (directory / "hf_tokenizer.json").is_file():  # imported HF tokenizer whose specials are not <eos>...
+        from ..hf.tokenizer import HFTokenizer
+
+        return HFTokenizer.load_dir(directory)
     return ByteTokenizer()

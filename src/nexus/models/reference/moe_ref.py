@@ -16,7 +16,7 @@ def moe_forward_reference(moe, x: torch.Tensor) -> torch.Tensor:
     for t in range(flat.shape[0]):
         xt = flat[t]
         probs = torch.softmax(moe.router.weight.float() @ xt.float(), dim=-1)
-        chosen = sorted(range(moe.n_experts), key=lambda e: -float(probs[e]))[: moe.top_k]
+        chosen = sorted(range(moe.n_experts), key=lambda e: -float(probs[e].detach()))[: moe.top_k]
         y = torch.zeros_like(xt)
         for e in chosen:
             ex = moe.experts[e]

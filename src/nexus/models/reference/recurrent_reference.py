@@ -25,12 +25,12 @@ def ref_ternary(w: torch.Tensor) -> torch.Tensor:
 
 
 def ref_act_quant(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    for idx in torch.cartesian_prod(*[torch.arange(n) for n in x.shape[:-1]]).reshape(-1, x.dim() - 1):
-        row = x[tuple(idx.tolist())]
-        s = 127.0 / row.abs().max().clamp_min(1e-8)
-        out[tuple(idx.tolist())] = torch.round(row * s).clamp(-128, 127) / s
-    return out
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    for i in range(rows.shape[0]):
+        s = 127.0 / rows[i].abs().max().clamp_min(1e-8)
+        out[i] = torch.round(rows[i] * s).clamp(-128, 127) / s
+    return out.reshape(x.shape)
 
 
 def ref_linear(lin, x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,100 @@
+"""Resumable training runs for experiments.
+
+A run directory is finished when it holds `done.json` (the trainer's result, written atomically
+after `fit()`); a finished run is never retrained. An unfinished one resumes from its newest
+`step_*` checkpoint (metrics.jsonl is cut back to that step first, so no point is counted twice),
+or starts over when it has none.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ..config import RunConfig
+
+DONE = "done.json"
+
+
+def is_done(run_dir: Path) -> bool:
+    return (Path(run_dir) / DONE).is_file()
+
+
+def read_done(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / DONE).read_text())
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def latest_step_checkpoint(run_dir: Path) -> Path | None:
+    steps = sorted(p for p in Path(run_dir).glob("step_*") if (p / "meta.json").is_file())
+    return steps[-1] if steps else None
+
+
+def _cut_metrics(run_dir: Path, max_step: int | None) -> None:
+    """Drop metric records past `max_step` (all when None): they are re-logged by the resumed run."""
+    f = Path(run_dir) / "metrics.jsonl"
+    if not f.is_file():
+        return
+    keep = []
+    for line in f.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if max_step is not None and int(rec.get("step", 0)) <= max_step:
+            # A growth event at the checkpoint step is logged again when the resumed run grows.
+            if not (rec.get("event") == "growth" and int(rec.get("step", 0)) == max_step):
+                keep.append(line)
+    write_text_atomic(f, "".join(k + "\n" for k in keep))
+
+
+def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) -> dict:
+    """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s)."""
+    from ..train.trainer import Trainer
+
+    run_dir = Path(run_dir)
+    if is_done(run_dir):
+        say(f"  {run_dir.name}: finished earlier, skipped")
+        return read_done(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.train.out_dir = str(run_dir)
+    resume = latest_step_checkpoint(run_dir)
+    t0 = time.perf_counter()
+    if resume is not None:
+        step = _ckpt_step(resume)
+        _cut_metrics(run_dir, step)
+        say(f"  {run_dir.name}: resuming from {resume.name}")
+        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
+    else:
+        _cut_metrics(run_dir, None)
+        trainer = Trainer(cfg, quiet=quiet)
+    result = trainer.fit()
+    result = {k: v for k, v in result.items() if k != "sample"}
+    result["wall_s"] = time.perf_counter() - t0
+    result["resumed_from"] = resume.name if resume is not None else None
+    write_json_atomic(run_dir / DONE, result)
+    for p in run_dir.glob("step_*"):  # the final checkpoint supersedes the periodic ones
+        shutil.rmtree(p, ignore_errors=True)
+    return result
+
+
+def _ckpt_step(ckpt: Path) -> int:
+    from ..checkpoint import load_trainer_state
+
+    st = load_trainer_state(ckpt) or {}
+    return int(st.get("step", 0))

@@ -1,0 +1,92 @@
+"""Build a grown model and inherit the old one's values: the shared step of every "append units" growth
+(Nexus-Rank M/A, TokenFormer tokens).
+
+The new model is built on the meta device and materialized empty (no wasted random init of a
+100M-parameter model); every parameter is then either copied whole (same shape) or gets the old
+tensor in its leading corner, and `fill_new(name, new_param, old_param, blocks)` writes the new entries.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn as nn
+
+from ..config import ModelConfig
+from . import ParamMap
+
+
+def leading_slices(old_shape) -> tuple:
+    return tuple(slice(0, s) for s in old_shape)
+
+
+def region_blocks(old_shape, new_shape) -> list[tuple[tuple[str, ...], tuple]]:
+    """Split the new entries of a tensor grown at the end of some dims into rectangular blocks.
+
+    Returns [(("old"|"new", ...) per dim, slices)], all-old excluded. For a matrix grown in both dims:
+    (old,new), (new,old), (new,new) -- e.g. W_A's A1, A2, A3 blocks.
+    """
+    per_dim = []
+    for o, n in zip(old_shape, new_shape):
+        opts = [("old", slice(0, o))]
+        if n > o:
+            opts.append(("new", slice(o, n)))
+        per_dim.append(opts)
+    out = []
+    for combo in itertools.product(*per_dim):
+        tags = tuple(t for t, _ in combo)
+        if all(t == "old" for t in tags):
+            continue
+        out.append((tags, tuple(s for _, s in combo)))
+    return out
+
+
+def build_like(old_model: nn.Module, cfg: ModelConfig) -> nn.Module:
+    """The model for `cfg` on old_model's device/dtype, parameters uninitialized, buffers copied by name."""
+    from ..models import build_model
+
+    ref = next(old_model.parameters())
+    with torch.device("meta"):
+        new = build_model(cfg)
+    new = new.to_empty(device=ref.device)
+    new = new.to(dtype=ref.dtype) if ref.is_floating_point() else new
+    old_buffers = dict(old_model.named_buffers())
+    for name, buf in new.named_buffers():
+        src = old_buffers.get(name)
+        if src is None or src.shape != buf.shape:
+            raise RuntimeError(f"growth cannot derive buffer {name!r}; the grower must rebuild it")
+        buf.copy_(src)
+    return new
+
+
+@torch.no_grad()
+def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new) -> tuple[nn.Module, dict[str, ParamMap], dict]:
+    """-> (new model, param_maps, old_shapes of grown params). `fill_new(name, p_new, p_old)` sets the
+    entries outside the old corner of each grown parameter (the corner already holds the old values)."""
+    new_model = build_like(old_model, new_cfg)
+    old_params = dict(old_model.named_parameters())
+    maps: dict[str, ParamMap] = {}
+    old_shapes: dict[str, list[int]] = {}
+    for name, p in new_model.named_parameters():
+        old = old_params.get(name)
+        if old is None:
+            raise RuntimeError(f"growth produced a parameter {name!r} with no source; the grower must fill it")
+        if old.shape == p.shape:
+            p.copy_(old)
+            maps[name] = ParamMap(old_name=name)
+            continue
+        if old.ndim != p.ndim or any(o > n for o, n in zip(old.shape, p.shape)):
+            raise RuntimeError(f"{name}: cannot embed shape {tuple(old.shape)} in {tuple(p.shape)}")
+        sl = leading_slices(old.shape)
+        p.zero_()
+        p[sl] = old
+        fill_new(name, p, old)
+        maps[name] = ParamMap(old_name=name, old_slices=sl)
+        old_shapes[name] = list(old.shape)
+    return new_model, maps, old_shapes
+
+
+def matched_std(old: torch.Tensor) -> float:
+    """Scale for random new entries: the std of the trained entries of the same matrix."""
+    s = float(old.float().std()) if old.numel() > 1 else 0.0
+    return s if s > 0 else 0.02

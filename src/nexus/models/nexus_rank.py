@@ -1,0 +1,73 @@
+"""Nexus-Rank projection (Nexusformer, seed 000 eq. 6): y = sigma(sigma(x W_M) W_A) W_D, D -> M -> A -> D_out.
+
+Two forms:
+  paper  : the equations as printed, sigma = GELU.
+  l2norm : the public code's variant; each pre-activation is divided by its L2 norm over the
+           (growable) feature axis and multiplied by sqrt(width) before the GELU. The sqrt(width)
+           factor is read from `projection.frozen_m/frozen_a` when set, so growing M or A does not
+           rescale the old units (growth freezes it at the pre-growth width, like TokenFormer's sqrt(n)).
+
+The three stages are plain nn.Linear layers: the optimizer, Muon, the FLOPs walker and the growth
+code all see ordinary matrices (weight shapes: w_m (M, D), w_a (A, M), w_d (D_out, A)).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from .projections import register_projection
+
+L2_EPS = 1e-6  # keeps an all-zero pre-activation (e.g. right after an all-zero growth) finite
+
+
+def l2_rescale(h: torch.Tensor, scale: float) -> torch.Tensor:
+    """h / ||h||_2 * scale over the last axis (the public code's per-stage normalization)."""
+    return h * (scale / (h.norm(dim=-1, keepdim=True) + L2_EPS))
+
+
+class NexusRank(nn.Module):
+    def __init__(self, d_in: int, d_out: int, m: int, a: int, form: str = "paper", bias: bool = False,
+                 scale_m: int = 0, scale_a: int = 0):
+        super().__init__()
+        self.d_in, self.d_out, self.m, self.a, self.form = d_in, d_out, m, a, form
+        self.w_m = nn.Linear(d_in, m, bias=False)
+        self.w_a = nn.Linear(m, a, bias=False)
+        self.w_d = nn.Linear(a, d_out, bias=bias)
+        # widths whose sqrt multiplies the normalized pre-activations (l2norm form only)
+        self.scale_m = math.sqrt(scale_m or m)
+        self.scale_a = math.sqrt(scale_a or a)
+
+    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+        h = self.w_m(x)
+        if self.form == "l2norm":
+            h = l2_rescale(h, self.scale_m)
+        h = self.w_a(F.gelu(h))
+        if self.form == "l2norm":
+            h = l2_rescale(h, self.scale_a)
+        return self.w_d(F.gelu(h))
+
+    def reset_special_parameters(self) -> None:
+        # The global init (std 0.02) would leave the pre-activations of the paper form ~0.1-0.2, where
+        # GELU is nearly linear; 1/sqrt(fan_in) keeps them O(1) so both nonlinearities act from step 0.
+        # W_D keeps the global init so the projection's output scale matches a Linear baseline.
+        for lin in (self.w_m, self.w_a):
+            nn.init.normal_(lin.weight, std=lin.in_features ** -0.5)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_in}->{self.m}->{self.a}->{self.d_out}, form={self.form}"
+
+
+@register_projection("nexus_rank")
+def make_nexus_rank(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> NexusRank:
+    p = cfg.projection
+    return NexusRank(d_in, d_out, p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model), p.form, bias,
+                     p.frozen_m, p.frozen_a)
+
+
+def nexus_rank_modules(model: nn.Module) -> dict[str, NexusRank]:
+    """name -> NexusRank module, in model order."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, NexusRank)}

@@ -1,0 +1,63 @@
+"""NEXUS v4.1 depth-recurrent ternary presets (seed 004's table).
+
+| preset       | params | N_sup | T_inner | layers | effective depth = layers x T_inner x N_sup |
+| nexus-tiny   | ~10M   | 4     | 4       | 2      | 32  |
+| nexus-small  | ~40M   | 4     | 6       | 2      | 48  |
+| nexus-base   | ~100M  | 6     | 8       | 3      | 144 |
+| nexus-medium | ~200M  | 8     | 10      | 3      | 240 |
+
+The table's ternary sizes (params x ~1.6 bits) only hold if nearly every parameter is ternary, i.e.
+a small vocabulary: the presets use the byte tokenizer (offline, no download), so the parameters sit
+in the ternary SwiGLU blocks. nexus-small keeps the seed's width 512; the SwiGLU inner sizes are
+chosen so the totals match the table (check with `nexus presets --filter nexus`).
+Training recipe of the seed: AdamW (0.9, 0.95), wd 0.01, clip 1.0, cosine with 500 warmup steps,
+lr 3e-4 (1e-4 for SFT, set by the env-var entry point), micro-batch 4 x accumulation 8, seq 256.
+"""
+from __future__ import annotations
+
+from ..config import DataConfig, ModelConfig, RecurrentConfig, RunConfig, TrainConfig
+from . import register
+
+
+def _nexus(d_model: int, n_layers: int, ffn_hidden: int, n_sup: int, t_inner: int, name: str) -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(arch="recurrent", d_model=d_model, n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden,
+                          max_seq_len=1024, recurrent=RecurrentConfig(n_sup=n_sup, t_inner=t_inner)),
+        data=DataConfig(seq_len=256),
+        train=TrainConfig(steps=20000, batch_size=4, grad_accum=8, lr=3e-4, warmup_steps=500, schedule="cosine",
+                          betas=[0.9, 0.95], weight_decay=0.01, grad_clip=1.0, eval_every=500, sample_every=500,
+                          save_every=1000, log_every=10, out_dir=f"runs/{name}"),
+    )
+
+
+@register("nexus-tiny", "NEXUS v4.1 depth-recurrent ternary ~10M: 2 layers x T_inner 4 x N_sup 4 = depth 32")
+def nexus_tiny() -> RunConfig:
+    return _nexus(384, 2, 4352, n_sup=4, t_inner=4, name="nexus-tiny")
+
+
+@register("nexus-small", "NEXUS v4.1 ~40M (seed default, width 512): 2 layers x T_inner 6 x N_sup 4 = depth 48")
+def nexus_small() -> RunConfig:
+    return _nexus(512, 2, 13056, n_sup=4, t_inner=6, name="nexus-small")
+
+
+@register("nexus-base", "NEXUS v4.1 ~100M: 3 layers x T_inner 8 x N_sup 6 = depth 144")
+def nexus_base() -> RunConfig:
+    return _nexus(768, 3, 14464, n_sup=6, t_inner=8, name="nexus-base")
+
+
+@register("nexus-medium", "NEXUS v4.1 ~200M: 3 layers x T_inner 10 x N_sup 8 = depth 240")
+def nexus_medium() -> RunConfig:
+    return _nexus(1024, 3, 21696, n_sup=8, t_inner=10, name="nexus-medium")
+
+
+@register("nexus-micro", "NEXUS v4.1 2x64, T_inner 3 x N_sup 2: seconds-scale runs for tests and smoke checks")
+def nexus_micro() -> RunConfig:
+    cfg = nexus_tiny()
+    m = cfg.model
+    m.d_model, m.ffn_hidden, m.max_seq_len = 64, 128, 256
+    m.recurrent.n_sup, m.recurrent.t_inner = 2, 3
+    cfg.data.seq_len = 64
+    t = cfg.train
+    t.steps, t.batch_size, t.grad_accum, t.lr, t.warmup_steps = 30, 8, 1, 3e-3, 5
+    t.eval_every, t.eval_batches, t.sample_every, t.save_every, t.out_dir = 15, 2, 0, 0, "runs/nexus-micro"
+    return cfg
