@@ -23,13 +23,13 @@ VARIANTS = [(f, s, t, o) for f, s, t, o in itertools.product(["projected", "self
             if not (f == "self" and not s)]
 
 
-def make_cfg(form="projected", shared=True, targets="qk", order=2, gate=False, **model) -> ModelConfig:
+def make_cfg(form="projected", shared=True, targets="qk", order=2, gate=False, attn_gate="none", **model) -> ModelConfig:
     base = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, qk_norm=True, vocab_size=VOCAB, max_seq_len=32,
                 init_std=0.2)  # a large init so outputs are O(1) and differences are visible
     base.update(model)
     cfg = ModelConfig(**base)
     a = cfg.attention
-    a.order, a.ho_form, a.ho_shared, a.ho_targets, a.ho_gate = order, form, shared, targets, gate
+    a.order, a.ho_form, a.ho_shared, a.ho_targets, a.ho_gate, a.gate = order, form, shared, targets, gate, attn_gate
     errors: list[str] = []
     cfg.validate(errors)
     assert not errors, errors
@@ -52,11 +52,10 @@ def open_gates(model, seed=1):
 # ----------------------------------------------------------------------------- reference parity
 @pytest.mark.parametrize("form,shared,targets,order", VARIANTS)
 def test_layer_matches_naive_reference_outputs_and_grads(form, shared, targets, order):
-    model = make_model(form=form, shared=shared, targets=targets, order=order, gate=True, **{"attention_bias": True})
-    model.cfg.attention.gate = "headwise"
+    # output gate, q/k/v bias, GQA and QK-norm at every level, refinement gate open
+    model = make_model(form=form, shared=shared, targets=targets, order=order, gate=True, attn_gate="headwise",
+                       attention_bias=True)
     layer = model.layers[0].attn
-    layer.g_proj = nn.Linear(32, 4, bias=False)  # exercise the output gate at every level too
-    nn.init.normal_(layer.g_proj.weight, std=0.3)
     open_gates(model)
     x = torch.randn(2, 9, 32, requires_grad=True)
     cos, sin = model.rope.tables(0, 9)

@@ -202,6 +202,7 @@ class ModelConfig:
     zero_init_head: bool = False  # zero-init the untied LM head (ExoFormer recipe)
     z_loss: float = 0.0  # z-loss weight on log(sum exp logits)^2, added once (PaLM)
     attention_bias: bool = False  # bias in q/k/v projections (Qwen2)
+    logit_scale: float = 1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in factor
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     projection: ProjectionConfig = field(default_factory=ProjectionConfig)
     mixing: MixingConfig = field(default_factory=MixingConfig)
@@ -241,6 +242,7 @@ class ModelConfig:
         _positive(errors, f"{p}.norm_eps", self.norm_eps)
         _check(errors, isinstance(self.init_std, (int, float)) and self.init_std >= 0, f"{p}.init_std", self.init_std, "a number >= 0")
         _check(errors, isinstance(self.z_loss, (int, float)) and self.z_loss >= 0, f"{p}.z_loss", self.z_loss, "a number >= 0")
+        _positive(errors, f"{p}.logit_scale", self.logit_scale)
         self.attention.validate(errors, f"{p}.attention")
         self.projection.validate(errors, f"{p}.projection", self.d_model if isinstance(self.d_model, int) else 0)
         self.mixing.validate(errors, f"{p}.mixing")

@@ -13,6 +13,8 @@ def add_parser(sub) -> None:
     p.add_argument("--batches", type=positive_int("--batches"), default=16, help="validation micro-batches")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=8)
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--task", choices=["mqar", "khop", "induction"], default=None,
+                   help="accuracy on a synthetic task instead of perplexity (options from the run's data.synthetic)")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -41,6 +43,13 @@ def run(args, extra) -> int:
     data_overrides = [a for a in extra]
     parse_overrides(cfg, data_overrides)  # e.g. --data.source other.txt to evaluate on other text
     cfg.validate()
+    if args.task:
+        from ..eval.synthetic_eval import evaluate_synthetic
+
+        res = evaluate_synthetic(model, cfg, args.task, args.batches, args.batch_size)
+        print(json.dumps(res) if args.json else
+              f"{res['task']} accuracy {res['accuracy']:.4f} over {res['scored']} scored positions")
+        return 0
     res = perplexity(model, cfg, tok, args.batches, args.batch_size)
     if args.json:
         print(json.dumps(res))

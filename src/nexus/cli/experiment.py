@@ -1,13 +1,109 @@
-"""`nexus experiment`: placeholder parser; the implementing issue replaces this module."""
+"""`nexus experiment progressive|compare`: growth vs from-scratch at equal tokens, and preset x seed
+comparisons. Everything is validated (methods, budgets, growth point, presets) before any training;
+interrupted experiments resume when the same command is run again."""
 from __future__ import annotations
+
+import argparse
+import time
+
+from .common import nonneg_float, positive_int
+
+
+def _csv(name: str, item=str):
+    def parse(s: str):
+        try:
+            vals = [item(v) for v in s.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a comma-separated list)") from None
+        if not vals:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a non-empty comma-separated list)")
+        return vals
+    return parse
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("experiment", help="(in progress)")
-    p.set_defaults(func=run, accepts_overrides=True)
+    p = sub.add_parser("experiment", help="progressive growth vs scratch; presets x seeds comparisons",
+                       description="Experiments: `progressive` (grow vs scratch, compute saved) and `compare` "
+                                   "(presets x seeds, mean +- std, significance).")
+    esub = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=type(p))
+    p.set_defaults(func=_no_experiment, accepts_overrides=True)
+
+    pp = esub.add_parser("progressive", help="train small, grow, continue; compare with the target from scratch",
+                         description="Train a small model, grow it at --grow-at with --method, continue; train the "
+                                     "target model from scratch on the same token budget. Writes report.md, "
+                                     "results.json, loss_vs_flops.png, loss_vs_tokens.png into --out. Dotted overrides "
+                                     "(--train.lr 1e-3) apply to both runs.")
+    pp.add_argument("--method", default=None, help="growth method (see --list; default sparkling)")
+    pp.add_argument("--list", action="store_true", help="list the growth methods and whether their family is installed")
+    pp.add_argument("--preset", default=None, help="small-model preset (default: the method's own small shape)")
+    pp.add_argument("--tokens", type=positive_int("--tokens"), default=None,
+                    help="token budget D of each run (default: the preset's steps x batch x seq_len)")
+    pp.add_argument("--grow-at", type=nonneg_float("--grow-at"), default=0.5,
+                    help="growth point: a fraction of --tokens in (0, 1), or a token count (default 0.5)")
+    pp.add_argument("--seed", type=int, default=None, help="seed of both runs (default: the preset's)")
+    pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
+    pp.add_argument("--quiet", action="store_true", help="no per-run training output")
+    pp.set_defaults(func=run_progressive_cmd, accepts_overrides=True)
+
+    pc = esub.add_parser("compare", help="presets x seeds at equal tokens or equal FLOPs",
+                         description="Train every preset with every seed on the same budget; report mean +- std of "
+                                     "the final validation loss, Welch's t-test of each preset against the first, a "
+                                     "table (report.md) and a plot (compare.png).")
+    pc.add_argument("--presets", required=True, type=_csv("--presets"), help="comma-separated presets; the first is the reference")
+    pc.add_argument("--seeds", type=_csv("--seeds", int), default=[0, 1, 2], help="comma-separated seeds (default 0,1,2)")
+    pc.add_argument("--equal", choices=["tokens", "flops"], default="tokens", help="what is held equal (default tokens)")
+    pc.add_argument("--tokens", type=positive_int("--tokens"), default=None,
+                    help="token budget per run (--equal tokens), or the reference preset's budget that sets the "
+                         "FLOPs budget (--equal flops); default: the first preset's steps x batch x seq_len")
+    pc.add_argument("--out", default="runs/compare", metavar="DIR", help="experiment directory (default runs/compare)")
+    pc.add_argument("--quiet", action="store_true", help="no per-run training output")
+    pc.set_defaults(func=run_compare_cmd, accepts_overrides=True)
 
 
-def run(args, extra) -> int:
+def _no_experiment(args, extra) -> int:
     from ..config import ConfigError
 
-    raise ConfigError("`nexus experiment` is not implemented yet in this build")
+    raise ConfigError("which experiment? (valid: `nexus experiment progressive` or `nexus experiment compare`)")
+
+
+def run_progressive_cmd(args, extra) -> int:
+    from ..experiments.progressive import DEFAULT_METHOD, method_table, plan_progressive, run_progressive
+
+    if args.list:
+        for row in method_table():
+            mark = "" if row["installed"] else f"  [family {row['family']!r} not installed]"
+            print(f"{row['name']:18s} {row['description']}{mark}")
+        return 0
+    t0 = time.perf_counter()
+    plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed, args.out)
+    print(f"progressive experiment: {plan['method']} | {plan['token_budget']:,} tokens per run | grow at step "
+          f"{plan['grow_step']}/{plan['steps']} | out {plan['out_dir']}")
+    r = run_progressive(plan, quiet=args.quiet)
+    g, s = r["runs"]["grown"], r["runs"]["scratch"]
+    print(f"grown   {r['small']['shape']}->{r['large']['shape']}: final val loss {g['final_val_loss']:.4f} "
+          f"| {g['total_flops']:.3e} FLOPs")
+    print(f"scratch {r['large']['shape']}: final val loss {s['final_val_loss']:.4f} | {s['total_flops']:.3e} FLOPs")
+    if r["grown_flops_to_target"] is None:
+        print(f"grown run did not reach the scratch final loss {r['target_val_loss']:.4f} "
+              f"(gap {r['final_val_loss_gap']:+.4f})")
+    else:
+        print(f"grown run reached the scratch final loss after {r['grown_flops_to_target']:.3e} FLOPs: "
+              f"measured FLOPs saved {100 * r['measured_flops_saved']:+.1f}%")
+    print(f"eq. 29 FLOPs saved at equal tokens: {100 * r['eq29']['flops_saved']:+.1f}%")
+    print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def run_compare_cmd(args, extra) -> int:
+    from ..experiments.compare import plan_compare, run_compare
+
+    t0 = time.perf_counter()
+    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out)
+    print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
+    r = run_compare(plan, quiet=args.quiet)
+    for row in r["rows"]:
+        p = row.get("p_value_vs_reference")
+        sig = "" if p is None else f" | p={p:.3g} vs {r['rows'][0]['preset']}"
+        print(f"{row['preset']:24s} val loss {row['mean']:.4f} +- {row['std']:.4f} (n={len(row['values'])}){sig}")
+    print(f"report: {args.out}/report.md | plot: {r['plot']} | {time.perf_counter() - t0:.0f} s")
+    return 0

@@ -59,7 +59,11 @@ class DataModule:
             return
         docs = None
         if tokenizer is None:
-            if cfg.tokenizer == "byte":
+            if cfg.tokenizer == "byte" and cfg.chat:  # chat template needs <|user|>/<|assistant|>/<|end|>
+                from .chat import ChatByteTokenizer
+
+                tokenizer = ChatByteTokenizer()
+            elif cfg.tokenizer == "byte":
                 tokenizer = ByteTokenizer()
             elif cfg.tokenizer == "bpe":
                 docs = load_documents(cfg)

@@ -93,4 +93,9 @@ def load_tokenizer_from_dir(directory: str | Path):
         from ..hf.tokenizer import HFTokenizer
 
         return HFTokenizer.load_dir(directory)
+    txt = directory / "tokenizer.txt"
+    if txt.is_file() and txt.read_text().strip() == "byte_chat":  # byte tokenizer + chat specials (SFT)
+        from .chat import ChatByteTokenizer
+
+        return ChatByteTokenizer()
     return ByteTokenizer()

@@ -48,13 +48,13 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("naive-copy", "width", "baseline-tiny", {"axis": "hidden", "factor": 2, "init": "copy", "preserve": "none"},
            "width 64->128 by copying channels, no rescale (the naive baseline)", _HALF_WIDTH,
            (("model.arch", "transformer", "width growth needs a transformer"),)),
-    Method("nexus-rank", "nexus_rank", "baseline-tiny", {"factor": 2},
-           "Nexus-Rank dual-axis growth of M and A (x2) in the Q/K/V projections",
-           {"model.projection.kind": "nexus_rank"},
+    Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
+           "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
            (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
-    Method("tokenformer", "tokenformer", "baseline-tiny", {"factor": 2},
-           "TokenFormer: double the Pattention parameter tokens (frozen sqrt(n) scale)",
-           {"model.projection.kind": "pattention"},
+    Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
+           "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
            (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
 ]}
 DEFAULT_METHOD = "sparkling"
@@ -181,7 +181,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     grown.train.grow_at, grown.train.growth = grow_step, spec
     scratch = copy.deepcopy(small)
     scratch.model = copy.deepcopy(target_model)
-    scratch.model.projection.frozen_n = 0  # a growth-only field: the scratch model uses its natural scale
+    _reset_growth_only_fields(scratch.model)
     scratch.growth_history = []
     for name, cfg in (("grown", grown), ("scratch", scratch)):
         cfg.train.out_dir = str(out_dir / name)
@@ -191,6 +191,16 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
             "spec": spec, "seed": small.train.seed, "token_budget": steps * tps, "tokens_per_step": tps,
             "steps": steps, "grow_step": grow_step, "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir),
             "configs": {"grown": grown.to_dict(), "scratch": scratch.to_dict()}}
+
+
+def _reset_growth_only_fields(model_cfg) -> None:
+    """frozen_* fields pin pre-growth scales (set by growth); a model trained from scratch uses its own."""
+    import dataclasses
+
+    proj = model_cfg.projection
+    for f in dataclasses.fields(proj):
+        if f.name.startswith("frozen_") or f.name.endswith("_frozen_n"):
+            setattr(proj, f.name, f.default)
 
 
 def _check_same_plan(out_dir: Path, plan: dict) -> None:

@@ -119,7 +119,7 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                         if key in ("new_mask",):
                             continue
                         if key == "step":
-                            st[key] = _grow_step(val, p, pm)
+                            st[key] = _grow_step(val, p, pm, policy)
                             continue
                         if not torch.is_tensor(val) or val.shape == () :
                             st[key] = val
@@ -138,21 +138,36 @@ def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy:
         out = torch.zeros(p.shape, dtype=val.dtype, device=p.device)
         out[pm.old_slices] = val.to(p.device)
         if policy == "copy" and pm.copy_source:
-            src = val.to(p.device)
-            for dim, idx in sorted(pm.copy_source.items()):
-                src = src.index_select(dim, idx.to(p.device))
             new = pm.new_mask(p.shape).to(p.device).bool()
-            out[new] = src[new]
+            out[new] = _copied_state(val, p, pm)[new]
     if policy == "scaled":
         out = out * scale
     return out
 
 
-def _grow_step(val, p: torch.Tensor, pm: ParamMap):
+def _copied_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap) -> torch.Tensor:
+    """Param-shaped state where every entry holds the state of the entry it was copied from; zero
+    along dims that grew without a copy source (e.g. random fan-in columns of a copied row)."""
+    src = val.to(p.device)
+    for dim, idx in sorted(pm.copy_source.items()):
+        src = src.index_select(dim, idx.to(p.device))
+    full = torch.zeros(p.shape, dtype=val.dtype, device=p.device)
+    full[tuple(slice(0, s) for s in src.shape)] = src
+    return full
+
+
+def _grow_step(val, p: torch.Tensor, pm: ParamMap, policy: str = "asymmetric"):
     t = val if torch.is_tensor(val) else torch.tensor(float(val))
     if pm.old_slices is None:
         return t.clone()
     full = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    if policy == "copy" and pm.copy_source:
+        # copied moments need the step count they were accumulated over: restarting it at 0 would
+        # divide them by Adam's bias correction 1 - b^t ~ 0.1 and blow up the first update ~10x
+        src = t.expand(tuple(s.stop - (s.start or 0) for s in pm.old_slices)) if t.ndim == 0 else t.to(p.device)
+        full.copy_(_copied_state(src.float(), p, pm))  # entries grown without a copy source restart at 0
+        full[pm.old_slices] = t.item() if t.ndim == 0 else t.to(p.device)
+        return full
     if t.ndim == 0:
         full[pm.old_slices] = t.item()
     else:
@@ -183,6 +198,11 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     policy = spec.get("optimizer_state", "asymmetric")
     transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy,
                                float(spec.get("state_scale", 1.0)))
+    if result.record.get("rewarmup_all"):  # the re-warmup baseline: every entry follows the new-entry lr
+        for opt in new_opt.optimizers.values():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    opt.state[p]["new_mask"] = torch.ones_like(p)
     return result.model, new_cfg, new_opt, result
 
 
@@ -201,7 +221,8 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     if probe_verify:
         from .verification import verify
 
-        report["verify"] = verify(model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size)
+        report["verify"] = verify(model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size,
+                                  train_cfg=new_cfg.train)
     new_tstate = dict(tstate)
     new_tstate["optimizer"] = new_opt.state_dict()
     new_tstate["step"] = step
@@ -216,6 +237,14 @@ def grow_in_training(trainer, spec: dict) -> dict:
     new_model, new_cfg, new_opt, result = grow(trainer.model, trainer.cfg, spec, trainer.optimizer.state_dict(),
                                                trainer.step)
     torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
+    from .diagnostics import SymmetryLockMonitor, rms_ratio_report
+
+    x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
+    probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
+    result.report.update(rms_ratio_report(trainer.model, new_model, new_cfg.model.vocab_size, probe))
+    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, SymmetryLockMonitor)]
+    if any(pm.copy_source for pm in result.param_maps.values()):
+        trainer.callbacks.append(SymmetryLockMonitor(result.param_maps))
     trainer.cfg = new_cfg
     trainer.set_model(new_model, new_opt)
     restore_training_extras(trainer)

@@ -83,6 +83,8 @@ class TransformerLM(nn.Module):
     # ------------------------------------------------------------------ forward
     def head(self, h: torch.Tensor) -> torch.Tensor:
         w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        if self.cfg.logit_scale != 1.0:  # width growth's compensating coefficient for a tied head
+            return (h @ w.t()) * self.cfg.logit_scale
         return h @ w.t()
 
     def hidden_states(self, input_ids: torch.Tensor, cache=None, collect: bool = False, ctx_extra: dict | None = None):

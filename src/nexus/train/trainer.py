@@ -276,6 +276,10 @@ class Trainer:
                 for cb in self.callbacks:
                     cb(self, self.step, m)
                 bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
+                if bar.disable and self.step % max(tc.steps // 10, tc.log_every) < tc.log_every:
+                    # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
+                    self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
+                             f"{m['tokens_per_s']:.0f} tok/s")
                 if m.get("skipped"):
                     self.say(f"step {self.step}: non-finite loss, step skipped ({self.nonfinite_total} so far)")
             bar.update(1)

@@ -1,0 +1,129 @@
+"""`nexus experiment compare`: presets x seeds on one budget (equal tokens or equal training FLOPs).
+
+Reports mean +- sample std of the final validation loss per preset and Welch's t-test (scipy) of
+each preset against the first one, as a table (report.md), results.json and compare.png. Runs live
+in OUT/<preset>/seed<k> and are resumable like every experiment run.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig, parse_overrides
+from .curves import train_flops_per_token
+from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
+
+PLAN_FILE = "plan.json"
+
+
+def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", tokens: int | None = None,
+                 overrides: list[str] | None = None, out: str = "runs/compare") -> dict:
+    from ..presets import get_preset
+
+    if equal not in ("tokens", "flops"):
+        raise ConfigError(f"--equal={equal!r} (valid: tokens|flops)")
+    if len(set(presets)) != len(presets):
+        raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} names a seed twice (valid: distinct seeds)")
+    cfgs = []
+    for name in presets:
+        cfg = get_preset(name)
+        parse_overrides(cfg, list(overrides or []))
+        cfgs.append(cfg.validate())
+    tps = [c.train.batch_size * c.train.grad_accum * c.data.seq_len for c in cfgs]
+    ref_tokens = int(tokens) if tokens is not None else cfgs[0].train.steps * tps[0]
+    fpt = [train_flops_per_token(c.model, c.data.seq_len) for c in cfgs]
+    flops_budget = ref_tokens * fpt[0][0]
+    runs = []
+    for name, cfg, t, (f, source) in zip(presets, cfgs, tps, fpt):
+        budget_tokens = ref_tokens if equal == "tokens" else flops_budget / f
+        steps = math.ceil(budget_tokens / t)
+        if steps < 1:
+            raise ConfigError(f"--tokens={ref_tokens} gives preset {name!r} no training step (valid: a larger budget)")
+        for seed in seeds:
+            c = copy.deepcopy(cfg)
+            tc = c.train
+            tc.steps, tc.seed, tc.eval_every, tc.sample_every = steps, seed, 0, 0
+            tc.save_every, tc.keep_last, tc.log_every = max(1, steps // 4), 1, max(1, steps // 20)
+            tc.grow_at = 0 if not tc.growth else tc.grow_at
+            if tc.grow_at >= steps:
+                raise ConfigError(f"preset {name!r}: train.grow_at={tc.grow_at} is outside the {steps}-step budget "
+                                  f"(valid: 0 < grow_at < {steps})")
+            tc.out_dir = str(Path(out) / name / f"seed{seed}")
+            runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
+                         "flops_source": source, "config": c.to_dict()})
+    return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "reference_tokens": ref_tokens,
+            "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
+
+
+def welch_p_value(a: list[float], b: list[float]) -> float | None:
+    """Two-sided Welch's t-test p-value; None when either side has fewer than two seeds."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy import stats
+
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
+
+
+def summarize(values_by_preset: dict[str, list[float]], order: list[str]) -> list[dict]:
+    import statistics
+
+    rows = []
+    ref = values_by_preset[order[0]]
+    for i, name in enumerate(order):
+        vals = values_by_preset[name]
+        rows.append({"preset": name, "values": vals, "mean": statistics.fmean(vals),
+                     "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                     "p_value_vs_reference": None if i == 0 else welch_p_value(vals, ref)})
+    return rows
+
+
+def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
+    from .plots import plot_compare
+
+    out = Path(plan["out_dir"])
+    f = out / PLAN_FILE
+    if f.is_file() and json.loads(f.read_text()).get("runs") != json.loads(json.dumps(plan["runs"])):
+        raise ConfigError(f"--out={str(out)!r} holds a different comparison (valid: the same settings to resume it, "
+                          f"or another --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(f, plan)
+    finals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
+    per_run = []
+    for run in plan["runs"]:
+        say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
+        run_dir = Path(run["config"]["train"]["out_dir"])
+        res = run_resumable(RunConfig.from_dict(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
+        done = read_done(run_dir)
+        finals[run["preset"]].append(float(done["val_loss"]))
+        per_run.append({"preset": run["preset"], "seed": run["seed"], "val_loss": float(done["val_loss"]),
+                        "tokens": int(done["tokens_seen"]), "flops": int(done["tokens_seen"]) * run["train_flops_per_token"],
+                        "wall_s": res.get("wall_s")})
+    rows = summarize(finals, plan["presets"])
+    results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
+               "runs": per_run, "flops_source": plan["runs"][0]["flops_source"]}
+    results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
+    write_json_atomic(out / "results.json", results)
+    write_text_atomic(out / "report.md", render_compare_report(results))
+    return results
+
+
+def render_compare_report(r: dict) -> str:
+    ref = r["rows"][0]["preset"]
+    lines = [f"# Comparison at equal {r['equal']}", "",
+             f"Final validation loss, mean +- sample std over seeds; p: two-sided Welch's t-test against `{ref}`. "
+             f"Training FLOPs per token from: {r['flops_source']}.", "",
+             "| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
+    for row in r["rows"]:
+        p = row["p_value_vs_reference"]
+        lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
+                     f"{'-' if p is None else f'{p:.3g}'} |")
+    lines += ["", "| preset | seed | val loss | tokens | FLOPs |", "|---|---|---|---|---|"]
+    for run in r["runs"]:
+        lines.append(f"| {run['preset']} | {run['seed']} | {run['val_loss']:.4f} | {run['tokens']:,} | {run['flops']:.3e} |")
+    lines += ["", f"![compare]({Path(r['plot']).name})"]
+    return "\n".join(lines) + "\n"

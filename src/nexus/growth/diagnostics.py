@@ -1,0 +1,94 @@
+"""Growth diagnostics (SPARKLING): activation RMS ratio per layer, loss jump, symmetry lock.
+
+* `rms_ratio_report(old, new, vocab)`: on a probe batch, RMS of the residual stream after the
+  embedding and after every block, grown / original (1.0 = signal preserved, Eq. 3), and the probe
+  loss before and after (the loss jump at growth).
+* `symmetry_lock(model, param_maps)`: cosine similarity between every copied channel and the
+  channel it was copied from (1.0 = still locked together). Logged over the following steps by
+  `SymmetryLockMonitor`, a trainer callback installed by `grow_in_training`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def probe_batch(vocab_size: int, batch: int = 4, seq_len: int = 64) -> torch.Tensor:
+    """Deterministic probe ids: bytes of the embedded corpus (real text for the byte tokenizer),
+    clamped into the vocabulary so any tokenizer gets valid ids."""
+    from ..data.corpus import embedded_documents
+
+    text = "\n".join(embedded_documents()[:20]).encode("utf-8", "replace")
+    need = batch * (seq_len + 1)
+    ids = torch.tensor(list(text[:need]) + [32] * max(need - len(text), 0), dtype=torch.long)
+    return ids.clamp_(max=vocab_size - 1).view(batch, seq_len + 1)
+
+
+@torch.no_grad()
+def _streams_and_loss(model, ids: torch.Tensor):
+    was = model.training
+    model.eval()
+    x, y = ids[:, :-1], ids[:, 1:]
+    out = model(x, labels=y, return_hidden=True)
+    model.train(was)
+    rms = [float(h.float().pow(2).mean().sqrt()) for h in out.hidden_states]
+    return rms, float(out.ce_loss)
+
+
+def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None) -> dict:
+    dev = next(new_model.parameters()).device
+    ids = (probe_batch(vocab_size) if ids is None else ids).to(dev)
+    seq = min(ids.shape[1], old_model.cfg.max_seq_len + 1, new_model.cfg.max_seq_len + 1)
+    ids = ids[:, :seq]
+    rms_old, loss_old = _streams_and_loss(old_model, ids)
+    rms_new, loss_new = _streams_and_loss(new_model, ids)
+    ratios = [n / max(o, 1e-12) for o, n in zip(rms_old, rms_new)]
+    return {"rms_ratio_per_layer": [round(r, 4) for r in ratios],
+            "rms_ratio_max_dev": round(max(abs(r - 1) for r in ratios), 4),
+            "probe_loss_before": round(loss_old, 4), "probe_loss_after": round(loss_new, 4),
+            "loss_jump": round(loss_new - loss_old, 4)}
+
+
+@torch.no_grad()
+def copied_channel_cosines(w: torch.Tensor, dim: int, src: torch.Tensor) -> torch.Tensor:
+    """Cosine between slice i and slice src[i] along `dim`, for every copied (new) index i."""
+    n_old = int((src == torch.arange(len(src), device=src.device)).sum()) if len(src) else 0
+    new_idx = torch.arange(n_old, len(src), device=w.device)
+    if len(new_idx) == 0:
+        return torch.empty(0)
+    a = w.index_select(dim, new_idx).movedim(dim, 0).reshape(len(new_idx), -1).float()
+    b = w.index_select(dim, src.to(w.device)[new_idx]).movedim(dim, 0).reshape(len(new_idx), -1).float()
+    return F.cosine_similarity(a, b, dim=1, eps=1e-12)
+
+
+def symmetry_lock(model, param_maps: dict) -> dict:
+    """{"mean": ..., "min": ..., "per_param": {name: mean cosine}} over every copy-initialized axis."""
+    params = dict(model.named_parameters())
+    per = {}
+    for name, pm in param_maps.items():
+        if not pm.copy_source or name not in params:
+            continue
+        w = params[name]
+        vals = [copied_channel_cosines(w, d, src) for d, src in pm.copy_source.items() if len(src) == w.shape[d]]
+        vals = [v for v in vals if v.numel()]
+        if vals:
+            per[name] = float(torch.cat(vals).mean())
+    if not per:
+        return {}
+    return {"mean": sum(per.values()) / len(per), "min": min(per.values()), "per_param": per}
+
+
+class SymmetryLockMonitor:
+    """Trainer callback: logs the symmetry-lock metric every `every` logged steps after growth."""
+
+    def __init__(self, param_maps: dict, every: int = 1):
+        self.param_maps, self.every, self.calls = param_maps, every, 0
+
+    def __call__(self, trainer, step: int, metrics: dict) -> None:
+        self.calls += 1
+        if self.calls % self.every:
+            return
+        lock = symmetry_lock(trainer.model, self.param_maps)
+        if lock:
+            trainer.log({"step": step, "symmetry_lock_mean": round(lock["mean"], 6),
+                         "symmetry_lock_min": round(lock["min"], 6)})

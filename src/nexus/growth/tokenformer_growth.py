@@ -1,0 +1,116 @@
+"""TokenFormer growth: append parameter tokens to every Pattention layer (q/k/v/o and/or the FFN).
+
+New key tokens start at zero, so the new scores are 0: GELU(0) = 0 and the L2 norm of each score
+row is unchanged. New value tokens are random at the trained values' scale, so the new keys get a
+gradient at once (init=exact, the default). TokenFormer itself zeroes both (init=zero): exact but
+dead, every new token's gradient is zero forever.
+
+Exactness also needs tau = sqrt(n) to stay at its pre-growth value. With
+model.projection.freeze_scale (default) growth records the old n in frozen_n / ffn_frozen_n;
+without it tau follows the new n, every old score is rescaled, and the report says the growth is
+not exact. The softmax variant is never exact (a zero score still takes softmax mass).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from . import GrowthResult, register_grower
+from .inherit import inherit, matched_std, region_blocks
+
+INITS = ("exact", "zero", "noise")
+
+
+@register_grower("tokenformer")
+def grow_tokenformer(model, cfg: RunConfig, spec: dict) -> GrowthResult:
+    from ..models.pattention import pattention_modules
+
+    pcfg = cfg.model.projection
+    mods = pattention_modules(model)
+    if pcfg.kind != "pattention" or not mods:
+        raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this checkpoint has no Pattention layers to add tokens to "
+                          "(valid: a TokenFormer model, --model.projection.kind pattention)")
+    add = spec.get("add_tokens") or 0
+    add_ffn = spec.get("add_ffn_tokens") or 0
+    for v, flag in ((spec.get("add_tokens"), "--add-tokens"), (spec.get("add_ffn_tokens"), "--add-ffn-tokens")):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ConfigError(f"{flag}={v!r} (valid: an integer > 0)")
+    if not add and not add_ffn:
+        raise ConfigError("tokenformer growth needs --add-tokens N and/or --add-ffn-tokens N (valid: integers > 0)")
+    attn_targets = [t for t in pcfg.targets if t != "ffn"]
+    if add and not attn_targets:
+        raise ConfigError(f"--add-tokens={add}: model.projection.targets={pcfg.targets} has no attention Pattention (valid: use --add-ffn-tokens)")
+    if add_ffn and "ffn" not in pcfg.targets:
+        raise ConfigError(f"--add-ffn-tokens={add_ffn}: model.projection.targets={pcfg.targets} has no FFN Pattention")
+    init = spec.get("init") or "exact"
+    if init not in INITS:
+        raise ConfigError(f"--token-init={init!r} (valid for TokenFormer growth: {'|'.join(INITS)})")
+    frac = float(spec.get("noise_frac", 0.1))
+
+    d = cfg.model.d_model
+    old_n, old_ffn_n = pcfg.param_tokens or d, pcfg.ffn_param_tokens or cfg.model.ffn
+    new_model_cfg = copy.deepcopy(cfg.model)
+    np_ = new_model_cfg.projection
+    if add:
+        np_.param_tokens = old_n + add
+    if add_ffn:
+        np_.ffn_param_tokens = old_ffn_n + add_ffn
+    if pcfg.freeze_scale:  # tau stays sqrt(n before the first growth)
+        np_.frozen_n = pcfg.frozen_n or old_n
+        np_.ffn_frozen_n = pcfg.ffn_frozen_n or old_ffn_n
+
+    gen = torch.Generator(device="cpu").manual_seed(int(spec.get("seed", cfg.train.seed)))
+
+    def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> None:
+        zero = init == "zero" or (init == "exact" and name.endswith("key_tokens"))
+        std = matched_std(old) * (frac if init == "noise" else 1.0)
+        for _, sl in region_blocks(old.shape, p.shape):
+            if zero:
+                p[sl] = 0.0
+            else:
+                p[sl] = (torch.randn(p[sl].shape, generator=gen, dtype=torch.float64) * std).to(p.dtype)
+
+    new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
+    exact = init in ("exact", "zero") and pcfg.freeze_scale and pcfg.pattention_act == "gelu_l2"
+    scale_mode = "frozen (tau = sqrt(n before growth))" if pcfg.freeze_scale else "follows n (tau = sqrt(new n))"
+    record = {"old_tokens": old_n, "new_tokens": np_.param_tokens or old_n, "old_ffn_tokens": old_ffn_n,
+              "new_ffn_tokens": np_.ffn_param_tokens or old_ffn_n, "init": init, "scale": "frozen" if pcfg.freeze_scale else "free",
+              "exact": exact, "old_shapes": old_shapes}
+    report = {"pattention layers": len(mods), "tokens": f"{old_n} -> {record['new_tokens']}" if add else "unchanged",
+              "ffn tokens": f"{old_ffn_n} -> {record['new_ffn_tokens']}" if add_ffn else "unchanged",
+              "init": init, "scale factor": scale_mode, "function preserved by construction": exact}
+    if not exact:
+        why = ("tau follows n (set model.projection.freeze_scale=true for exact growth)" if not pcfg.freeze_scale else
+               "softmax Pattention gives zero scores softmax mass" if pcfg.pattention_act == "softmax" else "noise init")
+        report["note"] = f"growth is not function-preserving: {why}"
+    if init == "zero":
+        report["warning"] = "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
+    return GrowthResult(new_model, new_model_cfg, maps, record, report)
+
+
+def add_cli_args(parser) -> None:
+    g = parser.add_argument_group("TokenFormer growth (parameter tokens)")
+    g.add_argument("--add-tokens", type=int, default=None, metavar="N", help="append N parameter tokens to every q/k/v/o Pattention")
+    g.add_argument("--add-ffn-tokens", type=int, default=None, metavar="N", help="append N parameter tokens to every FFN Pattention")
+    g.add_argument("--token-init", dest="token_init", default=None, choices=list(INITS), help="exact (default: zero keys, random values) | zero (TokenFormer's, dead) | noise")
+    if "--noise-frac" not in parser._option_string_actions:
+        parser.add_argument("--noise-frac", type=float, default=0.1, help="--rank-init/--token-init noise: std as a fraction of the pretrained std")
+    if "--growth-seed" not in parser._option_string_actions:
+        parser.add_argument("--growth-seed", type=int, default=None, help="seed of the random new entries")
+
+
+def spec_from_args(args) -> dict | None:
+    if getattr(args, "add_tokens", None) is None and getattr(args, "add_ffn_tokens", None) is None:
+        return None
+    spec = {"family": "tokenformer", "init": args.token_init or "exact", "noise_frac": args.noise_frac}
+    for key, flag in (("add_tokens", "--add-tokens"), ("add_ffn_tokens", "--add-ffn-tokens")):
+        v = getattr(args, key)
+        if v is not None:
+            if v <= 0:
+                raise ConfigError(f"{flag}={v} (valid: an integer > 0)")
+            spec[key] = v
+    if args.growth_seed is not None:
+        spec["seed"] = args.growth_seed
+    return spec

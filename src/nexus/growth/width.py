@@ -1,0 +1,415 @@
+"""SPARKLING width growth (family "width"): hidden size, dense FFN inner size, MoE expert inner size.
+
+Every parameter is described by which of its dimensions run along a growable *axis* and in which
+role (see `ROLES`):
+  out   fan-out: the new entries along this dim *produce* the new channels (embedding columns,
+        o_proj / down_proj rows for the hidden axis; up_proj rows for the FFN axes)
+  gate  a fan-out that must never be zero together with `up` (SwiGLU: zero gate and zero up is a
+        dead unit), so a zero fan-out zeroes only the up side and draws the gate at random
+  in    fan-in: the new entries *read* the new channels (q/k/v/g/router/head/gate/up columns for the
+        hidden axis, down_proj columns for the FFN axes). Only fan-in dims are rescaled.
+  gain  an RMSNorm gain over the axis: copied or sampled from the old gains, never rescaled.
+
+Initialization is chosen per side: `init = (fan_out, fan_in)`, each copy | random | zero. Copy
+channels come from one plan per axis (new channel i copies old channel i mod n), shared by every
+matrix so copied channels stay exact duplicates through the network.
+
+Preservation modes (fan-in factor alpha applied to ALL columns of a fan-in matrix, SPARKLING 3.2):
+  rms    random / one-side copy / zero (treated as random): alpha = sqrt(n/n');
+         both sides copied: 1/sqrt(1+3c) for c = n'/n - 1 <= 1, 1/(1+c) for c > 1 (eq. 16-17)
+  exact  function preserving where a choice exists (else a ConfigError): copy-copy splits each
+         copy group's fan-in weight (net2net); a zero side makes new units contribute nothing; on
+         the hidden axis a zero fan-out needs alpha = sqrt(n/n') to undo RMSNorm's rescaling, and a
+         copy fan-out needs n' a multiple of n (only then does RMSNorm see the same RMS)
+  none   naive: no rescaling at all
+A tied LM head cannot take the fan-in factor (the same matrix is the fan-out embedding), so it goes
+into `model.logit_scale`, a coefficient after the output projection (Appendix B.1).
+
+Heuristic baselines (Appendix H), for copy-copy only: uneven splitting of a copy group's fan-in
+weight (`split: 1:2` or `random` with r in [0.1, 0.5]) and a symmetric +-perturbation of the copied
+fan-in columns that cancels in the forward pass (`perturb`: its std relative to the weight std).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from . import GrowthResult, ParamMap, register_grower
+
+INITS = ("copy", "random", "zero")
+PRESERVE_MODES = ("rms", "exact", "none")
+SPLITS = ("even", "1:2", "random")
+AXES = ("hidden", "ffn", "expert_inner")
+
+# name pattern -> {dim: (axis, role)}; the FFN axis of an expert is "expert_inner", of a dense MLP "ffn".
+ROLES: list[tuple[re.Pattern, dict[int, tuple[str, str]]]] = [
+    (re.compile(r"(^|\.)embed\.weight$"), {1: ("hidden", "out")}),
+    (re.compile(r"(^|\.)lm_head\.weight$"), {1: ("hidden", "in")}),
+    (re.compile(r"(^norm|attn_norm|mlp_norm)\.weight$"), {0: ("hidden", "gain")}),
+    (re.compile(r"\.attn\.(q_proj|k_proj|v_proj|g_proj)\.weight$"), {1: ("hidden", "in")}),
+    (re.compile(r"\.attn\.o_proj\.weight$"), {0: ("hidden", "out")}),
+    (re.compile(r"\.mlp\.router\.weight$"), {1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.gate_proj\.weight$"), {0: ("ffn", "gate"), 1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.up_proj\.weight$"), {0: ("ffn", "out"), 1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.down_proj\.weight$"), {0: ("hidden", "out"), 1: ("ffn", "in")}),
+    (re.compile(r"\.mlp\.experts\.\d+\.gate_proj\.weight$"), {0: ("expert_inner", "gate"), 1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.experts\.\d+\.up_proj\.weight$"), {0: ("expert_inner", "out"), 1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.experts\.\d+\.down_proj\.weight$"), {0: ("hidden", "out"), 1: ("expert_inner", "in")}),
+]
+
+
+def roles_of(name: str) -> dict[int, tuple[str, str]]:
+    for pat, roles in ROLES:
+        if pat.search(name):
+            return roles
+    return {}
+
+
+# ----------------------------------------------------------------------------- spec parsing
+@dataclass
+class WidthSpec:
+    hidden: int = 0  # new d_model (0 = unchanged)
+    ffn: int = 0  # new dense FFN inner size (0 = unchanged)
+    expert_inner: int = 0  # new MoE expert inner size (0 = unchanged)
+    init_out: str = "copy"  # fan-out side init
+    init_in: str = "copy"  # fan-in side init
+    preserve: str = "rms"  # rms | exact | none
+    split: str = "even"  # even | 1:2 | random (copy-copy fan-in split)
+    perturb: float = 0.0  # symmetric +-perturbation std relative to the weight std (copy-copy)
+    seed: int = 0  # RNG seed of random init, sampled gains, random split ratios and perturbations
+    rewarmup: dict | None = None  # {"rho", "tau"} for the new entries
+    rewarmup_all: bool = False  # the baseline: the re-warmup schedule drives every parameter
+
+
+def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dict | None:
+    """'1.3,250' | [1.3, 250] | {'rho':..,'tau':..} | true -> {"rho", "tau"}; None/false/'' -> None."""
+    if value is None or value is False or value == "" or value == "none":
+        return None
+    if value is True:
+        rho, tau = default
+    elif isinstance(value, dict):
+        rho, tau = value.get("rho", default[0]), value.get("tau", default[1])
+    else:
+        parts = value.split(",") if isinstance(value, str) else list(value)
+        if len(parts) != 2:
+            raise ConfigError(f"{what}={value!r} (valid: RHO,TAU e.g. 1.3,250)")
+        rho, tau = parts
+    try:
+        rho, tau = float(rho), int(float(tau))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}={value!r} (valid: RHO,TAU with RHO a number > 0, TAU an integer >= 0)") from None
+    if rho <= 0 or tau < 0:
+        raise ConfigError(f"{what}={value!r} (valid: RHO > 0 and TAU >= 0, e.g. 1.3,250)")
+    return {"rho": rho, "tau": tau}
+
+
+def parse_spec(spec: dict) -> WidthSpec:
+    known = {"family", "hidden", "ffn", "expert_inner", "init", "preserve", "split", "perturb", "seed", "rewarmup",
+             "rewarmup_all", "optimizer_state", "state_scale"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ConfigError(f"width growth option {unknown[0]!r} (valid: {', '.join(sorted(known - {'family'}))})")
+    ws = WidthSpec()
+    for axis in AXES:
+        v = spec.get(axis) or 0
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"width.{axis}={v!r} (valid: a positive integer, the new size)")
+        setattr(ws, axis, v)
+    init = spec.get("init", "copy,copy")
+    parts = init.split(",") if isinstance(init, str) else list(init)
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or any(p not in INITS for p in parts):
+        raise ConfigError(f"--init={init!r} (valid: FAN_OUT,FAN_IN with each one of {'|'.join(INITS)}, e.g. copy,copy)")
+    ws.init_out, ws.init_in = parts
+    ws.preserve = spec.get("preserve", "rms")
+    if ws.preserve not in PRESERVE_MODES:
+        raise ConfigError(f"--preserve={ws.preserve!r} (valid: {'|'.join(PRESERVE_MODES)})")
+    ws.split = str(spec.get("split", "even"))
+    if ws.split not in SPLITS:
+        raise ConfigError(f"--split={ws.split!r} (valid: {'|'.join(SPLITS)})")
+    try:
+        ws.perturb = float(spec.get("perturb", 0.0))
+        ws.seed = int(spec.get("seed", 0))
+    except (TypeError, ValueError):
+        raise ConfigError(f"--perturb={spec.get('perturb')!r} / seed={spec.get('seed')!r} (valid: numbers)") from None
+    if ws.perturb < 0:
+        raise ConfigError(f"--perturb={ws.perturb!r} (valid: a number >= 0)")
+    if (ws.split != "even" or ws.perturb) and (ws.init_out, ws.init_in) != ("copy", "copy"):
+        raise ConfigError(f"--split/--perturb with --init={ws.init_out},{ws.init_in} "
+                          "(valid: only with --init copy,copy, they act on copied channel pairs)")
+    rw, rw_all = spec.get("rewarmup"), spec.get("rewarmup_all")
+    if rw and rw_all:
+        raise ConfigError("--rewarmup and --rewarmup-all given together (valid: one of them)")
+    ws.rewarmup = parse_pair(rw_all if rw_all else rw, "--rewarmup-all" if rw_all else "--rewarmup")
+    ws.rewarmup_all = bool(rw_all) and ws.rewarmup is not None
+    return ws
+
+
+# ----------------------------------------------------------------------------- per-axis plan
+def both_copy_alpha(n: int, n_new: int) -> float:
+    """SPARKLING eq. 16: fan-in factor when both sides of the new channels are copies."""
+    c = (n_new - n) / n
+    return 1.0 / math.sqrt(1.0 + 3.0 * c) if c <= 1 else 1.0 / (1.0 + c)
+
+
+@dataclass
+class AxisPlan:
+    axis: str
+    old: int
+    new: int
+    src: torch.Tensor  # (new,) old channel each new index copies (identity on the first `old`)
+    col_scale: torch.Tensor  # (new,) factor on each fan-in column after expansion
+    tied_scale: float  # the same factor for a tied head, which cannot take per-column splits
+
+    @property
+    def grows(self) -> bool:
+        return self.new > self.old
+
+
+def plan_axis(axis: str, old: int, new: int, ws: WidthSpec, gen: torch.Generator) -> AxisPlan:
+    src = torch.arange(new) % old
+    mult = torch.bincount(src, minlength=old).double()  # copy-group size of every old channel
+    m = mult[src]
+    both_copy = ws.init_out == "copy" and ws.init_in == "copy"
+    if both_copy:
+        frac = 1.0 / m  # even split of a group's fan-in weight
+        if ws.split != "even":
+            r = torch.full((old,), 1.0 / 3.0, dtype=torch.float64) if ws.split == "1:2" else \
+                0.1 + 0.4 * torch.rand(old, generator=gen, dtype=torch.float64)
+            is_src = torch.arange(new) < old
+            frac = torch.where(m > 1, torch.where(is_src, r[src], (1 - r[src]) / (m - 1)), frac)
+        if ws.preserve == "exact":
+            col, tied = frac, 1.0 / float(m.max())
+        elif ws.preserve == "rms":
+            a = both_copy_alpha(old, new)
+            col, tied = a * m * frac, a
+        else:
+            col, tied = m * frac, 1.0
+    else:
+        a = 1.0
+        if ws.preserve == "rms" or (ws.preserve == "exact" and axis == "hidden" and ws.init_out == "zero"):
+            a = math.sqrt(old / new)
+        col, tied = torch.full((new,), a, dtype=torch.float64), a
+    return AxisPlan(axis, old, new, src, col.float(), float(tied))
+
+
+def check_exact(ws: WidthSpec, plans: dict[str, AxisPlan]) -> None:
+    """`exact` preservation is only offered where a function-preserving choice exists."""
+    pair = f"{ws.init_out},{ws.init_in}"
+    for axis, plan in plans.items():
+        if not plan.grows:
+            continue
+        if axis == "hidden":
+            if ws.init_out == "zero":
+                continue
+            if ws.init_out == "copy" and ws.init_in in ("copy", "zero"):
+                if plan.new % plan.old:
+                    raise ConfigError(f"--preserve exact with --init {pair} needs width.hidden ({plan.new}) to be a "
+                                      f"multiple of d_model ({plan.old}) so RMSNorm sees the same RMS "
+                                      "(valid: a multiple, or --init zero,<any>, or --preserve rms)")
+                continue
+        elif ws.init_in == "zero" or ws.init_out == "zero" or (ws.init_out, ws.init_in) == ("copy", "copy"):
+            continue
+        raise ConfigError(f"--preserve exact with --init {pair} on width.{axis} (valid: exact needs copy,copy or "
+                          "a zero side; use --preserve rms or none for this init)")
+
+
+# ----------------------------------------------------------------------------- tensor growth
+def _random_like(old: torch.Tensor, shape, gen: torch.Generator, fallback_std: float) -> torch.Tensor:
+    std = float(old.float().std()) if old.numel() > 1 else 0.0
+    std = std if std > 0 else fallback_std
+    return torch.randn(shape, generator=gen, dtype=torch.float32).to(old.dtype) * std
+
+
+def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: WidthSpec, gen: torch.Generator,
+                init_std: float) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """Expand `old` along each grown dim per its role. Returns (new tensor, copy_source dims)."""
+    t = old.detach().clone()
+    copy_source: dict[int, torch.Tensor] = {}
+    for dim, (axis, role) in sorted(roles.items()):
+        plan = plans.get(axis)
+        if plan is None or not plan.grows:
+            continue
+        n_add = plan.new - plan.old
+        kind = ws.init_in if role == "in" else ws.init_out
+        if role == "gate" and kind == "zero":
+            kind = "random"  # never zero both SwiGLU sides of a new unit: the up side carries the zero
+        if role == "gain" and kind != "copy":
+            kind = "sample"  # gains keep their distribution: draw from the old gains
+        shape = list(t.shape)
+        shape[dim] = n_add
+        if kind == "copy":
+            tail = t.index_select(dim, plan.src[plan.old:])
+            copy_source[dim] = plan.src.clone()
+        elif kind == "random":
+            tail = _random_like(old, shape, gen, init_std)
+        elif kind == "sample":
+            tail = t.index_select(dim, torch.randint(0, plan.old, (n_add,), generator=gen))
+        else:
+            tail = torch.zeros(shape, dtype=t.dtype)
+        t = torch.cat([t, tail], dim=dim)
+        if role == "in":
+            view = [1] * t.ndim
+            view[dim] = -1
+            t = t * plan.col_scale.to(t.dtype).view(view)
+            if ws.perturb and ws.init_out == "copy" and ws.init_in == "copy":
+                t = t + _zero_sum_perturbation(t, dim, plan, ws.perturb * float(old.float().std()), gen)
+    return t, copy_source
+
+
+def _zero_sum_perturbation(t: torch.Tensor, dim: int, plan: AxisPlan, std: float, gen) -> torch.Tensor:
+    """Noise that sums to zero over every copy group along `dim`: copies see equal inputs, so it cancels."""
+    eps = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.dtype) * std
+    mult = torch.bincount(plan.src, minlength=plan.old).to(t.dtype)
+    group_sum = torch.zeros_like(eps.narrow(dim, 0, plan.old)).index_add_(dim, plan.src, eps)
+    view = [1] * t.ndim
+    view[dim] = -1
+    mean = (group_sum / mult.view(view)).index_select(dim, plan.src)
+    return eps - mean
+
+
+# ----------------------------------------------------------------------------- the grower
+def _check_model(model, cfg: RunConfig, ws: WidthSpec) -> None:
+    m = cfg.model
+    if m.arch != "transformer":
+        raise ConfigError(f"model.arch={m.arch!r} for width growth (valid: transformer)")
+    if m.projection.kind != "linear":
+        raise ConfigError(f"model.projection.kind={m.projection.kind!r} for width growth (valid: linear; grow "
+                          "Nexus-Rank / Pattention with their own families)")
+    if m.mixing.anchor != "none":
+        raise ConfigError(f"model.mixing.anchor={m.mixing.anchor!r} for width growth (valid: none)")
+    if ws.expert_inner and not m.moe.n_experts:
+        raise ConfigError(f"width.expert_inner={ws.expert_inner} on a dense model (valid: only when "
+                          "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
+    if ws.ffn and m.moe.n_experts:
+        raise ConfigError(f"width.ffn={ws.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
+
+
+def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
+    from ..models import build_model
+    from ..models.moe import expert_hidden
+
+    ws = parse_spec(spec)
+    _check_model(model, cfg, ws)
+    m = cfg.model
+    current = {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
+    targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
+    for axis, new in targets.items():
+        if new < current[axis]:
+            raise ConfigError(f"width.{axis}={new} is smaller than the current size {current[axis]} "
+                              f"(valid: >= {current[axis]}; width growth never shrinks)")
+    if not any(new > current[a] for a, new in targets.items()):
+        raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
+                          "(valid: give --width.hidden/--width.ffn/--width.expert_inner larger than now)")
+    if ws.init_out == "zero" and ws.init_in == "zero":
+        raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
+                          "exactly zero gradient forever)")
+    gen = torch.Generator().manual_seed(ws.seed)
+    plans = {a: plan_axis(a, current[a], new, ws, gen) for a, new in targets.items() if new > current[a]}
+    if ws.preserve == "exact":
+        check_exact(ws, plans)
+
+    new_mcfg = copy.deepcopy(m)
+    new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
+    new_mcfg.ffn_hidden = targets.get("ffn", m.ffn)  # explicit: the default would follow d_model
+    if m.moe.n_experts:
+        new_mcfg.moe.expert_hidden = targets.get("expert_inner", current["expert_inner"])
+    new_mcfg.d_model = targets.get("hidden", m.d_model)
+    if "hidden" in plans and m.tie_embeddings:
+        new_mcfg.logit_scale = m.logit_scale * plans["hidden"].tied_scale
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ws.seed)
+        new_model = build_model(new_mcfg)
+    old_params = dict(model.named_parameters())
+    maps: dict[str, ParamMap] = {}
+    with torch.no_grad():
+        for name, p in new_model.named_parameters():
+            if name not in old_params:
+                raise ConfigError(f"width growth: parameter {name!r} has no counterpart in the source model")
+            old = old_params[name]
+            roles = roles_of(name)
+            grown_dims = {d: r for d, r in roles.items() if r[0] in plans}
+            if not grown_dims:
+                if tuple(old.shape) != tuple(p.shape):
+                    raise ConfigError(f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
+                                      f"{tuple(p.shape)} (valid: a standard transformer/MoE model)")
+                p.copy_(old)
+                maps[name] = ParamMap(old_name=name)
+                continue
+            new_t, copy_source = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
+            if tuple(new_t.shape) != tuple(p.shape):
+                raise ConfigError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
+                                  f"config implies {tuple(p.shape)}")
+            p.copy_(new_t)
+            maps[name] = ParamMap(old_name=name, old_slices=tuple(slice(0, s) for s in old.shape),
+                                  copy_source=copy_source or None)
+    new_model.to(next(model.parameters()).device)
+
+    record = {"axes": {a: [pl.old, pl.new] for a, pl in plans.items()}, "init": [ws.init_out, ws.init_in],
+              "preserve": ws.preserve, "split": ws.split, "perturb": ws.perturb, "seed": ws.seed,
+              "fan_in_scale": {a: round(float(pl.col_scale.mean()), 6) for a, pl in plans.items()},
+              "rewarmup": ws.rewarmup, "rewarmup_all": ws.rewarmup_all}
+    report = {"grown": ", ".join(f"{a} {pl.old}->{pl.new}" for a, pl in plans.items()),
+              "init (fan-out,fan-in)": f"{ws.init_out},{ws.init_in}", "preserve": ws.preserve,
+              "fan-in factor": ", ".join(f"{a}: {float(pl.col_scale.mean()):.4f}" for a, pl in plans.items())}
+    if ws.init_out == "zero" and any(r[1] == "gate" for n in maps for r in roles_of(n).values()):
+        report["note"] = "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train"
+    if "hidden" in plans and m.tie_embeddings:
+        report["logit_scale"] = new_mcfg.logit_scale
+    if ws.rewarmup:
+        report["rewarmup"] = f"rho={ws.rewarmup['rho']} tau={ws.rewarmup['tau']}" + (" (all parameters)" if ws.rewarmup_all else "")
+    try:
+        from .diagnostics import rms_ratio_report
+
+        report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
+    except ImportError:  # diagnostics module absent: growth itself does not depend on it
+        pass
+    return GrowthResult(model=new_model, model_cfg=new_mcfg, param_maps=maps, record=record, report=report)
+
+
+register_grower("width")(grow_width)
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_cli_args(parser) -> None:
+    g = parser.add_argument_group("width growth (SPARKLING)")
+    g.add_argument("--width.hidden", dest="width_hidden", type=int, default=0, metavar="N", help="new hidden size d_model")
+    g.add_argument("--width.ffn", dest="width_ffn", type=int, default=0, metavar="N", help="new dense FFN inner size")
+    g.add_argument("--width.expert_inner", dest="width_expert_inner", type=int, default=0, metavar="N",
+                   help="new MoE expert inner size")
+    g.add_argument("--init", dest="width_init", default="copy,copy", metavar="OUT,IN",
+                   help="fan-out,fan-in init of new channels: copy|random|zero each (default copy,copy)")
+    g.add_argument("--preserve", dest="width_preserve", default="rms", metavar="MODE",
+                   help="rms (SPARKLING scaling, default) | exact (function preserving) | none (naive)")
+    g.add_argument("--split", dest="width_split", default="even", metavar="S",
+                   help="copy-copy fan-in split: even | 1:2 | random (r in [0.1,0.5]) (heuristic baselines)")
+    g.add_argument("--perturb", dest="width_perturb", type=float, default=0.0, metavar="STD",
+                   help="symmetric +-perturbation of copied fan-in columns, std relative to the weights (baseline)")
+    g.add_argument("--width-seed", dest="width_seed", type=int, default=0, help="seed of random init / splits")
+    g.add_argument("--rewarmup", dest="width_rewarmup", default=None, metavar="RHO,TAU",
+                   help="asymmetric re-warmup of the new entries, e.g. 1.3,250 (SPARKLING defaults)")
+    g.add_argument("--rewarmup-all", dest="width_rewarmup_all", default=None, metavar="RHO,TAU",
+                   help="baseline: the same re-warmup for every parameter")
+
+
+def spec_from_args(args) -> dict | None:
+    if not (getattr(args, "width_hidden", 0) or getattr(args, "width_ffn", 0) or getattr(args, "width_expert_inner", 0)):
+        return None
+    spec = {"family": "width", "init": args.width_init, "preserve": args.width_preserve, "split": args.width_split,
+            "perturb": args.width_perturb, "seed": args.width_seed}
+    for axis in AXES:
+        if getattr(args, f"width_{axis}"):
+            spec[axis] = getattr(args, f"width_{axis}")
+    if args.width_rewarmup:
+        spec["rewarmup"] = args.width_rewarmup
+    if args.width_rewarmup_all:
+        spec["rewarmup_all"] = args.width_rewarmup_all
+    parse_spec(spec)  # fail on bad flags before touching the checkpoint
+    return spec

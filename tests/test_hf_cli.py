@@ -1,0 +1,129 @@
+"""`nexus import` / `nexus export` end to end, and the tokenizers that travel with HF checkpoints."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+import transformers
+from hf_helpers import VOCAB, load_hf, max_diff, tiny_hf, token_batch
+
+import nexus
+from nexus.checkpoint import save_checkpoint
+from nexus.cli import main
+from nexus.config import ModelConfig, RunConfig
+from nexus.data.tokenizer import BPETokenizer
+from nexus.hf import import_hf
+from nexus.hf.tokenizer import HFTokenizer
+from nexus.models import build_model
+
+TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, hello nexus", "pack my box with five dozen jugs"] * 5
+SAMPLE = "hello quick fox, pack the box"
+
+
+def hf_style_tokenizer(specials: list[str]):
+    """A tiny byte-level BPE trained here, with the special tokens a HF checkpoint would carry."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 30, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=sorted(set("".join(TEXTS))))
+    tok.train_from_iterator(TEXTS, trainer)
+    assert tok.get_vocab_size() <= VOCAB
+    return tok
+
+
+@pytest.fixture
+def hf_dir(tmp_path):
+    """A Qwen2-style checkpoint with an HF tokenizer whose end token is <|endoftext|> (not nexus's <eos>)."""
+    d = tmp_path / "hf"
+    tiny_hf("qwen2", seed=21).save_pretrained(d)
+    hf_style_tokenizer(["<|endoftext|>", "<|im_start|>"]).save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+        "pad_token": {"content": "<|endoftext|>", "special": True}, "chat_template": "{{ messages }}"}))
+    return d
+
+
+def test_cli_import_then_export_keeps_logits_and_tokenizer(tmp_path, hf_dir, capsys):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "exported"
+    assert main(["import", "--hf", str(hf_dir), "--out", str(ckpt), "--verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "imported Qwen2ForCausalLM" in printed and "max |logit difference|" in printed
+
+    ref_hf = load_hf(hf_dir)
+    ref_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    model = nexus.load(ckpt)
+    assert isinstance(model.tokenizer, HFTokenizer)
+    assert model.tokenizer.encode(SAMPLE) == ref_tok(SAMPLE)["input_ids"]
+    assert model.tokenizer.eos_id == ref_tok.eos_token_id
+    ids = token_batch(seed=9)
+    with torch.no_grad():
+        assert max_diff(model(ids).logits, ref_hf(ids).logits) < 1e-5
+
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["architecture"] == "Qwen2ForCausalLM" and res["tokenizer"] == "tokenizer.json"
+    back = load_hf(out)
+    back_tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    with torch.no_grad():
+        assert max_diff(back(ids).logits, ref_hf(ids).logits) < 1e-5
+    assert back_tok(SAMPLE)["input_ids"] == ref_tok(SAMPLE)["input_ids"]
+    assert back_tok.eos_token == "<|endoftext|>" and back_tok.chat_template == "{{ messages }}"
+    assert back.config.eos_token_id == ref_tok.eos_token_id
+
+
+def test_tokenizer_with_nexus_specials_is_a_plain_bpe_tokenizer(tmp_path):
+    tiny_hf("llama", seed=1).save_pretrained(tmp_path)
+    hf_style_tokenizer(["<bos>", "<eos>", "<pad>"]).save(str(tmp_path / "tokenizer.json"))
+    model, cfg = import_hf(tmp_path)
+    assert type(model.tokenizer) is BPETokenizer
+    assert model.tokenizer.eos_id == model.tokenizer.tok.token_to_id("<eos>")
+
+
+def test_checkpoint_without_tokenizer_uses_bytes(tmp_path, capsys):
+    tiny_hf("llama", seed=1).save_pretrained(tmp_path / "hf")
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ck"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["tokenizer"] == "byte" and any("byte tokenizer" in n for n in res["notes"])
+    assert nexus.load(tmp_path / "ck").tokenizer.kind == "byte"
+
+
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    assert main(["import", "--hf", str(tmp_path / "nope"), "--out", str(tmp_path / "ck")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--hf=" in err
+    assert not (tmp_path / "ck").exists()
+
+    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64))
+    cfg.model.attention.gate = "headwise"
+    cfg.data.seq_len = 32
+    save_checkpoint(tmp_path / "gated", build_model(cfg.model), cfg)
+    assert main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "hf", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.attention" in err
+    assert not (tmp_path / "o").exists()
+
+    with pytest.raises(SystemExit) as e:
+        main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "onnx", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2  # argparse rejects an unknown --format with exit code 2
+
+
+def test_ternary_format_without_exporter_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nexus.models.ternary_export", None)  # import now raises ImportError
+    assert main(["export", "--checkpoint", str(tmp_path), "--format", "ternary", "--out", str(tmp_path / "t.bin")]) == 2
+    assert "--format=ternary is not available" in capsys.readouterr().err
+
+
+def test_ternary_format_dispatches_to_exporter(tmp_path, capsys, monkeypatch):
+    calls = []
+    fake = type(sys)("nexus.models.ternary_export")
+    fake.export_ternary = lambda ckpt, out: calls.append((ckpt, out)) or {"file": out, "bytes": 123}
+    monkeypatch.setitem(sys.modules, "nexus.models.ternary_export", fake)
+    assert main(["export", "--checkpoint", str(tmp_path / "c"), "--format", "ternary", "--out", str(tmp_path / "t.bin"),
+                 "--json"]) == 0
+    assert calls == [(str(tmp_path / "c"), str(tmp_path / "t.bin"))]
+    assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "t.bin"), "bytes": 123}
