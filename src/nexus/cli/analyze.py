@@ -1,13 +1,223 @@
-"""`nexus analyze`: placeholder parser; the implementing issue replaces this module."""
+"""`nexus analyze KIND`: analyses of a checkpoint (or of a preset's freshly initialized model).
+
+    nexus analyze attention --checkpoint runs/exo-e-tiny/checkpoint
+    nexus analyze params --preset exo-dynamic-e-450m
+
+Each kind writes `<kind>.json` (the numbers) and PNG plots into --out (default
+runs/analysis/<name>/<kind>), through a temporary directory renamed into place.
+
+To add a kind, add one `Analysis` line to ANALYSES naming a function
+`fn(src: AnalysisSource, out_dir: Path, args) -> dict`; the dict is the JSON written and printed.
+"""
 from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common import positive_int
+
+
+@dataclass(frozen=True)
+class Analysis:
+    target: str  # "module:function" imported only when this kind runs
+    help: str  # one line shown by `nexus analyze --help`
+
+
+ANALYSES: dict[str, Analysis] = {
+    "attention": Analysis("nexus.cli.analyze:attention_kind",
+                          "per-layer attention entropy, first-token sink share, gate activation (+ higher-order maps)"),
+    "mixing": Analysis("nexus.cli.analyze:mixing_kind", "lambda1/lambda2 heatmaps per component, layer and channel/head"),
+    "representations": Analysis("nexus.cli.analyze:representations_kind",
+                                "cross-layer cosine, token-token similarity, effective rank, anchor removal"),
+    "params": Analysis("nexus.cli.analyze:params_kind", "parameter counts (no weights allocated)"),
+    "flops": Analysis("nexus.cli.analyze:flops_kind", "forward/training FLOPs per token by top-level module"),
+}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("analyze", help="(in progress)")
+    kinds = "\n".join(f"  {k:<16} {a.help}" for k, a in ANALYSES.items())
+    import argparse
+
+    p = sub.add_parser("analyze", help="analyses of a checkpoint or preset (attention, mixing, representations, ...)",
+                       description=f"Analyses; each writes <kind>.json and PNG plots.\n\nkinds:\n{kinds}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kind", metavar="KIND", help=f"one of: {', '.join(ANALYSES)}")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
+    src.add_argument("--preset", metavar="NAME", help="analyse a preset's freshly initialized model (overrides allowed)")
+    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
+    p.add_argument("--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model")
+    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
+    p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
-def run(args, extra) -> int:
+class AnalysisSource:
+    """Where the model comes from: a checkpoint (weights + tokenizer) or a preset (random init)."""
+
+    def __init__(self, args, extra: list[str]):
+        from ..config import ConfigError, parse_overrides
+
+        self.args = args
+        if args.checkpoint:
+            from ..checkpoint import read_config
+
+            self.cfg = read_config(args.checkpoint)
+            path = Path(args.checkpoint)
+            self.name = path.parent.name if path.name == "checkpoint" else path.name
+        else:
+            from ..presets import get_preset
+
+            if not args.preset:
+                raise ConfigError("nexus analyze needs --checkpoint DIR or --preset NAME (valid: one of them)")
+            self.cfg = get_preset(args.preset)
+            self.name = args.preset
+        parse_overrides(self.cfg, extra)
+        if args.seq_len:
+            self.cfg.data.seq_len = args.seq_len
+        self.cfg.validate()
+        self._model = self._tok = None
+
+    def model(self):
+        if self._model is None:
+            if self.args.checkpoint:
+                from ..checkpoint import load_checkpoint
+
+                self._model, ckpt_cfg, self._tok = load_checkpoint(self.args.checkpoint)
+                self.cfg.model = ckpt_cfg.model
+            else:
+                import torch
+
+                from ..models import build_model
+
+                torch.manual_seed(self.cfg.train.seed)
+                self._model = build_model(self.cfg.model)
+            self._model.eval()
+        return self._model
+
+    def batches(self) -> list:
+        from ..config import ConfigError
+        from ..data.loader import DataModule
+
+        model = self.model()
+        data = DataModule(self.cfg.data, seed=self.cfg.train.seed, tokenizer=self._tok)
+        if data.vocab_size > model.cfg.vocab_size:
+            raise ConfigError(f"data.tokenizer gives {data.vocab_size} tokens but model.vocab_size="
+                              f"{model.cfg.vocab_size} (valid: the tokenizer the model was built for)")
+        return list(data.val_batches(self.args.batches, self.args.batch_size))
+
+
+def resolve(kind: str):
     from ..config import ConfigError
 
-    raise ConfigError("`nexus analyze` is not implemented yet in this build")
+    if kind not in ANALYSES:
+        raise ConfigError(f"KIND={kind!r} (valid: {'|'.join(ANALYSES)})")
+    module, fn = ANALYSES[kind].target.split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def run(args, extra) -> int:
+    from ..checkpoint import atomic_dir_write
+
+    fn = resolve(args.kind)
+    src = AnalysisSource(args, extra)
+    out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
+    result: dict = {}
+
+    def write(tmp: Path) -> None:
+        result.update(fn(src, tmp, args))
+        (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
+
+    atomic_dir_write(out, write)
+    if args.json:
+        print(json.dumps({"kind": args.kind, "out": str(out), **result}))
+    else:
+        print(summarize(args.kind, result))
+        print(f"wrote {out}/{args.kind}.json" + (f" and {len(result.get('plots', []))} PNG plots" if result.get("plots") else ""))
+    return 0
+
+
+def summarize(kind: str, result: dict) -> str:
+    """A short human-readable table of the main numbers."""
+    def fmt(v):
+        return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    if kind == "attention":
+        rows = ["layer  entropy  sink_share  gate_act"]
+        for i, l in enumerate(result["layers"]):
+            rows.append(f"{l:>5}  {fmt(result['entropy'][i]):>7}  {fmt(result['sink_share'][i]):>10}  "
+                        f"{fmt(result['gate_activation'][i]):>8}")
+        return "\n".join(rows)
+    if kind == "representations":
+        rows = ["layer  token_sim  eff_rank"]
+        for i, l in enumerate(result["layers"]):
+            rows.append(f"{l:>5}  {fmt(result['token_similarity'][i]):>9}  {fmt(result['effective_rank'][i]):>8}")
+        rem = result.get("anchor_removal", {})
+        if rem.get("available"):
+            rows.append(f"anchor removal: val loss {rem['loss_before']:.4f} -> {rem['loss_after']:.4f}, final-layer token "
+                        f"similarity {rem['token_similarity_before'][-1]:.3f} -> {rem['token_similarity_after'][-1]:.3f}")
+        return "\n".join(rows)
+    if kind == "mixing":
+        if not result["components"]:
+            return "no anchor mixing in this model (model.mixing.anchor is none)"
+        rows = ["component  layer  mean(lambda1)  mean(lambda2)"]
+        for c, d in result["components"].items():
+            for i, l in enumerate(d["layers"]):
+                a, b = d["anchor"][i], d["current"][i]
+                rows.append(f"{c:>9}  {l:>5}  {sum(a) / len(a):>13.4f}  {sum(b) / len(b):>13.4f}")
+        return "\n".join(rows)
+    return "\n".join(f"{k}: {fmt(v)}" for k, v in result.items() if not isinstance(v, (dict, list)))
+
+
+# ----------------------------------------------------------------------------- kinds
+def attention_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
+    from ..analysis.attention_stats import attention_statistics, plot_attention_statistics
+
+    model, batches = src.model(), src.batches()
+    stats = attention_statistics(model, batches)
+    stats["plots"] = plot_attention_statistics(stats, out_dir)
+    if model.cfg.attention.order > 1:  # higher-order attention: the Nexus paper's outer/inner maps
+        try:
+            from ..analysis.attention_maps import write_attention_maps
+        except ImportError:
+            write_attention_maps = None
+        if write_attention_maps is not None:
+            stats["attention_maps"] = write_attention_maps(model, batches[0][0], out_dir)
+    return stats
+
+
+def mixing_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
+    from ..analysis.attention_stats import mixing_coefficients, plot_mixing_coefficients
+
+    coefs = mixing_coefficients(src.model())
+    return {"anchor": src.cfg.model.mixing.anchor, "granularity": src.cfg.model.mixing.granularity,
+            "components": coefs, "plots": plot_mixing_coefficients(coefs, out_dir)}
+
+
+def representations_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
+    from ..analysis.representations import anchor_removal, plot_representations, representation_statistics
+
+    model, batches = src.model(), src.batches()
+    stats = representation_statistics(model, batches)
+    stats["anchor_removal"] = anchor_removal(model, batches)
+    stats["plots"] = plot_representations(stats, stats["anchor_removal"], out_dir)
+    return stats
+
+
+def params_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
+    from ..analysis.accounting import param_count_for_config
+
+    return param_count_for_config(src.cfg.model)
+
+
+def flops_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
+    from ..analysis.accounting import build_on_meta
+    from ..analysis.flops import flops_breakdown
+
+    seq = src.cfg.data.seq_len
+    parts = flops_breakdown(build_on_meta(src.cfg.model), seq)
+    return {"seq_len": seq, "forward_flops_per_token": parts["total"], "train_flops_per_token": 3 * parts["total"],
+            "breakdown": parts}

@@ -15,6 +15,11 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     p.add_argument("--task", choices=["mqar", "khop", "induction"], default=None,
                    help="accuracy on a synthetic task instead of perplexity (options from the run's data.synthetic)")
+    p.add_argument("--lm-eval", default=None, metavar="TASKS",
+                   help="comma-separated lm-evaluation-harness tasks instead of perplexity (needs `pip install 'nexus[eval]'`)")
+    p.add_argument("--lm-eval-include", default=None, metavar="DIR", help="directory of local lm-eval task YAMLs (works offline)")
+    p.add_argument("--lm-eval-limit", type=positive_int("--lm-eval-limit"), default=None, help="at most N examples per task")
+    p.add_argument("--lm-eval-fewshot", type=int, default=None, metavar="K", help="few-shot examples per prompt (task default)")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -39,6 +44,8 @@ def run(args, extra) -> int:
     from ..checkpoint import load_checkpoint
     from ..config import parse_overrides
 
+    if args.lm_eval:
+        return _run_lm_eval(args)
     model, cfg, tok = load_checkpoint(args.checkpoint)
     data_overrides = [a for a in extra]
     parse_overrides(cfg, data_overrides)  # e.g. --data.source other.txt to evaluate on other text
@@ -55,4 +62,22 @@ def run(args, extra) -> int:
         print(json.dumps(res))
     else:
         print(f"validation loss {res['val_loss']:.4f} | perplexity {res['val_ppl']:.2f} | {res['tokens']} tokens")
+    return 0
+
+
+def _run_lm_eval(args) -> int:
+    """lm-eval tasks through nexus.eval.lm_eval_adapter; unknown tasks fail before the model loads."""
+    from ..checkpoint import load_checkpoint
+    from ..eval.lm_eval_adapter import NexusLM, evaluate_tasks, task_manager
+
+    tasks = [t for t in args.lm_eval.split(",") if t.strip()]
+    tm = task_manager(tasks, args.lm_eval_include)
+    model, _, tok = load_checkpoint(args.checkpoint)
+    res = evaluate_tasks(NexusLM(model, tok, batch_size=args.batch_size), tasks, limit=args.lm_eval_limit,
+                         num_fewshot=args.lm_eval_fewshot, tm=tm)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        for task, metrics in res.items():
+            print(f"{task}: " + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
     return 0

@@ -42,9 +42,9 @@ def train_flops_per_token(model_cfg: ModelConfig, seq_len: int) -> tuple[float, 
         from ..analysis import flops as analytic
     except ImportError:
         analytic = None
-    fn = getattr(analytic, "forward_flops_per_token", None) if analytic is not None else None
+    fn = getattr(analytic, "train_flops_per_token", None) if analytic is not None else None
     if fn is not None:
-        return 3.0 * float(fn(model_cfg, seq_len)), "nexus.analysis.flops (3 x forward)"
+        return float(fn(model_cfg, seq_len)), "nexus.analysis.flops (analytic, 3 x forward)"
     return 6.0 * active_params(model_cfg), FALLBACK_SOURCE
 
 

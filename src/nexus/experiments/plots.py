@@ -28,7 +28,8 @@ def plot_progressive(r: dict, out_dir: Path) -> list[str]:
             vc = run["val_curve"]
             label = f"{name} ({r['method']})" if name == "grown" else f"scratch {r['large']['shape']}"
             ax.plot([p[xkey] for p in vc], [p["val_loss"] for p in vc], "o-", color=color, ms=3, label=label + " val")
-        ax.axvline(grow_x, color="tab:red", ls="--", lw=1, label=f"growth {r['small']['shape']} -> {r['large']['shape']}")
+        what = ", ".join(c.split(".")[-1] for c in r.get("growth_changes", [])[:2]) or f"{r['small']['shape']} -> {r['large']['shape']}"
+        ax.axvline(grow_x, color="tab:red", ls="--", lw=1, label=f"growth ({what})")
         ax.axhline(r["target_val_loss"], color="tab:gray", ls=":", lw=1)
         hit = r["grown_flops_to_target"] if xkey == "flops" else r["grown_tokens_to_target"]
         if hit is not None:

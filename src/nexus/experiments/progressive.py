@@ -36,18 +36,21 @@ class Method:
 
 
 # One line per method: name, family, small preset, spec, what it is, small-model overrides, needs.
-# The quick defaults (`nexus experiment progressive`) use the baseline-tiny shape, half width.
-_HALF_WIDTH = {"model.d_model": 64, "model.n_heads": 4}
+# The quick defaults (`nexus experiment progressive`) grow a half-width baseline-tiny (d_model 64, 4 heads
+# of 32) into the baseline-tiny width (d_model 128, FFN 352); re-warmup tau is scaled to ~300-step runs.
+_HALF_WIDTH = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
+_WIDTH_NEEDS = (("model.arch", "transformer", "width growth needs a transformer"),
+                ("model.projection.kind", "linear", "width growth needs linear projections"))
+_WIDTH = {"hidden": 128, "ffn": 352}
 METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("sparkling", "width", "baseline-tiny", {"axis": "hidden", "factor": 2, "init": "copy", "preserve": "rms"},
-           "SPARKLING width growth 64->128 (copy init, RMS-preserving rescale, asymmetric state)", _HALF_WIDTH,
-           (("model.arch", "transformer", "width growth needs a transformer"),)),
-    Method("sparkling-random", "width", "baseline-tiny", {"axis": "hidden", "factor": 2, "init": "random", "preserve": "rms"},
-           "SPARKLING width growth 64->128, random init of the new channels", _HALF_WIDTH,
-           (("model.arch", "transformer", "width growth needs a transformer"),)),
-    Method("naive-copy", "width", "baseline-tiny", {"axis": "hidden", "factor": 2, "init": "copy", "preserve": "none"},
-           "width 64->128 by copying channels, no rescale (the naive baseline)", _HALF_WIDTH,
-           (("model.arch", "transformer", "width growth needs a transformer"),)),
+    Method("sparkling", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "rms", "rewarmup": "1.3,30"},
+           "SPARKLING width growth d 64->128, FFN 192->352 (copy init, RMS-preserving, asymmetric state, re-warmup)",
+           _HALF_WIDTH, _WIDTH_NEEDS),
+    Method("sparkling-random", "width", "baseline-tiny", {**_WIDTH, "init": "random,random", "preserve": "rms", "rewarmup": "1.3,30"},
+           "SPARKLING width growth d 64->128, FFN 192->352, random init of the new channels", _HALF_WIDTH, _WIDTH_NEEDS),
+    Method("naive-copy", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "none"},
+           "width d 64->128, FFN 192->352 by copying channels, no rescale, no re-warmup (naive baseline)",
+           _HALF_WIDTH, _WIDTH_NEEDS),
     Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
            "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
            {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
@@ -56,6 +59,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
            {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
            (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
+    Method("retrofit-ho", "retrofit", "baseline-tiny", {"kind": "higher-order", "mode": "lossless", "order": 2},
+           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {},
+           (("model.arch", "transformer", "a higher-order retrofit needs attention layers"),)),
 ]}
 DEFAULT_METHOD = "sparkling"
 
@@ -181,7 +187,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     grown.train.grow_at, grown.train.growth = grow_step, spec
     scratch = copy.deepcopy(small)
     scratch.model = copy.deepcopy(target_model)
-    _reset_growth_only_fields(scratch.model)
+    _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
     for name, cfg in (("grown", grown), ("scratch", scratch)):
         cfg.train.out_dir = str(out_dir / name)
@@ -193,14 +199,18 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
             "configs": {"grown": grown.to_dict(), "scratch": scratch.to_dict()}}
 
 
-def _reset_growth_only_fields(model_cfg) -> None:
-    """frozen_* fields pin pre-growth scales (set by growth); a model trained from scratch uses its own."""
+def _reset_growth_only_fields(model_cfg, small_model_cfg) -> None:
+    """Fields that growth sets only to preserve the old function (frozen_* scales, the tied-head
+    logit_scale, an adjusted norm_eps): a model trained from scratch uses its natural values."""
     import dataclasses
 
     proj = model_cfg.projection
     for f in dataclasses.fields(proj):
         if f.name.startswith("frozen_") or f.name.endswith("_frozen_n"):
             setattr(proj, f.name, f.default)
+    if hasattr(model_cfg, "logit_scale"):
+        model_cfg.logit_scale = type(model_cfg)().logit_scale
+    model_cfg.norm_eps = small_model_cfg.norm_eps
 
 
 def _check_same_plan(out_dir: Path, plan: dict) -> None:

@@ -11,8 +11,11 @@ from .runs import read_done
 
 def eq29(n_small: float, n_large: float, d_e: float, d: float) -> dict:
     """SPARKLING eq. 29 via nexus.analysis.compute (owned by the SPARKLING engineer)."""
-    from ..analysis.compute import flops_saved
-
+    try:
+        from ..analysis.compute import flops_saved
+    except ImportError:  # TEMPORARY until analysis/compute.py lands (owned by the SPARKLING engineer)
+        c_star, c_scratch = 6.0 * (n_small * d_e + n_large * (d - d_e)), 6.0 * n_large * d
+        return {"c_star": c_star, "c_scratch": c_scratch, "flops_saved": 1.0 - c_star / c_scratch}
     return dict(flops_saved(n_small=n_small, n_large=n_large, d_e=d_e, d=d))
 
 
@@ -20,6 +23,20 @@ def _model_summary(model_cfg: ModelConfig, seq_len: int) -> dict:
     fpt, source = train_flops_per_token(model_cfg, seq_len)
     return {"shape": f"{model_cfg.n_layers}x{model_cfg.d_model}", "active_params": active_params(model_cfg),
             "train_flops_per_token": fpt, "flops_source": source}
+
+
+def config_changes(before: ModelConfig, after: ModelConfig) -> list[str]:
+    """["projection.rank_m: 96 -> 192", ...]: what growth changed in the model config."""
+    from ..config import to_dict
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+        return out
+
+    a, b = flat(to_dict(before)), flat(to_dict(after))
+    return [f"{k}: {a.get(k)} -> {b[k]}" for k in b if a.get(k) != b[k]]
 
 
 def _with_flops(points: list[dict], segments: list[dict]) -> list[dict]:
@@ -62,17 +79,14 @@ def build_progressive_results(plan: dict, out_dir: Path) -> dict:
         "kind": "progressive", "method": plan["method"], "family": plan["family"], "description": plan["description"],
         "spec": plan["spec"], "seed": plan["seed"], "token_budget": g["tokens"], "grow_step": plan["grow_step"],
         "grow_at_tokens": d_e, "grow_at_flops": cumulative_flops(d_e, g["segments"]),
-        "small": small, "large": large, "runs": runs,
+        "small": small, "large": large, "growth_changes": config_changes(grown_cfg.model, scratch_cfg.model),
+        "runs": runs,
         "target_val_loss": target,
         "grown_flops_to_target": flops_to_target, "grown_tokens_to_target": tokens_to_target,
         "measured_flops_saved": None if flops_to_target is None else 1.0 - flops_to_target / s["total_flops"],
         "final_val_loss_gap": g["final_val_loss"] - target,
         "eq29": eq,
     }
-
-
-def _fmt_flops(x) -> str:
-    return "not reached" if x is None else f"{x:.3e}"
 
 
 def _pct(x) -> str:
@@ -93,6 +107,7 @@ def render_progressive_report(r: dict) -> str:
         f"{r['small']['train_flops_per_token']:.4g} training FLOPs/token",
         f"- target model {r['large']['shape']}: {r['large']['active_params']:,} active params, "
         f"{r['large']['train_flops_per_token']:.4g} training FLOPs/token",
+        f"- growth changed: {'; '.join(r['growth_changes']) or 'no config field (same shapes)'}",
         f"- FLOPs per token from: {r['large']['flops_source']}",
         "",
         "| run | final val loss | tokens | training FLOPs | wall time (s) |",
@@ -103,8 +118,7 @@ def render_progressive_report(r: dict) -> str:
         "## Compute to reach the from-scratch model's final validation loss",
         "",
         f"- target: scratch final val loss {r['target_val_loss']:.4f}",
-        f"- grown run reaches it after {_fmt_flops(r['grown_flops_to_target'])} FLOPs "
-        f"({_fmt_tokens(r['grown_tokens_to_target'])} tokens), interpolated linearly between evaluations",
+        _reach_line(r),
         f"- measured FLOPs saved: {_pct(r['measured_flops_saved'])} of the scratch run's {s['total_flops']:.3e} FLOPs",
         f"- final val loss gap (grown - scratch): {r['final_val_loss_gap']:+.4f}",
         "",
@@ -120,9 +134,12 @@ def render_progressive_report(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _reach_line(r: dict) -> str:
+    if r["grown_flops_to_target"] is None:
+        return "- the grown run never reaches it within the budget"
+    return (f"- the grown run reaches it after {r['grown_flops_to_target']:.3e} FLOPs "
+            f"({r['grown_tokens_to_target']:,.0f} tokens), interpolated linearly between evaluations")
+
+
 def _secs(x) -> str:
     return "-" if x is None else f"{x:.0f}"
-
-
-def _fmt_tokens(x) -> str:
-    return "never" if x is None else f"{x:,.0f}"

@@ -177,6 +177,12 @@ def plan_axis(axis: str, old: int, new: int, ws: WidthSpec, gen: torch.Generator
     mult = torch.bincount(src, minlength=old).double()  # copy-group size of every old channel
     m = mult[src]
     both_copy = ws.init_out == "copy" and ws.init_in == "copy"
+    # A tied head reads the new channels through the embedding's new columns, so its fan-in side is
+    # whatever the fan-out side is (copy -> both sides copied), with an even split (one shared matrix).
+    if ws.init_out == "copy":
+        tied = {"exact": 1.0 / float(m.max()), "rms": both_copy_alpha(old, new), "none": 1.0}[ws.preserve]
+    else:
+        tied = 1.0 if ws.preserve == "none" else math.sqrt(old / new)
     if both_copy:
         frac = 1.0 / m  # even split of a group's fan-in weight
         if ws.split != "even":
@@ -185,17 +191,16 @@ def plan_axis(axis: str, old: int, new: int, ws: WidthSpec, gen: torch.Generator
             is_src = torch.arange(new) < old
             frac = torch.where(m > 1, torch.where(is_src, r[src], (1 - r[src]) / (m - 1)), frac)
         if ws.preserve == "exact":
-            col, tied = frac, 1.0 / float(m.max())
+            col = frac
         elif ws.preserve == "rms":
-            a = both_copy_alpha(old, new)
-            col, tied = a * m * frac, a
+            col = both_copy_alpha(old, new) * m * frac
         else:
-            col, tied = m * frac, 1.0
+            col = m * frac
     else:
         a = 1.0
         if ws.preserve == "rms" or (ws.preserve == "exact" and axis == "hidden" and ws.init_out == "zero"):
             a = math.sqrt(old / new)
-        col, tied = torch.full((new,), a, dtype=torch.float64), a
+        col = torch.full((new,), a, dtype=torch.float64)
     return AxisPlan(axis, old, new, src, col.float(), float(tied))
 
 
@@ -323,6 +328,10 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
     new_mcfg.d_model = targets.get("hidden", m.d_model)
     if "hidden" in plans and m.tie_embeddings:
         new_mcfg.logit_scale = m.logit_scale * plans["hidden"].tied_scale
+    if "hidden" in plans and ws.preserve == "exact" and ws.init_out == "zero":
+        # zero new channels shrink mean(x^2) by n/n' while RMSNorm's eps stays: scale eps with it so the
+        # sqrt(n/n') fan-in factor undoes the normalisation exactly (the per-head QK-norm sees eps shrink too)
+        new_mcfg.norm_eps = m.norm_eps * plans["hidden"].old / plans["hidden"].new
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ws.seed)

@@ -81,6 +81,11 @@ class Attention(nn.Module):
             cache["k"], cache["v"] = k, v
         return sdpa_causal(q, k, v)
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """FLOPs protocol (analysis/flops.py): QK^T and AV, 2*hd*seq_len each per query head, counted as the
+        full square dense SDPA computes; the projections are child modules counted by the walker."""
+        return 2.0 * 2.0 * self.n_heads * self.head_dim * seq_len
+
     def output(self, o: torch.Tensor, parts: dict) -> torch.Tensor:
         """o (B,T,H,hd): apply the gate (after attention, before W_o) and the output projection."""
         if "g" in parts:

@@ -11,6 +11,8 @@ the "every weight is ternary" and "packed export gives identical logits" guarant
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -102,10 +104,31 @@ class BitLinear(nn.Linear):
         return ternarize_ste(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.prepare_input(x), self.quantized_weight(), self.bias)
+        w = self._held_weight if self._held_weight is not None else self.quantized_weight()
+        return F.linear(self.prepare_input(x), w, self.bias)
+
+    _held_weight: torch.Tensor | None = None  # set by hold_quantized_weights()
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", ternary=True, act_quant={self.act_quant}, input_norm={self.input_norm}"
+
+
+@contextlib.contextmanager
+def hold_quantized_weights(module: nn.Module):
+    """Quantize every BitLinear's weights once for the duration of the block.
+
+    A depth-recurrent model applies the same layers N_sup*T_inner times per forward; re-quantizing the
+    latent weights at every application would repeat identical work. The held tensor is the STE output,
+    so gradients from all applications still flow to the latent weights.
+    """
+    layers = [m for m in module.modules() if isinstance(m, BitLinear)]
+    for m in layers:
+        m._held_weight = m.quantized_weight()
+    try:
+        yield
+    finally:
+        for m in layers:
+            m._held_weight = None
 
 
 class PackedTernaryLinear(nn.Module):

@@ -184,6 +184,8 @@ class HigherOrderAttention(Attention):
         self._trace(self, self.order, set(), acc)
         acc["lin"] += _linear_flops(self.o_proj)
         seen_by_walker = sum(_linear_flops(m) for m in self.modules() if isinstance(m, nn.Linear))
+        if self.inner is not None:  # each inner Attention reports one attention call of its own
+            seen_by_walker += sum(m.flops_per_token(seq_len) for m in self.inner.values())
         core = 2 * 2 * self.n_heads * self.head_dim * seq_len
         return acc["attn"] * core + acc["lin"] - seen_by_walker
 

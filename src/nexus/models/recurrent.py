@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ConfigError, ModelConfig, RecurrentConfig
-from .bitlinear import BitLinear
+from .bitlinear import BitLinear, hold_quantized_weights
 from .layers import RMSNorm
 from .output import IGNORE_INDEX, LMOutput
 
@@ -175,7 +175,10 @@ class RecurrentLM(nn.Module):
         """labels[t] is the target of position t (already shifted). In training mode with labels, `loss`
         is the deep-supervision loss (CE summed, or averaged, over supervision steps) and `ce_loss` the
         CE of the final step; otherwise both are the final CE (what validation reports)."""
-        N, T = self.depth(n_sup, t_inner)
+        with hold_quantized_weights(self):
+            return self._forward(input_ids, labels, cache, return_hidden, *self.depth(n_sup, t_inner))
+
+    def _forward(self, input_ids, labels, cache, return_hidden, N: int, T: int) -> LMOutput:
         rc = self.cfg.recurrent
         deep = self.training and labels is not None
         grad_on = torch.is_grad_enabled()

@@ -116,6 +116,10 @@ class TransformerLM(nn.Module):
             lm_loss(out, labels, self.cfg.z_loss)
         return out
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """FLOPs protocol: a tied LM head is a matmul with the embedding table (not an nn.Linear child)."""
+        return 2.0 * self.cfg.d_model * self.cfg.vocab_size if self.lm_head is None else 0.0
+
     def new_cache(self):
         from ..generate import KVCache
 

@@ -17,12 +17,12 @@ import torch
 
 
 def _effective_lr(group: dict, state: dict, p: torch.Tensor):
-    """Scalar lr, or a per-element lr tensor where a growth re-warmup mask is present."""
+    """Scalar lr, or (lr, lr_new, mask) where a growth re-warmup mask is present."""
     lr = group["lr"]
     mask = state.get("new_mask")
     if mask is None or group.get("lr_new") is None:
         return lr
-    return lr + (group["lr_new"] - lr) * mask
+    return lr, group["lr_new"], mask
 
 
 def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious: bool) -> None:
@@ -32,7 +32,13 @@ def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious
         if cautious:
             decay = decay * ((update * p) > 0).to(p.dtype)
         update = update + decay
-    if isinstance(lr, torch.Tensor):
+    if isinstance(lr, tuple):
+        # Baseline step for every entry, then an extra (lr_new - lr) step on the new entries only:
+        # old entries add exactly 0 and stay bitwise on the baseline schedule (SPARKLING re-warmup).
+        lr, lr_new, mask = lr
+        p.add_(update, alpha=-lr)
+        p.add_(update * mask, alpha=-(lr_new - lr))
+    elif isinstance(lr, torch.Tensor):
         p.sub_(lr * update)
     else:
         p.add_(update, alpha=-lr)

@@ -156,7 +156,7 @@ class Trainer:
         lr_factor = set_lr(self.optimizer, step, tc, self.rewarmup)
         batches = self._micro_batches(step)
         local_tokens = sum(int((y != -100).sum()) for _, y in batches)
-        total_tokens = D.all_reduce_sum(local_tokens, self.device)
+        total_tokens = int(D.all_reduce_sum(local_tokens, self.device))
         loss_sum = 0.0
         for i, (x, y) in enumerate(batches):
             x, y = x.to(self.device), y.to(self.device)
@@ -198,12 +198,16 @@ class Trainer:
         tc = self.cfg.train
         self.model.eval()
         tot, n = 0.0, 0
-        for x, y in self.data.val_batches(n_batches or tc.eval_batches, tc.batch_size):
+        # Under DDP each rank scores its slice of the global validation batch, so the validation set
+        # (and loss) equals one process with batch_size * world; every rank must call evaluate().
+        mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
+        for x, y in self.data.val_batches(n_batches or tc.eval_batches, tc.batch_size * self.world):
             with self._autocast():
-                out = self.model(x.to(self.device), labels=y.to(self.device))
+                out = self.model(x[mine].to(self.device), labels=y[mine].to(self.device))
             tot += float(out.ce_loss) * out.n_tokens
             n += out.n_tokens
         self.model.train()
+        tot, n = D.all_reduce_sum(tot, self.device), D.all_reduce_sum(n, self.device)
         return tot / max(n, 1)
 
     def sample(self) -> str:

@@ -17,20 +17,23 @@ def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tor
 
 
 def ref_ternary(w: torch.Tensor) -> torch.Tensor:
-    gamma = w.abs().mean().clamp_min(1e-8)
-    q = torch.round(w / gamma)
+    """Forward value clamp(round(W/gamma))*gamma; gradient straight through to W (the classic idiom)."""
+    wd = w.detach()
+    gamma = wd.abs().mean().clamp_min(1e-8)
+    q = torch.round(wd / gamma)
     q = torch.where(q > 1, torch.ones_like(q), q)
     q = torch.where(q < -1, -torch.ones_like(q), q)
-    return q * gamma
+    return w + (q * gamma - w).detach()
 
 
 def ref_act_quant(x: torch.Tensor) -> torch.Tensor:
+    """Per-token absmax 8-bit grid; gradient straight through."""
     rows = x.reshape(-1, x.shape[-1])
     out = torch.empty_like(rows)
     for i in range(rows.shape[0]):
         s = 127.0 / rows[i].abs().max().clamp_min(1e-8)
-        out[i] = torch.round(rows[i] * s).clamp(-128, 127) / s
-    return out.reshape(x.shape)
+        out[i] = torch.round(rows[i].detach() * s).clamp(-128, 127) / s
+    return x + (out.reshape(x.shape) - x).detach()
 
 
 def ref_linear(lin, x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,113 @@
+"""Higher-order attention speed: training step time vs the baseline, normalized by analytic FLOPs,
+and cached vs uncached generation.
+
+    python benchmarks/higher_order_speed.py [--d-model 128 --layers 4 --seq 256 --batch 8]
+
+1. Training step (forward + backward + AdamW) of order 1 (baseline), order 2 and order 3 (shared
+   QK, eq. 12), timed interleaved in one process (median over repetitions). Prints each order's
+   time ratio, FLOPs ratio (analysis/flops.py, which includes HigherOrderAttention.flops_per_token)
+   and their quotient: target <= 1.1 (the extra time is explained by the extra FLOPs).
+2. Generation of --gen-tokens new tokens with an order-2 model, with the per-level KV caches vs
+   recomputing the whole prefix every step: target >= 3x faster.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from nexus.analysis.flops import train_flops_per_token
+from nexus.config import ModelConfig, TrainConfig
+from nexus.generate import generate
+from nexus.models.transformer import TransformerLM
+from nexus.train.param_groups import build_optimizer
+
+
+def make(args, order: int, max_len: int) -> TransformerLM:
+    cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, max_seq_len=max_len)
+    cfg.attention.order, cfg.attention.ho_targets, cfg.attention.ho_shared = order, "qk", True
+    torch.manual_seed(0)
+    return TransformerLM(cfg)
+
+
+def time_steps(model, opt, x, y, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        opt.zero_grad(set_to_none=True)
+        model(x, labels=y).loss.backward()
+        opt.step()
+    return (time.perf_counter() - t0) / n
+
+
+def training(args) -> list[dict]:
+    orders = [1, 2, 3]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 259, (args.batch, args.seq), generator=g)
+    y = torch.randint(0, 259, (args.batch, args.seq), generator=g)
+    runs = {}
+    for m in orders:
+        model = make(args, m, args.seq).train()
+        opt = build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3))
+        time_steps(model, opt, x, y, 2)  # warm-up
+        runs[m] = (model, opt, [])
+    for _ in range(args.reps):  # interleaved so machine load affects every order alike
+        for m in orders:
+            model, opt, times = runs[m]
+            times.append(time_steps(model, opt, x, y, args.steps))
+    base_t = statistics.median(runs[1][2])
+    base_f = train_flops_per_token(runs[1][0], args.seq)
+    rows = []
+    for m in orders:
+        t = statistics.median(runs[m][2])
+        f = train_flops_per_token(runs[m][0], args.seq)
+        rows.append({"order": m, "step_ms": 1e3 * t, "time_ratio": t / base_t, "flops_ratio": f / base_f,
+                     "normalized": (t / base_t) / (f / base_f), "train_gflops_per_token": f / 1e9})
+    return rows
+
+
+def generation(args) -> dict:
+    model = make(args, 2, args.prompt + args.gen_tokens).eval()
+    prompt = torch.randint(0, 259, (1, args.prompt), generator=torch.Generator().manual_seed(1))
+    out = {}
+    for name, use_cache in (("cached", True), ("uncached", False)):
+        times = []
+        for _ in range(args.gen_reps):
+            t0 = time.perf_counter()
+            ids = generate(model, prompt, max_new_tokens=args.gen_tokens, temperature=0, use_cache=use_cache)
+            times.append(time.perf_counter() - t0)
+        out[name] = (statistics.median(times), ids)
+    assert torch.equal(out["cached"][1], out["uncached"][1]), "cached generation must equal uncached"
+    return {"cached_s": out["cached"][0], "uncached_s": out["uncached"][0],
+            "speedup": out["uncached"][0] / out["cached"][0], "new_tokens": args.gen_tokens}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per repetition")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--gen-tokens", type=int, default=256)
+    p.add_argument("--gen-reps", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared CPU steady)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"shape: {args.layers}x{args.d_model}, {args.heads} heads, batch {args.batch} x seq {args.seq}, "
+          f"device cpu, threads {args.threads}")
+    print("order | step ms | time ratio | FLOPs ratio | time/FLOPs ratio (target <= 1.1)")
+    for r in training(args):
+        print(f"{r['order']:5d} | {r['step_ms']:7.1f} | {r['time_ratio']:10.3f} | {r['flops_ratio']:11.3f} | "
+              f"{r['normalized']:.3f}")
+    g = generation(args)
+    print(f"generation, order 2, {g['new_tokens']} new tokens: cached {g['cached_s']:.2f} s, "
+          f"uncached {g['uncached_s']:.2f} s, speedup {g['speedup']:.1f}x (target >= 3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Training throughput of the nexus baseline vs HF LlamaForCausalLM, and vs the machine's matmul peak.
+
+Both models get the identical config, identical weights (copied through nexus.hf's key mapping)
+and identical batches; each timed step is forward + backward + torch AdamW step, fp32, eager (no
+torch.compile). The two models are timed alternately, round after round, in this one process so
+that load from other processes hits both alike; the median step time of each is reported.
+
+    python benchmarks/train_throughput.py                 # d_model 512, 8 layers, seq 256 (the target shape)
+    python benchmarks/train_throughput.py --d-model 128 --layers 2 --rounds 2   # quick smoke run
+
+Targets (issue 2, item 13): nexus >= 1.0x HF tokens/s (goal 1.25x) and >= 60% of measured matmul peak.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def matmul_rate_gflops(shapes, repeats: int = 3) -> tuple[float, str]:
+    """fp32 torch.mm rate: for each shape the median of `repeats` timings, best shape wins.
+    Shapes: the model's own GEMMs and a large square. Medians, not minima, so a lucky quiet moment on a
+    shared machine does not inflate the peak the model is held to."""
+    best, best_shape = 0.0, ""
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        torch.mm(a, b)  # warm-up (thread pool, caches)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - t0)
+        rate = 2 * m * k * n / statistics.median(times) / 1e9
+        if rate > best:
+            best, best_shape = rate, f"{m}x{k}x{n}"
+    return best, best_shape
+
+
+def build_pair(args):
+    """(nexus model, HF Llama model) with the same weights."""
+    import transformers
+
+    from nexus.config import ModelConfig
+    from nexus.hf.config_map import hf_config_from_model
+    from nexus.hf.convert import nexus_state_to_hf
+    from nexus.models import build_model
+
+    cfg = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
+                      n_kv_heads=args.kv_heads, max_seq_len=args.seq, tie_embeddings=not args.untied)
+    cfg.validate([], "model")
+    torch.manual_seed(0)
+    ours = build_model(cfg)
+    hf_cfg = hf_config_from_model(cfg, "LlamaForCausalLM", {})
+    hf_cfg._attn_implementation = args.hf_attn
+    hf = transformers.LlamaForCausalLM(hf_cfg)
+    missing, unexpected = hf.load_state_dict(nexus_state_to_hf(ours, cfg, "LlamaForCausalLM"), strict=False)
+    # a tied HF model has no separate lm_head entry to load; everything else must match exactly
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    return cfg, ours.train(), hf.train()
+
+
+def matmul_flops_per_token(cfg) -> float:
+    """Training FLOPs per token: 6 x (every weight-matrix parameter, LM head included) + causal attention
+    scores and values (2 matmuls x 2 FLOPs x T/2 keys on average x H*hd, forward; x3 for training)."""
+    d, L, hd = cfg.d_model, cfg.n_layers, cfg.hd
+    per_layer = d * cfg.n_heads * hd * 2 + d * cfg.kv_heads * hd * 2 + 3 * d * cfg.ffn
+    n_matrix = L * per_layer + cfg.vocab_size * d
+    attn = L * 3 * (2 * 2 * (cfg.max_seq_len / 2) * cfg.n_heads * hd)
+    return 6 * n_matrix + attn
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=0, help="0 = same as heads (MHA)")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=259, help="259 = nexus byte tokenizer")
+    p.add_argument("--untied", action="store_true", help="separate LM head (default: tied, as the nexus baseline)")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds; each times --steps steps per model")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"], help="HF attention implementation")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    cfg, ours, hf = build_pair(args)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
+    x, y = ids[:, :-1], ids[:, 1:]
+    tokens = x.numel()
+
+    def step_ours(opt):
+        out = ours(x, labels=y)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(out.loss)
+
+    def step_hf(opt):
+        logits = hf(input_ids=x).logits  # loss computed the same way as ours, on already-shifted labels
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss)
+
+    # lr 0: the weights stay identical, so every round times the same computation on both sides
+    opt_ours = torch.optim.AdamW(ours.parameters(), lr=0.0)
+    opt_hf = torch.optim.AdamW(hf.parameters(), lr=0.0)
+    l_ours, l_hf = step_ours(opt_ours), step_hf(opt_hf)  # warm-up, and a correctness check
+    assert abs(l_ours - l_hf) < 1e-4, (l_ours, l_hf)
+
+    T = args.batch * args.seq
+    gemms = [(T, cfg.d_model, cfg.ffn), (T, cfg.ffn, cfg.d_model), (T, cfg.d_model, cfg.d_model), (2048, 2048, 2048)]
+    times = {"nexus": [], "hf": []}
+    peaks = []
+    for r in range(args.rounds):
+        order = [("nexus", step_ours, opt_ours), ("hf", step_hf, opt_hf)]
+        for name, fn, opt in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                fn(opt)
+            times[name].append((time.perf_counter() - t0) / args.steps)
+        peaks.append(matmul_rate_gflops(gemms))  # the peak is measured under the same load, every round
+
+    peak = statistics.median(p for p, _ in peaks)
+    peak_shape = max(set(s for _, s in peaks), key=[s for _, s in peaks].count)
+    flops_tok = matmul_flops_per_token(cfg)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    tps = {k: tokens / v for k, v in med.items()}
+    util = {k: tps[k] * flops_tok / 1e9 / peak for k in tps}
+    print(f"shape: d_model {cfg.d_model}, layers {cfg.n_layers}, heads {cfg.n_heads}/{cfg.kv_heads}, ffn {cfg.ffn}, "
+          f"vocab {cfg.vocab_size}, seq {args.seq}, batch {args.batch} | threads {torch.get_num_threads()} | "
+          f"HF attention {args.hf_attn} | torch {torch.__version__}")
+    print(f"loss check: nexus {l_ours:.6f} hf {l_hf:.6f}")
+    for k in ("nexus", "hf"):
+        print(f"{k:>5}: median step {med[k] * 1e3:8.1f} ms | {tps[k]:9.0f} tokens/s | "
+              f"{tps[k] * flops_tok / 1e9:7.1f} GFLOP/s = {100 * util[k]:5.1f}% of matmul peak | "
+              f"steps(ms) {[round(t * 1e3) for t in times[k]]}")
+    print(f"matmul peak: {peak:.1f} GFLOP/s fp32 (median over rounds {[round(p) for p, _ in peaks]}, usual best "
+          f"shape {peak_shape}); model FLOPs/token {flops_tok / 1e6:.1f}M")
+    print(f"RATIO nexus/hf tokens/s = {tps['nexus'] / tps['hf']:.3f}  (target >= 1.0, goal 1.25)")
+    print(f"RATIO nexus / matmul peak = {util['nexus']:.3f}  (target >= 0.60)")
+
+
+if __name__ == "__main__":
+    main()

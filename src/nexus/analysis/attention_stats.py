@@ -1,0 +1,165 @@
+"""Attention-pathway statistics of a trained model (ExoFormer paper, Figures 2-5):
+
+  * per-layer attention entropy (nats, mean over queries, heads, batch) and per head;
+  * attention-sink share: attention mass on the first token, averaged over queries t >= 1
+    (query 0 can only attend to itself);
+  * mean gate activation sigmoid(g_hat) per layer (gated attention);
+  * the learned mixing coefficients lambda1 / lambda2 per component, layer and channel/head.
+
+The attention probabilities are recomputed from the (mixed, normed, rotated) q and k each layer
+passes to `attend`, so the fast SDPA path stays untouched; hooks are installed per call and removed
+afterwards. Plots are written with matplotlib's Agg backend (no display needed).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+
+import torch
+
+from ..models.mixing import COMPONENTS, mixers
+
+
+@contextlib.contextmanager
+def recording_attention(model):
+    """Yield a dict that collects, per layer index, summed entropy / sink mass / gate activation."""
+    rec: dict[int, dict] = {}
+    patched = []
+    for i, layer in enumerate(getattr(model, "layers", [])):
+        attn = getattr(layer, "attn", None)
+        if attn is None or not hasattr(attn, "attend"):
+            continue
+        orig_attend, orig_output = attn.attend, attn.output
+
+        def attend(q, k, v, cache, ctx, i=i, orig=orig_attend):
+            _record_probs(rec.setdefault(i, _empty()), q, k)
+            return orig(q, k, v, cache, ctx)
+
+        def output(o, parts, i=i, orig=orig_output):
+            if "g" in parts:
+                r = rec.setdefault(i, _empty())
+                r["gate_sum"] += float(torch.sigmoid(parts["g"].float()).sum())
+                r["gate_n"] += parts["g"].numel()
+            return orig(o, parts)
+
+        attn.attend, attn.output = attend, output
+        patched.append(attn)
+    try:
+        yield rec
+    finally:
+        for attn in patched:  # drop the instance attributes: the class methods show through again
+            del attn.attend, attn.output
+
+
+def _empty() -> dict:
+    return {"entropy_head": None, "sink_sum": 0.0, "sink_n": 0, "queries": 0, "gate_sum": 0.0, "gate_n": 0}
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal softmax(q k^T / sqrt(d)) for q (B,H,T,d), k (B,KV,T,d) -> (B,H,T,T)."""
+    H, KV, T = q.shape[1], k.shape[1], q.shape[2]
+    if KV != H:
+        k = k.repeat_interleave(H // KV, dim=1)
+    scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=q.device).tril(k.shape[2] - T)
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def _record_probs(r: dict, q: torch.Tensor, k: torch.Tensor) -> None:
+    p = attention_probs(q, k)
+    ent = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (B,H,T)
+    per_head = ent.sum(dim=(0, 2))
+    r["entropy_head"] = per_head if r["entropy_head"] is None else r["entropy_head"] + per_head
+    r["queries"] += ent.shape[0] * ent.shape[2]
+    if p.shape[-2] > 1:
+        r["sink_sum"] += float(p[:, :, 1:, 0].sum())
+        r["sink_n"] += p[:, :, 1:, 0].numel()
+
+
+@torch.no_grad()
+def attention_statistics(model, batches) -> dict:
+    """Run `batches` ((x, y) pairs) and return per-layer entropy, sink share and gate activation."""
+    model.eval()
+    with recording_attention(model) as rec:
+        for x, _ in batches:
+            model(x)
+    layers = sorted(rec)
+    ent_head = [(rec[i]["entropy_head"] / max(rec[i]["queries"], 1)).tolist() for i in layers]
+    return {
+        "layers": layers,
+        "entropy": [sum(h) / len(h) for h in ent_head],
+        "entropy_per_head": ent_head,
+        "sink_share": [rec[i]["sink_sum"] / max(rec[i]["sink_n"], 1) for i in layers],
+        "gate_activation": [rec[i]["gate_sum"] / rec[i]["gate_n"] if rec[i]["gate_n"] else None for i in layers],
+    }
+
+
+def mixing_coefficients(model) -> dict:
+    """{component: {"layers": [...], "anchor": [[...]], "current": [[...]], "ratio": [[...]]}} with
+    one row per mixed layer and one column per channel (elementwise), head (headwise) or 1 (scalar)."""
+    out: dict = {}
+    for c in COMPONENTS:
+        rows = [(i, mx) for i, mx in mixers(model) if c in mx.components]
+        if not rows:
+            continue
+        a = [mx.anchor_coef[c].detach().float().flatten() for _, mx in rows]
+        b = [mx.current_coef[c].detach().float().flatten() for _, mx in rows]
+        out[c] = {"layers": [i for i, _ in rows], "anchor": [t.tolist() for t in a], "current": [t.tolist() for t in b],
+                  "ratio": [(x / y.where(y.abs() > 1e-12, torch.full_like(y, 1e-12))).tolist() for x, y in zip(a, b)]}
+    return out
+
+
+# ----------------------------------------------------------------------------- plots
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
+    plt = _plt()
+    written = []
+    series = [("entropy", "attention entropy (nats)"), ("sink_share", "attention mass on first token"),
+              ("gate_activation", "mean gate activation")]
+    for key, label in series:
+        vals = stats[key]
+        if all(v is None for v in vals):
+            continue
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.plot(stats["layers"], [float("nan") if v is None else v for v in vals], marker="o")
+        ax.set_xlabel("layer")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        name = f"{key}.png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
+    """One heatmap per component and quantity: layers on y, channels/heads on x (paper Figure 3)."""
+    plt = _plt()
+    written = []
+    for c, d in coefs.items():
+        for key in ("ratio", "anchor", "current"):
+            mat = torch.tensor(d[key])
+            fig, ax = plt.subplots(figsize=(6, 0.35 * len(d["layers"]) + 1.5))
+            im = ax.imshow(mat.numpy(), aspect="auto", interpolation="nearest", cmap="viridis")
+            ax.set_yticks(range(len(d["layers"])), [str(i) for i in d["layers"]])
+            ax.set_xlabel("channel / head")
+            ax.set_ylabel("layer")
+            title = {"ratio": "lambda1 / lambda2", "anchor": "lambda1 (anchor)", "current": "lambda2 (current)"}[key]
+            ax.set_title(f"{c.upper()}: {title}")
+            fig.colorbar(im, ax=ax)
+            fig.tight_layout()
+            name = f"lambda_{key}_{c}.png"
+            fig.savefig(out_dir / name, dpi=110)
+            plt.close(fig)
+            written.append(name)
+    return written

@@ -1,0 +1,202 @@
+"""`nexus analyze` and the ExoFormer analyses: statistics against hand computations, CLI outputs,
+parameter/FLOP overheads against the paper's appendix F formulas."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from nexus.analysis.attention_stats import attention_probs, attention_statistics, mixing_coefficients
+from nexus.analysis.representations import (anchor_removal, cross_layer_cosine, effective_rank,
+                                            representation_statistics, token_similarity)
+from nexus.cli import main
+from nexus.models import build_model
+from nexus.models.mixing import mixers
+from nexus.presets import get_preset
+
+
+def micro(preset: str):
+    m = get_preset(preset).model
+    m.d_model, m.n_heads, m.n_layers, m.max_seq_len = 32, 2, 3, 32
+    m.zero_init_out = m.zero_init_head = False
+    return m
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_attention_probs_match_sdpa_and_stats_match_hand_computation():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 7, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    p = attention_probs(q, k)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(p @ v.repeat_interleave(2, dim=1), sdpa, rtol=1e-5, atol=1e-5)
+    model = build_model(micro("gated-tiny"))
+    x = torch.randint(0, 259, (2, 6))
+    stats = attention_statistics(model, [(x, None)])
+    # hand computation for layer 0 from its own q/k
+    attn = model.layers[0].attn
+    h = model.layers[0].attn_norm(model.embed(x))
+    parts = attn.project(h)
+    q0, k0 = attn.qk_norm(parts["q"], parts["k"])
+    from nexus.models.layers import apply_rope
+
+    cos, sin = model.rope.tables(0, 6)
+    p0 = attention_probs(apply_rope(q0.transpose(1, 2), cos, sin), apply_rope(k0.transpose(1, 2), cos, sin))
+    ent = -(p0 * p0.clamp_min(1e-30).log()).sum(-1).mean()
+    assert stats["entropy"][0] == pytest.approx(float(ent), rel=1e-5)
+    assert stats["sink_share"][0] == pytest.approx(float(p0[:, :, 1:, 0].mean()), rel=1e-5)
+    assert stats["gate_activation"][0] == pytest.approx(float(torch.sigmoid(parts["g"]).mean()), rel=1e-5)
+    assert len(stats["entropy"]) == 3
+    # hooks are removed afterwards
+    assert "attend" not in vars(attn) and "output" not in vars(attn)
+
+
+def test_entropy_of_uniform_attention_is_log_t():
+    model = build_model(micro("base-transformer-tiny"))
+    with torch.no_grad():  # zero q projections -> uniform causal attention in every layer
+        for layer in model.layers:
+            layer.attn.q_proj.weight.zero_()
+    T = 8
+    stats = attention_statistics(model, [(torch.randint(0, 259, (1, T)), None)])
+    expect = sum(math.log(t + 1) for t in range(T)) / T
+    assert stats["entropy"][0] == pytest.approx(expect, rel=1e-5)
+    assert stats["sink_share"][0] == pytest.approx(sum(1 / (t + 1) for t in range(1, T)) / (T - 1), rel=1e-5)
+    assert stats["gate_activation"][0] is None
+
+
+def test_representation_measures():
+    a = torch.randn(1, 5, 16)
+    states = [[a, a.clone(), -a]]
+    cos = cross_layer_cosine(states)
+    assert cos[0][1] == pytest.approx(1.0, abs=1e-6) and cos[0][2] == pytest.approx(-1.0, abs=1e-6)
+    same = torch.ones(1, 4, 8)
+    assert token_similarity([[same]])[0] == pytest.approx(1.0, abs=1e-6)
+    assert effective_rank(torch.eye(6)) == pytest.approx(6.0, rel=1e-6)
+    assert effective_rank(torch.outer(torch.randn(10), torch.randn(5))) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_anchor_removal_changes_the_exo_model_and_is_restored():
+    torch.manual_seed(0)
+    model = build_model(micro("exo-e-tiny"))
+    x = torch.randint(0, 259, (2, 12))
+    batches = [(x, x)]
+    before = representation_statistics(model, batches)
+    res = anchor_removal(model, batches)
+    assert res["available"] and res["loss_before"] != res["loss_after"]
+    assert res["token_similarity_before"] == pytest.approx(before["token_similarity"])
+    assert res["token_similarity_after"] != pytest.approx(before["token_similarity"])
+    assert model.anchor.removed is False
+    assert anchor_removal(build_model(micro("gated-tiny")), batches)["available"] is False
+
+
+def test_mixing_coefficients_shapes():
+    model = build_model(micro("nures-h-tiny"))
+    with torch.no_grad():
+        mixers(model)[0][1].anchor_coef["q"].fill_(2.0)
+    coefs = mixing_coefficients(model)
+    assert set(coefs) == {"q", "k", "v", "g"}
+    assert coefs["q"]["layers"] == [1, 2]  # NuRes: layer 0 is the anchor
+    assert len(coefs["q"]["anchor"][0]) == 2  # headwise: one column per head
+    assert coefs["q"]["ratio"][0] == pytest.approx([4.0, 4.0])
+
+
+# ----------------------------------------------------------------------------- appendix F
+def _count(cfg) -> int:
+    from nexus.analysis.accounting import param_count_for_config
+
+    return param_count_for_config(cfg)["non_embedding"]
+
+
+def _norm_gains(model) -> int:
+    from nexus.models.layers import RMSNorm
+
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, RMSNorm) and m.weight is not None)
+
+
+@pytest.mark.parametrize("d,L", [(64, 3), (1024, 32)])
+def test_param_and_flop_overheads_match_appendix_f(d, L):
+    from nexus.analysis.accounting import build_on_meta
+    from nexus.analysis.flops import forward_flops_per_token
+
+    def cfg(preset):
+        m = get_preset(preset).model
+        m.d_model, m.n_layers, m.n_heads, m.ffn_hidden = d, L, 16 if d >= 1024 else 4, 2 * d
+        return m
+
+    gated, static, dynamic = cfg("gated-tiny"), cfg("exo-e-tiny"), cfg("exo-dynamic-e-tiny")
+    d_dm = dynamic.mixing.dynamic_hidden
+    # parameters, RMSNorm gains excluded as in the paper; DM's second matrix + bias (16*8 + 8) are the
+    # "negligible" 136 per layer of eq. 11
+    norms = {n: _norm_gains(build_on_meta(c)) for n, c in (("g", gated), ("s", static), ("d", dynamic))}
+    base = _count(gated) - norms["g"]
+    assert base == 11 * L * d * d  # eq. 8 with the FFN's 6 d^2
+    assert _count(static) - norms["s"] - base == 4 * d * d + 8 * L * d  # eq. 12
+    assert _count(dynamic) - norms["d"] - base == 4 * d * d + 8 * L * d + L * d * d_dm + L * (16 * 8 + 8)  # eq. 13
+    # FLOPs: eq. 17-18; the DM's 16x8 matmul (2*16*8 per layer) is what the paper's "approx" drops
+    seq = 64
+    delta = forward_flops_per_token(dynamic, seq) - forward_flops_per_token(gated, seq)
+    assert delta == 8 * d * d + L * (2 * d * d_dm + 12 * d) + L * 2 * 16 * 8
+    paper_ratio = 8 / (22 * L) + d_dm / (11 * d) + 6 / (11 * d)  # eq. 19
+    assert (8 * d * d + L * (2 * d * d_dm + 12 * d)) / (22 * L * d * d) == pytest.approx(paper_ratio)
+    if d == 1024:
+        assert paper_ratio == pytest.approx(0.0133, abs=5e-4)  # "approximately 1.33%"
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_params_and_flops_for_a_preset(tmp_path, capsys):
+    rc = main(["analyze", "params", "--preset", "exo-e-450m", "--out", str(tmp_path / "p"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and round(out["total"] / 1e6) == 457
+    assert json.loads((tmp_path / "p" / "params.json").read_text())["total"] == out["total"]
+    rc = main(["analyze", "flops", "--preset", "exo-dynamic-e-tiny", "--out", str(tmp_path / "f"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["breakdown"]["anchor"] == 2 * 128 * 4 * 128
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from nexus.train.trainer import Trainer
+
+    cfg = get_preset("exo-dynamic-e-tiny")
+    cfg.model.d_model, cfg.model.n_heads, cfg.model.n_layers, cfg.model.max_seq_len = 32, 2, 2, 32
+    cfg.data.seq_len = 32
+    t = cfg.train
+    t.steps, t.batch_size, t.warmup_steps, t.eval_every, t.eval_batches = 4, 4, 1, 0, 1
+    t.out_dir = str(tmp_path_factory.mktemp("run"))
+    return Trainer(cfg, quiet=True).fit()["checkpoint"]
+
+
+@pytest.mark.parametrize("kind,files", [
+    ("attention", ["attention.json", "entropy.png", "sink_share.png", "gate_activation.png"]),
+    ("mixing", ["mixing.json", "lambda_ratio_q.png", "lambda_current_g.png"]),
+    ("representations", ["representations.json", "cross_layer_cosine.png", "token_similarity.png", "effective_rank.png"]),
+])
+def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / kind
+    rc = main(["analyze", kind, "--checkpoint", tiny_checkpoint, "--out", str(out), "--batches", "1", "--batch-size", "2"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "wrote" in text
+    for f in files:
+        assert (out / f).is_file() and (out / f).stat().st_size > 0
+    data = json.loads((out / f"{kind}.json").read_text())
+    if kind == "attention":
+        assert len(data["entropy"]) == 2 and all(0 <= s <= 1 for s in data["sink_share"])
+    if kind == "representations":
+        assert data["anchor_removal"]["available"] and len(data["cross_layer_cosine"]) == 3
+    if kind == "mixing":
+        assert data["components"]["v"]["layers"] == [0, 1]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["analyze", "bogus", "--preset", "exo-e-tiny"], "KIND='bogus'"),
+    (["analyze", "attention", "--checkpoint", "/nonexistent/dir"], "--checkpoint"),
+    (["analyze", "params"], "--checkpoint DIR or --preset NAME"),
+    (["analyze", "params", "--preset", "exo-e-tiny", "--model.mixing.granularity", "rowwise"], "model.mixing.granularity"),
+])
+def test_cli_bad_input_exit_2(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and needle in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # nothing half-written

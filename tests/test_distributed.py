@@ -1,0 +1,119 @@
+"""DDP on CPU (gloo, world size 2): same per-step losses as one process with the same global batch,
+only rank 0 writes, and a failing rank takes every rank down with a non-zero exit code."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nexus.presets import get_preset
+from nexus.config import parse_overrides
+from nexus.train.trainer import Trainer
+
+# A micro run: 1 layer, 6 steps, gradient accumulation on so DDP's no_sync path is exercised too.
+RUN = ["--train.steps", "6", "--train.log_every", "1", "--train.eval_every", "3", "--train.eval_batches", "2",
+       "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
+       "--model.d_model", "32", "--model.n_layers", "1", "--data.seq_len", "32"]
+PER_RANK_BATCH = 2
+
+
+def _env(tmp_path) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", NEXUS_DIST_TIMEOUT="60", PYTHONUNBUFFERED="1")
+    env["NEXUS_CACHE"] = str(tmp_path / "cache")
+    return env
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_torchrun_two_ranks_match_one_process(tmp_path):
+    ddp_out, ref_out = tmp_path / "ddp", tmp_path / "ref"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN,
+           "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(ddp_out)]
+    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # reference: one process, the same global batch (2 ranks x PER_RANK_BATCH)
+    os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
+    cfg = parse_overrides(get_preset("baseline-micro"),
+                          RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
+    Trainer(cfg.validate(), quiet=True).fit()
+
+    ddp, ref = _records(ddp_out / "metrics.jsonl"), _records(ref_out / "metrics.jsonl")
+    train_ddp = [r for r in ddp if "loss" in r]
+    train_ref = [r for r in ref if "loss" in r]
+    assert [r["step"] for r in train_ddp] == list(range(1, 7))  # one record per step: rank 1 logs nothing
+    assert [r["tokens"] for r in train_ddp] == [r["tokens"] for r in train_ref]
+    for a, b in zip(train_ddp, train_ref):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+    val_ddp = [r["val_loss"] for r in ddp if "val_loss" in r]
+    val_ref = [r["val_loss"] for r in ref if "val_loss" in r]
+    assert len(val_ddp) == len(val_ref) == 2
+    assert max(abs(a - b) for a, b in zip(val_ddp, val_ref)) < 1e-5
+
+    # only rank 0 wrote: one result line on stdout, and exactly the files of a single-process run
+    results = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == 1 and json.loads(results[0])["step"] == 6
+    assert sorted(p.name for p in ddp_out.iterdir()) == sorted(p.name for p in ref_out.iterdir())
+    assert (ddp_out / "checkpoint" / "model.safetensors").is_file()
+
+
+FAILING_RANK = textwrap.dedent("""
+    import sys
+    from nexus.train import trainer
+
+    real_step = trainer.Trainer.train_step
+
+    def train_step(self, step):  # rank 1 dies at step 3, mid-run, while rank 0 carries on
+        if self.rank == 1 and step == 2:
+            raise RuntimeError("injected failure on rank 1")
+        return real_step(self, step)
+
+    trainer.Trainer.train_step = train_step
+    from nexus.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
+    """Launched the way a cluster scheduler does (one process per rank, no torchrun agent to kill the
+    survivors), so it is nexus itself that must turn the lost peer into an error on rank 0."""
+    script = tmp_path / "fail_rank1.py"
+    script.write_text(FAILING_RANK)
+    out = tmp_path / "run"
+    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2", "--train.out_dir", str(out)]
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = _env(tmp_path) | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    codes, errs = [], []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung after its peer failed")
+        codes.append(p.returncode)
+        errs.append(err)
+    assert "injected failure on rank 1" in errs[1]
+    assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
+    assert not (out / "checkpoint").exists()  # no final checkpoint from a failed run
+    finals = [r for r in _records(out / "metrics.jsonl") if r.get("final")] if (out / "metrics.jsonl").exists() else []
+    assert finals == []

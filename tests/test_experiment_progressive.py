@@ -1,0 +1,241 @@
+"""`nexus experiment progressive` on a micro budget: well-formed report whose numbers are recomputable
+from results.json; eq. 29 by hand; bad input fails before any training with exit code 2.
+
+The machinery test uses a test-only growth family (FFN doubled, new down-projection columns zero:
+exactly function-preserving) so it depends only on the generic growth API, not on a paper family.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from nexus.cli import main
+from nexus.config import ConfigError
+from nexus.experiments import progressive as P
+from nexus.growth import GrowthResult, ParamMap, register_grower
+
+
+@register_grower("test_ffn_double")
+def _grow_ffn_double(model, cfg, spec):
+    from nexus.models import build_model
+
+    new_cfg = copy.deepcopy(cfg.model)
+    new_cfg.ffn_hidden = 2 * cfg.model.ffn
+    torch.manual_seed(1)
+    new = build_model(new_cfg)
+    old = dict(model.named_parameters())
+    maps = {}
+    with torch.no_grad():
+        for name, p in new.named_parameters():
+            o = old[name]
+            sl = tuple(slice(0, s) for s in o.shape)
+            if name.endswith("down_proj.weight"):
+                p.zero_()  # new FFN units write nothing: the grown model computes the same function
+            p[sl] = o
+            maps[name] = ParamMap(old_name=name, old_slices=sl if o.shape != p.shape else None)
+    return GrowthResult(new, new_cfg, maps, {"ffn": [cfg.model.ffn, new_cfg.ffn_hidden]}, {})
+
+
+TEST_METHOD = P.Method("test-ffn", "test_ffn_double", "baseline-micro", {}, "test: FFN x2 (zero down columns)")
+MICRO = ["--train.eval_batches", "2", "--train.batch_size", "4", "--data.seq_len", "32"]
+
+
+@pytest.fixture
+def methods(monkeypatch):
+    monkeypatch.setitem(P.METHODS, TEST_METHOD.name, TEST_METHOD)
+    return P.METHODS
+
+
+def _run(tmp_path, tokens=2560, grow_at=0.5):
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=tokens, grow_at=grow_at, seed=3,
+                              out=str(tmp_path / "exp"), eval_points=5)
+    return plan, P.run_progressive(plan, quiet=True, say=lambda *_: None)
+
+
+def _first_crossing(xs, ys, target):
+    prev = None
+    for x, y in zip(xs, ys):
+        if y <= target:
+            if prev is None:
+                return x
+            (x0, y0) = prev
+            return x0 + (x - x0) * (y0 - target) / (y0 - y)
+        prev = (x, y)
+    return None
+
+
+def test_micro_experiment_report_is_recomputable_from_results_json(tmp_path, methods):
+    from nexus.analysis.flops import train_flops_per_token
+    from nexus.config import RunConfig
+
+    plan, r = _run(tmp_path)
+    out = tmp_path / "exp"
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["target_val_loss"] == r["target_val_loss"]
+    for png in ("loss_vs_flops.png", "loss_vs_tokens.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+    # FLOPs per token: the analytic walker on each run's model config
+    small = RunConfig.from_dict(plan["configs"]["grown"]).model
+    large = RunConfig.from_dict(plan["configs"]["scratch"]).model
+    assert large.ffn == 2 * small.ffn
+    f_small, f_large = train_flops_per_token(small, 32), train_flops_per_token(large, 32)
+    assert on_disk["small"]["train_flops_per_token"] == pytest.approx(f_small)
+    assert on_disk["large"]["train_flops_per_token"] == pytest.approx(f_large)
+
+    # curves: every FLOPs value recomputed from tokens and the growth point
+    g, s = on_disk["runs"]["grown"], on_disk["runs"]["scratch"]
+    d_e = on_disk["grow_at_tokens"]
+    assert d_e == plan["grow_step"] * 4 * 32
+    for p in g["val_curve"]:
+        want = f_small * min(p["tokens"], d_e) + f_large * max(0, p["tokens"] - d_e)
+        assert p["flops"] == pytest.approx(want)
+    for p in s["val_curve"]:
+        assert p["flops"] == pytest.approx(f_large * p["tokens"])
+    assert s["total_flops"] == pytest.approx(f_large * plan["token_budget"])
+
+    # the target and the compute to reach it
+    metrics = [json.loads(line) for line in (out / "scratch" / "metrics.jsonl").read_text().splitlines()]
+    final = [m for m in metrics if m.get("final")][-1]
+    assert on_disk["target_val_loss"] == pytest.approx(final["val_loss"])
+    xs = [p["flops"] for p in g["val_curve"]]
+    ys = [p["val_loss"] for p in g["val_curve"]]
+    hit = _first_crossing(xs, ys, on_disk["target_val_loss"])
+    if hit is None:
+        assert on_disk["grown_flops_to_target"] is None and on_disk["measured_flops_saved"] is None
+    else:
+        assert on_disk["grown_flops_to_target"] == pytest.approx(hit)
+        assert on_disk["measured_flops_saved"] == pytest.approx(1 - hit / s["total_flops"])
+
+    # eq. 29 from the recorded sizes
+    e = on_disk["eq29"]
+    ns, nl, d = on_disk["small"]["active_params"], on_disk["large"]["active_params"], on_disk["token_budget"]
+    assert e["flops_saved"] == pytest.approx(1 - (ns * d_e + nl * (d - d_e)) / (nl * d))
+    assert nl > ns
+
+    # growth happened once, at the planned step, and the parameter count went up there
+    grown_metrics = [json.loads(line) for line in (out / "grown" / "metrics.jsonl").read_text().splitlines()]
+    events = [m for m in grown_metrics if m.get("event") == "growth"]
+    assert [ev["step"] for ev in events] == [plan["grow_step"]]
+    params = {m["step"]: m["params"] for m in grown_metrics if "params" in m}
+    assert min(v for k, v in params.items() if k > plan["grow_step"]) > max(v for k, v in params.items() if k <= plan["grow_step"])
+
+    # report.md states exactly these numbers
+    report = (out / "report.md").read_text()
+    assert f"{g['final_val_loss']:.4f}" in report and f"{s['final_val_loss']:.4f}" in report
+    assert f"{100 * e['flops_saved']:+.1f}%" in report
+    assert f"{s['total_flops']:.3e}" in report
+    assert "loss_vs_flops.png" in report
+
+
+def test_rerun_skips_finished_runs_and_reproduces_results(tmp_path, methods, monkeypatch):
+    _, first = _run(tmp_path)
+    import nexus.train.trainer as T
+
+    def boom(*a, **k):
+        raise AssertionError("a finished run was retrained")
+
+    monkeypatch.setattr(T.Trainer, "fit", boom)
+    _, again = _run(tmp_path)
+    assert again["target_val_loss"] == first["target_val_loss"]
+    assert again["runs"]["grown"]["val_curve"] == first["runs"]["grown"]["val_curve"]
+
+
+def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_path, methods, monkeypatch):
+    """Kill the grown run after growth; the rerun resumes from its last step checkpoint and ends with
+    the same validation losses as an uninterrupted experiment."""
+    import nexus.train.trainer as T
+
+    _, ref = _run(tmp_path / "ref")
+    orig_init = T.Trainer.__init__
+    state = {"armed": True}
+
+    def init_with_crash(self, *a, **k):
+        orig_init(self, *a, **k)
+
+        def crash(trainer, step, metrics):
+            if state["armed"] and "grown" in str(trainer.out_dir) and step == 18:
+                state["armed"] = False
+                raise KeyboardInterrupt
+        self.callbacks.append(crash)
+
+    monkeypatch.setattr(T.Trainer, "__init__", init_with_crash)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "cut")
+    grown_dir = tmp_path / "cut" / "exp" / "grown"
+    assert not (grown_dir / "done.json").exists() and list(grown_dir.glob("step_*"))
+    _, res = _run(tmp_path / "cut")
+    assert json.loads((grown_dir / "done.json").read_text())["resumed_from"].startswith("step_")
+    assert res["runs"]["grown"]["final_val_loss"] == pytest.approx(ref["runs"]["grown"]["final_val_loss"], abs=1e-5)
+    steps = [p["step"] for p in res["runs"]["grown"]["val_curve"]]
+    assert steps == sorted(set(steps)) == [p["step"] for p in ref["runs"]["grown"]["val_curve"]]
+
+
+@pytest.mark.parametrize("n_small,n_large,d_e,d,want", [
+    (1.0, 2.0, 5.0, 10.0, 0.25),  # C* = 6(5 + 10) = 90, C = 120
+    (1.0, 4.0, 50.0, 100.0, 0.375),  # 2x width ~ 4x params, grow at half: 6(50 + 200) vs 6*400
+    (3.0, 3.0, 7.0, 10.0, 0.0),  # nothing grows: nothing saved
+    (2.0, 8.0, 0.0, 10.0, 0.0),  # grown at the start: the scratch run
+    (2.0, 8.0, 10.0, 10.0, 0.75),  # never grown: 1 - N_small/N_large
+])
+def test_eq29_flops_saved_hand_computed(n_small, n_large, d_e, d, want):
+    from nexus.experiments.report import eq29
+
+    e = eq29(n_small, n_large, d_e, d)
+    assert e["flops_saved"] == pytest.approx(want)
+    assert e["c_star"] == pytest.approx(6 * (n_small * d_e + n_large * (d - d_e)))
+    assert e["c_scratch"] == pytest.approx(6 * n_large * d)
+
+
+def test_first_crossing_interpolates_linearly():
+    from nexus.experiments.curves import first_crossing
+
+    assert first_crossing([0, 10, 20], [5.0, 3.0, 1.0], 2.0) == pytest.approx(15.0)
+    assert first_crossing([0, 10], [5.0, 3.0], 2.0) is None
+    assert first_crossing([4, 10], [1.0, 0.5], 2.0) == 4
+
+
+# ----------------------------------------------------------------------------- bad input: exit 2, nothing trained
+def _cli(tmp_path, capsys, *args):
+    out = tmp_path / "never"
+    rc = main(["experiment", "progressive", "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert not out.exists(), "something was written before the error"
+    assert len(err.strip().splitlines()) == 1
+    return err
+
+
+def test_growth_point_outside_budget(tmp_path, capsys, methods):
+    err = _cli(tmp_path, capsys, "--method", "test-ffn", "--tokens", "4096", "--grow-at", "5000")
+    assert "--grow-at" in err and "outside the token budget" in err
+
+
+def test_unknown_method(tmp_path, capsys):
+    err = _cli(tmp_path, capsys, "--method", "grow-everything")
+    assert "grow-everything" in err and "sparkling" in err
+
+
+def test_method_not_applicable_to_architecture(tmp_path, capsys):
+    err = _cli(tmp_path, capsys, "--method", "nexus-rank", "--preset", "baseline-micro")
+    assert "does not apply" in err and "nexus_rank" in err
+
+
+def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(P.METHODS, "future", P.Method("future", "not_a_family", "baseline-micro", {}, "x"))
+    err = _cli(tmp_path, capsys, "--method", "future")
+    assert "not_a_family" in err and "not installed" in err
+
+
+def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=2560, out=str(tmp_path / "exp"))
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"grown": {}, "scratch": {}}}))
+    with pytest.raises(ConfigError, match="different experiment"):
+        P.run_progressive(plan, say=lambda *_: None)

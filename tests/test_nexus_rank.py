@@ -1,0 +1,189 @@
+"""Nexus-Rank projection and Nexusformer dual-axis growth: forward vs reference, config order rule,
+exactness per cut and form (fp32 <= 1e-5, float64 <= 1e-10), liveness under AdamW and Muon, the
+paper-literal all-zero mode flagged dead, bad input."""
+import pytest
+import torch
+
+from nexus.config import ConfigError, ModelConfig, ProjectionConfig, RunConfig
+from nexus.growth import grow
+from nexus.growth.nexus_rank_growth import EXACT_CUTS
+from nexus.growth.verification import verify
+from nexus.models import build_model
+from nexus.models.nexus_rank import NexusRank, nexus_rank_modules
+from nexus.models.reference.nexus_rank_ref import nexus_rank_ref
+
+# Tiny matrices: intra-op threads only add contention on the shared 2-core machine (10x wall time).
+torch.set_num_threads(1)
+
+TARGETS = ["q", "k", "v", "o", "ffn"]
+D, M0, A0, LAYERS = 16, 24, 32, 1  # tiny: D < M < A
+
+
+def nexus_cfg(form="paper", targets=("q", "k", "v"), m=M0, a=A0, **model_kw) -> RunConfig:
+    proj = ProjectionConfig(kind="nexus_rank", targets=list(targets), rank_m=m, rank_a=a, form=form)
+    cfg = RunConfig(model=ModelConfig(d_model=D, n_layers=LAYERS, n_heads=2, max_seq_len=64, projection=proj, **model_kw))
+    cfg.data.seq_len = 16
+    return cfg
+
+
+def trained_like(model: torch.nn.Module, seed=0) -> torch.nn.Module:
+    """Move weights off their init (a grown checkpoint is a trained one, not a fresh init)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3 * (p.std() if p.numel() > 1 else 0.1))
+    return model
+
+
+@pytest.mark.parametrize("form", ["paper", "l2norm"])
+def test_forward_matches_reference(form):
+    torch.manual_seed(0)
+    mod = NexusRank(12, 10, 16, 20, form=form, bias=True).double()
+    mod.reset_special_parameters()
+    with torch.no_grad():
+        mod.w_d.bias.normal_()
+    x = torch.randn(2, 3, 12, dtype=torch.float64)
+    ref = nexus_rank_ref(x, mod.w_m.weight.t(), mod.w_a.weight.t(), mod.w_d.weight.t(), mod.w_d.bias, form)
+    torch.testing.assert_close(mod(x), ref, atol=1e-12, rtol=1e-10)
+
+
+def test_model_uses_nexus_rank_only_for_targets():
+    model = build_model(nexus_cfg(targets=("q", "v")).model)
+    names = set(nexus_rank_modules(model))
+    assert names == {f"layers.{i}.attn.{t}_proj" for i in range(LAYERS) for t in ("q", "v")}
+    assert isinstance(model.layers[0].attn.k_proj, torch.nn.Linear)
+
+
+def test_order_rule_enforced_unless_relaxed():
+    cfg = nexus_cfg(m=40, a=30)
+    with pytest.raises(ConfigError, match="rank_m/rank_a"):
+        cfg.validate()
+    cfg.model.projection.relax_order = True
+    cfg.validate()  # Table 9 orders such as M > A > D are allowed when relaxed
+    build_model(cfg.model)
+
+
+def _grow(cfg, model, **spec):
+    return grow(model, cfg, {"family": "nexus_rank", **spec})
+
+
+CASES = [(form, cut) for form, cuts in EXACT_CUTS.items() for cut in cuts]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("form,cut", CASES)
+def test_growth_is_exact_per_cut_and_form(form, cut, dtype, tol):
+    cfg = nexus_cfg(form, TARGETS)
+    torch.manual_seed(1)
+    model = trained_like(build_model(cfg.model)).to(dtype)
+    new_model, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12, cut=cut)
+    assert new_cfg.model.projection.rank_m == M0 + 8 and new_cfg.model.projection.rank_a == A0 + 12
+    assert next(new_model.parameters()).dtype == dtype
+    x = torch.randint(0, 259, (2, 16))
+    with torch.no_grad():
+        d = (model(x).logits - new_model(x).logits).abs().max().item()
+    assert d <= tol
+    # the new entries are not all zero: one side of each new unit is random at the trained scale
+    w_m = new_model.layers[0].attn.q_proj.w_m.weight
+    w_d = new_model.layers[0].attn.q_proj.w_d.weight
+    w_a = new_model.layers[0].attn.q_proj.w_a.weight
+    assert w_m[M0:].abs().sum() + w_d[:, A0:].abs().sum() + w_a[A0:, :M0].abs().sum() > 0
+    assert res.record["exact"] is True and res.record["old_shapes"]
+
+
+def test_inexact_cuts_under_l2norm_really_change_the_function():
+    """The rule that only the `in` cut is exact with the L2-normalized form is not decorative."""
+    cfg = nexus_cfg("l2norm", TARGETS)
+    torch.manual_seed(2)
+    model = trained_like(build_model(cfg.model)).double()
+    x = torch.randint(0, 259, (2, 16))
+    for cut in ("out", "mixed", "wa"):
+        with pytest.raises(ConfigError, match="not exact"):
+            _grow(cfg, model, delta_m=8, delta_a=12, cut=cut)
+    # the same cut on the same weights in the paper form is exact; in l2norm form (forced) it is not
+    from nexus.growth import nexus_rank_growth as nrg
+
+    saved = nrg.EXACT_CUTS["l2norm"]
+    nrg.EXACT_CUTS["l2norm"] = ("in", "out")
+    try:
+        new_model, _, _, _ = _grow(cfg, model, delta_m=8, delta_a=12, cut="out")
+    finally:
+        nrg.EXACT_CUTS["l2norm"] = saved
+    with torch.no_grad():
+        assert (model(x).logits - new_model(x).logits).abs().max().item() > 1e-4
+
+
+def test_l2norm_growth_without_pinned_scale_is_not_exact():
+    cfg = nexus_cfg("l2norm", TARGETS)
+    torch.manual_seed(3)
+    model = trained_like(build_model(cfg.model)).double()
+    new_model, new_cfg, _, _ = _grow(cfg, model, delta_m=8, delta_a=12)
+    assert (new_cfg.model.projection.frozen_m, new_cfg.model.projection.frozen_a) == (M0, A0)
+    x = torch.randint(0, 259, (1, 16))
+    for mod in nexus_rank_modules(new_model).values():  # un-pin: sqrt(new width)
+        mod.scale_m, mod.scale_a = mod.m ** 0.5, mod.a ** 0.5
+    with torch.no_grad():
+        assert (model(x).logits - new_model(x).logits).abs().max().item() > 1e-4
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("form,cut", CASES)
+def test_every_new_block_gets_gradient_within_two_steps(form, cut, optimizer):
+    cfg = nexus_cfg(form, TARGETS)
+    cfg.train.optimizer = optimizer
+    torch.manual_seed(4)
+    model = trained_like(build_model(cfg.model))
+    new_model, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12, cut=cut)
+    v = verify(model, new_model, res.param_maps, 259, train_cfg=new_cfg.train)
+    assert v["optimizer"] == optimizer
+    # 5 projections x 2 layers x (w_m: 1 block, w_a: 3 blocks, w_d: 1 block)
+    assert len(v["new_block_grad_norms"]) == 5 * LAYERS * 5
+    assert v["dead_blocks"] == []
+    assert all(max(n) > 0 for n in v["new_block_grad_norms"].values())
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_paper_literal_all_zero_growth_is_exact_but_dead(optimizer):
+    cfg = nexus_cfg("paper")
+    torch.manual_seed(5)
+    model = trained_like(build_model(cfg.model))
+    new_model, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12, init="zero")
+    assert "warning" in res.report
+    v = verify(model, new_model, res.param_maps, 259, optimizer=optimizer, n_steps=3)
+    assert v["max_abs_dlogits"] <= 1e-5
+    assert sorted(v["dead_blocks"]) == sorted(v["new_block_grad_norms"]) and len(v["dead_blocks"]) == 3 * LAYERS * 5
+
+
+def test_noise_init_scales_with_fraction_and_is_not_exact():
+    cfg = nexus_cfg("paper")
+    torch.manual_seed(6)
+    model = trained_like(build_model(cfg.model))
+    stds = {}
+    for frac in (0.1, 0.2):
+        new_model, _, _, res = _grow(cfg, model, delta_m=16, delta_a=16, init="noise", noise_frac=frac)
+        old = model.layers[0].attn.q_proj.w_a.weight
+        new = new_model.layers[0].attn.q_proj.w_a.weight[A0:, :]
+        stds[frac] = (new.std() / old.std()).item()
+        assert res.record["exact"] is False
+    assert 0.07 < stds[0.1] < 0.13 and 0.14 < stds[0.2] < 0.26
+    x = torch.randint(0, 259, (1, 16))
+    with torch.no_grad():
+        assert (model(x).logits - new_model(x).logits).abs().max().item() > 0
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"delta_m": 0}, "--delta-m"), ({"delta_a": -4}, "--delta-a"), ({}, "needs --delta-m"),
+    ({"delta_m": 4, "cut": "sideways"}, "--cut"), ({"delta_m": 4, "init": "copy"}, "--rank-init"),
+    ({"delta_m": A0}, "rank_m/rank_a"),  # M would pass A: D < M < A violated
+])
+def test_bad_growth_specs(spec, match):
+    cfg = nexus_cfg("paper")
+    model = build_model(cfg.model)
+    with pytest.raises(ConfigError, match=match):
+        _grow(cfg, model, **spec)
+
+
+def test_growth_of_a_model_without_nexus_rank_is_refused():
+    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2))
+    with pytest.raises(ConfigError, match="no Nexus-Rank"):
+        grow(build_model(cfg.model), cfg, {"family": "nexus_rank", "delta_m": 4})

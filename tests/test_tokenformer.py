@@ -1,0 +1,123 @@
+"""TokenFormer baseline: Pattention vs reference, token growth exact with the frozen sqrt(n) factor and
+not without it, live default init, dead all-zero init, bad input."""
+import pytest
+import torch
+
+from nexus.config import ConfigError, ModelConfig, ProjectionConfig, RunConfig
+from nexus.growth import grow
+from nexus.growth.verification import verify
+from nexus.models import build_model
+from nexus.models.pattention import Pattention, pattention_modules
+from nexus.models.reference.nexus_rank_ref import pattention_ref
+
+torch.set_num_threads(1)  # tiny matrices: intra-op threads only add contention on the shared machine
+
+
+def tf_cfg(freeze=True, act="gelu_l2", targets=("q", "k", "v", "o", "ffn")) -> RunConfig:
+    proj = ProjectionConfig(kind="pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
+                            freeze_scale=freeze, pattention_act=act)
+    cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj))
+    cfg.data.seq_len = 16
+    return cfg
+
+
+def perturbed(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3 * (p.std() if p.numel() > 1 else 0.1))
+    return model
+
+
+@pytest.mark.parametrize("act", ["gelu_l2", "softmax"])
+def test_pattention_matches_reference(act):
+    torch.manual_seed(0)
+    mod = Pattention(8, 6, 10, act=act).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    ref = pattention_ref(x, mod.key_tokens, mod.value_tokens, act)
+    torch.testing.assert_close(mod(x), ref, atol=1e-12, rtol=1e-10)
+
+
+def test_model_builds_pattention_for_every_target():
+    model = build_model(tf_cfg().model)
+    mods = pattention_modules(model)
+    assert set(mods) == {f"layers.0.attn.{t}_proj" for t in "qkvo"} | {"layers.0.mlp"}
+    assert mods["layers.0.mlp"].n_tokens == 20 and mods["layers.0.attn.q_proj"].n_tokens == 12
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_token_growth_exact_with_frozen_scale_and_not_without(dtype, tol):
+    x = torch.randint(0, 259, (2, 16))
+    diffs = {}
+    for freeze in (True, False):
+        cfg = tf_cfg(freeze)
+        torch.manual_seed(1)
+        model = perturbed(build_model(cfg.model)).to(dtype)
+        new_model, new_cfg, _, res = grow(model, cfg, {"family": "tokenformer", "add_tokens": 6, "add_ffn_tokens": 4})
+        assert pattention_modules(new_model)["layers.0.attn.q_proj"].n_tokens == 18
+        with torch.no_grad():
+            diffs[freeze] = (model(x).logits - new_model(x).logits).abs().max().item()
+        assert res.record["exact"] is freeze
+        assert ("frozen" in res.report["scale factor"]) is freeze  # nexus reports which mode was used
+        if freeze:
+            assert (new_cfg.model.projection.frozen_n, new_cfg.model.projection.ffn_frozen_n) == (12, 20)
+    assert diffs[True] <= tol
+    assert diffs[False] > 1e-3
+
+
+def test_frozen_scale_survives_a_second_growth():
+    cfg = tf_cfg(True)
+    torch.manual_seed(2)
+    model = perturbed(build_model(cfg.model)).double()
+    m1, cfg1, _, _ = grow(model, cfg, {"family": "tokenformer", "add_tokens": 4})
+    m2, cfg2, _, _ = grow(m1, cfg1, {"family": "tokenformer", "add_tokens": 4})
+    assert cfg2.model.projection.frozen_n == 12 and cfg2.model.projection.param_tokens == 20
+    x = torch.randint(0, 259, (1, 16))
+    with torch.no_grad():
+        assert (model(x).logits - m2(x).logits).abs().max().item() <= 1e-10
+
+
+def test_softmax_variant_growth_is_reported_inexact():
+    cfg = tf_cfg(True, "softmax")
+    torch.manual_seed(3)
+    model = perturbed(build_model(cfg.model))
+    new_model, _, _, res = grow(model, cfg, {"family": "tokenformer", "add_tokens": 6})
+    assert res.record["exact"] is False and "softmax" in res.report["note"]
+    v = verify(model, new_model, res.param_maps, 259)
+    assert v["max_abs_dlogits"] > 1e-4
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_default_token_growth_is_live_and_all_zero_is_dead(optimizer):
+    cfg = tf_cfg(True)
+    cfg.train.optimizer = optimizer
+    torch.manual_seed(4)
+    model = perturbed(build_model(cfg.model))
+    live, _, _, res = grow(model, cfg, {"family": "tokenformer", "add_tokens": 6, "add_ffn_tokens": 4})
+    v = verify(model, live, res.param_maps, 259, train_cfg=cfg.train)
+    assert len(v["new_block_grad_norms"]) == 10 and v["dead_blocks"] == []
+    dead, _, _, res0 = grow(model, cfg, {"family": "tokenformer", "add_tokens": 6, "add_ffn_tokens": 4, "init": "zero"})
+    v0 = verify(model, dead, res0.param_maps, 259, train_cfg=cfg.train, n_steps=3)
+    assert v0["max_abs_dlogits"] <= 1e-5
+    assert sorted(v0["dead_blocks"]) == sorted(v0["new_block_grad_norms"])
+    assert "warning" in res0.report
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"add_tokens": 0}, "--add-tokens"), ({"add_ffn_tokens": -1}, "--add-ffn-tokens"), ({}, "needs --add-tokens"),
+    ({"add_tokens": 2, "init": "copy"}, "--token-init"),
+])
+def test_bad_token_growth_specs(spec, match):
+    cfg = tf_cfg()
+    with pytest.raises(ConfigError, match=match):
+        grow(build_model(cfg.model), cfg, {"family": "tokenformer", **spec})
+
+
+def test_token_growth_needs_pattention():
+    proj = ProjectionConfig(kind="nexus_rank", rank_m=24, rank_a=32)
+    cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, projection=proj))
+    with pytest.raises(ConfigError, match="no Pattention"):
+        grow(build_model(cfg.model), cfg, {"family": "tokenformer", "add_tokens": 4})
+    cfg = tf_cfg(targets=("q", "k", "v", "o"))
+    with pytest.raises(ConfigError, match="no FFN Pattention"):
+        grow(build_model(cfg.model), cfg, {"family": "tokenformer", "add_ffn_tokens": 4})
