@@ -42,7 +42,9 @@ def _grow_ffn_double(model, cfg, spec):
 
 
 TEST_METHOD = P.Method("test-ffn", "test_ffn_double", "baseline-micro", {}, "test: FFN x2 (zero down columns)")
-MICRO = ["--train.eval_batches", "2", "--train.batch_size", "4", "--data.seq_len", "32"]
+# 1x32 model, 2x16-token batches, 12 steps: the machinery, not the learning, is under test
+MICRO = ["--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2", "--train.eval_batches", "1",
+         "--train.batch_size", "2", "--data.seq_len", "16", "--train.sample_tokens", "1", "--train.warmup_steps", "2"]
 
 
 @pytest.fixture
@@ -51,7 +53,19 @@ def methods(monkeypatch):
     return P.METHODS
 
 
-def _run(tmp_path, tokens=2560, grow_at=0.5):
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One micro experiment shared by the tests that only read it (training is the slow part)."""
+    P.METHODS[TEST_METHOD.name] = TEST_METHOD
+    tmp = tmp_path_factory.mktemp("finished")
+    try:
+        plan, r = _run(tmp)
+    finally:
+        P.METHODS.pop(TEST_METHOD.name, None)
+    return tmp, plan, r
+
+
+def _run(tmp_path, tokens=384, grow_at=0.5):
     plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=tokens, grow_at=grow_at, seed=3,
                               out=str(tmp_path / "exp"), eval_points=5)
     return plan, P.run_progressive(plan, quiet=True, say=lambda *_: None)
@@ -69,11 +83,11 @@ def _first_crossing(xs, ys, target):
     return None
 
 
-def test_micro_experiment_report_is_recomputable_from_results_json(tmp_path, methods):
+def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     from nexus.analysis.flops import train_flops_per_token
     from nexus.config import RunConfig
 
-    plan, r = _run(tmp_path)
+    tmp_path, plan, r = finished
     out = tmp_path / "exp"
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["target_val_loss"] == r["target_val_loss"]
@@ -85,14 +99,14 @@ def test_micro_experiment_report_is_recomputable_from_results_json(tmp_path, met
     small = RunConfig.from_dict(plan["configs"]["grown"]).model
     large = RunConfig.from_dict(plan["configs"]["scratch"]).model
     assert large.ffn == 2 * small.ffn
-    f_small, f_large = train_flops_per_token(small, 32), train_flops_per_token(large, 32)
+    f_small, f_large = train_flops_per_token(small, 16), train_flops_per_token(large, 16)
     assert on_disk["small"]["train_flops_per_token"] == pytest.approx(f_small)
     assert on_disk["large"]["train_flops_per_token"] == pytest.approx(f_large)
 
     # curves: every FLOPs value recomputed from tokens and the growth point
     g, s = on_disk["runs"]["grown"], on_disk["runs"]["scratch"]
     d_e = on_disk["grow_at_tokens"]
-    assert d_e == plan["grow_step"] * 4 * 32
+    assert d_e == plan["grow_step"] * 2 * 16
     for p in g["val_curve"]:
         want = f_small * min(p["tokens"], d_e) + f_large * max(0, p["tokens"] - d_e)
         assert p["flops"] == pytest.approx(want)
@@ -134,8 +148,8 @@ def test_micro_experiment_report_is_recomputable_from_results_json(tmp_path, met
     assert "loss_vs_flops.png" in report
 
 
-def test_rerun_skips_finished_runs_and_reproduces_results(tmp_path, methods, monkeypatch):
-    _, first = _run(tmp_path)
+def test_rerun_skips_finished_runs_and_reproduces_results(finished, methods, monkeypatch):
+    tmp_path, _, first = finished
     import nexus.train.trainer as T
 
     def boom(*a, **k):
@@ -160,7 +174,7 @@ def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_pat
         orig_init(self, *a, **k)
 
         def crash(trainer, step, metrics):
-            if state["armed"] and "grown" in str(trainer.out_dir) and step == 18:
+            if state["armed"] and "grown" in str(trainer.out_dir) and step == 10:
                 state["armed"] = False
                 raise KeyboardInterrupt
         self.callbacks.append(crash)
@@ -234,7 +248,7 @@ def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
 
 
 def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
-    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=2560, out=str(tmp_path / "exp"))
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"grown": {}, "scratch": {}}}))
     with pytest.raises(ConfigError, match="different experiment"):

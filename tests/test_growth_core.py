@@ -233,3 +233,21 @@ def test_cli_inexact_cut_for_l2norm_form_is_refused(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     rc = main(["grow", "--checkpoint", str(run / "checkpoint"), "--out", str(tmp_path / "o"), "--delta-m", "4", "--delta-a", "4"])
     assert rc == 0 and "max |dlogits|" in capsys.readouterr().out
+
+
+def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsys):
+    grown = tmp_path / "grown"
+    grow_checkpoint(trained, grown, {"family": "nexus_rank", "delta_m": 16, "delta_a": 32})
+    Trainer(micro(tmp_path / "cont", "--train.steps", "18", "--train.save_every", "2", "--train.keep_last", "5"),
+            resume=str(grown), quiet=True).fit()
+    snaps = [str(grown)] + sorted(str(p) for p in (tmp_path / "cont").glob("step_*")) + [str(tmp_path / "cont" / "checkpoint")]
+    assert len(snaps) == 4
+    out = tmp_path / "ana"
+    rc = main(["analyze", "growth", "--checkpoints", *snaps, "--out", str(out), "--batches", "1", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["growth_step"] == 12 and [s["step"] for s in res["snapshots"]] == [12, 14, 16, 18]
+    assert res["R"][0] == 0 and all(r > 0 for r in res["R"][1:])  # the new weights move away from the growth state
+    assert all(0 < s["noc"] <= 1 and 0 <= s["u_p"] <= 1 for s in res["snapshots"])
+    assert (out / "growth.json").is_file() and (out / "growth_radius.png").is_file() and (out / "growth_trajectory.png").is_file()
+    rc = main(["analyze", "growth", "--checkpoints", str(trained), str(grown), "--out", str(tmp_path / "bad")])
+    assert rc == 2 and "no growth record" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -42,16 +42,17 @@ def test_maps_are_causal_row_stochastic_and_written_as_png(form, tmp_path):
     import matplotlib.image
 
     model = _model(form=form)
-    res = write_attention_maps(model, IDS, tmp_path / "maps")
+    out = tmp_path / "maps"
+    res = write_attention_maps(model, IDS, out)
     assert set(res["maps"]) == {"outer", "inner_q", "inner_k"}
-    arrays = np.load(res["arrays"])
-    for name, path in res["maps"].items():
-        img = matplotlib.image.imread(path)
+    arrays = np.load(out / res["arrays"])
+    for name, file in res["maps"].items():
+        img = matplotlib.image.imread(out / file)
         assert img.ndim == 3 and img.shape[0] > 50
         m = arrays[name]
         np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
         assert np.abs(np.triu(m, 1)).max() == 0.0
-    assert matplotlib.image.imread(res["figure"]).shape[1] > img.shape[1]  # the panels side by side
+    assert matplotlib.image.imread(out / res["figure"]).shape[1] > img.shape[1]  # the panels side by side
     if form == "self":  # eq. 7-8: Q Q^T and K K^T differ
         assert np.abs(arrays["inner_q"] - arrays["inner_k"]).max() > 1e-4
     else:  # eq. 12 with shared weights: one inner attention feeds both Q and K
@@ -99,3 +100,18 @@ def test_synthetic_comparison_presets_differ_only_in_attention_order(task):
     ho.model.attention = base.model.attention
     ho.train.out_dir = base.train.out_dir
     assert ho.to_dict() | {"preset": ""} == base.to_dict() | {"preset": ""}
+
+
+def test_analyze_attention_command_writes_the_higher_order_maps(tmp_path, capsys):
+    import json
+
+    from nexus.cli import main
+
+    out = tmp_path / "analysis"
+    assert main(["analyze", "attention", "--preset", "nexus-qk-shared-tiny", "--model.n_layers", "1", "--out", str(out),
+                 "--batches", "1", "--batch-size", "2", "--seq-len", "16", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    maps = res["attention_maps"]["maps"]
+    assert set(maps) == {"outer", "inner_q", "inner_k"}
+    for file in maps.values():
+        assert (out / file).is_file()

@@ -74,8 +74,10 @@ def _save_png(fig, path: Path) -> None:
 
 
 def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
-    """Write the averaged heatmaps of `model` on `input_ids` into `out_dir`; returns
-    {"maps": {name: png path}, "figure": combined png, "arrays": npz path, "shape": [T, T]}."""
+    """Write the averaged heatmaps of `model` on `input_ids` into `out_dir`; returns file names
+    relative to out_dir (callers may write into a temporary directory and rename it):
+    {"maps": {name: "<name>.png"}, "figure": "attention_maps.png", "arrays": "attention_maps.npz",
+    "shape": [T, T]}."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,7 +95,7 @@ def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
         _draw(ax, maps[name], TITLES[name])
         _save_png(fig, out / f"{name}.png")
         plt.close(fig)
-        files[name] = str(out / f"{name}.png")
+        files[name] = f"{name}.png"
     fig, axes = plt.subplots(1, len(order), figsize=(4 * len(order), 4), squeeze=False)
     for ax, name in zip(axes[0], order):
         _draw(ax, maps[name], TITLES[name])
@@ -102,7 +104,7 @@ def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
     tmp = out / ".attention_maps.tmp.npz"
     np.savez(tmp, **maps)
     os.replace(tmp, out / "attention_maps.npz")
-    return {"maps": files, "figure": str(out / "attention_maps.png"), "arrays": str(out / "attention_maps.npz"),
+    return {"maps": files, "figure": "attention_maps.png", "arrays": "attention_maps.npz",
             "shape": list(maps[order[0]].shape)}
 
 

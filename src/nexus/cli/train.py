@@ -12,6 +12,11 @@ def add_parser(sub) -> None:
     add_config_args(p)
     p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint directory (its model/data config wins)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
+                   help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
+    p.add_argument("--growth", default=None, metavar="SPEC",
+                   help="growth spec as a YAML mapping (= --train.growth), e.g. "
+                        "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}'")
     p.set_defaults(func=run)
 
 
@@ -20,12 +25,21 @@ def run(args, extra) -> int:
     from ..checkpoint import read_config
     from ..config import parse_overrides
 
+    extra = list(extra)
+    if args.grow_at is not None:
+        extra += ["--train.grow_at", str(args.grow_at)]
+    if args.growth is not None:
+        extra += ["--train.growth", args.growth]
     if args.resume:
         cfg = read_config(args.resume)
         parse_overrides(cfg, extra)
         cfg.validate()
     else:
         cfg = build_config(args, extra)
+    if cfg.train.grow_at:
+        from ..growth import check_growth_spec
+
+        check_growth_spec(cfg.train.growth)  # fail now, not after grow_at steps of training
     trainer = Trainer(cfg, resume=args.resume, quiet=args.quiet)
     try:
         result = trainer.fit()

@@ -11,6 +11,8 @@ what a direct computation from the model's logits gives. lm-eval is an optional 
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..config import ConfigError
@@ -158,13 +160,20 @@ def task_manager(tasks: list[str], include_path: str | None = None):
         tm = TaskManager(include_path=str(include_path), include_defaults=False)
         if not _missing(tm, tasks):
             return tm
-    tm = TaskManager(include_path=str(include_path) if include_path else None)
+    tm = _full_task_manager(str(include_path) if include_path else None)
     missing = _missing(tm, tasks)
     if missing:
         where = f"in {include_path!r} or " if include_path else ""
         raise ConfigError(f"--lm-eval task {missing[0]!r} not found {where}among lm-eval's tasks (valid: a task name "
                           f"from `lm_eval ls tasks`, or a task YAML in --lm-eval-include DIR)")
     return tm
+
+
+@functools.lru_cache(maxsize=4)
+def _full_task_manager(include_path: str | None):
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path)  # indexes lm-eval's bundled tasks once per process
 
 
 def _missing(tm, tasks: list[str]) -> list[str]:

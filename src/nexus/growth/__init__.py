@@ -90,6 +90,31 @@ def families() -> list[str]:
     return sorted(_GROWERS)
 
 
+_SPEC_CHECKS: dict[str, Callable[[dict], object]] = {}
+
+
+def register_spec_check(family: str):
+    """A family's cheap spec validation (no model needed), run before training starts."""
+    def deco(fn):
+        _SPEC_CHECKS[family] = fn
+        return fn
+    return deco
+
+
+def check_growth_spec(spec) -> None:
+    """Raise ConfigError now for a growth spec that would fail at train.grow_at."""
+    _load_families()
+    family = spec.get("family") if isinstance(spec, dict) else None
+    if family not in _GROWERS:
+        raise ConfigError(f"train.growth={spec!r} (valid: a mapping with family one of {', '.join(sorted(_GROWERS))}, "
+                          "e.g. --growth '{family: width, hidden: 192}')")
+    policy = spec.get("optimizer_state", "asymmetric")
+    if policy not in OPTIMIZER_STATE_POLICIES:
+        raise ConfigError(f"train.growth.optimizer_state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
+    if family in _SPEC_CHECKS:
+        _SPEC_CHECKS[family](spec)
+
+
 # ----------------------------------------------------------------------------- optimizer surgery
 def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
                                scale: float = 1.0, mark_new: bool = True) -> None:
@@ -276,7 +301,7 @@ def _jsonable(obj):
     return str(obj)
 
 
-__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "grow", "grow_checkpoint", "grow_in_training",
+__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
            "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ConfigError, RunConfig
-from . import GrowthResult, ParamMap, register_grower
+from . import GrowthResult, ParamMap, register_grower, register_spec_check
 
 INITS = ("copy", "random", "zero")
 PRESERVE_MODES = ("rms", "exact", "none")
@@ -384,6 +384,7 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
 
 
 register_grower("width")(grow_width)
+register_spec_check("width")(parse_spec)
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -70,6 +70,8 @@ def import_hf(directory) -> tuple[torch.nn.Module, RunConfig]:
     model = build_model(mcfg)
     load_state_dict_checked(model, sd, str(directory))  # every tensor replaced; shapes and names checked
     model.eval()
+    if tokenizer is None and mcfg.vocab_size < 259:
+        note += f" (warning: byte ids reach 258 but the model has only {mcfg.vocab_size} tokens)"
     model.tokenizer = tokenizer
     model.import_notes = [f"architecture {arch}", note]
     return model, cfg

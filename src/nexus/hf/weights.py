@@ -33,8 +33,8 @@ KEY_TABLE = [
     ("model.norm.weight", "norm.weight"),
     ("lm_head.weight", "lm_head.weight"),
 ]
-# Buffers some older HF checkpoints saved; they hold no learned information.
-IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.masked_bias|\.attn\.bias)$")  # buffers old checkpoints saved
+# RoPE frequency buffers that older Llama checkpoints saved; recomputed from rope_theta, so dropped.
+IGNORED = re.compile(r"rotary_emb\.inv_freq$")
 
 
 def _compile(pattern: str) -> re.Pattern:

@@ -63,6 +63,7 @@ VARS = [
     Var("INIT_CHECKPOINT", "", "str", help="start from this nexus checkpoint (e.g. SFT from a pretrain run)"),
     Var("DEVICE", "auto", "str", help="auto | cpu | cuda | cuda:N"),
     Var("SEED", 0, "int", 0, help="random seed"),
+    Var("SAMPLE_TOKENS", 64, "int", 1, help="tokens per sample generation"),
 ]
 
 
@@ -137,7 +138,7 @@ def build_run_config(env: dict):
     t.steps, t.log_every, t.save_every = env["TOTAL_STEPS"], env["LOG_EVERY"], env["SAVE_EVERY"]
     t.eval_every = t.sample_every = env["EVAL_EVERY"]
     t.eval_batches = 4
-    t.out_dir, t.device, t.seed = env["OUTPUT_DIR"], env["DEVICE"], env["SEED"]
+    t.out_dir, t.device, t.seed, t.sample_tokens = env["OUTPUT_DIR"], env["DEVICE"], env["SEED"], env["SAMPLE_TOKENS"]
     cfg.preset = f"nexus-{env['MODEL_SIZE']}" + ("-sft" if d.chat else "")
     return cfg.validate()
 
@@ -230,6 +231,22 @@ def make_trainer_class():
     return EnvTrainer
 
 
+def check_hub_access(repo_id: str) -> None:
+    """Fail before training, not after hours of it, when the Hub cannot be reached or we are not logged in."""
+    try:
+        from huggingface_hub import HfApi
+
+        HfApi().whoami()
+    except Exception as e:  # offline, no token, HTTP errors: one line each
+        raise EnvError(f"HUB_MODEL_ID={repo_id!r}: cannot push ({type(e).__name__}: {_first_line(e)}); offline or not "
+                       "logged in? unset HUB_MODEL_ID to train without pushing") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:120] if text else "no details"
+
+
 def push_to_hub(checkpoint: str, repo_id: str) -> str:
     """Upload a checkpoint directory; any failure (offline, no token) becomes one EnvError line."""
     try:
@@ -239,7 +256,7 @@ def push_to_hub(checkpoint: str, repo_id: str) -> str:
         api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(folder_path=checkpoint, repo_id=repo_id)
     except Exception as e:  # huggingface_hub raises many types (offline, auth, HTTP); one line each
-        raise EnvError(f"HUB_MODEL_ID={repo_id!r}: push failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
+        raise EnvError(f"HUB_MODEL_ID={repo_id!r}: push failed ({type(e).__name__}: {_first_line(e)}); "
                        f"offline or not logged in? the checkpoint is kept at {checkpoint}") from None
     return f"https://huggingface.co/{repo_id}"
 
@@ -247,6 +264,8 @@ def push_to_hub(checkpoint: str, repo_id: str) -> str:
 def run(environ=None) -> dict:
     env = read_env(environ)
     cfg = build_run_config(env)
+    if env["HUB_MODEL_ID"]:
+        check_hub_access(env["HUB_MODEL_ID"])
     Trainer = make_trainer_class()
     resume = latest_checkpoint(cfg.train.out_dir)
     print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "

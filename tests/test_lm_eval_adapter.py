@@ -1,0 +1,140 @@
+"""The lm-evaluation-harness adapter: its log-likelihoods equal a direct computation from the model's
+logits; it runs a tiny local multiple-choice task offline; unknown tasks fail with exit code 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval", reason="lm-eval is the optional `eval` extra")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+
+from nexus.cli import main  # noqa: E402
+from nexus.data.tokenizer import ByteTokenizer  # noqa: E402
+from nexus.eval.lm_eval_adapter import NexusLM, evaluate_tasks  # noqa: E402
+from nexus.models import build_model  # noqa: E402
+from nexus.presets import get_preset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = get_preset("baseline-micro").model
+    cfg.max_seq_len = 32  # short context so truncation is exercised
+    torch.manual_seed(0)
+    return build_model(cfg).eval()
+
+
+def _req(kind, *args):
+    return Instance(request_type=kind, doc={}, arguments=args, idx=0)
+
+
+def direct_loglikelihood(model, ctx_ids, cont_ids):
+    """Obviously-correct reference: one unbatched forward, sum of log-softmax at the continuation."""
+    full = (ctx_ids + cont_ids)[-(model.cfg.max_seq_len + 1):]
+    with torch.no_grad():
+        logits = model(torch.tensor([full[:-1]])).logits[0]
+    logp = torch.log_softmax(logits.double(), -1)
+    n = len(cont_ids)
+    total, greedy = 0.0, True
+    for j in range(len(full) - n, len(full)):
+        total += float(logp[j - 1, full[j]])
+        greedy &= int(logp[j - 1].argmax()) == full[j]
+    return total, greedy
+
+
+def test_loglikelihood_equals_direct_computation(model):
+    tok = ByteTokenizer()
+    lm = NexusLM(model, tok, batch_size=3)
+    cases = [("The cat sat on the", " mat"), ("x", "yz"), ("", "hello"),
+             ("a long context that is longer than the thirty-two token window", " end"),
+             ("trailing space ", "moves")]
+    got = lm.loglikelihood([_req("loglikelihood", c, t) for c, t in cases])
+    for (ctx, cont), (ll, greedy) in zip(cases, got):
+        if ctx.endswith(" "):  # lm-eval's convention: the space belongs to the continuation
+            ctx, cont = ctx[:-1], " " + cont
+        ctx_ids = tok.encode(ctx) if ctx else [tok.bos_id]
+        want, want_greedy = direct_loglikelihood(model, ctx_ids, tok.encode(cont))
+        assert ll == pytest.approx(want, abs=1e-4)
+        assert greedy == want_greedy
+    # batching and padding change nothing
+    one = NexusLM(model, tok, batch_size=1).loglikelihood([_req("loglikelihood", c, t) for c, t in cases])
+    assert [a for a, _ in one] == pytest.approx([a for a, _ in got], abs=1e-4)
+
+
+def test_rolling_loglikelihood_equals_sum_over_tokens(model):
+    tok = ByteTokenizer()
+    lm = NexusLM(model, tok)
+    short = "abc def"
+    (got,) = lm.loglikelihood_rolling([_req("loglikelihood_rolling", short)])
+    want, _ = direct_loglikelihood(model, [tok.bos_id], tok.encode(short))
+    assert got == pytest.approx(want, abs=1e-4)
+    # longer than the window: disjoint windows, each token scored exactly once
+    long = "0123456789" * 7
+    (got_long,) = lm.loglikelihood_rolling([_req("loglikelihood_rolling", long)])
+    ids, n = tok.encode(long), model.cfg.max_seq_len
+    want_long, _ = direct_loglikelihood(model, [tok.bos_id], ids[:n])
+    start = n
+    while start < len(ids):  # each later window: up to n tokens of left context, score only the new ones
+        piece = ids[start:start + n]
+        ctx = ids[max(0, start + len(piece) - n - 1):start]
+        want_long += direct_loglikelihood(model, ctx, piece)[0]
+        start += n
+    assert got_long == pytest.approx(want_long, abs=1e-3)
+
+
+def test_generate_until_is_greedy_and_stops(model):
+    tok = ByteTokenizer()
+    lm = NexusLM(model, tok)
+    ctx = "hello"
+    ids = torch.tensor([tok.encode(ctx)])
+    ref = tok.decode(model.generate(ids, max_new_tokens=8, temperature=0.0, eos_id=tok.eos_id)[0, ids.shape[1]:].tolist())
+    (free,) = lm.generate_until([_req("generate_until", ctx, {"until": [], "max_gen_toks": 8})])
+    assert free == ref
+    if len(ref) > 2:
+        stop = ref[2]
+        (cut,) = lm.generate_until([_req("generate_until", ctx, {"until": [stop], "max_gen_toks": 8})])
+        assert cut == ref[:ref.index(stop)]
+
+
+def _write_task(tmp_path):
+    rows = [{"question": "The cat sat on the", "choices": [" mat", " qqq", " zzz"], "answer": 0},
+            {"question": "def foo():\n    return", "choices": [" 1", " banana"], "answer": 1},
+            {"question": "import", "choices": [" os", " $$", " x"], "answer": 0},
+            {"question": "1 + 1 =", "choices": [" 2", " 7"], "answer": 0}]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tiny_mc.yaml").write_text(
+        "task: nexus_tiny_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+    return rows
+
+
+def test_local_multiple_choice_task_offline_matches_own_scoring(tmp_path, model):
+    tok = ByteTokenizer()
+    rows = _write_task(tmp_path)
+    lm = NexusLM(model, tok)
+    res = evaluate_tasks(lm, ["nexus_tiny_mc"], include_path=str(tmp_path))
+    correct = 0
+    for r in rows:  # lm-eval joins context and choice with target_delimiter " " (choices here start with a space)
+        scores = [direct_loglikelihood(model, tok.encode(r["question"]), tok.encode(" " + c))[0] for c in r["choices"]]
+        correct += int(max(range(len(scores)), key=scores.__getitem__) == r["answer"])
+    assert res["nexus_tiny_mc"]["acc"] == pytest.approx(correct / len(rows))
+
+
+def test_cli_eval_lm_eval_local_task_and_bad_task(tmp_path, capsys, model):
+    from nexus.checkpoint import save_checkpoint
+
+    cfg = get_preset("baseline-micro")
+    cfg.model = model.cfg
+    ck = save_checkpoint(tmp_path / "ck", model, cfg, ByteTokenizer())
+    _write_task(tmp_path)
+    rc = main(["eval", "--checkpoint", str(ck), "--lm-eval", "nexus_tiny_mc", "--lm-eval-include", str(tmp_path), "--json"])
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and 0.0 <= json.loads(out)["nexus_tiny_mc"]["acc"] <= 1.0
+    rc = main(["eval", "--checkpoint", str(ck), "--lm-eval", "no_such_task_xyz", "--lm-eval-include", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no_such_task_xyz" in err and len(err.strip().splitlines()) == 1

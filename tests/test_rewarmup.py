@@ -1,0 +1,114 @@
+"""Asymmetric re-warmup (SPARKLING eq. 25-28): the curve, old entries bitwise on the baseline
+schedule, new entries on the re-warmup curve, under AdamW and Muon; the rewarmup-all baseline."""
+import copy
+import math
+
+import pytest
+import torch
+
+from nexus.config import ModelConfig, RunConfig, TrainConfig
+from nexus.growth import grow
+from nexus.growth.rewarmup import make_rewarmup
+from nexus.models import build_model
+from nexus.train.param_groups import build_optimizer
+from nexus.train.schedule import lr_factor, set_lr
+
+
+def paper_f(t, t_w, T, eta0, eta_max, eta_min):
+    """Eq. 25-26 written out literally (independent of nexus.growth.rewarmup)."""
+    if t < t_w:
+        return eta0 + (eta_max - eta0) * t / t_w
+    return eta_min + (eta_max - eta_min) * 0.5 * (1 + math.cos(math.pi * min((t - t_w) / (T - t_w), 1.0)))
+
+
+def test_curve_matches_eq_28():
+    tcfg = TrainConfig(steps=1000, warmup_steps=30, schedule="cosine", min_lr_ratio=0.1)
+    t_e, rho, tau = 400, 1.3, 250
+    fn = make_rewarmup({"step": t_e, "rewarmup": {"rho": rho, "tau": tau}})
+    eta_e = 2e-3 * lr_factor(t_e, tcfg)
+    for t in (400, 401, 525, 649, 650, 651, 800, 999):
+        want = paper_f(t - t_e, tau, tcfg.steps - t_e, eta_e, rho * eta_e, 2e-3 * 0.1)
+        assert fn(t, 2e-3, lr_factor(t, tcfg), tcfg) == pytest.approx(want, rel=1e-12)
+    assert fn(t_e, 1.0, 0, tcfg) == pytest.approx(lr_factor(t_e, tcfg))  # continuous at the growth step
+    assert fn(t_e + tau, 1.0, 0, tcfg) == pytest.approx(rho * lr_factor(t_e, tcfg))  # peak rho * eta(t_e)
+    assert fn(tcfg.steps, 1.0, 0, tcfg) == pytest.approx(0.1)  # shared eta_min at the end
+
+
+def _grown(optimizer: str, rewarmup_key: str = "rewarmup"):
+    torch.manual_seed(0)
+    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
+                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3, weight_decay=0.1))
+    model = build_model(cfg.model)
+    opt = build_optimizer(model, cfg.train)
+    x = torch.randint(0, 64, (4, 16))
+    for step in range(6):
+        set_lr(opt, step, cfg.train)
+        model(x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    spec = {"family": "width", "ffn": 80, "hidden": 48, "init": "copy,copy", rewarmup_key: [1.3, 20]}
+    new_model, new_cfg, new_opt, res = grow(model, cfg, spec, opt.state_dict(), step=6)
+    return new_model, new_cfg, new_opt, res, x
+
+
+def _one_step(model, opt, x, step, tcfg, rewarmup):
+    """One optimizer step from a copy of (model, opt); returns {name: (before, after)}."""
+    model, opt_sd = copy.deepcopy(model), opt.state_dict()
+    from nexus.train.param_groups import build_optimizer as build
+
+    opt2 = build(model, tcfg)
+    opt2.load_state_dict(opt_sd)
+    set_lr(opt2, step, tcfg, rewarmup)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(x, labels=x).loss.backward()
+    opt2.step()
+    return {n: (before[n], p.detach().clone()) for n, p in model.named_parameters()}, opt2
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_old_entries_bitwise_baseline_new_entries_on_the_curve(optimizer):
+    model, cfg, opt, res, x = _grown(optimizer)
+    rw = make_rewarmup(cfg.growth_history[-1])
+    tc = cfg.train
+    for step in (6, 16, 26, 120):
+        with_rw, opt_rw = _one_step(model, opt, x, step, tc, rw)
+        without, opt_base = _one_step(model, opt, x, step, tc, None)
+        for g_rw, g_base in zip(opt_rw.param_groups, opt_base.param_groups):
+            assert g_rw["lr"] == g_base["lr"] == g_base["base_lr"] * lr_factor(step, tc)  # baseline, exactly
+        ratio_want = rw(step, 1.0, None, tc) / lr_factor(step, tc)
+        checked = 0
+        for name, (p0, p1) in with_rw.items():
+            q1 = without[name][1]
+            new = res.param_maps[name].new_mask(p0.shape).bool()
+            assert torch.equal(p1[~new], q1[~new]), f"{name}: old entries left the baseline schedule"
+            if new.any():
+                d_rw, d_base = (p1 - p0)[new], (q1 - p0)[new]
+                big = d_base.abs() > 2e-5  # float32 differences of ~0.02-sized weights: keep rounding < 1e-3
+                torch.testing.assert_close(d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want),
+                                           rtol=3e-3, atol=1e-4)
+                checked += 1
+        assert checked >= 5
+
+
+def test_rewarmup_all_moves_every_entry():
+    model, cfg, opt, res, x = _grown("adamw", "rewarmup_all")
+    rec = cfg.growth_history[-1]
+    assert rec["rewarmup_all"] is True
+    rw = make_rewarmup(rec)
+    step = 16
+    with_rw, _ = _one_step(model, opt, x, step, cfg.train, rw)
+    without, _ = _one_step(model, opt, x, step, cfg.train, None)
+    ratio_want = rw(step, 1.0, None, cfg.train) / lr_factor(step, cfg.train)
+    assert abs(ratio_want - 1) > 0.05  # a step where the two schedules differ
+    for name, (p0, p1) in with_rw.items():
+        d_rw, d_base = p1 - p0, without[name][1] - p0
+        big = d_base.abs() > 2e-5  # float32 differences of ~0.02-sized weights: keep rounding < 1e-3
+        torch.testing.assert_close(d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want), rtol=3e-3, atol=1e-4)
+
+
+def test_new_entries_get_their_own_adam_step_count():
+    model, cfg, opt, res, x = _grown("adamw")
+    st = opt.state_for("layers.0.mlp.down_proj.weight")
+    assert st["step"].shape == (48, 80)
+    assert float(st["step"][:32, :48].min()) == 6 and float(st["step"][:, 48:].max()) == 0
+    assert float(st["exp_avg"][:, 48:].abs().max()) == 0  # asymmetric reset: new slices start at zero

@@ -1,0 +1,103 @@
+"""Packed ternary export: exact round trip, <= 2.1 bits per ternary weight, corrupted files rejected."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nexus.checkpoint import CheckpointError, save_checkpoint
+from nexus.config import ModelConfig, RecurrentConfig, RunConfig
+from nexus.data.tokenizer import ByteTokenizer
+from nexus.models import build_model
+from nexus.models.bitlinear import PackedTernaryLinear
+from nexus.models.ternary_export import export_ternary, load_ternary, pack_codes, unpack_codes
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([-1, 0, 1]), min_size=1, max_size=97), st.sampled_from(["2bit", "base3"]))
+def test_pack_unpack_roundtrip(codes, packing):
+    codes = np.array(codes, dtype=np.int8)
+    packed = pack_codes(codes, packing)
+    assert len(packed) == -(-len(codes) // (4 if packing == "2bit" else 5))
+    assert np.array_equal(unpack_codes(packed, len(codes), packing, "x"), codes)
+
+
+def _checkpoint(tmp_path, act_quant=False, tie=True):
+    torch.manual_seed(0)
+    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=80,
+                                      tie_embeddings=tie, recurrent=RecurrentConfig(n_sup=2, t_inner=2, act_quant=act_quant)))
+    model = build_model(cfg.model)
+    return save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer()), model
+
+
+@pytest.mark.parametrize("packing,act_quant,tie", [("2bit", False, True), ("base3", True, False)])
+def test_packed_model_gives_identical_logits(tmp_path, packing, act_quant, tie):
+    ckpt, model = _checkpoint(tmp_path, act_quant, tie)
+    report = export_ternary(ckpt, tmp_path / "model.tern", packing=packing)
+    packed, cfg, tok = load_ternary(report["path"])
+    assert any(isinstance(m, PackedTernaryLinear) for m in packed.modules())
+    assert isinstance(tok, ByteTokenizer)
+    x = torch.randint(0, 259, (2, 11), generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(packed(x).logits, model(x).logits)
+        assert torch.equal(packed.generate(x[:1, :3], 6, temperature=0), model.generate(x[:1, :3], 6, temperature=0))
+
+
+def test_report_is_the_true_file_size_and_bits_per_weight(tmp_path):
+    ckpt, model = _checkpoint(tmp_path)
+    for packing, limit in (("2bit", 2.1), ("base3", 1.7)):
+        report = export_ternary(ckpt, tmp_path / f"m.{packing}", packing=packing)
+        assert report["file_bytes"] == (tmp_path / f"m.{packing}").stat().st_size
+        n_ternary = sum(m.weight.numel() for m in model.modules() if getattr(m, "is_ternary", False))
+        assert report["ternary_params"] == n_ternary
+        assert report["bits_per_ternary_weight"] <= limit
+        # everything else (embedding, norms, conv) is stored at fp32 and counted in the file
+        n_other = sum(p.numel() for p in model.parameters()) - n_ternary
+        assert report["other_params"] == n_other
+        assert report["file_bytes"] >= report["packed_ternary_bytes"] + 4 * n_other
+
+
+def test_export_rejects_a_model_without_ternary_layers(tmp_path):
+    from nexus.config import ConfigError
+
+    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=16, n_layers=1, n_heads=1, ffn_hidden=32,
+                                      recurrent=RecurrentConfig(ternary=False)))
+    ckpt = save_checkpoint(tmp_path / "c", build_model(cfg.model), cfg, ByteTokenizer())
+    with pytest.raises(ConfigError, match="BitLinear"):
+        export_ternary(ckpt, tmp_path / "x.tern")
+    assert not (tmp_path / "x.tern").exists()
+
+
+@pytest.mark.parametrize("damage", ["flip_payload", "truncate", "garbage", "missing"])
+def test_corrupted_packed_file_is_one_clear_error(tmp_path, damage):
+    ckpt, _ = _checkpoint(tmp_path)
+    path = tmp_path / "m.tern"
+    export_ternary(ckpt, path)
+    data = bytearray(path.read_bytes())
+    if damage == "flip_payload":
+        data[-10] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    elif damage == "garbage":
+        path.write_bytes(b"not a ternary file at all" * 3)
+    else:
+        path.unlink()
+    with pytest.raises(CheckpointError, match="m.tern"):
+        load_ternary(path)
+
+
+def test_cli_export_format_ternary(tmp_path, capsys):
+    """`nexus export --format ternary` (the HF engineer's CLI) dispatches to export_ternary."""
+    import json
+
+    import nexus.cli
+
+    ckpt, _ = _checkpoint(tmp_path)
+    out = tmp_path / "cli.tern"
+    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "ternary", "--out", str(out), "--json"])
+    assert rc == 0 and out.is_file()
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["file_bytes"] == out.stat().st_size
+    load_ternary(out)
