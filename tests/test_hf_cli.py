@@ -126,3 +126,14 @@ def test_ternary_format_dispatches_to_exporter(tmp_path, capsys, monkeypatch):
                  "--json"]) == 0
     assert calls == [(str(tmp_path / "c"), str(tmp_path / "t.bin"))]
     assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "t.bin"), "bytes": 123}
+
+
+def test_damaged_stored_hf_tokenizer_is_a_clear_error(tmp_path, hf_dir):
+    from nexus.config import ConfigError
+
+    assert main(["import", "--hf", str(hf_dir), "--out", str(tmp_path / "ck")]) == 0
+    (tmp_path / "ck" / "hf_tokenizer_meta.json").write_text("{broken")
+    with pytest.raises(ConfigError, match="hf_tokenizer_meta.json.*corrupted"):
+        nexus.load(tmp_path / "ck")  # the checksum in meta.json catches it first
+    with pytest.raises(ConfigError, match="tokenizer in .* is damaged"):
+        HFTokenizer.load_dir(tmp_path / "ck")

@@ -177,3 +177,10 @@ def test_weights_that_do_not_match_config_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(d))
     with pytest.raises(CheckpointError, match="gate_proj.weight has shape"):
         import_hf(tmp_path)
+
+
+def test_bias_with_custom_head_dim_has_no_hf_class(tmp_path):
+    model, cfg = _baseline(0, attention_bias=True, head_dim=16)  # Qwen2 cannot express head_dim != d/heads
+    with pytest.raises(ConfigError, match="model.head_dim=16"):
+        export_hf(model, cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

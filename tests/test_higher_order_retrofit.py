@@ -94,22 +94,25 @@ def test_retrofit_rejects_non_transformer_and_already_higher_order_models():
 
 
 # ----------------------------------------------------------------------------- HF-imported model
-def test_retrofit_of_a_model_imported_from_a_local_hf_qwen2_checkpoint(tmp_path):
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_retrofit_of_a_model_imported_from_a_local_hf_checkpoint(arch, tmp_path):
     transformers = pytest.importorskip("transformers")
     from nexus.hf import import_hf
 
-    hf_cfg = transformers.Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      tie_word_embeddings=False)
+    config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    hf_cfg = config_cls(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, head_dim=8)
     torch.manual_seed(0)
-    hf = transformers.Qwen2ForCausalLM(hf_cfg).eval()
+    hf = getattr(transformers, arch)(hf_cfg).eval()
     hf.save_pretrained(tmp_path / "hf")
     model, cfg = import_hf(tmp_path / "hf")
     ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         hf_logits = hf(ids).logits
-    lossless, _, _, _ = grow(model, cfg, {"family": "retrofit", "mode": "lossless", "order": 2})
+    lossless, new_cfg, _, _ = grow(model, cfg, {"family": "retrofit", "mode": "lossless", "order": 2})
+    assert new_cfg.model.qk_norm == (arch == "Qwen3ForCausalLM")  # the imported architecture is kept
     assert (_logits(lossless, ids) - hf_logits).abs().max() <= 1e-4
     paper, _, _, _ = grow(model, cfg, {"family": "retrofit", "mode": "paper", "order": 2})
     assert (_logits(paper, ids) - hf_logits).abs().max() > 1e-4
-    assert torch.equal(paper.layers[0].attn.q_proj.bias, model.layers[0].attn.q_proj.bias)  # Qwen2 q/k/v bias kept
+    for name, value in model.state_dict().items():  # every imported tensor (Qwen2's q/k/v bias too) is kept
+        assert torch.equal(paper.state_dict()[name], value), name

@@ -78,7 +78,7 @@ def _nexus(*args) -> int:
 
 def test_train_on_mqar_then_eval_task_reports_accuracy(tmp_path, capsys):
     out = tmp_path / "run"
-    assert _nexus("train", "--preset", "baseline-micro", "--data.source", "synthetic:mqar",
+    assert _nexus("train", "--preset", "baseline-micro", "--data", "synthetic:mqar",
                   "--data.synthetic", "{vocab: 32, pairs: 4}", "--data.seq_len", "32", "--train.steps", "6",
                   "--train.eval_every", "0", "--train.eval_batches", "1", "--train.sample_tokens", "4",
                   "--train.out_dir", out, "--model.attention.order", "2") == 0

@@ -12,6 +12,8 @@ def add_parser(sub) -> None:
     add_config_args(p)
     p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint directory (its model/data config wins)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--data", default=None, metavar="SOURCE",
+                   help="training data (= --data.source): embedded, a file, hf:<name> or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
                    help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
     p.add_argument("--growth", default=None, metavar="SPEC",
@@ -26,6 +28,8 @@ def run(args, extra) -> int:
     from ..config import parse_overrides
 
     extra = list(extra)
+    if args.data is not None:
+        extra += ["--data.source", args.data]
     if args.grow_at is not None:
         extra += ["--train.grow_at", str(args.grow_at)]
     if args.growth is not None:

@@ -100,8 +100,10 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
         res = run_resumable(RunConfig.from_dict(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
         done = read_done(run_dir)
         finals[run["preset"]].append(float(done["val_loss"]))
+        tc = run["config"]["train"]
+        tokens = int(done["step"]) * tc["batch_size"] * tc["grad_accum"] * run["config"]["data"]["seq_len"]  # processed
         per_run.append({"preset": run["preset"], "seed": run["seed"], "val_loss": float(done["val_loss"]),
-                        "tokens": int(done["tokens_seen"]), "flops": int(done["tokens_seen"]) * run["train_flops_per_token"],
+                        "tokens": tokens, "flops": tokens * run["train_flops_per_token"],
                         "wall_s": res.get("wall_s")})
     rows = summarize(finals, plan["presets"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,

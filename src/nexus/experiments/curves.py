@@ -63,20 +63,24 @@ def read_metrics(path: str | Path) -> list[dict]:
     return rows
 
 
-def val_curve(rows: list[dict]) -> list[dict]:
+# Compute is spent on every input token, so curves count *processed* tokens (step x tokens per step),
+# not metrics' tokens_seen, which counts only scored labels (fewer on synthetic tasks and chat data).
+def val_curve(rows: list[dict], tokens_per_step: int) -> list[dict]:
     """[{step, tokens, val_loss}] in step order, one point per step (the last record wins)."""
     by_step = {}
     for r in rows:
-        if "val_loss" in r and "tokens_seen" in r:
-            by_step[int(r["step"])] = {"step": int(r["step"]), "tokens": int(r["tokens_seen"]), "val_loss": float(r["val_loss"])}
+        if "val_loss" in r and "step" in r:
+            s = int(r["step"])
+            by_step[s] = {"step": s, "tokens": s * tokens_per_step, "val_loss": float(r["val_loss"])}
     return [by_step[s] for s in sorted(by_step)]
 
 
-def train_curve(rows: list[dict]) -> list[dict]:
+def train_curve(rows: list[dict], tokens_per_step: int) -> list[dict]:
     by_step = {}
     for r in rows:
-        if "loss" in r and "tokens_seen" in r and not r.get("skipped"):
-            by_step[int(r["step"])] = {"step": int(r["step"]), "tokens": int(r["tokens_seen"]), "loss": float(r["loss"])}
+        if "loss" in r and "step" in r and not r.get("skipped") and r.get("event") is None:
+            s = int(r["step"])
+            by_step[s] = {"step": s, "tokens": s * tokens_per_step, "loss": float(r["loss"])}
     return [by_step[s] for s in sorted(by_step)]
 
 

@@ -53,18 +53,18 @@ def build_progressive_results(plan: dict, out_dir: Path) -> dict:
     for name in ("grown", "scratch"):
         rows = read_metrics(out_dir / name / "metrics.jsonl")
         done = read_done(out_dir / name)
-        steps = int(done["step"])
-        tokens_per_step = int(done["tokens_seen"]) / max(steps, 1)  # measured (ignored label positions excluded)
+        tps = int(plan["tokens_per_step"])
+        tokens = int(done["step"]) * tps
         if name == "grown":
-            d_e = plan["grow_step"] * tokens_per_step
+            d_e = plan["grow_step"] * tps
             segments = [{"start_tokens": 0.0, "flops_per_token": small["train_flops_per_token"]},
                         {"start_tokens": d_e, "flops_per_token": large["train_flops_per_token"]}]
         else:
             segments = [{"start_tokens": 0.0, "flops_per_token": large["train_flops_per_token"]}]
-        vc = _with_flops(val_curve(rows), segments)
-        runs[name] = {"segments": segments, "val_curve": vc, "train_curve": _with_flops(train_curve(rows), segments),
-                      "final_val_loss": float(done["val_loss"]), "tokens": int(done["tokens_seen"]),
-                      "total_flops": cumulative_flops(int(done["tokens_seen"]), segments),
+        vc = _with_flops(val_curve(rows, tps), segments)
+        runs[name] = {"segments": segments, "val_curve": vc, "train_curve": _with_flops(train_curve(rows, tps), segments),
+                      "final_val_loss": float(done["val_loss"]), "tokens": tokens,
+                      "scored_tokens": int(done["tokens_seen"]), "total_flops": cumulative_flops(tokens, segments),
                       "wall_s": done.get("wall_s"), "growth_events": [r for r in rows if r.get("event") == "growth"]}
     g, s = runs["grown"], runs["scratch"]
     target = s["final_val_loss"]

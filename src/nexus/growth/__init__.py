@@ -136,7 +136,9 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
             for p in group["params"]:
                 name = new_optimizer.param_names[id(p)]
                 pm = maps.get(name, ParamMap(old_name=name))
-                mask = pm.new_mask(p.shape).to(p.device)
+                # only grown/new tensors get a mask: a full-size zero mask per unchanged tensor costs ~1 GB at 100M params
+                has_new = pm.old_name is None or pm.old_slices is not None
+                mask = pm.new_mask(p.shape).to(p.device) if has_new else None
                 st_old = old.get(pm.old_name) if pm.old_name is not None else None
                 st: dict = {}
                 if policy != "drop" and st_old is not None:
@@ -150,7 +152,7 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                             st[key] = val
                             continue
                         st[key] = _grow_tensor_state(val, p, pm, policy, scale)
-                if mark_new and bool(mask.any()):
+                if mark_new and mask is not None and bool(mask.any()):
                     st["new_mask"] = mask
                 if st:
                     opt.state[p] = st
@@ -158,7 +160,7 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
 
 def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, scale: float) -> torch.Tensor:
     if pm.old_slices is None and tuple(val.shape) == tuple(p.shape):
-        out = val.clone()
+        out = val.to(p.device)  # the old state is a snapshot (state_dict / file) owned by us: no second copy
     else:
         out = torch.zeros(p.shape, dtype=val.dtype, device=p.device)
         out[pm.old_slices] = val.to(p.device)

@@ -105,8 +105,7 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
             if init == "zero" or (init == "exact" and tags in zeroed.get(stage, ())):
                 p[sl] = 0.0
             else:
-                block = torch.randn(p[sl].shape, generator=gen, dtype=torch.float64) * std
-                p[sl] = block.to(dtype=p.dtype, device=p.device)
+                p[sl] = (torch.randn(p[sl].shape, generator=gen, dtype=torch.float32) * std).to(dtype=p.dtype, device=p.device)
 
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
     exact = init == "zero" or (init == "exact" and spec["cut"] in EXACT_CUTS[pcfg.form])

@@ -26,8 +26,13 @@ def ternary_scale(w: torch.Tensor) -> torch.Tensor:
 
 
 def ternary_codes(w: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
-    """Integer codes in {-1, 0, 1} (as int8) of W for the scale gamma."""
-    return torch.clamp(torch.round(w.detach().float() / gamma), -1, 1).to(torch.int8)
+    """Integer codes in {-1, 0, 1} (as int8) of W for the scale gamma: clamp(round(W / gamma), -1, 1).
+
+    Computed as sign(v) * (|v| > 0.5) with v = W / gamma, which is the same function (round half to
+    even sends exactly 0.5 to 0; anything above rounds to >= 1 and is clamped) in fewer passes.
+    """
+    v = w.detach().float() / gamma
+    return (torch.sign(v) * (v.abs() > 0.5)).to(torch.int8)
 
 
 def dequantize_ternary(codes: torch.Tensor, gamma: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -101,7 +106,16 @@ class BitLinear(nn.Linear):
 
     def quantized_weight(self) -> torch.Tensor:
         """The weight the forward pass multiplies with (values in {-gamma, 0, +gamma})."""
-        return ternarize_ste(self.weight)
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return ternarize_ste(self.weight)
+        # Inference: the latent weights rarely change between calls (token-by-token decoding), so
+        # reuse the last quantization while the tensor is the same object at the same version.
+        key = (self.weight.data_ptr(), self.weight._version, self.weight.device, self.weight.dtype)
+        cached = self.__dict__.get("_inference_weight")
+        if cached is None or cached[0] != key:
+            cached = (key, ternarize_ste(self.weight.detach()))
+            self.__dict__["_inference_weight"] = cached
+        return cached[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self._held_weight if self._held_weight is not None else self.quantized_weight()

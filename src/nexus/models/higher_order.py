@@ -98,9 +98,11 @@ class HigherOrderAttention(Attention):
                      label: str) -> torch.Tensor:
         """The whole attention of weights `w` at order m (an inner level), in model space (B, T, d)."""
         key = f"{self._weights_name(w)}:{m}"
-        recorder = ctx.get("attention_maps")
-        if key in memo and recorder is None:
-            return memo[key]  # shared weights: the q and k refinements use the same inner attention
+        recorder = ctx.get("attention_maps") if m == self.order - 1 else None  # maps: the level below the outer
+        if key in memo:  # shared weights: the q and k refinements use the same inner attention
+            if recorder is not None:
+                recorder.add(label, *memo[f"{key}:qk"])
+            return memo[key]
         parts = self.level_parts(w, x, m, ctx, cache, memo)
         q, k = w.qk_norm(parts["q"], parts["k"])
         cos, sin = ctx["rope"]
@@ -108,8 +110,9 @@ class HigherOrderAttention(Attention):
         k = apply_rope(k.transpose(1, 2), cos, sin)
         v = parts["v"].transpose(1, 2)
         sub = None if cache is None else cache.setdefault(f"ho:{key}", {})
-        if recorder is not None and m == self.order - 1:
+        if recorder is not None:
             recorder.add(label, q, k)
+            memo[f"{key}:qk"] = (q, k)
         o = Attention.attend(w, q, k, v, sub, ctx)
         out = w.output(o.transpose(1, 2), parts)
         memo[key] = out

@@ -1,0 +1,100 @@
+"""Training-step time of each ExoFormer-family variant relative to the base Transformer and to gated
+attention, measured alternately in one process (round-robin, so machine load drifts hit every
+variant alike). One step = forward + backward + the recipe's optimizer step (Muon + AdamW).
+
+Target (issue 3): dynamic ExoFormer <= 1.05x gated attention at d_model 512, 8 layers.
+
+    python benchmarks/variant_overhead.py                      # d512 x 8 layers, CPU or GPU
+    python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16
+
+Prints one row per variant: median step time, ratio to base and to gated, analytic FLOPs ratio to
+gated, and the raw per-round times' spread.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from nexus.analysis.flops import forward_flops_per_token
+from nexus.models import build_model
+from nexus.presets import get_preset
+from nexus.train.param_groups import build_optimizer
+
+VARIANTS = ["base-transformer", "gated", "resformer", "naive-combination", "nures-e", "exo-s", "exo-e", "exo-dynamic-e"]
+
+
+def make(stem: str, args, device):
+    cfg = get_preset(f"{stem}-tiny")
+    m = cfg.model
+    m.d_model, m.n_layers, m.n_heads, m.max_seq_len = args.d_model, args.layers, args.d_model // 64, args.seq
+    torch.manual_seed(0)
+    model = build_model(m).to(device)
+    opt = build_optimizer(model, cfg.train)
+    for g in opt.param_groups:
+        g["lr"] = g["base_lr"]
+    return cfg, model, opt
+
+
+def step(model, opt, x, y, device, dtype) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss = model(x, labels=y).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--d-model", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=8, help="timed rounds (each times every variant once)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--variants", nargs="+", default=VARIANTS)
+    args = ap.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+    for ref in ("base-transformer", "gated"):
+        if ref not in args.variants:
+            args.variants.insert(0, ref)
+    built = {v: make(v, args, device) for v in args.variants}
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 259, (args.batch, args.seq), generator=g).to(device)
+    y = torch.randint(0, 259, (args.batch, args.seq), generator=g).to(device)
+    times: dict[str, list[float]] = {v: [] for v in args.variants}
+    for r in range(args.warmup + args.rounds):
+        order = args.variants if r % 2 == 0 else list(reversed(args.variants))  # alternate the order too
+        for v in order:
+            _, model, opt = built[v]
+            t = step(model, opt, x, y, device, dtype)
+            if r >= args.warmup:
+                times[v].append(t)
+    med = {v: statistics.median(ts) for v, ts in times.items()}
+    flops = {v: forward_flops_per_token(built[v][1], args.seq) for v in args.variants}
+    print(f"device {device} | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
+          f"seq {args.seq} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+    print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'FLOPs vs gated':>15} {'min..max ms':>18}")
+    for v in args.variants:
+        ts = times[v]
+        print(f"{v:<20} {med[v] * 1e3:>10.2f} {med[v] / med['base-transformer']:>8.3f} {med[v] / med['gated']:>9.3f} "
+              f"{flops[v] / flops['gated']:>15.4f} {min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
+    if "exo-dynamic-e" in med:
+        ratio = med["exo-dynamic-e"] / med["gated"]
+        print(f"target dynamic ExoFormer <= 1.05x gated: {ratio:.3f}x -> {'met' if ratio <= 1.05 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Width growth inside training (--grow-at) and on checkpoints (`nexus grow`): diagnostics logged,
+grown checkpoints reload and keep training with falling loss, bad input leaves the source untouched."""
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from nexus.checkpoint import load_checkpoint, read_config
+from nexus.cli import main
+from nexus.presets import get_preset
+from nexus.train.trainer import Trainer
+
+
+def _micro(out_dir, steps=12, **train):
+    cfg = get_preset("baseline-micro")
+    cfg.model.n_layers = 1
+    cfg.train.steps, cfg.train.eval_every, cfg.train.log_every, cfg.train.out_dir = steps, 0, 1, str(out_dir)
+    cfg.train.eval_batches, cfg.train.batch_size, cfg.data.seq_len = 1, 4, 32
+    for k, v in train.items():
+        setattr(cfg.train, k, v)
+    return cfg
+
+
+def _metrics(run_dir):
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _digest(d: Path) -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(d.iterdir()) if p.is_file())).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small_ckpt(tmp_path_factory):
+    run = tmp_path_factory.mktemp("small")
+    Trainer(_micro(run, steps=10), quiet=True).fit()
+    return run / "checkpoint"
+
+
+def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
+    growth = {"family": "width", "hidden": 96, "ffn": 256, "init": "copy,copy", "rewarmup": [1.3, 4]}
+    trainer = Trainer(_micro(tmp_path / "run", steps=16, grow_at=8, growth=growth, lr=1e-2), quiet=True)
+    trainer.fit()
+    rows = _metrics(tmp_path / "run")
+    event = next(r for r in rows if r.get("event") == "growth")
+    assert event["step"] == 8 and len(event["rms_ratio_per_layer"]) == 2 and "loss_jump" in event
+    assert any("symmetry_lock_mean" in r for r in rows if r["step"] > 8)
+    assert trainer.model.cfg.d_model == 96 and trainer.rewarmup is not None and trainer.rewarmup.t_e == 8
+    cfg = read_config(tmp_path / "run" / "checkpoint")
+    assert cfg.growth_history[-1]["step"] == 8 and cfg.growth_history[-1]["axes"]["hidden"] == [64, 96]
+    # resume the grown checkpoint: shapes from config.json, re-warmup restored, loss keeps falling
+    resumed = Trainer(_micro(tmp_path / "more", steps=28, lr=1e-2), resume=str(tmp_path / "run" / "checkpoint"),
+                      quiet=True)
+    assert resumed.rewarmup is not None and resumed.rewarmup.t_e == 8
+    resumed.fit()
+    losses = [r["loss"] for r in _metrics(tmp_path / "more") if "loss" in r]
+    after_growth = [r["loss"] for r in rows if "loss" in r and 8 < r["step"] <= 11]
+    assert sum(losses[-3:]) / 3 < sum(after_growth) / len(after_growth)
+
+
+def test_cli_grow_checkpoint_then_train_continues(small_ckpt, tmp_path, capsys):
+    out = tmp_path / "grown"
+    rc = main(["grow", "--checkpoint", str(small_ckpt), "--out", str(out), "--width.hidden", "128",
+               "--width.ffn", "256", "--init", "copy,copy", "--preserve", "rms", "--rewarmup", "1.3,5"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "hidden 64->128" in printed and "rms_ratio_per_layer" in printed
+    model, cfg, _ = load_checkpoint(out)
+    assert model.cfg.d_model == 128 and cfg.growth_history[-1]["rewarmup"] == {"rho": 1.3, "tau": 5}
+    t = Trainer(_micro(tmp_path / "cont", steps=22), resume=str(out), quiet=True)
+    first = t.evaluate(1)
+    t.fit()
+    assert t.evaluate(1) < first
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--width.hidden", "32"], "width.hidden=32"),
+    (["--width.expert_inner", "64"], "dense model"),
+    (["--width.ffn", "256", "--init", "random,random", "--preserve", "exact"], "--preserve exact"),
+    (["--width.ffn", "256", "--optimizer-state", "mirror"], "--optimizer-state"),
+])
+def test_cli_bad_input_exit_2_source_untouched(small_ckpt, tmp_path, capsys, argv, needle):
+    before = _digest(small_ckpt)
+    out = tmp_path / "never"
+    rc = main(["grow", "--checkpoint", str(small_ckpt), "--out", str(out), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and _digest(small_ckpt) == before
+
+
+def test_cli_train_grow_at_sugar_rejects_a_bad_spec_before_training(tmp_path, capsys):
+    rc = main(["train", "--preset", "baseline-micro", "--grow-at", "5", "--growth", "{family: width, hiden: 96}",
+               "--train.out_dir", str(tmp_path / "r")])
+    assert rc == 2 and "hiden" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
