@@ -32,7 +32,10 @@ def main() -> None:
     ap.add_argument("--delta-m", type=int, default=308)
     ap.add_argument("--delta-a", type=int, default=268)
     ap.add_argument("--optimizer", default="adamw")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default; 1 avoids spin-waits on a busy machine)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     proj = ProjectionConfig(kind="nexus_rank", rank_m=args.m, rank_a=args.a)
     cfg = RunConfig(model=ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=12, vocab_size=32000,
                                       ffn_hidden=2048, max_seq_len=512, projection=proj),

@@ -63,7 +63,10 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
@@ -84,7 +87,7 @@ def main() -> None:
                 times[v].append(t)
     med = {v: statistics.median(ts) for v, ts in times.items()}
     flops = {v: forward_flops_per_token(built[v][1], args.seq) for v in args.variants}
-    print(f"device {device} | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
+    print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
           f"seq {args.seq} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'FLOPs vs gated':>15} {'min..max ms':>18}")
     for v in args.variants:

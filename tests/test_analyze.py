@@ -17,6 +17,15 @@ from nexus.models.mixing import mixers
 from nexus.presets import get_preset
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run ~10x faster on one thread than on two contended ones on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def micro(preset: str):
     m = get_preset(preset).model
     m.d_model, m.n_heads, m.n_layers, m.max_seq_len = 32, 2, 3, 32
@@ -36,14 +45,15 @@ def test_attention_probs_match_sdpa_and_stats_match_hand_computation():
     stats = attention_statistics(model, [(x, None)])
     # hand computation for layer 0 from its own q/k
     attn = model.layers[0].attn
-    h = model.layers[0].attn_norm(model.embed(x))
-    parts = attn.project(h)
-    q0, k0 = attn.qk_norm(parts["q"], parts["k"])
+    with torch.no_grad():
+        h = model.layers[0].attn_norm(model.embed(x))
+        parts = attn.project(h)
+        q0, k0 = attn.qk_norm(parts["q"], parts["k"])
     from nexus.models.layers import apply_rope
 
     cos, sin = model.rope.tables(0, 6)
     p0 = attention_probs(apply_rope(q0.transpose(1, 2), cos, sin), apply_rope(k0.transpose(1, 2), cos, sin))
-    ent = -(p0 * p0.clamp_min(1e-30).log()).sum(-1).mean().detach()
+    ent = -(p0 * p0.clamp_min(1e-30).log()).sum(-1).mean()
     assert stats["entropy"][0] == pytest.approx(float(ent), rel=1e-5)
     assert stats["sink_share"][0] == pytest.approx(float(p0[:, :, 1:, 0].mean()), rel=1e-5)
     assert stats["gate_activation"][0] == pytest.approx(float(torch.sigmoid(parts["g"]).mean()), rel=1e-5)

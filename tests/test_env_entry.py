@@ -85,15 +85,15 @@ def _run_cli(env_vars, tmp_path):
 def test_bad_variable_exits_2_with_one_line(tmp_path):
     r = _run_cli({"MODEL_SIZE": "gigantic"}, tmp_path)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["nexus-train-env: error: MODEL_SIZE='gigantic' (valid: tiny|small|base|medium)"]
+    assert r.stderr.strip().splitlines() == ["nexus-train-env: error: MODEL_SIZE='gigantic' (valid: tiny|small|base|medium|micro)"]
 
 
 def test_offline_hub_dataset_and_hub_push_fail_with_one_line(tmp_path):
-    r = _run_cli({"MODEL_SIZE": "tiny", "TOTAL_STEPS": "1", "OUTPUT_DIR": str(tmp_path / "o")}, tmp_path)
+    r = _run_cli({"MODEL_SIZE": "micro", "TOTAL_STEPS": "1", "OUTPUT_DIR": str(tmp_path / "o")}, tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "data.source='hf:HuggingFaceFW/fineweb-edu:sample-10BT'" in lines[0], r.stderr
-    r = _run_cli({"MODEL_SIZE": "tiny", "DATASET": "embedded", "HUB_MODEL_ID": "someone/nexus-tiny"}, tmp_path)
+    r = _run_cli({"MODEL_SIZE": "micro", "DATASET": "embedded", "HUB_MODEL_ID": "someone/nexus-tiny"}, tmp_path)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nexus-train-env: error: HUB_MODEL_ID='someone/nexus-tiny'"), r.stderr
@@ -101,7 +101,7 @@ def test_offline_hub_dataset_and_hub_push_fail_with_one_line(tmp_path):
 
 def _train(tmp_path, capsys, monkeypatch, **extra):
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
-    env = {"MODEL_SIZE": "tiny", "BATCH_SIZE": "2", "GRAD_ACCUM": "2", "SEQ_LEN": "16", "TOTAL_STEPS": "3",
+    env = {"MODEL_SIZE": "micro", "BATCH_SIZE": "2", "GRAD_ACCUM": "2", "SEQ_LEN": "16", "TOTAL_STEPS": "3",
            "LOG_EVERY": "1", "SAVE_EVERY": "2", "EVAL_EVERY": "2", "N_SUP": "2", "T_INNER": "2", "WARMUP_STEPS": "1",
            "DATASET": "embedded", "MAX_SAMPLES": "40", "SAMPLE_TOKENS": "4", "OUTPUT_DIR": str(tmp_path / "run")}
     env.update(extra)
@@ -109,11 +109,11 @@ def _train(tmp_path, capsys, monkeypatch, **extra):
     return rc, capsys.readouterr().out
 
 
-def test_env_entry_trains_tiny_model_end_to_end_and_resumes(tmp_path, capsys, monkeypatch):
+def test_env_entry_trains_micro_model_end_to_end_and_resumes(tmp_path, capsys, monkeypatch):
     rc, out = _train(tmp_path, capsys, monkeypatch)
     assert rc == 0, out
     steps = [l for l in out.splitlines() if l.startswith("step")]
-    assert len(steps) == 3 + 1  # every step logged, plus the validation at EVAL_EVERY
+    assert len(steps) == 3 + 2  # every step logged, plus the validations at EVAL_EVERY and at the end
     assert all(" | mem rss " in l or " | mem alloc " in l for l in steps)  # memory in every log line
     assert "--- samples @ step 2 ---" in out and out.count(" -> ") >= 8  # 4 completions per eval + final
     run = tmp_path / "run"

@@ -2,8 +2,8 @@
 
 Training FLOPs per token = 3 x forward FLOPs per token (backward ~ 2 x forward). The forward count
 comes from the analytic walker in `nexus.analysis.flops` when it is installed; otherwise the
-documented fallback is Kaplan's 6N with N = the parameters that do matmul work per token
-(non-embedding parameters plus the LM head), which ignores attention's seq-length term.
+documented fallback is Kaplan's 6N with N = the active parameters (nexus.analysis.compute), which
+ignores attention's seq-length term.
 """
 from __future__ import annotations
 
@@ -13,27 +13,14 @@ from pathlib import Path
 
 from ..config import ModelConfig
 
-FALLBACK_SOURCE = "6N fallback (N = non-embedding params + LM head)"
+FALLBACK_SOURCE = "6N fallback (N = active params)"
 
 
 def active_params(model_cfg: ModelConfig) -> int:
-    """Parameters touched per token (MoE: only top_k of n_experts experts), without the embedding table.
+    """Parameters one token touches (N of eq. 29), from nexus.analysis.compute."""
+    from ..analysis.compute import active_params as _active
 
-    Used as N in SPARKLING eq. 29 and in the 6N fallback.
-    """
-    from ..analysis.accounting import build_on_meta
-
-    model = build_on_meta(model_cfg)
-    n = 0
-    moe = model_cfg.moe
-    for name, p in model.named_parameters():
-        if name.endswith("embed.weight") and not model_cfg.tie_embeddings:
-            continue  # an untied input table is a lookup, not a matmul
-        if ".experts." in name and moe.n_experts:
-            n += p.numel() * moe.top_k / moe.n_experts  # only the routed experts run per token
-            continue
-        n += p.numel()  # tied embedding counted once: it is the LM head matmul
-    return int(round(n))
+    return int(_active(model_cfg))
 
 
 def train_flops_per_token(model_cfg: ModelConfig, seq_len: int) -> tuple[float, str]:

@@ -64,6 +64,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            (("model.arch", "transformer", "a higher-order retrofit needs attention layers"),)),
 ]}
 DEFAULT_METHOD = "sparkling"
+# The methods' own small shapes run a quick budget (200 steps of 16x128 tokens = 409,600 tokens per run)
+# so `nexus experiment progressive` finishes in minutes on a 2-core CPU; --tokens overrides it.
+QUICK = {"train.steps": 200, "train.warmup_steps": 20}
 
 
 def _get(cfg: RunConfig, dotted: str):
@@ -99,7 +102,7 @@ def _small_config(m: Method, preset: str | None, overrides: list[str], seed: int
 
     cfg = get_preset(preset or m.preset)
     if preset is None:  # the method's own small shape; a user preset is taken as the small model as is
-        for k, v in m.overrides.items():
+        for k, v in {**QUICK, **m.overrides}.items():
             apply_override(cfg, k, v)
     parse_overrides(cfg, overrides)
     if seed is not None:

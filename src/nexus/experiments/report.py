@@ -11,12 +11,11 @@ from .runs import read_done
 
 def eq29(n_small: float, n_large: float, d_e: float, d: float) -> dict:
     """SPARKLING eq. 29 via nexus.analysis.compute (owned by the SPARKLING engineer)."""
-    try:
-        from ..analysis.compute import flops_saved
-    except ImportError:  # TEMPORARY until analysis/compute.py lands (owned by the SPARKLING engineer)
-        c_star, c_scratch = 6.0 * (n_small * d_e + n_large * (d - d_e)), 6.0 * n_large * d
-        return {"c_star": c_star, "c_scratch": c_scratch, "flops_saved": 1.0 - c_star / c_scratch}
-    return dict(flops_saved(n_small=n_small, n_large=n_large, d_e=d_e, d=d))
+    from ..analysis.compute import flops_saved
+
+    e = flops_saved(n_small, n_large, d_e, d)
+    return {"n_small": n_small, "n_large": n_large, "d_e": d_e, "d": d, "c_star": e["c_star"],
+            "c_scratch": e["c_scratch"], "flops_saved": e["saved"]}
 
 
 def _model_summary(model_cfg: ModelConfig, seq_len: int) -> dict:

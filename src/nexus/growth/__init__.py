@@ -137,7 +137,8 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                 name = new_optimizer.param_names[id(p)]
                 pm = maps.get(name, ParamMap(old_name=name))
                 # only grown/new tensors get a mask: a full-size zero mask per unchanged tensor costs ~1 GB at 100M params
-                has_new = pm.old_name is None or pm.old_slices is not None
+                has_new = pm.old_name is None or (pm.old_slices is not None and
+                                                  tuple(sl.stop for sl in pm.old_slices) != tuple(p.shape))
                 mask = pm.new_mask(p.shape).to(p.device) if has_new else None
                 st_old = old.get(pm.old_name) if pm.old_name is not None else None
                 st: dict = {}
@@ -152,7 +153,7 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                             st[key] = val
                             continue
                         st[key] = _grow_tensor_state(val, p, pm, policy, scale)
-                if mark_new and mask is not None and bool(mask.any()):
+                if mark_new and mask is not None:  # has_new: the mask has new entries (no full scan)
                     st["new_mask"] = mask
                 if st:
                     opt.state[p] = st

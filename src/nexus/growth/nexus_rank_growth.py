@@ -28,7 +28,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from . import GrowthResult, register_grower
-from .inherit import inherit, matched_std, region_blocks
+from .inherit import fill_normal, inherit, matched_std, region_blocks
 
 CUTS = ("in", "out", "mixed", "wa")
 INITS = ("exact", "zero", "noise")
@@ -105,7 +105,7 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
             if init == "zero" or (init == "exact" and tags in zeroed.get(stage, ())):
                 p[sl] = 0.0
             else:
-                p[sl] = (torch.randn(p[sl].shape, generator=gen, dtype=torch.float32) * std).to(dtype=p.dtype, device=p.device)
+                fill_normal(p[sl], std, gen)
 
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
     exact = init == "zero" or (init == "exact" and spec["cut"] in EXACT_CUTS[pcfg.form])

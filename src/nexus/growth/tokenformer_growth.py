@@ -18,7 +18,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from . import GrowthResult, register_grower
-from .inherit import inherit, matched_std, region_blocks
+from .inherit import fill_normal, inherit, matched_std, region_blocks
 
 INITS = ("exact", "zero", "noise")
 
@@ -70,7 +70,7 @@ def grow_tokenformer(model, cfg: RunConfig, spec: dict) -> GrowthResult:
             if zero:
                 p[sl] = 0.0
             else:
-                p[sl] = (torch.randn(p[sl].shape, generator=gen, dtype=torch.float32) * std).to(p.dtype)
+                fill_normal(p[sl], std, gen)
 
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
     exact = init in ("exact", "zero") and pcfg.freeze_scale and pcfg.pattention_act == "gelu_l2"

@@ -235,7 +235,7 @@ def _random_like(old: torch.Tensor, shape, gen: torch.Generator, fallback_std: f
 def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: WidthSpec, gen: torch.Generator,
                 init_std: float) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """Expand `old` along each grown dim per its role. Returns (new tensor, copy_source dims)."""
-    t = old.detach().clone()
+    t = old.detach().cpu().clone()  # grow on the CPU (plans and generators live there); the caller copies it back
     copy_source: dict[int, torch.Tensor] = {}
     for dim, (axis, role) in sorted(roles.items()):
         plan = plans.get(axis)
@@ -253,7 +253,7 @@ def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: 
             tail = t.index_select(dim, plan.src[plan.old:])
             copy_source[dim] = plan.src.clone()
         elif kind == "random":
-            tail = _random_like(old, shape, gen, init_std)
+            tail = _random_like(old.detach().cpu(), shape, gen, init_std)
         elif kind == "sample":
             tail = t.index_select(dim, torch.randint(0, plan.old, (n_add,), generator=gen))
         else:
@@ -264,7 +264,7 @@ def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: 
             view[dim] = -1
             t = t * plan.col_scale.to(t.dtype).view(view)
             if ws.perturb and ws.init_out == "copy" and ws.init_in == "copy":
-                t = t + _zero_sum_perturbation(t, dim, plan, ws.perturb * float(old.float().std()), gen)
+                t = t + _zero_sum_perturbation(t, dim, plan, ws.perturb * float(old.detach().float().std()), gen)
     return t, copy_source
 
 

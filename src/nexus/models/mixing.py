@@ -181,16 +181,18 @@ class AnchorMixer(nn.Module):
         self.widths = {c: component_shape(cfg, c)[0] * component_shape(cfg, c)[1] for c in self.components}
         # lambda starts at 1.0 with dynamic mixing (gamma = 0.5 makes the product 0.5), else at 0.5.
         self.init_value = 1.0 if m.dynamic else 0.5
-        make = (lambda n: nn.Parameter(torch.full((n,), self.init_value))) if m.learnable else None
         if m.learnable:
-            self.anchor_coef = nn.ParameterDict({c: make(self._numel(c)) for c in self.components})
-            self.current_coef = nn.ParameterDict({c: make(self._numel(c)) for c in self.components})
+            self.anchor_coef = nn.ParameterDict({c: self._coef(c) for c in self.components})
+            self.current_coef = nn.ParameterDict({c: self._coef(c) for c in self.components})
         else:  # fixed coefficients (ResFormer's 0.5 / 0.5): buffers, so nothing trains them
             self.anchor_coef, self.current_coef = _FixedCoefficients(), _FixedCoefficients()
             for c in self.components:
                 self.anchor_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
                 self.current_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
         self.dynamic = DynamicMixing(cfg.d_model, m.dynamic_hidden, cfg.norm_eps) if m.dynamic else None
+
+    def _coef(self, c: str) -> nn.Parameter:
+        return nn.Parameter(torch.full((self._numel(c),), self.init_value))
 
     def _numel(self, c: str) -> int:
         h, w = self.shapes[c]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 
-SIZES = ("tiny", "small", "base", "medium")
+SIZES = ("tiny", "small", "base", "medium", "micro")  # micro: nexus addition for smoke tests (nexus-micro preset)
 PHASES = ("pretrain", "sft")
 HUB_DATA = {"pretrain": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "sft": "hf:HuggingFaceTB/smol-smoltalk"}
 PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the seed's hyper-parameter table
@@ -41,7 +41,7 @@ class Var:
 
 
 VARS = [
-    Var("MODEL_SIZE", "small", "choice", choices=SIZES, help="preset: tiny/small/base/medium"),
+    Var("MODEL_SIZE", "small", "choice", choices=SIZES, help="preset: tiny/small/base/medium (micro: a 70k-param smoke-test model)"),
     Var("BATCH_SIZE", 4, "int", 1, help="micro batch size"),
     Var("GRAD_ACCUM", 8, "int", 1, help="gradient accumulation (effective batch = BS x GA)"),
     Var("SEQ_LEN", 256, "int", 2, help="sequence length"),
