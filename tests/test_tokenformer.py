@@ -121,3 +121,24 @@ def test_token_growth_needs_pattention():
     cfg = tf_cfg(targets=("q", "k", "v", "o"))
     with pytest.raises(ConfigError, match="no FFN Pattention"):
         grow(build_model(cfg.model), cfg, {"family": "tokenformer", "add_ffn_tokens": 4})
+
+
+def test_cli_token_growth_reports_scale_mode_and_reloads(tmp_path, capsys):
+    from nexus.checkpoint import load_checkpoint, save_checkpoint
+    from nexus.cli import main
+    from nexus.data.tokenizer import ByteTokenizer
+
+    cfg = tf_cfg(True)
+    torch.manual_seed(5)
+    model = perturbed(build_model(cfg.model))
+    save_checkpoint(tmp_path / "src", model, cfg, ByteTokenizer())
+    rc = main(["grow", "--checkpoint", str(tmp_path / "src"), "--out", str(tmp_path / "out"), "--add-tokens", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "scale factor: frozen" in out and "max |dlogits|" in out and "dead" not in out
+    grown, gcfg, _ = load_checkpoint(tmp_path / "out")
+    assert gcfg.model.projection.param_tokens == 16 and gcfg.model.projection.frozen_n == 12
+    x = torch.randint(0, 259, (1, 16))
+    with torch.no_grad():
+        assert (grown(x).logits - model(x).logits).abs().max().item() <= 1e-5
+    rc = main(["grow", "--checkpoint", str(tmp_path / "src"), "--out", str(tmp_path / "o2"), "--add-tokens", "-2"])
+    assert rc == 2 and "--add-tokens=-2" in capsys.readouterr().err and not (tmp_path / "o2").exists()

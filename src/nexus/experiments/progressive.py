@@ -121,11 +121,11 @@ def _tokens_per_step(cfg: RunConfig) -> int:
 
 
 def _parse_grow_at(grow_at: float, budget: int) -> int:
-    """A fraction of the budget (0 < x < 1) or a token count (x >= 1) -> tokens."""
+    """A fraction of the budget (0 < x <= 1; 1 is the end, outside) or a token count (x > 1) -> tokens."""
     if not (isinstance(grow_at, (int, float)) and math.isfinite(grow_at)) or grow_at <= 0:
         raise ConfigError(f"--grow-at={grow_at!r} (valid: a fraction in (0, 1) of the token budget, or a token count "
                           f"in (0, {budget}))")
-    d_e = grow_at * budget if grow_at < 1 else grow_at
+    d_e = grow_at * budget if grow_at <= 1 else grow_at
     if d_e >= budget:
         raise ConfigError(f"--grow-at={grow_at!r} is {int(d_e)} tokens, outside the token budget of {budget} tokens "
                           f"(valid: a fraction in (0, 1), or a token count in (0, {budget}))")

@@ -278,6 +278,8 @@ def grow_in_training(trainer, spec: dict) -> dict:
     restore_training_extras(trainer)
     trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
     trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
+    trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
+                f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
     return result.report
 
 
