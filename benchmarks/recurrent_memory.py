@@ -2,11 +2,12 @@
 seed promises O(1) memory in the recurrence depth thanks to the one-step gradient).
 
 Each configuration runs in a fresh subprocess so allocator history cannot leak between them.
-CPU: a sampling thread reads the process RSS (/proc/self/statm) every 0.5 ms during the training
-steps; the reported number is the peak RSS during training minus the RSS just before it (model,
-optimizer state and data already allocated), plus the raw peak. CUDA: torch.cuda.max_memory_allocated.
-The control (recurrent.full_backprop = true, backprop through every iteration) shows the measurement
-does react to depth when activations are kept.
+CPU: a sampling thread reads the process RSS (/proc/self/statm) every 0.5 ms; the reported number is
+the peak RSS during training minus the RSS just before the first step (weights and data allocated),
+so gradients and the lazily created optimizer state are in every number and only activations can
+differ with T_inner; the raw peak is printed too. CUDA: torch.cuda.max_memory_allocated minus the
+allocation before the first step. The control (recurrent.full_backprop = true: backprop through
+every iteration) shows that the measurement does grow with depth when activations are kept.
 
     python benchmarks/recurrent_memory.py                 # nexus-tiny shapes, batch 4 x 128 tokens
     python benchmarks/recurrent_memory.py --device cuda --batch 8 --seq 256
@@ -51,7 +52,10 @@ def child(args) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()  # optimizer state and allocator pools exist before the measured steps
+    # Baseline before the first step: weights and data only. Every step then adds gradients, optimizer
+    # state (created lazily at the first step; the same for every T_inner) and activations, the only
+    # part that could depend on T_inner. Measuring from here avoids the allocator having already
+    # grown its pools to the peak during an unmeasured warm-up step.
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

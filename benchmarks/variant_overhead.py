@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -32,9 +33,11 @@ def make(stem: str, args, device):
     m.d_model, m.n_layers, m.n_heads, m.max_seq_len = args.d_model, args.layers, args.d_model // 64, args.seq
     torch.manual_seed(0)
     model = build_model(m).to(device)
-    opt = build_optimizer(model, cfg.train)
-    for g in opt.param_groups:
-        g["lr"] = g["base_lr"]
+    opt = None
+    if args.optimizer:
+        opt = build_optimizer(model, cfg.train)
+        for g in opt.param_groups:
+            g["lr"] = g["base_lr"]
     return cfg, model, opt
 
 
@@ -45,8 +48,11 @@ def step(model, opt, x, y, device, dtype) -> float:
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         loss = model(x, labels=y).loss
     loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    else:
+        model.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -63,6 +69,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
+    ap.add_argument("--optimizer", action="store_true", help="include the recipe's Muon + AdamW step")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = ap.parse_args()
     if args.threads:
@@ -85,10 +92,11 @@ def main() -> None:
             t = step(model, opt, x, y, device, dtype)
             if r >= args.warmup:
                 times[v].append(t)
+        print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
     med = {v: statistics.median(ts) for v, ts in times.items()}
     flops = {v: forward_flops_per_token(built[v][1], args.seq) for v in args.variants}
     print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
-          f"seq {args.seq} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'FLOPs vs gated':>15} {'min..max ms':>18}")
     for v in args.variants:
         ts = times[v]

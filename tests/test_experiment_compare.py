@@ -16,7 +16,7 @@ TINY = ["--train.eval_batches", "1", "--train.batch_size", "2", "--data.seq_len"
 
 def test_compare_equal_flops_statistics_recomputable(tmp_path):
     out = tmp_path / "cmp"
-    plan = plan_compare(["baseline-micro", "mqar-baseline"], [0, 1], "flops", 96, list(TINY), str(out))
+    plan = plan_compare(["baseline-micro", "mqar-baseline"], [0, 1], "flops", 96, list(TINY), str(out), eval_task="mqar")
     r = run_compare(plan, quiet=True, say=lambda *_: None)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["rows"] == json.loads(json.dumps(r["rows"]))
@@ -34,6 +34,16 @@ def test_compare_equal_flops_statistics_recomputable(tmp_path):
     assert ref["p_value_vs_reference"] is None
     want_p = stats.ttest_ind(other["values"], ref["values"], equal_var=False).pvalue
     assert other["p_value_vs_reference"] == pytest.approx(want_p)
+    # the chosen eval: accuracy of each final checkpoint, recomputed here from the checkpoint
+    from nexus.checkpoint import load_checkpoint
+    from nexus.eval.synthetic_eval import evaluate_synthetic
+
+    run0 = on_disk["runs"][-1]
+    model, cfg, _ = load_checkpoint(out / run0["preset"] / f"seed{run0['seed']}" / "checkpoint")
+    assert run0["mqar_accuracy"] == pytest.approx(evaluate_synthetic(model, cfg, "mqar", 8, 32)["accuracy"])
+    acc_rows = on_disk["eval_rows"]
+    assert acc_rows[1]["values"] == [run["mqar_accuracy"] for run in on_disk["runs"] if run["preset"] == "mqar-baseline"]
+    assert acc_rows[1]["mean"] == pytest.approx(statistics.fmean(acc_rows[1]["values"]))
     report = (out / "report.md").read_text()
     assert f"{other['mean']:.4f}" in report and f"{want_p:.3g}" in report
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"

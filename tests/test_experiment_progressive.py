@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-from pathlib import Path
 
 import pytest
 import torch

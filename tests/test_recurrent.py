@@ -170,7 +170,12 @@ def test_flops_account_for_every_application():
     per_app = sum(2 * m.in_features * m.out_features for l in model.layers for m in l.modules()
                   if isinstance(m, torch.nn.Linear))
     per_app += sum(m.flops_per_token(8) for l in model.layers for m in l.modules() if hasattr(m, "flops_per_token"))
-    assert model.flops_per_token(8) == pytest.approx((2 * 3 - 1) * per_app)
+    head = 2 * 16 * 50  # tied head: d_model x vocab
+    assert model.flops_per_token(8) == pytest.approx((2 * 3 - 1) * per_app + head)
+    from nexus.analysis.flops import forward_flops_per_token
+
+    # the walker counts each child once; together with the model's own term: every application once
+    assert forward_flops_per_token(model, 8) == pytest.approx(2 * 3 * per_app + head)
 
 
 def test_presets_match_the_seed_table():

@@ -1,6 +1,5 @@
 """SPARKLING width growth: exact mode preserves logits, rms mode preserves activation RMS on a trained
 model, the paper's scaling factors, bad input, and grown checkpoints that reload and keep training."""
-import copy
 import math
 
 import pytest

@@ -37,9 +37,10 @@ def add_parser(sub) -> None:
     pp.add_argument("--list", action="store_true", help="list the growth methods and whether their family is installed")
     pp.add_argument("--preset", default=None, help="small-model preset (default: the method's own small shape)")
     pp.add_argument("--tokens", type=positive_int("--tokens"), default=None,
-                    help="token budget D of each run (default: the preset's steps x batch x seq_len)")
+                    help="token budget D of each run (default: 409,600 = 200 steps for a method's own small shape; "
+                         "with --preset: its steps x batch x seq_len)")
     pp.add_argument("--grow-at", type=nonneg_float("--grow-at"), default=0.5,
-                    help="growth point: a fraction of --tokens in (0, 1), or a token count (default 0.5)")
+                    help="growth point: a fraction of --tokens in (0, 1), or a token count > 1 (default 0.5)")
     pp.add_argument("--seed", type=int, default=None, help="seed of both runs (default: the preset's)")
     pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
     pp.add_argument("--quiet", action="store_true", help="no per-run training output")
@@ -55,6 +56,8 @@ def add_parser(sub) -> None:
     pc.add_argument("--tokens", type=positive_int("--tokens"), default=None,
                     help="token budget per run (--equal tokens), or the reference preset's budget that sets the "
                          "FLOPs budget (--equal flops); default: the first preset's steps x batch x seq_len")
+    pc.add_argument("--eval-task", default=None, metavar="TASK",
+                    help="also compare synthetic-task accuracy (mqar|khop|induction) of every final checkpoint")
     pc.add_argument("--out", default="runs/compare", metavar="DIR", help="experiment directory (default runs/compare)")
     pc.add_argument("--quiet", action="store_true", help="no per-run training output")
     pc.set_defaults(func=run_compare_cmd, accepts_overrides=True)
@@ -98,12 +101,16 @@ def run_compare_cmd(args, extra) -> int:
     from ..experiments.compare import plan_compare, run_compare
 
     t0 = time.perf_counter()
-    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out)
+    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task)
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:
         p = row.get("p_value_vs_reference")
         sig = "" if p is None else f" | p={p:.3g} vs {r['rows'][0]['preset']}"
         print(f"{row['preset']:24s} val loss {row['mean']:.4f} +- {row['std']:.4f} (n={len(row['values'])}){sig}")
+    for row in r.get("eval_rows", []):
+        p = row.get("p_value_vs_reference")
+        sig = "" if p is None else f" | p={p:.3g}"
+        print(f"{row['preset']:24s} {r['eval_metric']} {row['mean']:.4f} +- {row['std']:.4f}{sig}")
     print(f"report: {args.out}/report.md | plot: {r['plot']} | {time.perf_counter() - t0:.0f} s")
     return 0

@@ -18,12 +18,17 @@ from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 PLAN_FILE = "plan.json"
 
 
+EVAL_TASKS = ("mqar", "khop", "induction")
+
+
 def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", tokens: int | None = None,
-                 overrides: list[str] | None = None, out: str = "runs/compare") -> dict:
+                 overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None) -> dict:
     from ..presets import get_preset
 
     if equal not in ("tokens", "flops"):
         raise ConfigError(f"--equal={equal!r} (valid: tokens|flops)")
+    if eval_task is not None and eval_task not in EVAL_TASKS:
+        raise ConfigError(f"--eval-task={eval_task!r} (valid: {'|'.join(EVAL_TASKS)})")
     if len(set(presets)) != len(presets):
         raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
     if len(set(seeds)) != len(seeds):
@@ -55,7 +60,8 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             tc.out_dir = str(Path(out) / name / f"seed{seed}")
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})
-    return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "reference_tokens": ref_tokens,
+    return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "eval_task": eval_task,
+            "reference_tokens": ref_tokens,
             "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
 
 
@@ -67,6 +73,15 @@ def welch_p_value(a: list[float], b: list[float]) -> float | None:
 
     p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     return None if math.isnan(p) else p
+
+
+def _task_accuracy(run_dir: Path, task: str) -> float:
+    """Synthetic-task accuracy of a finished run's checkpoint (nexus.eval.synthetic_eval)."""
+    from ..checkpoint import load_checkpoint
+    from ..eval.synthetic_eval import evaluate_synthetic
+
+    model, cfg, _ = load_checkpoint(run_dir / "checkpoint")
+    return float(evaluate_synthetic(model, cfg, task, 8, 32)["accuracy"])
 
 
 def summarize(values_by_preset: dict[str, list[float]], order: list[str]) -> list[dict]:
@@ -93,6 +108,8 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(f, plan)
     finals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
+    evals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
+    task = plan.get("eval_task")
     per_run = []
     for run in plan["runs"]:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
@@ -105,9 +122,15 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
         per_run.append({"preset": run["preset"], "seed": run["seed"], "val_loss": float(done["val_loss"]),
                         "tokens": tokens, "flops": tokens * run["train_flops_per_token"],
                         "wall_s": res.get("wall_s")})
+        if task:
+            per_run[-1][f"{task}_accuracy"] = _task_accuracy(run_dir, task)
+            evals[run["preset"]].append(per_run[-1][f"{task}_accuracy"])
     rows = summarize(finals, plan["presets"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
                "runs": per_run, "flops_source": plan["runs"][0]["flops_source"]}
+    if task:
+        results["eval_metric"] = f"{task} accuracy"
+        results["eval_rows"] = summarize(evals, plan["presets"])
     results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "report.md", render_compare_report(results))
@@ -124,6 +147,13 @@ def render_compare_report(r: dict) -> str:
         p = row["p_value_vs_reference"]
         lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
                      f"{'-' if p is None else f'{p:.3g}'} |")
+    if r.get("eval_rows"):
+        lines += ["", f"{r['eval_metric']}, mean +- sample std; p: Welch's t-test against `{ref}`.", "",
+                  "| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
+        for row in r["eval_rows"]:
+            p = row["p_value_vs_reference"]
+            lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
+                         f"{'-' if p is None else f'{p:.3g}'} |")
     lines += ["", "| preset | seed | val loss | tokens | FLOPs |", "|---|---|---|---|---|"]
     for run in r["runs"]:
         lines.append(f"| {run['preset']} | {run['seed']} | {run['val_loss']:.4f} | {run['tokens']:,} | {run['flops']:.3e} |")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .layers import SwiGLU

@@ -248,7 +248,8 @@ class RecurrentLM(nn.Module):
 
     def flops_per_token(self, seq_len: int) -> float:
         """The FLOPs walker counts every child once; f runs N_sup*T_inner times, so this module reports
-        the (N_sup*T_inner - 1) extra applications of its blocks (their Linear and own work)."""
+        the (N_sup*T_inner - 1) extra applications of its blocks (their Linear and own work), plus the
+        tied LM head's matmul (an Embedding counts 0 in the walker)."""
         n, t = self.depth()
         per_application = 0.0
         for layer in self.layers:
@@ -257,7 +258,8 @@ class RecurrentLM(nn.Module):
                     per_application += 2.0 * m.in_features * m.out_features
                 if hasattr(m, "flops_per_token"):
                     per_application += m.flops_per_token(seq_len)
-        return (n * t - 1) * per_application
+        tied_head = 2.0 * self.cfg.d_model * self.cfg.vocab_size if self.lm_head is None else 0.0
+        return (n * t - 1) * per_application + tied_head
 
 
 # ----------------------------------------------------------------------------- seed-style Python API

@@ -1,0 +1,82 @@
+"""Packed ternary NEXUS v4.1 inference on CPU: tokens/s of the model loaded from the packed file vs
+a model of the same shapes with plain fp32 nn.Linear weights (goal: ratio >= 1.0), and the bits per
+ternary weight in the packed file (target <= 2.1).
+
+Both models decode the same prompt greedily with cached conv states; runs alternate between the two
+models and the median over repetitions is reported, because the machine may be shared.
+
+    python benchmarks/ternary_inference.py                        # nexus-tiny shapes
+    python benchmarks/ternary_inference.py --preset nexus-small --new-tokens 32 --reps 3
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def tokens_per_s(model, prompt, new_tokens: int) -> float:
+    t0 = time.perf_counter()
+    out = model.generate(prompt, max_new_tokens=new_tokens, temperature=0)
+    dt = time.perf_counter() - t0
+    assert out.shape[1] == prompt.shape[1] + new_tokens
+    return new_tokens * prompt.shape[0] / dt
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="nexus-tiny")
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--packing", default="2bit", choices=["2bit", "base3"])
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from nexus.checkpoint import save_checkpoint
+    from nexus.data.tokenizer import ByteTokenizer
+    from nexus.models import build_model
+    from nexus.models.ternary_export import load_ternary, save_ternary
+    from nexus.presets import get_preset
+
+    cfg = get_preset(args.preset)
+    torch.manual_seed(0)
+    ternary_model = build_model(cfg.model).eval()
+    fp32_cfg = get_preset(args.preset)
+    fp32_cfg.model.recurrent.ternary = False
+    fp32_model = build_model(fp32_cfg.model).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = save_ternary(ternary_model, cfg, ByteTokenizer(), Path(tmp) / "model.tern", args.packing)
+        packed, _, _ = load_ternary(report["path"])
+        ckpt = save_checkpoint(Path(tmp) / "ckpt", ternary_model, cfg, ByteTokenizer())
+        ckpt_bytes = (ckpt / "model.safetensors").stat().st_size
+    prompt = torch.randint(0, cfg.model.vocab_size, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(packed(prompt).logits, ternary_model(prompt).logits)  # the packed file is exact
+    tokens_per_s(packed, prompt, 2)  # warm-up (allocations, first-call dispatch)
+    tokens_per_s(fp32_model, prompt, 2)
+    ter, fp = [], []
+    for _ in range(args.reps):
+        ter.append(tokens_per_s(packed, prompt, args.new_tokens))
+        fp.append(tokens_per_s(fp32_model, prompt, args.new_tokens))
+    t_med, f_med = statistics.median(ter), statistics.median(fp)
+    rc = cfg.model.recurrent
+    print(f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + {report['other_params'] / 1e6:.2f}M fp32 params, "
+          f"N_sup {rc.n_sup} x T_inner {rc.t_inner} x {cfg.model.n_layers} layers, threads {torch.get_num_threads()}")
+    print(f"packed file ({args.packing}): {report['file_bytes'] / 1e6:.2f} MB (embeddings and scales included) vs "
+          f"fp32 checkpoint {ckpt_bytes / 1e6:.2f} MB; {report['bits_per_ternary_weight']:.3f} bits per ternary weight "
+          f"({report['bits_per_ternary_weight_with_scales']:.3f} with scales; target <= 2.1)")
+    print(f"decode tokens/s (batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new, median of {args.reps}): "
+          f"packed ternary {t_med:.2f} vs fp32 {f_med:.2f} -> ratio {t_med / f_med:.3f} (goal >= 1.0); "
+          f"raw ternary {[round(v, 2) for v in ter]} fp32 {[round(v, 2) for v in fp]}")
+
+
+if __name__ == "__main__":
+    main()
