@@ -52,7 +52,7 @@ def main() -> None:
         scratch_done.setdefault(key, dst)
         rows.append({"method": name, "grown": r["runs"]["grown"]["final_val_loss"],
                      "scratch": r["runs"]["scratch"]["final_val_loss"], "measured_saved": r["measured_flops_saved"],
-                     "eq29_saved": r["eq29"]["flops_saved"], "grown_flops": r["runs"]["grown"]["total_flops"],
+                     "eq29_saved": r["eq29"]["flops_saved"], "scratch_at_grown_flops": r["scratch_val_loss_at_grown_flops"], "grown_flops": r["runs"]["grown"]["total_flops"],
                      "scratch_flops": r["runs"]["scratch"]["total_flops"], "wall_s": time.perf_counter() - t0,
                      "tokens": r["token_budget"]})
         print(json.dumps(rows[-1]), flush=True)

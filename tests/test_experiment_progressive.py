@@ -125,6 +125,13 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
         assert on_disk["grown_flops_to_target"] == pytest.approx(hit)
         assert on_disk["measured_flops_saved"] == pytest.approx(1 - hit / s["total_flops"])
 
+    # equal compute: the scratch curve read at the grown run's total FLOPs
+    sx, sy = [p["flops"] for p in s["val_curve"]], [p["val_loss"] for p in s["val_curve"]]
+    gx = g["total_flops"]
+    i = next(i for i in range(1, len(sx)) if sx[i - 1] <= gx <= sx[i])
+    want = sy[i - 1] + (sy[i] - sy[i - 1]) * (gx - sx[i - 1]) / (sx[i] - sx[i - 1])
+    assert on_disk["scratch_val_loss_at_grown_flops"] == pytest.approx(want)
+
     # eq. 29 from the recorded sizes
     e = on_disk["eq29"]
     ns, nl, d = on_disk["small"]["active_params"], on_disk["large"]["active_params"], on_disk["token_budget"]
@@ -142,7 +149,7 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     report = (out / "report.md").read_text()
     assert f"{g['final_val_loss']:.4f}" in report and f"{s['final_val_loss']:.4f}" in report
     assert f"{100 * e['flops_saved']:+.1f}%" in report
-    assert f"{s['total_flops']:.3e}" in report
+    assert f"{s['total_flops']:.3e}" in report and f"{want:.4f}" in report
     assert "loss_vs_flops.png" in report
 
 

@@ -92,6 +92,8 @@ def run_progressive_cmd(args, extra) -> int:
     else:
         print(f"grown run reached the scratch final loss after {r['grown_flops_to_target']:.3e} FLOPs: "
               f"measured FLOPs saved {100 * r['measured_flops_saved']:+.1f}%")
+    if r["scratch_val_loss_at_grown_flops"] is not None:
+        print(f"at the grown run's FLOPs the scratch run was at val loss {r['scratch_val_loss_at_grown_flops']:.4f}")
     print(f"eq. 29 FLOPs saved at equal tokens: {100 * r['eq29']['flops_saved']:+.1f}%")
     print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
     return 0

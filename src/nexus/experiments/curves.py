@@ -95,3 +95,13 @@ def first_crossing(xs: list[float], losses: list[float], target: float) -> float
             x0, y0 = xs[i - 1], losses[i - 1]
             return float(x0 + (x - x0) * (y0 - target) / (y0 - y))
     return None
+
+
+def value_at(xs: list[float], ys: list[float], x: float) -> float | None:
+    """Piecewise-linear interpolation of the curve (xs, ys) at x; None outside [xs[0], xs[-1]]."""
+    for i in range(1, len(xs)):
+        if xs[i - 1] <= x <= xs[i]:
+            if xs[i] == xs[i - 1]:
+                return float(ys[i])
+            return float(ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
+    return float(ys[0]) if xs and x == xs[0] else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig, RunConfig
-from .curves import active_params, cumulative_flops, first_crossing, read_metrics, train_curve, train_flops_per_token, val_curve
+from .curves import (active_params, cumulative_flops, first_crossing, read_metrics, train_curve, train_flops_per_token, val_curve,
+                     value_at)
 from .runs import read_done
 
 
@@ -64,7 +65,7 @@ def build_progressive_results(plan: dict, out_dir: Path) -> dict:
         runs[name] = {"segments": segments, "val_curve": vc, "train_curve": _with_flops(train_curve(rows, tps), segments),
                       "final_val_loss": float(done["val_loss"]), "tokens": tokens,
                       "scored_tokens": int(done["tokens_seen"]), "total_flops": cumulative_flops(tokens, segments),
-                      "wall_s": done.get("wall_s"), "growth_events": [r for r in rows if r.get("event") == "growth"]}
+                      "wall_s": done.get("wall_s"), "resumed_from": done.get("resumed_from"), "growth_events": [r for r in rows if r.get("event") == "growth"]}
     g, s = runs["grown"], runs["scratch"]
     target = s["final_val_loss"]
     xs_f = [p["flops"] for p in g["val_curve"]]
@@ -84,6 +85,9 @@ def build_progressive_results(plan: dict, out_dir: Path) -> dict:
         "grown_flops_to_target": flops_to_target, "grown_tokens_to_target": tokens_to_target,
         "measured_flops_saved": None if flops_to_target is None else 1.0 - flops_to_target / s["total_flops"],
         "final_val_loss_gap": g["final_val_loss"] - target,
+        # equal compute the other way round: the scratch run's val loss when it had spent the grown run's FLOPs
+        "scratch_val_loss_at_grown_flops": value_at([p["flops"] for p in s["val_curve"]],
+                                                    [p["val_loss"] for p in s["val_curve"]], g["total_flops"]),
         "eq29": eq,
     }
 
@@ -111,8 +115,8 @@ def render_progressive_report(r: dict) -> str:
         "",
         "| run | final val loss | tokens | training FLOPs | wall time (s) |",
         "|---|---|---|---|---|",
-        f"| grown | {g['final_val_loss']:.4f} | {g['tokens']:,} | {g['total_flops']:.3e} | {_secs(g['wall_s'])} |",
-        f"| scratch | {s['final_val_loss']:.4f} | {s['tokens']:,} | {s['total_flops']:.3e} | {_secs(s['wall_s'])} |",
+        f"| grown | {g['final_val_loss']:.4f} | {g['tokens']:,} | {g['total_flops']:.3e} | {_secs(g['wall_s'], g)} |",
+        f"| scratch | {s['final_val_loss']:.4f} | {s['tokens']:,} | {s['total_flops']:.3e} | {_secs(s['wall_s'], s)} |",
         "",
         "## Compute to reach the from-scratch model's final validation loss",
         "",
@@ -120,6 +124,7 @@ def render_progressive_report(r: dict) -> str:
         _reach_line(r),
         f"- measured FLOPs saved: {_pct(r['measured_flops_saved'])} of the scratch run's {s['total_flops']:.3e} FLOPs",
         f"- final val loss gap (grown - scratch): {r['final_val_loss_gap']:+.4f}",
+        _equal_flops_line(r),
         "",
         "## FLOPs saved at equal tokens (SPARKLING eq. 29)",
         "",
@@ -140,5 +145,15 @@ def _reach_line(r: dict) -> str:
             f"({r['grown_tokens_to_target']:,.0f} tokens), interpolated linearly between evaluations")
 
 
-def _secs(x) -> str:
-    return "-" if x is None else f"{x:.0f}"
+def _equal_flops_line(r: dict) -> str:
+    v = r.get("scratch_val_loss_at_grown_flops")
+    if v is None:
+        return "- at the grown run's total FLOPs the scratch run has no evaluation in range"
+    return (f"- at equal compute ({r['runs']['grown']['total_flops']:.3e} FLOPs, the grown run's total) the scratch run's "
+            f"val loss was {v:.4f} (interpolated) vs the grown run's {r['runs']['grown']['final_val_loss']:.4f}")
+
+
+def _secs(x, run: dict) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" + (f" (since resuming from {run['resumed_from']})" if run.get("resumed_from") else "")
