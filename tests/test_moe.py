@@ -59,17 +59,17 @@ def test_model_with_moe_adds_aux_loss_once_and_trains():
     x = torch.randint(0, 50, (4, 16))
     y = torch.roll(x, -1, 1)
     out = model(x, labels=y)
-    aux = sum(float(v) for v in out.aux_losses.values())
+    aux = sum(float(v.detach()) for v in out.aux_losses.values())
     assert set(out.aux_losses) == {"moe_lb", "moe_z"}
     assert out.loss.item() == pytest.approx(out.ce_loss.item() + aux, rel=1e-6)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     first = out.loss.item()
-    for _ in range(30):
+    for _ in range(10):
         out = model(x, labels=y)
         opt.zero_grad()
         out.loss.backward()
         opt.step()
-    assert out.loss.item() < first - 0.5
+    assert out.loss.item() < first - 0.3
     # every expert and the router received gradient at some point of routing
     assert model.layers[0].mlp.router.weight.grad.abs().sum() > 0
 

@@ -215,13 +215,18 @@ class AnchorMixer(nn.Module):
         out = dict(parts)
         for c in self.components:
             l1, l2 = self.coefficients(c)
+            i = COMPONENTS.index(c)
+            # Scale the tensors, not the coefficients: l * gamma would itself be a full (B, T, H, hd)
+            # tensor, so this order saves one full-size op per component (the mixing is memory-bound).
+            current = parts[c] * l2
             if gamma is not None:
-                i = COMPONENTS.index(c)
-                g1 = gamma[..., 2 * i, None, None]  # (B, T, 1, 1) broadcast over heads and width
-                g2 = gamma[..., 2 * i + 1, None, None]
-                l1, l2 = l1 * g1, l2 * g2
-            current = l2 * parts[c]
-            out[c] = current if removed else l1 * anchors[c] + current
+                current = current * gamma[..., 2 * i + 1, None, None]  # (B, T, 1, 1) over heads and width
+            if removed:
+                out[c] = current
+            elif gamma is not None:
+                out[c] = torch.addcmul(current, anchors[c] * l1, gamma[..., 2 * i, None, None])
+            else:
+                out[c] = current + anchors[c] * l1
         return out
 
     def flops_per_token(self, seq_len: int) -> float:

@@ -26,6 +26,7 @@ def moe_forward_reference(moe, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows).reshape(shape)
 
 
+@torch.no_grad()
 def moe_aux_reference(moe, x: torch.Tensor) -> tuple[float, float]:
     """(load-balancing loss, router z-loss) before weighting, from explicit per-token counts."""
     flat = x.reshape(-1, x.shape[-1]).float()
