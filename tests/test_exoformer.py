@@ -200,6 +200,15 @@ def test_resformer_is_half_half_value_residual():
     assert not any(p.requires_grad for n, p in model.named_parameters() if ".mixer." in n)
 
 
+def test_resformer_learnable_option():
+    m = micro_model_cfg("resformer-tiny")
+    m.mixing.learnable = True
+    model = build_model(m)
+    coefs = [p for n, p in model.named_parameters() if ".mixer." in n]
+    assert coefs and all(p.requires_grad and torch.equal(p, torch.full_like(p, 0.5)) for p in coefs)
+    assert all(p.numel() == m.kv_heads * m.hd for p in coefs)  # elementwise over v's channels
+
+
 def test_anchor_removal_zeroes_only_the_anchor_term():
     m = micro_model_cfg("exo-e-tiny")
     model = build_model(m)

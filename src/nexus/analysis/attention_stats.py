@@ -131,6 +131,7 @@ def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.2))
         ax.plot(stats["layers"], [float("nan") if v is None else v for v in vals], marker="o")
+        ax.set_xticks(stats["layers"])
         ax.set_xlabel("layer")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

@@ -124,6 +124,7 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
         if removal and removal.get("available"):
             ax.plot(stats["layers"], removal[f"{key}_after"], marker="x", linestyle="--", label="anchor removed")
             ax.legend()
+        ax.set_xticks(stats["layers"])
         ax.set_xlabel("layer (0 = embeddings)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
