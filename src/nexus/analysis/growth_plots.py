@@ -27,19 +27,9 @@ def _grown_record(cfg, where: str) -> dict:
 
 
 def _val_loss(model, cfg, tok, n_batches: int, batch_size: int) -> float:
-    import torch
+    from ..eval.perplexity import perplexity
 
-    from ..data.loader import DataModule
-
-    data = DataModule(cfg.data, seed=cfg.train.seed, tokenizer=tok)
-    total, count = 0.0, 0
-    model.eval()
-    with torch.no_grad():
-        for x, y in data.val_batches(n_batches, batch_size):
-            out = model(x, labels=y)
-            total += float(out.ce_loss if out.ce_loss is not None else out.loss) * int(out.n_tokens or 1)
-            count += int(out.n_tokens or 1)
-    return total / max(count, 1)
+    return perplexity(model, cfg, tok, n_batches, batch_size)["val_loss"]
 
 
 def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate: bool = True) -> dict:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 from .common import positive_int
 
@@ -23,24 +22,8 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run, accepts_overrides=True)
 
 
-def perplexity(model, cfg, tok, n_batches: int, batch_size: int) -> dict:
-    import torch
-
-    from ..data.loader import DataModule
-
-    data = DataModule(cfg.data, seed=cfg.train.seed, tokenizer=tok)
-    tot, n = 0.0, 0
-    model.eval()
-    with torch.no_grad():
-        for x, y in data.val_batches(n_batches, batch_size):
-            out = model(x, labels=y)
-            tot += float(out.ce_loss) * out.n_tokens
-            n += out.n_tokens
-    loss = tot / max(n, 1)
-    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50)), "tokens": n}
-
-
 def run(args, extra) -> int:
+    from ..eval.perplexity import perplexity
     from ..checkpoint import load_checkpoint
     from ..config import parse_overrides
 

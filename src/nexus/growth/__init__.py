@@ -15,8 +15,6 @@ then write atomically, the source untouched).
 from __future__ import annotations
 
 import copy
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -81,8 +79,9 @@ def _load_families() -> None:
     if _loaded:
         return
     _loaded = True
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+    from ..plugins import import_submodules
+
+    import_submodules(__name__, __path__)
 
 
 def families() -> list[str]:

@@ -93,8 +93,9 @@ class Attention(nn.Module):
         B, T = o.shape[:2]
         return self.o_proj(o.reshape(B, T, -1))
 
-    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
-        parts = self.project(x)
+    def mix_norm_rope(self, parts: dict, x: torch.Tensor, ctx: dict):
+        """mixer -> qk-norm -> RoPE (the ExoFormer order). Returns (parts, q, k, v) with q/k/v in
+        (B, heads, T, hd) layout, ready for `attend`."""
         if self.mixer is not None:
             parts = self.mixer(self, parts, x, ctx)
         q, k = self.qk_norm(parts["q"], parts["k"])
@@ -103,7 +104,10 @@ class Attention(nn.Module):
         cos, sin = ctx["rope"]
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
-        v = parts["v"].transpose(1, 2)
+        return parts, q, k, parts["v"].transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
+        parts, q, k, v = self.mix_norm_rope(self.project(x), x, ctx)
         o = self.attend(q, k, v, cache, ctx)
         return self.output(o.transpose(1, 2), parts)
 

@@ -137,15 +137,7 @@ class HigherOrderAttention(Attention):
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
         parts = self.level_parts(self, x, self.order, ctx, cache, memo={})
-        if self.mixer is not None:
-            parts = self.mixer(self, parts, x, ctx)
-        q, k = self.qk_norm(parts["q"], parts["k"])
-        if self.mixer is not None and hasattr(self.mixer, "after_qk_norm"):
-            q, k = self.mixer.after_qk_norm(self, q, k, ctx)
-        cos, sin = ctx["rope"]
-        q = apply_rope(q.transpose(1, 2), cos, sin)
-        k = apply_rope(k.transpose(1, 2), cos, sin)
-        v = parts["v"].transpose(1, 2)
+        parts, q, k, v = self.mix_norm_rope(parts, x, ctx)  # anchor mixing acts on the outer level only
         recorder = ctx.get("attention_maps")
         if recorder is not None:
             recorder.add(OUTER, q, k)

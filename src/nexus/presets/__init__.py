@@ -6,8 +6,6 @@ higher_order, recurrent); every module present in this package is imported on fi
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
@@ -31,8 +29,9 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+    from ..plugins import import_submodules
+
+    import_submodules(__name__, __path__)
 
 
 def names() -> list[str]:
