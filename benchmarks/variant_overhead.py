@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
     ap.add_argument("--optimizer", action="store_true", help="include the recipe's Muon + AdamW step")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -81,6 +83,8 @@ def main() -> None:
         if ref not in args.variants:
             args.variants.insert(0, ref)
     built = {v: make(v, args, device) for v in args.variants}
+    if args.compile:
+        built = {v: (cfg, torch.compile(model), opt) for v, (cfg, model, opt) in built.items()}
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 259, (args.batch, args.seq), generator=g).to(device)
     y = torch.randint(0, 259, (args.batch, args.seq), generator=g).to(device)
@@ -94,9 +98,9 @@ def main() -> None:
                 times[v].append(t)
         print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
     med = {v: statistics.median(ts) for v, ts in times.items()}
-    flops = {v: forward_flops_per_token(built[v][1], args.seq) for v in args.variants}
+    flops = {v: forward_flops_per_token(getattr(built[v][1], "_orig_mod", built[v][1]), args.seq) for v in args.variants}
     print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
-          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'FLOPs vs gated':>15} {'min..max ms':>18}")
     for v in args.variants:
         ts = times[v]
