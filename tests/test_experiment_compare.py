@@ -41,7 +41,7 @@ def test_compare_equal_flops_statistics_recomputable(tmp_path):
     run0 = on_disk["runs"][-1]
     model, cfg, _ = load_checkpoint(out / run0["preset"] / f"seed{run0['seed']}" / "checkpoint")
     assert run0["mqar_accuracy"] == pytest.approx(evaluate_synthetic(model, cfg, "mqar", 8, 32)["accuracy"])
-    acc_rows = on_disk["eval_rows"]
+    acc_rows = on_disk["evals"][0]["rows"]
     assert acc_rows[1]["values"] == [run["mqar_accuracy"] for run in on_disk["runs"] if run["preset"] == "mqar-baseline"]
     assert acc_rows[1]["mean"] == pytest.approx(statistics.fmean(acc_rows[1]["values"]))
     report = (out / "report.md").read_text()

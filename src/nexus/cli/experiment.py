@@ -58,6 +58,13 @@ def add_parser(sub) -> None:
                          "FLOPs budget (--equal flops); default: the first preset's steps x batch x seq_len")
     pc.add_argument("--eval-task", default=None, metavar="TASK",
                     help="also compare synthetic-task accuracy (mqar|khop|induction) of every final checkpoint")
+    pc.add_argument("--lm-eval", default=None, metavar="TASKS", type=_csv("--lm-eval"),
+                    help="also compare comma-separated lm-evaluation-harness tasks' main metric (acc, else the "
+                         "task's first) of every final checkpoint (needs `pip install 'nexus[eval]'`)")
+    pc.add_argument("--lm-eval-include", default=None, metavar="DIR",
+                    help="directory of local lm-eval task YAMLs (works offline)")
+    pc.add_argument("--lm-eval-limit", type=positive_int("--lm-eval-limit"), default=None,
+                    help="at most N examples per lm-eval task (faster, noisier)")
     pc.add_argument("--out", default="runs/compare", metavar="DIR", help="experiment directory (default runs/compare)")
     pc.add_argument("--quiet", action="store_true", help="no per-run training output")
     pc.set_defaults(func=run_compare_cmd, accepts_overrides=True)
@@ -103,16 +110,18 @@ def run_compare_cmd(args, extra) -> int:
     from ..experiments.compare import plan_compare, run_compare
 
     t0 = time.perf_counter()
-    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task)
+    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task,
+                        args.lm_eval, args.lm_eval_include, args.lm_eval_limit)
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:
         p = row.get("p_value_vs_reference")
         sig = "" if p is None else f" | p={p:.3g} vs {r['rows'][0]['preset']}"
         print(f"{row['preset']:24s} val loss {row['mean']:.4f} +- {row['std']:.4f} (n={len(row['values'])}){sig}")
-    for row in r.get("eval_rows", []):
-        p = row.get("p_value_vs_reference")
-        sig = "" if p is None else f" | p={p:.3g}"
-        print(f"{row['preset']:24s} {r['eval_metric']} {row['mean']:.4f} +- {row['std']:.4f}{sig}")
+    for ev in r.get("evals", []):
+        for row in ev["rows"]:
+            p = row.get("p_value_vs_reference")
+            sig = "" if p is None else f" | p={p:.3g}"
+            print(f"{row['preset']:24s} {ev['metric']} {row['mean']:.4f} +- {row['std']:.4f}{sig}")
     print(f"report: {args.out}/report.md | plot: {r['plot']} | {time.perf_counter() - t0:.0f} s")
     return 0

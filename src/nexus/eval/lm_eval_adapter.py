@@ -181,6 +181,23 @@ def _missing(tm, tasks: list[str]) -> list[str]:
     return [t for t in tasks if t not in known]
 
 
+_DATA_ERRORS = (ConnectionError, OSError, FileNotFoundError, ValueError)
+
+
+def _offline_error(tasks: list[str], e: Exception) -> ConfigError:
+    return ConfigError(f"--lm-eval {','.join(tasks)}: the task data cannot be loaded offline "
+                       f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}) (valid: a cached "
+                       f"dataset or a local task YAML with local data_files)")
+
+
+def check_tasks_load(tasks: list[str], tm) -> None:
+    """Build the tasks (datasets included) once, so missing data fails now rather than after hours of training."""
+    try:
+        tm.load(tasks)
+    except _DATA_ERRORS as e:
+        raise _offline_error(tasks, e) from None
+
+
 def evaluate_tasks(lm: NexusLM, tasks: list[str], include_path: str | None = None, limit: int | None = None,
                    num_fewshot: int | None = None, tm=None) -> dict:
     """Run lm-eval tasks; returns {task: {metric: value}}. Dataset problems become one ConfigError."""
@@ -190,10 +207,8 @@ def evaluate_tasks(lm: NexusLM, tasks: list[str], include_path: str | None = Non
     try:
         res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
                                       bootstrap_iters=0, log_samples=False, verbosity="ERROR")
-    except (ConnectionError, OSError, FileNotFoundError, ValueError) as e:
-        raise ConfigError(f"--lm-eval {','.join(tasks)}: the task data cannot be loaded offline "
-                          f"({type(e).__name__}: {str(e).splitlines()[0][:160]}) (valid: a cached dataset or a local "
-                          f"task YAML with local data_files)") from None
+    except _DATA_ERRORS as e:
+        raise _offline_error(tasks, e) from None
     out = {}
     for task, metrics in (res or {}).get("results", {}).items():
         out[task] = {k.split(",")[0]: v for k, v in metrics.items()

@@ -1,8 +1,10 @@
 """`nexus experiment compare`: presets x seeds on one budget (equal tokens or equal training FLOPs).
 
 Reports mean +- sample std of the final validation loss per preset and Welch's t-test (scipy) of
-each preset against the first one, as a table (report.md), results.json and compare.png. Runs live
-in OUT/<preset>/seed<k> and are resumable like every experiment run.
+each preset against the first one, as a table (report.md), results.json and compare.png; the same
+for each chosen eval of the final checkpoints (a synthetic task's accuracy, lm-eval tasks' main
+metric). Runs live in OUT/<preset>/seed<k> and are resumable like every experiment run; a finished
+run's eval results are stored in its evals.json and not recomputed.
 """
 from __future__ import annotations
 
@@ -16,13 +18,16 @@ from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
 PLAN_FILE = "plan.json"
+EVALS_FILE = "evals.json"  # per run directory: {settings key: result}, the eval cache
 
 
 EVAL_TASKS = ("mqar", "khop", "induction")
 
 
 def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", tokens: int | None = None,
-                 overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None) -> dict:
+                 overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None,
+                 lm_eval: list[str] | None = None, lm_eval_include: str | None = None,
+                 lm_eval_limit: int | None = None) -> dict:
     from ..presets import get_preset
 
     if equal not in ("tokens", "flops"):
@@ -33,6 +38,7 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
         raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} names a seed twice (valid: distinct seeds)")
+    lm_spec = _plan_lm_eval(lm_eval, lm_eval_include, lm_eval_limit)
     cfgs = []
     for name in presets:
         cfg = get_preset(name)
@@ -61,8 +67,24 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})
     return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "eval_task": eval_task,
-            "reference_tokens": ref_tokens,
+            "lm_eval": lm_spec, "reference_tokens": ref_tokens,
             "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
+
+
+def _plan_lm_eval(tasks: list[str] | None, include: str | None, limit: int | None) -> dict | None:
+    """Find every lm-eval task and load its data now: a typo or an uncached dataset must fail before training."""
+    if not tasks:
+        if include is not None or limit is not None:
+            raise ConfigError("--lm-eval-include/--lm-eval-limit without --lm-eval (valid: --lm-eval TASKS as well)")
+        return None
+    from ..eval.lm_eval_adapter import check_tasks_load, task_manager
+
+    if len(set(tasks)) != len(tasks):
+        raise ConfigError(f"--lm-eval={','.join(tasks)!r} names a task twice (valid: distinct tasks)")
+    check_tasks_load(tasks, task_manager(tasks, include))
+    # Absolute, so a resumed comparison started from another directory still finds the task files.
+    return {"tasks": list(tasks), "include": None if include is None else str(Path(include).resolve()),
+            "limit": limit}
 
 
 def welch_p_value(a: list[float], b: list[float]) -> float | None:
@@ -75,13 +97,70 @@ def welch_p_value(a: list[float], b: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
+def _cached_eval(run_dir: Path, settings: dict, compute):
+    """compute() once per run and settings: a finished run's checkpoint never changes, so a resumed or
+    re-reported comparison reads the stored result instead of re-running a possibly long eval."""
+    f = run_dir / EVALS_FILE
+    cache = json.loads(f.read_text()) if f.is_file() else {}
+    key = json.dumps(settings, sort_keys=True)
+    if key not in cache:
+        cache[key] = compute()
+        write_json_atomic(f, cache)
+    return cache[key]
+
+
 def _task_accuracy(run_dir: Path, task: str) -> float:
     """Synthetic-task accuracy of a finished run's checkpoint (nexus.eval.synthetic_eval)."""
-    from ..checkpoint import load_checkpoint
-    from ..eval.synthetic_eval import evaluate_synthetic
+    def compute():
+        from ..checkpoint import load_checkpoint
+        from ..eval.synthetic_eval import evaluate_synthetic
 
-    model, cfg, _ = load_checkpoint(run_dir / "checkpoint")
-    return float(evaluate_synthetic(model, cfg, task, 8, 32)["accuracy"])
+        model, cfg, _ = load_checkpoint(run_dir / "checkpoint")
+        return float(evaluate_synthetic(model, cfg, task, 8, 32)["accuracy"])
+    return float(_cached_eval(run_dir, {"synthetic": task, "batches": 8, "batch_size": 32}, compute))
+
+
+def _lm_eval_results(run_dir: Path, spec: dict, tm) -> dict:
+    """{task: {metric: value}} of a finished run's checkpoint, through nexus.eval.lm_eval_adapter."""
+    def compute():
+        from ..eval.lm_eval_adapter import NexusLM, evaluate_tasks
+
+        return evaluate_tasks(NexusLM.from_checkpoint(run_dir / "checkpoint"), spec["tasks"], limit=spec["limit"], tm=tm)
+    return _cached_eval(run_dir, {"lm_eval": spec}, compute)
+
+
+def main_metric(metrics: dict) -> str:
+    """The number a task is compared on: acc when it reports one, else its first metric."""
+    return "acc" if "acc" in metrics else next(iter(metrics))
+
+
+def _lm_task_manager(spec: dict | None):
+    """Re-checked on every (re)run: the task files may have moved since the plan was made."""
+    if not spec:
+        return None
+    from ..eval.lm_eval_adapter import task_manager
+
+    return task_manager(spec["tasks"], spec["include"])
+
+
+def eval_summaries(per_run: list[dict], order: list[str], task: str | None, lm_spec: dict | None) -> list[dict]:
+    """One {metric, run values, rows} per chosen eval; every number is a per-run value in results.json."""
+    evals = []
+
+    def add(metric: str, value_of):
+        values = {p: [float(value_of(r)) for r in per_run if r["preset"] == p] for p in order}
+        evals.append({"metric": metric, "rows": summarize(values, order)})
+
+    if task:
+        add(f"{task} accuracy", lambda r: r[f"{task}_accuracy"])
+    if lm_spec:
+        # Every task lm-eval reports a number for: the requested ones, and a group's subtasks too.
+        for name, metrics in per_run[0]["lm_eval"].items():
+            if metrics:
+                m = main_metric(metrics)
+                add(f"lm-eval {name} {m}", lambda r, name=name, m=m: r["lm_eval"][name][m])
+                evals[-1].update({"lm_eval_task": name, "lm_eval_metric": m})
+    return evals
 
 
 def summarize(values_by_preset: dict[str, list[float]], order: list[str]) -> list[dict]:
@@ -108,8 +187,8 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(f, plan)
     finals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
-    evals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
-    task = plan.get("eval_task")
+    task, lm_spec = plan.get("eval_task"), plan.get("lm_eval")
+    tm = _lm_task_manager(lm_spec)
     per_run = []
     for run in plan["runs"]:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
@@ -124,36 +203,35 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
                         "wall_s": res.get("wall_s")})
         if task:
             per_run[-1][f"{task}_accuracy"] = _task_accuracy(run_dir, task)
-            evals[run["preset"]].append(per_run[-1][f"{task}_accuracy"])
+        if lm_spec:
+            per_run[-1]["lm_eval"] = _lm_eval_results(run_dir, lm_spec, tm)
     rows = summarize(finals, plan["presets"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
-               "runs": per_run, "flops_source": plan["runs"][0]["flops_source"]}
-    if task:
-        results["eval_metric"] = f"{task} accuracy"
-        results["eval_rows"] = summarize(evals, plan["presets"])
+               "runs": per_run, "flops_source": plan["runs"][0]["flops_source"],
+               "evals": eval_summaries(per_run, plan["presets"], task, lm_spec)}
     results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "report.md", render_compare_report(results))
     return results
 
 
+def _stats_table(rows: list[dict]) -> list[str]:
+    lines = ["| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
+    for row in rows:
+        p = row["p_value_vs_reference"]
+        lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
+                     f"{'-' if p is None else f'{p:.3g}'} |")
+    return lines
+
+
 def render_compare_report(r: dict) -> str:
     ref = r["rows"][0]["preset"]
     lines = [f"# Comparison at equal {r['equal']}", "",
              f"Final validation loss, mean +- sample std over seeds; p: two-sided Welch's t-test against `{ref}`. "
-             f"Training FLOPs per token from: {r['flops_source']}.", "",
-             "| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
-    for row in r["rows"]:
-        p = row["p_value_vs_reference"]
-        lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
-                     f"{'-' if p is None else f'{p:.3g}'} |")
-    if r.get("eval_rows"):
-        lines += ["", f"{r['eval_metric']}, mean +- sample std; p: Welch's t-test against `{ref}`.", "",
-                  "| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
-        for row in r["eval_rows"]:
-            p = row["p_value_vs_reference"]
-            lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
-                         f"{'-' if p is None else f'{p:.3g}'} |")
+             f"Training FLOPs per token from: {r['flops_source']}.", "", *_stats_table(r["rows"])]
+    for ev in r.get("evals", []):
+        lines += ["", f"{ev['metric']} of the final checkpoints, mean +- sample std; p: Welch's t-test against "
+                      f"`{ref}`.", "", *_stats_table(ev["rows"])]
     lines += ["", "| preset | seed | val loss | tokens | FLOPs |", "|---|---|---|---|---|"]
     for run in r["runs"]:
         lines.append(f"| {run['preset']} | {run['seed']} | {run['val_loss']:.4f} | {run['tokens']:,} | {run['flops']:.3e} |")

@@ -14,9 +14,18 @@ class LMOutput:
     logits: torch.Tensor
     loss: torch.Tensor | None = None  # mean CE over valid tokens + z-loss + auxiliary losses
     ce_loss: torch.Tensor | None = None  # mean cross-entropy alone (what validation reports)
-    n_tokens: int = 0  # valid target tokens in this batch
+    n_valid: torch.Tensor | int = 0  # valid target tokens; kept a tensor so compiled graphs need no host sync
     aux_losses: dict = field(default_factory=dict)  # name -> scalar tensor already weighted (MoE, ...)
     hidden_states: list | None = None  # residual stream after embedding and after each layer
+
+    @property
+    def n_tokens(self) -> int:
+        """Valid target tokens as a Python int (synchronizes; call outside compiled code)."""
+        return int(self.n_valid)
+
+    @n_tokens.setter
+    def n_tokens(self, value) -> None:
+        self.n_valid = value
 
 
 def lm_loss(out: LMOutput, labels: torch.Tensor, z_loss: float) -> LMOutput:
@@ -24,13 +33,15 @@ def lm_loss(out: LMOutput, labels: torch.Tensor, z_loss: float) -> LMOutput:
     logits = out.logits.float().reshape(-1, out.logits.shape[-1])
     labels = labels.reshape(-1)
     valid = labels != IGNORE_INDEX
-    n = int(valid.sum())
-    ce = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum") / max(n, 1)
+    # Tensor arithmetic only (no int() / boolean indexing): torch.compile keeps the loss in one graph.
+    n = valid.sum()
+    denom = n.clamp(min=1).to(logits.dtype)
+    ce = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum") / denom
     loss = ce
     if z_loss > 0:
-        lse = torch.logsumexp(logits[valid], dim=-1)
-        loss = loss + z_loss * lse.pow(2).sum() / max(n, 1)
+        lse = torch.logsumexp(logits, dim=-1)
+        loss = loss + z_loss * (lse.pow(2) * valid).sum() / denom
     for v in out.aux_losses.values():
         loss = loss + v
-    out.loss, out.ce_loss, out.n_tokens = loss, ce, n
+    out.loss, out.ce_loss, out.n_valid = loss, ce, n
     return out
