@@ -65,3 +65,84 @@ def test_compare_bad_input_exit_2_nothing_written(tmp_path, capsys, args, needle
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0]
     assert not out.exists()
+
+
+def _lm_eval_helpers():
+    pytest.importorskip("lm_eval", reason="lm-eval is the optional `eval` extra")
+    import lm_eval_helpers
+
+    return lm_eval_helpers
+
+
+def test_compare_lm_eval_equals_adapter_on_each_checkpoint_and_resumes(tmp_path, monkeypatch):
+    h = _lm_eval_helpers()
+    from nexus.eval import lm_eval_adapter
+    from nexus.eval.lm_eval_adapter import NexusLM, evaluate_tasks
+
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    h.write_tiny_mc_task(tasks_dir)
+    out = tmp_path / "cmp"
+    plan = plan_compare(["baseline-micro", "base-transformer-tiny"], [0, 1], "tokens", 64, list(TINY), str(out),
+                        lm_eval=[h.TASK], lm_eval_include=str(tasks_dir))
+    r = run_compare(plan, quiet=True, say=lambda *_: None)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["evals"] == json.loads(json.dumps(r["evals"]))
+    for run in on_disk["runs"]:  # each stored number is what the adapter gives on that run's final checkpoint
+        lm = NexusLM.from_checkpoint(out / run["preset"] / f"seed{run['seed']}" / "checkpoint")
+        assert run["lm_eval"] == evaluate_tasks(lm, [h.TASK], include_path=str(tasks_dir))
+    (ev,) = on_disk["evals"]
+    assert ev["lm_eval_task"] == h.TASK and ev["lm_eval_metric"] == "acc" and ev["metric"] == f"lm-eval {h.TASK} acc"
+    for row in ev["rows"]:  # the statistics, recomputed from the per-run values
+        vals = [run["lm_eval"][h.TASK]["acc"] for run in on_disk["runs"] if run["preset"] == row["preset"]]
+        assert row["values"] == vals
+        assert row["mean"] == pytest.approx(statistics.fmean(vals))
+        assert row["std"] == pytest.approx(statistics.stdev(vals))
+    ref, other = ev["rows"]
+    want_p = stats.ttest_ind(other["values"], ref["values"], equal_var=False).pvalue
+    assert other["p_value_vs_reference"] == (None if want_p != want_p else pytest.approx(want_p))  # nan: no variance
+    report = (out / "report.md").read_text()
+    assert f"lm-eval {h.TASK} acc" in report and f"| {other['preset']} | {other['mean']:.4f} | {other['std']:.4f} |" in report
+
+    # resumed: finished runs are not retrained and their stored eval results are not recomputed
+    def no_eval(*a, **k):
+        raise AssertionError("a finished run's lm-eval results were recomputed")
+    monkeypatch.setattr(lm_eval_adapter, "evaluate_tasks", no_eval)
+    again = run_compare(plan_compare(["baseline-micro", "base-transformer-tiny"], [0, 1], "tokens", 64, list(TINY), str(out),
+                                     lm_eval=[h.TASK], lm_eval_include=str(tasks_dir)), quiet=True, say=lambda *_: None)
+    assert json.loads(json.dumps(again["evals"])) == on_disk["evals"]
+
+
+def test_compare_bad_lm_eval_task_exit_2_before_training(tmp_path, capsys, monkeypatch):
+    h = _lm_eval_helpers()
+    from nexus.experiments import compare
+
+    def no_training(*a, **k):
+        raise AssertionError("training started before the lm-eval tasks were checked")
+    monkeypatch.setattr(compare, "run_resumable", no_training)
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    h.write_tiny_mc_task(broken, data_file=tmp_path / "missing.jsonl")  # the task is found, its data is not
+    out = tmp_path / "never"
+    h.write_tiny_mc_task(tasks_dir)
+    text = "baseline-micro,base-transformer-tiny"
+    cases = [(text, ["--lm-eval", h.TASK, "--lm-eval-include", str(tmp_path / "no-dir")], "--lm-eval-include"),
+             (text, ["--lm-eval", h.TASK, "--lm-eval-include", str(broken)], "cannot be loaded offline"),
+             (text, ["--lm-eval", "no_such_task_xyz", "--lm-eval-include", str(tasks_dir)], "no_such_task_xyz"),
+             (text, ["--lm-eval-limit", "2"], "without --lm-eval"),
+             # a synthetic-vocabulary model cannot read text
+             ("baseline-micro,mqar-baseline", ["--lm-eval", h.TASK, "--lm-eval-include", str(tasks_dir)], "synthetic:mqar")]
+    for presets, args, needle in cases:
+        rc = main(["experiment", "compare", "--presets", presets, "--out", str(out), *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and needle in err[0], (args, err)
+        assert not out.exists()
+
+
+def test_main_metric_is_acc_else_first_score():
+    from nexus.experiments.compare import main_metric
+
+    assert main_metric({"sample_len": 4, "acc_norm": 0.5, "acc": 0.25}) == "acc"
+    assert main_metric({"sample_len": 4, "exact_match": 0.1, "f1": 0.3}) == "exact_match"

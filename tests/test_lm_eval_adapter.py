@@ -13,6 +13,7 @@ pytest.importorskip("lm_eval", reason="lm-eval is the optional `eval` extra")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
+from lm_eval_helpers import write_tiny_mc_task  # noqa: E402
 from nexus.cli import main  # noqa: E402
 from nexus.data.tokenizer import ByteTokenizer  # noqa: E402
 from nexus.eval.lm_eval_adapter import NexusLM, evaluate_tasks  # noqa: E402
@@ -100,24 +101,9 @@ def test_generate_until_is_greedy_and_stops(model):
         assert cut == ref[:ref.index(stop)]
 
 
-def _write_task(tmp_path):
-    rows = [{"question": "The cat sat on the", "choices": [" mat", " qqq", " zzz"], "answer": 0},
-            {"question": "def foo():\n    return", "choices": [" 1", " banana"], "answer": 1},
-            {"question": "import", "choices": [" os", " $$", " x"], "answer": 0},
-            {"question": "1 + 1 =", "choices": [" 2", " 7"], "answer": 0}]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "tiny_mc.yaml").write_text(
-        "task: nexus_tiny_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
-        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
-        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
-    return rows
-
-
 def test_local_multiple_choice_task_offline_matches_own_scoring(tmp_path, model):
     tok = ByteTokenizer()
-    rows = _write_task(tmp_path)
+    rows = write_tiny_mc_task(tmp_path)
     lm = NexusLM(model, tok)
     res = evaluate_tasks(lm, ["nexus_tiny_mc"], include_path=str(tmp_path))
     correct = 0
@@ -133,7 +119,7 @@ def test_cli_eval_lm_eval_local_task_and_bad_task(tmp_path, capsys, model):
     cfg = get_preset("baseline-micro")
     cfg.model, cfg.data.seq_len = model.cfg, model.cfg.max_seq_len
     ck = save_checkpoint(tmp_path / "ck", model, cfg, ByteTokenizer())
-    _write_task(tmp_path)
+    write_tiny_mc_task(tmp_path)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):  # lm-eval's logging set-up swaps pytest's captured stream
         rc = main(["eval", "--checkpoint", str(ck), "--lm-eval", "nexus_tiny_mc", "--lm-eval-include", str(tmp_path),

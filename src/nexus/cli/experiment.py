@@ -48,8 +48,9 @@ def add_parser(sub) -> None:
 
     pc = esub.add_parser("compare", help="presets x seeds at equal tokens or equal FLOPs",
                          description="Train every preset with every seed on the same budget; report mean +- std of "
-                                     "the final validation loss, Welch's t-test of each preset against the first, a "
-                                     "table (report.md) and a plot (compare.png).")
+                                     "the final validation loss (and of any chosen eval: --eval-task, --lm-eval), "
+                                     "Welch's t-test of each preset against the first, a table (report.md) and a plot "
+                                     "(compare.png).")
     pc.add_argument("--presets", required=True, type=_csv("--presets"), help="comma-separated presets; the first is the reference")
     pc.add_argument("--seeds", type=_csv("--seeds", int), default=[0, 1, 2], help="comma-separated seeds (default 0,1,2)")
     pc.add_argument("--equal", choices=["tokens", "flops"], default="tokens", help="what is held equal (default tokens)")
@@ -63,7 +64,7 @@ def add_parser(sub) -> None:
                          "task's first) of every final checkpoint (needs `pip install 'nexus[eval]'`)")
     pc.add_argument("--lm-eval-include", default=None, metavar="DIR",
                     help="directory of local lm-eval task YAMLs (works offline)")
-    pc.add_argument("--lm-eval-limit", type=positive_int("--lm-eval-limit"), default=None,
+    pc.add_argument("--lm-eval-limit", type=positive_int("--lm-eval-limit"), default=None, metavar="N",
                     help="at most N examples per lm-eval task (faster, noisier)")
     pc.add_argument("--out", default="runs/compare", metavar="DIR", help="experiment directory (default runs/compare)")
     pc.add_argument("--quiet", action="store_true", help="no per-run training output")

@@ -38,12 +38,15 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
         raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} names a seed twice (valid: distinct seeds)")
-    lm_spec = _plan_lm_eval(lm_eval, lm_eval_include, lm_eval_limit)
     cfgs = []
     for name in presets:
         cfg = get_preset(name)
         parse_overrides(cfg, list(overrides or []))
         cfgs.append(cfg.validate())
+        if lm_eval and cfg.data.source.startswith("synthetic:"):
+            # Its vocabulary is the synthetic task's tokens: text would index past the embedding, after training.
+            raise ConfigError(f"--lm-eval with preset {name!r}: it trains on {cfg.data.source}, not text "
+                              f"(valid: presets trained on text, or --eval-task for synthetic accuracy)")
     tps = [c.train.batch_size * c.train.grad_accum * c.data.seq_len for c in cfgs]
     ref_tokens = int(tokens) if tokens is not None else cfgs[0].train.steps * tps[0]
     fpt = [train_flops_per_token(c.model, c.data.seq_len) for c in cfgs]
@@ -66,6 +69,7 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             tc.out_dir = str(Path(out) / name / f"seed{seed}")
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})
+    lm_spec = _plan_lm_eval(lm_eval, lm_eval_include, lm_eval_limit)  # after the cheap checks: it loads data
     return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "eval_task": eval_task,
             "lm_eval": lm_spec, "reference_tokens": ref_tokens,
             "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
@@ -120,46 +124,41 @@ def _task_accuracy(run_dir: Path, task: str) -> float:
     return float(_cached_eval(run_dir, {"synthetic": task, "batches": 8, "batch_size": 32}, compute))
 
 
-def _lm_eval_results(run_dir: Path, spec: dict, tm) -> dict:
-    """{task: {metric: value}} of a finished run's checkpoint, through nexus.eval.lm_eval_adapter."""
+def _lm_eval_results(run_dir: Path, spec: dict) -> dict:
+    """{task: {metric: value}} of a finished run's checkpoint, through nexus.eval.lm_eval_adapter (which
+    looks the tasks up again: cheap for local YAMLs, cached per process for lm-eval's bundled ones)."""
     def compute():
         from ..eval.lm_eval_adapter import NexusLM, evaluate_tasks
 
-        return evaluate_tasks(NexusLM.from_checkpoint(run_dir / "checkpoint"), spec["tasks"], limit=spec["limit"], tm=tm)
+        return evaluate_tasks(NexusLM.from_checkpoint(run_dir / "checkpoint"), spec["tasks"], spec["include"],
+                              limit=spec["limit"])
     return _cached_eval(run_dir, {"lm_eval": spec}, compute)
 
 
 def main_metric(metrics: dict) -> str:
-    """The number a task is compared on: acc when it reports one, else its first metric."""
-    return "acc" if "acc" in metrics else next(iter(metrics))
-
-
-def _lm_task_manager(spec: dict | None):
-    """Re-checked on every (re)run: the task files may have moved since the plan was made."""
-    if not spec:
-        return None
-    from ..eval.lm_eval_adapter import task_manager
-
-    return task_manager(spec["tasks"], spec["include"])
+    """The number a task is compared on: acc when it reports one, else its first metric (lm-eval also
+    reports sample_len, the number of examples scored, which is no score)."""
+    scores = [k for k in metrics if k != "sample_len"]
+    return "acc" if "acc" in scores else scores[0]
 
 
 def eval_summaries(per_run: list[dict], order: list[str], task: str | None, lm_spec: dict | None) -> list[dict]:
-    """One {metric, run values, rows} per chosen eval; every number is a per-run value in results.json."""
+    """One {metric, rows} per chosen eval; every value in its rows is a per-run number in results.json."""
     evals = []
 
-    def add(metric: str, value_of):
+    def add(metric: str, value_of, **extra):
         values = {p: [float(value_of(r)) for r in per_run if r["preset"] == p] for p in order}
-        evals.append({"metric": metric, "rows": summarize(values, order)})
+        evals.append({"metric": metric, **extra, "rows": summarize(values, order)})
 
     if task:
         add(f"{task} accuracy", lambda r: r[f"{task}_accuracy"])
     if lm_spec:
         # Every task lm-eval reports a number for: the requested ones, and a group's subtasks too.
         for name, metrics in per_run[0]["lm_eval"].items():
-            if metrics:
+            if set(metrics) - {"sample_len"}:
                 m = main_metric(metrics)
-                add(f"lm-eval {name} {m}", lambda r, name=name, m=m: r["lm_eval"][name][m])
-                evals[-1].update({"lm_eval_task": name, "lm_eval_metric": m})
+                add(f"lm-eval {name} {m}", lambda r, name=name, m=m: r["lm_eval"][name][m],
+                    lm_eval_task=name, lm_eval_metric=m)
     return evals
 
 
@@ -188,7 +187,6 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     write_json_atomic(f, plan)
     finals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
     task, lm_spec = plan.get("eval_task"), plan.get("lm_eval")
-    tm = _lm_task_manager(lm_spec)
     per_run = []
     for run in plan["runs"]:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
@@ -204,7 +202,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
         if task:
             per_run[-1][f"{task}_accuracy"] = _task_accuracy(run_dir, task)
         if lm_spec:
-            per_run[-1]["lm_eval"] = _lm_eval_results(run_dir, lm_spec, tm)
+            per_run[-1]["lm_eval"] = _lm_eval_results(run_dir, lm_spec)
     rows = summarize(finals, plan["presets"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
                "runs": per_run, "flops_source": plan["runs"][0]["flops_source"],
