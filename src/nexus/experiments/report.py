@@ -36,6 +36,10 @@ def config_changes(before: ModelConfig, after: ModelConfig) -> list[str]:
         return out
 
     a, b = flat(to_dict(before)), flat(to_dict(after))
+    # 0 means "derived" for these sizes; show the size the model really had, not the placeholder
+    for d, cfg in ((a, before), (b, after)):
+        for key, value in (("ffn_hidden", cfg.ffn), ("head_dim", cfg.hd), ("n_kv_heads", cfg.kv_heads)):
+            d[key] = value
     return [f"{k}: {a.get(k)} -> {b[k]}" for k in b if a.get(k) != b[k]]
 
 
