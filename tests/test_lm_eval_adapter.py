@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("lm_eval", reason="lm-eval is the optional `eval` extra")
+import lm_eval  # noqa: F401,E402  -- a dev dependency: without it these tests must fail, never skip
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
