@@ -1,11 +1,15 @@
 import os
 
 import pytest
+import torch
 
 # Tests never touch the user's cache or the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Test models are tiny: intra-op threads only add contention (up to 10x slower on a busy 2-core machine).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

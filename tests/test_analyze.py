@@ -17,15 +17,6 @@ from nexus.models.mixing import mixers
 from nexus.presets import get_preset
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run ~10x faster on one thread than on two contended ones on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def micro(preset: str):
     m = get_preset(preset).model
     m.d_model, m.n_heads, m.n_layers, m.max_seq_len = 32, 2, 3, 32

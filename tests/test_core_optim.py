@@ -81,7 +81,6 @@ def test_muon_splits_fused_blocks():
 
 def test_cautious_weight_decay_only_where_signs_agree():
     p = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    opt = Muon.__mro__[1]  # torch.optim.Optimizer; use AdamW with a crafted update instead
     from nexus.train.optim import _apply_update
 
     with torch.no_grad():

@@ -1,26 +1,15 @@
 """ExoFormer family: mixing semantics, init, equivalences, caching, optimizer wiring, presets, config errors."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
-from nexus.config import AttentionConfig, ConfigError, MixingConfig, ModelConfig, RunConfig
+from nexus.config import ConfigError, ModelConfig, RunConfig
 from nexus.models import build_model
-from nexus.models.mixing import COMPONENTS, AnchorMixer, DynamicMixing, anchor_removed, mixers
+from nexus.models.mixing import COMPONENTS, anchor_removed, mixers
 from nexus.models.reference.anchor_mixing_ref import reference_logits
 from nexus.presets import get_preset
 from nexus.presets.exoformer import TABLE2_ROWS, table2_presets
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run ~10x faster on one thread than on two contended ones on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def micro_model_cfg(preset: str, **over) -> ModelConfig:

@@ -14,7 +14,6 @@ from nexus.analysis.flops import flops_breakdown, forward_flops_per_token, linea
 from nexus.config import AttentionConfig, MixingConfig, ModelConfig, MoEConfig, ProjectionConfig
 from nexus.models import build_model
 
-torch.set_num_threads(1)  # tiny matrices: intra-op threads only add contention on the shared machine
 T = 24
 
 

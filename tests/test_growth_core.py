@@ -17,7 +17,6 @@ from nexus.presets import get_preset
 from nexus.train.param_groups import build_optimizer
 from nexus.train.trainer import Trainer
 
-torch.set_num_threads(1)  # tiny matrices: intra-op threads only add contention on the shared machine
 
 
 class Tiny(nn.Module):

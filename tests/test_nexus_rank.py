@@ -13,7 +13,6 @@ from nexus.models.nexus_rank import NexusRank, nexus_rank_modules
 from nexus.models.reference.nexus_rank_ref import nexus_rank_ref
 
 # Tiny matrices: intra-op threads only add contention on the shared 2-core machine (10x wall time).
-torch.set_num_threads(1)
 
 TARGETS = ["q", "k", "v", "o", "ffn"]
 D, M0, A0, LAYERS = 16, 24, 32, 1  # tiny: D < M < A

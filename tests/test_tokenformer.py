@@ -10,7 +10,6 @@ from nexus.models import build_model
 from nexus.models.pattention import Pattention, pattention_modules
 from nexus.models.reference.nexus_rank_ref import pattention_ref
 
-torch.set_num_threads(1)  # tiny matrices: intra-op threads only add contention on the shared machine
 
 
 def tf_cfg(freeze=True, act="gelu_l2", targets=("q", "k", "v", "o", "ffn")) -> RunConfig:

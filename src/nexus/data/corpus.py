@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import pkgutil
 from pathlib import Path
 from typing import Iterator
 
