@@ -6,6 +6,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    """Statistics of half-precision tensors are taken in fp32; fp32 and fp64 keep their own precision."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 class RMSNorm(nn.Module):
     """RMSNorm with a learnable gain. Computed in fp32 so bf16 runs keep the same statistics."""
 
@@ -15,12 +20,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if gain else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.weight is not None:
-            x = x * self.weight.float()
-        return x.to(dtype)
+        # torch's rms_norm, not x * rsqrt(x.pow(2).mean()): on CPU its backward is about 3x faster
+        # (the hand-written form's pow backward alone cost a third of the norm), and every layer has four.
+        dtype = at_least_fp32(x.dtype)
+        weight = None if self.weight is None else self.weight.to(dtype)
+        return F.rms_norm(x.to(dtype), (x.shape[-1],), weight, self.eps).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .layers import RMSNorm
+from .layers import RMSNorm, at_least_fp32
 
 COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
 
@@ -95,13 +95,29 @@ class ExoAnchor(nn.Module):
             self.proj.weight._muon_split = list(self.sizes)
         self.norms = make_anchor_norms(cfg)
         self.removed = False  # anchor-removal analysis: zero the anchor term in every layer
+        # Gather anchors from a per-vocabulary table when that is less work (see prepare); False
+        # forces the direct projection of every token (benchmarks compare the two).
+        self.table_lookup = True
 
-    def prepare(self, ctx: dict, embeddings: torch.Tensor) -> None:
+    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
+                embed_weight: torch.Tensor | None = None) -> None:
+        """Fill ctx['anchors'][c] (B, T, heads, width). `input_ids`/`embed_weight` may be given only when
+        `embeddings` is the plain lookup embed_weight[input_ids]."""
         B, T, _ = embeddings.shape
         ctx["anchor_removed"] = self.removed
+        # The anchor is a function of the token id alone, so when the vocabulary has fewer rows than the
+        # batch has tokens, projecting and normalizing the embedding table once and gathering rows gives
+        # the same numbers with V / (B * T) of the matmul and norm work, forward and backward.
+        table = (self.table_lookup and input_ids is not None and embed_weight is not None
+                 and embed_weight.shape[0] < B * T)
+        src = embed_weight if table else embeddings
+        lead = src.shape[:-1]
         anchors = {}
-        for c, chunk in zip(self.components, self.proj(embeddings).split(self.sizes, dim=-1)):
-            anchors[c] = _normalize(self.norms, c, chunk.view(B, T, *self.shapes[c]))
+        for c, chunk in zip(self.components, self.proj(src).split(self.sizes, dim=-1)):
+            a = _normalize(self.norms, c, chunk.view(*lead, *self.shapes[c]))
+            if table:
+                a = F.embedding(input_ids, a.reshape(lead[0], -1)).view(B, T, *self.shapes[c])
+            anchors[c] = a
         ctx["anchors"] = anchors
 
     def flops_per_token(self, seq_len: int) -> float:
@@ -116,7 +132,7 @@ class LayerZeroAnchor(nn.Module):
         super().__init__()
         self.removed = False
 
-    def prepare(self, ctx: dict, embeddings: torch.Tensor) -> None:
+    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids=None, embed_weight=None) -> None:
         ctx["anchor_removed"] = self.removed
         ctx["anchors"] = {}
 
@@ -162,7 +178,14 @@ class DynamicMixing(nn.Module):
         nn.init.zeros_(self.fc2.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.fc2(F.gelu(self.fc1(self.norm(x)))))
+        # fc1(RMSNorm(x)) computed as rsqrt(mean(x^2) + eps) * (x @ (gain * W1)^T): the per-token scale
+        # commutes with the Linear, so it multiplies 16 outputs instead of d inputs. Same function,
+        # but no full-size normalized copy of x forward and none of its backward passes.
+        xf = x.to(at_least_fp32(x.dtype))
+        inv_rms = torch.rsqrt(torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square() / x.shape[-1]
+                              + self.norm.eps)
+        h = F.linear(xf, (self.fc1.weight * self.norm.weight).to(xf.dtype)) * inv_rms
+        return torch.sigmoid(self.fc2(F.gelu(h.to(x.dtype))))
 
     def flops_per_token(self, seq_len: int) -> float:
         return 0.0  # GELU on 16 values and sigmoid on 8: negligible next to its two Linears

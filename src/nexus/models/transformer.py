@@ -96,7 +96,7 @@ class TransformerLM(nn.Module):
         if ctx_extra:
             ctx.update(ctx_extra)
         if self.anchor is not None:
-            self.anchor.prepare(ctx, x)
+            self.anchor.prepare(ctx, x, input_ids, self.embed.weight)
         states = [x] if collect else None
         for i, layer in enumerate(self.layers):
             x = layer(x, ctx, cache.layer(i) if cache is not None else None)
