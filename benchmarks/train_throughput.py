@@ -2,7 +2,8 @@
 
 Both models get the identical config, identical weights (copied through nexus.hf's key mapping)
 and identical batches; each timed step is forward + backward + torch AdamW step, fp32, eager (no
-torch.compile). The two models are timed alternately, round after round, in this one process so
+torch.compile), in one process with nexus's malloc tuning (--no-malloc-tuning to skip), which HF's
+model shares. The two models are timed alternately, round after round, in this one process so
 that load from other processes hits both alike; the median step time of each is reported.
 
     python benchmarks/train_throughput.py                 # d_model 512, 8 layers, seq 256 (the target shape)
@@ -91,12 +92,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"], help="HF attention implementation")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--no-malloc-tuning", action="store_true",
+                   help="keep glibc's default malloc (nexus's CLI tunes it for both models; see nexus/runtime.py)")
     p.add_argument("--clock", default="wall", choices=list(CLOCKS), help="cpu: process CPU time (use with --threads 1)")
     args = p.parse_args()
     global clock
     clock = CLOCKS[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.no_malloc_tuning:  # a process-wide setting: HF's model gets it too
+        from nexus.runtime import tune_cpu_allocator
+
+        print(f"malloc tuning: {'on' if tune_cpu_allocator() else 'refused by libc'}")
 
     cfg, ours, hf = build_pair(args)
     g = torch.Generator().manual_seed(1)

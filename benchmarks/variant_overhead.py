@@ -1,14 +1,17 @@
 """Training-step time of each ExoFormer-family variant relative to the base Transformer and to gated
 attention, measured alternately in one process (round-robin, so machine load drifts hit every
-variant alike). One step = forward + backward + the recipe's optimizer step (Muon + AdamW).
+variant alike). One step = forward + backward, plus the recipe's Muon + AdamW step with --optimizer
+(off by default: at benchmark batch sizes the optimizer would dominate the step, unlike real runs).
 
 Target (issue 3): dynamic ExoFormer <= 1.05x gated attention at d_model 512, 8 layers.
 
     python benchmarks/variant_overhead.py                      # d512 x 8 layers, CPU or GPU
     python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16
 
-Prints one row per variant: median step time, ratio to base and to gated, analytic FLOPs ratio to
-gated, and the raw per-round times' spread.
+Prints one row per variant: median step time, ratio to base and to gated, the FLOPs ratio to gated
+by the paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward),
+and the raw per-round times' spread. nexus's CLI tunes glibc malloc (nexus/runtime.py), so this
+script does too; --no-malloc-tuning measures the default allocator.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ import sys
 import time
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import forward_flops_per_token
 from nexus.models import build_model
+from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
 from nexus.train.param_groups import build_optimizer
 
@@ -58,6 +63,15 @@ def step(model, opt, x, y, device, dtype) -> float:
     return time.perf_counter() - t0
 
 
+def executed_flops(model, x, y) -> int:
+    """Matmul and attention FLOPs that one forward + backward of this batch actually runs. The anchor
+    table path does less anchor work than the paper's formula counts, so both columns are printed."""
+    with FlopCounterMode(display=False) as counter:
+        model(x, labels=y).loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d-model", type=int, default=512)
@@ -71,11 +85,17 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
     ap.add_argument("--optimizer", action="store_true", help="include the recipe's Muon + AdamW step")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--no-malloc-tuning", action="store_true",
+                    help="keep glibc's default malloc (nexus's CLI tunes it; see nexus/runtime.py)")
+    ap.add_argument("--anchor-path", default="auto", choices=["auto", "direct"],
+                    help="ExoFormer anchors: auto gathers them from a per-vocabulary table when V < tokens; "
+                         "direct projects every token, as the paper's FLOPs formula counts")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    malloc = "default" if args.no_malloc_tuning else ("tuned" if tune_cpu_allocator() else "default (tuning refused)")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
@@ -83,6 +103,9 @@ def main() -> None:
         if ref not in args.variants:
             args.variants.insert(0, ref)
     built = {v: make(v, args, device) for v in args.variants}
+    for _, model, _ in built.values():
+        if getattr(model, "anchor", None) is not None and hasattr(model.anchor, "table_lookup"):
+            model.anchor.table_lookup = args.anchor_path == "auto"
     if args.compile:
         built = {v: (cfg, torch.compile(model), opt) for v, (cfg, model, opt) in built.items()}
     g = torch.Generator().manual_seed(0)
@@ -98,14 +121,18 @@ def main() -> None:
                 times[v].append(t)
         print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
     med = {v: statistics.median(ts) for v, ts in times.items()}
-    flops = {v: forward_flops_per_token(getattr(built[v][1], "_orig_mod", built[v][1]), args.seq) for v in args.variants}
+    unwrap = {v: getattr(built[v][1], "_orig_mod", built[v][1]) for v in args.variants}
+    flops = {v: forward_flops_per_token(unwrap[v], args.seq) for v in args.variants}
+    ran = {v: executed_flops(unwrap[v], x, y) for v in args.variants}
     print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
-          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
-    print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'FLOPs vs gated':>15} {'min..max ms':>18}")
+          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
+          f"anchor path {args.anchor_path} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+    print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'formula FLOPs':>14} {'executed FLOPs':>15} {'min..max ms':>18}")
+    print(f"{'':<20} {'':>10} {'':>8} {'':>9} {'vs gated':>14} {'vs gated':>15}")
     for v in args.variants:
         ts = times[v]
         print(f"{v:<20} {med[v] * 1e3:>10.2f} {med[v] / med['base-transformer']:>8.3f} {med[v] / med['gated']:>9.3f} "
-              f"{flops[v] / flops['gated']:>15.4f} {min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
+              f"{flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} {min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
     if "exo-dynamic-e" in med:
         ratio = med["exo-dynamic-e"] / med["gated"]
         print(f"target dynamic ExoFormer <= 1.05x gated: {ratio:.3f}x -> {'met' if ratio <= 1.05 else 'NOT met'}")

@@ -102,3 +102,22 @@ def test_ignore_index_counts_valid_tokens():
     assert out.n_tokens == 14
     ref = torch.nn.functional.cross_entropy(out.logits[:, 5:].reshape(-1, 50), labels[:, 5:].reshape(-1))
     torch.testing.assert_close(out.ce_loss, ref)
+
+
+def test_rms_norm_matches_its_formula_and_keeps_half_precision_statistics_in_fp32():
+    from nexus.models.layers import RMSNorm
+
+    g = torch.Generator().manual_seed(0)
+    norm = RMSNorm(16, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(0.5 + torch.rand(16, generator=g))
+    x = torch.randn(3, 7, 16, generator=g, dtype=torch.float64)
+    expect = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
+    torch.testing.assert_close(norm.double()(x), expect, rtol=0, atol=1e-14)  # fp64 stays fp64
+    norm.float()
+    xb = (x * 300).to(torch.bfloat16)  # expected: fp32 statistics, rounded to bf16 once at the end
+    xf = xb.float()
+    expect_b = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight).to(torch.bfloat16)
+    out = norm(xb)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expect_b, rtol=0, atol=0)

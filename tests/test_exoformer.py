@@ -7,6 +7,7 @@ import torch
 from nexus.config import ConfigError, ModelConfig, RunConfig
 from nexus.models import build_model
 from nexus.models.mixing import COMPONENTS, anchor_removed, mixers
+from nexus.models.modulated_mix import modulated_mix
 from nexus.models.reference.anchor_mixing_ref import reference_logits
 from nexus.presets import get_preset
 from nexus.presets.exoformer import TABLE2_ROWS, table2_presets
@@ -36,6 +37,7 @@ def randomize_mixing(model, seed: int = 0) -> None:
             if mx.dynamic is not None:
                 mx.dynamic.fc2.weight.normal_(0, 0.5, generator=g)
                 mx.dynamic.fc2.bias.normal_(0, 0.5, generator=g)
+                mx.dynamic.norm.weight.copy_(0.5 + torch.rand(mx.dynamic.norm.weight.shape, generator=g))
         for mod in model.modules():
             if type(mod).__name__ == "AnchorNorm":
                 mod.norm.weight.copy_(0.5 + torch.rand(mod.norm.weight.shape, generator=g))
@@ -214,17 +216,90 @@ def test_anchor_removal_zeroes_only_the_anchor_term():
     assert not torch.allclose(full, removed)
 
 
+# ----------------------------------------------------------------------------- fast paths vs references
+def _mix_by_autograd(cur, anc, l1, l2, g1, g2):
+    """eq. 7 written plainly, differentiated by autograd: the reference for the hand-written backward."""
+    current = cur * l2 * (g2 if g2 is not None else 1.0)
+    return current if anc is None else current + anc * l1 * (g1 if g1 is not None else 1.0)
+
+
+@pytest.mark.parametrize("coef_shape", [(4, 5), (4, 1), (1, 1)], ids=["elementwise", "headwise", "scalar"])
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("removed", [False, True])
+@pytest.mark.parametrize("coef_trainable", [True, False])
+def test_modulated_mix_matches_autograd_reference(coef_shape, dynamic, removed, coef_trainable):
+    g = torch.Generator().manual_seed(0)
+
+    def leaf(*shape, grad=True):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(grad)
+
+    cur, anc = leaf(2, 3, 4, 5), None if removed else leaf(2, 3, 4, 5)
+    l1, l2 = leaf(*coef_shape, grad=coef_trainable), leaf(*coef_shape, grad=coef_trainable)
+    gamma = torch.rand(2, 3, 8, generator=g, dtype=torch.float64).requires_grad_() if dynamic else None
+
+    def run(fn):
+        g1 = g2 = None
+        if gamma is not None:  # strided slices of the (B, T, 8) factors, as the mixer passes them
+            g1, g2 = gamma[..., 4, None, None], gamma[..., 5, None, None]
+        out = fn(cur, anc, l1, l2, g1, g2)
+        inputs = [t for t in (cur, anc, l1, l2, gamma) if t is not None and t.requires_grad]
+        upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        # l1 is unused once the anchor is removed: its gradient is zero on both sides
+        return out, torch.autograd.grad(out, inputs, upstream, allow_unused=True, materialize_grads=True)
+
+    fast, fast_grads = run(modulated_mix)
+    ref, ref_grads = run(_mix_by_autograd)
+    torch.testing.assert_close(fast, ref, rtol=0, atol=1e-12)
+    for a, b in zip(fast_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    inputs = (cur, anc, l1, l2, gamma)
+    assert torch.autograd.gradcheck(lambda c, a, x1, x2, gm: modulated_mix(
+        c, a, x1, x2, *((gm[..., 4, None, None], gm[..., 5, None, None]) if gm is not None else (None, None))), inputs)
+
+
+def _outputs_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("preset", ["exo-dynamic-e-tiny", "exo-h-tiny", "exo-s-tiny"])
+def test_anchor_table_lookup_matches_direct_projection(preset):
+    """With more tokens than vocabulary rows the anchor is projected per vocabulary row and gathered;
+    logits and every gradient must equal the per-token projection's."""
+    torch.manual_seed(0)
+    m = micro_model_cfg(preset, n_kv_heads=2 if "exo-h" in preset else 0)
+    model = build_model(m).double()
+    randomize_mixing(model)
+    ids = torch.randint(0, m.vocab_size, (4, 80))
+    assert ids.numel() > m.vocab_size
+    rows = []
+    hook = model.anchor.proj.register_forward_hook(lambda mod, inp, out: rows.append(inp[0].shape[:-1]))
+    table_out, table_grads = _outputs_and_grads(model, ids)
+    model.anchor.table_lookup = False
+    direct_out, direct_grads = _outputs_and_grads(model, ids)
+    hook.remove()
+    assert rows == [torch.Size([m.vocab_size]), torch.Size([4, 80])]  # each path really ran
+    torch.testing.assert_close(table_out, direct_out, rtol=0, atol=1e-12)
+    assert table_grads.keys() == direct_grads.keys()
+    for name in table_grads:
+        torch.testing.assert_close(table_grads[name], direct_grads[name], rtol=0, atol=1e-12, msg=name)
+
+
 # ----------------------------------------------------------------------------- caching
 @pytest.mark.parametrize("preset", ALL_ROWS)
 def test_cached_decoding_matches_full_forward(preset):
     torch.manual_seed(1)
     model = build_model(micro_model_cfg(preset)).eval()
     randomize_mixing(model)
-    ids = torch.randint(0, 259, (2, 12))
+    # 6 x 50 prefill tokens > 259 vocabulary rows: the prefill gathers ExoFormer anchors from the
+    # vocabulary table, the one-token decode steps project them directly
+    ids = torch.randint(0, 259, (6, 56))
     full = model(ids).logits
     cache = model.new_cache()
-    steps = [model(ids[:, :5], cache=cache).logits]
-    for t in range(5, 12):
+    steps = [model(ids[:, :50], cache=cache).logits]
+    for t in range(50, 56):
         steps.append(model(ids[:, t:t + 1], cache=cache).logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 

@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from ..config import ConfigError
+from ..runtime import tune_cpu_allocator
 
 SUBCOMMANDS = ["train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment"]
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    tune_cpu_allocator()
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .layers import RMSNorm, at_least_fp32
+from .modulated_mix import modulated_mix
 
 COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
 
@@ -238,18 +239,11 @@ class AnchorMixer(nn.Module):
         out = dict(parts)
         for c in self.components:
             l1, l2 = self.coefficients(c)
-            i = COMPONENTS.index(c)
-            # Scale the tensors, not the coefficients: l * gamma would itself be a full (B, T, H, hd)
-            # tensor, so this order saves one full-size op per component (the mixing is memory-bound).
-            current = parts[c] * l2
+            g1 = g2 = None
             if gamma is not None:
-                current = current * gamma[..., 2 * i + 1, None, None]  # (B, T, 1, 1) over heads and width
-            if removed:
-                out[c] = current
-            elif gamma is not None:
-                out[c] = torch.addcmul(current, anchors[c] * l1, gamma[..., 2 * i, None, None])
-            else:
-                out[c] = current + anchors[c] * l1
+                i = COMPONENTS.index(c)
+                g1, g2 = gamma[..., 2 * i, None, None], gamma[..., 2 * i + 1, None, None]  # (B, T, 1, 1)
+            out[c] = modulated_mix(parts[c], None if removed else anchors[c], l1, l2, g1, g2)
         return out
 
     def flops_per_token(self, seq_len: int) -> float:

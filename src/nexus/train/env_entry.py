@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError
+from ..runtime import tune_cpu_allocator
 
 SIZES = ("tiny", "small", "base", "medium", "micro")  # micro: nexus addition for smoke tests (nexus-micro preset)
 PHASES = ("pretrain", "sft")
@@ -322,6 +323,7 @@ def usage() -> str:
 
 def main(argv=None, environ=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    tune_cpu_allocator()
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
         return 0
