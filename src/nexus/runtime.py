@@ -3,8 +3,9 @@
 glibc's malloc gives every block above an adaptive threshold (128 KiB up to 32 MiB) its own mmap,
 and it returns free memory at the heap top to the OS. A training step allocates and frees hundreds
 of activation-sized tensors, so each step faults all that memory in again. The kernel zeroes every
-page first. On the 2-core CPU machine this made elementwise-heavy models such as dynamic ExoFormer
-about 5% slower relative to gated attention (benchmarks/variant_overhead.py, --no-malloc-tuning).
+page first. On the 2-core CPU machine this put dynamic ExoFormer at 1.052x gated attention's step
+time instead of 1.025x, because the elementwise-heavy model pays more of it
+(benchmarks/variant_overhead.py --threads 1, with and without --no-malloc-tuning).
 PyTorch's CPU performance guide fixes the same problem by preloading jemalloc or tcmalloc. Here,
 `mallopt` keeps freed blocks in the process instead. It needs no extra library and no LD_PRELOAD,
 and a caching allocator (CUDA's, for one) makes the same trade. Written by hand because torch has
