@@ -106,6 +106,25 @@ def test_export_loads_in_transformers_with_same_logits(tmp_path, kw, arch):
     assert cfg2.model.hd == cfg.model.hd and cfg2.model.rope_theta == cfg.model.rope_theta
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_export_folds_a_logit_scale_into_an_untied_head(tmp_path, tied):
+    """Width growth gives a tied head a logit multiplier HF has no field for: the export must still give
+    equal logits (an export that dropped the scale would differ by the factor)."""
+    model, cfg = _baseline(12, tie_embeddings=tied)
+    cfg.model.logit_scale = model.cfg.logit_scale = 0.37
+    export_hf(model, cfg, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["tie_word_embeddings"] is False
+    hf = load_hf(tmp_path / "hf")
+    ids = token_batch(seed=5)
+    with torch.no_grad():
+        ours = model(ids).logits
+        assert max_diff(hf(ids).logits, ours) < TOL
+        again, cfg2 = import_hf(tmp_path / "hf")
+        assert cfg2.model.logit_scale == 1.0 and not cfg2.model.tie_embeddings
+        assert max_diff(again(ids).logits, ours) < TOL
+        assert torch.equal(again.embed.weight, model.embed.weight)  # inputs keep the unscaled table
+
+
 @pytest.mark.parametrize("field,value", [
     ("attention.gate", "headwise"), ("attention.order", 2), ("projection.kind", "nexus_rank"),
     ("mixing.anchor", "exo"), ("moe.n_experts", 4), ("arch", "recurrent"),

@@ -121,7 +121,8 @@ def hf_config_from_model(cfg: ModelConfig, arch: str, special_ids: dict):
     kw = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ffn,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings and cfg.logit_scale == 1.0,  # else the scaled head is untied
         rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)}, hidden_act="silu",
         initializer_range=cfg.init_std, bos_token_id=special_ids.get("bos"), eos_token_id=special_ids.get("eos"),
         pad_token_id=special_ids.get("pad"),

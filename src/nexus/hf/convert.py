@@ -87,6 +87,11 @@ def nexus_state_to_hf(model, cfg: ModelConfig, arch: str) -> dict:
     if arch == "Qwen3ForCausalLM" and cfg.attention_bias:
         for i in range(cfg.n_layers):  # Qwen3's attention_bias also biases o_proj; zeros keep logits equal
             sd[f"model.layers.{i}.self_attn.o_proj.bias"] = torch.zeros(cfg.d_model)
+    if cfg.logit_scale != 1.0:
+        # HF heads have no logit multiplier (width growth sets one for a tied head): fold it into an
+        # untied lm_head, so logits stay equal and the input embeddings stay unscaled.
+        head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
+        sd["lm_head.weight"] = head * cfg.logit_scale
     return sd
 
 
