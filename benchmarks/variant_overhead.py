@@ -8,7 +8,8 @@ Target (issue 3): dynamic ExoFormer <= 1.05x gated attention at d_model 512, 8 l
     python benchmarks/variant_overhead.py                      # d512 x 8 layers, CPU or GPU
     python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16
 
-Prints one row per variant: median step time, ratio to base and to gated, the FLOPs ratio to gated
+Prints one row per variant: median step time, ratio to base and to gated (as a ratio of medians, and
+as the median of per-round paired ratios with a 95% bootstrap interval), the FLOPs ratio to gated
 by the paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward),
 and the raw per-round times' spread. nexus's CLI tunes glibc malloc (nexus/runtime.py), so this
 script does too; --no-malloc-tuning measures the default allocator.
@@ -20,7 +21,9 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
+from scipy import stats
 from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import forward_flops_per_token
@@ -61,6 +64,18 @@ def step(model, opt, x, y, device, dtype) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0
+
+
+def paired_ratio(times: list[float], ref: list[float]) -> tuple[float, float, float]:
+    """Median of the per-round ratios times[r] / ref[r], with a 95% bootstrap interval for that median.
+    Each round times every variant back to back, so pairing by round cancels most of the machine's
+    load drift that a ratio of two separate medians keeps."""
+    ratios = np.asarray(times) / np.asarray(ref)
+    if len(ratios) < 3:
+        return float(np.median(ratios)), float("nan"), float("nan")
+    ci = stats.bootstrap((ratios,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
+                         random_state=0).confidence_interval
+    return float(np.median(ratios)), float(ci.low), float(ci.high)
 
 
 def executed_flops(model, x, y) -> int:
@@ -127,15 +142,23 @@ def main() -> None:
     print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
           f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
           f"anchor path {args.anchor_path} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
-    print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'formula FLOPs':>14} {'executed FLOPs':>15} {'min..max ms':>18}")
-    print(f"{'':<20} {'':>10} {'':>8} {'':>9} {'vs gated':>14} {'vs gated':>15}")
+    paired = {v: paired_ratio(times[v], times["gated"]) for v in args.variants}
+    print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'paired vs gated':>22} {'formula FLOPs':>14} "
+          f"{'executed FLOPs':>15} {'min..max ms':>18}")
+    print(f"{'':<20} {'':>10} {'':>8} {'':>9} {'(median [95% CI])':>22} {'vs gated':>14} {'vs gated':>15}")
     for v in args.variants:
         ts = times[v]
+        p_med, p_lo, p_hi = paired[v]
         print(f"{v:<20} {med[v] * 1e3:>10.2f} {med[v] / med['base-transformer']:>8.3f} {med[v] / med['gated']:>9.3f} "
-              f"{flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} {min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
+              f"{f'{p_med:.3f} [{p_lo:.3f}, {p_hi:.3f}]':>22} {flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} "
+              f"{min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
     if "exo-dynamic-e" in med:
-        ratio = med["exo-dynamic-e"] / med["gated"]
-        print(f"target dynamic ExoFormer <= 1.05x gated: {ratio:.3f}x -> {'met' if ratio <= 1.05 else 'NOT met'}")
+        p_med, p_lo, p_hi = paired["exo-dynamic-e"]
+        verdict = ("met" if p_hi <= 1.05 else "NOT met" if p_lo > 1.05 else
+                   "met by the median, but the interval crosses 1.05: rerun with more --rounds" if p_med <= 1.05 else
+                   "missed by the median, but the interval crosses 1.05: rerun with more --rounds")
+        print(f"target dynamic ExoFormer <= 1.05x gated: paired median {p_med:.3f}x, 95% CI [{p_lo:.3f}, {p_hi:.3f}] "
+              f"(ratio of medians {med['exo-dynamic-e'] / med['gated']:.3f}x) -> {verdict}")
 
 
 if __name__ == "__main__":
