@@ -1,0 +1,71 @@
+"""Forward + backward time of the hand-written ExoFormer mixing Function (nexus.models.modulated_mix)
+against autograd on the same expression, alternated in one process, on one component of
+(batch x seq, heads x head_dim) with dynamic (per-token) factors.
+
+    python benchmarks/modulated_mix_speed.py --threads 1
+    python benchmarks/modulated_mix_speed.py --threads 2 --rounds 9
+
+Prints each side's median milliseconds per call and the ratio Function / autograd (lower is better).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from nexus.models.modulated_mix import modulated_mix
+from nexus.runtime import tune_cpu_allocator
+
+
+def by_autograd(cur, anc, l1, l2, g1, g2):
+    """eq. 7 as plain tensor ops, the way the mixer was written before the Function."""
+    return torch.addcmul(cur * l2 * g2, anc * l1, g1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=1024, help="batch x seq")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--calls", type=int, default=40, help="timed calls per round")
+    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tune_cpu_allocator()
+    g = torch.Generator().manual_seed(0)
+    shape = (args.tokens, 1, args.heads, args.head_dim)
+    cur, anc = (torch.randn(*shape, generator=g).requires_grad_() for _ in range(2))
+    l1, l2 = (torch.randn(args.heads, args.head_dim, generator=g).requires_grad_() for _ in range(2))
+    gamma = torch.rand(args.tokens, 1, 8, generator=g).requires_grad_()
+    upstream = torch.randn(*shape, generator=g)
+    leaves = (cur, anc, l1, l2, gamma)
+
+    def call(fn) -> None:
+        out = fn(cur, anc, l1, l2, gamma[..., 0, None, None], gamma[..., 1, None, None])
+        out.backward(upstream)
+        for t in leaves:
+            t.grad = None
+
+    sides = {"function": modulated_mix, "autograd": by_autograd}
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for r in range(args.rounds + 1):  # round 0 warms up
+        for name, fn in (sides.items() if r % 2 == 0 else reversed(sides.items())):
+            t0 = time.perf_counter()
+            for _ in range(args.calls):
+                call(fn)
+            if r:
+                times[name].append((time.perf_counter() - t0) / args.calls * 1e3)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{torch.get_num_threads()} threads | component ({args.tokens} tokens, {args.heads} x {args.head_dim}) "
+          f"| dynamic factors | {args.rounds} rounds x {args.calls} calls")
+    for k, v in times.items():
+        print(f"{k:>9}: median {med[k]:.3f} ms per forward+backward | rounds {[round(x, 3) for x in v]}")
+    print(f"RATIO function / autograd = {med['function'] / med['autograd']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
