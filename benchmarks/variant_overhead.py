@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=8, help="timed rounds (each times every variant once)")
+    ap.add_argument("--rounds", type=int, default=12, help="timed rounds (each times every variant once; the paired interval narrows with more)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
