@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..figures import pyplot, save_figure
 from ..models.attention import Attention
 from ..models.higher_order import HigherOrderAttention
 from ..models.reference.higher_order_ref import causal_probs
@@ -67,22 +68,12 @@ def record_attention_maps(model, input_ids: torch.Tensor) -> dict[str, np.ndarra
     return recorder.maps()
 
 
-def _save_png(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)  # never a half-written image
-
-
 def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
     """Write the averaged heatmaps of `model` on `input_ids` into `out_dir`; returns file names
     relative to out_dir (callers may write into a temporary directory and rename it):
     {"maps": {name: "<name>.png"}, "figure": "attention_maps.png", "arrays": "attention_maps.npz",
     "shape": [T, T]}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     maps = record_attention_maps(model, input_ids)
     if not maps:
         return {"maps": {}, "figure": None, "arrays": None, "shape": None}
@@ -93,14 +84,11 @@ def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
     for name in order:
         fig, ax = plt.subplots(figsize=(4, 4))
         _draw(ax, maps[name], TITLES[name])
-        _save_png(fig, out / f"{name}.png")
-        plt.close(fig)
-        files[name] = f"{name}.png"
+        files[name] = save_figure(fig, out / f"{name}.png", dpi=110, bbox_inches="tight")
     fig, axes = plt.subplots(1, len(order), figsize=(4 * len(order), 4), squeeze=False)
     for ax, name in zip(axes[0], order):
         _draw(ax, maps[name], TITLES[name])
-    _save_png(fig, out / "attention_maps.png")
-    plt.close(fig)
+    save_figure(fig, out / "attention_maps.png", dpi=110, bbox_inches="tight")
     tmp = out / ".attention_maps.tmp.npz"
     np.savez(tmp, **maps)
     os.replace(tmp, out / "attention_maps.npz")

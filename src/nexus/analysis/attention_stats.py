@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ..figures import pyplot, save_figure
 from ..models.mixing import COMPONENTS, mixers
 
 
@@ -111,17 +112,8 @@ def mixing_coefficients(model) -> dict:
 
 
 # ----------------------------------------------------------------------------- plots
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     written = []
     series = [("entropy", "attention entropy (nats)"), ("sink_share", "attention mass on first token"),
               ("gate_activation", "mean gate activation")]
@@ -136,16 +128,13 @@ def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        name = f"{key}.png"
-        fig.savefig(out_dir / name, dpi=110)
-        plt.close(fig)
-        written.append(name)
+        written.append(save_figure(fig, out_dir / f"{key}.png", dpi=110))
     return written
 
 
 def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
     """One heatmap per component and quantity: layers on y, channels/heads on x (paper Figure 3)."""
-    plt = _plt()
+    plt = pyplot()
     written = []
     for c, d in coefs.items():
         for key in ("ratio", "anchor", "current"):
@@ -159,8 +148,5 @@ def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
             ax.set_title(f"{c.upper()}: {title}")
             fig.colorbar(im, ax=ax)
             fig.tight_layout()
-            name = f"lambda_{key}_{c}.png"
-            fig.savefig(out_dir / name, dpi=110)
-            plt.close(fig)
-            written.append(name)
+            written.append(save_figure(fig, out_dir / f"lambda_{key}_{c}.png", dpi=110))
     return written

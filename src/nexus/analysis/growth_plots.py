@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..figures import pyplot, save_figure
 from . import growth_stats as gs
 
 
@@ -90,11 +91,7 @@ def analyze(paths: list[str], out_dir: Path, n_batches: int = 4, batch_size: int
 
 
 def plot_growth(result: dict, out_dir: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir = Path(out_dir)
     files = []
     t, R = np.array(result["t_steps_since_growth"]), np.array(result["R"])
@@ -113,9 +110,7 @@ def plot_growth(result: dict, out_dir: Path) -> list[str]:
     ax.set_ylabel("radius R")
     ax.set_title("R(t) = sqrt(U_P%² + NOC%²)")
     fig.tight_layout()
-    fig.savefig(out_dir / "growth_radius.png", dpi=120)
-    plt.close(fig)
-    files.append("growth_radius.png")
+    files.append(save_figure(fig, out_dir / "growth_radius.png", dpi=120))
     if "pca" in result:
         z = np.array(result["pca"]["z"])
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -130,9 +125,7 @@ def plot_growth(result: dict, out_dir: Path) -> list[str]:
         axes[1].set_xlabel("steps since growth")
         axes[1].legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out_dir / "growth_trajectory.png", dpi=120)
-        plt.close(fig)
-        files.append("growth_trajectory.png")
+        files.append(save_figure(fig, out_dir / "growth_trajectory.png", dpi=120))
     return files
 
 

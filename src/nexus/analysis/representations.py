@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..figures import pyplot, save_figure
 from ..models.mixing import anchor_removed
 
 
@@ -102,11 +103,7 @@ def anchor_removal(model, batches) -> dict:
 
 # ----------------------------------------------------------------------------- plots
 def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     written = []
     fig, ax = plt.subplots(figsize=(4.8, 4))
     im = ax.imshow(stats["cross_layer_cosine"], vmin=-1, vmax=1, cmap="magma")
@@ -115,9 +112,7 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
     ax.set_title("cross-layer cosine similarity")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(out_dir / "cross_layer_cosine.png", dpi=110)
-    plt.close(fig)
-    written.append("cross_layer_cosine.png")
+    written.append(save_figure(fig, out_dir / "cross_layer_cosine.png", dpi=110))
     for key, label in (("token_similarity", "mean token-token cosine"), ("effective_rank", "effective rank")):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         ax.plot(stats["layers"], stats[key], marker="o", label="model")
@@ -129,7 +124,5 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(out_dir / f"{key}.png", dpi=110)
-        plt.close(fig)
-        written.append(f"{key}.png")
+        written.append(save_figure(fig, out_dir / f"{key}.png", dpi=110))
     return written

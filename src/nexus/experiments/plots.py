@@ -3,19 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers; must precede the pyplot import
-    import matplotlib.pyplot as plt
-
-    return plt
+from ..figures import pyplot, save_figure
 
 
 def plot_progressive(r: dict, out_dir: Path) -> list[str]:
     """loss_vs_flops.png (growth point marked) and loss_vs_tokens.png; returns their paths."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir = Path(out_dir)
     paths = []
     for xkey, fname, xlabel, grow_x in (("flops", "loss_vs_flops.png", "training FLOPs", r["grow_at_flops"]),
@@ -41,12 +34,8 @@ def plot_progressive(r: dict, out_dir: Path) -> list[str]:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        path = out_dir / fname
-        tmp = out_dir / f".{fname}.tmp.png"
-        fig.savefig(tmp)
-        plt.close(fig)
-        tmp.replace(path)
-        paths.append(str(path))
+        save_figure(fig, out_dir / fname)
+        paths.append(str(out_dir / fname))
     return paths
 
 
@@ -60,7 +49,7 @@ def _zoom_y(ax, r: dict) -> None:
 
 def plot_compare(rows: list[dict], metric: str, out_path: Path) -> str:
     """Mean +- std bars per preset, seeds as dots."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 4.0), dpi=100)
     for i, row in enumerate(rows):
         ax.bar(i, row["mean"], yerr=row["std"], color="tab:blue", alpha=0.5, capsize=4)
@@ -73,9 +62,5 @@ def plot_compare(rows: list[dict], metric: str, out_path: Path) -> str:
         ax.set_ylim(lo - 0.3 * (hi - lo + 1e-3), hi + 0.3 * (hi - lo + 1e-3))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    out_path = Path(out_path)
-    tmp = out_path.parent / f".{out_path.name}.tmp.png"
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(out_path)
+    save_figure(fig, out_path)
     return str(out_path)
