@@ -12,7 +12,8 @@ def at_least_fp32(dtype: torch.dtype) -> torch.dtype:
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm with a learnable gain. Computed in fp32 so bf16 runs keep the same statistics."""
+    """RMSNorm with a learnable gain. Half-precision inputs are normalized in fp32 (bf16 runs keep the
+    same statistics); fp32 and fp64 inputs in their own precision."""
 
     def __init__(self, dim: int, eps: float = 1e-5, gain: bool = True):
         super().__init__()
