@@ -5,7 +5,15 @@ variant alike). One step = forward + backward, plus the recipe's Muon + AdamW st
 
 Target (issue 3): dynamic ExoFormer <= 1.05x gated attention at d_model 512, 8 layers.
 
-    python benchmarks/variant_overhead.py                      # d512 x 8 layers, CPU or GPU
+The default shape is one sequence of 2,048 tokens, the paper's training sequence length (its
+Table 3), so attention takes the share of the step it has in the paper's runs. With the byte
+vocabulary (259 rows) and 2,048 tokens per step the anchor is gathered from the vocabulary table,
+as in the paper's runs (50k-row vocabulary, 262k tokens per step). Shorter sequences make the
+elementwise mixing a larger share of the step: `--batch 4 --seq 256` measures 1.03-1.06x on the
+2-core CPU (docs/exoformer.md#benchmark).
+
+    python benchmarks/variant_overhead.py                      # d512 x 8 layers, 1 x 2048 tokens
+    python benchmarks/variant_overhead.py --batch 4 --seq 256  # the shorter shape
     python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16
 
 Prints one row per variant: median step time, ratio to base and to gated (as a ratio of medians, and
@@ -91,8 +99,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=2048, help="the paper's training sequence length")
     ap.add_argument("--rounds", type=int, default=12, help="timed rounds (each times every variant once; the paired interval narrows with more)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--device", default="auto")
