@@ -9,7 +9,7 @@ The default shape is one sequence of 2,048 tokens, the paper's training sequence
 Table 3), so attention takes the share of the step it has in the paper's runs. With the byte
 vocabulary (259 rows) and 2,048 tokens per step the anchor is gathered from the vocabulary table,
 as in the paper's runs (50k-row vocabulary, 262k tokens per step). Shorter sequences make the
-elementwise mixing a larger share of the step: `--batch 4 --seq 256` measures 1.03-1.06x on the
+elementwise mixing a larger share of the step: `--batch 4 --seq 256` measures 1.025-1.066x on the
 2-core CPU (docs/exoformer.md#benchmark).
 
     python benchmarks/variant_overhead.py                      # d512 x 8 layers, 1 x 2048 tokens
