@@ -302,3 +302,31 @@ def test_paper_recipe_and_tau(methods):
         P.plan_progressive("sparkling", out="unused", tau="soon")
     with pytest.raises(ConfigError, match="--tau"):
         P.plan_progressive("naive-copy", out="unused", tau="5")
+
+
+def test_method_pair_head_to_head(tmp_path, monkeypatch):
+    """The pair: both grown runs per seed at equal tokens; the saving is the first method's FLOPs to
+    reach the reference's final loss, recomputed here from the curves in results.json."""
+    from nexus.experiments import pair
+
+    monkeypatch.setitem(P.METHODS, TEST_METHOD.name, TEST_METHOD)
+    other = P.Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr",
+                     {"train.lr": 1e-3})
+    monkeypatch.setitem(P.METHODS, other.name, other)
+    monkeypatch.setitem(pair.PAIRS, "test-pair", ("test-ffn", "test-ffn-b", "test pair"))
+    plan = pair.plan_pair("test-pair", list(MICRO), 384, 0.5, [0, 1], str(tmp_path / "pair"), eval_points=5)
+    r = pair.run_pair(plan, quiet=True, say=lambda *_: None)
+    on_disk = json.loads((tmp_path / "pair" / "results.json").read_text())
+    for sd, row in on_disk["per_seed"].items():
+        a, b = row["runs"]["test-ffn"], row["runs"]["test-ffn-b"]
+        assert a["tokens"] == b["tokens"] == plan["plans"]["test-ffn"]["token_budget"]
+        hit = _first_crossing([q["flops"] for q in a["val_curve"]], [q["val_loss"] for q in a["val_curve"]],
+                              b["final_val_loss"])
+        if hit is not None:
+            assert row["saved"] == pytest.approx(1 - hit / b["total_flops"])
+        else:
+            back = _first_crossing([q["flops"] for q in b["val_curve"]], [q["val_loss"] for q in b["val_curve"]],
+                                   a["final_val_loss"])
+            assert row["saved"] == pytest.approx(back / a["total_flops"] - 1)
+    assert r["summary"]["final_val_loss"]["test-ffn"]["n"] == 2
+    assert "test-pair" in (tmp_path / "pair" / "report.md").read_text()

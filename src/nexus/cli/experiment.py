@@ -91,11 +91,17 @@ def _no_experiment(args, extra) -> int:
 def run_progressive_cmd(args, extra) -> int:
     from ..experiments.progressive import DEFAULT_METHOD, method_table, plan_progressive, run_progressive
 
+    from ..experiments.pair import PAIRS
+
     if args.list:
         for row in method_table():
             mark = "" if row["installed"] else f"  [family {row['family']!r} not installed]"
             print(f"{row['name']:18s} {row['description']}{mark}")
+        for name, (a, b, description) in PAIRS.items():
+            print(f"{name:18s} method pair: {a} vs {b} - {description}")
         return 0
+    if args.method in PAIRS:
+        return _run_pair_cmd(args, extra)
     from ..experiments.report import savings_headline
     from ..experiments.stats import fmt
 
@@ -121,6 +127,27 @@ def run_progressive_cmd(args, extra) -> int:
     print(savings_headline(r))
     print(f"eq. 29 FLOPs saved at equal tokens (not at equal loss): {100 * r['eq29']['flops_saved']:+.1f}%")
     print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _run_pair_cmd(args, extra) -> int:
+    from ..config import ConfigError
+    from ..experiments.pair import pair_headline, plan_pair, run_pair
+    from ..experiments.stats import fmt
+
+    if args.preset is not None or args.steplaw_scratch:
+        raise ConfigError(f"--preset/--steplaw-scratch with the method pair {args.method!r} (valid: a pair uses its "
+                          f"methods' own same-size bases and compares grown runs only)")
+    t0 = time.perf_counter()
+    seeds = [args.seed] if args.seed is not None else args.seeds
+    plan = plan_pair(args.method, extra, args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau)
+    print(f"method pair {plan['pair']}: {' vs '.join(plan['methods'])} | seeds {','.join(map(str, plan['seeds']))} "
+          f"| out {plan['out_dir']}")
+    r = run_pair(plan, quiet=args.quiet)
+    for m in plan["methods"]:
+        print(f"  {m:20s} final val loss {fmt(r['summary']['final_val_loss'][m])}")
+    print(pair_headline(r))
+    print(f"report: {plan['out_dir']}/report.md | {time.perf_counter() - t0:.0f} s")
     return 0
 
 

@@ -74,6 +74,17 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
            {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
            (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+    # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
+    # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
+    # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
+    Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
+           "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160},
+           (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+    Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
+           "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242},
+           (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
     Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
            "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
            {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
