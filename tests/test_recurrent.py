@@ -207,6 +207,10 @@ def test_presets_match_the_seed_table():
         assert cfg.model.n_layers * rc.t_inner * rc.n_sup == depth, name
         info = param_count_for_config(cfg.model)
         assert abs(info["total"] - params) / params < 0.05, (name, info["total"])
+        # a conventional SwiGLU ratio (8/3, up to rounding), not a giant FFN standing in for width
+        assert 8 / 3 <= cfg.model.ffn_hidden / cfg.model.d_model < 2.75, (name, cfg.model.ffn_hidden)
+        # the table's ternary size (params x 1.6 bits) needs nearly every parameter to be ternary
+        assert info["embedding"] / info["total"] < 0.03, name
         t = cfg.train
         assert (t.lr, t.betas, t.weight_decay, t.grad_clip, t.schedule) == (3e-4, [0.9, 0.95], 0.01, 1.0, "cosine")
 
