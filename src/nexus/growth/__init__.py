@@ -149,6 +149,8 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
     if policy not in OPTIMIZER_STATE_POLICIES:
         raise ConfigError(f"--optimizer-state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
     old = old_state.get("state", {}) if old_state else {}
+    # per-element steps and re-warmup masks need the hand-written AdamW (torch's keeps one step per tensor)
+    new_optimizer.use_elementwise_adamw()
     for opt in new_optimizer.optimizers.values():
         for group in opt.param_groups:
             for p in group["params"]:
@@ -250,6 +252,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     policy = spec.get("optimizer_state", "asymmetric")
     transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy)
     if result.record.get("rewarmup_all"):  # the re-warmup baseline: every entry follows the new-entry lr
+        new_opt.use_elementwise_adamw()
         for opt in new_opt.optimizers.values():
             for group in opt.param_groups:
                 for p in group["params"]:
