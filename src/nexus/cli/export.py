@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="PATH", help="output directory (hf) or file (ternary)")
     p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run)
 
 
@@ -51,6 +52,10 @@ def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
 
 
 def run(args, extra) -> int:
+    from ..outdir import HF_EXPORT, TERNARY, check_output
+
+    check_output(args.out, HF_EXPORT if args.format == "hf" else TERNARY, overwrite=args.overwrite,
+                 sources=[args.checkpoint], file=args.format == "ternary")
     if args.format == "ternary":
         res = export_ternary_guarded(args.checkpoint, args.out)
         print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))

@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointError, load_checkpoint, load_trainer_state, save_checkpoint
+from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint, load_trainer_state, save_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
 from . import distributed as D
+from . import run_dir as R
+from .memory import check_training_memory
 from .param_groups import build_optimizer
 from .schedule import set_lr
 
@@ -63,20 +65,27 @@ class Trainer:
         self.callbacks = []
         self.rewarmup = None
         tstate = None
+        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume)
+            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
             tstate = load_trainer_state(resume)
             if tstate is None:
-                raise CheckpointError(f"--resume={resume!r} has no trainer_state.pt (valid: a training checkpoint)")
+                raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
             # The checkpoint's model and data define the run; training fields may be changed on resume.
-            ckpt_cfg.train = cfg.train if cfg is not None else ckpt_cfg.train
+            # Without a new config the run continues beside the checkpoint, never in the run it records.
+            if cfg is None:
+                cfg = RunConfig(train=ckpt_cfg.train)
+                cfg.train.out_dir = str(R.resume_run_dir(resume))
+            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train)
+            ckpt_cfg.train = cfg.train
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
-        self.rank, self.world = D.init_if_launched(self.device)
+        check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -98,8 +107,12 @@ class Trainer:
         self.nonfinite_in_row = 0
         self.nonfinite_total = 0
         self.tokens_seen = 0
+        self.resumed_step = None
         if tstate is not None:
+            base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
+            R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
+            self.resumed_step = self.step
         self._wrap()
 
     # ------------------------------------------------------------------ set-up
@@ -171,19 +184,20 @@ class Trainer:
             loss_sum += float(out.loss.detach()) * out.n_tokens
         loss = D.all_reduce_sum(loss_sum, self.device) / max(total_tokens, 1)
         metrics = {"step": step + 1, "loss": loss, "lr_factor": lr_factor, "tokens": total_tokens}
-        if not math.isfinite(loss):
+        # The norm is taken even without clipping: a finite loss can still come with NaN/inf gradients,
+        # and applying them would poison every weight.
+        gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
+        metrics["grad_norm"] = gn
+        if not (math.isfinite(loss) and math.isfinite(gn)):
             self.optimizer.zero_grad(set_to_none=True)
             self.nonfinite_in_row += 1
             self.nonfinite_total += 1
             metrics.update(skipped=True, nonfinite_total=self.nonfinite_total)
             if self.nonfinite_in_row >= tc.max_nonfinite:
-                raise TrainingAborted(f"loss was non-finite for {self.nonfinite_in_row} steps in a row "
+                raise TrainingAborted(f"loss or gradient norm was non-finite for {self.nonfinite_in_row} steps in a row "
                                       f"(train.max_nonfinite={tc.max_nonfinite}); lower train.lr or check the data")
             return metrics
         self.nonfinite_in_row = 0
-        if tc.grad_clip > 0:
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
-            metrics["grad_norm"] = float(gn)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return metrics
@@ -236,13 +250,21 @@ class Trainer:
             tqdm.write(msg)
 
     def save(self, path: Path) -> Path:
-        return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        try:
+            return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        except NonFiniteWeightsError as e:
+            last = R.latest_checkpoint(self.out_dir)
+            raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
+                                  f"{last or 'none'}; lower train.lr") from None
 
     def _save_periodic(self) -> None:
         tc = self.cfg.train
         self.save(self.out_dir / f"step_{self.step:07d}")
-        steps = sorted(self.out_dir.glob("step_*"))
-        for old in steps[:-tc.keep_last]:
+        # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
+        # (save refuses NaN/inf weights), so the newest finite one is always kept.
+        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
+                 and R.checkpoint_step(d) < self.step]
+        for old in older[:max(len(older) - (tc.keep_last - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------ main loop
@@ -251,8 +273,10 @@ class Trainer:
 
         tc = self.cfg.train
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
+            for note in self.notes:
+                self.say(f"note: {note}")
         n_params = count_parameters(self.model)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
@@ -285,7 +309,8 @@ class Trainer:
                     self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
                              f"{m['tokens_per_s']:.0f} tok/s")
                 if m.get("skipped"):
-                    self.say(f"step {self.step}: non-finite loss, step skipped ({self.nonfinite_total} so far)")
+                    self.say(f"step {self.step}: non-finite loss or gradient norm, step skipped "
+                             f"({self.nonfinite_total} so far)")
             bar.update(1)
             if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
                 last_val = self.evaluate()
