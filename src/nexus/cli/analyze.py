@@ -34,7 +34,8 @@ ANALYSES: dict[str, Analysis] = {
     "params": Analysis("nexus.cli.analyze:params_kind", "parameter counts (no weights allocated)"),
     "flops": Analysis("nexus.cli.analyze:flops_kind", "forward/training FLOPs per token by top-level module"),
     "growth": Analysis("nexus.analysis.growth_plots:growth_kind",
-                       "growth dynamics over --checkpoints A B C: NOC, U_P, radius R, harmonic fit, Fisher g, PCA"),
+                       "growth dynamics over --checkpoints A B C [--checkpoints D E F ...]: NOC, U_P, R, harmonic "
+                       "fit, Fisher g, standardized PCA; several runs pooled for PCA and scaling fit"),
 }
 
 
@@ -50,8 +51,14 @@ def add_parser(sub) -> None:
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
     src.add_argument("--preset", metavar="NAME", help="analyse a preset's freshly initialized model (overrides allowed)")
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
-    p.add_argument("--checkpoints", nargs="+", metavar="DIR", default=None,
-                   help="growth: checkpoints of one grown run in training order (the first at the growth)")
+    p.add_argument("--checkpoints", nargs="+", action="append", metavar="DIR", default=None,
+                   help="growth: checkpoints of one grown run in training order (the first at the growth); "
+                        "repeat the flag once per run to pool PCA and scaling fit across runs")
+    p.add_argument("--noc-reading", choices=["whole", "corner"], default="whole",
+                   help="growth: NOC/U_P compare the base matrix with the whole grown matrix (default, Table 4's "
+                        "magnitudes) or the pretrained corner with the new entries")
+    p.add_argument("--pca", choices=["standardized", "covariance"], default="standardized",
+                   help="growth: PCA of the correlation matrix (default, reproduces Table 5) or of the covariance")
     p.add_argument("--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
     p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
@@ -67,7 +74,7 @@ class AnalysisSource:
 
         self.args = args
         if not args.checkpoint and not args.preset and getattr(args, "checkpoints", None):
-            args.checkpoint = args.checkpoints[-1]  # `growth` reads all of them; the last names the output
+            args.checkpoint = args.checkpoints[-1][-1]  # `growth` reads all of them; the last names the output
         if args.checkpoint:
             from ..checkpoint import read_config
 
