@@ -34,7 +34,7 @@ def trained_like(model: torch.nn.Module, seed=0) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("form", ["paper", "l2norm"])
+@pytest.mark.parametrize("form", ["paper", "l2norm", "l2norm_width"])
 def test_forward_matches_reference(form):
     torch.manual_seed(0)
     mod = NexusRank(12, 10, 16, 20, form=form, bias=True).double()
@@ -44,6 +44,26 @@ def test_forward_matches_reference(form):
     x = torch.randn(2, 3, 12, dtype=torch.float64)
     ref = nexus_rank_ref(x, mod.w_m.weight.t(), mod.w_a.weight.t(), mod.w_d.weight.t(), mod.w_d.bias, form)
     torch.testing.assert_close(mod(x), ref, atol=1e-12, rtol=1e-10)
+
+
+def test_l2norm_is_the_public_codes_current_l2_norm():
+    """Public EquivalentMLP.l2_norm: v / (||v||_2 + 1e-5) * sqrt(output_channels), the same factor at
+    both stages; the earlier sqrt(width) form gives clearly different outputs at D=24, M=32, A=48."""
+    torch.manual_seed(4)
+    D_, M_, A_, D_out = 24, 32, 48, 24
+    cur = NexusRank(D_, D_out, M_, A_, form="l2norm").double()
+    old = NexusRank(D_, D_out, M_, A_, form="l2norm_width").double()
+    old.load_state_dict(cur.state_dict())
+    x = torch.randn(5, D_, dtype=torch.float64)
+
+    def public(v):
+        return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + 1e-5) * D_out ** 0.5
+
+    g = torch.nn.functional.gelu
+    want = g(public(g(public(x @ cur.w_m.weight.t())) @ cur.w_a.weight.t())) @ cur.w_d.weight.t()
+    torch.testing.assert_close(cur(x), want, atol=1e-12, rtol=1e-10)
+    rel = ((old(x) - cur(x)).norm() / cur(x).norm()).item()
+    assert rel > 0.2
 
 
 def test_model_uses_nexus_rank_only_for_targets():
@@ -112,8 +132,16 @@ def test_inexact_cuts_under_l2norm_really_change_the_function():
         assert (model(x).logits - new_model(x).logits).abs().max().item() > 1e-4
 
 
-def test_l2norm_growth_without_pinned_scale_is_not_exact():
+def test_l2norm_growth_needs_no_pinned_scale():
+    """sqrt(D_out) does not change when M or A grows: nothing to pin, and growth is exact (CASES)."""
     cfg = nexus_cfg("l2norm", TARGETS)
+    model = trained_like(build_model(cfg.model)).double()
+    _, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12)
+    assert (new_cfg.model.projection.frozen_m, new_cfg.model.projection.frozen_a) == (0, 0) and res.record["exact"]
+
+
+def test_l2norm_width_growth_without_pinned_scale_is_not_exact():
+    cfg = nexus_cfg("l2norm_width", TARGETS)
     torch.manual_seed(3)
     model = trained_like(build_model(cfg.model)).double()
     new_model, new_cfg, _, _ = _grow(cfg, model, delta_m=8, delta_a=12)
@@ -151,6 +179,49 @@ def test_paper_literal_all_zero_growth_is_exact_but_dead(optimizer):
     v = verify(model, new_model, res.param_maps, 259, optimizer=optimizer, n_steps=3)
     assert v["max_abs_dlogits"] <= 1e-5
     assert sorted(v["dead_blocks"]) == sorted(v["new_block_grad_norms"]) and len(v["dead_blocks"]) == 3 * LAYERS * 5
+
+
+def _train_losses(model, tcfg, steps=8):
+    from nexus.train.param_groups import build_optimizer
+
+    opt = build_optimizer(model, tcfg)
+    for group in (g for o in opt.optimizers.values() for g in o.param_groups):
+        group["lr"] = group["base_lr"]
+    g = torch.Generator().manual_seed(9)
+    losses = []
+    for _ in range(steps):
+        x = torch.randint(0, 259, (2, 16), generator=g)
+        loss = model(x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_zero_growth_warning_says_what_happens_under_each_optimizer(optimizer):
+    """The warning claims: new blocks stay dead under both optimizers; the grown model trains exactly
+    like the small one under AdamW only (Muon's update scale follows the grown shapes)."""
+    import copy
+
+    cfg = nexus_cfg("paper")
+    cfg.train.optimizer = optimizer
+    torch.manual_seed(5)
+    small = trained_like(build_model(cfg.model)).double()
+    grown, _, _, res = _grow(cfg, small, delta_m=8, delta_a=12, init="zero")
+    grown = grown.double()
+    msg = res.report["warning"]
+    assert "never learn" in msg and "--rank-init exact" in msg
+    if optimizer == "muon":
+        assert "do not train exactly like the small model" in msg and "rows/cols" in msg
+    else:
+        assert "trains exactly like the small one" in msg and "Muon" not in msg
+    a, b = _train_losses(copy.deepcopy(small), cfg.train), _train_losses(grown, cfg.train)
+    gap = max(abs(u - v) for u, v in zip(a, b))
+    assert (gap > 1e-6) if optimizer == "muon" else (gap < 1e-9), gap
+    for mod in nexus_rank_modules(grown).values():  # dead either way
+        assert mod.w_m.weight[M0:].abs().max() == 0 and mod.w_d.weight[:, A0:].abs().max() == 0
 
 
 def test_noise_init_scales_with_fraction_and_is_not_exact():
