@@ -157,6 +157,69 @@ def test_mixing_coefficients_shapes():
     assert coefs["q"]["ratio"][0] == pytest.approx([4.0, 4.0])
 
 
+# ----------------------------------------------------------------------------- paper findings
+def test_fig4_ratio_by_layer_and_c1_near_zero_share():
+    from nexus.analysis.exo_findings import lambda_ratio_by_layer, near_zero_anchor_share
+
+    model = build_model(micro("exo-e-tiny"))  # elementwise: 2 heads x 16 channels per component
+    with torch.no_grad():
+        for i, mx in mixers(model):
+            for c in mx.components:
+                a, b = mx.anchor_coef[c], mx.current_coef[c]
+                a.copy_(torch.linspace(0.5, 1.5, a.numel()) * (i + 1))
+                b.fill_(2.0)
+        first = mixers(model)[0][1]
+        first.anchor_coef["v"][:5] = torch.tensor([0.0, 5e-4, -5e-4, 1e-3, -2e-3])  # 3 are < 0.001 in magnitude
+    coefs = mixing_coefficients(model)
+    by_layer = lambda_ratio_by_layer(coefs)
+    n = 32
+    lin = torch.linspace(0.5, 1.5, n)
+    assert by_layer["q"]["layers"] == [0, 1, 2]
+    for i in range(3):  # mean over channels of lambda1 / lambda2
+        assert by_layer["q"]["mean_ratio"][i] == pytest.approx(float((lin * (i + 1) / 2.0).mean()), rel=1e-6)
+        assert by_layer["k"]["mean_lambda2"][i] == pytest.approx(2.0)
+    v0 = lin.clone()
+    v0[:5] = torch.tensor([0.0, 5e-4, -5e-4, 1e-3, -2e-3])
+    assert by_layer["v"]["mean_lambda1"][0] == pytest.approx(float(v0.mean()), rel=1e-6)
+    nz = near_zero_anchor_share(coefs)
+    assert nz["per_component"]["v"] == pytest.approx(3 / (3 * n)) and nz["per_component"]["q"] == 0
+    assert nz["all"] == pytest.approx(3 / (4 * 3 * n))
+
+
+def test_first_layer_gate_selectivity_summary():
+    from nexus.analysis.exo_findings import gate_selectivity
+
+    g = torch.tensor([0.05, 0.05, 0.2, 0.5, 0.95, 0.99, 0.6, 0.08])
+    sel = gate_selectivity(g)
+    assert sel["mean"] == pytest.approx(float(g.mean()))
+    assert sel["share_below_0.1"] == pytest.approx(3 / 8) and sel["share_above_0.9"] == pytest.approx(2 / 8)
+    assert sum(sel["histogram"]) == pytest.approx(1.0) and sel["histogram"][1] == pytest.approx(3 / 8)  # [0.05, 0.1)
+    # attention_statistics feeds it the first layer's sigmoid(g_hat), all of it
+    torch.manual_seed(0)
+    model = build_model(micro("gated-tiny"))
+    x = torch.randint(0, 259, (2, 6))
+    stats = attention_statistics(model, [(x, None)])
+    with torch.no_grad():
+        h = model.layers[0].attn_norm(model.embed(x))
+        act = torch.sigmoid(model.layers[0].attn.project(h)["g"])
+    assert stats["first_layer_gate"]["mean"] == pytest.approx(stats["gate_activation"][0], rel=1e-6)
+    assert stats["first_layer_gate"]["share_below_0.1"] == pytest.approx(float((act < 0.1).float().mean()))
+    assert attention_statistics(build_model(micro("base-transformer-tiny")), [(x, None)])["first_layer_gate"] is None
+
+
+@pytest.mark.parametrize("curve,onset,share", [
+    ([0.2, 0.5, 0.3, 0.4, 0.6, 0.7], 2, 3 / 5),  # minimum after layer 2 of 5: layers 3-5 refine
+    ([0.2, 0.6, 0.7, 0.4, 0.5, 0.45, 0.8], 3, 3 / 6),  # two minima (3 and 5): the lower one counts
+    ([0.1, 0.2, 0.3, 0.4], None, None),  # no interior local minimum
+])
+def test_refinement_stage_share_from_token_similarity(curve, onset, share):
+    from nexus.analysis.exo_findings import refinement_stage
+
+    out = refinement_stage(curve)
+    assert out["onset_layer"] == onset and out["n_layers"] == len(curve) - 1
+    assert (out["share"] is None) if share is None else out["share"] == pytest.approx(share)
+
+
 # ----------------------------------------------------------------------------- appendix F
 def _counts(cfg) -> tuple[int, int, object]:
     """(non-embedding params without RMSNorm gains, as the paper counts them; the meta model)."""
@@ -257,8 +320,8 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind,files", [
-    ("attention", ["attention.json", "entropy.png", "sink_share.png", "gate_activation.png"]),
-    ("mixing", ["mixing.json", "lambda_ratio_q.png", "lambda_current_g.png"]),
+    ("attention", ["attention.json", "entropy.png", "sink_share.png", "gate_activation.png", "first_layer_gate.png"]),
+    ("mixing", ["mixing.json", "lambda_ratio_q.png", "lambda_current_g.png", "lambda_ratio_by_layer.png"]),
     ("representations", ["representations.json", "cross_layer_cosine.png", "token_similarity.png", "effective_rank.png"]),
 ])
 def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path, capsys):
@@ -271,10 +334,15 @@ def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path,
     data = json.loads((out / f"{kind}.json").read_text())
     if kind == "attention":
         assert len(data["entropy"]) == 2 and all(0 <= s <= 1 for s in data["sink_share"])
+    if kind == "attention":
+        assert data["first_layer_gate"]["mean"] == pytest.approx(data["gate_activation"][0]) and "first-layer gate" in text
     if kind == "representations":
         assert data["anchor_removal"]["available"] and len(data["cross_layer_cosine"]) == 3
+        assert data["refinement_stage"]["n_layers"] == 2 and "refinement stage" in text
     if kind == "mixing":
         assert data["components"]["v"]["layers"] == [0, 1]
+        assert len(data["ratio_by_layer"]["q"]["mean_ratio"]) == 2 and 0 <= data["near_zero_lambda1"]["all"] <= 1
+        assert "near-zero lambda1" in text
 
 
 @pytest.mark.parametrize("argv,needle", [
