@@ -296,7 +296,13 @@ def test_cli_params_and_flops_for_a_preset(tmp_path, capsys):
     assert json.loads((tmp_path / "p" / "params.json").read_text())["total"] == out["total"]
     rc = main(["analyze", "flops", "--preset", "exo-dynamic-e-tiny", "--out", str(tmp_path / "f"), "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["breakdown"]["anchor"] == 2 * 128 * 4 * 128
+    assert rc == 0 and out["breakdown"]["anchor"] == 2 * 128 * 4 * 128 and out["counting"] == "analytic"
+    rc = main(["analyze", "flops", "--preset", "nexusformer-micro", "--counting", "calflops", "--out", str(tmp_path / "c"),
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    cats = out["calflops_categories"]
+    assert rc == 0 and cats["matmul"] == out["analytic_forward_flops_per_token"]
+    assert out["forward_flops_per_token"] == cats["total"] > cats["matmul"] and cats["activation"] > 0
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,9 @@ def add_parser(sub) -> None:
     p.add_argument("--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
     p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
+    p.add_argument("--counting", choices=["analytic", "calflops"], default="analytic",
+                   help="flops: analytic (matmuls and attention products) or calflops (also norms, activations, "
+                        "softmax and elementwise ops, as CalFlops counts them; Nexusformer Table 8)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.set_defaults(func=run, accepts_overrides=True)
 
@@ -259,7 +262,15 @@ def flops_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
     from ..analysis.accounting import build_on_meta
     from ..analysis.flops import flops_breakdown
 
+    from ..analysis.flops import calflops_like_counts
+
     seq = src.cfg.data.seq_len
-    parts = flops_breakdown(build_on_meta(src.cfg.model), seq)
-    return {"seq_len": seq, "forward_flops_per_token": parts["total"], "train_flops_per_token": 3 * parts["total"],
-            "breakdown": parts}
+    model = build_on_meta(src.cfg.model)
+    parts = flops_breakdown(model, seq)
+    out = {"seq_len": seq, "counting": args.counting, "forward_flops_per_token": parts["total"],
+           "train_flops_per_token": 3 * parts["total"], "breakdown": parts}
+    if args.counting == "calflops":  # matmuls plus norms, activations, softmax and elementwise ops
+        cal = calflops_like_counts(model, seq)
+        out.update({"forward_flops_per_token": cal["total"], "train_flops_per_token": 3 * cal["total"],
+                    "analytic_forward_flops_per_token": parts["total"], "calflops_categories": cal})
+    return out
