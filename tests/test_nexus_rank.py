@@ -257,3 +257,71 @@ def test_growth_of_a_model_without_nexus_rank_is_refused():
     cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2))
     with pytest.raises(ConfigError, match="no Nexus-Rank"):
         grow(build_model(cfg.model), cfg, {"family": "nexus_rank", "delta_m": 4})
+
+
+# ----------------------------------------------------------------------------- hidden size (D) growth
+def _grow_d(cfg, model, hidden, init="zero,random", preserve="exact"):
+    return grow(model, cfg, {"family": "width", "hidden": hidden, "init": init, "preserve": preserve})
+
+
+@pytest.mark.parametrize("form,targets", [("paper", TARGETS), ("l2norm_width", TARGETS), ("l2norm", ("q", "k", "v"))])
+@pytest.mark.parametrize("init,hidden", [("zero,random", 20), ("copy,copy", 32)])
+def test_hidden_growth_of_nexus_rank_is_exact_and_live(form, targets, init, hidden):
+    """Table 7 grows D (768 -> 800 / 1024). With --preserve exact the grown model computes the same
+    logits, M, A, heads and head size are kept, and every new block gets gradient. (Width growth
+    builds the grown model in fp32, so the fp64 source is compared to 1e-6, fp32 rounding of the
+    weights; a real deviation, as with --preserve none below, is > 1e-4.)"""
+    m_, a_ = (M0, A0) if hidden < M0 else (40, 48)  # copy,copy doubles D: M and A must stay above it
+    cfg = nexus_cfg(form, targets, m=m_, a=a_)
+    torch.manual_seed(7)
+    model = trained_like(build_model(cfg.model)).double()
+    new_model, new_cfg, _, res = _grow_d(cfg, model, hidden, init=init)
+    new_model = new_model.double()
+    pm = new_cfg.model.projection
+    assert new_cfg.model.d_model == hidden and (pm.rank_m, pm.rank_a) == (m_, a_)
+    assert new_cfg.model.hd * new_cfg.model.n_heads == D  # attention width kept
+    q = new_model.layers[0].attn.q_proj
+    assert tuple(q.w_m.weight.shape) == (m_, hidden) and tuple(q.w_d.weight.shape) == (D, a_)
+    x = torch.randint(0, 259, (2, 16))
+    with torch.no_grad():
+        assert (model(x).logits - new_model(x).logits).abs().max().item() <= 1e-6
+    v = verify(model, new_model, res.param_maps, 259, n_steps=2)
+    assert v["dead_blocks"] == [] and v["new_block_grad_norms"]
+
+
+def test_hidden_growth_of_nexus_rank_without_exact_scaling_changes_the_function():
+    """The fan-in factor on W_M is what keeps it exact: --preserve none (no factor) moves the logits."""
+    cfg = nexus_cfg("paper", TARGETS)
+    torch.manual_seed(8)
+    model = trained_like(build_model(cfg.model)).double()
+    new_model, _, _, _ = _grow_d(cfg, model, 20, preserve="none")
+    x = torch.randint(0, 259, (1, 16))
+    with torch.no_grad():
+        assert (model(x).logits - new_model.double()(x).logits).abs().max().item() > 1e-4
+
+
+def test_table7_path_grow_m_and_a_then_d():
+    """240M -> 440M in Table 7 grows M 780 -> 1540, A 960 -> 1730 and D 768 -> 1024, which breaks
+    D < M unless M grows first: D growth past M is refused with that advice, M/A-then-D is exact."""
+    cfg = nexus_cfg("paper", TARGETS)
+    torch.manual_seed(9)
+    model = trained_like(build_model(cfg.model)).double()
+    with pytest.raises(ConfigError, match="grow M and A first"):
+        _grow_d(cfg, model, M0 + 4)
+    mid, mid_cfg, _, _ = _grow(cfg, model, delta_m=16, delta_a=16)
+    end, end_cfg, _, _ = _grow_d(mid_cfg, mid.double(), M0 + 4)
+    x = torch.randint(0, 259, (2, 16))
+    with torch.no_grad():
+        assert (model(x).logits - end.double()(x).logits).abs().max().item() <= 1e-6
+    assert end_cfg.model.d_model == M0 + 4 and end_cfg.model.projection.rank_m == M0 + 16
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"hidden": 20, "form": "l2norm"}, "sqrt\\(D_out\\)"),
+    ({"ffn": 96}, "Nexus-Rank FFN"),
+])
+def test_hidden_growth_refusals(spec, match):
+    cfg = nexus_cfg(spec.pop("form", "paper"), TARGETS)
+    model = build_model(cfg.model)
+    with pytest.raises(ConfigError, match=match):
+        grow(model, cfg, {"family": "width", "init": "zero,random", "preserve": "exact", **spec})
