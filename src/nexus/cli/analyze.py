@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..outdir import ANALYSIS
 from .common import positive_int
 
 
@@ -69,6 +70,7 @@ def add_parser(sub) -> None:
                    help="flops: analytic (matmuls and attention products) or calflops (also norms, activations, "
                         "softmax and elementwise ops, as CalFlops counts them; Nexusformer Table 8)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -140,17 +142,19 @@ def resolve(kind: str):
 
 def run(args, extra) -> int:
     from ..checkpoint import atomic_dir_write
+    from ..outdir import check_output
 
     fn = resolve(args.kind)
     src = AnalysisSource(args, extra)
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
+    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=[args.checkpoint, *(args.checkpoints or [])])
     result: dict = {}
 
     def write(tmp: Path) -> None:
         result.update(fn(src, tmp, args))
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
-    atomic_dir_write(out, write)
+    atomic_dir_write(out, write, marker_kind=ANALYSIS)
     if args.json:
         print(json.dumps({"kind": args.kind, "out": str(out), **result}))
     else:

@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
                    help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)")
     p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run)
 
 
@@ -59,6 +60,10 @@ def run(args, extra) -> int:
         from ..config import ConfigError
 
         raise ConfigError(f"--packing={args.packing} applies only to --format ternary (got --format {args.format})")
+    from ..outdir import HF_EXPORT, TERNARY, check_output
+
+    check_output(args.out, HF_EXPORT if args.format == "hf" else TERNARY, overwrite=args.overwrite,
+                 sources=[args.checkpoint], file=args.format == "ternary")
     if args.format == "ternary":
         res = export_ternary_guarded(args.checkpoint, args.out, args.packing or "2bit")
         print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
