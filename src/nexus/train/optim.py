@@ -16,6 +16,17 @@ import math
 import torch
 
 
+def _bias_correction(t: torch.Tensor, beta: float):
+    """1 - beta**t for a per-element step tensor, with beta**t computed as exp(t * log(beta)).
+
+    torch.pow(scalar, tensor) costs ~7x an exp on CPU (and expm1 ~2x) and runs on every grown tensor
+    at every step: it made a grown run's optimizer step 3-4x the plain one. The two agree to float32
+    rounding of the exponent."""
+    if beta <= 0.0:
+        return 1.0  # t >= 1 after the increment, so 1 - 0**t = 1
+    return (t * math.log(beta)).exp_().neg_().add_(1.0)
+
+
 def _effective_lr(group: dict, state: dict, p: torch.Tensor):
     """Scalar lr, or (lr, lr_new, mask) where a growth re-warmup mask is present."""
     lr = group["lr"]
@@ -37,7 +48,7 @@ def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious
         # old entries add exactly 0 and stay bitwise on the baseline schedule (SPARKLING re-warmup).
         lr, lr_new, mask = lr
         p.add_(update, alpha=-lr)
-        p.add_(update * mask, alpha=-(lr_new - lr))
+        p.addcmul_(update, mask, value=-(lr_new - lr))  # fused update*mask: mask is 0/1, so bitwise the same
     elif isinstance(lr, torch.Tensor):
         p.sub_(lr * update)
     else:
@@ -71,8 +82,8 @@ class AdamW(torch.optim.Optimizer):
                     bc1, bc2 = 1 - b1 ** t.item(), 1 - b2 ** t.item()
                     update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
                 else:  # per-element step counts after growth
-                    bc1, bc2 = 1 - torch.pow(b1, t), 1 - torch.pow(b2, t)
-                    update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
+                    bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
+                    update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
                 _apply_update(p, update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"])
         return loss
 
