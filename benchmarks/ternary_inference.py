@@ -6,7 +6,7 @@ file (int8 weight-only kernel) vs a model of the same shapes with plain fp32 nn.
 Both models decode the same prompt greedily with cached conv states; runs alternate between the two
 models in one process and every round's ratio is printed with the median and range, because the
 machine may be shared. The packed model's accuracy against the exact (dense, bitwise) path is
-printed too: max |logit difference| on the prompt and greedy-token agreement.
+printed too: max |logit difference| on the prompt and top-1 agreement on the same positions.
 
     python benchmarks/ternary_inference.py                         # nexus-small, B=1, 240 new tokens
     python benchmarks/ternary_inference.py --preset nexus-tiny --new-tokens 32 --reps 3
@@ -66,10 +66,12 @@ def main() -> None:
     with torch.no_grad():
         assert torch.equal(exact(prompt).logits, ternary_model(prompt).logits)  # the packed file is exact
         diff = (packed(prompt).logits - exact(prompt).logits).abs().max().item()
+    # teacher-forced top-1 agreement on the exact model's own greedy continuation (free-running greedy
+    # sequences diverge after the first near-tie, which on random weights says little about accuracy)
     agree_len = min(args.new_tokens, 32)
-    greedy_fast = packed.generate(prompt, max_new_tokens=agree_len, temperature=0)[:, args.prompt_len:]
-    greedy_exact = exact.generate(prompt, max_new_tokens=agree_len, temperature=0)[:, args.prompt_len:]
-    agree = (greedy_fast == greedy_exact).float().mean().item()
+    cont = exact.generate(prompt, max_new_tokens=agree_len, temperature=0)
+    with torch.no_grad():
+        agree = (packed(cont).logits.argmax(-1) == exact(cont).logits.argmax(-1)).float().mean().item()
     del exact
     tokens_per_s(packed, prompt, 2)  # warm-up (allocations, first-call dispatch)
     tokens_per_s(fp32_model, prompt, 2)
@@ -86,7 +88,7 @@ def main() -> None:
           f"fp32 checkpoint {ckpt_bytes / 1e6:.2f} MB; {report['bits_per_ternary_weight']:.3f} bits per ternary weight "
           f"({report['bits_per_ternary_weight_with_scales']:.3f} with scales; target <= 2.1)")
     print(f"packed kernel {args.kernel}: max |logit diff| vs the exact packed model {diff:.4g} on the prompt; "
-          f"greedy agreement over {agree_len} new tokens {agree:.3f}")
+          f"top-1 agreement over {cont.shape[1]} teacher-forced positions {agree:.3f} (random-init weights)")
     print(f"decode tokens/s (batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new, {args.reps} alternated rounds): "
           f"packed ternary {t_med:.2f} vs fp32 {f_med:.2f} (medians); raw ternary {[round(v, 2) for v in ter]} "
           f"fp32 {[round(v, 2) for v in fp]}")
