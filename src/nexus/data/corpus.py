@@ -49,6 +49,34 @@ def _rows_to_text(rows, field: str, path: str) -> Iterator[str]:
         yield str(row[field])
 
 
+# Share of undecodable sequences (per character) above which a file is taken for binary or a different encoding, not
+# UTF-8 text with a few damaged characters.
+MAX_BAD_SHARE = 0.01
+
+
+def read_utf8_text(p: Path, shown: str) -> str:
+    """A text file as str. Binary files (NUL bytes) and files in another encoding are refused; a few
+    undecodable bytes become U+FFFD with a warning that says how many."""
+    raw = p.read_bytes()
+    nul = raw.count(0)
+    if nul:
+        raise ConfigError(f"data.source={shown!r} looks binary ({nul:,} NUL bytes) (valid: a UTF-8 text file)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        first = e.start
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # replacements, not U+FFFD already in the file
+    if bad > MAX_BAD_SHARE * len(text):
+        raise ConfigError(f"data.source={shown!r} is not UTF-8 text ({bad:,} undecodable sequences in {len(raw):,} "
+                          f"bytes, the first at byte {first}) (valid: a UTF-8 text file; convert it with iconv)")
+    import sys
+
+    print(f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
+          "replaced by U+FFFD", file=sys.stderr)
+    return text
+
+
 def local_documents(path: str, cfg: DataConfig) -> list:
     """.txt (blank-line separated documents), .jsonl or .parquet through HF datasets."""
     p = Path(path)
@@ -58,7 +86,7 @@ def local_documents(path: str, cfg: DataConfig) -> list:
         raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
     suffix = p.suffix.lower()
     if suffix in (".txt", ".md", ".text"):
-        text = p.read_text(encoding="utf-8", errors="replace")
+        text = read_utf8_text(p, path)
         docs = [d.strip() for d in text.split("\n\n") if d.strip()]
     elif suffix in (".jsonl", ".json", ".parquet"):
         import datasets

@@ -171,17 +171,19 @@ class DataModule:
         return out
 
     # ------------------------------------------------------------------ batches
+    def global_train_batch(self, step: int, micro: int, global_bs: int):
+        """Global micro-batch (step, micro) of `global_bs` sequences; a pure function of (seed, step, micro)."""
+        g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
+        if self.task is not None:
+            return self.task.batch(global_bs, g)
+        hi = len(self.train) - self.cfg.seq_len - 1
+        starts = torch.randint(0, hi + 1, (global_bs,), generator=g).tolist()
+        xs, ys = zip(*(self.train.window(s, self.cfg.seq_len) for s in starts))
+        return torch.stack(xs), torch.stack(ys)
+
     def train_batch(self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1):
         """The `rank`-th slice of global micro-batch (step, micro); global size batch_size * world."""
-        g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
-        global_bs = batch_size * world
-        if self.task is not None:
-            x, y = self.task.batch(global_bs, g)
-        else:
-            hi = len(self.train) - self.cfg.seq_len - 1
-            starts = torch.randint(0, hi + 1, (global_bs,), generator=g).tolist()
-            xs, ys = zip(*(self.train.window(s, self.cfg.seq_len) for s in starts))
-            x, y = torch.stack(xs), torch.stack(ys)
+        x, y = self.global_train_batch(step, micro, batch_size * world)
         sl = slice(rank * batch_size, (rank + 1) * batch_size)
         return x[sl], y[sl]
 

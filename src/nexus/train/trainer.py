@@ -21,11 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointError, load_checkpoint, load_trainer_state, save_checkpoint
+from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint, load_trainer_state, save_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
+from ..models.output import IGNORE_INDEX
 from . import distributed as D
+from .health import StepHealth
+from . import run_dir as R
+from .memory import check_training_memory
 from .param_groups import build_optimizer
 from .schedule import set_lr
 
@@ -63,20 +67,27 @@ class Trainer:
         self.callbacks = []
         self.rewarmup = None
         tstate = None
+        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume)
+            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
             tstate = load_trainer_state(resume)
             if tstate is None:
-                raise CheckpointError(f"--resume={resume!r} has no trainer_state.pt (valid: a training checkpoint)")
+                raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
             # The checkpoint's model and data define the run; training fields may be changed on resume.
-            ckpt_cfg.train = cfg.train if cfg is not None else ckpt_cfg.train
+            # Without a new config the run continues beside the checkpoint, never in the run it records.
+            if cfg is None:
+                cfg = RunConfig(train=ckpt_cfg.train)
+                cfg.train.out_dir = str(R.resume_run_dir(resume))
+            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train)
+            ckpt_cfg.train = cfg.train
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
-        self.rank, self.world = D.init_if_launched(self.device)
+        check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -95,11 +106,14 @@ class Trainer:
         self.model = init_model.to(self.device)
         self.optimizer = build_optimizer(self.model, tc)
         self.step = 0
-        self.nonfinite_in_row = 0
-        self.nonfinite_total = 0
+        self.health = StepHealth(self.device)
         self.tokens_seen = 0
+        self.resumed_step = None
         if tstate is not None:
+            base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
+            R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
+            self.resumed_step = self.step
         self._wrap()
 
     # ------------------------------------------------------------------ set-up
@@ -110,7 +124,9 @@ class Trainer:
 
     def _wrap(self) -> None:
         self.train_model = self.model
+        self._ddp = self._fsdp = False
         if self.world > 1:
+            self._ddp = True
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
@@ -128,7 +144,7 @@ class Trainer:
             np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": self.nonfinite_total,
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total),
                 "optimizer": self.optimizer.state_dict(), "rng": rng}
 
     def _restore(self, st: dict) -> None:
@@ -136,7 +152,7 @@ class Trainer:
             self.optimizer.load_state_dict(st["optimizer"])
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
-            self.nonfinite_total = int(st.get("nonfinite_total", 0))
+            self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -148,45 +164,78 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop pieces
     def _micro_batches(self, step: int):
+        """This rank's slices of the step's global micro-batches. Every rank draws the whole global
+        batch, so the global valid-token count is known here without a collective."""
         tc = self.cfg.train
-        return [self.data.train_batch(step, m, tc.batch_size, self.rank, self.world) for m in range(tc.grad_accum)]
+        out, total = [], 0
+        for m in range(tc.grad_accum):
+            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world)
+            total += int((y != IGNORE_INDEX).sum())  # CPU labels, before any copy to the device
+            mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
+            out.append((x[mine], y[mine]))
+        self._global_tokens = total
+        return out
 
     def train_step(self, step: int) -> dict:
+        """One optimizer step without host syncs. Returns device tensors ("loss", "grad_norm",
+        "finite") and host numbers ("step", "lr_factor", "tokens"); `read_step_metrics` turns them into
+        floats at log steps. A step whose loss or gradient norm is not finite changes nothing: the
+        optimizer skips it on the device (found_inf), and the streak counters live on the device."""
         tc = self.cfg.train
         lr_factor = set_lr(self.optimizer, step, tc, self.rewarmup)
         batches = self._micro_batches(step)
-        local_tokens = sum(int((y != -100).sum()) for _, y in batches)
-        total_tokens = int(D.all_reduce_sum(local_tokens, self.device))
-        loss_sum = 0.0
+        local_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in batches)  # CPU labels: no sync
+        total_tokens = local_tokens if self.world == 1 else self._global_tokens
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for i, (x, y) in enumerate(batches):
-            x, y = x.to(self.device), y.to(self.device)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1
-            ctx = self.train_model.no_sync() if (self.world > 1 and not sync) else _null()
+            ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else _null()
+            if self._fsdp:  # FSDP2: reduce-scatter gradients only after the last micro-batch
+                self.train_model.set_requires_gradient_sync(sync)
             with ctx, self._autocast():
                 out = self.train_model(x, labels=y)
-                # Weight each micro-batch by its share of all valid tokens in the global step; DDP then
-                # averages over ranks, so multiply by world to get sum/total.
-                scaled = out.loss * (out.n_tokens / max(total_tokens, 1)) * self.world
+                # Weight each micro-batch by its share of all valid tokens in the global step; DDP / FSDP
+                # then average over ranks, so multiply by world to get sum/total.
+                scaled = out.loss * (out.n_valid / max(total_tokens, 1)) * self.world
             scaled.backward()
-            loss_sum += float(out.loss.detach()) * out.n_tokens
-        loss = D.all_reduce_sum(loss_sum, self.device) / max(total_tokens, 1)
-        metrics = {"step": step + 1, "loss": loss, "lr_factor": lr_factor, "tokens": total_tokens}
-        if not math.isfinite(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.nonfinite_in_row += 1
-            self.nonfinite_total += 1
-            metrics.update(skipped=True, nonfinite_total=self.nonfinite_total)
-            if self.nonfinite_in_row >= tc.max_nonfinite:
-                raise TrainingAborted(f"loss was non-finite for {self.nonfinite_in_row} steps in a row "
-                                      f"(train.max_nonfinite={tc.max_nonfinite}); lower train.lr or check the data")
-            return metrics
-        self.nonfinite_in_row = 0
-        if tc.grad_clip > 0:
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
-            metrics["grad_norm"] = float(gn)
-        self.optimizer.step()
+            loss_sum = loss_sum + out.loss.detach().float() * out.n_valid
+        if self.world > 1:
+            D.all_reduce_tensor(loss_sum)
+        loss = loss_sum / max(total_tokens, 1)
+        # The norm is taken even without clipping: a finite loss can still come with NaN/inf gradients,
+        # and applying them would poison every weight.
+        gn = D.clip_grad_norm(self.model.parameters(), tc.grad_clip)
+        finite = torch.isfinite(loss) & torch.isfinite(gn)
+        self.optimizer.step(found_inf=(~finite).float())
         self.optimizer.zero_grad(set_to_none=True)
-        return metrics
+        self.health.update(finite)
+        return {"step": step + 1, "loss": loss, "grad_norm": gn, "finite": finite, "lr_factor": lr_factor,
+                "tokens": total_tokens}
+
+    def read_step_metrics(self, m: dict) -> dict:
+        """Host copy of one step's metrics (one device->host transfer), and the non-finite check: aborts
+        when some streak of skipped steps since the last read reached train.max_nonfinite."""
+        vals = torch.stack([m["loss"].float(), m["grad_norm"].float(), m["finite"].float()]).tolist()
+        out = {k: v for k, v in m.items() if k not in ("loss", "grad_norm", "finite")}
+        out.update(loss=vals[0], grad_norm=vals[1])
+        total, worst = self.health.read()
+        if not vals[2]:
+            out.update(skipped=True)
+        if total:
+            out["nonfinite_total"] = total
+        if worst >= self.cfg.train.max_nonfinite:
+            raise TrainingAborted(f"loss or gradient norm was non-finite for {worst} steps in a row "
+                                  f"(train.max_nonfinite={self.cfg.train.max_nonfinite}); lower train.lr or check the data")
+        return out
+
+    @property
+    def nonfinite_total(self) -> int:
+        return int(self.health.total)
+
+    @property
+    def nonfinite_in_row(self) -> int:
+        return self.health.in_row_now()
 
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":
@@ -236,13 +285,21 @@ class Trainer:
             tqdm.write(msg)
 
     def save(self, path: Path) -> Path:
-        return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        try:
+            return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        except NonFiniteWeightsError as e:
+            last = R.latest_checkpoint(self.out_dir)
+            raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
+                                  f"{last or 'none'}; lower train.lr") from None
 
     def _save_periodic(self) -> None:
         tc = self.cfg.train
         self.save(self.out_dir / f"step_{self.step:07d}")
-        steps = sorted(self.out_dir.glob("step_*"))
-        for old in steps[:-tc.keep_last]:
+        # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
+        # (save refuses NaN/inf weights), so the newest finite one is always kept.
+        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
+                 and R.checkpoint_step(d) < self.step]
+        for old in older[:max(len(older) - (tc.keep_last - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------ main loop
@@ -251,8 +308,10 @@ class Trainer:
 
         tc = self.cfg.train
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
+            for note in self.notes:
+                self.say(f"note: {note}")
         n_params = count_parameters(self.model)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
@@ -261,6 +320,7 @@ class Trainer:
         t_last, tok_last = time.perf_counter(), 0
         result: dict = {"params": n_params}
         last_val = None
+        skipped_before = int(self.health.total)
         while self.step < tc.steps:
             if tc.grow_at and self.step == tc.grow_at and not _already_grown(self.cfg, tc.grow_at):
                 from ..growth import grow_in_training
@@ -271,7 +331,15 @@ class Trainer:
             self.step += 1
             self.tokens_seen += int(m["tokens"])
             tok_last += int(m["tokens"])
-            if self.step % tc.log_every == 0 or self.step == tc.steps or m.get("skipped"):
+            log_now = self.step % tc.log_every == 0 or self.step == tc.steps
+            evaluating = tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps
+            if log_now or evaluating:  # the only places a step's numbers reach the host
+                m = self.read_step_metrics(m)
+                new_skips = m.get("nonfinite_total", 0) - skipped_before
+                skipped_before = m.get("nonfinite_total", 0)
+                if new_skips:
+                    m["skipped_since_last_log"] = new_skips
+            if log_now:
                 dt = time.perf_counter() - t_last
                 m.update(tokens_per_s=tok_last / max(dt, 1e-9), tokens_seen=self.tokens_seen,
                          lr=self.optimizer.param_groups[0]["lr"], params=n_params, **memory_stats(self.device))
@@ -284,10 +352,11 @@ class Trainer:
                     # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
                     self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
                              f"{m['tokens_per_s']:.0f} tok/s")
-                if m.get("skipped"):
-                    self.say(f"step {self.step}: non-finite loss, step skipped ({self.nonfinite_total} so far)")
+                if m.get("skipped_since_last_log"):
+                    self.say(f"step {self.step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
+                             f"norm skipped since the last log ({m['nonfinite_total']} so far)")
             bar.update(1)
-            if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+            if evaluating:
                 last_val = self.evaluate()
                 self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
                 self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
