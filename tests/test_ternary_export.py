@@ -101,3 +101,46 @@ def test_cli_export_format_ternary(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["file_bytes"] == out.stat().st_size
     load_ternary(out)
+
+
+@pytest.mark.parametrize("packing,bits", [("2bit", 2.0), ("base3", 1.6)])
+def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
+    """`--packing base3` writes 5 weights per byte and the file reloads to the checkpoint's exact logits."""
+    import json
+
+    import nexus.cli
+    from nexus.cli.export import PACKINGS as CLI_PACKINGS
+    from nexus.models.ternary_export import PACKINGS
+
+    assert CLI_PACKINGS == PACKINGS
+    ckpt, model = _checkpoint(tmp_path)
+    out = tmp_path / f"cli.{packing}"
+    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", packing,
+                         "--out", str(out), "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["packing"] == packing
+    n_ternary = sum(m.weight.numel() for m in model.modules() if getattr(m, "is_ternary", False))
+    per_byte = 4 if packing == "2bit" else 5
+    # each tensor is padded to whole bytes on its own
+    n_bytes = sum(-(-m.weight.numel() // per_byte) for m in model.modules() if getattr(m, "is_ternary", False))
+    assert report["packed_ternary_bytes"] == n_bytes
+    assert report["bits_per_ternary_weight"] == pytest.approx(bits, abs=0.01) and n_ternary > 1000
+    packed, _, _ = load_ternary(out)
+    x = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(1))
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(packed(x).logits, model(x).logits)
+
+
+def test_cli_rejects_a_bad_packing(tmp_path, capsys):
+    import nexus.cli
+
+    ckpt, _ = _checkpoint(tmp_path)
+    out = tmp_path / "bad.tern"
+    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", "3bit", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--packing" in err[0] and "base3" in err[0] and not out.exists()
+    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--packing", "base3", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--packing=base3" in err[0] and not out.exists()

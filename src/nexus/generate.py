@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from .models.bitlinear import hold_quantized_weights
+
 
 class KVCache:
     """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
@@ -43,6 +45,15 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
     """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step."""
     was_training = model.training
     model.eval()
+    try:
+        # The weights cannot change during one call: quantize ternary (BitLinear) layers once for it.
+        with hold_quantized_weights(model):
+            return _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache)
+    finally:
+        model.train(was_training)
+
+
+def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache):
     ids = input_ids
     cache = model.new_cache() if use_cache else None
     step_input = ids
@@ -64,5 +75,4 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
         step_input = nxt
         if eos_id is not None and bool(finished.all()):
             break
-    model.train(was_training)
     return ids

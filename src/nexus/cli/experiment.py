@@ -116,9 +116,11 @@ def run_compare_cmd(args, extra) -> int:
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:
-        p = row.get("p_value_vs_reference")
-        sig = "" if p is None else f" | p={p:.3g} vs {r['rows'][0]['preset']}"
-        print(f"{row['preset']:24s} val loss {row['mean']:.4f} +- {row['std']:.4f} (n={len(row['values'])}){sig}")
+        p, pp = row.get("p_value_vs_reference"), row.get("paired_t_p")
+        sig = "" if p is None else f" | Welch p={p:.3g}" + ("" if pp is None else f", paired t p={pp:.3g}") + \
+            f" vs {r['rows'][0]['preset']}"
+        ci = "" if row.get("ci_low") is None else f" [95% CI {row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+        print(f"{row['preset']:24s} val loss {row['mean']:.4f} +- {row['std']:.4f}{ci} (n={len(row['values'])}){sig}")
     for ev in r.get("evals", []):
         for row in ev["rows"]:
             p = row.get("p_value_vs_reference")

@@ -7,21 +7,25 @@ import sys
 from .import_ import VERIFY_TOLERANCE
 
 FORMATS = ("hf", "ternary")
+PACKINGS = ("2bit", "base3")  # kept equal to models.ternary_export.PACKINGS (tested); listed here so --help needs no torch
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="export a checkpoint (--format hf: transformers directory; ternary: packed 2-bit)",
+    p = sub.add_parser("export", help="export a checkpoint (--format hf: transformers directory; ternary: packed "
+                                      "2-bit or base-3)",
                        description="hf: the baseline Transformer++ as Llama/Qwen2/Qwen3 for transformers. "
                                    "ternary: NEXUS v4.1 recurrent models with packed ternary weights.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
     p.add_argument("--out", required=True, metavar="PATH", help="output directory (hf) or file (ternary)")
+    p.add_argument("--packing", choices=PACKINGS, default=None,
+                   help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)")
     p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     p.set_defaults(func=run)
 
 
-def export_ternary_guarded(checkpoint: str, out: str) -> dict:
+def export_ternary_guarded(checkpoint: str, out: str, packing: str = "2bit") -> dict:
     from ..config import ConfigError
 
     try:
@@ -31,7 +35,7 @@ def export_ternary_guarded(checkpoint: str, out: str) -> dict:
             raise  # the module exists but one of its own imports failed: show the real error
         raise ConfigError("--format=ternary is not available in this build (valid: hf; the ternary exporter "
                           "nexus.models.ternary_export is missing)") from None
-    return export_ternary(checkpoint, out)
+    return export_ternary(checkpoint, out, packing=packing)
 
 
 def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
@@ -51,8 +55,12 @@ def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
 
 
 def run(args, extra) -> int:
+    if args.packing is not None and args.format != "ternary":
+        from ..config import ConfigError
+
+        raise ConfigError(f"--packing={args.packing} applies only to --format ternary (got --format {args.format})")
     if args.format == "ternary":
-        res = export_ternary_guarded(args.checkpoint, args.out)
+        res = export_ternary_guarded(args.checkpoint, args.out, args.packing or "2bit")
         print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
         return 0
     res = export_hf_checkpoint(args.checkpoint, args.out, args.verify)

@@ -30,8 +30,8 @@ def add_parser(sub, detailed: bool = True) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
     p.add_argument("--out", required=True, metavar="DIR", help="where the grown checkpoint is written")
     p.add_argument("--optimizer-state", default="asymmetric", metavar="POLICY",
-                   help="asymmetric (old keep, new zero) | copy | drop | scaled")
-    p.add_argument("--state-scale", type=float, default=1.0, help="moment scale for --optimizer-state scaled")
+                   help="asymmetric (old keep, new zero) | copy | drop | scaled (asymmetric, and the old moments "
+                        "of rescaled fan-in tensors scaled like their weights: m by alpha, v by alpha^2)")
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     for mod in (_family_modules() if detailed else []):
@@ -52,8 +52,6 @@ def run(args, extra) -> int:
         raise ConfigError(f"several growth families requested ({', '.join(s['family'] for s in specs)}); grow one at a time")
     spec = specs[0]
     spec.setdefault("optimizer_state", args.optimizer_state)
-    if args.optimizer_state == "scaled":
-        spec["state_scale"] = args.state_scale
     report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
     if args.json:
         print(json.dumps(report, default=str))

@@ -37,11 +37,26 @@ class ParamMap:
     copy_source: for copy-initialized entries, per dimension an index tensor into the OLD tensor
         (len = new size along that dim) telling which old entry each new entry copies; used by the
         `copy` optimizer-state policy and the symmetry-lock metric (SPARKLING).
+    fan_in_scale: for tensors whose entries growth rescaled (SPARKLING's fan-in factor alpha), per
+        dimension the factor each index along it was multiplied by (len = new size along that dim);
+        used by the `scaled` optimizer-state policy.
     """
 
     old_name: str | None
     old_slices: tuple | None = None
     copy_source: dict[int, torch.Tensor] | None = None
+    fan_in_scale: dict[int, torch.Tensor] | None = None
+
+    def scale_of_old(self, old_shape) -> torch.Tensor | None:
+        """Old-tensor-shaped factor growth applied to each old entry (None: not rescaled)."""
+        if not self.fan_in_scale:
+            return None
+        out = torch.ones(tuple(old_shape))
+        for dim, f in self.fan_in_scale.items():
+            view = [1] * out.ndim
+            view[dim] = -1
+            out = out * f[: old_shape[dim]].float().view(view)
+        return out
 
     def new_mask(self, new_shape) -> torch.Tensor:
         """Float 0/1 tensor: 1 where the entry is new."""
@@ -116,13 +131,17 @@ def check_growth_spec(spec) -> None:
 
 # ----------------------------------------------------------------------------- optimizer surgery
 def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
-                               scale: float = 1.0, mark_new: bool = True) -> None:
+                               mark_new: bool = True) -> None:
     """Move optimizer state from `old_state` (an OptimizerSet.state_dict()) into `new_optimizer`.
 
     asymmetric: old entries keep their state, new entries start at zero with their own step count 0
     copy: new entries copy the state of the entry they were copied from (ParamMap.copy_source), else zero
     drop: every state is discarded (fresh optimizer)
-    scaled: like asymmetric with old moments multiplied by `scale`
+    scaled: SPARKLING's "asymmetric reset + scaled opt." ablation (Fig. 2): asymmetric, and the old state
+        of every tensor growth rescaled (ParamMap.fan_in_scale, the fan-in factor alpha) gets the same
+        scaling as its parameter: first moments (AdamW exp_avg, Muon momentum) by alpha, second moments
+        (exp_avg_sq) by alpha^2, so Adam's update m/sqrt(v) keeps its size relative to the weights.
+        Tensors growth did not rescale (fan-out, gains, other families) keep their state as is.
     AdamW's step becomes a per-element tensor wherever old and new entries share a tensor, so new
     entries get Adam's bias correction from their own first step (torch keeps one step per tensor).
     `mark_new` stores `new_mask` so a re-warmup schedule can address the new entries.
@@ -153,14 +172,22 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                         if not torch.is_tensor(val) or val.shape == () :
                             st[key] = val
                             continue
-                        st[key] = _grow_tensor_state(val, p, pm, policy, scale)
+                        st[key] = _grow_tensor_state(val, p, pm, policy, _STATE_POWER.get(key, 0))
                 if mark_new and mask is not None:  # has_new: the mask has new entries (no full scan)
                     st["new_mask"] = mask
                 if st:
                     opt.state[p] = st
 
 
-def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, scale: float) -> torch.Tensor:
+# How a state tensor scales with its parameter: first moments linearly, second moments quadratically.
+_STATE_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
+
+
+def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, power: int) -> torch.Tensor:
+    if policy == "scaled" and power:
+        factor = pm.scale_of_old(val.shape)
+        if factor is not None:
+            val = val * factor.to(val.device, val.dtype) ** power
     if pm.old_slices is None and tuple(val.shape) == tuple(p.shape):
         out = val.to(p.device)  # the old state is a snapshot (state_dict / file) owned by us: no second copy
     else:
@@ -169,8 +196,6 @@ def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy:
         if policy == "copy" and pm.copy_source:
             new = pm.new_mask(p.shape).to(p.device).bool()
             out[new] = _copied_state(val, p, pm)[new]
-    if policy == "scaled":
-        out = out * scale
     return out
 
 
@@ -225,8 +250,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     new_cfg.validate()
     new_opt = build_optimizer(result.model, new_cfg.train)
     policy = spec.get("optimizer_state", "asymmetric")
-    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy,
-                               float(spec.get("state_scale", 1.0)))
+    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy)
     if result.record.get("rewarmup_all"):  # the re-warmup baseline: every entry follows the new-entry lr
         new_opt.use_elementwise_adamw()
         for opt in new_opt.optimizers.values():

@@ -110,7 +110,7 @@ def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dic
 
 def parse_spec(spec: dict) -> WidthSpec:
     known = {"family", "hidden", "ffn", "expert_inner", "init", "preserve", "split", "perturb", "seed", "rewarmup",
-             "rewarmup_all", "optimizer_state", "state_scale"}
+             "rewarmup_all", "optimizer_state"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ConfigError(f"width growth option {unknown[0]!r} (valid: {', '.join(sorted(known - {'family'}))})")
@@ -233,10 +233,12 @@ def _random_like(old: torch.Tensor, shape, gen: torch.Generator, fallback_std: f
 
 
 def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: WidthSpec, gen: torch.Generator,
-                init_std: float) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """Expand `old` along each grown dim per its role. Returns (new tensor, copy_source dims)."""
+                init_std: float) -> tuple[torch.Tensor, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """Expand `old` along each grown dim per its role. Returns (new tensor, copy_source dims, fan-in
+    factor per rescaled dim)."""
     t = old.detach().cpu().clone()  # grow on the CPU (plans and generators live there); the caller copies it back
     copy_source: dict[int, torch.Tensor] = {}
+    fan_in: dict[int, torch.Tensor] = {}
     for dim, (axis, role) in sorted(roles.items()):
         plan = plans.get(axis)
         if plan is None or not plan.grows:
@@ -263,9 +265,10 @@ def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: 
             view = [1] * t.ndim
             view[dim] = -1
             t = t * plan.col_scale.to(t.dtype).view(view)
+            fan_in[dim] = plan.col_scale.clone()
             if ws.perturb and ws.init_out == "copy" and ws.init_in == "copy":
                 t = t + _zero_sum_perturbation(t, dim, plan, ws.perturb * float(old.detach().float().std()), gen)
-    return t, copy_source
+    return t, copy_source, fan_in
 
 
 def _zero_sum_perturbation(t: torch.Tensor, dim: int, plan: AxisPlan, std: float, gen) -> torch.Tensor:
@@ -352,13 +355,13 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
                 p.copy_(old)
                 maps[name] = ParamMap(old_name=name)
                 continue
-            new_t, copy_source = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
+            new_t, copy_source, fan_in = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
             if tuple(new_t.shape) != tuple(p.shape):
                 raise ConfigError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
                                   f"config implies {tuple(p.shape)}")
             p.copy_(new_t)
             maps[name] = ParamMap(old_name=name, old_slices=tuple(slice(0, s) for s in old.shape),
-                                  copy_source=copy_source or None)
+                                  copy_source=copy_source or None, fan_in_scale=fan_in or None)
     new_model.to(next(model.parameters()).device)
 
     record = {"axes": {a: [pl.old, pl.new] for a, pl in plans.items()}, "init": [ws.init_out, ws.init_in],

@@ -105,17 +105,17 @@ class BitLinear(nn.Linear):
         return x
 
     def quantized_weight(self) -> torch.Tensor:
-        """The weight the forward pass multiplies with (values in {-gamma, 0, +gamma})."""
+        """The weight the forward pass multiplies with (values in {-gamma, 0, +gamma}).
+
+        Always computed from the current latent weight. Reuse across calls is scoped, never keyed on
+        the tensor's address or version counter: fused AdamW and `.data` writes change the values
+        without bumping that counter, so such a cache served stale weights. Callers that know the
+        weights are fixed for a while (one recurrent forward, one generate() call) hold the
+        quantization with `hold_quantized_weights`.
+        """
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return ternarize_ste(self.weight)
-        # Inference: the latent weights rarely change between calls (token-by-token decoding), so
-        # reuse the last quantization while the tensor is the same object at the same version.
-        key = (self.weight.data_ptr(), self.weight._version, self.weight.device, self.weight.dtype)
-        cached = self.__dict__.get("_inference_weight")
-        if cached is None or cached[0] != key:
-            cached = (key, ternarize_ste(self.weight.detach()))
-            self.__dict__["_inference_weight"] = cached
-        return cached[1]
+        return ternarize_ste(self.weight.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self._held_weight if self._held_weight is not None else self.quantized_weight()
@@ -134,8 +134,11 @@ def hold_quantized_weights(module: nn.Module):
     A depth-recurrent model applies the same layers N_sup*T_inner times per forward; re-quantizing the
     latent weights at every application would repeat identical work. The held tensor is the STE output,
     so gradients from all applications still flow to the latent weights.
+
+    Holds nest: an inner hold (the model's own forward inside generate()'s hold) keeps the outer
+    quantization and leaves it in place; only the hold that set a layer's weight releases it.
     """
-    layers = [m for m in module.modules() if isinstance(m, BitLinear)]
+    layers = [m for m in module.modules() if isinstance(m, BitLinear) and m._held_weight is None]
     for m in layers:
         m._held_weight = m.quantized_weight()
     try:

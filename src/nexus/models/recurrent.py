@@ -139,14 +139,19 @@ class RecurrentLM(nn.Module):
 
     # ------------------------------------------------------------------ depth
     def depth(self, n_sup: int | None = None, t_inner: int | None = None) -> tuple[int, int]:
-        """(N_sup, T_inner) for this call: explicit argument > generate() override > config."""
+        """(N_sup, T_inner) for this call: explicit argument > generate() override > config.
+        Only None means "not given": 0 is a value, and an invalid one (an `or` chain would run the
+        configured depth instead)."""
         rc = self.cfg.recurrent
-        n = n_sup or self._depth_override[0] or rc.n_sup
-        t = t_inner or self._depth_override[1] or rc.t_inner
-        for name, v in (("n_sup", n), ("t_inner", t)):
-            if not isinstance(v, int) or v < 1:
-                raise ConfigError(f"model.recurrent.{name}={v!r} (valid: an integer >= 1)")
-        return n, t
+        out = []
+        for name, arg, override, configured in (("n_sup", n_sup, self._depth_override[0], rc.n_sup),
+                                                ("t_inner", t_inner, self._depth_override[1], rc.t_inner)):
+            v = arg if arg is not None else override if override is not None else configured
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name}={v!r} (valid: an integer >= 1, or None for the configured "
+                                  f"model.recurrent.{name}={configured})")
+            out.append(v)
+        return out[0], out[1]
 
     @contextlib.contextmanager
     def depth_scaled(self, n_sup: int | None = None, t_inner: int | None = None):
