@@ -75,6 +75,9 @@ class Trainer:
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
+        from .loggers import check_log_targets
+
+        check_log_targets(cfg.train.log_to)  # a missing tensorboard / wandb fails before anything is written
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
@@ -98,6 +101,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, tc)
         self.step = 0
         self.health = StepHealth(self.device)
+        self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
         if tstate is not None:
             self._restore(tstate)
@@ -261,9 +265,17 @@ class Trainer:
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        if self._metric_log is None:
+            from .loggers import MetricLog
+
+            tc = self.cfg.train
+            self._metric_log = MetricLog(self.out_dir, tc.log_to, self.cfg.to_dict(), tc.wandb_project)
+        self._metric_log.write(record)
+
+    def close_logs(self) -> None:
+        if self._metric_log is not None:
+            self._metric_log.close()
+            self._metric_log = None
 
     def say(self, msg: str) -> None:
         if self.is_main and not self.quiet:
@@ -283,6 +295,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
+        try:
+            return self._fit()
+        finally:
+            self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
+
+    def _fit(self) -> dict:
         from tqdm import tqdm
 
         tc = self.cfg.train
