@@ -64,8 +64,13 @@ def atomic_dir_write(final: Path, write_fn) -> Path:
     return final
 
 
-def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> Path:
+def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None,
+                    extra_files: dict[str, str] | None = None) -> Path:
+    """extra_files: {name: text} written beside the weights and covered by the checksums (e.g. an
+    imported model's generation_config, kept for export)."""
     def write(d: Path):
+        for name, text in (extra_files or {}).items():
+            (d / name).write_text(text)
         sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(sd, str(d / "model.safetensors"))
         (d / "config.json").write_text(cfg.to_json())

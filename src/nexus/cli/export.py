@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from .import_ import VERIFY_TOLERANCE
 
@@ -17,7 +18,10 @@ def add_parser(sub) -> None:
                                    "ternary: NEXUS v4.1 recurrent models with packed ternary weights.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
-    p.add_argument("--out", required=True, metavar="PATH", help="output directory (hf) or file (ternary)")
+    p.add_argument("--out", default=None, metavar="PATH",
+                   help="output directory (hf) or file (ternary); optional with --push-to-hub (a temporary directory)")
+    p.add_argument("--push-to-hub", default=None, metavar="REPO",
+                   help="hf: upload the export to this Hub model repo (checked to be reachable before any work)")
     p.add_argument("--packing", choices=PACKINGS, default=None,
                    help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)")
     p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
@@ -44,9 +48,12 @@ def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
     from ..hf.config_map import check_exportable
 
     check_exportable(read_config(checkpoint).model)  # refuse before reading any weights
+    from ..hf.convert import STORED_GENERATION_CONFIG, read_generation_config
+
     model, cfg, tok = load_checkpoint(checkpoint)
     model.eval()
-    res = export_hf(model, cfg, out, tok)
+    gen = read_generation_config(Path(checkpoint) / STORED_GENERATION_CONFIG)  # kept from `nexus import`
+    res = export_hf(model, cfg, out, tok, generation_config=gen)
     if verify:
         from ..hf.verify import max_logit_difference
 
@@ -55,21 +62,45 @@ def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
 
 
 def run(args, extra) -> int:
-    if args.packing is not None and args.format != "ternary":
-        from ..config import ConfigError
+    from ..config import ConfigError
 
+    if args.packing is not None and args.format != "ternary":
         raise ConfigError(f"--packing={args.packing} applies only to --format ternary (got --format {args.format})")
+    if args.push_to_hub is not None:
+        if args.format != "hf":
+            raise ConfigError(f"--push-to-hub applies only to --format hf (got --format {args.format})")
+        from ..hf.hub import check_hub_reachable
+
+        check_hub_reachable(args.push_to_hub)  # offline: fail now, before converting anything
+        if args.out is None:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="nexus-export-") as tmp:
+                args.out = str(Path(tmp) / "export")
+                return _run(args)
+    if args.out is None:
+        raise ConfigError("--out is required (valid: an output path, or --push-to-hub REPO with --format hf)")
+    return _run(args)
+
+
+def _run(args) -> int:
     if args.format == "ternary":
         res = export_ternary_guarded(args.checkpoint, args.out, args.packing or "2bit")
         print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
         return 0
     res = export_hf_checkpoint(args.checkpoint, args.out, args.verify)
+    if res.get("max_logit_diff", 0.0) <= VERIFY_TOLERANCE and args.push_to_hub:
+        from ..hf.hub import push_folder
+
+        res["pushed"] = push_folder(Path(res["out"]), args.push_to_hub)
     if args.json:
         print(json.dumps(res))
     else:
         print(f"exported {res['architecture']} -> {res['out']} ({', '.join(res['files'])}; tokenizer: {res['tokenizer']})")
         if "max_logit_diff" in res:
             print(f"  max |logit difference| vs transformers: {res['max_logit_diff']:.3g}")
+        if "pushed" in res:
+            print(f"  pushed to {res['pushed']}")
     if res.get("max_logit_diff", 0.0) > VERIFY_TOLERANCE:
         print(f"nexus export: error: logits differ from transformers by {res['max_logit_diff']:.3g} "
               f"(> {VERIFY_TOLERANCE})", file=sys.stderr)
