@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .import_ import VERIFY_TOLERANCE
 
-FORMATS = ("hf", "ternary")
+FORMATS = ("hf", "ternary", "consolidated")
 PACKINGS = ("2bit", "base3")  # kept equal to models.ternary_export.PACKINGS (tested); listed here so --help needs no torch
 
 
@@ -15,7 +15,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("export", help="export a checkpoint (--format hf: transformers directory; ternary: packed "
                                       "2-bit or base-3)",
                        description="hf: the baseline Transformer++ as Llama/Qwen2/Qwen3 for transformers. "
-                                   "ternary: NEXUS v4.1 recurrent models with packed ternary weights.")
+                                   "ternary: NEXUS v4.1 recurrent models with packed ternary weights. "
+                                   "consolidated: an FSDP2 (sharded) checkpoint as one single-process checkpoint "
+                                   "(model.safetensors + full trainer_state.pt).")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
     p.add_argument("--out", default=None, metavar="PATH",
@@ -40,6 +42,23 @@ def export_ternary_guarded(checkpoint: str, out: str, packing: str = "2bit") -> 
         raise ConfigError("--format=ternary is not available in this build (valid: hf; the ternary exporter "
                           "nexus.models.ternary_export is missing)") from None
     return export_ternary(checkpoint, out, packing=packing)
+
+
+def consolidate(checkpoint: str, out: str) -> dict:
+    """Sharded (FSDP2) checkpoint -> the single-process format: model.safetensors and a trainer_state.pt
+    holding the full optimizer state; `nexus train --resume OUT` continues it in one process."""
+    from ..checkpoint import CheckpointError, is_sharded, load_checkpoint, load_trainer_state, save_checkpoint
+
+    if not is_sharded(checkpoint):
+        raise CheckpointError(f"--checkpoint={checkpoint!r} is not a sharded (FSDP2) checkpoint "
+                              "(valid: a checkpoint with a sharded/ directory; others are already consolidated)")
+    if Path(out).resolve() == Path(checkpoint).resolve():
+        raise CheckpointError(f"--out={out!r} equals --checkpoint (valid: a different directory)")
+    model, cfg, tok = load_checkpoint(checkpoint)
+    state = load_trainer_state(checkpoint)
+    path = save_checkpoint(out, model, cfg, tok, state)
+    return {"out": str(path), "params": sum(p.numel() for p in model.parameters()),
+            "step": None if state is None else int(state["step"])}
 
 
 def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
@@ -84,6 +103,11 @@ def run(args, extra) -> int:
 
 
 def _run(args) -> int:
+    if args.format == "consolidated":
+        res = consolidate(args.checkpoint, args.out)
+        print(json.dumps(res) if args.json else f"consolidated {args.checkpoint} -> {res['out']} "
+              f"({res['params'] / 1e6:.2f}M params, step {res['step']})")
+        return 0
     if args.format == "ternary":
         res = export_ternary_guarded(args.checkpoint, args.out, args.packing or "2bit")
         print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
