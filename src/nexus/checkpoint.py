@@ -51,17 +51,22 @@ def atomic_dir_write(final: Path, write_fn) -> Path:
     tmp.mkdir()
     try:
         write_fn(tmp)
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def move_into_place(tmp: Path, final: Path) -> None:
+    """Rename a finished tmp directory to `final`; an older `final` is moved aside first and deleted last."""
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
 
 
 SHARDED_DIR = "sharded"  # FSDP2 checkpoints: torch.distributed.checkpoint files instead of model.safetensors

@@ -11,13 +11,12 @@ generate/eval/export straight from the sharded directory.
 """
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch.distributed as dist
 
-from ..checkpoint import SHARDED_DIR, write_checkpoint_files
+from ..checkpoint import SHARDED_DIR, move_into_place, write_checkpoint_files
 
 
 def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) -> Path:
@@ -37,13 +36,7 @@ def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) ->
         if rank == 0:
             state = {k: v for k, v in trainer_state.items() if k != "optimizer"}
             write_checkpoint_files(tmp, cfg, tokenizer, state)
-            if final.exists():
-                old = final.parent / f".{final.name}.old-{os.getpid()}"
-                os.replace(final, old)
-                os.replace(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, final)
+            move_into_place(tmp, final)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
