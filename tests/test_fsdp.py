@@ -56,7 +56,7 @@ def _close(a: dict, b: dict, steps):
         assert abs(a[s] - b[s]) < 1e-5, (s, a[s], b[s])
 
 
-def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path):
+def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys):
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
     _torchrun(tmp_path, ["--preset", "baseline-micro", *RUN, "--train.batch_size", str(PER_RANK_BATCH),
                          "--train.activation_checkpointing", "true", "--train.out_dir", str(fsdp)])
@@ -86,6 +86,21 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     for name, st in st_r["optimizer"]["state"].items():
         torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"], atol=1e-6, rtol=1e-4)
 
+    # a damaged shard: one line, exit 2 (the checksums in meta.json cover the shard files)
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(fsdp / "step_0000002", bad)
+    shard = next((bad / "sharded").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-16])
+    for cmd in (["generate", "--checkpoint", str(bad), "--max-new-tokens", "2"],
+                ["export", "--checkpoint", str(bad), "--format", "consolidated", "--out", str(tmp_path / "c2")]):
+        capsys.readouterr()
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "corrupted" in err[0], err
+    assert not (tmp_path / "c2").exists()
+
 
 def test_one_process_checkpoint_resumes_under_fsdp2(tmp_path):
     ref, fsdp = tmp_path / "ref", tmp_path / "fsdp"
@@ -111,3 +126,43 @@ def test_fsdp2_with_muon_is_a_one_line_error(tmp_path, capsys):
                "--train.out_dir", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "train.optimizer='muon'" in err[0] and not (tmp_path / "r").exists()
+
+
+def test_a_failing_rank_ends_every_fsdp2_rank(tmp_path):
+    """Ranks launched one process each (no torchrun agent to kill the survivors): rank 1 raises at
+    step 3; rank 0, blocked in an FSDP2 all-gather, must fail by the collective timeout (60 s here)."""
+    from test_distributed import FAILING_RANK, _free_port
+
+    script = tmp_path / "fail_rank1.py"
+    script.write_text(FAILING_RANK)
+    out = tmp_path / "run"
+    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2",
+            "--train.parallel", "fsdp2", "--train.save_every", "0", "--train.out_dir", str(out)]
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = _env(tmp_path) | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    codes, errs = [], []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("an FSDP2 rank hung after its peer failed")
+        codes.append(p.returncode)
+        errs.append(err)
+    assert "injected failure on rank 1" in errs[1]
+    assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
+    assert not (out / "checkpoint").exists()
+
+
+def test_damaged_sharded_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    ref = tmp_path / "ref"
+    _single(tmp_path, ref)
+    rc = main(["export", "--checkpoint", str(ref / "checkpoint"), "--format", "consolidated", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "not a sharded" in err[0] and not (tmp_path / "c").exists()
