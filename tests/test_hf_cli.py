@@ -113,7 +113,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
 
 def test_ternary_format_without_exporter_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "nexus.models.ternary_export", None)  # import now raises ImportError
-    assert main(["export", "--checkpoint", str(tmp_path), "--format", "ternary", "--out", str(tmp_path / "t.bin")]) == 2
+    assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "ternary", "--out", str(tmp_path / "t.bin")]) == 2
     assert "--format=ternary is not available" in capsys.readouterr().err
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,8 @@ def _check(errors: list[str], ok: bool, path: str, value: Any, valid: str) -> No
 
 
 def _positive(errors, path, value):
-    _check(errors, isinstance(value, (int, float)) and value > 0, path, value, "a number > 0")
+    _check(errors, isinstance(value, (int, float)) and math.isfinite(value) and value > 0, path, value,
+           "a finite number > 0")
 
 
 # ----------------------------------------------------------------------------- model parts
@@ -291,6 +293,7 @@ class TrainConfig:
     """Optimizer, schedule, loop, logging and checkpointing."""
 
     steps: int = 300  # optimizer steps
+    schedule_steps: int = 0  # LR schedule horizon (0 = steps); a resume that changes steps keeps the old horizon here
     batch_size: int = 16  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step
     optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
@@ -322,7 +325,7 @@ class TrainConfig:
     sample_every: int = 0  # print a generated sample every N steps (0 = only at the end)
     sample_tokens: int = 64  # tokens per sample
     sample_prompt: str = "The "  # prompt of the periodic sample
-    save_every: int = 0  # checkpoint every N steps (0 = only at the end)
+    save_every: int = 100  # step checkpoint every N steps, so a killed run can resume (0 = only at the end)
     keep_last: int = 2  # keep the last k step checkpoints
     log_every: int = 10  # metrics.jsonl / progress-bar refresh interval in steps
     log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
@@ -330,15 +333,21 @@ class TrainConfig:
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
     growth: dict = field(default_factory=dict)  # growth spec applied at grow_at (see nexus.growth)
+    dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
 
     def validate(self, errors: list[str], p: str = "train") -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens", "keep_last", "log_every", "max_nonfinite"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
-        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at"):
+        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at", "schedule_steps"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0")
         _positive(errors, f"{p}.lr", self.lr)
+        _check(errors, isinstance(self.dist_timeout_s, int) and self.dist_timeout_s > 0, f"{p}.dist_timeout_s",
+               self.dist_timeout_s, "an integer > 0 (seconds)")
+        if isinstance(self.grow_at, int) and isinstance(self.steps, int) and self.grow_at:
+            _check(errors, self.grow_at < self.steps, f"{p}.grow_at", self.grow_at,
+                   f"a step below train.steps ({self.steps}), or 0 for no growth")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
         _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
         _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,

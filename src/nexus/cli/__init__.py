@@ -57,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nexus: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        from ..train.trainer import TrainingAborted
+
+        if not isinstance(e, TrainingAborted):
+            raise  # an internal fault: keep its traceback
+        print(f"nexus {args.command}: training aborted: {e}", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

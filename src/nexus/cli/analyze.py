@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..outdir import ANALYSIS
 from .common import positive_int
 
 
@@ -56,6 +57,7 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
     p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -127,17 +129,19 @@ def resolve(kind: str):
 
 def run(args, extra) -> int:
     from ..checkpoint import atomic_dir_write
+    from ..outdir import check_output
 
     fn = resolve(args.kind)
     src = AnalysisSource(args, extra)
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
+    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=[args.checkpoint, *(args.checkpoints or [])])
     result: dict = {}
 
     def write(tmp: Path) -> None:
         result.update(fn(src, tmp, args))
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
-    atomic_dir_write(out, write)
+    atomic_dir_write(out, write, marker_kind=ANALYSIS)
     if args.json:
         print(json.dumps({"kind": args.kind, "out": str(out), **result}))
     else:

@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
                    help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)")
     p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run)
 
 
@@ -103,6 +104,10 @@ def run(args, extra) -> int:
 
 
 def _run(args) -> int:
+    from ..outdir import CHECKPOINT, HF_EXPORT, TERNARY, check_output
+
+    kind = {"hf": HF_EXPORT, "ternary": TERNARY, "consolidated": CHECKPOINT}[args.format]
+    check_output(args.out, kind, overwrite=args.overwrite, sources=[args.checkpoint], file=args.format == "ternary")
     if args.format == "consolidated":
         res = consolidate(args.checkpoint, args.out)
         print(json.dumps(res) if args.json else f"consolidated {args.checkpoint} -> {res['out']} "

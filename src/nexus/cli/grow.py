@@ -34,6 +34,7 @@ def add_parser(sub, detailed: bool = True) -> None:
                         "of rescaled fan-in tensors scaled like their weights: m by alpha, v by alpha^2)")
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     for mod in (_family_modules() if detailed else []):
         mod.add_cli_args(p)
     p.set_defaults(func=run)
@@ -42,6 +43,7 @@ def add_parser(sub, detailed: bool = True) -> None:
 def run(args, extra) -> int:
     from ..config import ConfigError
     from ..growth import OPTIMIZER_STATE_POLICIES, grow_checkpoint
+    from ..outdir import CHECKPOINT, check_output
 
     if args.optimizer_state not in OPTIMIZER_STATE_POLICIES:
         raise ConfigError(f"--optimizer-state={args.optimizer_state!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
@@ -51,6 +53,7 @@ def run(args, extra) -> int:
     if len(specs) > 1:
         raise ConfigError(f"several growth families requested ({', '.join(s['family'] for s in specs)}); grow one at a time")
     spec = specs[0]
+    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint])
     spec.setdefault("optimizer_state", args.optimizer_state)
     report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
     if args.json:

@@ -49,12 +49,66 @@ def _rows_to_text(rows, field: str, path: str) -> Iterator[str]:
         yield str(row[field])
 
 
-_READ_CHUNK = 1 << 20  # characters read at a time from a .txt corpus
+_READ_CHUNK = 1 << 20  # characters (bytes when checking the encoding) read at a time from a .txt corpus
 
 
-def _txt_documents(p: Path) -> Iterator[str]:
+# Share of undecodable sequences (per character) above which a file is taken for binary or a different encoding, not
+# UTF-8 text with a few damaged characters.
+MAX_BAD_SHARE = 0.01
+_WARNED: set = set()  # files whose replaced bytes were already reported (the data build reads a file twice)
+
+
+def check_utf8_file(p: Path, shown: str) -> None:
+    """Refuse binary files (NUL bytes) and files in another encoding; warn once about a few undecodable
+    bytes (they become U+FFFD). Reads in chunks: the file is never held whole."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    nul = bad = chars = 0
+    first, offset = None, 0
+    with open(p, "rb") as f:
+        while True:
+            raw = f.read(_READ_CHUNK)
+            final = not raw
+            if raw.count(0):
+                nul += raw.count(0)
+                break
+            text = decoder.decode(raw, final=final)
+            replaced = text.count("\ufffd") - raw.count("\ufffd".encode())  # not the U+FFFD the file really holds
+            if replaced > 0 and first is None:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    first = offset + e.start
+            bad += max(replaced, 0)
+            chars += len(text)
+            offset += len(raw)
+            if final:
+                break
+    if nul:
+        raise ConfigError(f"data.source={shown!r} looks binary (NUL bytes) (valid: a UTF-8 text file)")
+    if bad > MAX_BAD_SHARE * max(chars, 1):
+        raise ConfigError(f"data.source={shown!r} is not UTF-8 text ({bad:,} undecodable sequences in {offset:,} "
+                          f"bytes, the first at byte {first}) (valid: a UTF-8 text file; convert it with iconv)")
+    key = (str(p.resolve()), p.stat().st_mtime_ns)
+    if bad and key not in _WARNED:
+        _WARNED.add(key)
+        import sys
+
+        print(f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
+              "replaced by U+FFFD", file=sys.stderr)
+
+
+def read_utf8_text(p: Path, shown: str) -> str:
+    """A text file as str, after check_utf8_file's rules (the embedded tests and small files)."""
+    check_utf8_file(p, shown)
+    return p.read_bytes().decode("utf-8", errors="replace")
+
+
+def _txt_documents(p: Path, shown: str | None = None) -> Iterator[str]:
     """Blank-line separated documents, read in chunks: the same documents as splitting the whole text
     on "\n\n", without holding the file in memory (the tail after the last separator is carried)."""
+    check_utf8_file(p, shown or str(p))
     carry = ""
     with open(p, encoding="utf-8", errors="replace") as f:
         while True:
@@ -93,7 +147,7 @@ def iter_local_documents(path: str, cfg: DataConfig) -> Iterator:
         raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
     suffix = p.suffix.lower()
     if suffix in (".txt", ".md", ".text"):
-        docs = _txt_documents(p)
+        docs = _txt_documents(p, path)
     elif suffix in (".jsonl", ".json", ".parquet"):
         rows = _table_rows(p, path)
         docs = rows if cfg.chat else _rows_to_text(rows, cfg.text_field, path)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, apply_override, parse_overrides
+from ..outdir import EXPERIMENT, claim_directory
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -235,8 +236,8 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     from .runs import write_text_atomic
 
     out_dir = Path(plan["out_dir"])
+    claim_directory(out_dir, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     _check_same_plan(out_dir, plan)
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / PLAN_FILE, plan)
     for name in ("grown", "scratch"):
         say(f"[{name}] {_describe_run(plan, name)}")

@@ -129,6 +129,26 @@ def check_growth_spec(spec) -> None:
         _SPEC_CHECKS[family](spec)
 
 
+def check_growth_applies(cfg: RunConfig) -> None:
+    """Raise ConfigError before any training when cfg.train.growth cannot apply to cfg.model (a width
+    that shrinks, a family the model has no layers for, ...): the growth runs once on a weightless
+    meta-device copy, where every check a grower makes runs before its first copy of data."""
+    import copy
+
+    check_growth_spec(cfg.train.growth)
+    from ..analysis.accounting import build_on_meta
+
+    rng = torch.get_rng_state()
+    try:
+        grow(build_on_meta(cfg.model), copy.deepcopy(cfg), dict(cfg.train.growth), None, cfg.train.grow_at)
+    except ConfigError:
+        raise
+    except Exception:  # meta tensors hold no data: the grower got past its checks to the copying
+        pass
+    finally:
+        torch.set_rng_state(rng)
+
+
 # ----------------------------------------------------------------------------- optimizer surgery
 def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
                                mark_new: bool = True) -> None:
@@ -334,7 +354,7 @@ def _jsonable(obj):
     return str(obj)
 
 
-__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
+__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "check_growth_applies", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
            "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError, atomic_dir_write, load_state_dict_checked
+from ..outdir import HF_EXPORT
 from ..config import ConfigError, ModelConfig, RunConfig
 from .config_map import (check_exportable, hf_architecture_for, hf_config_from_model, model_config_from_hf,
                          require_transformers)
@@ -147,5 +148,5 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
         save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
         info["files"] = sorted(p.name for p in d.iterdir())
 
-    info["out"] = str(atomic_dir_write(Path(out_dir), write))
+    info["out"] = str(atomic_dir_write(Path(out_dir), write, marker_kind=HF_EXPORT))
     return info

@@ -21,13 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointError, load_checkpoint, load_trainer_state, save_checkpoint
+from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint, load_trainer_state, save_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
 from ..models.output import IGNORE_INDEX
 from . import distributed as D
 from .health import StepHealth
+from . import run_dir as R
+from .memory import check_training_memory
 from .param_groups import build_optimizer
 from .schedule import set_lr
 
@@ -65,13 +67,19 @@ class Trainer:
         self.callbacks = []
         self.rewarmup = None
         tstate = None
+        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume)
+            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
             tstate = load_trainer_state(resume)
             if tstate is None:
-                raise CheckpointError(f"--resume={resume!r} has no trainer_state.pt (valid: a training checkpoint)")
+                raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
             # The checkpoint's model and data define the run; training fields may be changed on resume.
-            ckpt_cfg.train = cfg.train if cfg is not None else ckpt_cfg.train
+            # Without a new config the run continues beside the checkpoint, never in the run it records.
+            if cfg is None:
+                cfg = RunConfig(train=ckpt_cfg.train)
+                cfg.train.out_dir = str(R.resume_run_dir(resume))
+            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train)
+            ckpt_cfg.train = cfg.train
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
@@ -81,7 +89,8 @@ class Trainer:
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
-        self.rank, self.world = D.init_if_launched(self.device)
+        check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -104,8 +113,12 @@ class Trainer:
         self.health = StepHealth(self.device)
         self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
+        self.resumed_step = None
         if tstate is not None:
+            base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
+            R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
+            self.resumed_step = self.step
         self._wrap()
 
     # ------------------------------------------------------------------ set-up
@@ -335,12 +348,17 @@ class Trainer:
     def save(self, path: Path) -> Path:
         """Rank 0 writes a safetensors checkpoint; under FSDP2 every rank must call this and each
         writes its shards (torch.distributed.checkpoint)."""
-        if self._fsdp:
-            from .sharded_checkpoint import save_sharded
+        try:
+            if self._fsdp:
+                from .sharded_checkpoint import save_sharded
 
-            return save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
-                                self.trainer_state(with_optimizer=False))
-        return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+                return save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
+                                    self.trainer_state(with_optimizer=False))
+            return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        except NonFiniteWeightsError as e:
+            last = R.latest_checkpoint(self.out_dir)
+            raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
+                                  f"{last or 'none'}; lower train.lr") from None
 
     @property
     def _writes_checkpoints(self) -> bool:
@@ -351,8 +369,11 @@ class Trainer:
         self.save(self.out_dir / f"step_{self.step:07d}")
         if not self.is_main:
             return
-        steps = sorted(self.out_dir.glob("step_*"))
-        for old in steps[:-tc.keep_last]:
+        # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
+        # (save refuses NaN/inf weights), so the newest finite one is always kept.
+        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
+                 and R.checkpoint_step(d) < self.step]
+        for old in older[:max(len(older) - (tc.keep_last - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------ main loop
@@ -367,8 +388,10 @@ class Trainer:
 
         tc = self.cfg.train
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
+            for note in self.notes:
+                self.say(f"note: {note}")
         n_params = count_parameters(self.model)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
