@@ -112,3 +112,106 @@ def test_schedules(schedule):
         assert f[-1] == pytest.approx(0.1)
     if schedule in ("wsd", "linear_warmdown"):
         assert f[79] == 1.0 and f[80] < 1.0
+
+
+# ----------------------------------------------------------------------------- torch AdamW vs hand-written
+def _tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, max_seq_len=16))
+
+
+def _train(model, opt, steps=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randint(0, 50, (2, 16), generator=g)
+        opt.zero_grad()
+        model(x, labels=x).loss.backward()
+        opt.step()
+
+
+def test_ordinary_runs_use_torch_adamw_fused_and_match_the_hand_written_one():
+    tcfg = TrainConfig(lr=3e-3, weight_decay=0.1)
+    a, b = _tiny_model(), _tiny_model()
+    fast = build_optimizer(a, tcfg)
+    assert isinstance(fast.optimizers["adamw"], torch.optim.AdamW)
+    assert fast.optimizers["adamw"].defaults["fused"]  # the CPU has the fused kernel
+    slow = build_optimizer(b, tcfg)
+    slow.use_elementwise_adamw()
+    assert type(slow.optimizers["adamw"]) is AdamW
+    assert [g["weight_decay"] for g in slow.param_groups] == [g["weight_decay"] for g in fast.param_groups]
+    _train(a, fast)
+    _train(b, slow)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-5, msg=n)
+    sa, sb = fast.state_dict()["state"], slow.state_dict()["state"]
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(sa[name][k].float(), sb[name][k].float(), atol=1e-7, rtol=1e-5)
+
+
+def test_cautious_wd_keeps_the_hand_written_adamw():
+    opt = build_optimizer(_tiny_model(), TrainConfig(cautious_wd=True))
+    assert type(opt.optimizers["adamw"]) is AdamW
+
+
+def test_state_moves_between_torch_and_hand_written_adamw_by_name():
+    """A checkpoint of a plain run resumes into a grown run's optimizer and the other way round."""
+    tcfg = TrainConfig()
+    a = _tiny_model()
+    fast = build_optimizer(a, tcfg)
+    _train(a, fast, steps=3)
+    sd = fast.state_dict()
+    b = _tiny_model()
+    b.load_state_dict(a.state_dict())
+    slow = build_optimizer(b, tcfg)
+    slow.use_elementwise_adamw()
+    slow.load_state_dict(sd)
+    again = build_optimizer(a, tcfg)
+    again.load_state_dict(slow.state_dict())
+    assert isinstance(again.optimizers["adamw"], torch.optim.AdamW)  # no masks: stays on torch's AdamW
+    _train(a, again, steps=2, seed=5)
+    _train(b, slow, steps=2, seed=5)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-5)
+    # per-element steps in a loaded state switch to the hand-written optimizer
+    name = next(iter(sd["state"]))
+    sd["state"][name]["step"] = torch.full_like(sd["state"][name]["exp_avg"], 3.0)
+    c = build_optimizer(_tiny_model(), tcfg)
+    c.load_state_dict(sd)
+    assert type(c.optimizers["adamw"]) is AdamW
+
+
+@pytest.mark.parametrize("kind", ["torch_fused", "hand_adamw", "muon", "torch_foreach"])
+def test_found_inf_skips_the_step_entirely(kind):
+    """A non-finite step must leave weights, moments and step counts untouched; for the fused and
+    hand-written optimizers the decision is a device tensor (no host read)."""
+    tcfg = TrainConfig(optimizer="muon" if kind == "muon" else "adamw")
+    model = _tiny_model()
+    opt = build_optimizer(model, tcfg)
+    if kind == "hand_adamw":
+        opt.use_elementwise_adamw()
+    if kind == "torch_foreach":
+        from nexus.train.optim import OptimizerSet
+
+        groups = opt.optimizers["adamw"].param_groups
+        opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
+                                                        for g in groups], foreach=True)}, opt.param_names)
+    _train(model, opt, steps=2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = {k: {kk: vv.clone() for kk, vv in v.items()} for k, v in opt.state_dict()["state"].items()}
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    opt.step(found_inf=torch.ones(()))
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    for name, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            assert torch.equal(v, state[name][k]), (name, k)
+    # and found_inf = 0 is an ordinary step
+    _train(model, opt, steps=1)
+    x = torch.randint(0, 50, (2, 16))
+    opt.zero_grad()
+    model(x, labels=x).loss.backward()
+    opt.step(found_inf=torch.zeros(()))
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())

@@ -45,7 +45,7 @@ def test_accumulation_normalizes_by_valid_tokens(tmp_path):
     y1 = y.clone()
     y1[:2, :20] = -100  # micro-batch 1 has far fewer valid tokens than micro-batch 2
     t._micro_batches = lambda step: [(x[:2], y1[:2]), (x[2:], y1[2:])]
-    t.optimizer.step = lambda: None
+    t.optimizer.step = lambda found_inf=None: None
     t.optimizer.zero_grad = lambda set_to_none=True: None
     t.train_step(0)
     got = {n: p.grad.clone() for n, p in t.model.named_parameters()}
@@ -57,6 +57,8 @@ def test_accumulation_normalizes_by_valid_tokens(tmp_path):
 
 
 def test_nonfinite_loss_skips_then_aborts(tmp_path):
+    """The skip is decided on the device (no host read inside train_step); the streak is checked when
+    metrics are read (log steps)."""
     t = Trainer(micro_cfg(tmp_path, "--train.max_nonfinite", "3", "--train.steps", "10"), quiet=True)
     real = t.train_model.forward
     calls = {"n": 0}
@@ -70,20 +72,41 @@ def test_nonfinite_loss_skips_then_aborts(tmp_path):
 
     t.train_model.forward = poisoned
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
-    m1 = t.train_step(0)
+    m1 = t.read_step_metrics(t.train_step(0))
     assert not m1.get("skipped")
     after1 = {n: p.detach().clone() for n, p in t.model.named_parameters()}
-    m2 = t.train_step(1)
-    assert m2["skipped"] and t.nonfinite_total == 1
-    for n, p in t.model.named_parameters():  # the skipped step changed nothing
+    state1 = {k: {kk: vv.clone() for kk, vv in v.items()} for k, v in t.optimizer.state_dict()["state"].items()}
+    m2 = t.read_step_metrics(t.train_step(1))
+    assert m2["skipped"] and t.nonfinite_total == 1 and m2["nonfinite_total"] == 1
+    for n, p in t.model.named_parameters():  # the skipped step changed nothing: weights nor optimizer state
         assert torch.equal(p, after1[n])
+    for name, st in t.optimizer.state_dict()["state"].items():
+        for k, v in st.items():
+            assert torch.equal(v, state1[name][k]), (name, k)
     assert any(not torch.equal(before[n], after1[n]) for n in before)
     t.train_step(2)
     assert t.nonfinite_in_row == 0
     t.train_step(3)
     t.train_step(4)
+    m = t.train_step(5)  # the third non-finite step in a row: found when the metrics are read
     with pytest.raises(TrainingAborted, match="3 steps in a row"):
-        t.train_step(5)
+        t.read_step_metrics(m)
+
+
+def test_a_streak_between_log_steps_still_aborts_fit(tmp_path):
+    t = Trainer(micro_cfg(tmp_path, "--train.max_nonfinite", "2", "--train.steps", "10", "--train.log_every", "5"),
+                quiet=True)
+    real = t.train_model.forward
+
+    def poisoned(x, labels=None, **kw):
+        out = real(x, labels=labels, **kw)
+        out.loss = out.loss * float("nan")
+        return out
+
+    t.train_model.forward = poisoned
+    with pytest.raises(TrainingAborted, match="5 steps in a row"):
+        t.fit()
+    assert t.step == 5  # stopped at the first log step after the streak began
 
 
 def test_fit_writes_metrics_checkpoints_and_keeps_last_k(tmp_path):

@@ -6,6 +6,7 @@ import torch
 
 from nexus.config import ConfigError, ModelConfig, RunConfig
 from nexus.models import build_model
+from nexus.models.layers import RMSNorm
 from nexus.models.mixing import COMPONENTS, anchor_removed, mixers
 from nexus.models.modulated_mix import modulated_mix
 from nexus.models.reference.anchor_mixing_ref import reference_logits
@@ -37,10 +38,12 @@ def randomize_mixing(model, seed: int = 0) -> None:
             if mx.dynamic is not None:
                 mx.dynamic.fc2.weight.normal_(0, 0.5, generator=g)
                 mx.dynamic.fc2.bias.normal_(0, 0.5, generator=g)
-                mx.dynamic.norm.weight.copy_(0.5 + torch.rand(mx.dynamic.norm.weight.shape, generator=g))
+        # every RMSNorm gain (block pre-norms, QK-norms, anchor norms) off 1: with unit gains the
+        # pre-normed input already has RMS ~1, and a stray extra norm in front of the dynamic-mixing MLP
+        # would be invisible
         for mod in model.modules():
-            if type(mod).__name__ == "AnchorNorm":
-                mod.norm.weight.copy_(0.5 + torch.rand(mod.norm.weight.shape, generator=g))
+            if isinstance(mod, RMSNorm) and mod.weight is not None:
+                mod.weight.copy_(0.5 + torch.rand(mod.weight.shape, generator=g))
 
 
 ALL_ROWS = table2_presets("tiny")
@@ -123,11 +126,48 @@ def test_dynamic_gamma_is_exactly_half_after_construction_and_global_init():
         assert torch.count_nonzero(mx.dynamic.fc1.weight) > 0  # fc1 keeps its random init
 
 
-def test_static_lambda_starts_at_half():
-    model = build_model(micro_model_cfg("exo-e-tiny"))
+@pytest.mark.parametrize("preset", ["exo-e-tiny", "exo-h-tiny", "nures-s-tiny", "nures-e-nonorm-vg-tiny"])
+def test_static_lambda_starts_at_half(preset):
+    """Both coefficients (lambda1 on the anchor, lambda2 on the current projection) of every mixed
+    component start at 0.5, also after the model's global re-init."""
+    model = build_model(micro_model_cfg(preset))
+    for check in range(2):
+        seen = 0
+        for _, mx in mixers(model):
+            for c in mx.components:
+                for coef in (mx.anchor_coef[c], mx.current_coef[c]):
+                    assert torch.equal(coef, torch.full_like(coef, 0.5)), (preset, c)
+                    seen += 1
+        assert seen == 2 * len(mixers(model)) * len(mixers(model)[0][1].components) > 0
+        model.init_weights()
+
+
+def test_dynamic_mixing_is_eq6_on_the_pre_normed_input():
+    """Eq. 6: theta_DM = {W1 (d x 16), W2 (16 x 8), b (8)} and nothing else (no norm of its own), and
+    the MLP reads the attention's pre-normed input: with non-unit pre-norm gains, an extra RMSNorm
+    in front of W1 would change gamma."""
+    torch.manual_seed(3)
+    m = micro_model_cfg("exo-dynamic-e-tiny", n_layers=2)
+    model = build_model(m)
+    randomize_mixing(model)
     for _, mx in mixers(model):
-        for c in mx.components:
-            assert torch.equal(mx.anchor_coef[c], torch.full_like(mx.anchor_coef[c], 0.5))
+        shapes = sorted((n, tuple(p.shape)) for n, p in mx.dynamic.named_parameters())
+        assert shapes == [("fc1.weight", (16, m.d_model)), ("fc2.bias", (8,)), ("fc2.weight", (8, 16))]
+    layer, mx = model.layers[1], model.layers[1].attn.mixer
+    seen = {}
+    hooks = [layer.attn_norm.register_forward_hook(lambda mod, inp, out: seen.setdefault("h", out)),
+             mx.dynamic.register_forward_pre_hook(lambda mod, inp: seen.setdefault("dm_input", inp[0]))]
+    with torch.no_grad():
+        model(torch.randint(0, m.vocab_size, (2, 6)))
+    for hk in hooks:
+        hk.remove()
+    h = seen["h"]
+    assert torch.equal(seen["dm_input"], h)
+    W1, W2, b = mx.dynamic.fc1.weight, mx.dynamic.fc2.weight, mx.dynamic.fc2.bias
+    want = torch.sigmoid(torch.nn.functional.gelu(h @ W1.t()) @ W2.t() + b)
+    torch.testing.assert_close(mx.dynamic(h), want)
+    renormed = torch.sigmoid(torch.nn.functional.gelu((h / h.pow(2).mean(-1, keepdim=True).sqrt()) @ W1.t()) @ W2.t() + b)
+    assert (renormed - want).abs().max() > 1e-3  # the extra-norm form is distinguishable here
 
 
 @pytest.mark.parametrize("granularity,expect", [("elementwise", lambda H, hd: H * hd), ("headwise", lambda H, hd: H),
@@ -379,6 +419,9 @@ def test_every_table2_row_has_tiny_and_450m_presets_with_the_recipe():
     assert get_preset("gated-450m").model.n_layers == 29 and get_preset("base-transformer-450m").model.n_layers == 32
     one_b = get_preset("exo-dynamic-e-1b")
     assert one_b.model.d_model == 1536 and one_b.train.muon_lr == 0.003 and one_b.train.lr == 0.001
+    for name in ("gated-1b", "exo-dynamic-e-1b"):  # Table 4 keeps Table 3's 16 heads: 16 of 96 at d 1536
+        m = get_preset(name).model
+        assert (m.n_heads, m.hd, m.n_layers) == (16, 96, 32), name
 
 
 def test_paper_parameter_counts_at_450m_and_1b():

@@ -88,7 +88,29 @@ def test_table2_presets_match_the_ablation_rows(scale, baseline):
         n = param_count_for_config(cfg.model)["total"]
         assert (n == base_params) if shared else (n > base_params)  # shared weights: O(1) parameters
     if scale == "70m":
-        assert 60e6 < base_params < 80e6  # the Pythia-70M scale
+        assert abs(base_params - PYTHIA["70m"][3]) / PYTHIA["70m"][3] < 0.01  # the Pythia-70M scale
+
+
+# Pythia's published shapes and total parameter counts (Biderman et al. 2023, the suite's model table)
+PYTHIA = {"70m": (512, 6, 8, 70_426_624), "160m": (768, 12, 12, 162_322_944), "410m": (1024, 24, 16, 405_334_016),
+          "1b": (2048, 16, 8, 1_011_781_632)}
+
+
+@pytest.mark.parametrize("scale", ["160m", "410m", "1b"])
+def test_table1_presets_at_pythia_scales(scale):
+    d, layers, heads, params = PYTHIA[scale]
+    base = get_preset(f"pythia-{scale}-baseline").validate()
+    nexus = get_preset(f"nexus-qk-shared-{scale}").validate()
+    m = base.model
+    assert (m.d_model, m.n_layers, m.n_heads, m.max_seq_len, m.tie_embeddings) == (d, layers, heads, 2048, False)
+    n = param_count_for_config(m)["total"]
+    assert abs(n - params) / params < 0.01, (scale, n)  # SwiGLU 8/3 holds the parameters of Pythia's 4x MLP
+    a = nexus.model.attention
+    assert (a.order, a.ho_targets, a.ho_shared) == (2, "qk", True)
+    assert param_count_for_config(nexus.model)["total"] == n  # shared inner weights: no new parameters
+    nexus.model.attention = base.model.attention  # and nothing else differs
+    nexus.train.out_dir = base.train.out_dir
+    assert nexus.to_dict() | {"preset": ""} == base.to_dict() | {"preset": ""}
 
 
 @pytest.mark.parametrize("task", ["mqar", "khop"])

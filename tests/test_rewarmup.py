@@ -27,17 +27,19 @@ def test_curve_matches_eq_28():
     fn = make_rewarmup({"step": t_e, "rewarmup": {"rho": rho, "tau": tau}})
     eta_e = 2e-3 * lr_factor(t_e, tcfg)
     for t in (400, 401, 525, 649, 650, 651, 800, 999):
-        want = paper_f(t - t_e, tau, tcfg.steps - t_e, eta_e, rho * eta_e, 2e-3 * 0.1)
+        # T of eq. 25/28 is the last step, steps - 1: the baseline (schedule.lr_factor) reaches eta_min there
+        want = paper_f(t - t_e, tau, tcfg.steps - 1 - t_e, eta_e, rho * eta_e, 2e-3 * 0.1)
         assert fn(t, 2e-3, lr_factor(t, tcfg), tcfg) == pytest.approx(want, rel=1e-12)
     assert fn(t_e, 1.0, 0, tcfg) == pytest.approx(lr_factor(t_e, tcfg))  # continuous at the growth step
     assert fn(t_e + tau, 1.0, 0, tcfg) == pytest.approx(rho * lr_factor(t_e, tcfg))  # peak rho * eta(t_e)
-    assert fn(tcfg.steps, 1.0, 0, tcfg) == pytest.approx(0.1)  # shared eta_min at the end
+    assert fn(tcfg.steps - 1, 1.0, 0, tcfg) == pytest.approx(0.1) == pytest.approx(lr_factor(tcfg.steps - 1, tcfg))
 
 
-def _grown(optimizer: str, rewarmup_key: str = "rewarmup"):
+def _grown(optimizer: str, rewarmup_key: str = "rewarmup", schedule: str = "cosine"):
     torch.manual_seed(0)
     cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
-                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3, weight_decay=0.1))
+                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3, weight_decay=0.1,
+                                      schedule=schedule, decay_fraction=0.5))
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
     x = torch.randint(0, 64, (4, 16))
@@ -65,17 +67,21 @@ def _one_step(model, opt, x, step, tcfg, rewarmup):
     return {n: (before[n], p.detach().clone()) for n, p in model.named_parameters()}, opt2
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_old_entries_bitwise_baseline_new_entries_on_the_curve(optimizer):
-    model, cfg, opt, res, x = _grown(optimizer)
+@pytest.mark.parametrize("optimizer,schedule", [("adamw", "cosine"), ("muon", "cosine"), ("adamw", "wsd"),
+                                                ("adamw", "linear_warmdown"), ("adamw", "constant")])
+def test_old_entries_bitwise_baseline_new_entries_on_the_curve(optimizer, schedule):
+    """The per-parameter lr seen through real updates: old entries on eta(t), new ones on the formula."""
+    from test_rewarmup_schedules import paper_new_lr
+
+    model, cfg, opt, res, x = _grown(optimizer, schedule=schedule)
     rw = make_rewarmup(cfg.growth_history[-1])
     tc = cfg.train
-    for step in (6, 16, 26, 120):
+    for step in (6, 16, 26, 120, 180):
         with_rw, opt_rw = _one_step(model, opt, x, step, tc, rw)
         without, opt_base = _one_step(model, opt, x, step, tc, None)
         for g_rw, g_base in zip(opt_rw.param_groups, opt_base.param_groups):
             assert g_rw["lr"] == g_base["lr"] == g_base["base_lr"] * lr_factor(step, tc)  # baseline, exactly
-        ratio_want = rw(step, 1.0, None, tc) / lr_factor(step, tc)
+        ratio_want = paper_new_lr(step, 6, 1.3, 20, tc, lr_factor(6, tc)) / lr_factor(step, tc)
         checked = 0
         for name, (p0, p1) in with_rw.items():
             q1 = without[name][1]
@@ -112,3 +118,47 @@ def test_new_entries_get_their_own_adam_step_count():
     assert st["step"].shape == (48, 80)
     assert float(st["step"][:32, :48].min()) == 6 and float(st["step"][:, 48:].max()) == 0
     assert float(st["exp_avg"][:, 48:].abs().max()) == 0  # asymmetric reset: new slices start at zero
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_scaled_state_policy_scales_only_rescaled_fan_in_tensors(optimizer):
+    """SPARKLING Fig. 2 "asymmetric reset + scaled opt.": the old moments of each fan-in tensor get the
+    parameter's factor (m by alpha, v by alpha^2); fan-out tensors and gains keep their state; new
+    entries start at zero. alpha from eq. 16 (both sides copied, c = n'/n - 1 <= 1): 1/sqrt(1 + 3c)."""
+    torch.manual_seed(0)
+    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
+                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3))
+    model = build_model(cfg.model)
+    opt = build_optimizer(model, cfg.train)
+    x = torch.randint(0, 64, (4, 16))
+    for step in range(4):
+        set_lr(opt, step, cfg.train)
+        model(x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    spec = {"family": "width", "hidden": 64, "ffn": 80, "init": "copy,copy", "preserve": "rms"}
+    _, _, asym, _ = grow(model, cfg, {**spec, "optimizer_state": "asymmetric"}, opt.state_dict(), step=4)
+    _, _, scaled, _ = grow(model, cfg, {**spec, "optimizer_state": "scaled"}, opt.state_dict(), step=4)
+    a_h, a_f = 1 / math.sqrt(1 + 3 * (64 / 32 - 1)), 1 / math.sqrt(1 + 3 * (80 / 48 - 1))
+    first, second = ("momentum_buffer", None) if optimizer == "muon" else ("exp_avg", "exp_avg_sq")
+    # (parameter, slice of its old entries, factor growth applied to them)
+    cases = [("layers.0.attn.q_proj.weight", (slice(0, 32), slice(0, 32)), a_h),   # fan-in on hidden
+             ("layers.0.mlp.gate_proj.weight", (slice(0, 48), slice(0, 32)), a_h),  # fan-out ffn, fan-in hidden
+             ("layers.0.mlp.down_proj.weight", (slice(0, 32), slice(0, 48)), a_f),  # fan-out hidden, fan-in ffn
+             ("layers.0.attn.o_proj.weight", (slice(0, 32), slice(0, 32)), 1.0),  # fan-out only: untouched
+             ("embed.weight", (slice(0, 64), slice(0, 32)), 1.0),
+             ("layers.0.attn_norm.weight", (slice(0, 32),), 1.0)]
+    checked = 0
+    for name, old, alpha in cases:
+        sa, ss = asym.state_for(name), scaled.state_for(name)
+        if first not in sa:
+            continue  # Muon leaves 1-D gains / embeddings to its AdamW side
+        checked += 1
+        torch.testing.assert_close(ss[first][old], alpha * sa[first][old])
+        assert float(sa[first][old].abs().max()) > 0  # a real state, so the factor is seen
+        new = torch.ones_like(ss[first], dtype=torch.bool)
+        new[old] = False
+        assert float(ss[first][new].abs().sum()) == 0  # new entries still start at zero
+        if second and second in sa:
+            torch.testing.assert_close(ss[second][old], alpha ** 2 * sa[second][old])
+    assert checked >= 4

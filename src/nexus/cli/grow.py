@@ -21,18 +21,21 @@ def _family_modules():
     return mods
 
 
-def add_parser(sub) -> None:
+HEAVY_OPTIONS = True  # the family options import nexus.growth (and torch): added only when `grow` runs
+
+
+def add_parser(sub, detailed: bool = True) -> None:
     p = sub.add_parser("grow", help="grow a checkpoint and verify the growth",
                        description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
     p.add_argument("--out", required=True, metavar="DIR", help="where the grown checkpoint is written")
     p.add_argument("--optimizer-state", default="asymmetric", metavar="POLICY",
-                   help="asymmetric (old keep, new zero) | copy | drop | scaled")
-    p.add_argument("--state-scale", type=float, default=1.0, help="moment scale for --optimizer-state scaled")
+                   help="asymmetric (old keep, new zero) | copy | drop | scaled (asymmetric, and the old moments "
+                        "of rescaled fan-in tensors scaled like their weights: m by alpha, v by alpha^2)")
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
-    for mod in _family_modules():
+    for mod in (_family_modules() if detailed else []):
         mod.add_cli_args(p)
     p.set_defaults(func=run)
 
@@ -52,8 +55,6 @@ def run(args, extra) -> int:
     spec = specs[0]
     check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint])
     spec.setdefault("optimizer_state", args.optimizer_state)
-    if args.optimizer_state == "scaled":
-        spec["state_scale"] = args.state_scale
     report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
     if args.json:
         print(json.dumps(report, default=str))

@@ -92,16 +92,6 @@ def _plan_lm_eval(tasks: list[str] | None, include: str | None, limit: int | Non
             "limit": limit}
 
 
-def welch_p_value(a: list[float], b: list[float]) -> float | None:
-    """Two-sided Welch's t-test p-value; None when either side has fewer than two seeds."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy import stats
-
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return None if math.isnan(p) else p
-
-
 def _cached_eval(run_dir: Path, settings: dict, compute):
     """compute() once per run and settings: a finished run's checkpoint never changes, so a resumed or
     re-reported comparison reads the stored result instead of re-running a possibly long eval."""
@@ -149,7 +139,8 @@ def eval_summaries(per_run: list[dict], order: list[str], task: str | None, lm_s
 
     def add(metric: str, value_of, **extra):
         values = {p: [float(value_of(r)) for r in per_run if r["preset"] == p] for p in order}
-        evals.append({"metric": metric, **extra, "rows": summarize(values, order)})
+        seeds = [r["seed"] for r in per_run if r["preset"] == order[0]]
+        evals.append({"metric": metric, **extra, "rows": summarize(values, order, seeds)})
 
     if task:
         add(f"{task} accuracy", lambda r: r[f"{task}_accuracy"])
@@ -163,16 +154,22 @@ def eval_summaries(per_run: list[dict], order: list[str], task: str | None, lm_s
     return evals
 
 
-def summarize(values_by_preset: dict[str, list[float]], order: list[str]) -> list[dict]:
-    import statistics
+def summarize(values_by_preset: dict[str, list[float]], order: list[str], seeds: list[int] | None = None) -> list[dict]:
+    """Per preset: mean, std, 95% t-interval (nexus.experiments.stats), Welch's t-test against the first
+    preset, and, when both were run on the same seeds, the paired t-test and Wilcoxon test by seed."""
+    from .stats import describe, paired, welch
 
     rows = []
     ref = values_by_preset[order[0]]
     for i, name in enumerate(order):
         vals = values_by_preset[name]
-        rows.append({"preset": name, "values": vals, "mean": statistics.fmean(vals),
-                     "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-                     "p_value_vs_reference": None if i == 0 else welch_p_value(vals, ref)})
+        d = describe(vals)
+        row = {"preset": name, "values": vals, "mean": d["mean"], "std": d["std"], "ci_low": d["ci_low"],
+               "ci_high": d["ci_high"], "p_value_vs_reference": None if i == 0 else welch(vals, ref)}
+        if i and seeds is not None and len(vals) == len(ref) == len(seeds):
+            pt = paired(vals, ref)
+            row.update(paired_t_p=pt["t_p"], wilcoxon_p=pt["wilcoxon_p"], diff_vs_reference=pt["diff"])
+        rows.append(row)
     return rows
 
 
@@ -205,7 +202,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
             per_run[-1][f"{task}_accuracy"] = _task_accuracy(run_dir, task)
         if lm_spec:
             per_run[-1]["lm_eval"] = _lm_eval_results(run_dir, lm_spec)
-    rows = summarize(finals, plan["presets"])
+    rows = summarize(finals, plan["presets"], plan["seeds"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
                "runs": per_run, "flops_source": plan["runs"][0]["flops_source"],
                "evals": eval_summaries(per_run, plan["presets"], task, lm_spec)}
@@ -215,19 +212,25 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     return results
 
 
+def _p(p) -> str:
+    return "-" if p is None else f"{p:.3g}"
+
+
 def _stats_table(rows: list[dict]) -> list[str]:
-    lines = ["| preset | mean | std | seeds | p vs reference |", "|---|---|---|---|---|"]
+    lines = ["| preset | mean | std | 95% CI | seeds | Welch p | paired t p | Wilcoxon p |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        p = row["p_value_vs_reference"]
-        lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {len(row['values'])} | "
-                     f"{'-' if p is None else f'{p:.3g}'} |")
+        ci = "-" if row.get("ci_low") is None else f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+        lines.append(f"| {row['preset']} | {row['mean']:.4f} | {row['std']:.4f} | {ci} | {len(row['values'])} | "
+                     f"{_p(row['p_value_vs_reference'])} | {_p(row.get('paired_t_p'))} | {_p(row.get('wilcoxon_p'))} |")
     return lines
 
 
 def render_compare_report(r: dict) -> str:
     ref = r["rows"][0]["preset"]
     lines = [f"# Comparison at equal {r['equal']}", "",
-             f"Final validation loss, mean +- sample std over seeds; p: two-sided Welch's t-test against `{ref}`. "
+             f"Final validation loss, mean +- sample std over seeds, 95% Student-t interval of the mean; p: two-sided "
+             f"tests against `{ref}` (Welch: independent samples; paired t and Wilcoxon signed-rank: by seed). "
              f"Training FLOPs per token from: {r['flops_source']}.", "", *_stats_table(r["rows"])]
     for ev in r.get("evals", []):
         lines += ["", f"{ev['metric']} of the final checkpoints, mean +- sample std; p: Welch's t-test against "

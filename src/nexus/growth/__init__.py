@@ -37,11 +37,26 @@ class ParamMap:
     copy_source: for copy-initialized entries, per dimension an index tensor into the OLD tensor
         (len = new size along that dim) telling which old entry each new entry copies; used by the
         `copy` optimizer-state policy and the symmetry-lock metric (SPARKLING).
+    fan_in_scale: for tensors whose entries growth rescaled (SPARKLING's fan-in factor alpha), per
+        dimension the factor each index along it was multiplied by (len = new size along that dim);
+        used by the `scaled` optimizer-state policy.
     """
 
     old_name: str | None
     old_slices: tuple | None = None
     copy_source: dict[int, torch.Tensor] | None = None
+    fan_in_scale: dict[int, torch.Tensor] | None = None
+
+    def scale_of_old(self, old_shape) -> torch.Tensor | None:
+        """Old-tensor-shaped factor growth applied to each old entry (None: not rescaled)."""
+        if not self.fan_in_scale:
+            return None
+        out = torch.ones(tuple(old_shape))
+        for dim, f in self.fan_in_scale.items():
+            view = [1] * out.ndim
+            view[dim] = -1
+            out = out * f[: old_shape[dim]].float().view(view)
+        return out
 
     def new_mask(self, new_shape) -> torch.Tensor:
         """Float 0/1 tensor: 1 where the entry is new."""
@@ -136,13 +151,17 @@ def check_growth_applies(cfg: RunConfig) -> None:
 
 # ----------------------------------------------------------------------------- optimizer surgery
 def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
-                               scale: float = 1.0, mark_new: bool = True) -> None:
+                               mark_new: bool = True) -> None:
     """Move optimizer state from `old_state` (an OptimizerSet.state_dict()) into `new_optimizer`.
 
     asymmetric: old entries keep their state, new entries start at zero with their own step count 0
     copy: new entries copy the state of the entry they were copied from (ParamMap.copy_source), else zero
     drop: every state is discarded (fresh optimizer)
-    scaled: like asymmetric with old moments multiplied by `scale`
+    scaled: SPARKLING's "asymmetric reset + scaled opt." ablation (Fig. 2): asymmetric, and the old state
+        of every tensor growth rescaled (ParamMap.fan_in_scale, the fan-in factor alpha) gets the same
+        scaling as its parameter: first moments (AdamW exp_avg, Muon momentum) by alpha, second moments
+        (exp_avg_sq) by alpha^2, so Adam's update m/sqrt(v) keeps its size relative to the weights.
+        Tensors growth did not rescale (fan-out, gains, other families) keep their state as is.
     AdamW's step becomes a per-element tensor wherever old and new entries share a tensor, so new
     entries get Adam's bias correction from their own first step (torch keeps one step per tensor).
     `mark_new` stores `new_mask` so a re-warmup schedule can address the new entries.
@@ -150,6 +169,8 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
     if policy not in OPTIMIZER_STATE_POLICIES:
         raise ConfigError(f"--optimizer-state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
     old = old_state.get("state", {}) if old_state else {}
+    # per-element steps and re-warmup masks need the hand-written AdamW (torch's keeps one step per tensor)
+    new_optimizer.use_elementwise_adamw()
     for opt in new_optimizer.optimizers.values():
         for group in opt.param_groups:
             for p in group["params"]:
@@ -171,14 +192,22 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                         if not torch.is_tensor(val) or val.shape == () :
                             st[key] = val
                             continue
-                        st[key] = _grow_tensor_state(val, p, pm, policy, scale)
+                        st[key] = _grow_tensor_state(val, p, pm, policy, _STATE_POWER.get(key, 0))
                 if mark_new and mask is not None:  # has_new: the mask has new entries (no full scan)
                     st["new_mask"] = mask
                 if st:
                     opt.state[p] = st
 
 
-def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, scale: float) -> torch.Tensor:
+# How a state tensor scales with its parameter: first moments linearly, second moments quadratically.
+_STATE_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
+
+
+def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, power: int) -> torch.Tensor:
+    if policy == "scaled" and power:
+        factor = pm.scale_of_old(val.shape)
+        if factor is not None:
+            val = val * factor.to(val.device, val.dtype) ** power
     if pm.old_slices is None and tuple(val.shape) == tuple(p.shape):
         out = val.to(p.device)  # the old state is a snapshot (state_dict / file) owned by us: no second copy
     else:
@@ -187,8 +216,6 @@ def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy:
         if policy == "copy" and pm.copy_source:
             new = pm.new_mask(p.shape).to(p.device).bool()
             out[new] = _copied_state(val, p, pm)[new]
-    if policy == "scaled":
-        out = out * scale
     return out
 
 
@@ -243,9 +270,9 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     new_cfg.validate()
     new_opt = build_optimizer(result.model, new_cfg.train)
     policy = spec.get("optimizer_state", "asymmetric")
-    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy,
-                               float(spec.get("state_scale", 1.0)))
+    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy)
     if result.record.get("rewarmup_all"):  # the re-warmup baseline: every entry follows the new-entry lr
+        new_opt.use_elementwise_adamw()
         for opt in new_opt.optimizers.values():
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -281,17 +308,21 @@ def grow_in_training(trainer, spec: dict) -> dict:
     """Grow the trainer's model at the current step, carrying optimizer state, schedule and RNG."""
     spec = dict(spec)
     rng = torch.get_rng_state()
-    new_model, new_cfg, new_opt, result = grow(trainer.model, trainer.cfg, spec, trainer.optimizer.state_dict(),
-                                               trainer.step)
+    # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
+    # itself is the single-process code, and the trainer shards the grown model again (set_model).
+    old_model, old_state = trainer.full_model_and_optimizer_state()
+    new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
     torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
-    from .diagnostics import SymmetryLockMonitor, rms_ratio_report
+    from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
 
     x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
     probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-    result.report.update(rms_ratio_report(trainer.model, new_model, new_cfg.model.vocab_size, probe))
-    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, SymmetryLockMonitor)]
-    if any(pm.copy_source for pm in result.param_maps.values()):
-        trainer.callbacks.append(SymmetryLockMonitor(result.param_maps))
+    result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
+    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, PostGrowthMonitor)]
+    # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
+    ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
+    ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
+    trainer.callbacks.append(PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids)))
     trainer.cfg = new_cfg
     trainer.set_model(new_model, new_opt)
     restore_training_extras(trainer)

@@ -1,15 +1,26 @@
-"""SPARKLING asymmetric learning-rate re-warmup (eq. 25-28) for freshly grown entries.
+"""SPARKLING asymmetric learning-rate re-warmup (eq. 25-28) for freshly grown entries, under every
+baseline schedule.
 
 Old parameters stay exactly on the baseline schedule eta(t) (the trainer's `set_lr`). Entries marked
-new in the optimizer state (`state["new_mask"]`) follow
+new in the optimizer state (`state["new_mask"]`) follow eq. 28, eta_new(t) = f(t - t_e; tau_w, ...):
+the baseline schedule's own function f, restarted at the growth step t_e with a warmup of tau_w steps
+from eta_e = eta(t_e) to rho*eta_e, then the baseline's decay *shape* down to the same final lr at the
+same last step as the old entries:
 
-    eta_new(t) = eta_e + (rho*eta_e - eta_e) * (t - t_e) / tau_w            for t_e <= t < t_e + tau_w
-               = eta_min + (rho*eta_e - eta_min) * psi((t - t_e - tau_w) / (T - t_e - tau_w))   after
+    eta_new(t) = eta_e + (rho*eta_e - eta_e) * (t - t_e) / tau_w         for t_e <= t < t_e + tau_w
+               = eta_min + (rho*eta_e - eta_min) * d(t)                  after
 
-with eta_e = eta(t_e), psi(x) = (1 + cos(pi x)) / 2 and eta_min the baseline's final lr. The optimizers
-apply this per-element lr to the *update* (after Adam's normalisation / Muon's orthogonalisation),
-so it works under both. The `rewarmup-all` baseline uses the same curve with every entry marked new
-(`mark_all_new`, done by `nexus.growth.grow` when the record says `rewarmup_all`).
+where d(t) falls from 1 to 0 over the baseline's decay window, started no earlier than t_e + tau_w:
+  cosine           d = psi((t - t_e - tau_w) / (T_last - t_e - tau_w)), psi(x) = (1 + cos(pi x)) / 2
+                   (the paper's eq. 28: the decay window is everything after the warmup)
+  wsd, linear_warmdown  flat (d = 1) up to the baseline's last flat step D - 1 (D: start of the last
+                   decay_fraction of the steps), then linear to 0 at T_last, the same window as the old
+                   entries; linear from t_e + tau_w instead when the re-warmup ends inside that window
+  constant         d = 1: no decay, the new entries stay at rho*eta_e
+T_last = steps - 1 is the step on which the baseline itself reaches its final lr (schedule.lr_factor).
+The optimizers apply this per-element lr to the *update* (after Adam's normalisation / Muon's
+orthogonalisation), so it works under both. The `rewarmup-all` baseline uses the same curve with every
+entry marked new (done by `nexus.growth.grow` when the record says `rewarmup_all`).
 """
 from __future__ import annotations
 
@@ -19,18 +30,33 @@ from ..config import ConfigError
 from ..train.schedule import lr_factor
 
 
+def _decay_shape(step: int, start: int, tcfg) -> float:
+    """d(step) of the module docstring: 1 before the decay window, 0 at the last step."""
+    last = tcfg.steps - 1
+    if tcfg.schedule == "constant":
+        return 1.0
+    if tcfg.schedule == "cosine":
+        span = max(last - start, 1)
+        return 0.5 * (1.0 + math.cos(math.pi * min(max(step - start, 0) / span, 1.0)))
+    # wsd / linear_warmdown: the baseline's decay window as schedule.lr_factor places it (its last flat
+    # step is D - 1), or from the end of the re-warmup when that comes later
+    decay_steps = max(int(round(tcfg.steps * tcfg.decay_fraction)), 1)
+    anchor = max(tcfg.steps - decay_steps - 1, start)
+    if step <= anchor:
+        return 1.0
+    return 1.0 - min((step - anchor) / max(last - anchor, 1), 1.0)
+
+
 def rewarmup_factor(step: int, t_e: int, rho: float, tau: int, tcfg) -> float:
     """eta_new(step) / peak lr, for step >= t_e (before t_e the baseline factor is returned)."""
-    base_e = lr_factor(t_e, tcfg)
     if step < t_e:
         return lr_factor(step, tcfg)
-    floor = tcfg.min_lr_ratio
+    base_e = lr_factor(t_e, tcfg)
     peak = rho * base_e
     if step < t_e + tau:
         return base_e + (peak - base_e) * (step - t_e) / tau
-    span = max(tcfg.steps - t_e - tau, 1)
-    progress = min((step - t_e - tau) / span, 1.0)
-    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    floor = tcfg.min_lr_ratio
+    return floor + (peak - floor) * _decay_shape(step, t_e + tau, tcfg)
 
 
 def make_rewarmup(record: dict):

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .layers import RMSNorm, at_least_fp32
+from .layers import RMSNorm
 from .modulated_mix import modulated_mix
 
 COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
@@ -162,14 +162,14 @@ class AnchorCapture(nn.Module):
 
 # ----------------------------------------------------------------------------- mixing
 class DynamicMixing(nn.Module):
-    """RMSNorm(x) -> Linear(d, 16, no bias) -> GELU -> Linear(16, 8) -> sigmoid: 8 per-token factors
-    (gamma1, gamma2 for q, k, v, g). The last Linear starts at exactly zero so gamma = 0.5; that init
-    lives in reset_special_parameters, which the model runs after its global init (the released
-    ExoFormer code lost it to a later global re-init)."""
+    """Eq. 6: gamma = sigmoid(GELU(H W1) W2 + b), with H the layer's pre-normed input (the same tensor
+    the Q/K/V/G projections read; no norm of its own), W1 (d, 16) without bias, W2 (16, 8) with bias:
+    8 per-token factors (gamma1, gamma2 for q, k, v, g). W2 and b start at exactly zero so gamma = 0.5;
+    that init lives in reset_special_parameters, which the model runs after its global init (the
+    released ExoFormer code lost it to a later global re-init)."""
 
-    def __init__(self, d_model: int, hidden: int, eps: float):
+    def __init__(self, d_model: int, hidden: int):
         super().__init__()
-        self.norm = RMSNorm(d_model, eps)
         self.fc1 = nn.Linear(d_model, hidden, bias=False)
         self.fc2 = nn.Linear(hidden, 2 * len(COMPONENTS), bias=True)
         self.reset_special_parameters()
@@ -179,14 +179,7 @@ class DynamicMixing(nn.Module):
         nn.init.zeros_(self.fc2.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # fc1(RMSNorm(x)) computed as rsqrt(mean(x^2) + eps) * (x @ (gain * W1)^T): the per-token scale
-        # commutes with the Linear, so it multiplies 16 outputs instead of d inputs. Same function,
-        # but no full-size normalized copy of x forward and none of its backward passes.
-        xf = x.to(at_least_fp32(x.dtype))
-        inv_rms = torch.rsqrt(torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square() / x.shape[-1]
-                              + self.norm.eps)
-        h = F.linear(xf, (self.fc1.weight * self.norm.weight).to(xf.dtype)) * inv_rms
-        return torch.sigmoid(self.fc2(F.gelu(h.to(x.dtype))))
+        return torch.sigmoid(self.fc2(F.gelu(self.fc1(x))))
 
     def flops_per_token(self, seq_len: int) -> float:
         return 0.0  # GELU on 16 values and sigmoid on 8: negligible next to its two Linears
@@ -213,7 +206,7 @@ class AnchorMixer(nn.Module):
             for c in self.components:
                 self.anchor_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
                 self.current_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
-        self.dynamic = DynamicMixing(cfg.d_model, m.dynamic_hidden, cfg.norm_eps) if m.dynamic else None
+        self.dynamic = DynamicMixing(cfg.d_model, m.dynamic_hidden) if m.dynamic else None
 
     def _coef(self, c: str) -> nn.Parameter:
         return nn.Parameter(torch.full((self._numel(c),), self.init_value))

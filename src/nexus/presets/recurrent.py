@@ -6,10 +6,15 @@
 | nexus-base   | ~100M  | 6     | 8       | 3      | 144 |
 | nexus-medium | ~200M  | 8     | 10      | 3      | 240 |
 
-The table's ternary sizes (params x ~1.6 bits) only hold if nearly every parameter is ternary, i.e.
-a small vocabulary: the presets use the byte tokenizer (offline, no download), so the parameters sit
-in the ternary SwiGLU blocks. nexus-small keeps the seed's width 512; the SwiGLU inner sizes are
-chosen so the totals match the table (check with `nexus presets --filter nexus`).
+Sizes: a conventional SwiGLU ratio (hidden = 8/3 d_model, rounded up to a multiple of 64) and the
+widths that then give the table's parameter counts. The table's ternary sizes (params x ~1.6 bits)
+only hold if nearly every parameter is ternary, i.e. a small vocabulary: the presets use the byte
+tokenizer (offline, no download), so the parameters sit in the ternary SwiGLU blocks. The price is
+width: the seed's pseudo-code shows width 512 for nexus-small, and 2 layers of width 512 with an 8/3
+SwiGLU hold only 4.3M parameters, not 40M; the table and that width cannot both hold at a
+conventional ratio with a small vocabulary. We keep the table (params, ternary MB, depth) and widen:
+768 / 1536 / 2048 / 2880. For the seed's literal width run
+`--model.d_model 512 --model.ffn_hidden 1408`.
 Training recipe of the seed: AdamW (0.9, 0.95), wd 0.01, clip 1.0, cosine with 500 warmup steps,
 lr 3e-4 (1e-4 for SFT, set by the env-var entry point), micro-batch 4 x accumulation 8, seq 256.
 """
@@ -19,7 +24,14 @@ from ..config import DataConfig, ModelConfig, RecurrentConfig, RunConfig, TrainC
 from . import register
 
 
-def _nexus(d_model: int, n_layers: int, ffn_hidden: int, n_sup: int, t_inner: int, name: str) -> RunConfig:
+def swiglu_hidden(d_model: int) -> int:
+    """The conventional SwiGLU inner size: 8/3 d_model (same parameters as a 4x two-matrix MLP),
+    rounded up to a multiple of 64."""
+    return -(-8 * d_model // (3 * 64)) * 64
+
+
+def _nexus(d_model: int, n_layers: int, n_sup: int, t_inner: int, name: str) -> RunConfig:
+    ffn_hidden = swiglu_hidden(d_model)
     return RunConfig(
         model=ModelConfig(arch="recurrent", d_model=d_model, n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden,
                           max_seq_len=1024, recurrent=RecurrentConfig(n_sup=n_sup, t_inner=t_inner)),
@@ -30,24 +42,28 @@ def _nexus(d_model: int, n_layers: int, ffn_hidden: int, n_sup: int, t_inner: in
     )
 
 
-@register("nexus-tiny", "NEXUS v4.1 depth-recurrent ternary ~10M: 2 layers x T_inner 4 x N_sup 4 = depth 32")
+_SIZES = "width set so an 8/3 SwiGLU gives the table's params"
+
+
+@register("nexus-tiny", f"NEXUS v4.1 ~10M, 2x768, SwiGLU 2048: T_inner 4 x N_sup 4 = depth 32 ({_SIZES})")
 def nexus_tiny() -> RunConfig:
-    return _nexus(384, 2, 4352, n_sup=4, t_inner=4, name="nexus-tiny")
+    return _nexus(768, 2, n_sup=4, t_inner=4, name="nexus-tiny")
 
 
-@register("nexus-small", "NEXUS v4.1 ~40M (seed default, width 512): 2 layers x T_inner 6 x N_sup 4 = depth 48")
+@register("nexus-small", f"NEXUS v4.1 ~40M (seed default), 2x1536, SwiGLU 4096: T_inner 6 x N_sup 4 = depth 48 "
+                         f"({_SIZES}; the seed's width 512 would hold 4.3M)")
 def nexus_small() -> RunConfig:
-    return _nexus(512, 2, 13056, n_sup=4, t_inner=6, name="nexus-small")
+    return _nexus(1536, 2, n_sup=4, t_inner=6, name="nexus-small")
 
 
-@register("nexus-base", "NEXUS v4.1 ~100M: 3 layers x T_inner 8 x N_sup 6 = depth 144")
+@register("nexus-base", f"NEXUS v4.1 ~100M, 3x2048, SwiGLU 5504: T_inner 8 x N_sup 6 = depth 144 ({_SIZES})")
 def nexus_base() -> RunConfig:
-    return _nexus(768, 3, 14464, n_sup=6, t_inner=8, name="nexus-base")
+    return _nexus(2048, 3, n_sup=6, t_inner=8, name="nexus-base")
 
 
-@register("nexus-medium", "NEXUS v4.1 ~200M: 3 layers x T_inner 10 x N_sup 8 = depth 240")
+@register("nexus-medium", f"NEXUS v4.1 ~200M, 3x2880, SwiGLU 7680: T_inner 10 x N_sup 8 = depth 240 ({_SIZES})")
 def nexus_medium() -> RunConfig:
-    return _nexus(1024, 3, 21696, n_sup=8, t_inner=10, name="nexus-medium")
+    return _nexus(2880, 3, n_sup=8, t_inner=10, name="nexus-medium")
 
 
 @register("nexus-micro", "NEXUS v4.1 2x64, T_inner 3 x N_sup 2: seconds-scale runs for tests and smoke checks")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import TrainConfig
-from .optim import AdamW, Muon, OptimizerSet
+from .optim import AdamW, Muon, OptimizerSet, torch_adamw
 
 
 def is_embedding_like(name: str) -> bool:
@@ -35,9 +35,12 @@ def build_optimizer(model: nn.Module, tcfg: TrainConfig) -> OptimizerSet:
         adam_groups.append({"params": buckets["decay"], "weight_decay": tcfg.weight_decay, "name": "decay"})
     if buckets["no_decay"]:
         adam_groups.append({"params": buckets["no_decay"], "weight_decay": 0.0, "name": "no_decay"})
-    if adam_groups:
-        opts["adamw"] = AdamW(adam_groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps,
-                              cautious_wd=tcfg.cautious_wd)
+    if adam_groups and tcfg.cautious_wd:  # torch's AdamW has no cautious weight decay
+        opts["adamw"] = AdamW(adam_groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps, cautious_wd=True)
+    elif adam_groups:
+        # torch's AdamW (fused / foreach); growth swaps in the hand-written one when it installs
+        # per-element steps or re-warmup masks (OptimizerSet.use_elementwise_adamw)
+        opts["adamw"] = torch_adamw(adam_groups, lr=tcfg.lr, betas=tcfg.betas, eps=tcfg.eps)
     if buckets["muon"]:
         opts["muon"] = Muon([{"params": buckets["muon"], "name": "muon"}], lr=tcfg.muon_lr, momentum=tcfg.muon_momentum,
                             weight_decay=tcfg.muon_wd, ns_steps=tcfg.muon_ns_steps, ns_method=tcfg.muon_ns,

@@ -25,7 +25,9 @@ from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
+from ..models.output import IGNORE_INDEX
 from . import distributed as D
+from .health import StepHealth
 from . import run_dir as R
 from .memory import check_training_memory
 from .param_groups import build_optimizer
@@ -81,6 +83,9 @@ class Trainer:
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
+        from .loggers import check_log_targets
+
+        check_log_targets(cfg.train.log_to)  # a missing tensorboard / wandb fails before anything is written
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
@@ -101,11 +106,12 @@ class Trainer:
         elif init_model.cfg.vocab_size < self.data.vocab_size:
             raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
                               f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
-        self.model = init_model.to(self.device)
+        self.mesh = None
+        self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
         self.step = 0
-        self.nonfinite_in_row = 0
-        self.nonfinite_total = 0
+        self.health = StepHealth(self.device)
+        self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
         self.resumed_step = None
         if tstate is not None:
@@ -121,9 +127,31 @@ class Trainer:
         np.random.seed(seed)
         torch.manual_seed(seed)
 
+    @property
+    def _fsdp(self) -> bool:
+        return self.world > 1 and self.cfg.train.parallel == "fsdp2"
+
+    def _prepare(self, model):
+        """Move to the device, add activation checkpointing, and shard under FSDP2 (before the
+        optimizer is built: it must see the sharded parameters)."""
+        model = model.to(self.device)
+        if self.cfg.train.activation_checkpointing:
+            from .fsdp import apply_activation_checkpointing
+
+            apply_activation_checkpointing(model)
+        if self._fsdp:
+            from .fsdp import make_mesh, shard_model
+
+            if self.mesh is None:
+                self.mesh = make_mesh(self.device, self.world)
+            shard_model(model, self.mesh)
+        return model
+
     def _wrap(self) -> None:
         self.train_model = self.model
-        if self.world > 1:
+        self._ddp = False
+        if self.world > 1 and not self._fsdp:
+            self._ddp = True
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
@@ -131,25 +159,53 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
 
     def set_model(self, model, optimizer) -> None:
-        """Swap in a new model and optimizer (growth mid-training)."""
-        self.model = model.to(self.device)
+        """Swap in a new model and optimizer (growth mid-training). Under FSDP2 `model` is a plain
+        (unsharded) grown model and `optimizer` its optimizer with full transplanted state: the model
+        is sharded here and the state sharded like it."""
+        if self._fsdp:
+            from .fsdp import shard_state
+
+            full = optimizer.state_dict()
+            self.model = self._prepare(model)
+            optimizer = build_optimizer(self.model, self.cfg.train)
+            optimizer.load_state_dict(shard_state(full, self.model))
+        else:
+            self.model = self._prepare(model)
         self.optimizer = optimizer
         self._wrap()
 
-    def trainer_state(self) -> dict:
+    def full_model_and_optimizer_state(self):
+        """(model, optimizer state dict) as a single process would hold them: under FSDP2 an unsharded
+        copy of the model and the gathered optimizer state (collective), else the live objects."""
+        if not self._fsdp:
+            return self.model, self.optimizer.state_dict()
+        from .fsdp import full_model_state, full_optimizer_state
+
+        plain = build_model(self.cfg.model)
+        plain.load_state_dict(full_model_state(self.model))
+        return plain, full_optimizer_state(self.optimizer.state_dict())
+
+    def trainer_state(self, with_optimizer: bool = True) -> dict:
         rng = {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(
             np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": self.nonfinite_total,
-                "optimizer": self.optimizer.state_dict(), "rng": rng}
+        st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
+        if with_optimizer:
+            st["optimizer"] = self.optimizer.state_dict()
+        return st
 
     def _restore(self, st: dict) -> None:
         try:
-            self.optimizer.load_state_dict(st["optimizer"])
+            opt_state = st["optimizer"]
+            if self._fsdp:  # the stored state is full (any world size): keep this rank's shards
+                from .fsdp import shard_state
+
+                opt_state = shard_state(opt_state, self.model)
+            self.optimizer.load_state_dict(opt_state)
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
-            self.nonfinite_total = int(st.get("nonfinite_total", 0))
+            self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -161,46 +217,78 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop pieces
     def _micro_batches(self, step: int):
+        """This rank's slices of the step's global micro-batches. Every rank draws the whole global
+        batch, so the global valid-token count is known here without a collective."""
         tc = self.cfg.train
-        return [self.data.train_batch(step, m, tc.batch_size, self.rank, self.world) for m in range(tc.grad_accum)]
+        out, total = [], 0
+        for m in range(tc.grad_accum):
+            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world)
+            total += int((y != IGNORE_INDEX).sum())  # CPU labels, before any copy to the device
+            mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
+            out.append((x[mine], y[mine]))
+        self._global_tokens = total
+        return out
 
     def train_step(self, step: int) -> dict:
+        """One optimizer step without host syncs. Returns device tensors ("loss", "grad_norm",
+        "finite") and host numbers ("step", "lr_factor", "tokens"); `read_step_metrics` turns them into
+        floats at log steps. A step whose loss or gradient norm is not finite changes nothing: the
+        optimizer skips it on the device (found_inf), and the streak counters live on the device."""
         tc = self.cfg.train
         lr_factor = set_lr(self.optimizer, step, tc, self.rewarmup)
         batches = self._micro_batches(step)
-        local_tokens = sum(int((y != -100).sum()) for _, y in batches)
-        total_tokens = int(D.all_reduce_sum(local_tokens, self.device))
-        loss_sum = 0.0
+        local_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in batches)  # CPU labels: no sync
+        total_tokens = local_tokens if self.world == 1 else self._global_tokens
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for i, (x, y) in enumerate(batches):
-            x, y = x.to(self.device), y.to(self.device)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1
-            ctx = self.train_model.no_sync() if (self.world > 1 and not sync) else _null()
+            ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else _null()
+            if self._fsdp:  # FSDP2: reduce-scatter gradients only after the last micro-batch
+                self.train_model.set_requires_gradient_sync(sync)
             with ctx, self._autocast():
                 out = self.train_model(x, labels=y)
-                # Weight each micro-batch by its share of all valid tokens in the global step; DDP then
-                # averages over ranks, so multiply by world to get sum/total.
-                scaled = out.loss * (out.n_tokens / max(total_tokens, 1)) * self.world
+                # Weight each micro-batch by its share of all valid tokens in the global step; DDP / FSDP
+                # then average over ranks, so multiply by world to get sum/total.
+                scaled = out.loss * (out.n_valid / max(total_tokens, 1)) * self.world
             scaled.backward()
-            loss_sum += float(out.loss.detach()) * out.n_tokens
-        loss = D.all_reduce_sum(loss_sum, self.device) / max(total_tokens, 1)
-        metrics = {"step": step + 1, "loss": loss, "lr_factor": lr_factor, "tokens": total_tokens}
+            loss_sum = loss_sum + out.loss.detach().float() * out.n_valid
+        if self.world > 1:
+            D.all_reduce_tensor(loss_sum)
+        loss = loss_sum / max(total_tokens, 1)
         # The norm is taken even without clipping: a finite loss can still come with NaN/inf gradients,
         # and applying them would poison every weight.
-        gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
-        metrics["grad_norm"] = gn
-        if not (math.isfinite(loss) and math.isfinite(gn)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.nonfinite_in_row += 1
-            self.nonfinite_total += 1
-            metrics.update(skipped=True, nonfinite_total=self.nonfinite_total)
-            if self.nonfinite_in_row >= tc.max_nonfinite:
-                raise TrainingAborted(f"loss or gradient norm was non-finite for {self.nonfinite_in_row} steps in a row "
-                                      f"(train.max_nonfinite={tc.max_nonfinite}); lower train.lr or check the data")
-            return metrics
-        self.nonfinite_in_row = 0
-        self.optimizer.step()
+        gn = D.clip_grad_norm(self.model.parameters(), tc.grad_clip)
+        finite = torch.isfinite(loss) & torch.isfinite(gn)
+        self.optimizer.step(found_inf=(~finite).float())
         self.optimizer.zero_grad(set_to_none=True)
-        return metrics
+        self.health.update(finite)
+        return {"step": step + 1, "loss": loss, "grad_norm": gn, "finite": finite, "lr_factor": lr_factor,
+                "tokens": total_tokens}
+
+    def read_step_metrics(self, m: dict) -> dict:
+        """Host copy of one step's metrics (one device->host transfer), and the non-finite check: aborts
+        when some streak of skipped steps since the last read reached train.max_nonfinite."""
+        vals = torch.stack([m["loss"].float(), m["grad_norm"].float(), m["finite"].float()]).tolist()
+        out = {k: v for k, v in m.items() if k not in ("loss", "grad_norm", "finite")}
+        out.update(loss=vals[0], grad_norm=vals[1])
+        total, worst = self.health.read()
+        if not vals[2]:
+            out.update(skipped=True)
+        if total:
+            out["nonfinite_total"] = total
+        if worst >= self.cfg.train.max_nonfinite:
+            raise TrainingAborted(f"loss or gradient norm was non-finite for {worst} steps in a row "
+                                  f"(train.max_nonfinite={self.cfg.train.max_nonfinite}); lower train.lr or check the data")
+        return out
+
+    @property
+    def nonfinite_total(self) -> int:
+        return int(self.health.total)
+
+    @property
+    def nonfinite_in_row(self) -> int:
+        return self.health.in_row_now()
 
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":
@@ -239,9 +327,17 @@ class Trainer:
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        if self._metric_log is None:
+            from .loggers import MetricLog
+
+            tc = self.cfg.train
+            self._metric_log = MetricLog(self.out_dir, tc.log_to, self.cfg.to_dict(), tc.wandb_project)
+        self._metric_log.write(record)
+
+    def close_logs(self) -> None:
+        if self._metric_log is not None:
+            self._metric_log.close()
+            self._metric_log = None
 
     def say(self, msg: str) -> None:
         if self.is_main and not self.quiet:
@@ -250,16 +346,29 @@ class Trainer:
             tqdm.write(msg)
 
     def save(self, path: Path) -> Path:
+        """Rank 0 writes a safetensors checkpoint; under FSDP2 every rank must call this and each
+        writes its shards (torch.distributed.checkpoint)."""
         try:
+            if self._fsdp:
+                from .sharded_checkpoint import save_sharded
+
+                return save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
+                                    self.trainer_state(with_optimizer=False))
             return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
         except NonFiniteWeightsError as e:
             last = R.latest_checkpoint(self.out_dir)
             raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
                                   f"{last or 'none'}; lower train.lr") from None
 
+    @property
+    def _writes_checkpoints(self) -> bool:
+        return self.is_main or self._fsdp  # FSDP2: a collective save on every rank
+
     def _save_periodic(self) -> None:
         tc = self.cfg.train
         self.save(self.out_dir / f"step_{self.step:07d}")
+        if not self.is_main:
+            return
         # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
         # (save refuses NaN/inf weights), so the newest finite one is always kept.
         older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
@@ -269,6 +378,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
+        try:
+            return self._fit()
+        finally:
+            self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
+
+    def _fit(self) -> dict:
         from tqdm import tqdm
 
         tc = self.cfg.train
@@ -285,6 +400,7 @@ class Trainer:
         t_last, tok_last = time.perf_counter(), 0
         result: dict = {"params": n_params}
         last_val = None
+        skipped_before = int(self.health.total)
         while self.step < tc.steps:
             if tc.grow_at and self.step == tc.grow_at and not _already_grown(self.cfg, tc.grow_at):
                 from ..growth import grow_in_training
@@ -295,7 +411,15 @@ class Trainer:
             self.step += 1
             self.tokens_seen += int(m["tokens"])
             tok_last += int(m["tokens"])
-            if self.step % tc.log_every == 0 or self.step == tc.steps or m.get("skipped"):
+            log_now = self.step % tc.log_every == 0 or self.step == tc.steps
+            evaluating = tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps
+            if log_now or evaluating:  # the only places a step's numbers reach the host
+                m = self.read_step_metrics(m)
+                new_skips = m.get("nonfinite_total", 0) - skipped_before
+                skipped_before = m.get("nonfinite_total", 0)
+                if new_skips:
+                    m["skipped_since_last_log"] = new_skips
+            if log_now:
                 dt = time.perf_counter() - t_last
                 m.update(tokens_per_s=tok_last / max(dt, 1e-9), tokens_seen=self.tokens_seen,
                          lr=self.optimizer.param_groups[0]["lr"], params=n_params, **memory_stats(self.device))
@@ -308,27 +432,29 @@ class Trainer:
                     # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
                     self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
                              f"{m['tokens_per_s']:.0f} tok/s")
-                if m.get("skipped"):
-                    self.say(f"step {self.step}: non-finite loss or gradient norm, step skipped "
-                             f"({self.nonfinite_total} so far)")
+                if m.get("skipped_since_last_log"):
+                    self.say(f"step {self.step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
+                             f"norm skipped since the last log ({m['nonfinite_total']} so far)")
             bar.update(1)
-            if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+            if evaluating:
                 last_val = self.evaluate()
                 self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
                 self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
-            if tc.sample_every and self.step % tc.sample_every == 0 and self.is_main:
-                self.say(f"sample @ {self.step}: {self.sample()!r}")
-            if tc.save_every and self.step % tc.save_every == 0 and self.is_main and self.step < tc.steps:
+            if tc.sample_every and self.step % tc.sample_every == 0 and self._writes_checkpoints:
+                text = self.sample()  # under FSDP2 every rank runs the (identical) generation: it gathers weights
+                self.say(f"sample @ {self.step}: {text!r}")
+            if tc.save_every and self.step % tc.save_every == 0 and self._writes_checkpoints and self.step < tc.steps:
                 self._save_periodic()
         bar.close()
         last_val = self.evaluate()
         self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen, "final": True})
         result.update(step=self.step, val_loss=last_val, val_ppl=math.exp(min(last_val, 50)), tokens_seen=self.tokens_seen)
-        if self.is_main:
+        if self._writes_checkpoints:
             sample = self.sample()
             result["sample"] = sample
             ckpt = self.save(self.out_dir / "checkpoint")
             result["checkpoint"] = str(ckpt)
+        if self.is_main:
             self.say(f"final: val loss {last_val:.4f} (ppl {result['val_ppl']:.2f}) after {self.step} steps, "
                      f"{self.tokens_seen:,} tokens")
             if sample:

@@ -1,5 +1,7 @@
 """Slow, literal ExoFormer / NuResFormer / ResFormer forward pass, written from the paper's
 equations (eq. 1-7, appendix A) with explicit per-head loops and an explicit causal softmax.
+The dynamic-mixing factors follow eq. 6 token by token on the pre-normed layer input H_{n-1}
+(gamma ordered q1, q2, k1, k2, v1, v2, g1, g2 as the paper lists them).
 
 It reads the weights of a `TransformerLM` built with linear projections and a SwiGLU MLP, and
 shares no code with the model (own RMSNorm, RoPE, attention), so a test comparing the two checks
@@ -86,10 +88,14 @@ def reference_logits(model, ids: torch.Tensor) -> torch.Tensor:
         is_anchor_layer = mix.anchor in ("nures", "value_residual") and li == 0
         if mix.anchor != "none" and not is_anchor_layer:  # eq. 1 / eq. 7
             gam = None
-            if mixer.dynamic is not None:  # eq. 6
+            if mixer.dynamic is not None:
+                # eq. 6: DM_n(H_{n-1}) = sigmoid(GELU(H_{n-1} W1) W2 + b), where H_{n-1} is the layer
+                # input *after* pre-normalization (appendix A.1), i.e. the very h the projections read.
+                # No further norm: the MLP sees h itself.
                 dm = mixer.dynamic
-                z = F.gelu(rms(h, dm.norm.weight, eps) @ dm.fc1.weight.t())
-                gam = torch.sigmoid(z @ dm.fc2.weight.t() + dm.fc2.bias)  # (T, 8)
+                W1 = dm.fc1.weight.t()  # (d_model, 16)
+                W2, b = dm.fc2.weight.t(), dm.fc2.bias  # (16, 8), (8,)
+                gam = torch.stack([torch.sigmoid(F.gelu(h[t] @ W1) @ W2 + b) for t in range(T)])  # (T, 8)
             for c in mix.components:
                 l1, l2 = mixer.coefficients(c)
                 i = ORDER.index(c)
