@@ -147,7 +147,8 @@ def run(args, extra) -> int:
     fn = resolve(args.kind)
     src = AnalysisSource(args, extra)
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
-    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=[args.checkpoint, *(args.checkpoints or [])])
+    growth_inputs = [c for group in (args.checkpoints or []) for c in group]  # --checkpoints may repeat
+    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=[args.checkpoint, *growth_inputs])
     result: dict = {}
 
     def write(tmp: Path) -> None:
