@@ -147,7 +147,9 @@ def run(args, extra) -> int:
     fn = resolve(args.kind)
     src = AnalysisSource(args, extra)
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
-    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=[args.checkpoint, *(args.checkpoints or [])])
+    runs = args.checkpoints or []  # --checkpoints may be given once per growth run: a list of lists
+    sources = [args.checkpoint, *(d for run_dirs in runs for d in run_dirs)]
+    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources)
     result: dict = {}
 
     def write(tmp: Path) -> None:
