@@ -117,6 +117,17 @@ def atomic_dir_write(final, write_fn, marker_kind: str | None = None) -> Path:
         write_fn(tmp)
         if marker_kind is not None:
             write_marker(tmp, marker_kind)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return swap_into_place(tmp, final, tag)
+
+
+def swap_into_place(tmp: Path, final: Path, tag: str) -> Path:
+    """fsync the finished `tmp` (named .NAME.tmp-TAG) and rename it to `final` by the recoverable
+    protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill."""
+    old = None
+    try:
         fsync_tree(tmp)
         if not final.exists():
             os.replace(tmp, final)

@@ -53,31 +53,67 @@ def _git_sha() -> str:
         return ""
 
 
-def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> Path:
+SHARDED_DIR = "sharded"  # FSDP2 checkpoints: torch.distributed.checkpoint files instead of model.safetensors
+
+
+def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None,
+                    extra_files: dict[str, str] | None = None) -> Path:
+    """extra_files: {name: text} written beside the weights and covered by the checksums (e.g. an
+    imported model's generation_config, kept for export)."""
     sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     bad = nonfinite_tensors(sd)
     if bad:
         raise NonFiniteWeightsError(f"not saving {path}: {len(bad)} weight tensors hold NaN/inf (first {bad[0]})")
 
     def write(d: Path):
+        for name, text in (extra_files or {}).items():
+            (d / name).write_text(text)
         save_file(sd, str(d / "model.safetensors"))
-        (d / "config.json").write_text(cfg.to_json())
-        if tokenizer is not None:
-            tokenizer.save(d)
-        if trainer_state is not None:
-            torch.save(trainer_state, d / "trainer_state.pt")
-        files = sorted(p.name for p in d.iterdir() if p.is_file())
-        meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files}}
-        try:
-            from importlib.metadata import version
-
-            meta["nexus"] = version("nexus")
-        except Exception:  # not installed as a distribution (running from a source tree)
-            meta["nexus"] = "source"
-        (d / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_checkpoint_files(d, cfg, tokenizer, trainer_state)
 
     return atomic_dir_write(Path(path), write)
+
+
+def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> None:
+    """Everything beside the weights (config, tokenizer, trainer state), then meta.json with the
+    checksum of every file, the sharded weights' files included."""
+    (d / "config.json").write_text(cfg.to_json())
+    if tokenizer is not None:
+        tokenizer.save(d)
+    if trainer_state is not None:
+        torch.save(trainer_state, d / "trainer_state.pt")
+    files = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+    meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files},
+            "weights": SHARDED_DIR if (d / SHARDED_DIR).is_dir() else "model.safetensors"}
+    try:
+        from importlib.metadata import version
+
+        meta["nexus"] = version("nexus")
+    except Exception:  # not installed as a distribution (running from a source tree)
+        meta["nexus"] = "source"
+    (d / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def is_sharded(path) -> bool:
+    return (Path(path) / SHARDED_DIR).is_dir()
+
+
+def load_sharded(path, keys: set[str] | None = None) -> dict:
+    """A sharded (FSDP2) checkpoint read whole into this process: {"model": {name: tensor}, "optim":
+    {...}} with full tensors, at any world size (1 included). torch.distributed.checkpoint does the
+    resharding; `_load_state_dict_from_keys` is its loader for state dicts it has no template for."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    where = Path(path) / SHARDED_DIR
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # "no process group: loading in a single process" is what we want
+            warnings.simplefilter("ignore", UserWarning)
+            return _load_state_dict_from_keys(keys, checkpoint_id=str(where))
+    except Exception as e:  # DCP raises CheckpointException / OSError / pickle errors for damaged files
+        raise CheckpointError(f"{where} is corrupted or incomplete ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
 
 
 def read_config(path, flag: str = "--checkpoint") -> RunConfig:
@@ -143,10 +179,13 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
         apply_override(cfg, f"model.{k}", v)
     cfg.validate()
     weights = path / "model.safetensors"
-    try:
-        sd = load_file(str(weights), device=map_location)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
+    if is_sharded(path) and not weights.is_file():
+        sd = load_sharded(path, {"model"})["model"]
+    else:
+        try:
+            sd = load_file(str(weights), device=map_location)
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
     bad = [] if allow_nonfinite else nonfinite_tensors(sd)
     if bad:
         raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
@@ -161,9 +200,12 @@ def load_trainer_state(path) -> dict | None:
     if not f.is_file():
         return None
     try:
-        return torch.load(f, weights_only=True, map_location="cpu")
+        st = torch.load(f, weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises several types for truncated/corrupt pickles
         raise CheckpointError(f"{f} is corrupted ({type(e).__name__})") from None
+    if is_sharded(path) and "optimizer" not in st:  # FSDP2: the optimizer state lives in the sharded files
+        st["optimizer"] = load_sharded(path, {"optim"})["optim"]
+    return st
 
 
 def load(path, allow_nonfinite: bool = False, **overrides):

@@ -40,7 +40,7 @@ class ProjectionConfig:
     targets: list[str] = field(default_factory=lambda: ["q", "k", "v"])  # which projections use `kind` (q,k,v,o,ffn)
     rank_m: int = 0  # Nexus-Rank first hidden width M (0 -> 2*d_model)
     rank_a: int = 0  # Nexus-Rank second hidden width A (0 -> 4*d_model)
-    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage L2-normalized form
+    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage h/(||h||+1e-5)*sqrt(D_out) ; l2norm_width: its earlier h/||h||*sqrt(width)
     relax_order: bool = False  # allow M, A orders other than D < M < A (Table 9 ablation)
     param_tokens: int = 0  # Pattention parameter tokens per projection (0 -> d_model)
     pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
@@ -48,8 +48,8 @@ class ProjectionConfig:
     frozen_n: int = 0  # the frozen n used for the scale (0 -> current param_tokens); set by growth
     ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
     ffn_frozen_n: int = 0  # frozen n for the FFN Pattention scale (0 -> current ffn tokens); set by growth
-    frozen_m: int = 0  # l2norm form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
-    frozen_a: int = 0  # l2norm form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
+    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
+    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
 
     KINDS = ("linear", "nexus_rank", "pattention")
     TARGETS = ("q", "k", "v", "o", "ffn")
@@ -58,7 +58,7 @@ class ProjectionConfig:
         _check(errors, self.kind in self.KINDS, f"{p}.kind", self.kind, "|".join(self.KINDS))
         bad = [t for t in self.targets if t not in self.TARGETS]
         _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
-        _check(errors, self.form in ("paper", "l2norm"), f"{p}.form", self.form, "paper|l2norm")
+        _check(errors, self.form in ("paper", "l2norm", "l2norm_width"), f"{p}.form", self.form, "paper|l2norm|l2norm_width")
         _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
         for name in ("rank_m", "rank_a", "param_tokens", "frozen_n", "ffn_param_tokens", "ffn_frozen_n", "frozen_m", "frozen_a"):
             v = getattr(self, name)
@@ -318,6 +318,8 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
     compile: bool = False  # torch.compile the model
+    parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
     eval_batches: int = 8  # micro-batches per validation
     sample_every: int = 0  # print a generated sample every N steps (0 = only at the end)
@@ -326,6 +328,8 @@ class TrainConfig:
     save_every: int = 100  # step checkpoint every N steps, so a killed run can resume (0 = only at the end)
     keep_last: int = 2  # keep the last k step checkpoints
     log_every: int = 10  # metrics.jsonl / progress-bar refresh interval in steps
+    log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
+    wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
     growth: dict = field(default_factory=dict)  # growth spec applied at grow_at (see nexus.growth)
@@ -358,6 +362,11 @@ class TrainConfig:
         _check(errors, isinstance(self.betas, (list, tuple)) and len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"{p}.betas", self.betas, "two numbers in [0, 1)")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
+        _check(errors, self.parallel in ("ddp", "fsdp2"), f"{p}.parallel", self.parallel, "ddp|fsdp2")
+        _check(errors, not (self.parallel == "fsdp2" and self.optimizer == "muon"), f"{p}.optimizer", self.optimizer,
+               "adamw with train.parallel=fsdp2 (Muon orthogonalizes whole matrices, FSDP2 holds row shards)")
+        _check(errors, isinstance(self.log_to, list) and all(t in ("jsonl", "tensorboard", "wandb") for t in self.log_to),
+               f"{p}.log_to", self.log_to, "a list of jsonl|tensorboard|wandb")
         _check(errors, isinstance(self.grad_clip, (int, float)) and self.grad_clip >= 0, f"{p}.grad_clip", self.grad_clip, "a number >= 0")
         _check(errors, isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                f"{p}.device", self.device, "auto|cpu|cuda|cuda:N")

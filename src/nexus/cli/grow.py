@@ -21,7 +21,10 @@ def _family_modules():
     return mods
 
 
-def add_parser(sub) -> None:
+HEAVY_OPTIONS = True  # the family options import nexus.growth (and torch): added only when `grow` runs
+
+
+def add_parser(sub, detailed: bool = True) -> None:
     p = sub.add_parser("grow", help="grow a checkpoint and verify the growth",
                        description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
@@ -32,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
-    for mod in _family_modules():
+    for mod in (_family_modules() if detailed else []):
         mod.add_cli_args(p)
     p.set_defaults(func=run)
 

@@ -30,7 +30,13 @@ def run(args, extra) -> int:
     model, cfg = import_hf(args.hf)
     tok = model.tokenizer
     cfg.train.out_dir = args.out
-    out = save_checkpoint(args.out, model, cfg, tok)
+    import json as _json
+
+    from ..hf.convert import STORED_GENERATION_CONFIG
+
+    gen = model.generation_config
+    out = save_checkpoint(args.out, model, cfg, tok,
+                          extra_files={STORED_GENERATION_CONFIG: _json.dumps(gen, indent=2)} if gen else None)
     res = {"checkpoint": str(out), "architecture": cfg.preset.removeprefix("hf:"), "params": count_parameters(model),
            "tokenizer": getattr(tok, "kind", "byte"), "notes": model.import_notes}
     if args.verify:

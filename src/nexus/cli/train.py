@@ -10,7 +10,9 @@ from .common import add_config_args, build_config
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
-                       description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3")
+                       description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
+                                   "`nexus config` lists every field with its default and what it is for "
+                                   "(`nexus config --preset NAME` shows a preset's values).")
     add_config_args(p)
     p.add_argument("--resume", default=None, metavar="DIR|auto",
                    help="continue from a checkpoint directory (its model/data config wins), writing into its run "

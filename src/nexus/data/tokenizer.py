@@ -18,6 +18,9 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in texts]
+
     def decode(self, ids) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
@@ -59,20 +62,22 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "BPETokenizer":
-        from tokenizers import Tokenizer
-
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
             raise ConfigError(f"data.tokenizer={str(path)!r} (valid: byte, bpe, or an existing tokenizer.json)")
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as e:  # the tokenizers library raises a bare Exception on malformed JSON
-            raise ConfigError(f"data.tokenizer={str(path)!r} is not a valid tokenizer.json ({str(e).splitlines()[0]})") from None
+        # any HF tokenizer.json: its own EOS (</s>, <|endoftext|>, ...) when it has no nexus <eos>
+        from ..hf.tokenizer import load_any_tokenizer_json
+
+        return load_any_tokenizer_json(path)
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many documents at once: `tokenizers` encodes them in parallel in Rust."""
+        return [e.ids for e in self.tok.encode_batch(texts)]
 
     def decode(self, ids) -> str:
         return self.tok.decode([int(i) for i in ids])

@@ -34,13 +34,20 @@ def _bias_correction(t: torch.Tensor, beta: float):
     return (t * math.log(beta)).exp_().neg_().add_(1.0)
 
 
+def _local(t):
+    """The local shard of an FSDP2 DTensor (a view, so in-place updates land in the DTensor), else t.
+    Every AdamW operation is elementwise and the parameter, its gradient and its state share one
+    sharding, so the hand-written optimizers run on the shards unchanged."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def _effective_lr(group: dict, state: dict, p: torch.Tensor):
     """Scalar lr, or (lr, lr_new, mask) where a growth re-warmup mask is present."""
     lr = group["lr"]
     mask = state.get("new_mask")
     if mask is None or group.get("lr_new") is None:
         return lr
-    return lr, group["lr_new"], mask
+    return lr, group["lr_new"], _local(mask)
 
 
 def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious: bool, keep=None) -> None:
@@ -92,7 +99,6 @@ class AdamW(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad
                 st = self.state[p]
                 if "exp_avg" not in st:
                     st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
@@ -101,15 +107,17 @@ class AdamW(torch.optim.Optimizer):
                 if self._is_plain(group, st):
                     plain.append(p)
                     continue
-                keep, finite = _skip_flags(getattr(self, "found_inf", None), p)
+                g = _local(p.grad)
+                keep, finite = _skip_flags(getattr(self, "found_inf", None), g)
+                step = _local(st["step"])
                 if keep is None:
-                    st["step"] += 1
+                    step += 1
                     b1_eff, b2_eff = 1 - b1, b2
                 else:  # a skipped step: zero gradient, no moment decay, no step count, no update
                     g = torch.where(finite, g, torch.zeros((), dtype=g.dtype, device=g.device))
-                    st["step"] += keep
+                    step += keep
                     b1_eff, b2_eff = (1 - b1) * keep, torch.where(finite, b2, 1.0)
-                m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
+                m, v, t = _local(st["exp_avg"]), _local(st["exp_avg_sq"]), step
                 m.lerp_(g, b1_eff)
                 v.mul_(b2_eff).addcmul_(g, g, value=1 - b2)
                 # tensor powers: the step count stays on the device (no .item() host sync); a
@@ -120,7 +128,7 @@ class AdamW(torch.optim.Optimizer):
                 else:
                     bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
                     update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
-                _apply_update(p, update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"], keep)
+                _apply_update(_local(p), update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"], keep)
             if plain:
                 self._plain_step(group, plain)
         return loss
@@ -136,10 +144,11 @@ class AdamW(torch.optim.Optimizer):
         per parameter on CPU (it made a grown run's optimizer step 7x a never-grown run's)."""
         states = [self.state[p] for p in params]
         b1, b2 = group["betas"]
-        functional_adamw(
-            params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-            [s["step"] for s in states], foreach=True, amsgrad=False, beta1=b1, beta2=b2,
-            lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+        functional_adamw(  # on FSDP2 shards like the loop above: every AdamW operation is elementwise
+            [_local(p) for p in params], [_local(p.grad) for p in params], [_local(s["exp_avg"]) for s in states],
+            [_local(s["exp_avg_sq"]) for s in states], [], [_local(s["step"]) for s in states], foreach=True,
+            amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+            maximize=False)
 
 
 # Polar Express (Amsel et al., 2025) degree-5 polynomial coefficients per iteration, each divided by a
