@@ -63,8 +63,8 @@ def finished(tmp_path_factory):
     return tmp, plan, r
 
 
-def _run(tmp_path, tokens=384, grow_at=0.5):
-    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=tokens, grow_at=grow_at, seed=3,
+def _run(tmp_path, tokens=384, grow_at=0.5, seeds=(3,)):
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=tokens, grow_at=grow_at, seeds=list(seeds),
                               out=str(tmp_path / "exp"), eval_points=5)
     return plan, P.run_progressive(plan, quiet=True, say=lambda *_: None)
 
@@ -86,25 +86,29 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     from nexus.config import RunConfig
 
     tmp_path, plan, r = finished
-    out = tmp_path / "exp"
-    on_disk = json.loads((out / "results.json").read_text())
-    assert on_disk["target_val_loss"] == r["target_val_loss"]
-    for png in ("loss_vs_flops.png", "loss_vs_tokens.png"):
+    top = json.loads((tmp_path / "exp" / "results.json").read_text())
+    out = tmp_path / "exp" / "seed3"
+    on_disk = top["per_seed"]["3"]
+    assert on_disk["target_val_loss"] == r["per_seed"]["3"]["target_val_loss"]
+    for png in ("../loss_vs_flops.png", "../loss_vs_tokens.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
     # FLOPs per token: the analytic walker on each run's model config
-    small = RunConfig.from_dict(plan["configs"]["grown"]).model
-    large = RunConfig.from_dict(plan["configs"]["scratch"]).model
+    small = RunConfig.from_dict(plan["configs"]["3"]["grown"]).model
+    large = RunConfig.from_dict(plan["configs"]["3"]["scratch"]).model
     assert large.ffn == 2 * small.ffn
     f_small, f_large = train_flops_per_token(small, 16), train_flops_per_token(large, 16)
-    assert on_disk["small"]["train_flops_per_token"] == pytest.approx(f_small)
-    assert on_disk["large"]["train_flops_per_token"] == pytest.approx(f_large)
+    assert top["small"]["train_flops_per_token"] == pytest.approx(f_small)
+    assert top["large"]["train_flops_per_token"] == pytest.approx(f_large)
 
     # curves: every FLOPs value recomputed from tokens and the growth point
     g, s = on_disk["runs"]["grown"], on_disk["runs"]["scratch"]
-    d_e = on_disk["grow_at_tokens"]
+    d_e = top["grow_at_tokens"]
     assert d_e == plan["grow_step"] * 2 * 16
+    for p in on_disk["runs"]["small"]["val_curve"]:  # the small-only baseline runs the whole budget small
+        assert p["flops"] == pytest.approx(f_small * p["tokens"])
+    assert on_disk["runs"]["small"]["tokens"] == plan["token_budget"]
     for p in g["val_curve"]:
         want = f_small * min(p["tokens"], d_e) + f_large * max(0, p["tokens"] - d_e)
         assert p["flops"] == pytest.approx(want)
@@ -133,8 +137,8 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     assert on_disk["scratch_val_loss_at_grown_flops"] == pytest.approx(want)
 
     # eq. 29 from the recorded sizes
-    e = on_disk["eq29"]
-    ns, nl, d = on_disk["small"]["active_params"], on_disk["large"]["active_params"], on_disk["token_budget"]
+    e = top["eq29"]
+    ns, nl, d = top["small"]["active_params"], top["large"]["active_params"], top["token_budget"]
     assert e["flops_saved"] == pytest.approx(1 - (ns * d_e + nl * (d - d_e)) / (nl * d))
     assert nl > ns
 
@@ -145,12 +149,14 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     params = {m["step"]: m["params"] for m in grown_metrics if "params" in m}
     assert min(v for k, v in params.items() if k > plan["grow_step"]) > max(v for k, v in params.items() if k <= plan["grow_step"])
 
-    # report.md states exactly these numbers
-    report = (out / "report.md").read_text()
+    # report.md states exactly these numbers, and every run's schedule
+    report = (tmp_path / "exp" / "report.md").read_text()
     assert f"{g['final_val_loss']:.4f}" in report and f"{s['final_val_loss']:.4f}" in report
-    assert f"{100 * e['flops_saved']:+.1f}%" in report
-    assert f"{s['total_flops']:.3e}" in report and f"{want:.4f}" in report
+    assert f"{100 * e['flops_saved']:+.1f}%" in report and "at equal tokens" in report
+    assert f"{want:.4f}" in report
     assert "loss_vs_flops.png" in report
+    for name in ("grown", "scratch", "small"):
+        assert top["schedules"][name].startswith("cosine") and top["schedules"][name] in report
 
 
 def test_rerun_skips_finished_runs_and_reproduces_results(finished, methods, monkeypatch):
@@ -162,8 +168,8 @@ def test_rerun_skips_finished_runs_and_reproduces_results(finished, methods, mon
 
     monkeypatch.setattr(T.Trainer, "fit", boom)
     _, again = _run(tmp_path)
-    assert again["target_val_loss"] == first["target_val_loss"]
-    assert again["runs"]["grown"]["val_curve"] == first["runs"]["grown"]["val_curve"]
+    assert again["per_seed"]["3"]["target_val_loss"] == first["per_seed"]["3"]["target_val_loss"]
+    assert again["per_seed"]["3"]["runs"]["grown"]["val_curve"] == first["per_seed"]["3"]["runs"]["grown"]["val_curve"]
 
 
 def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_path, methods, monkeypatch):
@@ -187,9 +193,10 @@ def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_pat
     monkeypatch.setattr(T.Trainer, "__init__", init_with_crash)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "cut")
-    grown_dir = tmp_path / "cut" / "exp" / "grown"
+    grown_dir = tmp_path / "cut" / "exp" / "seed3" / "grown"
     assert not (grown_dir / "done.json").exists() and list(grown_dir.glob("step_*"))
     _, res = _run(tmp_path / "cut")
+    res, ref = res["per_seed"]["3"], ref["per_seed"]["3"]
     assert json.loads((grown_dir / "done.json").read_text())["resumed_from"].startswith("step_")
     assert res["runs"]["grown"]["final_val_loss"] == pytest.approx(ref["runs"]["grown"]["final_val_loss"], abs=1e-5)
     steps = [p["step"] for p in res["runs"]["grown"]["val_curve"]]
@@ -255,6 +262,71 @@ def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
 def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
     plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
     (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"grown": {}, "scratch": {}}}))
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"0": {"grown": {}, "scratch": {}}}}))
     with pytest.raises(ConfigError, match="different experiment"):
         P.run_progressive(plan, say=lambda *_: None)
+
+
+def test_seed_summary_is_the_statistics_of_the_per_seed_numbers(tmp_path, methods):
+    """Two seeds: the summary's mean/std/interval/paired test are those of the per-seed values (scipy)."""
+    from scipy import stats
+
+    plan, r = _run(tmp_path, seeds=(0, 1))
+    assert plan["seeds"] == [0, 1] and set(r["per_seed"]) == {"0", "1"}
+    g = [r["per_seed"][k]["runs"]["grown"]["final_val_loss"] for k in ("0", "1")]
+    sc = [r["per_seed"][k]["runs"]["scratch"]["final_val_loss"] for k in ("0", "1")]
+    assert g[0] != g[1]  # the seeds really differ
+    d = r["summary"]["final_val_loss"]["grown"]
+    assert d["mean"] == pytest.approx(sum(g) / 2) and d["std"] == pytest.approx(abs(g[0] - g[1]) / 2 ** 0.5)
+    half = stats.t.ppf(0.975, 1) * d["std"] / 2 ** 0.5
+    assert (d["ci_low"], d["ci_high"]) == (pytest.approx(d["mean"] - half), pytest.approx(d["mean"] + half))
+    assert r["summary"]["grown_minus_scratch_final"]["t_p"] == pytest.approx(stats.ttest_rel(g, sc).pvalue)
+    report = (tmp_path / "exp" / "report.md").read_text()
+    assert f"{d['mean']:.4f} +- {d['std']:.4f}" in report and "seeds 0, 1" in report
+
+
+def test_paper_recipe_and_tau(methods):
+    plan = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0])
+    tc = plan["configs"]["0"]["grown"]["train"]
+    assert (tc["schedule"], tc["warmup_steps"], tc["min_lr_ratio"]) == ("cosine", 6, 0.01)  # 3% of 200 steps
+    assert plan["grow_step"] == 100 and tc["growth"]["rewarmup"] == "1.3,1"  # round(250/31800 * 100) = 1
+    lit = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], tau="250")
+    assert lit["configs"]["0"]["grown"]["train"]["growth"]["rewarmup"] == "1.3,250"
+    pre = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], recipe="preset")
+    assert pre["configs"]["0"]["grown"]["train"]["min_lr_ratio"] != 0.01
+    sl = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], steplaw_scratch=True)
+    n_s, n_l = sl["total_params"]["small"], sl["total_params"]["large"]
+    lrs = {k: v["train"]["lr"] for k, v in sl["configs"]["0"].items()}
+    assert lrs["scratch-steplaw"] == pytest.approx(lrs["small"] * (n_l / n_s) ** -0.713) and lrs["scratch"] == lrs["small"]
+    with pytest.raises(ConfigError, match="--tau"):
+        P.plan_progressive("sparkling", out="unused", tau="soon")
+    with pytest.raises(ConfigError, match="--tau"):
+        P.plan_progressive("naive-copy", out="unused", tau="5")
+
+
+def test_method_pair_head_to_head(tmp_path, monkeypatch):
+    """The pair: both grown runs per seed at equal tokens; the saving is the first method's FLOPs to
+    reach the reference's final loss, recomputed here from the curves in results.json."""
+    from nexus.experiments import pair
+
+    monkeypatch.setitem(P.METHODS, TEST_METHOD.name, TEST_METHOD)
+    other = P.Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr",
+                     {"train.lr": 1e-3})
+    monkeypatch.setitem(P.METHODS, other.name, other)
+    monkeypatch.setitem(pair.PAIRS, "test-pair", ("test-ffn", "test-ffn-b", "test pair"))
+    plan = pair.plan_pair("test-pair", list(MICRO), 384, 0.5, [0, 1], str(tmp_path / "pair"), eval_points=5)
+    r = pair.run_pair(plan, quiet=True, say=lambda *_: None)
+    on_disk = json.loads((tmp_path / "pair" / "results.json").read_text())
+    for sd, row in on_disk["per_seed"].items():
+        a, b = row["runs"]["test-ffn"], row["runs"]["test-ffn-b"]
+        assert a["tokens"] == b["tokens"] == plan["plans"]["test-ffn"]["token_budget"]
+        hit = _first_crossing([q["flops"] for q in a["val_curve"]], [q["val_loss"] for q in a["val_curve"]],
+                              b["final_val_loss"])
+        if hit is not None:
+            assert row["saved"] == pytest.approx(1 - hit / b["total_flops"])
+        else:
+            back = _first_crossing([q["flops"] for q in b["val_curve"]], [q["val_loss"] for q in b["val_curve"]],
+                                   a["final_val_loss"])
+            assert row["saved"] == pytest.approx(back / a["total_flops"] - 1)
+    assert r["summary"]["final_val_loss"]["test-ffn"]["n"] == 2
+    assert "test-pair" in (tmp_path / "pair" / "report.md").read_text()

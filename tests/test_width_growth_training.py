@@ -45,6 +45,8 @@ def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
     event = next(r for r in rows if r.get("event") == "growth")
     assert event["step"] == 8 and len(event["rms_ratio_per_layer"]) == 2 and "loss_jump" in event
     assert any("symmetry_lock_mean" in r for r in rows if r["step"] > 8)
+    rms_rows = [r for r in rows if "rms_ratio_per_layer" in r and r.get("event") is None]
+    assert rms_rows and all(r["step"] > 8 for r in rms_rows) and all(len(r["rms_ratio_per_layer"]) == 2 for r in rms_rows)
     assert trainer.model.cfg.d_model == 96 and trainer.rewarmup is not None and trainer.rewarmup.t_e == 8
     cfg = read_config(tmp_path / "run" / "checkpoint")
     assert cfg.growth_history[-1]["step"] == 8 and cfg.growth_history[-1]["axes"]["hidden"] == [64, 96]
@@ -92,3 +94,43 @@ def test_cli_train_grow_at_sugar_rejects_a_bad_spec_before_training(tmp_path, ca
                "--train.out_dir", str(tmp_path / "r")])
     assert rc == 2 and "hiden" in capsys.readouterr().err
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_post_growth_monitor_logs_rms_ratio_against_the_pre_growth_model():
+    """The ratio is RMS(model now) / RMS(model before growth) of each residual stream on the same probe,
+    computed here directly from the hidden states; the symmetry lock only appears for copied channels."""
+    import torch
+
+    from nexus.growth import grow
+    from nexus.growth.diagnostics import PostGrowthMonitor, residual_rms
+    from nexus.models import build_model
+
+    torch.manual_seed(0)
+    cfg = _micro(Path("unused"), steps=10)
+    old = build_model(cfg.model)
+    ids = torch.randint(0, cfg.model.vocab_size, (2, 17))
+    base = residual_rms(old, ids)
+    new, _, _, res = grow(old, cfg, {"family": "width", "hidden": 96, "init": "copy,copy"}, None, 0)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.mul_(1.1)  # as if training had moved it
+    logged = []
+
+    class FakeTrainer:
+        model = new
+
+        def log(self, rec):
+            logged.append(rec)
+
+    PostGrowthMonitor(res.param_maps, ids, base)(FakeTrainer(), 5, {})
+    with torch.no_grad():
+        hs_old = old(ids[:, :-1], return_hidden=True).hidden_states
+        hs_new = new(ids[:, :-1], return_hidden=True).hidden_states
+    want = [float(b.pow(2).mean().sqrt() / a.pow(2).mean().sqrt()) for a, b in zip(hs_old, hs_new)]
+    assert logged[0]["step"] == 5 and logged[0]["rms_ratio_per_layer"] == pytest.approx(want, abs=1e-4)
+    assert "symmetry_lock_mean" in logged[0]
+    logged.clear()
+    new2, _, _, res2 = grow(old, cfg, {"family": "width", "hidden": 96, "init": "random,random"}, None, 0)
+    FakeTrainer.model = new2
+    PostGrowthMonitor(res2.param_maps, ids, base)(FakeTrainer(), 6, {})
+    assert "symmetry_lock_mean" not in logged[0] and len(logged[0]["rms_ratio_per_layer"]) == len(want)

@@ -40,7 +40,7 @@ class ProjectionConfig:
     targets: list[str] = field(default_factory=lambda: ["q", "k", "v"])  # which projections use `kind` (q,k,v,o,ffn)
     rank_m: int = 0  # Nexus-Rank first hidden width M (0 -> 2*d_model)
     rank_a: int = 0  # Nexus-Rank second hidden width A (0 -> 4*d_model)
-    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage L2-normalized form
+    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage h/(||h||+1e-5)*sqrt(D_out) ; l2norm_width: its earlier h/||h||*sqrt(width)
     relax_order: bool = False  # allow M, A orders other than D < M < A (Table 9 ablation)
     param_tokens: int = 0  # Pattention parameter tokens per projection (0 -> d_model)
     pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
@@ -48,8 +48,8 @@ class ProjectionConfig:
     frozen_n: int = 0  # the frozen n used for the scale (0 -> current param_tokens); set by growth
     ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
     ffn_frozen_n: int = 0  # frozen n for the FFN Pattention scale (0 -> current ffn tokens); set by growth
-    frozen_m: int = 0  # l2norm form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
-    frozen_a: int = 0  # l2norm form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
+    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
+    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
 
     KINDS = ("linear", "nexus_rank", "pattention")
     TARGETS = ("q", "k", "v", "o", "ffn")
@@ -58,7 +58,7 @@ class ProjectionConfig:
         _check(errors, self.kind in self.KINDS, f"{p}.kind", self.kind, "|".join(self.KINDS))
         bad = [t for t in self.targets if t not in self.TARGETS]
         _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
-        _check(errors, self.form in ("paper", "l2norm"), f"{p}.form", self.form, "paper|l2norm")
+        _check(errors, self.form in ("paper", "l2norm", "l2norm_width"), f"{p}.form", self.form, "paper|l2norm|l2norm_width")
         _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
         for name in ("rank_m", "rank_a", "param_tokens", "frozen_n", "ffn_param_tokens", "ffn_frozen_n", "frozen_m", "frozen_a"):
             v = getattr(self, name)

@@ -37,11 +37,22 @@ def add_parser(sub) -> None:
     pp.add_argument("--list", action="store_true", help="list the growth methods and whether their family is installed")
     pp.add_argument("--preset", default=None, help="small-model preset (default: the method's own small shape)")
     pp.add_argument("--tokens", type=positive_int("--tokens"), default=None,
-                    help="token budget D of each run (default: 409,600 = 200 steps for a method's own small shape; "
+                    help="token budget D of each run (default: 307,200 = 150 steps for a method's own small shape; "
                          "with --preset: its steps x batch x seq_len)")
     pp.add_argument("--grow-at", type=nonneg_float("--grow-at"), default=0.5,
                     help="growth point: a fraction of --tokens in (0, 1), or a token count > 1 (default 0.5)")
-    pp.add_argument("--seed", type=int, default=None, help="seed of both runs (default: the preset's)")
+    pp.add_argument("--seeds", type=_csv("--seeds", int), default=None,
+                    help="comma-separated seeds; every run is repeated per seed (default 0,1,2)")
+    pp.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
+    pp.add_argument("--recipe", choices=["paper", "preset"], default="paper",
+                    help="paper (default): SPARKLING's schedule - cosine, warmup 3%% of the steps, final lr ratio 0.01, "
+                         "re-warmup rho 1.3; preset: the preset's own schedule")
+    pp.add_argument("--tau", default=None, metavar="ratio|STEPS",
+                    help="re-warmup steps of the new entries: 'ratio' (paper recipe default: 250/31,800 of the "
+                         "post-growth steps, the paper's ratio) or a step count (250 = the paper's literal value)")
+    pp.add_argument("--steplaw-scratch", action="store_true",
+                    help="also train scratch at its own step-law lr (small lr x (N_large/N_small)^-0.713), as "
+                         "SPARKLING trains its from-scratch baselines")
     pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
     pp.add_argument("--quiet", action="store_true", help="no per-run training output")
     pp.set_defaults(func=run_progressive_cmd, accepts_overrides=True)
@@ -80,30 +91,63 @@ def _no_experiment(args, extra) -> int:
 def run_progressive_cmd(args, extra) -> int:
     from ..experiments.progressive import DEFAULT_METHOD, method_table, plan_progressive, run_progressive
 
+    from ..experiments.pair import PAIRS
+
     if args.list:
         for row in method_table():
             mark = "" if row["installed"] else f"  [family {row['family']!r} not installed]"
             print(f"{row['name']:18s} {row['description']}{mark}")
+        for name, (a, b, description) in PAIRS.items():
+            print(f"{name:18s} method pair: {a} vs {b} - {description}")
         return 0
+    if args.method in PAIRS:
+        return _run_pair_cmd(args, extra)
+    from ..experiments.report import savings_headline
+    from ..experiments.stats import fmt
+
     t0 = time.perf_counter()
-    plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed, args.out)
-    print(f"progressive experiment: {plan['method']} | {plan['token_budget']:,} tokens per run | grow at step "
-          f"{plan['grow_step']}/{plan['steps']} | out {plan['out_dir']}")
+    plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed,
+                            args.out, seeds=args.seeds, recipe=args.recipe, tau=args.tau,
+                            steplaw_scratch=args.steplaw_scratch)
+    runs = list(plan["configs"][str(plan["seeds"][0])])
+    print(f"progressive experiment: {plan['method']} | recipe {plan['recipe']} | {plan['token_budget']:,} tokens per run "
+          f"| grow at step {plan['grow_step']}/{plan['steps']} | seeds {','.join(map(str, plan['seeds']))} | runs "
+          f"{', '.join(runs)} | out {plan['out_dir']}")
     r = run_progressive(plan, quiet=args.quiet)
-    g, s = r["runs"]["grown"], r["runs"]["scratch"]
-    print(f"grown   {r['small']['shape']}->{r['large']['shape']}: final val loss {g['final_val_loss']:.4f} "
-          f"| {g['total_flops']:.3e} FLOPs")
-    print(f"scratch {r['large']['shape']}: final val loss {s['final_val_loss']:.4f} | {s['total_flops']:.3e} FLOPs")
-    if r["grown_flops_to_target"] is None:
-        print(f"grown run did not reach the scratch final loss {r['target_val_loss']:.4f} "
-              f"(gap {r['final_val_loss_gap']:+.4f})")
-    else:
-        print(f"grown run reached the scratch final loss after {r['grown_flops_to_target']:.3e} FLOPs: "
-              f"measured FLOPs saved {100 * r['measured_flops_saved']:+.1f}%")
-    if r["scratch_val_loss_at_grown_flops"] is not None:
-        print(f"at the grown run's FLOPs the scratch run was at val loss {r['scratch_val_loss_at_grown_flops']:.4f}")
-    print(f"eq. 29 FLOPs saved at equal tokens: {100 * r['eq29']['flops_saved']:+.1f}%")
+    sm = r["summary"]
+    print(f"final val loss over seeds {', '.join(map(str, r['seeds']))} (mean +- std, 95% CI):")
+    for name, d in sm["final_val_loss"].items():
+        print(f"  {name:16s} {fmt(d)}")
+    pg = sm["grown_minus_scratch_final"]
+    tp = "-" if pg["t_p"] is None else f"{pg['t_p']:.3g}"
+    print(f"  grown - scratch  {fmt(pg['diff'])} | paired t p={tp}")
+    if "scratch_val_loss_at_grown_flops" in sm:
+        print(f"loss at equal FLOPs (the grown run's total): scratch {fmt(sm['scratch_val_loss_at_grown_flops'])} "
+              f"vs grown {sm['final_val_loss']['grown']['mean']:.4f}")
+    print(savings_headline(r))
+    print(f"eq. 29 FLOPs saved at equal tokens (not at equal loss): {100 * r['eq29']['flops_saved']:+.1f}%")
     print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _run_pair_cmd(args, extra) -> int:
+    from ..config import ConfigError
+    from ..experiments.pair import pair_headline, plan_pair, run_pair
+    from ..experiments.stats import fmt
+
+    if args.preset is not None or args.steplaw_scratch:
+        raise ConfigError(f"--preset/--steplaw-scratch with the method pair {args.method!r} (valid: a pair uses its "
+                          f"methods' own same-size bases and compares grown runs only)")
+    t0 = time.perf_counter()
+    seeds = [args.seed] if args.seed is not None else args.seeds
+    plan = plan_pair(args.method, extra, args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau)
+    print(f"method pair {plan['pair']}: {' vs '.join(plan['methods'])} | seeds {','.join(map(str, plan['seeds']))} "
+          f"| out {plan['out_dir']}")
+    r = run_pair(plan, quiet=args.quiet)
+    for m in plan["methods"]:
+        print(f"  {m:20s} final val loss {fmt(r['summary']['final_val_loss'][m])}")
+    print(pair_headline(r))
+    print(f"report: {plan['out_dir']}/report.md | {time.perf_counter() - t0:.0f} s")
     return 0
 
 

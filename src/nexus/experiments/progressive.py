@@ -1,11 +1,19 @@
 """`nexus experiment progressive`: does growing a trained small model save compute?
 
-Two runs share one token budget D and one data stream:
+Per seed, runs that share one token budget D and one data stream (SPARKLING Table 1's rows):
   grown:   the small model trains for D_e tokens, grows with a named method at step grow_at
            (`nexus.growth.grow_in_training`, optimizer state and schedule carried), then continues;
-  scratch: the target-size model (the grown model's own config) trains from scratch for D tokens.
-The report gives the compute the grown run needed to reach the scratch run's final validation loss
-(interpolated on its loss-vs-FLOPs curve) and SPARKLING's eq. 29 FLOPs saved.
+  scratch: the target-size model (the grown model's own config) trains from scratch for D tokens;
+  small:   the small model alone for all D tokens ("Baseline (small)": how much of the gap growth closed);
+  scratch-steplaw (optional): scratch at its own step-law learning rate, as SPARKLING trains its
+           from-scratch baselines (growth keeps the small model's lr).
+The report gives, over seeds (mean, std, 95% interval, paired tests: nexus.experiments.stats), the
+compute the grown run needed to reach the scratch run's final validation loss (interpolated on its
+loss-vs-FLOPs curve), the loss at equal FLOPs, and SPARKLING's eq. 29 FLOPs saved at equal tokens.
+
+Recipes: `paper` (the default) is SPARKLING's schedule (App. B.2, Sec. 4.2.2): cosine, linear warmup
+over 3% of the steps, final lr ratio 0.01, re-warmup rho = 1.3 with tau_w scaled to the paper's ratio
+(250 of ~31,800 post-growth steps) or a literal step count; `preset` keeps the preset's schedule.
 
 Methods are one line each in METHODS: small preset (+ overrides), growth spec, description. The
 target size is not written down twice: a dry-run growth of a freshly built small model yields it,
@@ -23,6 +31,17 @@ from ..outdir import EXPERIMENT, claim_directory
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
+RECIPES = ("paper", "preset")
+# SPARKLING: tau_w = 250 re-warmup steps out of ~31,800 post-growth steps (100B tokens at 768 x 4096 per step)
+PAPER_TAU_RATIO = 250 / 31_800
+PAPER_REWARMUP_RHO = 1.3
+PAPER_WARMUP_FRACTION = 0.03  # App. B.2: linear warmup over 3% of the steps
+PAPER_FINAL_LR_RATIO = 0.01  # App. B.2: decay to 1% of the peak
+# Step law (Li et al. 2025, SPARKLING's ref. [18], Table 5): eta = 1.79 N^-0.713 D^0.307 with N the total
+# parameters. At equal D and batch the D and batch terms cancel: eta_large = eta_small (N_large/N_small)^-0.713.
+STEP_LAW_N_EXPONENT = -0.713
+RUN_NAMES = ("grown", "scratch", "small", "scratch-steplaw")
+DEFAULT_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,17 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
            {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
            (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+    # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
+    # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
+    # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
+    Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
+           "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160},
+           (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+    Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
+           "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242},
+           (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
     Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
            "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
            {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
@@ -65,9 +95,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            (("model.arch", "transformer", "a higher-order retrofit needs attention layers"),)),
 ]}
 DEFAULT_METHOD = "sparkling"
-# The methods' own small shapes run a quick budget (200 steps of 16x128 tokens = 409,600 tokens per run)
-# so `nexus experiment progressive` finishes in minutes on a 2-core CPU; --tokens overrides it.
-QUICK = {"train.steps": 200, "train.warmup_steps": 20}
+# The methods' own small shapes run a quick budget (150 steps of 16x128 tokens = 307,200 tokens per run)
+# so the main job (3 seeds x grown, scratch, small) finishes in about 3 minutes on an idle 2-core CPU;
+# --tokens overrides it.
+QUICK = {"train.steps": 150, "train.warmup_steps": 15}
 
 
 def _get(cfg: RunConfig, dotted: str):
@@ -162,12 +193,56 @@ def dry_run_growth(cfg: RunConfig, m: Method, spec: dict):
     return new_cfg.model
 
 
+def parse_tau(tau, post_growth_steps: int) -> tuple[int, str]:
+    """--tau: 'ratio' (the paper's 250/31,800 of the post-growth steps) or a step count -> (steps, rule)."""
+    if tau in (None, "ratio"):
+        t = max(1, round(PAPER_TAU_RATIO * post_growth_steps))
+        return t, f"250/31,800 of the {post_growth_steps} post-growth steps (SPARKLING's ratio) = {t}"
+    try:
+        t = int(tau)
+    except (TypeError, ValueError):
+        t = -1
+    if t < 0 or str(tau).strip() != str(t):
+        raise ConfigError(f"--tau={tau!r} (valid: 'ratio' for SPARKLING's 250/31,800 of the post-growth steps, or a "
+                          f"step count >= 0, e.g. 250 for the paper's literal value)")
+    return t, f"{t} steps (literal)"
+
+
+def apply_paper_recipe(cfg: RunConfig, steps: int) -> None:
+    """SPARKLING App. B.2: cosine, linear warmup over 3% of the steps, final lr ratio 0.01."""
+    tc = cfg.train
+    tc.schedule, tc.min_lr_ratio = "cosine", PAPER_FINAL_LR_RATIO
+    tc.warmup_steps = max(1, round(PAPER_WARMUP_FRACTION * steps))
+
+
+def describe_schedule(tc) -> str:
+    """One line naming a run's lr schedule (the report states it for every run)."""
+    s = f"{tc.schedule}, peak lr {tc.lr:.3g}, warmup {tc.warmup_steps} steps, final lr ratio {tc.min_lr_ratio}"
+    if tc.schedule in ("wsd", "linear_warmdown"):
+        s += f", decay over the last {tc.decay_fraction:.0%}"
+    return s + f", {tc.steps} steps"
+
+
+def _total_params(model_cfg) -> int:
+    from ..analysis.accounting import build_on_meta
+
+    return sum(p.numel() for p in build_on_meta(model_cfg).parameters())
+
+
 def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, overrides: list[str] | None = None,
                      tokens: int | None = None, grow_at: float = 0.5, seed: int | None = None,
-                     out: str | None = None, eval_points: int = 10) -> dict:
-    """Validate everything and return the plan (configs of both runs); trains nothing."""
+                     out: str | None = None, eval_points: int = 10, seeds: list[int] | None = None,
+                     recipe: str = "paper", tau=None, steplaw_scratch: bool = False) -> dict:
+    """Validate everything and return the plan (configs of every run of every seed); trains nothing."""
+    if recipe not in RECIPES:
+        raise ConfigError(f"--recipe={recipe!r} (valid: {'|'.join(RECIPES)})")
+    if seed is not None and seeds is not None:
+        raise ConfigError("--seed and --seeds given together (valid: one of them)")
+    seeds = [seed] if seed is not None else list(seeds if seeds is not None else DEFAULT_SEEDS)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} (valid: distinct integers, e.g. 0,1,2)")
     m = _resolve_method(method)
-    small = _small_config(m, preset, overrides or [], seed)
+    small = _small_config(m, preset, overrides or [], None)
     tps = _tokens_per_step(small)
     budget = int(tokens) if tokens is not None else small.train.steps * tps
     if budget < 2 * tps:
@@ -179,6 +254,15 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
         raise ConfigError(f"--grow-at={grow_at!r} falls on step {grow_step} of {steps} (valid: a growth point with "
                           f"at least one step ({tps} tokens) before and after it)")
     spec = {"family": m.family, **m.spec}
+    tau_steps, tau_rule = None, None
+    if "rewarmup" in spec and (recipe == "paper" or tau is not None):
+        tau_steps, tau_rule = parse_tau(tau, steps - grow_step)
+        spec["rewarmup"] = f"{PAPER_REWARMUP_RHO if recipe == 'paper' else spec['rewarmup'].split(',')[0]},{tau_steps}"
+    elif tau is not None:
+        raise ConfigError(f"--tau={tau!r} with --method={m.name!r}, which has no re-warmup (valid: a method with one, "
+                          f"e.g. sparkling)")
+    if recipe == "paper":
+        apply_paper_recipe(small, steps)
     target_model = dry_run_growth(small, m, spec)
 
     out_dir = Path(out or f"runs/progressive-{m.name}")
@@ -187,20 +271,37 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     tc.steps, tc.eval_every, tc.log_every = steps, eval_every, max(1, steps // 50)
     tc.save_every = max(1, steps // 4)  # step checkpoints make an interrupted experiment resumable
     tc.keep_last, tc.sample_every = 1, 0
-    grown = copy.deepcopy(small)
-    grown.train.grow_at, grown.train.growth = grow_step, spec
+    small.validate()
     scratch = copy.deepcopy(small)
     scratch.model = copy.deepcopy(target_model)
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
-    for name, cfg in (("grown", grown), ("scratch", scratch)):
-        cfg.train.out_dir = str(out_dir / name)
-        cfg.preset = f"{small.preset}:{name}"
-        cfg.validate()
+    templates = {"grown": copy.deepcopy(small), "scratch": scratch, "small": copy.deepcopy(small)}
+    templates["grown"].train.grow_at, templates["grown"].train.growth = grow_step, spec
+    n_small, n_large = _total_params(small.model), _total_params(scratch.model)
+    if steplaw_scratch:
+        sl = copy.deepcopy(scratch)
+        sl.train.lr = small.train.lr * (n_large / n_small) ** STEP_LAW_N_EXPONENT
+        templates["scratch-steplaw"] = sl
+    configs = {}
+    for sd in seeds:
+        per = {}
+        for name, tmpl in templates.items():
+            cfg = copy.deepcopy(tmpl)
+            cfg.train.seed = sd
+            cfg.train.out_dir = str(out_dir / f"seed{sd}" / name)
+            cfg.preset = f"{small.preset}:{name}"
+            per[name] = cfg.validate().to_dict()
+        configs[str(sd)] = per
     return {"kind": "progressive", "method": m.name, "family": m.family, "description": m.description,
-            "spec": spec, "seed": small.train.seed, "token_budget": steps * tps, "tokens_per_step": tps,
-            "steps": steps, "grow_step": grow_step, "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir),
-            "configs": {"grown": grown.to_dict(), "scratch": scratch.to_dict()}}
+            "spec": spec, "seeds": seeds, "recipe": recipe, "tau": tau_steps, "tau_rule": tau_rule,
+            "token_budget": steps * tps, "tokens_per_step": tps, "steps": steps, "grow_step": grow_step,
+            "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir), "total_params": {"small": n_small, "large": n_large},
+            "schedules": {name: describe_schedule(t.train) + (f" (step law: small lr x (N_large/N_small)^{STEP_LAW_N_EXPONENT}"
+                                                               f" = {n_large:,}/{n_small:,} total params)"
+                                                               if name == "scratch-steplaw" else "")
+                          for name, t in templates.items()},
+            "configs": configs}
 
 
 def _reset_growth_only_fields(model_cfg, small_model_cfg) -> None:
@@ -230,7 +331,7 @@ def _check_same_plan(out_dir: Path, plan: dict) -> None:
 
 
 def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
-    """Run (or resume) both runs, then write results.json, report.md and the plots."""
+    """Run (or resume) every run of every seed, then write results.json, report.md and the plots."""
     from .plots import plot_progressive
     from .report import build_progressive_results, render_progressive_report
     from .runs import write_text_atomic
@@ -239,10 +340,11 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     claim_directory(out_dir, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     _check_same_plan(out_dir, plan)
     write_json_atomic(out_dir / PLAN_FILE, plan)
-    for name in ("grown", "scratch"):
-        say(f"[{name}] {_describe_run(plan, name)}")
-        cfg = RunConfig.from_dict(copy.deepcopy(plan["configs"][name]))
-        run_resumable(cfg, out_dir / name, quiet=quiet, say=say)
+    for sd in plan["seeds"]:
+        for name, cfg_dict in plan["configs"][str(sd)].items():
+            say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
+            cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
+            run_resumable(cfg, out_dir / f"seed{sd}" / name, quiet=quiet, say=say)
     results = build_progressive_results(plan, out_dir)
     results["plots"] = plot_progressive(results, out_dir)
     write_json_atomic(out_dir / "results.json", results)
@@ -251,9 +353,11 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
 
 
 def _describe_run(plan: dict, name: str) -> str:
-    m = plan["configs"][name]["model"]
+    m = plan["configs"][str(plan["seeds"][0])][name]["model"]
     shape = f"{m['n_layers']}x{m['d_model']}"
     if name == "grown":
         return (f"small {shape} for {plan['grow_at_tokens']:,} tokens, grow ({plan['method']}) at step "
                 f"{plan['grow_step']}, continue to {plan['token_budget']:,} tokens")
-    return f"target model from scratch for {plan['token_budget']:,} tokens"
+    if name == "small":
+        return f"small model {shape} alone for {plan['token_budget']:,} tokens"
+    return f"target model {shape} from scratch for {plan['token_budget']:,} tokens ({plan['schedules'][name]})"

@@ -313,14 +313,16 @@ def grow_in_training(trainer, spec: dict) -> dict:
     old_model, old_state = trainer.full_model_and_optimizer_state()
     new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
     torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
-    from .diagnostics import SymmetryLockMonitor, rms_ratio_report
+    from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
 
     x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
     probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
     result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
-    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, SymmetryLockMonitor)]
-    if any(pm.copy_source for pm in result.param_maps.values()):
-        trainer.callbacks.append(SymmetryLockMonitor(result.param_maps))
+    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, PostGrowthMonitor)]
+    # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
+    ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
+    ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
+    trainer.callbacks.append(PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids)))
     trainer.cfg = new_cfg
     trainer.set_model(new_model, new_opt)
     restore_training_extras(trainer)

@@ -4,8 +4,11 @@
   embedding and after every block, grown / original (1.0 = signal preserved, Eq. 3), and the probe
   loss before and after (the loss jump at growth).
 * `symmetry_lock(model, param_maps)`: cosine similarity between every copied channel and the
-  channel it was copied from (1.0 = still locked together). Logged over the following steps by
-  `SymmetryLockMonitor`, a trainer callback installed by `grow_in_training`.
+  channel it was copied from (1.0 = still locked together).
+* `PostGrowthMonitor`, a trainer callback installed by `grow_in_training`, logs both over the
+  post-growth steps (SPARKLING Sec. 4.1 and Fig. 4 / App. C): the symmetry lock (copy init only) and
+  the per-layer activation RMS ratio of the grown model on a fixed probe batch against the model
+  just before growth on the same batch.
 """
 from __future__ import annotations
 
@@ -85,17 +88,36 @@ def symmetry_lock(model, param_maps: dict) -> dict:
     return {"mean": sum(per.values()) / len(per), "min": min(per.values()), "per_param": per}
 
 
-class SymmetryLockMonitor:
-    """Trainer callback: logs the symmetry-lock metric every `every` logged steps after growth."""
+def residual_rms(model, ids: torch.Tensor) -> list[float]:
+    """RMS of the residual stream after the embedding and after every block on `ids`."""
+    dev = next(model.parameters()).device
+    return _streams_and_loss(model, ids.to(dev))[0]
 
-    def __init__(self, param_maps: dict, every: int = 1):
+
+class PostGrowthMonitor:
+    """Trainer callback: logs the symmetry-lock metric (when channels were copied) and the per-layer
+    activation RMS ratio against the pre-growth model (`base_rms` on `probe`) every `every` logged steps."""
+
+    def __init__(self, param_maps: dict, probe: torch.Tensor | None = None, base_rms: list[float] | None = None,
+                 every: int = 1):
         self.param_maps, self.every, self.calls = param_maps, every, 0
+        self.probe, self.base_rms = probe, base_rms
+        self.has_copies = any(pm.copy_source for pm in param_maps.values())
 
     def __call__(self, trainer, step: int, metrics: dict) -> None:
         self.calls += 1
         if self.calls % self.every:
             return
-        lock = symmetry_lock(trainer.model, self.param_maps)
-        if lock:
-            trainer.log({"step": step, "symmetry_lock_mean": round(lock["mean"], 6),
-                         "symmetry_lock_min": round(lock["min"], 6)})
+        rec = {}
+        if self.has_copies:
+            lock = symmetry_lock(trainer.model, self.param_maps)
+            if lock:
+                rec.update(symmetry_lock_mean=round(lock["mean"], 6), symmetry_lock_min=round(lock["min"], 6))
+        if self.probe is not None and self.base_rms:
+            ratios = [n / max(o, 1e-12) for o, n in zip(self.base_rms, residual_rms(trainer.model, self.probe))]
+            rec.update(rms_ratio_per_layer=[round(x, 4) for x in ratios],
+                       rms_ratio_max_dev=round(max(abs(x - 1) for x in ratios), 4))
+        if rec:
+            trainer.log({"step": step, **rec})
+
+

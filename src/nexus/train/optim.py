@@ -22,6 +22,17 @@ import torch
 _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
 
 
+def _bias_correction(t: torch.Tensor, beta: float):
+    """1 - beta**t for a per-element step tensor, with beta**t computed as exp(t * log(beta)).
+
+    torch.pow(scalar, tensor) costs ~7x an exp on CPU (and expm1 ~2x) and runs on every grown tensor
+    at every step: it made a grown run's optimizer step 3-4x the plain one. The two agree to float32
+    rounding of the exponent."""
+    if beta <= 0.0:
+        return 1.0  # t >= 1 after the increment, so 1 - 0**t = 1
+    return (t * math.log(beta)).exp_().neg_().add_(1.0)
+
+
 def _local(t):
     """The local shard of an FSDP2 DTensor (a view, so in-place updates land in the DTensor), else t.
     Every AdamW operation is elementwise and the parameter, its gradient and its state share one
@@ -53,7 +64,7 @@ def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious
         # old entries add exactly 0 and stay bitwise on the baseline schedule (SPARKLING re-warmup).
         lr, lr_new, mask = lr
         p.add_(update, alpha=-lr)
-        p.add_(update * mask, alpha=-(lr_new - lr))
+        p.addcmul_(update, mask, value=-(lr_new - lr))  # fused update*mask: mask is 0/1, so bitwise the same
     elif isinstance(lr, torch.Tensor):
         p.sub_(lr * update)
     else:
@@ -105,9 +116,13 @@ class AdamW(torch.optim.Optimizer):
                 m.lerp_(g, b1_eff)
                 v.mul_(b2_eff).addcmul_(g, g, value=1 - b2)
                 # tensor powers: the step count stays on the device (no .item() host sync); a
-                # per-element step tensor after growth works the same way
-                bc1, bc2 = 1 - torch.pow(b1, t), 1 - torch.pow(b2, t)
-                update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
+                # per-element step tensor after growth takes exp(t log b), far cheaper than pow on CPU
+                if t.ndim == 0:
+                    bc1, bc2 = 1 - torch.pow(b1, t), 1 - torch.pow(b2, t)
+                    update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
+                else:
+                    bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
+                    update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
                 _apply_update(_local(p), update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"], keep)
         return loss
 
