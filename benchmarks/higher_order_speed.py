@@ -21,7 +21,7 @@ import torch
 
 from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, TrainConfig
-from nexus.generate import generate
+from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
 from nexus.train.param_groups import build_optimizer
 

@@ -165,7 +165,7 @@ def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor,
 
 
 class PackedTernaryLinear(nn.Module):
-    """Inference-only twin of BitLinear built from exported codes and scale (see ternary_export).
+    """Inference-only twin of BitLinear built from exported codes and scale (see nexus.export.ternary).
 
     kernel "int8" (default): the codes stay int8 and each call runs torch's weight-only int8 matmul
     (`int8_weight_matmul`): about 4-6x faster than an fp32 matmul of the same shape on CPU, with
