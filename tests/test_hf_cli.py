@@ -15,7 +15,7 @@ from nexus.cli import main
 from nexus.config import ModelConfig, RunConfig
 from nexus.data.tokenizer import BPETokenizer
 from nexus.hf import import_hf
-from nexus.hf.tokenizer import HFTokenizer
+from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, hello nexus", "pack my box with five dozen jugs"] * 5
