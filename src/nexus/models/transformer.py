@@ -11,9 +11,18 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .attention import build_attention
+from .attention import Attention
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, lm_loss
+
+
+def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
+    """Pick the attention class for a layer from the config."""
+    if cfg.attention.order > 1:
+        from .higher_order import HigherOrderAttention
+
+        return HigherOrderAttention(cfg, layer_idx)
+    return Attention(cfg, layer_idx)
 
 
 def build_mlp(cfg: ModelConfig, layer_idx: int) -> nn.Module:
