@@ -15,7 +15,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from . import ParamMap
+from .param_map import ParamMap
 
 
 def new_blocks(model: nn.Module, param_maps: dict[str, ParamMap]) -> dict[str, tuple[str, tuple | None]]:
