@@ -95,7 +95,7 @@ def check_growth_applies(cfg: RunConfig) -> None:
     import copy
 
     check_growth_spec(cfg.train.growth)
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
 
     rng = torch.get_rng_state()
     try:
@@ -215,7 +215,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     The new optimizer is built from cfg.train and receives the transplanted state; pass
     optimizer_state=None for a fresh optimizer (no state to carry).
     """
-    from ..train.param_groups import build_optimizer
+    from ..optim.param_groups import build_optimizer
 
     _load_families()
     family = spec.get("family")

@@ -88,7 +88,7 @@ class BitLinear(nn.Linear):
     unchanged: the latent parameter is still `.weight` of shape (out, in).
     """
 
-    is_ternary = True  # read by analysis/accounting.py to report ternary model sizes
+    is_ternary = True  # read by models/accounting.py to report ternary model sizes
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, act_quant: bool = False,
                  input_norm: bool = False, norm_eps: float = 1e-5, device=None, dtype=None):
