@@ -17,8 +17,8 @@ import torch
 
 from nexus.models import build_model
 from nexus.presets import get_preset
-from nexus.train.optim import AdamW
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.optimizers import AdamW
+from nexus.optim.param_groups import build_optimizer
 
 
 def _optimizers(model, tcfg):
