@@ -1,12 +1,15 @@
-"""Packed ternary NEXUS v4.1 inference on CPU: tokens/s of the model loaded from the packed file vs
-a model of the same shapes with plain fp32 nn.Linear weights (goal: ratio >= 1.0), and the bits per
-ternary weight in the packed file (target <= 2.1).
+"""Packed ternary NEXUS v4.1 inference on CPU: decode tokens/s of the model loaded from the packed
+file (int8 weight-only kernel) vs a model of the same shapes with plain fp32 nn.Linear weights
+(issue 17 target: ratio >= 1.5, goal 2), and the bits per ternary weight in the packed file
+(target <= 2.1).
 
 Both models decode the same prompt greedily with cached conv states; runs alternate between the two
-models and the median over repetitions is reported, because the machine may be shared.
+models in one process and every round's ratio is printed with the median and range, because the
+machine may be shared. The packed model's accuracy against the exact (dense, bitwise) path is
+printed too: max |logit difference| on the prompt and top-1 agreement on the same positions.
 
-    python benchmarks/ternary_inference.py                        # nexus-tiny shapes
-    python benchmarks/ternary_inference.py --preset nexus-small --new-tokens 32 --reps 3
+    python benchmarks/ternary_inference.py                         # nexus-small, B=1, 240 new tokens
+    python benchmarks/ternary_inference.py --preset nexus-tiny --new-tokens 32 --reps 3
 """
 from __future__ import annotations
 
@@ -29,12 +32,13 @@ def tokens_per_s(model, prompt, new_tokens: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="nexus-tiny")
+    p.add_argument("--preset", default="nexus-small")
     p.add_argument("--prompt-len", type=int, default=16)
-    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=240)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--packing", default="2bit", choices=["2bit", "base3"])
+    p.add_argument("--kernel", default="int8", choices=["int8", "dense"], help="packed model's decode kernel")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = p.parse_args()
     if args.threads:
@@ -43,7 +47,7 @@ def main() -> None:
     from nexus.checkpoint import save_checkpoint
     from nexus.data.tokenizer import ByteTokenizer
     from nexus.models import build_model
-    from nexus.models.ternary_export import load_ternary, save_ternary
+    from nexus.export.ternary import load_ternary, save_ternary
     from nexus.presets import get_preset
 
     cfg = get_preset(args.preset)
@@ -54,18 +58,28 @@ def main() -> None:
     fp32_model = build_model(fp32_cfg.model).eval()
     with tempfile.TemporaryDirectory() as tmp:
         report = save_ternary(ternary_model, cfg, ByteTokenizer(), Path(tmp) / "model.tern", args.packing)
-        packed, _, _ = load_ternary(report["path"])
+        packed, _, _ = load_ternary(report["path"], kernel=args.kernel)
+        exact, _, _ = load_ternary(report["path"], kernel="dense")
         ckpt = save_checkpoint(Path(tmp) / "ckpt", ternary_model, cfg, ByteTokenizer())
         ckpt_bytes = (ckpt / "model.safetensors").stat().st_size
     prompt = torch.randint(0, cfg.model.vocab_size, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert torch.equal(packed(prompt).logits, ternary_model(prompt).logits)  # the packed file is exact
+        assert torch.equal(exact(prompt).logits, ternary_model(prompt).logits)  # the packed file is exact
+        diff = (packed(prompt).logits - exact(prompt).logits).abs().max().item()
+    # teacher-forced top-1 agreement on the exact model's own greedy continuation (free-running greedy
+    # sequences diverge after the first near-tie, which on random weights says little about accuracy)
+    agree_len = min(args.new_tokens, 32)
+    cont = exact.generate(prompt, max_new_tokens=agree_len, temperature=0)
+    with torch.no_grad():
+        agree = (packed(cont).logits.argmax(-1) == exact(cont).logits.argmax(-1)).float().mean().item()
+    del exact
     tokens_per_s(packed, prompt, 2)  # warm-up (allocations, first-call dispatch)
     tokens_per_s(fp32_model, prompt, 2)
     ter, fp = [], []
     for _ in range(args.reps):
         ter.append(tokens_per_s(packed, prompt, args.new_tokens))
         fp.append(tokens_per_s(fp32_model, prompt, args.new_tokens))
+    ratios = [t / f for t, f in zip(ter, fp)]
     t_med, f_med = statistics.median(ter), statistics.median(fp)
     rc = cfg.model.recurrent
     print(f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + {report['other_params'] / 1e6:.2f}M fp32 params, "
@@ -73,9 +87,13 @@ def main() -> None:
     print(f"packed file ({args.packing}): {report['file_bytes'] / 1e6:.2f} MB (embeddings and scales included) vs "
           f"fp32 checkpoint {ckpt_bytes / 1e6:.2f} MB; {report['bits_per_ternary_weight']:.3f} bits per ternary weight "
           f"({report['bits_per_ternary_weight_with_scales']:.3f} with scales; target <= 2.1)")
-    print(f"decode tokens/s (batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new, median of {args.reps}): "
-          f"packed ternary {t_med:.2f} vs fp32 {f_med:.2f} -> ratio {t_med / f_med:.3f} (goal >= 1.0); "
-          f"raw ternary {[round(v, 2) for v in ter]} fp32 {[round(v, 2) for v in fp]}")
+    print(f"packed kernel {args.kernel}: max |logit diff| vs the exact packed model {diff:.4g} on the prompt; "
+          f"top-1 agreement over {cont.shape[1]} teacher-forced positions {agree:.3f} (random-init weights)")
+    print(f"decode tokens/s (batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new, {args.reps} alternated rounds): "
+          f"packed ternary {t_med:.2f} vs fp32 {f_med:.2f} (medians); raw ternary {[round(v, 2) for v in ter]} "
+          f"fp32 {[round(v, 2) for v in fp]}")
+    print(f"ratio per round {[round(r, 3) for r in ratios]} -> median {statistics.median(ratios):.3f}, "
+          f"range [{min(ratios):.3f}, {max(ratios):.3f}] (target >= 1.5, goal 2)")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,34 @@
-"""Training-step time of each ExoFormer-family variant relative to the base Transformer and to gated
-attention, measured alternately in one process (round-robin, so machine load drifts hit every
-variant alike). One step = forward + backward, plus the recipe's Muon + AdamW step with --optimizer
-(off by default: at benchmark batch sizes the optimizer would dominate the step, unlike real runs).
+"""Training-step time of each ExoFormer-family variant relative to gated attention (and the base
+Transformer when it is run), measured alternately in one process (round-robin, so machine load drifts
+hit every variant alike). One step = forward + backward, plus the recipe's Muon + AdamW step with
+--optimizer (off by default: at benchmark batch sizes the optimizer would dominate the step).
 
-Target (issue 3): dynamic ExoFormer <= 1.05x gated attention at d_model 512, 8 layers.
+Target (issue 3, issue 14): dynamic ExoFormer <= 1.05x gated attention on the anchor path the
+paper-scale preset takes.
 
-The default shape is one sequence of 2,048 tokens, the paper's training sequence length (its
-Table 3), so attention takes the share of the step it has in the paper's runs. With the byte
-vocabulary (259 rows) and 2,048 tokens per step the anchor is gathered from the vocabulary table,
-as in the paper's runs (50k-row vocabulary, 262k tokens per step). Shorter sequences make the
-elementwise mixing a larger share of the step: `--batch 4 --seq 256` measures 1.025-1.066x on the
-2-core CPU (docs/exoformer.md#benchmark).
+Headline shape (`--shape 450m`, the default): the proportions of the project's 450m presets
+(`gated-450m`, `exo-dynamic-e-450m`) scaled to a CPU: their depth (29 layers, which share the
+anchor's one projection), SwiGLU inner size 2d, head size 64 and sequence/width ratio 2 (2,048 tokens
+at d 1024; here 512 at d 256), and the anchor path those presets take. That path is read from the
+preset: 16 x 2,048 = 32,768 tokens per micro-batch against 57,601 vocabulary rows, so every token's
+anchor is projected ("direct"), not gathered from a per-vocabulary table. At d 256 the elementwise
+mixing weighs 4x more against the matmuls than at d 1024, so this shape errs against ExoFormer.
+`--d-model 1024 --seq 2048` is the preset's own width (a GPU run).
 
-    python benchmarks/variant_overhead.py                      # d512 x 8 layers, 1 x 2048 tokens
-    python benchmarks/variant_overhead.py --batch 4 --seq 256  # the shorter shape
-    python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16
+`--shape custom` takes --d-model/--layers/--seq as given (the earlier default was d 512 x 8 layers,
+one 2,048-token sequence, where a byte vocabulary puts the anchor on the table path).
 
-Prints one row per variant: median step time, ratio to base and to gated (as a ratio of medians, and
-as the median of per-round paired ratios with a 95% bootstrap interval), the FLOPs ratio to gated
-by the paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward),
-and the raw per-round times' spread. nexus's CLI tunes glibc malloc (nexus/runtime.py), so this
-script does too; --no-malloc-tuning measures the default allocator.
+    python benchmarks/variant_overhead.py --threads 1                 # headline: 450m proportions, direct path
+    python benchmarks/variant_overhead.py --shape custom --d-model 512 --layers 8 --seq 2048 --variants all
+    python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16 --d-model 1024 --seq 2048
+
+Prints one row per variant: median step time, ratio to gated (as a ratio of medians, and as the
+median of per-round paired ratios with a 95% bootstrap interval), the FLOPs ratio to gated by the
+paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward), and
+the raw per-round times. `--clock process` times each step by this process's CPU time instead of
+the elapsed time: on a machine shared with other jobs it leaves out the time they hold the cores
+(not their competition for memory bandwidth). nexus's CLI tunes glibc malloc (nexus/runtime.py), so this script does too;
+--no-malloc-tuning measures the default allocator.
 """
 from __future__ import annotations
 
@@ -38,15 +46,27 @@ from nexus.analysis.flops import forward_flops_per_token
 from nexus.models import build_model
 from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 VARIANTS = ["base-transformer", "gated", "resformer", "naive-combination", "nures-e", "exo-s", "exo-e", "exo-dynamic-e"]
+HEADLINE = ["gated", "exo-dynamic-e"]
+PAPER_PRESET = "exo-dynamic-e-450m"
+
+
+def preset_anchor_path(name: str = PAPER_PRESET) -> tuple[str, int, int]:
+    """The anchor path `name` takes in training: ExoAnchor gathers from the vocabulary table only when
+    the table has fewer rows than the micro-batch has tokens. Returns (path, tokens, vocab rows)."""
+    cfg = get_preset(name)
+    tokens, vocab = cfg.train.batch_size * cfg.data.seq_len, cfg.model.vocab_size
+    return ("table" if vocab < tokens else "direct"), tokens, vocab
 
 
 def make(stem: str, args, device):
     cfg = get_preset(f"{stem}-tiny")
     m = cfg.model
     m.d_model, m.n_layers, m.n_heads, m.max_seq_len = args.d_model, args.layers, args.d_model // 64, args.seq
+    if args.ffn:
+        m.ffn_hidden = args.ffn
     torch.manual_seed(0)
     model = build_model(m).to(device)
     opt = None
@@ -57,10 +77,10 @@ def make(stem: str, args, device):
     return cfg, model, opt
 
 
-def step(model, opt, x, y, device, dtype) -> float:
+def step(model, opt, x, y, device, dtype, clock=time.perf_counter) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = clock()
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         loss = model(x, labels=y).loss
     loss.backward()
@@ -71,7 +91,7 @@ def step(model, opt, x, y, device, dtype) -> float:
         model.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def paired_ratio(times: list[float], ref: list[float]) -> tuple[float, float, float]:
@@ -97,34 +117,55 @@ def executed_flops(model, x, y) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--d-model", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--shape", default="450m", choices=["450m", "custom"],
+                    help="450m: the 450m presets' depth, FFN ratio, head size, T/d ratio and anchor path (default); "
+                         "custom: --d-model/--layers/--seq/--ffn as given")
+    ap.add_argument("--d-model", type=int, default=None, help="width (450m shape: 256; custom: 512)")
+    ap.add_argument("--layers", type=int, default=None, help="depth (450m shape: 29, the gated 450m presets'; custom: 8)")
+    ap.add_argument("--ffn", type=int, default=None, help="SwiGLU inner size (450m shape: 2 d, as the presets; custom: default)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=2048, help="the paper's training sequence length")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (450m shape: 2 d; custom: 2048)")
     ap.add_argument("--rounds", type=int, default=12, help="timed rounds (each times every variant once; the paired interval narrows with more)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--variants", nargs="+", default=VARIANTS)
+    ap.add_argument("--variants", nargs="+", default=None,
+                    help=f"variant stems, or 'all' (default: {' '.join(HEADLINE)} for the 450m shape, all for custom)")
     ap.add_argument("--optimizer", action="store_true", help="include the recipe's Muon + AdamW step")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     ap.add_argument("--no-malloc-tuning", action="store_true",
                     help="keep glibc's default malloc (nexus's CLI tunes it; see nexus/runtime.py)")
-    ap.add_argument("--anchor-path", default="auto", choices=["auto", "direct"],
+    ap.add_argument("--anchor-path", default=None, choices=["auto", "direct"],
                     help="ExoFormer anchors: auto gathers them from a per-vocabulary table when V < tokens; "
-                         "direct projects every token, as the paper's FLOPs formula counts")
+                         f"direct projects every token (default: the path {PAPER_PRESET} takes for the 450m shape, "
+                         "auto for custom)")
+    ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                    help="wall: elapsed time (default); process: this process's CPU time (CPU only), which leaves "
+                         "out the time other processes on a shared machine hold the cores")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
     args = ap.parse_args()
+    preset_path, preset_tokens, preset_vocab = preset_anchor_path()
+    if args.shape == "450m":
+        d = args.d_model or 256
+        args.d_model, args.layers = d, args.layers or get_preset(PAPER_PRESET).model.n_layers
+        args.seq, args.ffn = args.seq or 2 * d, args.ffn or 2 * d
+        args.anchor_path = args.anchor_path or ("direct" if preset_path == "direct" else "auto")
+        args.variants = args.variants or list(HEADLINE)
+    else:
+        args.d_model, args.layers, args.seq = args.d_model or 512, args.layers or 8, args.seq or 2048
+        args.anchor_path = args.anchor_path or "auto"
+        args.variants = args.variants or list(VARIANTS)
+    if args.variants == ["all"]:
+        args.variants = list(VARIANTS)
     if args.threads:
         torch.set_num_threads(args.threads)
     malloc = "default" if args.no_malloc_tuning else ("tuned" if tune_cpu_allocator() else "default (tuning refused)")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
-    for ref in ("base-transformer", "gated"):
-        if ref not in args.variants:
-            args.variants.insert(0, ref)
+    if "gated" not in args.variants:
+        args.variants.insert(0, "gated")
     built = {v: make(v, args, device) for v in args.variants}
     for _, model, _ in built.values():
         if getattr(model, "anchor", None) is not None and hasattr(model.anchor, "table_lookup"):
@@ -139,7 +180,7 @@ def main() -> None:
         order = args.variants if r % 2 == 0 else list(reversed(args.variants))  # alternate the order too
         for v in order:
             _, model, opt = built[v]
-            t = step(model, opt, x, y, device, dtype)
+            t = step(model, opt, x, y, device, dtype, time.process_time if args.clock == "process" else time.perf_counter)
             if r >= args.warmup:
                 times[v].append(t)
         print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
@@ -147,19 +188,26 @@ def main() -> None:
     unwrap = {v: getattr(built[v][1], "_orig_mod", built[v][1]) for v in args.variants}
     flops = {v: forward_flops_per_token(unwrap[v], args.seq) for v in args.variants}
     ran = {v: executed_flops(unwrap[v], x, y) for v in args.variants}
-    print(f"device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x {args.layers} layers | batch {args.batch} x "
-          f"seq {args.seq} | optimizer {'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
-          f"anchor path {args.anchor_path} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+    print(f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x "
+          f"{args.layers} layers, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
+          f"{'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
+          f"anchor path {args.anchor_path} | {args.clock} clock | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+    print(f"{PAPER_PRESET} takes the {preset_path} anchor path ({preset_tokens:,} tokens per micro-batch, "
+          f"{preset_vocab:,} vocabulary rows)")
     paired = {v: paired_ratio(times[v], times["gated"]) for v in args.variants}
+    base = med.get("base-transformer")
     print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'paired vs gated':>22} {'formula FLOPs':>14} "
           f"{'executed FLOPs':>15} {'min..max ms':>18}")
     print(f"{'':<20} {'':>10} {'':>8} {'':>9} {'(median [95% CI])':>22} {'vs gated':>14} {'vs gated':>15}")
     for v in args.variants:
         ts = times[v]
         p_med, p_lo, p_hi = paired[v]
-        print(f"{v:<20} {med[v] * 1e3:>10.2f} {med[v] / med['base-transformer']:>8.3f} {med[v] / med['gated']:>9.3f} "
+        vs_base = f"{med[v] / base:>8.3f}" if base else f"{'-':>8}"
+        print(f"{v:<20} {med[v] * 1e3:>10.2f} {vs_base} {med[v] / med['gated']:>9.3f} "
               f"{f'{p_med:.3f} [{p_lo:.3f}, {p_hi:.3f}]':>22} {flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} "
               f"{min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}")
+    for v in args.variants:  # the raw numbers behind every ratio
+        print(f"raw ms {v}: " + " ".join(f"{t * 1e3:.1f}" for t in times[v]))
     if "exo-dynamic-e" in med:
         p_med, p_lo, p_hi = paired["exo-dynamic-e"]
         verdict = ("met" if p_hi <= 1.05 else "NOT met" if p_lo > 1.05 else

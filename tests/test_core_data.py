@@ -9,6 +9,7 @@ from nexus.config import ConfigError, DataConfig
 from nexus.data.corpus import embedded_documents
 from nexus.data.loader import DataModule
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
+from nexus.data.tokenizer_files import load_tokenizer_json
 
 
 def write_docs(tmp_path, n=40):
@@ -56,9 +57,9 @@ def test_split_is_deterministic_and_disjoint(tmp_path):
     write_docs(tmp_path)
     cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2)
     a = DataModule(cfg)
-    train_docs, val_docs = a._split([f"d{i}" for i in range(40)])
-    assert len(val_docs) == 8 and not set(train_docs) & set(val_docs)
-    assert a._split([f"d{i}" for i in range(40)]) == (train_docs, val_docs)
+    val = a._val_indices(40)
+    assert len(val) == 8 and val <= set(range(40))
+    assert DataModule(cfg)._val_indices(40) == val
 
 
 def test_cache_is_memory_mapped_and_reused(tmp_path):
@@ -85,14 +86,14 @@ def test_bpe_train_save_load(tmp_path):
     docs = write_docs(tmp_path)
     tok = BPETokenizer.train(docs, 300)
     tok.save(tmp_path)
-    again = BPETokenizer.load(tmp_path / "tokenizer.json")
+    again = load_tokenizer_json(tmp_path / "tokenizer.json")
     assert again.decode(again.encode(docs[3])) == docs[3]
     assert len(again.encode(docs[3])) < len(docs[3].encode())
     dm = DataModule(DataConfig(source=str(tmp_path / "c.txt"), tokenizer="bpe", bpe_vocab_size=300, seq_len=16))
     assert dm.vocab_size == 300
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="broken.json"):
-        BPETokenizer.load(tmp_path / "broken.json")
+        load_tokenizer_json(tmp_path / "broken.json")
 
 
 def test_too_little_text_is_a_clear_error(tmp_path):
@@ -104,3 +105,90 @@ def test_too_little_text_is_a_clear_error(tmp_path):
 def test_hub_offline_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="hf:HuggingFaceFW/fineweb-edu"):
         DataModule(DataConfig(source="hf:HuggingFaceFW/fineweb-edu", seq_len=16, cache_dir=str(tmp_path)))
+
+
+# ----------------------------------------------------------------------------- streaming build
+def reference_streams(docs, tok, val_fraction, split_seed):
+    """Slow, obviously-correct reference: all documents in memory, a seeded permutation holds out
+    round(n * val_fraction) of them, each encoded alone and followed by EOS."""
+    order = np.random.default_rng(split_seed).permutation(len(docs))
+    val = set(order[:max(1, int(round(len(docs) * val_fraction)))].tolist())
+    out = {"train": [], "val": []}
+    for i, d in enumerate(docs):
+        out["val" if i in val else "train"] += tok.encode(d) + [tok.eos_id]
+    return out
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_streamed_shards_equal_the_in_memory_reference(tmp_path, monkeypatch, tokenizer):
+    import nexus.data.loader as L
+
+    monkeypatch.setattr(L, "ENCODE_BATCH", 7)  # many encode_batch calls, uneven last batch
+    docs = write_docs(tmp_path, n=53)
+    cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.1, cache_dir=str(tmp_path / "cache"),
+                     tokenizer=tokenizer, bpe_vocab_size=300)
+    dm = DataModule(cfg)
+    ref = reference_streams(docs, dm.tokenizer, 0.1, cfg.split_seed)
+    assert np.asarray(dm.train.tokens).tolist() == ref["train"]
+    assert np.asarray(dm.val.tokens).tolist() == ref["val"]
+
+
+def test_tokenization_goes_through_encode_batch(tmp_path, monkeypatch):
+    write_docs(tmp_path)
+    calls = []
+    real = ByteTokenizer.encode_batch
+    monkeypatch.setattr(ByteTokenizer, "encode", lambda self, t: pytest.fail("per-document encode used"))
+    monkeypatch.setattr(ByteTokenizer, "encode_batch", lambda self, texts: calls.append(len(texts)) or real(self, texts))
+    DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
+    assert sum(calls) == 40
+
+
+def test_txt_is_read_in_chunks_with_the_same_documents(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import nexus.data.corpus as C
+
+    text = "a\n\n\nb  \n\n é ü ✓\n\n\n\nlast one\n" + "\n\n".join(f"doc {i} " + "x" * (i % 13) for i in range(200))
+    path = tmp_path / "t.txt"
+    path.write_text(text)
+    expected = [d.strip() for d in text.split("\n\n") if d.strip()]
+    for chunk in (1, 2, 3, 7, 64, 1 << 20):
+        monkeypatch.setattr(C, "_READ_CHUNK", chunk)
+        assert list(C._txt_documents(path)) == expected, chunk
+    big = tmp_path / "big.txt"
+    with open(big, "w") as f:  # ~8 MB
+        for i in range(20000):
+            f.write(f"document {i} " + "y" * 400 + "\n\n")
+    monkeypatch.setattr(C, "_READ_CHUNK", 1 << 16)
+    tracemalloc.start()
+    it = C.iter_local_documents(str(big), DataConfig(source=str(big)))
+    first = [next(it) for _ in range(3)]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert first[0].startswith("document 0 ") and peak < 1_000_000  # one chunk, not the 8 MB file
+
+
+def test_jsonl_is_streamed_as_an_iterable_dataset(tmp_path, monkeypatch):
+    import datasets
+
+    seen = []
+    real = datasets.load_dataset
+
+    def spy(*a, **kw):
+        ds = real(*a, **kw)
+        seen.append((kw.get("streaming"), type(ds).__name__))
+        return ds
+
+    monkeypatch.setattr(datasets, "load_dataset", spy)
+    write_docs(tmp_path)
+    dm = DataModule(DataConfig(source=str(tmp_path / "c.jsonl"), seq_len=16, cache_dir=str(tmp_path / "cache")))
+    assert seen and all(s == (True, "IterableDataset") for s in seen)
+    assert len(dm.train) > 100
+
+
+def test_a_failure_mid_build_leaves_no_cache(tmp_path, monkeypatch):
+    write_docs(tmp_path)
+    monkeypatch.setattr(ByteTokenizer, "encode_batch", lambda self, texts: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -10,7 +10,7 @@ from scipy import stats
 from nexus.cli import main
 from nexus.experiments.compare import plan_compare, run_compare, summarize
 
-TINY = ["--train.eval_batches", "1", "--train.batch_size", "2", "--data.seq_len", "32", "--train.sample_tokens", "1",
+TINY = ["--train.eval_batches", "1", "--train.batch_size", "2", "--data.seq_len", "48", "--train.sample_tokens", "1",
         "--model.n_layers", "1"]
 
 

@@ -81,7 +81,7 @@ def test_nexus_rank_linear_flops_formula():
 
 @pytest.mark.slow
 def test_every_small_preset_matches_flop_counter():
-    from nexus.analysis.accounting import param_count_for_config
+    from nexus.models.accounting import param_count_for_config
     from nexus.presets import get_preset, names
 
     bad = {}
@@ -103,3 +103,31 @@ def test_every_small_preset_matches_flop_counter():
         if abs(ratio - 1) > 0.01:
             bad[name] = round(ratio, 4)
     assert not bad, f"analytic / counted FLOPs off by > 1%: {bad}"
+
+
+def test_calflops_mode_adds_norms_activations_and_softmax_counted_by_hand():
+    """Nexus-Rank q/k/v, SwiGLU FFN, 2 layers, 4 heads: the matmul part equals the analytic count;
+    activations are the GELUs on M and A of 3 projections plus the FFN's SiLU; softmax one FLOP per
+    score (heads x T per token); elementwise covers norms, RoPE, the SwiGLU product and residuals."""
+    from nexus.analysis.flops import calflops_like_counts
+
+    cfg = EXACT["nexus_rank_qkv"]
+    c = calflops_like_counts(cfg, T)
+    L, H, d, ffn = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.ffn
+    assert c["matmul"] == forward_flops_per_token(cfg, T)
+    assert c["activation"] == L * (3 * (48 + 64) + ffn)
+    assert c["softmax"] == L * H * T
+    rms = 4 * d  # pow, mean, mul by rsqrt, mul by gain (the +eps and rsqrt are per token)
+    assert c["elementwise"] >= (2 * L + 1) * rms + L * (ffn + 2 * d)  # norms, SwiGLU product, two residual adds
+    assert c["total"] == pytest.approx(sum(v for k, v in c.items() if k != "total"))
+
+
+def test_table6_7_baseline_presets():
+    from nexus.presets import get_preset
+    from nexus.presets.nexusformer import QWEN3_SHAPES, TRANSFORMER_PP_SHAPES
+
+    for fam, shapes in (("qwen3", QWEN3_SHAPES), ("transformer-pp", TRANSFORMER_PP_SHAPES)):
+        for size, (layers, d, ffn) in shapes.items():
+            m = get_preset(f"{fam}-{size}").validate().model
+            assert (m.n_layers, m.d_model, m.ffn, m.vocab_size, m.max_seq_len) == (layers, d, ffn, 32000, 4096)
+            assert m.hd % 2 == 0 and m.hd * m.n_heads == d and m.qk_norm == (fam == "qwen3")

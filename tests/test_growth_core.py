@@ -5,16 +5,18 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
+from nexus.analysis import growth_stats as gs
 from nexus.checkpoint import load_checkpoint, load_trainer_state
 from nexus.cli import main
 from nexus.config import TrainConfig, parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
 from nexus.presets import get_preset
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 from nexus.train.trainer import Trainer
 
 
@@ -248,5 +250,24 @@ def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsy
     assert res["R"][0] == 0 and all(r > 0 for r in res["R"][1:])  # the new weights move away from the growth state
     assert all(0 < s["noc"] <= 1 and 0 <= s["u_p"] <= 1 for s in res["snapshots"])
     assert (out / "growth.json").is_file() and (out / "growth_radius.png").is_file() and (out / "growth_trajectory.png").is_file()
+    assert res["noc_reading"] == "whole" and res["pca"]["standardized"] is True
+    # two runs pooled (cross-scale aggregation): one PCA over both runs' rows after growth, one fit
+    out2 = tmp_path / "ana2"
+    rc = main(["analyze", "growth", "--checkpoints", *snaps[:3], "--checkpoints", *snaps, "--out", str(out2),
+               "--batches", "1", "--json", "--noc-reading", "corner"])
+    pooled = json.loads(capsys.readouterr().out)
+    assert rc == 0 and pooled["n_runs"] == 2 and pooled["n_points"] == 7 and pooled["noc_reading"] == "corner"
+    runs = pooled["runs"]
+    assert [len(r["snapshots"]) for r in runs] == [3, 4]
+    assert runs[1]["snapshots"][1]["noc"] != res["snapshots"][1]["noc"]  # the corner reading is another number
+    rows = [gs.state_rows([s["u_p"] for s in r["snapshots"]], [s["noc"] for s in r["snapshots"]],
+                          [1 / s["ppl"] for s in r["snapshots"]]) for r in runs]
+    want = gs.pooled_pca(rows)
+    np.testing.assert_allclose(pooled["pooled"]["pca"]["components"], want["components"], atol=1e-9)
+    R = [x for r in runs for x in r["R"]]
+    fit = gs.scaling_fit(R, [s["ppl"] for r in runs for s in r["snapshots"]])
+    assert pooled["scaling_w"] == pytest.approx(fit["w"]) and pooled["pooled"]["scaling_fit"]["n"] == 5
+    for f in ("growth_scaling_pooled.png", "growth_pca_pooled.png", "run0_growth_radius.png", "run1_growth_trajectory.png"):
+        assert (out2 / f).is_file()
     rc = main(["analyze", "growth", "--checkpoints", str(trained), str(grown), "--out", str(tmp_path / "bad")])
     assert rc == 2 and "no growth record" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -91,12 +91,61 @@ def test_scaling_fit_recovers_planted_law():
 def test_pca_matches_covariance_eigendecomposition():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(11, 3)) @ np.array([[2.0, 0.3, 0.1], [0.0, 1.0, 0.4], [0.0, 0.0, 0.2]])
-    out = gs.pca(X)
+    out = gs.pca(X, standardize=False)
     evals, evecs = np.linalg.eigh(np.cov(X.T))
     np.testing.assert_allclose(out["explained_ratio"], evals[::-1] / evals.sum(), atol=1e-10)
     for i in range(3):
         assert abs(abs(out["components"][i] @ evecs[:, ::-1][:, i]) - 1) < 1e-8
     np.testing.assert_allclose(out["z"], (X - X.mean(0)) @ out["components"][:2].T)
+
+
+def test_default_pca_is_the_correlation_matrix_eigendecomposition():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(15, 3)) * np.array([100.0, 1.0, 0.01]) + rng.normal(size=(15, 1))
+    out = gs.pca(X)
+    evals, evecs = np.linalg.eigh(np.corrcoef(X.T))
+    np.testing.assert_allclose(out["explained_ratio"], evals[::-1] / evals.sum(), atol=1e-10)
+    for i in range(3):
+        assert abs(abs(out["components"][i] @ evecs[:, ::-1][:, i]) - 1) < 1e-8
+    np.testing.assert_allclose(gs.project(out, X), out["z"], atol=1e-12)
+
+
+# Nexusformer Table 3: (U_P, NOC, Avg) per snapshot 0B..60B of the three growth paths from 240M
+TABLE3 = {
+    "240-300M": ([0.8919, 0.7471, 0.4555, 0.6181, 0.5530, 0.5049, 0.9516],
+                 [0.8674, 0.8372, 0.8277, 0.8294, 0.8343, 0.8394, 0.8425],
+                 [42.638, 43.008, 43.684, 43.814, 43.284, 44.126, 45.162]),
+    "240-380M": ([0.8152, 0.9536, 0.8788, 0.8402, 0.6461, 0.8717, 0.6347],
+                 [0.7752, 0.7825, 0.7783, 0.7834, 0.7676, 0.7807, 0.7722],
+                 [42.638, 44.842, 45.654, 46.348, 44.130, 46.164, 44.518]),
+    "240-440M": ([0.7683, 0.9762, 0.8834, 0.6615, 0.5976, 0.9219, 0.8422],
+                 [0.7194, 0.7255, 0.7207, 0.7307, 0.7235, 0.7257, 0.7270],
+                 [42.638, 42.314, 43.620, 45.876, 44.088, 43.974, 44.532]),
+}
+
+
+def test_table5_loadings_and_variance_from_table3_rows():
+    """Appendix C: PC1 + PC2 explain 92.49%; Table 5 loadings PC1 (0.604, 0.669, 0.433), PC2
+    (-0.493, -0.113, 0.863) for (U_P%, NOC%, Performance%), computed from Table 3 alone."""
+    runs = [gs.state_rows(*TABLE3[k]) for k in TABLE3]
+    out = gs.pooled_pca(runs)
+    assert out["explained_ratio"][:2].sum() == pytest.approx(0.9249, abs=5e-5)
+    np.testing.assert_allclose(out["components"][0], [0.604, 0.669, 0.433], atol=5e-4)
+    np.testing.assert_allclose(out["components"][1], [-0.493, -0.113, 0.863], atol=5e-4)
+    assert [z.shape for z in out["z_runs"]] == [(7, 2)] * 3
+    # the covariance reading (the old default) does not reproduce the table: PC1 is U_P% alone
+    cov = gs.pooled_pca(runs, standardize=False)
+    assert cov["explained_ratio"][:2].sum() > 0.99 and cov["components"][0][0] > 0.99
+
+
+def test_trajectory_uses_standardized_pca_by_default():
+    up, noc_values, perf = TABLE3["240-380M"]
+    out = gs.trajectory(up, noc_values, perf)
+    want = gs.pooled_pca([gs.state_rows(up, noc_values, perf)])
+    assert out["pca"]["standardized"] is True
+    np.testing.assert_allclose(out["pca"]["components"], want["components"])
+    np.testing.assert_allclose(out["pca"]["z"], want["z_runs"][0])
+    assert gs.trajectory(up, noc_values, perf, standardize=False)["pca"]["standardized"] is False
 
 
 def test_grassmann_distance_from_principal_angles():
@@ -111,10 +160,10 @@ def test_snapshot_stats_split_old_and_new_weights():
     w = rng.normal(0, 1, (40, 30))
     w[32:, :] = rng.normal(2.0, 1, (8, 30))  # new rows shifted: low overlap, tiny U_P
     w[:32, 24:] = rng.normal(2.0, 1, (32, 6))
-    out = gs.snapshot_stats({"m.weight": w}, {"m.weight": [32, 24]})
+    out = gs.snapshot_stats({"m.weight": w}, {"m.weight": [32, 24]}, reading="corner")
     assert out["per_matrix"]["m.weight"]["u_p"] < 1e-10 and out["noc"] < 0.5
     same = rng.normal(0, 1, (40, 30))
-    assert gs.snapshot_stats({"m.weight": same}, {"m.weight": [32, 24]})["noc"] > 0.85
+    assert gs.snapshot_stats({"m.weight": same}, {"m.weight": [32, 24]}, reading="corner")["noc"] > 0.85
 
 
 def test_trajectory_on_table4_zero_init():
@@ -126,3 +175,55 @@ def test_trajectory_on_table4_zero_init():
     assert out["fisher"]["g"] == pytest.approx(0.4876, abs=5e-5)
     assert 8 < out["harmonic"]["period"] < 14  # "dominant period approximately 11B tokens"
     assert abs(out["R_grassmann"][0]) < 1e-12 and out["pca"]["explained_ratio"].sum() == pytest.approx(1.0)
+
+
+def _grown_at_growth_step(init: str, frac: float = 0.1):
+    """A Nexus-Rank model grown along the 240M -> 380M path's proportions (M 780 -> 1340, A 960 -> 1530,
+    scaled down 10x), returned with its growth record, at the growth step."""
+    import torch
+
+    from nexus.config import ModelConfig, ProjectionConfig, RunConfig
+    from nexus.growth import grow
+    from nexus.models import build_model
+
+    proj = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v"], rank_m=78, rank_a=96)
+    cfg = RunConfig(model=ModelConfig(d_model=48, n_layers=1, n_heads=2, max_seq_len=128, projection=proj))
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a trained-looking base: off its init
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3 * (p.std() if p.numel() > 1 else 0.1))
+    new_model, new_cfg, _, _ = grow(model, cfg, {"family": "nexus_rank", "delta_m": 56, "delta_a": 57,
+                                                 "init": init, "noise_frac": frac})
+    return new_model.state_dict(), new_cfg.growth_history[-1]["old_shapes"]
+
+
+def test_noc_default_reading_gives_table4_magnitude_and_ordering_at_growth():
+    """Table 4 at 0B: NOC 0.775 (zero) < 0.795 (10% noise) < 0.814 (20%). The default reading (base
+    matrix against the whole grown matrix) gives that ordering at that magnitude; the corner reading
+    (pretrained corner against the new entries) gives ~0 for zero init, far from the paper."""
+    whole, corner = {}, {}
+    for key, init, frac in (("zero", "zero", 0.1), ("n10", "noise", 0.1), ("n20", "noise", 0.2)):
+        sd, shapes = _grown_at_growth_step(init, frac)
+        whole[key] = gs.snapshot_stats(sd, shapes)
+        corner[key] = gs.snapshot_stats(sd, shapes, reading="corner")
+        assert whole[key]["reading"] == "whole" and corner[key]["reading"] == "corner"
+    assert whole["zero"]["noc"] < whole["n10"]["noc"] < whole["n20"]["noc"]
+    assert 0.5 < whole["zero"]["noc"] and whole["n20"]["noc"] < 0.95
+    assert corner["zero"]["noc"] < 0.05
+    with pytest.raises(ValueError, match="reading"):
+        gs.snapshot_stats(*_grown_at_growth_step("zero"), reading="diagonal")
+
+
+def test_whole_reading_uses_the_given_base_not_the_moved_corner():
+    rng = np.random.default_rng(7)
+    base = rng.normal(0, 1, (32, 24))
+    w = np.zeros((40, 30))
+    w[:32, :24] = base + 3.0  # the pretrained corner has moved far from the base after training
+    w[32:, :] = rng.normal(3.0, 1, (8, 30))
+    w[:32, 24:] = rng.normal(3.0, 1, (32, 6))
+    shapes = {"m.weight": [32, 24]}
+    against_base = gs.snapshot_stats({"m.weight": w}, shapes, base={"m.weight": base.ravel()})
+    against_corner = gs.snapshot_stats({"m.weight": w}, shapes)
+    assert against_base["noc"] < 0.2 < 0.85 < against_corner["noc"]

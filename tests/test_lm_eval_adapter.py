@@ -130,3 +130,78 @@ def test_cli_eval_lm_eval_local_task_and_bad_task(tmp_path, capsys, model):
     rc = main(["eval", "--checkpoint", str(ck), "--lm-eval", "no_such_task_xyz", "--lm-eval-include", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "no_such_task_xyz" in err[0] and "not found" in err[0]
+
+
+# ----------------------------------------------------------------------------- lm-eval's own command line
+def _checkpoint_and_task(tmp_path, model):
+    from nexus.checkpoint import save_checkpoint
+
+    cfg = get_preset("baseline-micro")
+    cfg.model, cfg.data.seq_len = model.cfg, model.cfg.max_seq_len
+    ck = save_checkpoint(tmp_path / "ck", model, cfg, ByteTokenizer())
+    rows = write_tiny_mc_task(tmp_path)
+    tok = ByteTokenizer()
+    correct = 0
+    for r in rows:
+        scores = [direct_loglikelihood(model, tok.encode(r["question"]), tok.encode(" " + c))[0] for c in r["choices"]]
+        correct += int(max(range(len(scores)), key=scores.__getitem__) == r["answer"])
+    return ck, correct / len(rows)
+
+
+def _results(out_dir):
+    (f,) = list(out_dir.rglob("results_*.json"))
+    return json.loads(f.read_text())["results"]["nexus_tiny_mc"]["acc,none"]
+
+
+def test_nexus_is_registered_in_lm_evals_model_registry():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("nexus") is NexusLM
+    from lm_eval.api.registry import model_registry
+
+    assert "hf" in model_registry and "dummy" in model_registry  # registering ours did not hide lm-eval's models
+
+
+def test_lm_evals_cli_runs_model_nexus_in_process(tmp_path, model, monkeypatch):
+    """`lm_eval run --model nexus --model_args checkpoint=DIR` parsed and run by lm-eval's own CLI.
+    lm-eval's ~15k bundled task YAMLs are not indexed here (tens of seconds); the slow test below runs
+    the unpatched CLI as a subprocess."""
+    import functools
+    import sys
+
+    import lm_eval.tasks
+    from lm_eval._cli import HarnessCLI
+
+    ck, expected = _checkpoint_and_task(tmp_path, model)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", functools.partial(lm_eval.tasks.TaskManager, include_defaults=False))
+    out = tmp_path / "out"
+    argv = ["lm_eval", "--model", "nexus", "--model_args", f"checkpoint={ck}", "--tasks", "nexus_tiny_mc",
+            "--include_path", str(tmp_path), "--output_path", str(out), "--device", "cpu"]
+    monkeypatch.setattr(sys, "argv", argv)
+    cli = HarnessCLI()
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli.execute(cli.parse_args())
+    assert _results(out) == pytest.approx(expected)
+
+
+def test_model_args_without_checkpoint_is_a_clear_error():
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match="checkpoint=DIR"):
+        NexusLM.create_from_arg_string("pretrained=gpt2")
+
+
+@pytest.mark.slow
+def test_nexus_lm_eval_script_runs_lm_evals_cli(tmp_path, model):
+    import os
+    import subprocess
+    import sys
+
+    ck, expected = _checkpoint_and_task(tmp_path, model)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "nexus.eval.lm_eval_cli", "run", "--model", "nexus", "--model_args",
+                           f"checkpoint={ck}", "--tasks", "nexus_tiny_mc", "--include_path", str(tmp_path),
+                           "--output_path", str(out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, HF_DATASETS_OFFLINE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _results(out) == pytest.approx(expected)

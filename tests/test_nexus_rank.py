@@ -34,7 +34,7 @@ def trained_like(model: torch.nn.Module, seed=0) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("form", ["paper", "l2norm"])
+@pytest.mark.parametrize("form", ["paper", "l2norm", "l2norm_width"])
 def test_forward_matches_reference(form):
     torch.manual_seed(0)
     mod = NexusRank(12, 10, 16, 20, form=form, bias=True).double()
@@ -44,6 +44,26 @@ def test_forward_matches_reference(form):
     x = torch.randn(2, 3, 12, dtype=torch.float64)
     ref = nexus_rank_ref(x, mod.w_m.weight.t(), mod.w_a.weight.t(), mod.w_d.weight.t(), mod.w_d.bias, form)
     torch.testing.assert_close(mod(x), ref, atol=1e-12, rtol=1e-10)
+
+
+def test_l2norm_is_the_public_codes_current_l2_norm():
+    """Public EquivalentMLP.l2_norm: v / (||v||_2 + 1e-5) * sqrt(output_channels), the same factor at
+    both stages; the earlier sqrt(width) form gives clearly different outputs at D=24, M=32, A=48."""
+    torch.manual_seed(4)
+    D_, M_, A_, D_out = 24, 32, 48, 24
+    cur = NexusRank(D_, D_out, M_, A_, form="l2norm").double()
+    old = NexusRank(D_, D_out, M_, A_, form="l2norm_width").double()
+    old.load_state_dict(cur.state_dict())
+    x = torch.randn(5, D_, dtype=torch.float64)
+
+    def public(v):
+        return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + 1e-5) * D_out ** 0.5
+
+    g = torch.nn.functional.gelu
+    want = g(public(g(public(x @ cur.w_m.weight.t())) @ cur.w_a.weight.t())) @ cur.w_d.weight.t()
+    torch.testing.assert_close(cur(x), want, atol=1e-12, rtol=1e-10)
+    rel = ((old(x) - cur(x)).norm() / cur(x).norm()).item()
+    assert rel > 0.2
 
 
 def test_model_uses_nexus_rank_only_for_targets():
@@ -112,8 +132,16 @@ def test_inexact_cuts_under_l2norm_really_change_the_function():
         assert (model(x).logits - new_model(x).logits).abs().max().item() > 1e-4
 
 
-def test_l2norm_growth_without_pinned_scale_is_not_exact():
+def test_l2norm_growth_needs_no_pinned_scale():
+    """sqrt(D_out) does not change when M or A grows: nothing to pin, and growth is exact (CASES)."""
     cfg = nexus_cfg("l2norm", TARGETS)
+    model = trained_like(build_model(cfg.model)).double()
+    _, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12)
+    assert (new_cfg.model.projection.frozen_m, new_cfg.model.projection.frozen_a) == (0, 0) and res.record["exact"]
+
+
+def test_l2norm_width_growth_without_pinned_scale_is_not_exact():
+    cfg = nexus_cfg("l2norm_width", TARGETS)
     torch.manual_seed(3)
     model = trained_like(build_model(cfg.model)).double()
     new_model, new_cfg, _, _ = _grow(cfg, model, delta_m=8, delta_a=12)
@@ -153,6 +181,49 @@ def test_paper_literal_all_zero_growth_is_exact_but_dead(optimizer):
     assert sorted(v["dead_blocks"]) == sorted(v["new_block_grad_norms"]) and len(v["dead_blocks"]) == 3 * LAYERS * 5
 
 
+def _train_losses(model, tcfg, steps=8):
+    from nexus.optim.param_groups import build_optimizer
+
+    opt = build_optimizer(model, tcfg)
+    for group in (g for o in opt.optimizers.values() for g in o.param_groups):
+        group["lr"] = group["base_lr"]
+    g = torch.Generator().manual_seed(9)
+    losses = []
+    for _ in range(steps):
+        x = torch.randint(0, 259, (2, 16), generator=g)
+        loss = model(x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_zero_growth_warning_says_what_happens_under_each_optimizer(optimizer):
+    """The warning claims: new blocks stay dead under both optimizers; the grown model trains exactly
+    like the small one under AdamW only (Muon's update scale follows the grown shapes)."""
+    import copy
+
+    cfg = nexus_cfg("paper")
+    cfg.train.optimizer = optimizer
+    torch.manual_seed(5)
+    small = trained_like(build_model(cfg.model)).double()
+    grown, _, _, res = _grow(cfg, small, delta_m=8, delta_a=12, init="zero")
+    grown = grown.double()
+    msg = res.report["warning"]
+    assert "never learn" in msg and "--rank-init exact" in msg
+    if optimizer == "muon":
+        assert "do not train exactly like the small model" in msg and "rows/cols" in msg
+    else:
+        assert "trains exactly like the small one" in msg and "Muon" not in msg
+    a, b = _train_losses(copy.deepcopy(small), cfg.train), _train_losses(grown, cfg.train)
+    gap = max(abs(u - v) for u, v in zip(a, b))
+    assert (gap > 1e-6) if optimizer == "muon" else (gap < 1e-9), gap
+    for mod in nexus_rank_modules(grown).values():  # dead either way
+        assert mod.w_m.weight[M0:].abs().max() == 0 and mod.w_d.weight[:, A0:].abs().max() == 0
+
+
 def test_noise_init_scales_with_fraction_and_is_not_exact():
     cfg = nexus_cfg("paper")
     torch.manual_seed(6)
@@ -186,3 +257,71 @@ def test_growth_of_a_model_without_nexus_rank_is_refused():
     cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2))
     with pytest.raises(ConfigError, match="no Nexus-Rank"):
         grow(build_model(cfg.model), cfg, {"family": "nexus_rank", "delta_m": 4})
+
+
+# ----------------------------------------------------------------------------- hidden size (D) growth
+def _grow_d(cfg, model, hidden, init="zero,random", preserve="exact"):
+    return grow(model, cfg, {"family": "width", "hidden": hidden, "init": init, "preserve": preserve})
+
+
+@pytest.mark.parametrize("form,targets", [("paper", TARGETS), ("l2norm_width", TARGETS), ("l2norm", ("q", "k", "v"))])
+@pytest.mark.parametrize("init,hidden", [("zero,random", 20), ("copy,copy", 32)])
+def test_hidden_growth_of_nexus_rank_is_exact_and_live(form, targets, init, hidden):
+    """Table 7 grows D (768 -> 800 / 1024). With --preserve exact the grown model computes the same
+    logits, M, A, heads and head size are kept, and every new block gets gradient. (Width growth
+    builds the grown model in fp32, so the fp64 source is compared to 1e-6, fp32 rounding of the
+    weights; a real deviation, as with --preserve none below, is > 1e-4.)"""
+    m_, a_ = (M0, A0) if hidden < M0 else (40, 48)  # copy,copy doubles D: M and A must stay above it
+    cfg = nexus_cfg(form, targets, m=m_, a=a_)
+    torch.manual_seed(7)
+    model = trained_like(build_model(cfg.model)).double()
+    new_model, new_cfg, _, res = _grow_d(cfg, model, hidden, init=init)
+    new_model = new_model.double()
+    pm = new_cfg.model.projection
+    assert new_cfg.model.d_model == hidden and (pm.rank_m, pm.rank_a) == (m_, a_)
+    assert new_cfg.model.hd * new_cfg.model.n_heads == D  # attention width kept
+    q = new_model.layers[0].attn.q_proj
+    assert tuple(q.w_m.weight.shape) == (m_, hidden) and tuple(q.w_d.weight.shape) == (D, a_)
+    x = torch.randint(0, 259, (2, 16))
+    with torch.no_grad():
+        assert (model(x).logits - new_model(x).logits).abs().max().item() <= 1e-6
+    v = verify(model, new_model, res.param_maps, 259, n_steps=2)
+    assert v["dead_blocks"] == [] and v["new_block_grad_norms"]
+
+
+def test_hidden_growth_of_nexus_rank_without_exact_scaling_changes_the_function():
+    """The fan-in factor on W_M is what keeps it exact: --preserve none (no factor) moves the logits."""
+    cfg = nexus_cfg("paper", TARGETS)
+    torch.manual_seed(8)
+    model = trained_like(build_model(cfg.model)).double()
+    new_model, _, _, _ = _grow_d(cfg, model, 20, preserve="none")
+    x = torch.randint(0, 259, (1, 16))
+    with torch.no_grad():
+        assert (model(x).logits - new_model.double()(x).logits).abs().max().item() > 1e-4
+
+
+def test_table7_path_grow_m_and_a_then_d():
+    """240M -> 440M in Table 7 grows M 780 -> 1540, A 960 -> 1730 and D 768 -> 1024, which breaks
+    D < M unless M grows first: D growth past M is refused with that advice, M/A-then-D is exact."""
+    cfg = nexus_cfg("paper", TARGETS)
+    torch.manual_seed(9)
+    model = trained_like(build_model(cfg.model)).double()
+    with pytest.raises(ConfigError, match="grow M and A first"):
+        _grow_d(cfg, model, M0 + 4)
+    mid, mid_cfg, _, _ = _grow(cfg, model, delta_m=16, delta_a=16)
+    end, end_cfg, _, _ = _grow_d(mid_cfg, mid.double(), M0 + 4)
+    x = torch.randint(0, 259, (2, 16))
+    with torch.no_grad():
+        assert (model(x).logits - end.double()(x).logits).abs().max().item() <= 1e-6
+    assert end_cfg.model.d_model == M0 + 4 and end_cfg.model.projection.rank_m == M0 + 16
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"hidden": 20, "form": "l2norm"}, "sqrt\\(D_out\\)"),
+    ({"ffn": 96}, "Nexus-Rank FFN"),
+])
+def test_hidden_growth_refusals(spec, match):
+    cfg = nexus_cfg(spec.pop("form", "paper"), TARGETS)
+    model = build_model(cfg.model)
+    with pytest.raises(ConfigError, match=match):
+        grow(model, cfg, {"family": "width", "init": "zero,random", "preserve": "exact", **spec})

@@ -40,6 +40,21 @@ def test_khop_label_follows_the_khop_definition_and_needs_all_hops():
                 assert khop_answer(row_x, 39, k - 1) != row_y[39]
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_khop_all_positions_labels_every_position_by_the_definition(k):
+    task = make_task("khop", {"vocab": 12, "k": k, "all_positions": 1}, 30)
+    x, y = task.batch(6, _gen(k))
+    scored = 0
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        for t in range(30):
+            want = khop_answer(row_x, t, k)
+            assert row_y[t] == (IGNORE if want is None else want), (t, row_x)
+            scored += want is not None
+    assert scored > 2 * 6  # many positions per row are scored, not only the planted query
+    last_only = make_task("khop", {"vocab": 12, "k": k}, 30).batch(6, _gen(k))
+    assert torch.equal(last_only[0], x) and torch.equal(last_only[1][:, -1], y[:, -1])  # same data, same query
+
+
 def test_induction_labels_are_the_next_token_inside_the_repeat():
     task = make_task("induction", {"vocab": 16}, 21)
     x, y = task.batch(4, _gen())
@@ -63,6 +78,7 @@ def test_batches_depend_only_on_the_generator():
     ("mqar", {"vocab": "big"}, 64, "vocab"),
     ("khop", {"k": 0}, 64, "k="),
     ("khop", {"k": 40}, 64, "k="),
+    ("khop", {"all_positions": 2}, 64, "all_positions"),
     ("induction", {"vocab": 1}, 64, "vocab"),
 ])
 def test_bad_task_or_option_is_one_config_error(name, options, seq_len, needle):

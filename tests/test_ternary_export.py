@@ -10,7 +10,7 @@ from nexus.config import ModelConfig, RecurrentConfig, RunConfig
 from nexus.data.tokenizer import ByteTokenizer
 from nexus.models import build_model
 from nexus.models.bitlinear import PackedTernaryLinear
-from nexus.models.ternary_export import export_ternary, load_ternary, pack_codes, unpack_codes
+from nexus.export.ternary import export_ternary, load_ternary, pack_codes, unpack_codes
 
 
 @settings(max_examples=40, deadline=None)
@@ -34,7 +34,7 @@ def _checkpoint(tmp_path, act_quant=False, tie=True):
 def test_packed_model_gives_identical_logits(tmp_path, packing, act_quant, tie):
     ckpt, model = _checkpoint(tmp_path, act_quant, tie)
     report = export_ternary(ckpt, tmp_path / "model.tern", packing=packing)
-    packed, cfg, tok = load_ternary(report["path"])
+    packed, cfg, tok = load_ternary(report["path"], kernel="dense")
     assert any(isinstance(m, PackedTernaryLinear) for m in packed.modules())
     assert isinstance(tok, ByteTokenizer)
     x = torch.randint(0, 259, (2, 11), generator=torch.Generator().manual_seed(0))
@@ -103,6 +103,54 @@ def test_cli_export_format_ternary(tmp_path, capsys):
     load_ternary(out)
 
 
+@pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
+def test_int8_kernel_matches_reference_bitlinear_to_bf16_precision(act_quant, input_norm, bias):
+    """The fast decode kernel against the paper's quantizer (reference ternary weights, fp32 matmul):
+    bf16 activations and products bound each output's error by a few bf16 ulps of sum_k |x_k w_k|."""
+    from nexus.models.bitlinear import BitLinear
+    from nexus.models.reference.recurrent_reference import ref_act_quant, ref_rmsnorm, ref_ternary
+
+    torch.manual_seed(0)
+    lin = BitLinear(96, 40, bias=bias, act_quant=act_quant, input_norm=input_norm)
+    if bias:
+        torch.nn.init.normal_(lin.bias)
+    codes = torch.round(lin.weight.detach() / lin.weight.detach().abs().mean()).clamp(-1, 1)
+    gamma = lin.weight.detach().abs().mean()
+    fast = PackedTernaryLinear(codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps)
+    x = torch.randn(3, 5, 96) * 4
+    xr = ref_rmsnorm(x, None, lin.norm_eps) if input_norm else x
+    xr = ref_act_quant(xr) if act_quant else xr
+    w = ref_ternary(lin.weight.detach())
+    want = xr @ w.t() + (lin.bias.detach() if bias else 0)
+    got = fast(x)
+    bound = 4 * 2.0 ** -8 * (xr.abs() @ w.abs().t()) + 1e-6
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert ((got - want).abs() <= bound).all()
+    assert (got - want).abs().max() > 0  # it is the bf16 kernel, not the fp32 one
+
+
+def test_int8_packed_model_tracks_the_exact_model(tmp_path):
+    ckpt, model = _checkpoint(tmp_path)
+    report = export_ternary(ckpt, tmp_path / "model.tern")
+    fast, _, _ = load_ternary(report["path"])  # default kernel: int8
+    exact, _, _ = load_ternary(report["path"], kernel="dense")
+    assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {"int8"}
+    x = torch.randint(0, 259, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = fast(x).logits, exact(x).logits
+    assert (a - b).abs().max() <= 0.02 * b.abs().max()
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.9
+
+
+def test_unknown_kernel_is_a_config_error(tmp_path):
+    from nexus.config import ConfigError
+
+    ckpt, _ = _checkpoint(tmp_path)
+    report = export_ternary(ckpt, tmp_path / "model.tern")
+    with pytest.raises(ConfigError, match="kernel='fp8'"):
+        load_ternary(report["path"], kernel="fp8")
+
+
 @pytest.mark.parametrize("packing,bits", [("2bit", 2.0), ("base3", 1.6)])
 def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
     """`--packing base3` writes 5 weights per byte and the file reloads to the checkpoint's exact logits."""
@@ -110,7 +158,7 @@ def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
 
     import nexus.cli
     from nexus.cli.export import PACKINGS as CLI_PACKINGS
-    from nexus.models.ternary_export import PACKINGS
+    from nexus.export.ternary import PACKINGS
 
     assert CLI_PACKINGS == PACKINGS
     ckpt, model = _checkpoint(tmp_path)
@@ -126,7 +174,7 @@ def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
     n_bytes = sum(-(-m.weight.numel() // per_byte) for m in model.modules() if getattr(m, "is_ternary", False))
     assert report["packed_ternary_bytes"] == n_bytes
     assert report["bits_per_ternary_weight"] == pytest.approx(bits, abs=0.01) and n_ternary > 1000
-    packed, _, _ = load_ternary(out)
+    packed, _, _ = load_ternary(out, kernel="dense")
     x = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(1))
     model.eval()
     with torch.no_grad():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .atomic import atomic_dir_write, recover
 from .config import ConfigError, RunConfig
 
 FORMAT_VERSION = 1
@@ -25,6 +25,16 @@ FORMAT_VERSION = 1
 
 class CheckpointError(ConfigError):
     """A checkpoint directory that cannot be used (missing, truncated, corrupted, mismatched)."""
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """A model holding NaN/inf weights was about to be saved; a checkpoint must stay a usable restart point."""
+
+
+def nonfinite_tensors(state_dict: dict) -> list[str]:
+    """Names of floating-point tensors holding NaN or inf."""
+    return [k for k, v in state_dict.items() if torch.is_tensor(v) and v.is_floating_point()
+            and not bool(torch.isfinite(v).all())]
 
 
 def _sha256(path: Path) -> str:
@@ -43,57 +53,78 @@ def _git_sha() -> str:
         return ""
 
 
-def atomic_dir_write(final: Path, write_fn) -> Path:
-    """Call write_fn(tmp_dir), then move tmp_dir to `final` (replacing an older one last)."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-    tmp.mkdir()
-    try:
-        write_fn(tmp)
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+SHARDED_DIR = "sharded"  # FSDP2 checkpoints: torch.distributed.checkpoint files instead of model.safetensors
 
 
-def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> Path:
+def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None,
+                    extra_files: dict[str, str] | None = None) -> Path:
+    """extra_files: {name: text} written beside the weights and covered by the checksums (e.g. an
+    imported model's generation_config, kept for export)."""
+    sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    bad = nonfinite_tensors(sd)
+    if bad:
+        raise NonFiniteWeightsError(f"not saving {path}: {len(bad)} weight tensors hold NaN/inf (first {bad[0]})")
+
     def write(d: Path):
-        sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        for name, text in (extra_files or {}).items():
+            (d / name).write_text(text)
         save_file(sd, str(d / "model.safetensors"))
-        (d / "config.json").write_text(cfg.to_json())
-        if tokenizer is not None:
-            tokenizer.save(d)
-        if trainer_state is not None:
-            torch.save(trainer_state, d / "trainer_state.pt")
-        files = sorted(p.name for p in d.iterdir() if p.is_file())
-        meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files}}
-        try:
-            from importlib.metadata import version
-
-            meta["nexus"] = version("nexus")
-        except Exception:  # not installed as a distribution (running from a source tree)
-            meta["nexus"] = "source"
-        (d / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_checkpoint_files(d, cfg, tokenizer, trainer_state)
 
     return atomic_dir_write(Path(path), write)
 
 
-def read_config(path) -> RunConfig:
+def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> None:
+    """Everything beside the weights (config, tokenizer, trainer state), then meta.json with the
+    checksum of every file, the sharded weights' files included."""
+    (d / "config.json").write_text(cfg.to_json())
+    if tokenizer is not None:
+        tokenizer.save(d)
+    if trainer_state is not None:
+        torch.save(trainer_state, d / "trainer_state.pt")
+    files = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+    meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files},
+            "weights": SHARDED_DIR if (d / SHARDED_DIR).is_dir() else "model.safetensors"}
+    try:
+        from importlib.metadata import version
+
+        meta["nexus"] = version("nexus")
+    except Exception:  # not installed as a distribution (running from a source tree)
+        meta["nexus"] = "source"
+    (d / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def is_sharded(path) -> bool:
+    return (Path(path) / SHARDED_DIR).is_dir()
+
+
+def load_sharded(path, keys: set[str] | None = None) -> dict:
+    """A sharded (FSDP2) checkpoint read whole into this process: {"model": {name: tensor}, "optim":
+    {...}} with full tensors, at any world size (1 included). torch.distributed.checkpoint does the
+    resharding; `_load_state_dict_from_keys` is its loader for state dicts it has no template for."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    where = Path(path) / SHARDED_DIR
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # "no process group: loading in a single process" is what we want
+            warnings.simplefilter("ignore", UserWarning)
+            return _load_state_dict_from_keys(keys, checkpoint_id=str(where))
+    except Exception as e:  # DCP raises CheckpointException / OSError / pickle errors for damaged files
+        raise CheckpointError(f"{where} is corrupted or incomplete ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+
+
+def read_config(path, flag: str = "--checkpoint") -> RunConfig:
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"--checkpoint={str(path)!r} (valid: an existing checkpoint directory)")
+        recover(path.parent, path.name)  # a save killed between its two renames: put the checkpoint back
+    if not path.is_dir():
+        raise CheckpointError(f"{flag}={str(path)!r} (valid: an existing checkpoint directory)")
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise CheckpointError(f"--checkpoint={str(path)!r} has no config.json (valid: a directory written by nexus)")
+        raise CheckpointError(f"{flag}={str(path)!r} has no config.json (valid: a directory written by nexus)")
     try:
         d = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
@@ -101,10 +132,10 @@ def read_config(path) -> RunConfig:
     return RunConfig.from_dict(d)
 
 
-def verify_checksums(path: Path) -> None:
+def verify_checksums(path: Path, flag: str = "--checkpoint") -> None:
     meta_file = path / "meta.json"
     if not meta_file.is_file():
-        raise CheckpointError(f"--checkpoint={str(path)!r} has no meta.json (valid: a complete nexus checkpoint)")
+        raise CheckpointError(f"{flag}={str(path)!r} has no meta.json (valid: a complete nexus checkpoint)")
     try:
         meta = json.loads(meta_file.read_text())
     except json.JSONDecodeError:
@@ -129,24 +160,36 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
     model.load_state_dict(sd, strict=True)
 
 
-def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu"):
+def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
+                    flag: str = "--checkpoint"):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
-    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling)."""
+    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). Weights holding NaN/inf are refused
+    unless `allow_nonfinite` (to inspect a diverged model)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
+                        f"{type(path).__name__}: {path!r}")
     from .config import apply_override
-    from .data.tokenizer import load_tokenizer_from_dir
+    from .data.tokenizer_files import load_tokenizer_from_dir
     from .models import build_model
 
     path = Path(path)
-    cfg = read_config(path)
-    verify_checksums(path)
+    cfg = read_config(path, flag)
+    verify_checksums(path, flag)
     for k, v in (overrides or {}).items():
         apply_override(cfg, f"model.{k}", v)
     cfg.validate()
     weights = path / "model.safetensors"
-    try:
-        sd = load_file(str(weights), device=map_location)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
+    if is_sharded(path) and not weights.is_file():
+        sd = load_sharded(path, {"model"})["model"]
+    else:
+        try:
+            sd = load_file(str(weights), device=map_location)
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
+    bad = [] if allow_nonfinite else nonfinite_tensors(sd)
+    if bad:
+        raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
+                              "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)")
     model = build_model(cfg.model)
     load_state_dict_checked(model, sd, str(path))
     return model, cfg, load_tokenizer_from_dir(path)
@@ -157,14 +200,18 @@ def load_trainer_state(path) -> dict | None:
     if not f.is_file():
         return None
     try:
-        return torch.load(f, weights_only=True, map_location="cpu")
+        st = torch.load(f, weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises several types for truncated/corrupt pickles
         raise CheckpointError(f"{f} is corrupted ({type(e).__name__})") from None
+    if is_sharded(path) and "optimizer" not in st:  # FSDP2: the optimizer state lives in the sharded files
+        st["optimizer"] = load_sharded(path, {"optim"})["optim"]
+    return st
 
 
-def load(path, **overrides):
-    """Checkpoint directory -> model in eval mode (the public `nexus.load`)."""
-    model, cfg, tok = load_checkpoint(path, overrides or None)
+def load(path, allow_nonfinite: bool = False, **overrides):
+    """Checkpoint directory -> model in eval mode (the public `nexus.load`). Keyword overrides set model
+    fields (e.g. t_inner for test-time depth); `allow_nonfinite` loads a diverged (NaN/inf) model."""
+    model, cfg, tok = load_checkpoint(path, overrides or None, allow_nonfinite=allow_nonfinite)
     model.eval()
     model.tokenizer = tok
     return model

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,8 @@ def _check(errors: list[str], ok: bool, path: str, value: Any, valid: str) -> No
 
 
 def _positive(errors, path, value):
-    _check(errors, isinstance(value, (int, float)) and value > 0, path, value, "a number > 0")
+    _check(errors, isinstance(value, (int, float)) and math.isfinite(value) and value > 0, path, value,
+           "a finite number > 0")
 
 
 # ----------------------------------------------------------------------------- model parts
@@ -38,7 +40,7 @@ class ProjectionConfig:
     targets: list[str] = field(default_factory=lambda: ["q", "k", "v"])  # which projections use `kind` (q,k,v,o,ffn)
     rank_m: int = 0  # Nexus-Rank first hidden width M (0 -> 2*d_model)
     rank_a: int = 0  # Nexus-Rank second hidden width A (0 -> 4*d_model)
-    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage L2-normalized form
+    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage h/(||h||+1e-5)*sqrt(D_out) ; l2norm_width: its earlier h/||h||*sqrt(width)
     relax_order: bool = False  # allow M, A orders other than D < M < A (Table 9 ablation)
     param_tokens: int = 0  # Pattention parameter tokens per projection (0 -> d_model)
     pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
@@ -46,8 +48,8 @@ class ProjectionConfig:
     frozen_n: int = 0  # the frozen n used for the scale (0 -> current param_tokens); set by growth
     ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
     ffn_frozen_n: int = 0  # frozen n for the FFN Pattention scale (0 -> current ffn tokens); set by growth
-    frozen_m: int = 0  # l2norm form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
-    frozen_a: int = 0  # l2norm form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
+    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
+    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
 
     KINDS = ("linear", "nexus_rank", "pattention")
     TARGETS = ("q", "k", "v", "o", "ffn")
@@ -56,7 +58,7 @@ class ProjectionConfig:
         _check(errors, self.kind in self.KINDS, f"{p}.kind", self.kind, "|".join(self.KINDS))
         bad = [t for t in self.targets if t not in self.TARGETS]
         _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
-        _check(errors, self.form in ("paper", "l2norm"), f"{p}.form", self.form, "paper|l2norm")
+        _check(errors, self.form in ("paper", "l2norm", "l2norm_width"), f"{p}.form", self.form, "paper|l2norm|l2norm_width")
         _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
         for name in ("rank_m", "rank_a", "param_tokens", "frozen_n", "ffn_param_tokens", "ffn_frozen_n", "frozen_m", "frozen_a"):
             v = getattr(self, name)
@@ -291,6 +293,7 @@ class TrainConfig:
     """Optimizer, schedule, loop, logging and checkpointing."""
 
     steps: int = 300  # optimizer steps
+    schedule_steps: int = 0  # LR schedule horizon (0 = steps); a resume that changes steps keeps the old horizon here
     batch_size: int = 16  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step
     optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
@@ -315,26 +318,36 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
     compile: bool = False  # torch.compile the model
+    parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
     eval_batches: int = 8  # micro-batches per validation
     sample_every: int = 0  # print a generated sample every N steps (0 = only at the end)
     sample_tokens: int = 64  # tokens per sample
     sample_prompt: str = "The "  # prompt of the periodic sample
-    save_every: int = 0  # checkpoint every N steps (0 = only at the end)
+    save_every: int = 100  # step checkpoint every N steps, so a killed run can resume (0 = only at the end)
     keep_last: int = 2  # keep the last k step checkpoints
     log_every: int = 10  # metrics.jsonl / progress-bar refresh interval in steps
+    log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
+    wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
     growth: dict = field(default_factory=dict)  # growth spec applied at grow_at (see nexus.growth)
+    dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
 
     def validate(self, errors: list[str], p: str = "train") -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens", "keep_last", "log_every", "max_nonfinite"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
-        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at"):
+        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at", "schedule_steps"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0")
         _positive(errors, f"{p}.lr", self.lr)
+        _check(errors, isinstance(self.dist_timeout_s, int) and self.dist_timeout_s > 0, f"{p}.dist_timeout_s",
+               self.dist_timeout_s, "an integer > 0 (seconds)")
+        if isinstance(self.grow_at, int) and isinstance(self.steps, int) and self.grow_at:
+            _check(errors, self.grow_at < self.steps, f"{p}.grow_at", self.grow_at,
+                   f"a step below train.steps ({self.steps}), or 0 for no growth")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
         _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
         _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,
@@ -349,6 +362,11 @@ class TrainConfig:
         _check(errors, isinstance(self.betas, (list, tuple)) and len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"{p}.betas", self.betas, "two numbers in [0, 1)")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
+        _check(errors, self.parallel in ("ddp", "fsdp2"), f"{p}.parallel", self.parallel, "ddp|fsdp2")
+        _check(errors, not (self.parallel == "fsdp2" and self.optimizer == "muon"), f"{p}.optimizer", self.optimizer,
+               "adamw with train.parallel=fsdp2 (Muon orthogonalizes whole matrices, FSDP2 holds row shards)")
+        _check(errors, isinstance(self.log_to, list) and all(t in ("jsonl", "tensorboard", "wandb") for t in self.log_to),
+               f"{p}.log_to", self.log_to, "a list of jsonl|tensorboard|wandb")
         _check(errors, isinstance(self.grad_clip, (int, float)) and self.grad_clip >= 0, f"{p}.grad_clip", self.grad_clip, "a number >= 0")
         _check(errors, isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                f"{p}.device", self.device, "auto|cpu|cuda|cuda:N")

@@ -3,7 +3,8 @@
   * per-layer attention entropy (nats, mean over queries, heads, batch) and per head;
   * attention-sink share: attention mass on the first token, averaged over queries t >= 1
     (query 0 can only attend to itself);
-  * mean gate activation sigmoid(g_hat) per layer (gated attention);
+  * mean gate activation sigmoid(g_hat) per layer (gated attention), and the first layer's whole
+    distribution (Fig. 5b, summarized by exo_findings.gate_selectivity);
   * the learned mixing coefficients lambda1 / lambda2 per component, layer and channel/head.
 
 The attention probabilities are recomputed from the (mixed, normed, rotated) q and k each layer
@@ -20,6 +21,7 @@ import torch
 
 from ..figures import pyplot, save_figure
 from ..models.mixing import COMPONENTS, mixers
+from .exo_findings import gate_selectivity
 
 
 @contextlib.contextmanager
@@ -40,8 +42,11 @@ def recording_attention(model):
         def output(o, parts, i=i, orig=orig_output):
             if "g" in parts:
                 r = rec.setdefault(i, _empty())
-                r["gate_sum"] += float(torch.sigmoid(parts["g"].float()).sum())
-                r["gate_n"] += parts["g"].numel()
+                act = torch.sigmoid(parts["g"].float())
+                r["gate_sum"] += float(act.sum())
+                r["gate_n"] += act.numel()
+                if i == 0:  # the first layer's full distribution (Fig. 5b)
+                    r["gate_values"].append(act.flatten().cpu())
             return orig(o, parts)
 
         attn.attend, attn.output = attend, output
@@ -54,7 +59,8 @@ def recording_attention(model):
 
 
 def _empty() -> dict:
-    return {"entropy_head": None, "sink_sum": 0.0, "sink_n": 0, "queries": 0, "gate_sum": 0.0, "gate_n": 0}
+    return {"entropy_head": None, "sink_sum": 0.0, "sink_n": 0, "queries": 0, "gate_sum": 0.0, "gate_n": 0,
+            "gate_values": []}
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -93,6 +99,8 @@ def attention_statistics(model, batches) -> dict:
         "entropy_per_head": ent_head,
         "sink_share": [rec[i]["sink_sum"] / max(rec[i]["sink_n"], 1) for i in layers],
         "gate_activation": [rec[i]["gate_sum"] / rec[i]["gate_n"] if rec[i]["gate_n"] else None for i in layers],
+        "first_layer_gate": (gate_selectivity(torch.cat(rec[0]["gate_values"]))
+                             if 0 in rec and rec[0]["gate_values"] else None),
     }
 
 

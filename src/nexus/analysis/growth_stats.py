@@ -2,7 +2,8 @@
 
 Every function takes plain numbers (numpy arrays / lists), so the paper's tables can be fed in
 directly; `snapshot_stats` extracts (U_P, NOC) from model weights using the growth record's
-`old_shapes` (pretrained region = leading corner, new region = the rest).
+`old_shapes` (pretrained region = leading corner, new region = the rest); by default it compares the
+base (pre-growth) matrix with the whole grown matrix (see NOC_READINGS).
 
   noc(a, b)                 nonparametric overlap coefficient: integral of min(f, g), KDE densities
   mann_whitney_p(a, b)      Mann-Whitney U two-sided p-value (U_P)
@@ -11,7 +12,8 @@ directly; `snapshot_stats` extracts (U_P, NOC) from model weights using the grow
   scaling_fit(R, ppl)       ln PPL = w |ln R| + b, with R^2   (eq. 19)
   harmonic_regression(t, y) R(t) = A0 + A1 cos(2 pi f t + phi): f, R^2, F, p
   fisher_g(y)               Fisher's g on the linearly detrended series with its exact p-value
-  pca(X)                    principal axes, explained variance, 2-D embedding z_t
+  pca(X)                    principal axes, explained variance, 2-D embedding z_t (standardized by default)
+  pooled_pca(runs)          Table 5: PCA over several growth runs' (U_P%, NOC%, Perf%) rows
   grassmann_distances(Z)    R_G(t) from principal angles of span([PC1, PC2, 0], e3), R_E(t)
 """
 from __future__ import annotations
@@ -123,21 +125,50 @@ def fisher_g(y, detrend: bool = True) -> dict:
     return {"g": g, "p": fisher_g_pvalue(g, m), "m": m, "dominant_frequency": k / n}
 
 
-def pca(X, standardize: bool = False) -> dict:
+def pca(X, standardize: bool = True) -> dict:
     """PCA of rows x_t (features in columns). Returns components (rows = PCs, signs fixed so the
-    largest-magnitude loading is positive), explained variance ratios and the 2-D embedding."""
+    largest-magnitude loading is positive), explained variance ratios, the 2-D embedding z, and the
+    centre/scale used (for `project`). standardize=True (default) divides each centred feature by
+    its sample std, i.e. PCA of the correlation matrix: the features (U_P%, NOC%, Perf%) live on
+    different scales, and only this reading reproduces the paper's Table 5 (92.49%, PC1 loadings
+    0.604 / 0.669 / 0.433). standardize=False is covariance PCA, where U_P% alone makes up PC1."""
     X = np.asarray(X, dtype=np.float64)
-    Xc = X - X.mean(axis=0)
+    mean = X.mean(axis=0)
+    scale = np.ones(X.shape[1])
     if standardize:
-        sd = Xc.std(axis=0, ddof=1)
-        Xc = Xc / np.where(sd > 0, sd, 1.0)
+        sd = (X - mean).std(axis=0, ddof=1)
+        scale = np.where(sd > 0, sd, 1.0)
+    Xc = (X - mean) / scale
     _, s, vt = np.linalg.svd(Xc, full_matrices=False)
     for i in range(vt.shape[0]):
         if vt[i, np.argmax(np.abs(vt[i]))] < 0:
             vt[i] = -vt[i]
     var = s ** 2
     ratio = var / var.sum() if var.sum() > 0 else var
-    return {"components": vt, "explained_ratio": ratio, "z": Xc @ vt[:2].T}
+    return {"components": vt, "explained_ratio": ratio, "z": Xc @ vt[:2].T, "mean": mean, "scale": scale,
+            "standardized": standardize}
+
+
+def project(p: dict, X) -> np.ndarray:
+    """2-D embedding of rows X with a fitted `pca` result (same centre, scale and axes)."""
+    return ((np.asarray(X, dtype=np.float64) - p["mean"]) / p["scale"]) @ p["components"][:2].T
+
+
+def state_rows(up, noc_values, perf) -> np.ndarray:
+    """x_t = (U_P%, NOC%, Perf%) of one growth run (eq. 21), each relative to the run's growth step."""
+    return np.column_stack([relative_change(up), relative_change(noc_values), relative_change(perf)])
+
+
+def pooled_pca(runs: list, standardize: bool = True) -> dict:
+    """Appendix C / Table 5 across runs: PCA of the state vectors of every run pooled together. Each
+    run's growth-step row is the origin by construction (all three changes are 0), so it is left out
+    of the fit (with it, Table 3 gives 92.0% instead of Table 5's 92.49%) and only projected.
+    Returns the pca result plus `z_runs`, each run's full embedded trajectory (growth step first)."""
+    runs = [np.asarray(r, dtype=np.float64) for r in runs]
+    fit_rows = np.vstack([r[1:] for r in runs])
+    p = pca(fit_rows, standardize)
+    p["z_runs"] = [project(p, r) for r in runs]
+    return p
 
 
 def grassmann_distances(z) -> dict:
@@ -157,6 +188,16 @@ def grassmann_distances(z) -> dict:
 
 
 # ----------------------------------------------------------------------------- from weights
+# Which two weight samples NOC and U_P compare (section 5.1: "the shift in weight distributions
+# between the base and expanded models"):
+#   whole   the base model's matrix (pre-growth, fixed) against the whole grown matrix at this
+#           snapshot. At the growth step with zero / 10% / 20% noise init this gives the magnitude
+#           and ordering of the paper's Table 4 at 0B (0.775 / 0.795 / 0.814). Default.
+#   corner  the pretrained corner of the grown matrix against its new entries only. At the growth
+#           step with zero init the new entries are one spike at 0, so NOC is ~0, far from Table 4.
+NOC_READINGS = ("whole", "corner")
+
+
 def split_old_new(weight, old_shape) -> tuple[np.ndarray, np.ndarray]:
     """Pretrained entries (leading corner of `old_shape`) and newly added entries of a grown tensor."""
     w = np.asarray(weight, dtype=np.float64)
@@ -166,26 +207,46 @@ def split_old_new(weight, old_shape) -> tuple[np.ndarray, np.ndarray]:
     return w[sl].ravel(), w[mask]
 
 
-def snapshot_stats(state_dict: dict, old_shapes: dict, seed: int = 0) -> dict:
-    """Per grown matrix and pooled: NOC and U_P between pretrained and new weights."""
+def _numpy(w) -> np.ndarray:
+    return w.detach().float().cpu().numpy() if hasattr(w, "detach") else np.asarray(w, dtype=np.float64)
+
+
+def base_weights(state_dict: dict, old_shapes: dict) -> dict:
+    """The base (pre-growth) matrices read from a snapshot taken at the growth step: each grown
+    matrix's leading corner, which growth leaves as the pretrained weights."""
+    return {name: split_old_new(_numpy(state_dict[name]), shape)[0]
+            for name, shape in old_shapes.items() if name in state_dict}
+
+
+def snapshot_stats(state_dict: dict, old_shapes: dict, base: dict | None = None, reading: str = "whole",
+                   seed: int = 0) -> dict:
+    """Per grown matrix and pooled (mean over matrices): NOC and U_P in the given reading (see
+    NOC_READINGS). `base` maps names to the pre-growth weights (`base_weights` of the growth-step
+    snapshot); without it the corner of this snapshot stands in, which is exact at the growth step."""
+    if reading not in NOC_READINGS:
+        raise ValueError(f"reading={reading!r} (valid: {'|'.join(NOC_READINGS)})")
     per = {}
     for name, shape in old_shapes.items():
         if name not in state_dict:
             continue
-        w = state_dict[name]
-        w = w.detach().float().cpu().numpy() if hasattr(w, "detach") else w
+        w = _numpy(state_dict[name])
         old, new = split_old_new(w, shape)
         if new.size < 2:
             continue
-        per[name] = {"noc": noc(old, new, seed=seed), "u_p": mann_whitney_p(old, new, seed=seed)}
+        if reading == "whole":
+            a, b = (base[name] if base is not None and name in base else old), w.ravel()
+        else:
+            a, b = old, new
+        per[name] = {"noc": noc(a, b, seed=seed), "u_p": mann_whitney_p(a, b, seed=seed)}
     if not per:
         raise ValueError("no grown matrices with new entries in this checkpoint")
     return {"noc": float(np.mean([v["noc"] for v in per.values()])), "u_p": float(np.mean([v["u_p"] for v in per.values()])),
-            "per_matrix": per}
+            "reading": reading, "per_matrix": per}
 
 
-def trajectory(up, noc_values, perf=None, t=None) -> dict:
-    """Everything section 5 / appendices C-D compute from a series of snapshots."""
+def trajectory(up, noc_values, perf=None, t=None, standardize: bool = True) -> dict:
+    """Everything section 5 / appendices C-D compute from a series of snapshots of one growth run.
+    `standardize` picks correlation (default, as Table 5) or covariance PCA."""
     up, noc_values = np.asarray(up, dtype=np.float64), np.asarray(noc_values, dtype=np.float64)
     out: dict = {"u_p_pct": relative_change(up), "noc_pct": relative_change(noc_values), "R": radius(up, noc_values)}
     n = up.size
@@ -194,10 +255,9 @@ def trajectory(up, noc_values, perf=None, t=None) -> dict:
         out["harmonic"] = harmonic_regression(t, out["R"])
         out["fisher"] = fisher_g(out["R"])
     if perf is not None and n >= 3:
-        perf_pct = relative_change(perf)
-        X = np.column_stack([out["u_p_pct"], out["noc_pct"], perf_pct])
-        p = pca(X)
-        out["perf_pct"] = perf_pct
-        out["pca"] = p
-        out.update({f"R_{k}": v for k, v in grassmann_distances(p["z"]).items()})
+        X = state_rows(up, noc_values, perf)
+        p = pooled_pca([X], standardize)
+        out["perf_pct"] = X[:, 2]
+        out["pca"] = {**p, "z": p["z_runs"][0]}
+        out.update({f"R_{k}": v for k, v in grassmann_distances(out["pca"]["z"]).items()})
     return out

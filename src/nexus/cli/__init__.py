@@ -12,7 +12,7 @@ import sys
 from ..config import ConfigError
 from ..runtime import tune_cpu_allocator
 
-SUBCOMMANDS = ["train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment"]
+SUBCOMMANDS = ["train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment", "config"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,19 +20,24 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"nexus {self.prog.split()[-1] if ' ' in self.prog else ''}: error: {message} (see --help)\n".replace("  ", " "))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands; only `command` (or every one when None) gets options that need heavy imports
+    (grow's family options import torch), so `nexus presets` starts without torch."""
     p = OneLineParser(prog="nexus", description="Train, grow, evaluate, analyse and export progressive-training LMs.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in SUBCOMMANDS:
         mod = importlib.import_module(f".{'import_' if name == 'import' else name}", __name__)
-        mod.add_parser(sub)
+        if getattr(mod, "HEAVY_OPTIONS", False):
+            mod.add_parser(sub, detailed=command in (None, name))
+        else:
+            mod.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), "train" if not argv else None))
     try:
         args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse errors and --help end here; keep main() callable in-process
@@ -52,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nexus: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        from ..train.trainer import TrainingAborted
+
+        if not isinstance(e, TrainingAborted):
+            raise  # an internal fault: keep its traceback
+        print(f"nexus {args.command}: training aborted: {e}", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..outdir import ANALYSIS
 from .common import positive_int
 
 
@@ -27,14 +28,18 @@ class Analysis:
 
 ANALYSES: dict[str, Analysis] = {
     "attention": Analysis("nexus.cli.analyze:attention_kind",
-                          "per-layer attention entropy, first-token sink share, gate activation (+ higher-order maps)"),
-    "mixing": Analysis("nexus.cli.analyze:mixing_kind", "lambda1/lambda2 heatmaps per component, layer and channel/head"),
+                          "per-layer attention entropy, first-token sink share, gate activation, first-layer gate "
+                          "selectivity (Fig. 5b) (+ higher-order maps)"),
+    "mixing": Analysis("nexus.cli.analyze:mixing_kind", "lambda1/lambda2 heatmaps per component, layer and channel/head; "
+                       "mean ratio per layer (Fig. 4); share of |lambda1| < 0.001 (App. C.1)"),
     "representations": Analysis("nexus.cli.analyze:representations_kind",
-                                "cross-layer cosine, token-token similarity, effective rank, anchor removal"),
+                                "cross-layer cosine, token-token similarity, effective rank, refinement-stage share, "
+                                "anchor removal"),
     "params": Analysis("nexus.cli.analyze:params_kind", "parameter counts (no weights allocated)"),
     "flops": Analysis("nexus.cli.analyze:flops_kind", "forward/training FLOPs per token by top-level module"),
     "growth": Analysis("nexus.analysis.growth_plots:growth_kind",
-                       "growth dynamics over --checkpoints A B C: NOC, U_P, radius R, harmonic fit, Fisher g, PCA"),
+                       "growth dynamics over --checkpoints A B C [--checkpoints D E F ...]: NOC, U_P, R, harmonic "
+                       "fit, Fisher g, standardized PCA; several runs pooled for PCA and scaling fit"),
 }
 
 
@@ -50,12 +55,22 @@ def add_parser(sub) -> None:
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
     src.add_argument("--preset", metavar="NAME", help="analyse a preset's freshly initialized model (overrides allowed)")
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
-    p.add_argument("--checkpoints", nargs="+", metavar="DIR", default=None,
-                   help="growth: checkpoints of one grown run in training order (the first at the growth)")
+    p.add_argument("--checkpoints", nargs="+", action="append", metavar="DIR", default=None,
+                   help="growth: checkpoints of one grown run in training order (the first at the growth); "
+                        "repeat the flag once per run to pool PCA and scaling fit across runs")
+    p.add_argument("--noc-reading", choices=["whole", "corner"], default="whole",
+                   help="growth: NOC/U_P compare the base matrix with the whole grown matrix (default, Table 4's "
+                        "magnitudes) or the pretrained corner with the new entries")
+    p.add_argument("--pca", choices=["standardized", "covariance"], default="standardized",
+                   help="growth: PCA of the correlation matrix (default, reproduces Table 5) or of the covariance")
     p.add_argument("--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
     p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
+    p.add_argument("--counting", choices=["analytic", "calflops"], default="analytic",
+                   help="flops: analytic (matmuls and attention products) or calflops (also norms, activations, "
+                        "softmax and elementwise ops, as CalFlops counts them; Nexusformer Table 8)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -67,7 +82,7 @@ class AnalysisSource:
 
         self.args = args
         if not args.checkpoint and not args.preset and getattr(args, "checkpoints", None):
-            args.checkpoint = args.checkpoints[-1]  # `growth` reads all of them; the last names the output
+            args.checkpoint = args.checkpoints[-1][-1]  # `growth` reads all of them; the last names the output
         if args.checkpoint:
             from ..checkpoint import read_config
 
@@ -127,17 +142,21 @@ def resolve(kind: str):
 
 def run(args, extra) -> int:
     from ..checkpoint import atomic_dir_write
+    from ..outdir import check_output
 
     fn = resolve(args.kind)
     src = AnalysisSource(args, extra)
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
+    runs = args.checkpoints or []  # --checkpoints may be given once per growth run: a list of lists
+    sources = [args.checkpoint, *(d for run_dirs in runs for d in run_dirs)]
+    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources)
     result: dict = {}
 
     def write(tmp: Path) -> None:
         result.update(fn(src, tmp, args))
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
-    atomic_dir_write(out, write)
+    atomic_dir_write(out, write, marker_kind=ANALYSIS)
     if args.json:
         print(json.dumps({"kind": args.kind, "out": str(out), **result}))
     else:
@@ -156,11 +175,21 @@ def summarize(kind: str, result: dict) -> str:
         for i, l in enumerate(result["layers"]):
             rows.append(f"{l:>5}  {fmt(result['entropy'][i]):>7}  {fmt(result['sink_share'][i]):>10}  "
                         f"{fmt(result['gate_activation'][i]):>8}")
+        sel = result.get("first_layer_gate")
+        if sel:
+            rows.append(f"first-layer gate: mean {sel['mean']:.4f}, share < 0.1 {sel['share_below_0.1']:.3f}, "
+                        f"share > 0.9 {sel['share_above_0.9']:.3f}")
         return "\n".join(rows)
     if kind == "representations":
         rows = ["layer  token_sim  eff_rank"]
         for i, l in enumerate(result["layers"]):
             rows.append(f"{l:>5}  {fmt(result['token_similarity'][i]):>9}  {fmt(result['effective_rank'][i]):>8}")
+        ref = result.get("refinement_stage", {})
+        if ref.get("share") is not None:
+            rows.append(f"refinement stage: token-similarity minimum after layer {ref['onset_layer']}, "
+                        f"{ref['refinement_layers']}/{ref['n_layers']} layers ({ref['share']:.2f})")
+        else:
+            rows.append("refinement stage: no interior local minimum of token similarity")
         rem = result.get("anchor_removal", {})
         if rem.get("available"):
             rows.append(f"anchor removal: val loss {rem['loss_before']:.4f} -> {rem['loss_after']:.4f}, final-layer token "
@@ -169,11 +198,14 @@ def summarize(kind: str, result: dict) -> str:
     if kind == "mixing":
         if not result["components"]:
             return "no anchor mixing in this model (model.mixing.anchor is none)"
-        rows = ["component  layer  mean(lambda1)  mean(lambda2)"]
-        for c, d in result["components"].items():
+        rows = ["component  layer  mean(lambda1)  mean(lambda2)  mean(lambda1/lambda2)"]
+        for c, d in result["ratio_by_layer"].items():
             for i, l in enumerate(d["layers"]):
-                a, b = d["anchor"][i], d["current"][i]
-                rows.append(f"{c:>9}  {l:>5}  {sum(a) / len(a):>13.4f}  {sum(b) / len(b):>13.4f}")
+                rows.append(f"{c:>9}  {l:>5}  {d['mean_lambda1'][i]:>13.4f}  {d['mean_lambda2'][i]:>13.4f}  "
+                            f"{d['mean_ratio'][i]:>21.4f}")
+        nz = result["near_zero_lambda1"]
+        rows.append(f"near-zero lambda1 (|lambda1| < {nz['threshold']}): {nz['all']:.4f} of all; "
+                    + ", ".join(f"{c} {v:.4f}" for c, v in nz["per_component"].items()))
         return "\n".join(rows)
     return "\n".join(f"{k}: {fmt(v)}" for k, v in result.items() if not isinstance(v, (dict, list)))
 
@@ -182,9 +214,14 @@ def summarize(kind: str, result: dict) -> str:
 def attention_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
     from ..analysis.attention_stats import attention_statistics, plot_attention_statistics
 
+    from ..analysis.exo_findings import plot_gate_selectivity
+
     model, batches = src.model(), src.batches()
     stats = attention_statistics(model, batches)
     stats["plots"] = plot_attention_statistics(stats, out_dir)
+    if stats["first_layer_gate"] is not None:
+        stats["first_layer_gate_mean"] = stats["first_layer_gate"]["mean"]
+        stats["plots"] += plot_gate_selectivity(stats["first_layer_gate"], out_dir, stats["layers"][0])
     if model.cfg.attention.order > 1:  # higher-order attention: the Nexus paper's outer/inner maps
         try:
             from ..analysis.attention_maps import write_attention_maps
@@ -198,32 +235,48 @@ def attention_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
 def mixing_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
     from ..analysis.attention_stats import mixing_coefficients, plot_mixing_coefficients
 
+    from ..analysis.exo_findings import lambda_ratio_by_layer, near_zero_anchor_share, plot_lambda_ratio_by_layer
+
     coefs = mixing_coefficients(src.model())
+    by_layer = lambda_ratio_by_layer(coefs)
     return {"anchor": src.cfg.model.mixing.anchor, "granularity": src.cfg.model.mixing.granularity,
-            "components": coefs, "plots": plot_mixing_coefficients(coefs, out_dir)}
+            "components": coefs, "ratio_by_layer": by_layer,
+            "near_zero_lambda1": near_zero_anchor_share(coefs) if coefs else None,
+            "plots": plot_mixing_coefficients(coefs, out_dir) + plot_lambda_ratio_by_layer(by_layer, out_dir)}
 
 
 def representations_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
     from ..analysis.representations import anchor_removal, plot_representations, representation_statistics
 
+    from ..analysis.exo_findings import refinement_stage
+
     model, batches = src.model(), src.batches()
     stats = representation_statistics(model, batches)
+    stats["refinement_stage"] = refinement_stage(stats["token_similarity"])
     stats["anchor_removal"] = anchor_removal(model, batches)
     stats["plots"] = plot_representations(stats, stats["anchor_removal"], out_dir)
     return stats
 
 
 def params_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
-    from ..analysis.accounting import param_count_for_config
+    from ..models.accounting import param_count_for_config
 
     return param_count_for_config(src.cfg.model)
 
 
 def flops_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
     from ..analysis.flops import flops_breakdown
 
+    from ..analysis.flops import calflops_like_counts
+
     seq = src.cfg.data.seq_len
-    parts = flops_breakdown(build_on_meta(src.cfg.model), seq)
-    return {"seq_len": seq, "forward_flops_per_token": parts["total"], "train_flops_per_token": 3 * parts["total"],
-            "breakdown": parts}
+    model = build_on_meta(src.cfg.model)
+    parts = flops_breakdown(model, seq)
+    out = {"seq_len": seq, "counting": args.counting, "forward_flops_per_token": parts["total"],
+           "train_flops_per_token": 3 * parts["total"], "breakdown": parts}
+    if args.counting == "calflops":  # matmuls plus norms, activations, softmax and elementwise ops
+        cal = calflops_like_counts(model, seq)
+        out.update({"forward_flops_per_token": cal["total"], "train_flops_per_token": 3 * cal["total"],
+                    "analytic_forward_flops_per_token": parts["total"], "calflops_categories": cal})
+    return out

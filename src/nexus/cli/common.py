@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..config import ConfigError, RunConfig, parse_overrides
 
@@ -42,8 +43,21 @@ def nonneg_float(name: str):
         try:
             v = float(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a number >= 0)") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a number >= 0)")
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a finite number >= 0)") from None
+        if not math.isfinite(v) or v < 0:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a finite number >= 0)")
+        return v
+    return parse
+
+
+def int_in_range(name: str, lo: int, hi: int, valid: str):
+    """An integer in [lo, hi]; `valid` describes the range in the error."""
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: {valid})") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: {valid})")
         return v
     return parse

@@ -1,7 +1,7 @@
 """`nexus generate`: sample text from a checkpoint with a KV cache."""
 from __future__ import annotations
 
-from .common import nonneg_float, positive_int
+from .common import int_in_range, nonneg_float, positive_int
 
 
 def add_parser(sub) -> None:
@@ -10,9 +10,9 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt", default="The ")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=128)
     p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=40, help="0 = off")
+    p.add_argument("--top-k", type=int_in_range("--top-k", 0, 2 ** 63 - 1, "an integer >= 0"), default=40, help="0 = off")
     p.add_argument("--top-p", type=nonneg_float("--top-p"), default=0.95)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_in_range("--seed", 0, 2 ** 64 - 1, "an integer in [0, 2**64)"), default=0)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="model field changed at load time, e.g. recurrent.t_inner=20 (test-time depth)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (SFT models)")
@@ -32,6 +32,8 @@ def parse_sets(items: list[str]) -> dict:
 
 
 def run(args, extra) -> int:
+    import sys
+
     import torch
 
     from ..checkpoint import load_checkpoint
@@ -41,12 +43,24 @@ def run(args, extra) -> int:
         raise ConfigError(f"--top-p={args.top_p} (valid: a number in (0, 1])")
     model, cfg, tok = load_checkpoint(args.checkpoint, parse_sets(args.set) or None)
     model.eval()
+    bad = next((i for i, ch in enumerate(args.prompt) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+    if bad is not None:
+        raise ConfigError(f"--prompt has an unencodable lone surrogate {args.prompt[bad]!r} at character {bad} "
+                          "(valid: text that encodes as UTF-8)")
     if args.chat:
         from ..data.chat import chat_prompt_ids
 
         ids = chat_prompt_ids(tok, [{"role": "user", "content": args.prompt}])
     else:
         ids = tok.encode(args.prompt) or [tok.eos_id]
+    context = getattr(model.cfg, "max_seq_len", None)
+    if context is not None and len(ids) > context:
+        raise ConfigError(f"--prompt is {len(ids)} tokens but the model's context is {context} (valid: a prompt of "
+                          f"at most {context} tokens)")
+    room = None if context is None else context - len(ids) + 1  # the last new token is never fed back
+    if room is not None and args.max_new_tokens > room:
+        print(f"nexus generate: note: the model's context is {context} tokens; generation stops after {room} new "
+              f"tokens (--max-new-tokens={args.max_new_tokens})", file=sys.stderr)
     g = torch.Generator().manual_seed(args.seed)
     out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, eos_id=tok.eos_id if args.chat else None, generator=g)

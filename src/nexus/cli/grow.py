@@ -21,7 +21,10 @@ def _family_modules():
     return mods
 
 
-def add_parser(sub) -> None:
+HEAVY_OPTIONS = True  # the family options import nexus.growth (and torch): added only when `grow` runs
+
+
+def add_parser(sub, detailed: bool = True) -> None:
     p = sub.add_parser("grow", help="grow a checkpoint and verify the growth",
                        description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
@@ -31,7 +34,8 @@ def add_parser(sub) -> None:
                         "of rescaled fan-in tensors scaled like their weights: m by alpha, v by alpha^2)")
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    for mod in _family_modules():
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
+    for mod in (_family_modules() if detailed else []):
         mod.add_cli_args(p)
     p.set_defaults(func=run)
 
@@ -39,6 +43,7 @@ def add_parser(sub) -> None:
 def run(args, extra) -> int:
     from ..config import ConfigError
     from ..growth import OPTIMIZER_STATE_POLICIES, grow_checkpoint
+    from ..outdir import CHECKPOINT, check_output
 
     if args.optimizer_state not in OPTIMIZER_STATE_POLICIES:
         raise ConfigError(f"--optimizer-state={args.optimizer_state!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
@@ -48,6 +53,7 @@ def run(args, extra) -> int:
     if len(specs) > 1:
         raise ConfigError(f"several growth families requested ({', '.join(s['family'] for s in specs)}); grow one at a time")
     spec = specs[0]
+    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint])
     spec.setdefault("optimizer_state", args.optimizer_state)
     report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
     if args.json:

@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="CKPT", help="nexus checkpoint directory to write")
     p.add_argument("--verify", action="store_true", help="also run the HF model and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run)
 
 
@@ -23,11 +24,19 @@ def run(args, extra) -> int:
     from ..checkpoint import save_checkpoint
     from ..hf import import_hf
     from ..models import count_parameters
+    from ..outdir import CHECKPOINT, check_output
 
+    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.hf])
     model, cfg = import_hf(args.hf)
     tok = model.tokenizer
     cfg.train.out_dir = args.out
-    out = save_checkpoint(args.out, model, cfg, tok)
+    import json as _json
+
+    from ..hf.convert import STORED_GENERATION_CONFIG
+
+    gen = model.generation_config
+    out = save_checkpoint(args.out, model, cfg, tok,
+                          extra_files={STORED_GENERATION_CONFIG: _json.dumps(gen, indent=2)} if gen else None)
     res = {"checkpoint": str(out), "architecture": cfg.preset.removeprefix("hf:"), "params": count_parameters(model),
            "tokenizer": getattr(tok, "kind", "byte"), "notes": model.import_notes}
     if args.verify:

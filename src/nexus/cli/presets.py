@@ -9,7 +9,7 @@ def add_parser(sub) -> None:
 
 
 def run(args, extra) -> int:
-    from ..analysis.accounting import param_count_for_config
+    from ..analysis.param_formula import sizes  # arithmetic only: no torch import, no model built
     from ..presets import describe, get_preset, names
 
     rows = []
@@ -17,7 +17,7 @@ def run(args, extra) -> int:
         if args.filter and args.filter not in name:
             continue
         cfg = get_preset(name)
-        info = param_count_for_config(cfg.model)
+        info = sizes(cfg.model)
         rows.append((name, info["total"], info.get("fp16_mb"), info.get("ternary_mb"), describe(name)))
     w = max((len(r[0]) for r in rows), default=10)
     print(f"{'preset':<{w}}  {'params':>9}  {'fp16':>9}  {'ternary':>9}  description")

@@ -2,15 +2,24 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from ..config import ConfigError
 from .common import add_config_args, build_config
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
-                       description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3")
+                       description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
+                                   "`nexus config` lists every field with its default and what it is for "
+                                   "(`nexus config --preset NAME` shows a preset's values).")
     add_config_args(p)
-    p.add_argument("--resume", default=None, metavar="DIR", help="continue from a checkpoint directory (its model/data config wins)")
+    p.add_argument("--resume", default=None, metavar="DIR|auto",
+                   help="continue from a checkpoint directory (its model/data config wins), writing into its run "
+                        "directory (or --out); auto: the newest checkpoint in the output directory, or a new run")
+    p.add_argument("--out", default=None, metavar="DIR", help="run directory (= --train.out_dir)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier nexus training run in the output directory (its files only)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--data", default=None, metavar="SOURCE",
                    help="training data (= --data.source): embedded, a file, hf:<name> or synthetic:mqar|khop|induction")
@@ -24,27 +33,22 @@ def add_parser(sub) -> None:
 
 def run(args, extra) -> int:
     from ..train.trainer import Trainer
-    from ..checkpoint import read_config
-    from ..config import parse_overrides
 
     extra = list(extra)
+    if args.out is not None:
+        extra += ["--train.out_dir", args.out]
     if args.data is not None:
         extra += ["--data.source", args.data]
     if args.grow_at is not None:
         extra += ["--train.grow_at", str(args.grow_at)]
     if args.growth is not None:
         extra += ["--train.growth", args.growth]
-    if args.resume:
-        cfg = read_config(args.resume)
-        parse_overrides(cfg, extra)
-        cfg.validate()
-    else:
-        cfg = build_config(args, extra)
-    if cfg.train.grow_at:
-        from ..growth import check_growth_spec
+    cfg, resume, replace = plan_run(args, extra)
+    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
+    if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
+        from ..train.run_dir import clear_run
 
-        check_growth_spec(cfg.train.growth)  # fail now, not after grow_at steps of training
-    trainer = Trainer(cfg, resume=args.resume, quiet=args.quiet)
+        clear_run(cfg.train.out_dir)
     try:
         result = trainer.fit()
     finally:
@@ -54,3 +58,64 @@ def run(args, extra) -> int:
     if args.quiet and trainer.is_main:
         print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
     return 0
+
+
+def plan_run(args, extra: list[str]):
+    """-> (RunConfig, checkpoint to resume or None, whether an earlier run in the output directory is to
+    be replaced), with the output directory checked: a new run needs a
+    new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
+    checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
+    directory recorded in the checkpoint's config."""
+    from ..checkpoint import read_config
+    from ..config import parse_overrides
+    from ..outdir import TRAIN_RUN, check_output, check_usable
+    from ..train import run_dir as R
+
+    explicit_out = _explicit_out(extra)
+    resume = args.resume
+    if resume and resume != "auto" and (args.preset or args.config):
+        raise ConfigError(f"--resume={resume!r} with --{'preset' if args.preset else 'config'} (valid: one of them; "
+                          "a resumed run takes its model and data from the checkpoint)")
+    if resume == "auto":
+        cfg = build_config(args, extra)
+        resume = R.latest_checkpoint(cfg.train.out_dir)
+        explicit_out = cfg.train.out_dir
+        if resume is None:
+            _say(f"--resume auto: no checkpoint in {cfg.train.out_dir}; starting a new run")
+        else:
+            _say(f"--resume auto: resuming from {resume}")
+    if resume:
+        cfg = read_config(resume, flag="--resume")
+        parse_overrides(cfg, extra)
+        cfg.train.out_dir = str(explicit_out or R.resume_run_dir(resume))
+        cfg.validate()
+    else:
+        cfg = build_config(args, extra)
+    if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
+        from ..growth import check_growth_applies
+
+        check_growth_applies(cfg)  # fail now, not after grow_at steps of training
+    out = Path(cfg.train.out_dir)
+    own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
+    if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
+        check_usable(out, "--out")
+    else:
+        check_output(out, TRAIN_RUN, overwrite=args.overwrite)  # every torchrun rank refuses alike
+    replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
+    return cfg, (str(resume) if resume else None), replace
+
+
+def _explicit_out(extra: list[str]) -> str | None:
+    out = None
+    for i, a in enumerate(extra):
+        if a == "--train.out_dir" and i + 1 < len(extra):
+            out = extra[i + 1]
+        elif a.startswith("--train.out_dir="):
+            out = a.split("=", 1)[1]
+    return out
+
+
+def _say(msg: str) -> None:
+    import sys
+
+    print(f"nexus train: {msg}", file=sys.stderr)

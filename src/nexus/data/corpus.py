@@ -49,8 +49,97 @@ def _rows_to_text(rows, field: str, path: str) -> Iterator[str]:
         yield str(row[field])
 
 
-def local_documents(path: str, cfg: DataConfig) -> list:
-    """.txt (blank-line separated documents), .jsonl or .parquet through HF datasets."""
+_READ_CHUNK = 1 << 20  # characters (bytes when checking the encoding) read at a time from a .txt corpus
+
+
+# Share of undecodable sequences (per character) above which a file is taken for binary or a different encoding, not
+# UTF-8 text with a few damaged characters.
+MAX_BAD_SHARE = 0.01
+_WARNED: set = set()  # files whose replaced bytes were already reported (the data build reads a file twice)
+
+
+def check_utf8_file(p: Path, shown: str) -> None:
+    """Refuse binary files (NUL bytes) and files in another encoding; warn once about a few undecodable
+    bytes (they become U+FFFD). Reads in chunks: the file is never held whole."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    nul = bad = chars = 0
+    first, offset = None, 0
+    with open(p, "rb") as f:
+        while True:
+            raw = f.read(_READ_CHUNK)
+            final = not raw
+            if raw.count(0):
+                nul += raw.count(0)
+                break
+            text = decoder.decode(raw, final=final)
+            replaced = text.count("\ufffd") - raw.count("\ufffd".encode())  # not the U+FFFD the file really holds
+            if replaced > 0 and first is None:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    first = offset + e.start
+            bad += max(replaced, 0)
+            chars += len(text)
+            offset += len(raw)
+            if final:
+                break
+    if nul:
+        raise ConfigError(f"data.source={shown!r} looks binary (NUL bytes) (valid: a UTF-8 text file)")
+    if bad > MAX_BAD_SHARE * max(chars, 1):
+        raise ConfigError(f"data.source={shown!r} is not UTF-8 text ({bad:,} undecodable sequences in {offset:,} "
+                          f"bytes, the first at byte {first}) (valid: a UTF-8 text file; convert it with iconv)")
+    key = (str(p.resolve()), p.stat().st_mtime_ns)
+    if bad and key not in _WARNED:
+        _WARNED.add(key)
+        import sys
+
+        print(f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
+              "replaced by U+FFFD", file=sys.stderr)
+
+
+def read_utf8_text(p: Path, shown: str) -> str:
+    """A text file as str, after check_utf8_file's rules (the embedded tests and small files)."""
+    check_utf8_file(p, shown)
+    return p.read_bytes().decode("utf-8", errors="replace")
+
+
+def _txt_documents(p: Path, shown: str | None = None) -> Iterator[str]:
+    """Blank-line separated documents, read in chunks: the same documents as splitting the whole text
+    on "\n\n", without holding the file in memory (the tail after the last separator is carried)."""
+    check_utf8_file(p, shown or str(p))
+    carry = ""
+    with open(p, encoding="utf-8", errors="replace") as f:
+        while True:
+            chunk = f.read(_READ_CHUNK)
+            if not chunk:
+                break
+            parts = (carry + chunk).split("\n\n")
+            carry = parts.pop()
+            for d in parts:
+                if d.strip():
+                    yield d.strip()
+    if carry.strip():
+        yield carry.strip()
+
+
+def _table_rows(p: Path, path: str) -> Iterator[dict]:
+    """.jsonl/.json/.parquet rows as an HF IterableDataset (streamed; no Arrow copy in the HF cache)."""
+    import datasets
+
+    kind = "parquet" if p.suffix.lower() == ".parquet" else "json"
+    try:
+        ds = datasets.load_dataset(kind, data_files=str(p), split="train", streaming=True)
+        yield from ds
+    except ConfigError:
+        raise
+    except Exception as e:  # datasets raises many exception types for malformed files
+        raise ConfigError(f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+
+
+def iter_local_documents(path: str, cfg: DataConfig) -> Iterator:
+    """.txt (blank-line separated documents), .jsonl or .parquet, one document at a time."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"data.source={path!r} (valid: embedded, an existing .txt/.jsonl/.parquet file, hf:<name>, synthetic:<task>)")
@@ -58,27 +147,24 @@ def local_documents(path: str, cfg: DataConfig) -> list:
         raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
     suffix = p.suffix.lower()
     if suffix in (".txt", ".md", ".text"):
-        text = p.read_text(encoding="utf-8", errors="replace")
-        docs = [d.strip() for d in text.split("\n\n") if d.strip()]
+        docs = _txt_documents(p, path)
     elif suffix in (".jsonl", ".json", ".parquet"):
-        import datasets
-
-        kind = "parquet" if suffix == ".parquet" else "json"
-        try:
-            ds = datasets.load_dataset(kind, data_files=str(p), split="train")
-        except Exception as e:  # datasets raises many exception types for malformed files
-            raise ConfigError(f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
-        if cfg.chat:
-            docs = list(ds)
-        else:
-            docs = list(_rows_to_text(ds, cfg.text_field, path))
+        rows = _table_rows(p, path)
+        docs = rows if cfg.chat else _rows_to_text(rows, cfg.text_field, path)
     else:
         raise ConfigError(f"data.source={path!r} has suffix {suffix!r} (valid: .txt, .md, .jsonl, .json, .parquet)")
-    if cfg.max_documents:
-        docs = docs[: cfg.max_documents]
-    if not docs:
+    n = 0
+    for doc in docs:
+        if cfg.max_documents and n >= cfg.max_documents:
+            break
+        n += 1
+        yield doc
+    if n == 0:
         raise ConfigError(f"data.source={path!r} holds no documents (valid: a non-empty file)")
-    return docs
+
+
+def local_documents(path: str, cfg: DataConfig) -> list:
+    return list(iter_local_documents(path, cfg))
 
 
 def hub_documents(spec: str, cfg: DataConfig) -> list:
@@ -104,10 +190,15 @@ def hub_documents(spec: str, cfg: DataConfig) -> list:
 
 
 def load_documents(cfg: DataConfig) -> list:
+    return list(iter_documents(cfg))
+
+
+def iter_documents(cfg: DataConfig) -> Iterator:
+    """Documents one at a time (local files are streamed, never read whole)."""
     src = cfg.source
     if src == "embedded":
         docs = embedded_documents()
-        return docs[: cfg.max_documents] if cfg.max_documents else docs
+        return iter(docs[: cfg.max_documents] if cfg.max_documents else docs)
     if src.startswith("hf:"):
-        return hub_documents(src, cfg)
-    return local_documents(src, cfg)
+        return iter(hub_documents(src, cfg))
+    return iter_local_documents(src, cfg)

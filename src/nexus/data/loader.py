@@ -19,8 +19,9 @@ import torch
 
 from ..config import ConfigError, DataConfig
 from ..models.output import IGNORE_INDEX
-from .corpus import load_documents
+from .corpus import iter_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
+from .tokenizer_files import load_tokenizer_json
 
 
 def default_cache_dir() -> Path:
@@ -57,7 +58,6 @@ class DataModule:
             self.tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
             self.vocab_size = self.task.vocab_size
             return
-        docs = None
         if tokenizer is None:
             if cfg.tokenizer == "byte" and cfg.chat:  # chat template needs <|user|>/<|assistant|>/<|end|>
                 from .chat import ChatByteTokenizer
@@ -65,33 +65,28 @@ class DataModule:
                 tokenizer = ChatByteTokenizer()
             elif cfg.tokenizer == "byte":
                 tokenizer = ByteTokenizer()
-            elif cfg.tokenizer == "bpe":
-                docs = load_documents(cfg)
-                train_docs, _ = self._split(docs)
-                tokenizer = BPETokenizer.train((_doc_text(d) for d in train_docs), cfg.bpe_vocab_size)
+            elif cfg.tokenizer == "bpe":  # trained on the training documents, streamed
+                val = self._val_indices(_count(iter_documents(cfg)))
+                tokenizer = BPETokenizer.train((_doc_text(doc) for i, doc in enumerate(iter_documents(cfg))
+                                                if i not in val), cfg.bpe_vocab_size)
             else:
-                tokenizer = BPETokenizer.load(cfg.tokenizer)
+                tokenizer = load_tokenizer_json(cfg.tokenizer)
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
-        self.train, self.val = self._load_or_build(docs)
+        self.train, self.val = self._load_or_build()
         for name, stream in (("train", self.train), ("validation", self.val)):
             if len(stream) < cfg.seq_len + 2:
                 raise ConfigError(f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
                                   f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)")
 
     # ------------------------------------------------------------------ building
-    def _split(self, docs: list) -> tuple[list, list]:
-        rng = np.random.default_rng(self.cfg.split_seed)
-        order = rng.permutation(len(docs))
-        n_val = max(1, int(round(len(docs) * self.cfg.val_fraction))) if len(docs) > 1 else 0
-        val_idx = set(order[:n_val].tolist())
-        train = [d for i, d in enumerate(docs) if i not in val_idx]
-        val = [d for i, d in enumerate(docs) if i in val_idx]
-        if not val:  # a single document: hold out its tail instead
-            text = _doc_text(docs[0])
-            cut = int(len(text) * (1 - self.cfg.val_fraction))
-            return [text[:cut]], [text[cut:]]
-        return train, val
+    def _val_indices(self, n: int) -> set[int]:
+        """Document-level split: a seeded permutation of the n documents, the first n_val held out."""
+        if n <= 1:
+            return set()
+        order = np.random.default_rng(self.cfg.split_seed).permutation(n)
+        n_val = max(1, int(round(n * self.cfg.val_fraction)))
+        return set(order[:n_val].tolist())
 
     def _cache_key(self) -> str:
         c = self.cfg
@@ -107,7 +102,7 @@ class DataModule:
         key = json.dumps([src, tok_id, c.split_seed, c.val_fraction, c.text_field, c.max_documents, c.chat, 1])
         return hashlib.sha256(key.encode()).hexdigest()[:20]
 
-    def _load_or_build(self, docs):
+    def _load_or_build(self):
         src = self.cfg.source
         if src != "embedded" and not src.startswith("hf:"):
             check_local_source(src)
@@ -118,44 +113,44 @@ class DataModule:
                 return self._open(d)
             except (OSError, ValueError, KeyError):
                 pass  # a damaged cache is rebuilt, never trusted
-        if docs is None:
-            docs = load_documents(self.cfg)
-        train_docs, val_docs = self._split(docs)
-        streams = {name: self._tokenize(ds) for name, ds in (("train", train_docs), ("val", val_docs))}
-        self._save(d, streams)
-        return streams["train"], streams["val"]
+        self._build(d)
+        return self._open(d)
 
-    def _tokenize(self, docs: list) -> TokenStream:
-        tok = self.tokenizer
-        ids: list[int] = []
-        mask: list[int] | None = [] if self.cfg.chat else None
-        for doc in docs:
-            if self.cfg.chat:
-                from .chat import encode_conversation
+    def _build(self, d: Path) -> None:
+        """Tokenize the corpus into memory-mapped train/val shards under a temporary name, then rename.
 
-                t, m = encode_conversation(tok, doc)
-                ids.extend(t)
-                mask.extend(m)
-            else:
-                ids.extend(tok.encode(_doc_text(doc)))
-                ids.append(tok.eos_id)
+        Two streaming passes over the documents (count, then tokenize in batches with encode_batch);
+        memory holds one batch of documents and the validation index set, never the whole corpus."""
+        n = _count(iter_documents(self.cfg))
+        val = self._val_indices(n)
         dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
-        return TokenStream(np.asarray(ids, dtype=dtype), None if mask is None else np.asarray(mask, dtype=np.uint8))
-
-    def _save(self, d: Path, streams: dict) -> None:
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = d.with_name(d.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        meta = {}
-        for name, s in streams.items():
-            s.tokens.tofile(tmp / f"{name}.bin")
-            meta[name] = {"n": len(s.tokens), "dtype": str(s.tokens.dtype), "mask": s.loss_mask is not None}
-            if s.loss_mask is not None:
-                s.loss_mask.tofile(tmp / f"{name}.mask")
-        (tmp / "meta.json").write_text(json.dumps(meta))
         try:
+            writers = {name: ShardWriter(tmp, name, dtype, self.cfg.chat) for name in ("train", "val")}
+            if n == 1:  # a single document: hold out its tail instead
+                text = _doc_text(next(iter_documents(self.cfg)))
+                cut = int(len(text) * (1 - self.cfg.val_fraction))
+                writers["train"].add(self.tokenizer, [text[:cut]])
+                writers["val"].add(self.tokenizer, [text[cut:]])
+            else:
+                batches = {"train": [], "val": []}
+                for i, doc in enumerate(iter_documents(self.cfg)):
+                    name = "val" if i in val else "train"
+                    batches[name].append(doc)
+                    if len(batches[name]) >= ENCODE_BATCH:
+                        writers[name].add(self.tokenizer, batches[name])
+                        batches[name] = []
+                for name, docs in batches.items():
+                    writers[name].add(self.tokenizer, docs)
+            meta = {name: w.close() for name, w in writers.items()}
+            (tmp / "meta.json").write_text(json.dumps(meta))
             os.replace(tmp, d)
-        except OSError:  # another process won the race; its cache is identical
+        except OSError:
+            if not (d / "meta.json").is_file():
+                raise
+        finally:  # another process that won the race wrote the same cache
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
@@ -201,6 +196,50 @@ class DataModule:
         for b in range(n_batches):
             xs, ys = zip(*(self.val.window(s, L) for s in starts[b * batch_size:(b + 1) * batch_size]))
             yield torch.stack(xs), torch.stack(ys)
+
+
+ENCODE_BATCH = 512  # documents tokenized per encode_batch call
+
+
+class ShardWriter:
+    """Appends tokenized documents (EOS after each) to <name>.bin (+ <name>.mask for chat SFT)."""
+
+    def __init__(self, directory: Path, name: str, dtype, chat: bool):
+        self.name, self.dtype, self.chat = name, dtype, chat
+        self.tokens = open(directory / f"{name}.bin", "wb")
+        self.mask = open(directory / f"{name}.mask", "wb") if chat else None
+        self.n = 0
+
+    def add(self, tokenizer, docs: list) -> None:
+        if not docs:
+            return
+        if self.chat:
+            from .chat import encode_conversation
+
+            for doc in docs:
+                t, m = encode_conversation(tokenizer, doc)
+                self._write(np.asarray(t, dtype=self.dtype), np.asarray(m, dtype=np.uint8))
+            return
+        ids = tokenizer.encode_batch([_doc_text(doc) for doc in docs])
+        flat = np.fromiter((t for doc_ids in ids for t in (*doc_ids, tokenizer.eos_id)), dtype=self.dtype,
+                           count=sum(len(x) + 1 for x in ids))
+        self._write(flat, None)
+
+    def _write(self, tokens: np.ndarray, mask: np.ndarray | None) -> None:
+        tokens.tofile(self.tokens)
+        if self.mask is not None:
+            mask.tofile(self.mask)
+        self.n += len(tokens)
+
+    def close(self) -> dict:
+        self.tokens.close()
+        if self.mask is not None:
+            self.mask.close()
+        return {"n": self.n, "dtype": np.dtype(self.dtype).name, "mask": self.chat}
+
+
+def _count(docs) -> int:
+    return sum(1 for _ in docs)
 
 
 def check_local_source(path: str) -> None:

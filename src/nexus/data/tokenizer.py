@@ -18,6 +18,9 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in texts]
+
     def decode(self, ids) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
@@ -57,22 +60,12 @@ class BPETokenizer:
         tok.train_from_iterator(texts, trainer)
         return cls(tok)
 
-    @classmethod
-    def load(cls, path: str | Path) -> "BPETokenizer":
-        from tokenizers import Tokenizer
-
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise ConfigError(f"data.tokenizer={str(path)!r} (valid: byte, bpe, or an existing tokenizer.json)")
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as e:  # the tokenizers library raises a bare Exception on malformed JSON
-            raise ConfigError(f"data.tokenizer={str(path)!r} is not a valid tokenizer.json ({str(e).splitlines()[0]})") from None
-
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many documents at once: `tokenizers` encodes them in parallel in Rust."""
+        return [e.ids for e in self.tok.encode_batch(texts)]
 
     def decode(self, ids) -> str:
         return self.tok.decode([int(i) for i in ids])
@@ -82,20 +75,3 @@ class BPETokenizer:
 
     def save(self, directory: Path) -> None:
         self.tok.save(str(Path(directory) / "tokenizer.json"))
-
-
-def load_tokenizer_from_dir(directory: str | Path):
-    """Tokenizer stored beside a checkpoint (tokenizer.json for BPE, tokenizer.txt for bytes)."""
-    directory = Path(directory)
-    if (directory / "tokenizer.json").is_file():
-        return BPETokenizer.load(directory / "tokenizer.json")
-    if (directory / "hf_tokenizer.json").is_file():  # imported HF tokenizer whose specials are not <eos>...
-        from ..hf.tokenizer import HFTokenizer
-
-        return HFTokenizer.load_dir(directory)
-    txt = directory / "tokenizer.txt"
-    if txt.is_file() and txt.read_text().strip() == "byte_chat":  # byte tokenizer + chat specials (SFT)
-        from .chat import ChatByteTokenizer
-
-        return ChatByteTokenizer()
-    return ByteTokenizer()

@@ -58,6 +58,37 @@ class NexusLM(_base()):
         model, _, tok = load_checkpoint(path)
         return cls(model, tok, **kw)
 
+    # lm-eval's CLI builds models from `--model_args checkpoint=DIR,...` plus its own batch_size/device
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "NexusLM":
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "NexusLM":
+        args = dict(arg_dict)
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        if "checkpoint" not in args:
+            raise ConfigError(f"--model_args={arg_dict!r} (valid: checkpoint=DIR[,batch_size=N,max_length=N,device=cpu])")
+        unknown = sorted(set(args) - {"checkpoint", "batch_size", "max_length", "device"})
+        if unknown:
+            raise ConfigError(f"--model_args {unknown[0]}={args[unknown[0]]!r} is not a nexus option "
+                              f"(valid: checkpoint, batch_size, max_length, device)")
+        device = str(args.get("device") or extra.get("device") or "cpu")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            # lm-eval's CLI defaults --device to cuda; on a CPU machine that default means "run here"
+            import sys
+
+            print(f"nexus: --device {device} but CUDA is not available; scoring on cpu", file=sys.stderr)
+            device = "cpu"
+        kw = {"batch_size": extra.get("batch_size", args.get("batch_size", 8)), "device": device}
+        if str(kw["batch_size"]).startswith("auto"):  # lm-eval's automatic batch search: nexus takes a fixed size
+            kw["batch_size"] = 8
+        if args.get("max_length"):
+            kw["max_length"] = int(args["max_length"])
+        return cls.from_checkpoint(args["checkpoint"], **kw)
+
     # ------------------------------------------------------------------ scoring
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text))
@@ -140,6 +171,28 @@ class NexusLM(_base()):
                     text = text[:text.index(stop)]
             outs.append(text)
         return outs
+
+
+# ----------------------------------------------------------------------------- registration
+MODEL_NAME = "nexus"  # `lm_eval --model nexus --model_args checkpoint=DIR`
+
+
+def register() -> bool:
+    """Put NexusLM into lm-eval's model registry as "nexus". Idempotent; False without lm-eval.
+
+    lm-eval fills its registry with its own models only when the registry is empty at the first
+    lookup, so they are registered first; otherwise adding "nexus" would hide "hf" and the rest."""
+    try:
+        import lm_eval.models  # noqa: F401  (registers lm-eval's own models)
+        from lm_eval.api.registry import model_registry, register_model
+    except ImportError:
+        return False
+    if MODEL_NAME not in model_registry:
+        register_model(MODEL_NAME)(NexusLM)
+    return True
+
+
+register()
 
 
 # ----------------------------------------------------------------------------- running tasks

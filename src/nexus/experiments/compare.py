@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, parse_overrides
+from ..outdir import EXPERIMENT, claim_directory
 from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
@@ -176,6 +177,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     from .plots import plot_compare
 
     out = Path(plan["out_dir"])
+    claim_directory(out, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     f = out / PLAN_FILE
     if f.is_file() and json.loads(f.read_text()).get("runs") != json.loads(json.dumps(plan["runs"])):
         raise ConfigError(f"--out={str(out)!r} holds a different comparison (valid: the same settings to resume it, "

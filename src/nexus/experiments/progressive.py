@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, apply_override, parse_overrides
+from ..outdir import EXPERIMENT, claim_directory
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -223,7 +224,7 @@ def describe_schedule(tc) -> str:
 
 
 def _total_params(model_cfg) -> int:
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
 
     return sum(p.numel() for p in build_on_meta(model_cfg).parameters())
 
@@ -336,8 +337,8 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     from .runs import write_text_atomic
 
     out_dir = Path(plan["out_dir"])
+    claim_directory(out_dir, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     _check_same_plan(out_dir, plan)
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / PLAN_FILE, plan)
     for sd in plan["seeds"]:
         for name, cfg_dict in plan["configs"][str(sd)].items():

@@ -13,7 +13,9 @@ import shutil
 import time
 from pathlib import Path
 
+from ..atomic import write_text_atomic
 from ..config import RunConfig
+from ..train.run_dir import trim_metrics
 
 DONE = "done.json"
 
@@ -27,40 +29,12 @@ def read_done(run_dir: Path) -> dict:
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str))
 
 
 def latest_step_checkpoint(run_dir: Path) -> Path | None:
     steps = sorted(p for p in Path(run_dir).glob("step_*") if (p / "meta.json").is_file())
     return steps[-1] if steps else None
-
-
-def _cut_metrics(run_dir: Path, max_step: int | None) -> None:
-    """Drop metric records past `max_step` (all when None): they are re-logged by the resumed run."""
-    f = Path(run_dir) / "metrics.jsonl"
-    if not f.is_file():
-        return
-    keep = []
-    for line in f.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if max_step is not None and int(rec.get("step", 0)) <= max_step:
-            # A growth event at the checkpoint step is logged again when the resumed run grows.
-            if not (rec.get("event") == "growth" and int(rec.get("step", 0)) == max_step):
-                keep.append(line)
-    write_text_atomic(f, "".join(k + "\n" for k in keep))
 
 
 def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) -> dict:
@@ -77,11 +51,11 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) 
     t0 = time.perf_counter()
     if resume is not None:
         step = _ckpt_step(resume)
-        _cut_metrics(run_dir, step)
+        trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
         trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
     else:
-        _cut_metrics(run_dir, None)
+        trim_metrics(run_dir, None)
         trainer = Trainer(cfg, quiet=quiet)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}

@@ -23,50 +23,9 @@ import torch
 import torch.nn as nn
 
 from ..config import ConfigError, ModelConfig, RunConfig
+from .param_map import ParamMap
 
 OPTIMIZER_STATE_POLICIES = ("asymmetric", "copy", "drop", "scaled")
-
-
-@dataclass
-class ParamMap:
-    """Where a grown parameter's old values live.
-
-    old_name: the parameter's name before growth (None: a brand-new parameter, all entries new).
-    old_slices: region of the new tensor that holds the old tensor (None with old_name: unchanged
-        shape, the whole tensor is old). Entries outside the region are "new".
-    copy_source: for copy-initialized entries, per dimension an index tensor into the OLD tensor
-        (len = new size along that dim) telling which old entry each new entry copies; used by the
-        `copy` optimizer-state policy and the symmetry-lock metric (SPARKLING).
-    fan_in_scale: for tensors whose entries growth rescaled (SPARKLING's fan-in factor alpha), per
-        dimension the factor each index along it was multiplied by (len = new size along that dim);
-        used by the `scaled` optimizer-state policy.
-    """
-
-    old_name: str | None
-    old_slices: tuple | None = None
-    copy_source: dict[int, torch.Tensor] | None = None
-    fan_in_scale: dict[int, torch.Tensor] | None = None
-
-    def scale_of_old(self, old_shape) -> torch.Tensor | None:
-        """Old-tensor-shaped factor growth applied to each old entry (None: not rescaled)."""
-        if not self.fan_in_scale:
-            return None
-        out = torch.ones(tuple(old_shape))
-        for dim, f in self.fan_in_scale.items():
-            view = [1] * out.ndim
-            view[dim] = -1
-            out = out * f[: old_shape[dim]].float().view(view)
-        return out
-
-    def new_mask(self, new_shape) -> torch.Tensor:
-        """Float 0/1 tensor: 1 where the entry is new."""
-        if self.old_name is None:
-            return torch.ones(new_shape)
-        mask = torch.ones(new_shape)
-        if self.old_slices is None:
-            return torch.zeros(new_shape)
-        mask[self.old_slices] = 0.0
-        return mask
 
 
 @dataclass
@@ -127,6 +86,26 @@ def check_growth_spec(spec) -> None:
         raise ConfigError(f"train.growth.optimizer_state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
     if family in _SPEC_CHECKS:
         _SPEC_CHECKS[family](spec)
+
+
+def check_growth_applies(cfg: RunConfig) -> None:
+    """Raise ConfigError before any training when cfg.train.growth cannot apply to cfg.model (a width
+    that shrinks, a family the model has no layers for, ...): the growth runs once on a weightless
+    meta-device copy, where every check a grower makes runs before its first copy of data."""
+    import copy
+
+    check_growth_spec(cfg.train.growth)
+    from ..models.accounting import build_on_meta
+
+    rng = torch.get_rng_state()
+    try:
+        grow(build_on_meta(cfg.model), copy.deepcopy(cfg), dict(cfg.train.growth), None, cfg.train.grow_at)
+    except ConfigError:
+        raise
+    except Exception:  # meta tensors hold no data: the grower got past its checks to the copying
+        pass
+    finally:
+        torch.set_rng_state(rng)
 
 
 # ----------------------------------------------------------------------------- optimizer surgery
@@ -236,7 +215,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     The new optimizer is built from cfg.train and receives the transplanted state; pass
     optimizer_state=None for a fresh optimizer (no state to carry).
     """
-    from ..train.param_groups import build_optimizer
+    from ..optim.param_groups import build_optimizer
 
     _load_families()
     family = spec.get("family")
@@ -288,19 +267,21 @@ def grow_in_training(trainer, spec: dict) -> dict:
     """Grow the trainer's model at the current step, carrying optimizer state, schedule and RNG."""
     spec = dict(spec)
     rng = torch.get_rng_state()
-    new_model, new_cfg, new_opt, result = grow(trainer.model, trainer.cfg, spec, trainer.optimizer.state_dict(),
-                                               trainer.step)
+    # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
+    # itself is the single-process code, and the trainer shards the grown model again (set_model).
+    old_model, old_state = trainer.full_model_and_optimizer_state()
+    new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
     torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
     from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
 
     x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
     probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-    result.report.update(rms_ratio_report(trainer.model, new_model, new_cfg.model.vocab_size, probe))
+    result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
     trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, PostGrowthMonitor)]
     # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
     ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
     ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
-    trainer.callbacks.append(PostGrowthMonitor(result.param_maps, ids, residual_rms(trainer.model, ids)))
+    trainer.callbacks.append(PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids)))
     trainer.cfg = new_cfg
     trainer.set_model(new_model, new_opt)
     restore_training_extras(trainer)
@@ -334,12 +315,5 @@ def _jsonable(obj):
     return str(obj)
 
 
-__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
+__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "check_growth_applies", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
            "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
-
-
-def verify(*args, **kwargs):
-    """Growth verification (max |dlogits|, new-block gradient norms); see nexus.growth.verification."""
-    from .verification import verify as _verify
-
-    return _verify(*args, **kwargs)

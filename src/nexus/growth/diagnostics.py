@@ -77,6 +77,8 @@ def symmetry_lock(model, param_maps: dict) -> dict:
         if not pm.copy_source or name not in params:
             continue
         w = params[name]
+        if hasattr(w, "full_tensor"):  # FSDP2 shard: gather the whole matrix (every rank runs this callback)
+            w = w.full_tensor()
         vals = [copied_channel_cosines(w, d, src) for d, src in pm.copy_source.items() if len(src) == w.shape[d]]
         vals = [v for v in vals if v.numel()]
         if vals:

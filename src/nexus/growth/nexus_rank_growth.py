@@ -10,13 +10,14 @@ gradient exactly zero forever (DESIGN.md "Growth"). An exact *and* live init zer
 new unit (a "cut") and draws the other side at the trained weights' scale:
 
   cut    zeroed blocks (paper notation)                       exact for form
-  in     W_M new cols, W_A[old M rows, new A cols]  (incoming)  paper, l2norm   <- default
+  in     W_M new cols, W_A[old M rows, new A cols]  (incoming)  paper, l2norm, l2norm_width   <- default
   out    W_A[new M rows, old A cols], W_D new rows  (outgoing)  paper
   mixed  W_M new cols, W_D new rows                             paper
   wa     every new entry of W_A                                 paper
 
-With the l2norm form a non-zero new pre-activation changes the norm of the old ones, so only `in`
-is exact there (and the sqrt(width) factors are pinned at the pre-growth widths).
+With the l2norm forms a non-zero new pre-activation changes the norm of the old ones, so only `in`
+is exact there (l2norm scales by sqrt(D_out), which M/A growth leaves alone; l2norm_width's
+sqrt(width) factors are pinned at the pre-growth widths).
 init=zero is the paper-literal recipe (exact, dead: verification flags it); init=noise draws every
 new entry from N(0, (noise_frac * std_old)^2) (the paper's 10%/20% ablation; not exact).
 """
@@ -32,7 +33,7 @@ from .inherit import fill_normal, inherit, matched_std, region_blocks
 
 CUTS = ("in", "out", "mixed", "wa")
 INITS = ("exact", "zero", "noise")
-EXACT_CUTS = {"paper": ("in", "out", "mixed", "wa"), "l2norm": ("in",)}
+EXACT_CUTS = {"paper": ("in", "out", "mixed", "wa"), "l2norm": ("in",), "l2norm_width": ("in",)}
 # zeroed blocks per cut: stage -> set of (out, in) tags of a torch weight
 _ZEROED = {
     "in": {"w_m": {("new", "old")}, "w_a": {("new", "old")}},
@@ -87,7 +88,7 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
     new_model_cfg = copy.deepcopy(cfg.model)
     np_ = new_model_cfg.projection
     np_.rank_m, np_.rank_a = old_m + spec["delta_m"], old_a + spec["delta_a"]
-    if pcfg.form == "l2norm":  # pin the sqrt(width) factors so old units keep their scale
+    if pcfg.form == "l2norm_width":  # pin the sqrt(width) factors so old units keep their scale
         np_.frozen_m, np_.frozen_a = pcfg.frozen_m or old_m, pcfg.frozen_a or old_a
     errors: list[str] = []
     new_model_cfg.validate(errors, "model")
@@ -116,9 +117,21 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
               "init": init if init != "exact" else f"exact (cut {spec['cut']}, form {pcfg.form})",
               "function preserved by construction": exact}
     if init == "zero":
-        report["warning"] = ("paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever; "
-                             "the grown model trains exactly like the small one (use --rank-init exact)")
+        report["warning"] = zero_init_warning(cfg.train.optimizer)
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
+
+
+def zero_init_warning(optimizer: str) -> str:
+    """What all-zero growth does, per optimizer. The new blocks get an exactly zero gradient forever
+    (GELU(0) = 0), so they stay zero under any optimizer. Whether the old weights then follow the
+    small model's run depends on the optimizer: AdamW's per-element update of an old entry sees the
+    same gradient, so it does; Muon multiplies each matrix's update by sqrt(max(1, rows/cols)), and
+    growth changes W_M's and W_A's shapes, so the old weights take steps of another size."""
+    head = "paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so the new units never learn"
+    if optimizer == "muon":
+        return (head + "; under Muon the old weights do not train exactly like the small model either (its update scale "
+                "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A) (use --rank-init exact)")
+    return head + "; under AdamW the grown model trains exactly like the small one (use --rank-init exact)"
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -1,4 +1,7 @@
 """SPARKLING width growth (family "width"): hidden size, dense FFN inner size, MoE expert inner size.
+Also the hidden size D of Nexus-Rank models (Nexusformer Table 7: 240M D=768 -> 380M D=800 / 440M
+D=1024): only W_M of q/k/v (fan-in) and W_D of o / a Nexus-Rank FFN (fan-out) touch the residual
+stream; M, A, heads and head size stay, so --preserve exact is exact there too.
 
 Every parameter is described by which of its dimensions run along a growable *axis* and in which
 role (see `ROLES`):
@@ -60,6 +63,13 @@ ROLES: list[tuple[re.Pattern, dict[int, tuple[str, str]]]] = [
     (re.compile(r"\.mlp\.experts\.\d+\.gate_proj\.weight$"), {0: ("expert_inner", "gate"), 1: ("hidden", "in")}),
     (re.compile(r"\.mlp\.experts\.\d+\.up_proj\.weight$"), {0: ("expert_inner", "out"), 1: ("hidden", "in")}),
     (re.compile(r"\.mlp\.experts\.\d+\.down_proj\.weight$"), {0: ("hidden", "out"), 1: ("expert_inner", "in")}),
+    # Nexus-Rank projections (Nexusformer): only the stage touching the residual stream grows. Its
+    # first stage W_M is linear in its input, so a fan-in factor on W_M's columns acts on the
+    # pre-activation exactly as on a Linear's output; W_A and the widths M, A are untouched.
+    (re.compile(r"\.attn\.(q_proj|k_proj|v_proj)\.w_m\.weight$"), {1: ("hidden", "in")}),
+    (re.compile(r"\.attn\.o_proj\.w_d\.weight$"), {0: ("hidden", "out")}),
+    (re.compile(r"\.mlp\.w_m\.weight$"), {1: ("hidden", "in")}),
+    (re.compile(r"\.mlp\.w_d\.weight$"), {0: ("hidden", "out")}),
 ]
 
 
@@ -287,9 +297,12 @@ def _check_model(model, cfg: RunConfig, ws: WidthSpec) -> None:
     m = cfg.model
     if m.arch != "transformer":
         raise ConfigError(f"model.arch={m.arch!r} for width growth (valid: transformer)")
-    if m.projection.kind != "linear":
-        raise ConfigError(f"model.projection.kind={m.projection.kind!r} for width growth (valid: linear; grow "
-                          "Nexus-Rank / Pattention with their own families)")
+    p = m.projection
+    if p.kind == "pattention":
+        raise ConfigError(f"model.projection.kind={p.kind!r} for width growth (valid: linear or nexus_rank; grow "
+                          "Pattention with --add-tokens)")
+    if p.kind == "nexus_rank":
+        _check_nexus_rank(m, ws)
     if m.mixing.anchor != "none":
         raise ConfigError(f"model.mixing.anchor={m.mixing.anchor!r} for width growth (valid: none)")
     if ws.expert_inner and not m.moe.n_experts:
@@ -297,6 +310,22 @@ def _check_model(model, cfg: RunConfig, ws: WidthSpec) -> None:
                           "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
     if ws.ffn and m.moe.n_experts:
         raise ConfigError(f"width.ffn={ws.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
+
+
+def _check_nexus_rank(m, ws: WidthSpec) -> None:
+    """Hidden-size (D) growth of a Nexus-Rank model: what cannot stay exact or valid is refused."""
+    p = m.projection
+    if ws.ffn and p.uses("ffn"):
+        raise ConfigError(f"width.ffn={ws.ffn} on a Nexus-Rank FFN (valid: grow its M and A with --delta-m/--delta-a)")
+    if ws.hidden and p.form == "l2norm" and (p.uses("o") or p.uses("ffn")):
+        raise ConfigError(f"width.hidden={ws.hidden} with model.projection.form='l2norm' on the o/ffn projections: "
+                          "their sqrt(D_out) factor would follow D and change every output (valid: form paper or "
+                          "l2norm_width, or Nexus-Rank on q/k/v only)")
+    m_width = p.resolved_m(m.d_model)
+    if ws.hidden and not p.relax_order and ws.hidden >= m_width:
+        raise ConfigError(f"width.hidden={ws.hidden} with Nexus-Rank M={m_width}: the order D < M < A would break "
+                          "(valid: grow M and A first with --delta-m/--delta-a, as Table 7's 240M -> 440M path has "
+                          "M 780 -> 1540, A 960 -> 1730 with D 768 -> 1024; or set model.projection.relax_order=true)")
 
 
 def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
@@ -328,6 +357,9 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
     new_mcfg.ffn_hidden = targets.get("ffn", m.ffn)  # explicit: the default would follow d_model
     if m.moe.n_experts:
         new_mcfg.moe.expert_hidden = targets.get("expert_inner", current["expert_inner"])
+    if m.projection.kind == "nexus_rank":  # M and A stay; their defaults (2d, 4d) would follow D otherwise
+        new_mcfg.projection.rank_m = m.projection.resolved_m(m.d_model)
+        new_mcfg.projection.rank_a = m.projection.resolved_a(m.d_model)
     new_mcfg.d_model = targets.get("hidden", m.d_model)
     if "hidden" in plans and m.tie_embeddings:
         new_mcfg.logit_scale = m.logit_scale * plans["hidden"].tied_scale

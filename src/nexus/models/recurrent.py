@@ -40,24 +40,63 @@ class CausalDepthwiseConv(nn.Module):
         self.kernel = kernel
         self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=True)
 
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start).
-        Returns (y (B, T, D), new state)."""
+    def forward(self, x: torch.Tensor, state: "torch.Tensor | ConvHistory | None" = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start),
+        or a ConvHistory (decoding), which is updated in place. Returns (y (B, T, D), new state)."""
         B, T, D = x.shape
-        if state is None:
-            state = x.new_zeros(B, self.kernel - 1, D)
-        full = torch.cat([state.to(x.dtype), x], dim=1)
+        w = self.conv.weight[:, 0, :].to(x.dtype)  # (D, k)
+        if isinstance(state, ConvHistory) and T == 1:
+            # one decoded token: taps over the ring of past inputs, then overwrite its oldest slot
+            y = self.conv.bias.to(x.dtype) + x * w[:, -1]
+            for j, past in enumerate(state.ordered_rows()):
+                y = y + past * w[:, j]
+            state.push(x)
+            return y, state
+        history = state.ordered() if isinstance(state, ConvHistory) else state
+        if history is None:
+            history = x.new_zeros(B, self.kernel - 1, D)
+        full = torch.cat([history.to(x.dtype), x], dim=1)
         # k shifted multiply-adds instead of F.conv1d: the CPU (oneDNN) depthwise-conv path costs ~100 ms
         # per call at these shapes, 100x the arithmetic; the taps are the same sum in a fixed order.
-        w = self.conv.weight[:, 0, :].to(x.dtype)  # (D, k)
         y = self.conv.bias.to(x.dtype) + full[:, 0:T] * w[:, 0]
         for j in range(1, self.kernel):
             y = y + full[:, j:j + T] * w[:, j]
-        return y, full[:, full.shape[1] - (self.kernel - 1):]
+        last = full[:, full.shape[1] - (self.kernel - 1):]
+        if isinstance(state, ConvHistory):
+            state.reset(last)
+            return y, state
+        return y, last
 
     def flops_per_token(self, seq_len: int) -> float:
         d = self.conv.in_channels
         return 2.0 * self.kernel * d + d  # multiply-adds of the kernel taps + bias
+
+
+class ConvHistory:
+    """The last k-1 conv inputs of one decoding stream, kept in a ring buffer allocated once: a decoded
+    token overwrites the oldest row in place instead of concatenating and slicing a new state."""
+
+    __slots__ = ("buf", "head")
+
+    def __init__(self, last: torch.Tensor):
+        self.buf = last.detach().clone()  # (B, k-1, D); row (head + j) % (k-1) is the j-th oldest input
+        self.head = 0
+
+    def ordered_rows(self) -> list[torch.Tensor]:
+        n = self.buf.shape[1]
+        return [self.buf[:, (self.head + j) % n].unsqueeze(1) for j in range(n)]
+
+    def ordered(self) -> torch.Tensor:
+        return torch.cat(self.ordered_rows(), dim=1)
+
+    def push(self, x: torch.Tensor) -> None:
+        self.buf[:, self.head].copy_(x[:, 0])
+        self.head = (self.head + 1) % self.buf.shape[1]
+
+    def reset(self, last: torch.Tensor) -> None:
+        self.buf.copy_(last)
+        self.head = 0
 
 
 class RecurrentMLP(nn.Module):
@@ -97,8 +136,8 @@ class RecurrentBlock(nn.Module):
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None
         y, new_state = self.conv(self.conv_norm(x), state)
-        if cache is not None:
-            cache[key] = new_state.detach()
+        if cache is not None and not isinstance(new_state, ConvHistory):
+            cache[key] = ConvHistory(new_state)  # first chunk (prefill); later chunks update it in place
         x = x + y
         return x + self.mlp(self.mlp_norm(x))
 
@@ -231,7 +270,7 @@ class RecurrentLM(nn.Module):
 
     # ------------------------------------------------------------------ generation
     def new_cache(self):
-        from ..generate import KVCache
+        from .generate import KVCache
 
         return KVCache(len(self.layers))
 
@@ -240,7 +279,7 @@ class RecurrentLM(nn.Module):
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
                  n_sup: int | None = None, t_inner: int | None = None):
         """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
-        from ..generate import generate
+        from .generate import generate
 
         with self.depth_scaled(n_sup, t_inner):
             return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)

@@ -97,27 +97,31 @@ for _scale in TABLE1_SCALES:
 
 
 # ----------------------------------------------------------------------------- synthetic comparisons
-def _synthetic(task: str, options: dict, out: str) -> RunConfig:
+def _synthetic(task: str, options: dict, out: str, steps: int, lr: float) -> RunConfig:
     cfg = baseline_tiny()
     m = cfg.model
     m.d_model, m.n_layers, m.n_heads, m.max_seq_len = 64, 2, 2, 128
     cfg.data.source, cfg.data.synthetic, cfg.data.seq_len = f"synthetic:{task}", dict(options), 64
     t = cfg.train
-    t.steps, t.batch_size, t.lr, t.warmup_steps, t.eval_every, t.eval_batches = 600, 32, 3e-3, 30, 200, 4
+    t.steps, t.batch_size, t.lr, t.warmup_steps, t.eval_every, t.eval_batches = steps, 32, lr, 30, 200, 4
     t.weight_decay, t.out_dir = 0.0, f"runs/{out}"
     return cfg
 
 
-MQAR_OPTIONS = {"vocab": 64, "pairs": 8}  # 8 key-value pairs in 64 tokens, keys from 31, values from 32
+# Calibrated (docs/higher_order.md, benchmarks/higher_order_tasks.py) so the standard 2-layer model
+# ends between chance and 100%: with 8 pairs it stayed on the ~0.2 plateau for 2,000 steps at lr 3e-3
+# and 1e-3 (it never learned recall), with 16 pairs and lr 1e-3 it leaves the plateau within ~800 steps.
+MQAR_OPTIONS = {"vocab": 64, "pairs": 16}  # 16 key-value pairs in 64 tokens, keys from 31, values from 32
+MQAR_STEPS, MQAR_LR = 800, 2e-3
 KHOP_OPTIONS = {"vocab": 32, "k": 2}
 
 
-@register("mqar-baseline", "MQAR (8 pairs, 64 tokens) on a 2x64 standard Transformer")
+@register("mqar-baseline", "MQAR (16 pairs, 64 tokens) on a 2x64 standard Transformer")
 def mqar_baseline() -> RunConfig:
-    return _synthetic("mqar", MQAR_OPTIONS, "mqar-baseline")
+    return _synthetic("mqar", MQAR_OPTIONS, "mqar-baseline", MQAR_STEPS, MQAR_LR)
 
 
-@register("mqar-order2", "MQAR (8 pairs, 64 tokens) on a 2x64 Transformer with order-2 shared QK attention")
+@register("mqar-order2", "MQAR (16 pairs, 64 tokens) on a 2x64 Transformer with order-2 shared QK attention")
 def mqar_order2() -> RunConfig:
     cfg = higher_order(mqar_baseline(), "qk", True, 2)
     cfg.train.out_dir = "runs/mqar-order2"
@@ -126,7 +130,7 @@ def mqar_order2() -> RunConfig:
 
 @register("khop-baseline", "2-hop induction (64 tokens) on a 2x64 standard Transformer")
 def khop_baseline() -> RunConfig:
-    return _synthetic("khop", KHOP_OPTIONS, "khop-baseline")
+    return _synthetic("khop", KHOP_OPTIONS, "khop-baseline", 600, 3e-3)
 
 
 @register("khop-order2", "2-hop induction (64 tokens) on a 2x64 Transformer with order-2 shared QK attention")

@@ -1,5 +1,6 @@
 """Nexusformer (Nexus-Rank Q/K/V) and TokenFormer (Pattention) presets: tiny CPU runs and the paper's
-Table 6 (main scales) / Table 7 (progressive-growth targets) shapes.
+Table 6 (main scales) / Table 7 (progressive-growth targets) shapes, plus the Qwen3 and Transformer++
+baselines of Tables 6 and 7 (so Tables 1, 2 and 8 can be rerun).
 
 The paper gives layers, hidden size, vocab, FFN size, M (TokenFormer: qkv_slot_num) and A. It does not
 give head counts; we use head size 64 where the width allows (768 -> 12, 1024 -> 16) and 10 heads of
@@ -32,7 +33,29 @@ TOKENFORMER_SHAPES = {
     "380m": (12, 800, 3072, 3960),
     "440m": (12, 1024, 3072, 4824),
 }
+# (layers, hidden, ffn) -- the baselines of Table 6 (Qwen3, Transformer++) and Table 7 (Qwen3)
+QWEN3_SHAPES = {
+    "170m": (12, 848, 3392),
+    "240m": (12, 1088, 4032),
+    "480m": (24, 1344, 3760),
+    "640m": (24, 1536, 4608),
+    "300m": (12, 1240, 4880),
+    "380m": (12, 1300, 6912),
+    "440m": (12, 1360, 6912),
+}
+TRANSFORMER_PP_SHAPES = {
+    "170m": (12, 512, 2048),
+    "240m": (12, 1024, 2560),
+    "480m": (24, 1408, 3648),
+    "640m": (24, 1632, 4243),
+}
 GROWTH_TARGETS = ("300m", "380m", "440m")
+
+
+def _even_heads(d: int) -> int:
+    """Head count for widths the paper gives without one: an even head size (RoPE rotates pairs) as
+    close to 64 as the width allows (848 -> 8 x 106, 1240 -> 20 x 62, 1300 -> 25 x 52, 1632 -> 24 x 68)."""
+    return min((h for h in range(1, d + 1) if d % h == 0 and (d // h) % 2 == 0), key=lambda h: (abs(d // h - 64), h))
 
 
 def _heads(d: int) -> int:
@@ -104,6 +127,27 @@ def _tokenformer_paper(size: str):
         return cfg
     return fn
 
+
+def _baseline_paper(size: str, shapes: dict, name: str, qwen3: bool):
+    def fn() -> RunConfig:
+        layers, d, ffn = shapes[size]
+        cfg = _paper_scale(baseline_tiny(), layers, d, f"{name}-{size}", False)
+        m = cfg.model
+        m.n_heads, m.ffn_hidden = _even_heads(d), ffn
+        if qwen3:  # Qwen3's block: Transformer++ plus per-head QK-norm, RoPE base 1e6; its small models tie the head
+            m.qk_norm, m.rope_theta, m.tie_embeddings = True, 1_000_000.0, True
+        return cfg
+    return fn
+
+
+for _size, (_l, _d, _f) in QWEN3_SHAPES.items():
+    _table = "Table 7" if _size in GROWTH_TARGETS else "Table 6"
+    register(f"qwen3-{_size}", f"Qwen3-style baseline {_size.upper()} ({_table}): {_l} layers, d={_d}, SwiGLU {_f}, "
+             f"QK-norm, {_even_heads(_d)} heads (the paper gives none)")(_baseline_paper(_size, QWEN3_SHAPES, "qwen3", True))
+for _size, (_l, _d, _f) in TRANSFORMER_PP_SHAPES.items():
+    register(f"transformer-pp-{_size}", f"Transformer++ baseline {_size.upper()} (Table 6): {_l} layers, d={_d}, SwiGLU {_f}, "
+             f"{_even_heads(_d)} heads (the paper gives none)")(
+        _baseline_paper(_size, TRANSFORMER_PP_SHAPES, "transformer-pp", False))
 
 for _size in NEXUSFORMER_SHAPES:
     _table = "Table 7 growth target" if _size in GROWTH_TARGETS else "Table 6"

@@ -15,12 +15,15 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def init_if_launched(device: torch.device) -> tuple[int, int]:
+def init_if_launched(device: torch.device, timeout_s: int = 60) -> tuple[int, int]:
+    """Join the torchrun process group. A collective that waits `timeout_s` (a rank hung, stopped or
+    dead) raises on every other rank, so the whole job ends instead of hanging; NEXUS_DIST_TIMEOUT
+    (seconds) overrides it for every run on a machine."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return world()
     backend = "nccl" if device.type == "cuda" else "gloo"
-    # A short timeout turns a rank that died mid-collective into an error on the others, not a hang.
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=int(os.environ.get("NEXUS_DIST_TIMEOUT", "300"))))
+    timeout = int(os.environ.get("NEXUS_DIST_TIMEOUT", timeout_s))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     return world()
 
 

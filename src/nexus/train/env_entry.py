@@ -144,21 +144,6 @@ def build_run_config(env: dict):
     return cfg.validate()
 
 
-def latest_checkpoint(out_dir) -> Path | None:
-    """Newest checkpoint in a run directory (periodic step_* or the final one), by training step."""
-    from ..checkpoint import load_trainer_state
-
-    out = Path(out_dir)
-    best, best_step = None, -1
-    for d in sorted(out.glob("step_*")) + [out / "checkpoint"]:
-        if not (d / "trainer_state.pt").is_file():
-            continue
-        step = int(d.name.split("_")[1]) if d.name.startswith("step_") else int(load_trainer_state(d)["step"])
-        if step > best_step:
-            best, best_step = d, step
-    return best
-
-
 def memory_text(device) -> str:
     from .trainer import memory_stats
 
@@ -268,6 +253,12 @@ def run(environ=None) -> dict:
     if env["HUB_MODEL_ID"]:
         check_hub_access(env["HUB_MODEL_ID"])
     Trainer = make_trainer_class()
+    from ..outdir import TRAIN_RUN, check_output
+    from .run_dir import latest_checkpoint
+
+    # An earlier run here is resumed from its newest checkpoint (the seed's crash protection); a
+    # directory holding anything else is refused, never written into.
+    check_output(cfg.train.out_dir, TRAIN_RUN, flag="OUTPUT_DIR", resume=True)
     resume = latest_checkpoint(cfg.train.out_dir)
     print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
           f"N_SUP={cfg.model.recurrent.n_sup} T_INNER={cfg.model.recurrent.t_inner} "

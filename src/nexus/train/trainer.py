@@ -21,15 +21,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointError, load_checkpoint, load_trainer_state, save_checkpoint
+from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint, load_trainer_state, save_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
 from ..models.output import IGNORE_INDEX
+from ..optim.param_groups import build_optimizer
+from ..optim.schedule import set_lr
 from . import distributed as D
 from .health import StepHealth
-from .param_groups import build_optimizer
-from .schedule import set_lr
+from . import run_dir as R
+from .memory import check_training_memory
 
 
 class TrainingAborted(RuntimeError):
@@ -65,20 +67,30 @@ class Trainer:
         self.callbacks = []
         self.rewarmup = None
         tstate = None
+        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume)
+            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
             tstate = load_trainer_state(resume)
             if tstate is None:
-                raise CheckpointError(f"--resume={resume!r} has no trainer_state.pt (valid: a training checkpoint)")
+                raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
             # The checkpoint's model and data define the run; training fields may be changed on resume.
-            ckpt_cfg.train = cfg.train if cfg is not None else ckpt_cfg.train
+            # Without a new config the run continues beside the checkpoint, never in the run it records.
+            if cfg is None:
+                cfg = RunConfig(train=ckpt_cfg.train)
+                cfg.train.out_dir = str(R.resume_run_dir(resume))
+            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train)
+            ckpt_cfg.train = cfg.train
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
         cfg.validate()
+        from .loggers import check_log_targets
+
+        check_log_targets(cfg.train.log_to)  # a missing tensorboard / wandb fails before anything is written
         self.cfg = cfg
         tc = cfg.train
         self.device = resolve_device(tc.device)
-        self.rank, self.world = D.init_if_launched(self.device)
+        check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -94,13 +106,19 @@ class Trainer:
         elif init_model.cfg.vocab_size < self.data.vocab_size:
             raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
                               f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
-        self.model = init_model.to(self.device)
+        self.mesh = None
+        self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
         self.step = 0
         self.health = StepHealth(self.device)
+        self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
+        self.resumed_step = None
         if tstate is not None:
+            base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
+            R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
+            self.resumed_step = self.step
         self._wrap()
 
     # ------------------------------------------------------------------ set-up
@@ -109,10 +127,30 @@ class Trainer:
         np.random.seed(seed)
         torch.manual_seed(seed)
 
+    @property
+    def _fsdp(self) -> bool:
+        return self.world > 1 and self.cfg.train.parallel == "fsdp2"
+
+    def _prepare(self, model):
+        """Move to the device, add activation checkpointing, and shard under FSDP2 (before the
+        optimizer is built: it must see the sharded parameters)."""
+        model = model.to(self.device)
+        if self.cfg.train.activation_checkpointing:
+            from .fsdp import apply_activation_checkpointing
+
+            apply_activation_checkpointing(model)
+        if self._fsdp:
+            from .fsdp import make_mesh, shard_model
+
+            if self.mesh is None:
+                self.mesh = make_mesh(self.device, self.world)
+            shard_model(model, self.mesh)
+        return model
+
     def _wrap(self) -> None:
         self.train_model = self.model
-        self._ddp = self._fsdp = False
-        if self.world > 1:
+        self._ddp = False
+        if self.world > 1 and not self._fsdp:
             self._ddp = True
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -121,22 +159,50 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
 
     def set_model(self, model, optimizer) -> None:
-        """Swap in a new model and optimizer (growth mid-training)."""
-        self.model = model.to(self.device)
+        """Swap in a new model and optimizer (growth mid-training). Under FSDP2 `model` is a plain
+        (unsharded) grown model and `optimizer` its optimizer with full transplanted state: the model
+        is sharded here and the state sharded like it."""
+        if self._fsdp:
+            from .fsdp import shard_state
+
+            full = optimizer.state_dict()
+            self.model = self._prepare(model)
+            optimizer = build_optimizer(self.model, self.cfg.train)
+            optimizer.load_state_dict(shard_state(full, self.model))
+        else:
+            self.model = self._prepare(model)
         self.optimizer = optimizer
         self._wrap()
 
-    def trainer_state(self) -> dict:
+    def full_model_and_optimizer_state(self):
+        """(model, optimizer state dict) as a single process would hold them: under FSDP2 an unsharded
+        copy of the model and the gathered optimizer state (collective), else the live objects."""
+        if not self._fsdp:
+            return self.model, self.optimizer.state_dict()
+        from .fsdp import full_model_state, full_optimizer_state
+
+        plain = build_model(self.cfg.model)
+        plain.load_state_dict(full_model_state(self.model))
+        return plain, full_optimizer_state(self.optimizer.state_dict())
+
+    def trainer_state(self, with_optimizer: bool = True) -> dict:
         rng = {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(
             np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total),
-                "optimizer": self.optimizer.state_dict(), "rng": rng}
+        st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
+        if with_optimizer:
+            st["optimizer"] = self.optimizer.state_dict()
+        return st
 
     def _restore(self, st: dict) -> None:
         try:
-            self.optimizer.load_state_dict(st["optimizer"])
+            opt_state = st["optimizer"]
+            if self._fsdp:  # the stored state is full (any world size): keep this rank's shards
+                from .fsdp import shard_state
+
+                opt_state = shard_state(opt_state, self.model)
+            self.optimizer.load_state_dict(opt_state)
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
@@ -261,9 +327,17 @@ class Trainer:
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        if self._metric_log is None:
+            from .loggers import MetricLog
+
+            tc = self.cfg.train
+            self._metric_log = MetricLog(self.out_dir, tc.log_to, self.cfg.to_dict(), tc.wandb_project)
+        self._metric_log.write(record)
+
+    def close_logs(self) -> None:
+        if self._metric_log is not None:
+            self._metric_log.close()
+            self._metric_log = None
 
     def say(self, msg: str) -> None:
         if self.is_main and not self.quiet:
@@ -272,23 +346,52 @@ class Trainer:
             tqdm.write(msg)
 
     def save(self, path: Path) -> Path:
-        return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        """Rank 0 writes a safetensors checkpoint; under FSDP2 every rank must call this and each
+        writes its shards (torch.distributed.checkpoint)."""
+        try:
+            if self._fsdp:
+                from .sharded_checkpoint import save_sharded
+
+                return save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
+                                    self.trainer_state(with_optimizer=False))
+            return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+        except NonFiniteWeightsError as e:
+            last = R.latest_checkpoint(self.out_dir)
+            raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
+                                  f"{last or 'none'}; lower train.lr") from None
+
+    @property
+    def _writes_checkpoints(self) -> bool:
+        return self.is_main or self._fsdp  # FSDP2: a collective save on every rank
 
     def _save_periodic(self) -> None:
         tc = self.cfg.train
         self.save(self.out_dir / f"step_{self.step:07d}")
-        steps = sorted(self.out_dir.glob("step_*"))
-        for old in steps[:-tc.keep_last]:
+        if not self.is_main:
+            return
+        # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
+        # (save refuses NaN/inf weights), so the newest finite one is always kept.
+        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
+                 and R.checkpoint_step(d) < self.step]
+        for old in older[:max(len(older) - (tc.keep_last - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
+        try:
+            return self._fit()
+        finally:
+            self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
+
+    def _fit(self) -> dict:
         from tqdm import tqdm
 
         tc = self.cfg.train
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
+            for note in self.notes:
+                self.say(f"note: {note}")
         n_params = count_parameters(self.model)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
@@ -337,19 +440,21 @@ class Trainer:
                 last_val = self.evaluate()
                 self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
                 self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
-            if tc.sample_every and self.step % tc.sample_every == 0 and self.is_main:
-                self.say(f"sample @ {self.step}: {self.sample()!r}")
-            if tc.save_every and self.step % tc.save_every == 0 and self.is_main and self.step < tc.steps:
+            if tc.sample_every and self.step % tc.sample_every == 0 and self._writes_checkpoints:
+                text = self.sample()  # under FSDP2 every rank runs the (identical) generation: it gathers weights
+                self.say(f"sample @ {self.step}: {text!r}")
+            if tc.save_every and self.step % tc.save_every == 0 and self._writes_checkpoints and self.step < tc.steps:
                 self._save_periodic()
         bar.close()
         last_val = self.evaluate()
         self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen, "final": True})
         result.update(step=self.step, val_loss=last_val, val_ppl=math.exp(min(last_val, 50)), tokens_seen=self.tokens_seen)
-        if self.is_main:
+        if self._writes_checkpoints:
             sample = self.sample()
             result["sample"] = sample
             ckpt = self.save(self.out_dir / "checkpoint")
             result["checkpoint"] = str(ckpt)
+        if self.is_main:
             self.say(f"final: val loss {last_val:.4f} (ppl {result['val_ppl']:.2f}) after {self.step} steps, "
                      f"{self.tokens_seen:,} tokens")
             if sample:

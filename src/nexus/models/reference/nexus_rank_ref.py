@@ -13,16 +13,23 @@ def gelu_exact(x: torch.Tensor) -> torch.Tensor:
 
 def nexus_rank_ref(x: torch.Tensor, w_m: torch.Tensor, w_a: torch.Tensor, w_d: torch.Tensor, b_d=None,
                    form: str = "paper", scale_m: float | None = None, scale_a: float | None = None) -> torch.Tensor:
-    """x (..., D); w_m (D, M), w_a (M, A), w_d (A, D_out) in the paper's (in, out) orientation."""
+    """x (..., D); w_m (D, M), w_a (M, A), w_d (A, D_out) in the paper's (in, out) orientation.
+    form l2norm: the public code's current EquivalentMLP.l2_norm, v / (||v|| + 1e-5) * sqrt(D_out);
+    l2norm_width: its earlier form, v / ||v|| * sqrt(len(v)) (with 1e-6 added to the norm)."""
     flat = x.reshape(-1, x.shape[-1])
+    d_out = w_d.shape[1]
+
+    def l2(v, width_scale):
+        if form == "l2norm":
+            return v / (torch.sqrt((v * v).sum()) + 1e-5) * math.sqrt(d_out)
+        if form == "l2norm_width":
+            return v / (torch.sqrt((v * v).sum()) + 1e-6) * (width_scale if width_scale is not None else math.sqrt(v.numel()))
+        return v
+
     rows = []
     for tok in flat:
-        h = tok @ w_m
-        if form == "l2norm":
-            h = h / (torch.sqrt((h * h).sum()) + 1e-6) * (scale_m if scale_m is not None else math.sqrt(w_m.shape[1]))
-        z = gelu_exact(h) @ w_a
-        if form == "l2norm":
-            z = z / (torch.sqrt((z * z).sum()) + 1e-6) * (scale_a if scale_a is not None else math.sqrt(w_a.shape[1]))
+        h = l2(tok @ w_m, scale_m)
+        z = l2(gelu_exact(h) @ w_a, scale_a)
         y = gelu_exact(z) @ w_d
         rows.append(y + b_d if b_d is not None else y)
     return torch.stack(rows).reshape(*x.shape[:-1], w_d.shape[1])

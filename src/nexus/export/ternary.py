@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import CheckpointError
-from .bitlinear import BitLinear, PackedTernaryLinear, ternary_codes, ternary_scale
+from ..models.bitlinear import PACKED_KERNELS, BitLinear, PackedTernaryLinear, ternary_codes, ternary_scale
 
 FORMAT = "nexus-ternary"
 VERSION = "1"
@@ -164,13 +164,16 @@ def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
 
 
 # ----------------------------------------------------------------------------- load
-def load_ternary(path):
-    """Packed file -> (model in eval mode with PackedTernaryLinear layers, RunConfig, tokenizer)."""
+def load_ternary(path, kernel: str = "int8"):
+    """Packed file -> (model in eval mode with PackedTernaryLinear layers, RunConfig, tokenizer).
+
+    kernel "int8" decodes with torch's weight-only int8 matmul (fast, bf16-precision activations);
+    "dense" materializes fp32 weights whose logits equal the unpacked model's bitwise."""
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked
     from ..config import ConfigError, RunConfig
-    from . import build_model
+    from ..models import build_model
 
     path = Path(path)
     where = str(path)
@@ -195,6 +198,8 @@ def load_ternary(path):
         raise CheckpointError(f"ternary file {where!r} has a damaged header ({type(e).__name__})") from None
     if packing not in PACKINGS:
         raise CheckpointError(f"ternary file {where!r} has packing={packing!r} (valid: {'|'.join(PACKINGS)})")
+    if kernel not in PACKED_KERNELS:
+        raise ConfigError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
     model = build_model(cfg.model)
     for name, m in list(model.named_modules()):
         if not isinstance(m, BitLinear):
@@ -209,7 +214,7 @@ def load_ternary(path):
         codes = torch.from_numpy(unpack_codes(tensors.pop(key + _CODES).numpy(), n, packing, where)).reshape(shape)
         gamma = tensors.pop(key + _SCALE).reshape(())
         bias = tensors.pop(f"{name}.bias") if m.bias is not None else None
-        packed = PackedTernaryLinear(codes, gamma, bias, m.act_quant, m.input_norm, m.norm_eps)
+        packed = PackedTernaryLinear(codes, gamma, bias, m.act_quant, m.input_norm, m.norm_eps, kernel)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
     load_state_dict_checked(model, tensors, where)

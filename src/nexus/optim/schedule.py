@@ -7,8 +7,10 @@ from ..config import TrainConfig
 
 
 def lr_factor(step: int, tcfg: TrainConfig) -> float:
-    """Multiplier for optimizer step `step` (0-based) of tcfg.steps."""
-    total, warm, floor = tcfg.steps, tcfg.warmup_steps, tcfg.min_lr_ratio
+    """Multiplier for optimizer step `step` (0-based) of a schedule over tcfg.schedule_steps (0: tcfg.steps).
+    Past the horizon the factor stays at its final value (a run resumed with more steps continues at
+    the floor instead of jumping back up)."""
+    total, warm, floor = tcfg.schedule_steps or tcfg.steps, tcfg.warmup_steps, tcfg.min_lr_ratio
     if warm and step < warm:
         return (step + 1) / warm
     if tcfg.schedule == "constant":

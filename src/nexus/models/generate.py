@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import torch
 
-from .models.bitlinear import hold_quantized_weights
+from .bitlinear import hold_quantized_weights
+from .seq_cache import LayerCache
 
 
 class KVCache:
     """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
-    `pos` is the number of tokens already consumed."""
+    `pos` is the number of tokens already consumed. `capacity` (positions) lets layers preallocate
+    their histories once for a whole generation (models/seq_cache.py); 0 = grow by doubling."""
 
-    def __init__(self, n_layers: int):
-        self.layers = [dict() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, capacity: int = 0):
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
         self.pos = 0
+        self.capacity = capacity
 
     def layer(self, i: int) -> dict:
         return self.layers[i]
@@ -55,7 +58,15 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
 
 def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache):
     ids = input_ids
-    cache = model.new_cache() if use_cache else None
+    cache = None
+    if use_cache:
+        cache = model.new_cache()
+        capacity = input_ids.shape[1] + max_new_tokens
+        max_len = getattr(model.cfg, "max_seq_len", None)
+        capacity = min(capacity, max_len) if max_len else capacity
+        for layer in getattr(cache, "layers", []):  # one allocation per history for the whole call
+            if isinstance(layer, LayerCache):
+                layer.capacity = capacity
     step_input = ids
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     max_len = getattr(model.cfg, "max_seq_len", None)

@@ -1,0 +1,145 @@
+"""Parameter counts from a ModelConfig by arithmetic alone: no torch import, no model built.
+
+`nexus presets` lists ~90 presets; building each (even on the meta device) costs ~0.1-0.7 s and
+importing torch ~1.5 s, so the listing counts here instead. Every term mirrors one module's
+parameters; tests/test_param_formula.py holds the totals to a real build of every preset, so a model
+change that this file does not follow fails there.
+"""
+from __future__ import annotations
+
+from ..config import ModelConfig
+
+_COMPONENTS = ("q", "k", "v", "g")  # models/mixing.py order
+
+
+def _linear(d_in: int, d_out: int, bias: bool = False) -> int:
+    return d_in * d_out + (d_out if bias else 0)
+
+
+def _swiglu(d: int, hidden: int) -> int:
+    return 3 * d * hidden
+
+
+def _projection(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> int:
+    """models/projections.py: Linear, Nexus-Rank (D->M->A->D_out) or Pattention (n key + n value tokens)."""
+    p = cfg.projection
+    if not p.uses(target):
+        return _linear(d_in, d_out, bias)
+    if p.kind == "nexus_rank":
+        m, a = p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model)
+        return d_in * m + m * a + _linear(a, d_out, bias)
+    n = (p.ffn_param_tokens or cfg.ffn) if target == "ffn" else (p.param_tokens or cfg.d_model)
+    return n * d_in + n * d_out + (d_out if bias else 0)
+
+
+def _attention(cfg: ModelConfig) -> int:
+    """models/attention.py Attention: q/k/v/o projections, optional gate and QK-norm gains."""
+    d, H, KV, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd
+    bias = cfg.attention_bias
+    n = (_projection(cfg, "q", d, H * hd, bias) + _projection(cfg, "k", d, KV * hd, bias)
+         + _projection(cfg, "v", d, KV * hd, bias) + _projection(cfg, "o", H * hd, d, False))
+    gate = cfg.attention.gate
+    if gate != "none":
+        n += _linear(d, H * hd if gate == "elementwise" else H)
+    if cfg.qk_norm:
+        n += 2 * hd
+    return n
+
+
+def _higher_order_extra(cfg: ModelConfig) -> int:
+    """models/higher_order.py: separate inner attentions (one per refined target) and the zero gates."""
+    a = cfg.attention
+    targets = tuple(a.ho_targets)
+    n = 0
+    if a.ho_form == "projected" and not a.ho_shared:
+        n += len(targets) * _attention(cfg)
+    if a.ho_gate:
+        heads = {"q": cfg.n_heads, "k": cfg.kv_heads, "v": cfg.kv_heads}
+        n += sum(heads[t] for t in targets)
+    return n
+
+
+def _component_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
+    if comp == "q":
+        return cfg.n_heads, cfg.hd
+    if comp in ("k", "v"):
+        return cfg.kv_heads, cfg.hd
+    return cfg.n_heads, (cfg.hd if cfg.attention.gate == "elementwise" else 1)
+
+
+def _anchor_norms(cfg: ModelConfig) -> int:
+    mx = cfg.mixing
+    n = 0
+    for c in mx.components:
+        if mx.anchor == "value_residual":
+            continue
+        if mx.norm == "all" or (mx.norm == "qk" and c in ("q", "k")):
+            heads, width = _component_shape(cfg, c)
+            n += heads if width == 1 else width
+    return n
+
+
+def _mixing(cfg: ModelConfig) -> int:
+    """models/mixing.py: the anchor source (Exo projection + norms, or layer 0's capture norms) and
+    one mixer per mixed layer (two coefficient vectors per component, optional dynamic MLP)."""
+    mx = cfg.mixing
+    if mx.anchor == "none":
+        return 0
+    comps = [c for c in _COMPONENTS if c in mx.components]
+    if mx.anchor == "exo":
+        n = _linear(cfg.d_model, sum(h * w for h, w in (_component_shape(cfg, c) for c in comps))) + _anchor_norms(cfg)
+        mixed_layers = cfg.n_layers
+    else:
+        n = _anchor_norms(cfg)
+        mixed_layers = cfg.n_layers - 1
+    per_mixer = 0
+    if mx.learnable:
+        for c in comps:
+            heads, width = _component_shape(cfg, c)
+            per_mixer += 2 * {"elementwise": heads * width, "headwise": heads, "scalar": 1}[mx.granularity]
+    if mx.dynamic:
+        # eq. 6 MLP on the layer's pre-normed input (no norm of its own)
+        per_mixer += _linear(cfg.d_model, mx.dynamic_hidden) + _linear(mx.dynamic_hidden, 2 * len(_COMPONENTS), True)
+    return n + mixed_layers * per_mixer
+
+
+def _mlp(cfg: ModelConfig) -> int:
+    if cfg.moe.n_experts > 0:
+        hidden = cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
+        return _linear(cfg.d_model, cfg.moe.n_experts) + cfg.moe.n_experts * _swiglu(cfg.d_model, hidden)
+    if cfg.projection.uses("ffn"):
+        return _projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+    return _swiglu(cfg.d_model, cfg.ffn)
+
+
+def _embeddings(cfg: ModelConfig) -> int:
+    return cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+
+
+def count(cfg: ModelConfig) -> dict:
+    """{'total', 'embedding', 'non_embedding', 'ternary'} parameter counts (ternary: BitLinear weights)."""
+    d = cfg.d_model
+    emb = _embeddings(cfg)
+    ternary = 0
+    if cfg.arch == "recurrent":
+        rc = cfg.recurrent
+        mlp = _swiglu(d, cfg.ffn)
+        per_layer = 2 * d + d * rc.conv_kernel + d + mlp  # two norm gains, depthwise conv (+bias), SwiGLU
+        body = cfg.n_layers * per_layer
+        ternary = cfg.n_layers * mlp if rc.ternary else 0
+    else:
+        attn = _attention(cfg) + (_higher_order_extra(cfg) if cfg.attention.order > 1 else 0)
+        body = cfg.n_layers * (2 * d + attn + _mlp(cfg)) + _mixing(cfg)
+    total = emb + body + d  # + the final norm gain
+    return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": ternary}
+
+
+def sizes(cfg: ModelConfig) -> dict:
+    """count() plus fp16 size and, for ternary models, the packed size (2 bits per ternary weight,
+    everything else fp16), in MB; the form `nexus presets` and `nexus analyze params` print."""
+    c = count(cfg)
+    out = {"total": c["total"], "embedding": c["embedding"], "non_embedding": c["non_embedding"],
+           "fp16_mb": c["total"] * 2 / 1e6, "ternary_mb": None}
+    if c["ternary"]:
+        out["ternary_mb"] = (c["ternary"] * 2 / 8 + (c["total"] - c["ternary"]) * 2) / 1e6
+    return out

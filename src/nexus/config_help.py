@@ -1,0 +1,55 @@
+"""Every config field with its default and its one-line reason, for `nexus config` and `--help`.
+
+The reason is the comment beside the field in config.py (the project rule: one line per field), read
+from the source with `tokenize`, so the listing can never drift from the code that defines it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import tokenize
+import typing
+from functools import lru_cache
+
+from .config import RunConfig
+
+
+@lru_cache(maxsize=None)
+def field_reasons(cls) -> dict[str, str]:
+    """{field name: the comment on its line} for a config dataclass."""
+    src = inspect.getsource(cls)
+    comments = {}
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out = {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    for i, line in enumerate(src.splitlines(), start=1):
+        stripped = line.strip()
+        name = stripped.split(":", 1)[0].strip()
+        if line.startswith("    ") and not line.startswith("     ") and name in names and ":" in stripped:
+            out[name] = comments.get(i, "")
+    return out
+
+
+def rows(cfg, prefix: str = "") -> list[tuple[str, object, str]]:
+    """(dotted name, value, reason) for every leaf field of `cfg`, sections first-to-last."""
+    out = []
+    reasons = field_reasons(type(cfg))
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += rows(v, f"{prefix}{f.name}.")
+        else:
+            out.append((prefix + f.name, v, reasons.get(f.name, "")))
+    return out
+
+
+def format_fields(cfg: RunConfig | None = None, section: str = "") -> str:
+    """One line per field: `name = default  # reason`, filtered to names starting with `section`."""
+    cfg = cfg if cfg is not None else RunConfig()
+    items = [r for r in rows(cfg) if r[0].startswith(section)]
+    width = max((len(f"{n} = {v!r}") for n, v, _ in items), default=0)
+    return "\n".join(f"{f'{n} = {v!r}':<{width}}  # {why}" for n, v, why in items)
