@@ -59,3 +59,15 @@ def test_wsd_new_entries_share_the_baseline_decay_window():
     assert fn(799, 1.0, None, tcfg) == pytest.approx(1.3)  # flat at rho*eta_e until the decay starts
     for t in (800, 900, 950, 999):  # then new/old = 1.3 exactly (both linear to 0 over the same window)
         assert fn(t, 1.0, None, tcfg) / max(lr_factor(t, tcfg), 1e-30) == pytest.approx(1.3) or lr_factor(t, tcfg) == 0
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_new_entries_follow_the_schedule_horizon_not_the_step_count(schedule):
+    """A resumed run that adds steps keeps its lr horizon in schedule_steps: the new entries must end
+    where the baseline ends (its horizon), not at the new step count."""
+    tcfg = TrainConfig(steps=1500, schedule_steps=1000, warmup_steps=30, schedule=schedule, min_lr_ratio=0.01)
+    fn = make_rewarmup({"step": 500, "rewarmup": {"rho": 1.3, "tau": 50}})
+    assert fn(999, 1.0, None, tcfg) == pytest.approx(lr_factor(999, tcfg)) == pytest.approx(0.01)
+    ref = TrainConfig(steps=1000, warmup_steps=30, schedule=schedule, min_lr_ratio=0.01)
+    for t in (520, 600, 800, 950):
+        assert fn(t, 1.0, None, tcfg) == pytest.approx(paper_new_lr(t, 500, 1.3, 50, ref, lr_factor(500, ref)))

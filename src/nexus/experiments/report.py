@@ -172,7 +172,10 @@ def savings_headline(r: dict) -> str:
     if k == 0:
         return (f"measured compute saved at equal loss: none - the grown run did not reach the scratch run's final "
                 f"loss in any of {n} seeds (seeds {', '.join(map(str, r['seeds']))})")
-    s = f"measured compute saved at equal loss: {_ci(ms, pct=True)} over the {k} of {n} seeds that reached it"
+    if k == 1:  # one value has no spread: say so instead of printing +- 0
+        s = f"measured compute saved at equal loss: {_pct(ms['mean'])} in the only one of {n} seeds that reached it (no spread)"
+    else:
+        s = f"measured compute saved at equal loss: {_ci(ms, pct=True)} over the {k} of {n} seeds that reached it"
     return s + ("" if k == n else f" ({n - k} seed(s) never reached the scratch loss: no saving there)")
 
 

@@ -17,7 +17,8 @@ where d(t) falls from 1 to 0 over the baseline's decay window, started no earlie
                    decay_fraction of the steps), then linear to 0 at T_last, the same window as the old
                    entries; linear from t_e + tau_w instead when the re-warmup ends inside that window
   constant         d = 1: no decay, the new entries stay at rho*eta_e
-T_last = steps - 1 is the step on which the baseline itself reaches its final lr (schedule.lr_factor).
+T_last = horizon - 1 is the step on which the baseline itself reaches its final lr (optim.schedule.lr_factor;
+horizon = train.schedule_steps, or train.steps when 0).
 The optimizers apply this per-element lr to the *update* (after Adam's normalisation / Muon's
 orthogonalisation), so it works under both. The `rewarmup-all` baseline uses the same curve with every
 entry marked new (done by `nexus.growth.grow` when the record says `rewarmup_all`).
@@ -32,7 +33,8 @@ from ..optim.schedule import lr_factor
 
 def _decay_shape(step: int, start: int, tcfg) -> float:
     """d(step) of the module docstring: 1 before the decay window, 0 at the last step."""
-    last = tcfg.steps - 1
+    total = tcfg.schedule_steps or tcfg.steps  # the baseline's horizon (optim.schedule.lr_factor)
+    last = total - 1
     if tcfg.schedule == "constant":
         return 1.0
     if tcfg.schedule == "cosine":
@@ -40,8 +42,8 @@ def _decay_shape(step: int, start: int, tcfg) -> float:
         return 0.5 * (1.0 + math.cos(math.pi * min(max(step - start, 0) / span, 1.0)))
     # wsd / linear_warmdown: the baseline's decay window as schedule.lr_factor places it (its last flat
     # step is D - 1), or from the end of the re-warmup when that comes later
-    decay_steps = max(int(round(tcfg.steps * tcfg.decay_fraction)), 1)
-    anchor = max(tcfg.steps - decay_steps - 1, start)
+    decay_steps = max(int(round(total * tcfg.decay_fraction)), 1)
+    anchor = max(total - decay_steps - 1, start)
     if step <= anchor:
         return 1.0
     return 1.0 - min((step - anchor) / max(last - anchor, 1), 1.0)
