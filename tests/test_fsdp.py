@@ -56,7 +56,7 @@ def _close(a: dict, b: dict, steps):
         assert abs(a[s] - b[s]) < 1e-5, (s, a[s], b[s])
 
 
-def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys):
+def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys, monkeypatch):
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
     _torchrun(tmp_path, ["--preset", "baseline-micro", *RUN, "--train.batch_size", str(PER_RANK_BATCH),
                          "--train.activation_checkpointing", "true", "--train.out_dir", str(fsdp)])
@@ -65,6 +65,14 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     _close(lf, lr, range(1, 5))
     assert len(vf) == len(vr) == 2 and max(abs(a - b) for a, b in zip(vf, vr)) < 1e-5
     assert (fsdp / "checkpoint" / "sharded").is_dir() and not (fsdp / "checkpoint" / "model.safetensors").exists()
+
+    # --resume auto finds the newest sharded checkpoint by its step, without reading the shards
+    import nexus.checkpoint as C
+    from nexus.train import run_dir as R
+
+    with monkeypatch.context() as mp:
+        mp.setattr(C, "load_sharded", lambda *a, **k: pytest.fail("a step lookup read the optimizer shards"))
+        assert R.latest_checkpoint(fsdp) == fsdp / "checkpoint"
 
     # 2 -> 1: one process resumes the sharded step-2 checkpoint and continues exactly
     resumed = tmp_path / "resumed"
