@@ -46,7 +46,7 @@ from nexus.analysis.flops import forward_flops_per_token
 from nexus.models import build_model
 from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 VARIANTS = ["base-transformer", "gated", "resformer", "naive-combination", "nures-e", "exo-s", "exo-e", "exo-dynamic-e"]
 HEADLINE = ["gated", "exo-dynamic-e"]
