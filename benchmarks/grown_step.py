@@ -22,7 +22,7 @@ import torch
 from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 
 def step(model, opt, x, y) -> None:

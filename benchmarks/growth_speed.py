@@ -20,7 +20,7 @@ import torch
 from nexus.config import ModelConfig, ProjectionConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ import torch
 
 from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, TrainConfig
-from nexus.generate import generate
+from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 
 def make(args, order: int, max_len: int) -> TransformerLM:

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from nexus.generate import generate
+from nexus.models.generate import generate
 from nexus.models import build_model
 from nexus.presets import get_preset
 

@@ -18,7 +18,7 @@ import torch
 from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, ProjectionConfig, TrainConfig
 from nexus.models import build_model
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 
 def make(args, nexus: bool):

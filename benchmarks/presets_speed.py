@@ -15,7 +15,7 @@ import sys
 import time
 
 NEW = "from nexus.cli import main; main(['presets'])"
-OLD = ("from nexus.analysis.accounting import param_count_for_config\n"
+OLD = ("from nexus.models.accounting import param_count_for_config\n"
        "from nexus.presets import get_preset, names\n"
        "for n in names(): param_count_for_config(get_preset(n).model)\n")
 

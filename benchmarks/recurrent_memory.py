@@ -33,7 +33,7 @@ def child(args) -> dict:
 
     from nexus.models import build_model
     from nexus.presets import get_preset
-    from nexus.train.param_groups import build_optimizer
+    from nexus.optim.param_groups import build_optimizer
 
     torch.manual_seed(0)
     cfg = get_preset(args.preset)

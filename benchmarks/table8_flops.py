@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from nexus.analysis.accounting import param_count_for_config
+from nexus.models.accounting import param_count_for_config
 from nexus.analysis.flops import calflops_like_counts, forward_flops_per_token, linear_layer_flops
 from nexus.presets import get_preset
 

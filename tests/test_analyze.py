@@ -223,7 +223,7 @@ def test_refinement_stage_share_from_token_similarity(curve, onset, share):
 # ----------------------------------------------------------------------------- appendix F
 def _counts(cfg) -> tuple[int, int, object]:
     """(non-embedding params without RMSNorm gains, as the paper counts them; the meta model)."""
-    from nexus.analysis.accounting import build_on_meta
+    from nexus.models.accounting import build_on_meta
     from nexus.models.layers import RMSNorm
 
     model = build_on_meta(cfg)
@@ -262,7 +262,7 @@ def test_executed_flop_overhead_of_the_450m_preset_matches_appendix_f():
     L = 32, d = 1024 (eq. 19). The counter sees the matmuls only, not the 12 d elementwise mixing."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from nexus.analysis.accounting import build_on_meta
+    from nexus.models.accounting import build_on_meta
 
     T = 64
 

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.analysis.accounting import param_count_for_config
+from nexus.models.accounting import param_count_for_config
 from nexus.config import ModelConfig, RecurrentConfig
 from nexus.models.bitlinear import BitLinear, hold_quantized_weights
 from nexus.models.reference.recurrent_reference import ref_act_quant, ref_ternary

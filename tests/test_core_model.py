@@ -57,7 +57,7 @@ def test_generate_greedy_equals_uncached_argmax_loop():
 
 
 def test_sampling_filters_respect_top_k_and_top_p():
-    from nexus.generate import sample_next
+    from nexus.models.generate import sample_next
 
     logits = torch.tensor([[5.0, 4.0, 1.0, 0.0, -1.0]])
     g = torch.Generator().manual_seed(0)

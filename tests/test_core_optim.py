@@ -5,9 +5,9 @@ import torch
 
 from nexus.config import ModelConfig, TrainConfig
 from nexus.models import build_model
-from nexus.train.optim import AdamW, Muon, orthogonalize
-from nexus.train.param_groups import build_optimizer, classify
-from nexus.train.schedule import lr_factor
+from nexus.optim.optimizers import AdamW, Muon, orthogonalize
+from nexus.optim.param_groups import build_optimizer, classify
+from nexus.optim.schedule import lr_factor
 
 
 def test_adamw_matches_torch():
@@ -81,7 +81,7 @@ def test_muon_splits_fused_blocks():
 
 def test_cautious_weight_decay_only_where_signs_agree():
     p = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    from nexus.train.optim import _apply_update
+    from nexus.optim.optimizers import _apply_update
 
     with torch.no_grad():
         _apply_update(p, torch.tensor([1.0, -1.0]), 0.1, 0.5, cautious=True)
@@ -192,7 +192,7 @@ def test_found_inf_skips_the_step_entirely(kind):
     if kind == "hand_adamw":
         opt.use_elementwise_adamw()
     if kind == "torch_foreach":
-        from nexus.train.optim import OptimizerSet
+        from nexus.optim.optimizers import OptimizerSet
 
         groups = opt.optimizers["adamw"].param_groups
         opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nexus.config import ModelConfig, RecurrentConfig
-from nexus.generate import KVCache, generate
+from nexus.models.generate import KVCache, generate
 from nexus.models import build_model
 from nexus.models.recurrent import ConvHistory
 from nexus.models.seq_cache import LayerCache, SeqBuffer, append_history

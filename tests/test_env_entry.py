@@ -34,7 +34,7 @@ def test_chat_loss_mask_covers_exactly_the_assistant_replies(tok):
 
 
 def test_chat_byte_tokenizer_keeps_plain_byte_models_working(tmp_path):
-    from nexus.data.tokenizer import load_tokenizer_from_dir
+    from nexus.data.tokenizer_files import load_tokenizer_from_dir
 
     assert ByteTokenizer().vocab_size == 259 and ChatByteTokenizer().vocab_size == 262
     ChatByteTokenizer().save(tmp_path)

@@ -357,7 +357,7 @@ def test_future_tokens_do_not_leak():
 
 # ----------------------------------------------------------------------------- optimizer wiring
 def _muon_params(cfg: RunConfig, model):
-    from nexus.train.param_groups import build_optimizer
+    from nexus.optim.param_groups import build_optimizer
 
     opt = build_optimizer(model, cfg.train)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -365,7 +365,7 @@ def _muon_params(cfg: RunConfig, model):
 
 
 def test_muon_gets_q_k_v_g_as_separate_matrices_and_anchor_blocks():
-    from nexus.train.optim import Muon, orthogonalize
+    from nexus.optim.optimizers import Muon, orthogonalize
 
     cfg = get_preset("exo-dynamic-e-tiny")
     cfg.model = micro_model_cfg("exo-dynamic-e-tiny")
@@ -387,7 +387,7 @@ def test_muon_gets_q_k_v_g_as_separate_matrices_and_anchor_blocks():
 
 
 def test_muon_splits_unequal_anchor_blocks_with_gqa():
-    from nexus.train.optim import orthogonalize
+    from nexus.optim.optimizers import orthogonalize
 
     cfg = get_preset("exo-h-tiny")
     cfg.model = micro_model_cfg("exo-h-tiny", n_kv_heads=2)
@@ -425,7 +425,7 @@ def test_every_table2_row_has_tiny_and_450m_presets_with_the_recipe():
 
 
 def test_paper_parameter_counts_at_450m_and_1b():
-    from nexus.analysis.accounting import param_count_for_config
+    from nexus.models.accounting import param_count_for_config
 
     def total(name):
         return param_count_for_config(get_preset(name).model)["total"] / 1e6
@@ -447,7 +447,7 @@ def test_z_loss_counted_once():
 
 
 def test_cautious_weight_decay_only_where_update_and_weight_agree():
-    from nexus.train.optim import _apply_update
+    from nexus.optim.optimizers import _apply_update
 
     p = torch.tensor([1.0, 1.0, -1.0, -1.0])
     upd = torch.tensor([0.5, -0.5, 0.5, -0.5])
@@ -459,7 +459,7 @@ def test_cautious_weight_decay_only_where_update_and_weight_agree():
 
 
 def test_linear_warmdown_schedule():
-    from nexus.train.schedule import lr_factor
+    from nexus.optim.schedule import lr_factor
 
     t = get_preset("exo-e-tiny").train
     f = [lr_factor(s, t) for s in range(t.steps)]

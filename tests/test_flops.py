@@ -81,7 +81,7 @@ def test_nexus_rank_linear_flops_formula():
 
 @pytest.mark.slow
 def test_every_small_preset_matches_flop_counter():
-    from nexus.analysis.accounting import param_count_for_config
+    from nexus.models.accounting import param_count_for_config
     from nexus.presets import get_preset, names
 
     bad = {}

@@ -16,7 +16,7 @@ from nexus.cli import main
 from nexus.config import TrainConfig, parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
 from nexus.presets import get_preset
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 from nexus.train.trainer import Trainer
 
 

@@ -15,7 +15,7 @@ from nexus.cli import main
 from nexus.config import ModelConfig, RunConfig
 from nexus.data.tokenizer import BPETokenizer
 from nexus.hf import import_hf
-from nexus.hf.tokenizer import HFTokenizer
+from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, hello nexus", "pack my box with five dozen jugs"] * 5
@@ -112,16 +112,16 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
 
 
 def test_ternary_format_without_exporter_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "nexus.models.ternary_export", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "nexus.export.ternary", None)  # import now raises ImportError
     assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "ternary", "--out", str(tmp_path / "t.bin")]) == 2
     assert "--format=ternary is not available" in capsys.readouterr().err
 
 
 def test_ternary_format_dispatches_to_exporter(tmp_path, capsys, monkeypatch):
     calls = []
-    fake = type(sys)("nexus.models.ternary_export")
+    fake = type(sys)("nexus.export.ternary")
     fake.export_ternary = lambda ckpt, out, packing: calls.append((ckpt, out, packing)) or {"file": out, "bytes": 123}
-    monkeypatch.setitem(sys.modules, "nexus.models.ternary_export", fake)
+    monkeypatch.setitem(sys.modules, "nexus.export.ternary", fake)
     assert main(["export", "--checkpoint", str(tmp_path / "c"), "--format", "ternary", "--out", str(tmp_path / "t.bin"),
                  "--json"]) == 0
     assert calls == [(str(tmp_path / "c"), str(tmp_path / "t.bin"), "2bit")]

@@ -16,7 +16,7 @@ from nexus.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from nexus.data.chat import ChatByteTokenizer
 from nexus.data.loader import DataModule
 from nexus.data.tokenizer import ByteTokenizer
-from nexus.hf.tokenizer import HFTokenizer
+from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
 TEXT = "héllo wörld\n\t 日本 ok"

@@ -130,7 +130,7 @@ def test_incremental_decoding_equals_full_forward(form, shared, targets, order):
 
 
 def test_cached_generation_matches_uncached_generation():
-    from nexus.generate import generate
+    from nexus.models.generate import generate
 
     model = make_model(order=2, targets="qkv", n_layers=1)
     prompt = torch.randint(0, VOCAB, (2, 5), generator=torch.Generator().manual_seed(9))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from nexus.analysis.accounting import param_count_for_config
+from nexus.models.accounting import param_count_for_config
 from nexus.analysis.attention_maps import record_attention_maps, write_attention_maps
 from nexus.config import ModelConfig
 from nexus.models.transformer import TransformerLM

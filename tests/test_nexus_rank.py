@@ -182,7 +182,7 @@ def test_paper_literal_all_zero_growth_is_exact_but_dead(optimizer):
 
 
 def _train_losses(model, tcfg, steps=8):
-    from nexus.train.param_groups import build_optimizer
+    from nexus.optim.param_groups import build_optimizer
 
     opt = build_optimizer(model, tcfg)
     for group in (g for o in opt.optimizers.values() for g in o.param_groups):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nexus.analysis.accounting import param_count_for_config
+from nexus.models.accounting import param_count_for_config
 from nexus.analysis.param_formula import sizes
 from nexus.config import ModelConfig, parse_overrides, RunConfig
 from nexus.presets import get_preset, names

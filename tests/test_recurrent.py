@@ -195,7 +195,7 @@ def test_flops_account_for_every_application():
 
 
 def test_presets_match_the_seed_table():
-    from nexus.analysis.accounting import param_count_for_config
+    from nexus.models.accounting import param_count_for_config
     from nexus.presets import get_preset
 
     table = {"nexus-tiny": (10e6, 4, 4, 32), "nexus-small": (40e6, 4, 6, 48), "nexus-base": (100e6, 6, 8, 144),

@@ -10,8 +10,8 @@ from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.growth.rewarmup import make_rewarmup
 from nexus.models import build_model
-from nexus.train.param_groups import build_optimizer
-from nexus.train.schedule import lr_factor, set_lr
+from nexus.optim.param_groups import build_optimizer
+from nexus.optim.schedule import lr_factor, set_lr
 
 
 def paper_f(t, t_w, T, eta0, eta_max, eta_min):
@@ -56,7 +56,7 @@ def _grown(optimizer: str, rewarmup_key: str = "rewarmup", schedule: str = "cosi
 def _one_step(model, opt, x, step, tcfg, rewarmup):
     """One optimizer step from a copy of (model, opt); returns {name: (before, after)}."""
     model, opt_sd = copy.deepcopy(model), opt.state_dict()
-    from nexus.train.param_groups import build_optimizer as build
+    from nexus.optim.param_groups import build_optimizer as build
 
     opt2 = build(model, tcfg)
     opt2.load_state_dict(opt_sd)

@@ -7,7 +7,7 @@ import pytest
 
 from nexus.config import TrainConfig
 from nexus.growth.rewarmup import make_rewarmup
-from nexus.train.schedule import lr_factor
+from nexus.optim.schedule import lr_factor
 
 SCHEDULES = ("cosine", "wsd", "linear_warmdown", "constant")
 

@@ -7,7 +7,7 @@ from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.growth.diagnostics import probe_batch, symmetry_lock
 from nexus.models import build_model
-from nexus.train.param_groups import build_optimizer
+from nexus.optim.param_groups import build_optimizer
 
 
 def _train(model, opt, ids, steps):

@@ -10,7 +10,7 @@ from nexus.config import ModelConfig, RecurrentConfig, RunConfig
 from nexus.data.tokenizer import ByteTokenizer
 from nexus.models import build_model
 from nexus.models.bitlinear import PackedTernaryLinear
-from nexus.models.ternary_export import export_ternary, load_ternary, pack_codes, unpack_codes
+from nexus.export.ternary import export_ternary, load_ternary, pack_codes, unpack_codes
 
 
 @settings(max_examples=40, deadline=None)
@@ -159,7 +159,7 @@ def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
 
     import nexus.cli
     from nexus.cli.export import PACKINGS as CLI_PACKINGS
-    from nexus.models.ternary_export import PACKINGS
+    from nexus.export.ternary import PACKINGS
 
     assert CLI_PACKINGS == PACKINGS
     ckpt, model = _checkpoint(tmp_path)

@@ -18,7 +18,7 @@ def test_eq29_arithmetic():
 
 def test_active_params_count_routed_experts_only():
     cfg = get_preset("sparkling-moe-tiny").model  # 8 experts, top-2, 4 layers
-    from nexus.analysis.accounting import param_count_for_config
+    from nexus.models.accounting import param_count_for_config
 
     total = param_count_for_config(cfg)["total"]
     per_expert = 3 * cfg.d_model * cfg.moe.expert_hidden

@@ -169,7 +169,7 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
     from .config import apply_override
-    from .data.tokenizer import load_tokenizer_from_dir
+    from .data.tokenizer_files import load_tokenizer_from_dir
     from .models import build_model
 
     path = Path(path)

@@ -25,7 +25,7 @@ def flops_saved(n_small: float, n_large: float, d_e: float, d_total: float) -> d
 def active_params(cfg: ModelConfig) -> int:
     """Parameters one token touches: all of them minus the experts it is not routed to (the tied
     embedding counted once, as in the paper's 450M active / 2.56B total for its testbed)."""
-    from .accounting import build_on_meta
+    from ..models.accounting import build_on_meta
     from ..models.moe import MoEMLP
 
     model = build_on_meta(cfg)

@@ -48,7 +48,7 @@ def forward_flops_per_token(model_or_cfg, seq_len: int) -> float:
     """Forward FLOPs per token of a model (or a ModelConfig, built on the meta device: no memory)."""
     model = model_or_cfg
     if isinstance(model_or_cfg, ModelConfig):
-        from .accounting import build_on_meta
+        from ..models.accounting import build_on_meta
 
         model = build_on_meta(model_or_cfg)
     return module_flops(model, seq_len)
@@ -63,7 +63,7 @@ def linear_layer_flops(model_or_cfg, seq_len: int) -> float:
     """Only the nn.Linear FLOPs (the paper's "linear-layer FLOPs per token" comparison, section 4.3)."""
     model = model_or_cfg
     if isinstance(model_or_cfg, ModelConfig):
-        from .accounting import build_on_meta
+        from ..models.accounting import build_on_meta
 
         model = build_on_meta(model_or_cfg)
     return sum(2.0 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
@@ -114,7 +114,7 @@ def calflops_like_counts(model, seq_len: int, batch: int = 1) -> dict[str, float
     from torch.utils._python_dispatch import TorchDispatchMode
 
     if isinstance(model, ModelConfig):
-        from .accounting import build_on_meta
+        from ..models.accounting import build_on_meta
 
         model = build_on_meta(model)
     counts = {"matmul": 0, "activation": 0, "softmax": 0, "elementwise": 0}

@@ -259,13 +259,13 @@ def representations_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
 
 
 def params_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
-    from ..analysis.accounting import param_count_for_config
+    from ..models.accounting import param_count_for_config
 
     return param_count_for_config(src.cfg.model)
 
 
 def flops_kind(src: AnalysisSource, out_dir: Path, args) -> dict:
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
     from ..analysis.flops import flops_breakdown
 
     from ..analysis.flops import calflops_like_counts

@@ -8,7 +8,7 @@ from pathlib import Path
 from .import_ import VERIFY_TOLERANCE
 
 FORMATS = ("hf", "ternary", "consolidated")
-PACKINGS = ("2bit", "base3")  # kept equal to models.ternary_export.PACKINGS (tested); listed here so --help needs no torch
+PACKINGS = ("2bit", "base3")  # kept equal to export.ternary.PACKINGS (tested); listed here so --help needs no torch
 
 
 def add_parser(sub) -> None:
@@ -36,12 +36,12 @@ def export_ternary_guarded(checkpoint: str, out: str, packing: str = "2bit") -> 
     from ..config import ConfigError
 
     try:
-        from ..models.ternary_export import export_ternary
+        from ..export.ternary import export_ternary
     except ImportError as e:
-        if e.name not in ("nexus.models.ternary_export", None):
+        if e.name not in ("nexus.export.ternary", None):
             raise  # the module exists but one of its own imports failed: show the real error
         raise ConfigError("--format=ternary is not available in this build (valid: hf; the ternary exporter "
-                          "nexus.models.ternary_export is missing)") from None
+                          "nexus.export.ternary is missing)") from None
     return export_ternary(checkpoint, out, packing=packing)
 
 

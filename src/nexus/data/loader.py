@@ -21,6 +21,7 @@ from ..config import ConfigError, DataConfig
 from ..models.output import IGNORE_INDEX
 from .corpus import iter_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
+from .tokenizer_files import load_tokenizer_json
 
 
 def default_cache_dir() -> Path:
@@ -69,7 +70,7 @@ class DataModule:
                 tokenizer = BPETokenizer.train((_doc_text(doc) for i, doc in enumerate(iter_documents(cfg))
                                                 if i not in val), cfg.bpe_vocab_size)
             else:
-                tokenizer = BPETokenizer.load(cfg.tokenizer)
+                tokenizer = load_tokenizer_json(cfg.tokenizer)
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.train, self.val = self._load_or_build()

@@ -60,18 +60,6 @@ class BPETokenizer:
         tok.train_from_iterator(texts, trainer)
         return cls(tok)
 
-    @classmethod
-    def load(cls, path: str | Path) -> "BPETokenizer":
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise ConfigError(f"data.tokenizer={str(path)!r} (valid: byte, bpe, or an existing tokenizer.json)")
-        # any HF tokenizer.json: its own EOS (</s>, <|endoftext|>, ...) when it has no nexus <eos>
-        from ..hf.tokenizer import load_any_tokenizer_json
-
-        return load_any_tokenizer_json(path)
-
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text).ids
 
@@ -87,20 +75,3 @@ class BPETokenizer:
 
     def save(self, directory: Path) -> None:
         self.tok.save(str(Path(directory) / "tokenizer.json"))
-
-
-def load_tokenizer_from_dir(directory: str | Path):
-    """Tokenizer stored beside a checkpoint (tokenizer.json for BPE, tokenizer.txt for bytes)."""
-    directory = Path(directory)
-    if (directory / "tokenizer.json").is_file():
-        return BPETokenizer.load(directory / "tokenizer.json")
-    if (directory / "hf_tokenizer.json").is_file():  # imported HF tokenizer whose specials are not <eos>...
-        from ..hf.tokenizer import HFTokenizer
-
-        return HFTokenizer.load_dir(directory)
-    txt = directory / "tokenizer.txt"
-    if txt.is_file() and txt.read_text().strip() == "byte_chat":  # byte tokenizer + chat specials (SFT)
-        from .chat import ChatByteTokenizer
-
-        return ChatByteTokenizer()
-    return ByteTokenizer()

@@ -224,7 +224,7 @@ def describe_schedule(tc) -> str:
 
 
 def _total_params(model_cfg) -> int:
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
 
     return sum(p.numel() for p in build_on_meta(model_cfg).parameters())
 

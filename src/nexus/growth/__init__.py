@@ -23,50 +23,9 @@ import torch
 import torch.nn as nn
 
 from ..config import ConfigError, ModelConfig, RunConfig
+from .param_map import ParamMap
 
 OPTIMIZER_STATE_POLICIES = ("asymmetric", "copy", "drop", "scaled")
-
-
-@dataclass
-class ParamMap:
-    """Where a grown parameter's old values live.
-
-    old_name: the parameter's name before growth (None: a brand-new parameter, all entries new).
-    old_slices: region of the new tensor that holds the old tensor (None with old_name: unchanged
-        shape, the whole tensor is old). Entries outside the region are "new".
-    copy_source: for copy-initialized entries, per dimension an index tensor into the OLD tensor
-        (len = new size along that dim) telling which old entry each new entry copies; used by the
-        `copy` optimizer-state policy and the symmetry-lock metric (SPARKLING).
-    fan_in_scale: for tensors whose entries growth rescaled (SPARKLING's fan-in factor alpha), per
-        dimension the factor each index along it was multiplied by (len = new size along that dim);
-        used by the `scaled` optimizer-state policy.
-    """
-
-    old_name: str | None
-    old_slices: tuple | None = None
-    copy_source: dict[int, torch.Tensor] | None = None
-    fan_in_scale: dict[int, torch.Tensor] | None = None
-
-    def scale_of_old(self, old_shape) -> torch.Tensor | None:
-        """Old-tensor-shaped factor growth applied to each old entry (None: not rescaled)."""
-        if not self.fan_in_scale:
-            return None
-        out = torch.ones(tuple(old_shape))
-        for dim, f in self.fan_in_scale.items():
-            view = [1] * out.ndim
-            view[dim] = -1
-            out = out * f[: old_shape[dim]].float().view(view)
-        return out
-
-    def new_mask(self, new_shape) -> torch.Tensor:
-        """Float 0/1 tensor: 1 where the entry is new."""
-        if self.old_name is None:
-            return torch.ones(new_shape)
-        mask = torch.ones(new_shape)
-        if self.old_slices is None:
-            return torch.zeros(new_shape)
-        mask[self.old_slices] = 0.0
-        return mask
 
 
 @dataclass
@@ -136,7 +95,7 @@ def check_growth_applies(cfg: RunConfig) -> None:
     import copy
 
     check_growth_spec(cfg.train.growth)
-    from ..analysis.accounting import build_on_meta
+    from ..models.accounting import build_on_meta
 
     rng = torch.get_rng_state()
     try:
@@ -256,7 +215,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | N
     The new optimizer is built from cfg.train and receives the transplanted state; pass
     optimizer_state=None for a fresh optimizer (no state to carry).
     """
-    from ..train.param_groups import build_optimizer
+    from ..optim.param_groups import build_optimizer
 
     _load_families()
     family = spec.get("family")
@@ -358,10 +317,3 @@ def _jsonable(obj):
 
 __all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "check_growth_applies", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
            "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
-
-
-def verify(*args, **kwargs):
-    """Growth verification (max |dlogits|, new-block gradient norms); see nexus.growth.verification."""
-    from .verification import verify as _verify
-
-    return _verify(*args, **kwargs)

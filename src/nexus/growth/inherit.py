@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from . import ParamMap
+from .param_map import ParamMap
 
 
 def leading_slices(old_shape) -> tuple:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from ..config import ConfigError
-from ..train.schedule import lr_factor
+from ..optim.schedule import lr_factor
 
 
 def _decay_shape(step: int, start: int, tcfg) -> float:

@@ -15,7 +15,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from . import ParamMap
+from .param_map import ParamMap
 
 
 def new_blocks(model: nn.Module, param_maps: dict[str, ParamMap]) -> dict[str, tuple[str, tuple | None]]:
@@ -56,7 +56,7 @@ def verify(model_before: nn.Module, model_after: nn.Module, param_maps: dict[str
     """-> {"max_abs_dlogits", "new_block_grad_norms": {block: [norm after probe 1, probe 2, ...]},
     "dead_blocks": [...], "optimizer": name}. Neither model is modified."""
     from ..config import TrainConfig
-    from ..train.param_groups import build_optimizer
+    from ..optim.param_groups import build_optimizer
 
     tcfg = copy.deepcopy(train_cfg) if train_cfg is not None else TrainConfig()
     if optimizer is not None:

@@ -109,11 +109,3 @@ class Attention(nn.Module):
         o = self.attend(q, k, v, cache, ctx)
         return self.output(o.transpose(1, 2), parts)
 
-
-def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
-    """Pick the attention class for a layer from the config."""
-    if cfg.attention.order > 1:
-        from .higher_order import HigherOrderAttention
-
-        return HigherOrderAttention(cfg, layer_idx)
-    return Attention(cfg, layer_idx)

@@ -88,7 +88,7 @@ class BitLinear(nn.Linear):
     unchanged: the latent parameter is still `.weight` of shape (out, in).
     """
 
-    is_ternary = True  # read by analysis/accounting.py to report ternary model sizes
+    is_ternary = True  # read by models/accounting.py to report ternary model sizes
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, act_quant: bool = False,
                  input_norm: bool = False, norm_eps: float = 1e-5, device=None, dtype=None):
@@ -168,7 +168,7 @@ def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor,
 
 
 class PackedTernaryLinear(nn.Module):
-    """Inference-only twin of BitLinear built from exported codes and scale (see ternary_export).
+    """Inference-only twin of BitLinear built from exported codes and scale (see nexus.export.ternary).
 
     kernel "auto" (default): "int8" for weights of at least INT8_MIN_WEIGHTS entries, else "dense".
     kernel "int8": the codes stay int8 and each call runs torch's weight-only int8 matmul

@@ -1,7 +1,8 @@
 """The projection family: which module maps d_in -> d_out for q, k, v, o (and the FFN).
 
 The baseline uses nn.Linear. Nexusformer's Nexus-Rank and TokenFormer's Pattention register
-themselves here so attention code never changes when the projection does.
+themselves here so attention code never changes when the projection does; `nexus.models` imports
+them (package __init__), so they are registered before any model is built.
 """
 from __future__ import annotations
 
@@ -25,11 +26,6 @@ def register_projection(kind: str):
 def make_projection(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool = False) -> nn.Module:
     """Build the projection for `target` (q/k/v/o/ffn) according to cfg.projection."""
     if cfg.projection.uses(target):
-        _load_plugins()
         return PROJECTION_FACTORIES[cfg.projection.kind](cfg, target, d_in, d_out, bias)
     return nn.Linear(d_in, d_out, bias=bias)
 
-
-def _load_plugins() -> None:
-    # Imported lazily so the baseline does not pay for (or depend on) the non-linear projections.
-    from . import nexus_rank, pattention  # noqa: F401

@@ -270,7 +270,7 @@ class RecurrentLM(nn.Module):
 
     # ------------------------------------------------------------------ generation
     def new_cache(self):
-        from ..generate import KVCache
+        from .generate import KVCache
 
         return KVCache(len(self.layers))
 
@@ -279,7 +279,7 @@ class RecurrentLM(nn.Module):
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
                  n_sup: int | None = None, t_inner: int | None = None):
         """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
-        from ..generate import generate
+        from .generate import generate
 
         with self.depth_scaled(n_sup, t_inner):
             return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)

@@ -11,9 +11,18 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .attention import build_attention
+from .attention import Attention
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, lm_loss
+
+
+def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
+    """Pick the attention class for a layer from the config."""
+    if cfg.attention.order > 1:
+        from .higher_order import HigherOrderAttention
+
+        return HigherOrderAttention(cfg, layer_idx)
+    return Attention(cfg, layer_idx)
 
 
 def build_mlp(cfg: ModelConfig, layer_idx: int) -> nn.Module:
@@ -121,13 +130,13 @@ class TransformerLM(nn.Module):
         return 2.0 * self.cfg.d_model * self.cfg.vocab_size if self.lm_head is None else 0.0
 
     def new_cache(self):
-        from ..generate import KVCache
+        from .generate import KVCache
 
         return KVCache(len(self.layers))
 
     @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None):
-        from ..generate import generate
+        from .generate import generate
 
         return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)

@@ -20,7 +20,7 @@ GB = 1e9
 
 def training_bytes(cfg: RunConfig) -> dict:
     """Lower bounds in bytes: {"params", "weights", "grads", "optimizer", "activations", "total"}."""
-    from ..analysis.accounting import param_count_for_config
+    from ..models.accounting import param_count_for_config
 
     m, t = cfg.model, cfg.train
     n = int(param_count_for_config(m)["total"])

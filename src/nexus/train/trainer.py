@@ -26,12 +26,12 @@ from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
 from ..models.output import IGNORE_INDEX
+from ..optim.param_groups import build_optimizer
+from ..optim.schedule import set_lr
 from . import distributed as D
 from .health import StepHealth
 from . import run_dir as R
 from .memory import check_training_memory
-from .param_groups import build_optimizer
-from .schedule import set_lr
 
 
 class TrainingAborted(RuntimeError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import TrainConfig
-from .optim import AdamW, Muon, OptimizerSet, torch_adamw
+from .optimizers import AdamW, Muon, OptimizerSet, torch_adamw
 
 
 def is_embedding_like(name: str) -> bool:

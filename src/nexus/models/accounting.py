@@ -7,7 +7,7 @@ from ..config import ModelConfig
 
 
 def build_on_meta(cfg: ModelConfig):
-    from ..models import build_model
+    from . import build_model
 
     with torch.device("meta"):
         return build_model(cfg)

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from ..config import ConfigError
-from ..data.chat import ChatByteTokenizer
-from ..data.tokenizer import BPETokenizer, ByteTokenizer
+from .chat import ChatByteTokenizer
+from .tokenizer import BPETokenizer, ByteTokenizer
 
 STORED_JSON = "hf_tokenizer.json"
 STORED_META = "hf_tokenizer_meta.json"

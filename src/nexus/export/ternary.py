@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import CheckpointError
-from .bitlinear import PACKED_KERNELS, BitLinear, PackedTernaryLinear, ternary_codes, ternary_scale
+from ..models.bitlinear import PACKED_KERNELS, BitLinear, PackedTernaryLinear, ternary_codes, ternary_scale
 
 FORMAT = "nexus-ternary"
 VERSION = "1"
@@ -174,7 +174,7 @@ def load_ternary(path, kernel: str = "auto"):
 
     from ..checkpoint import load_state_dict_checked
     from ..config import ConfigError, RunConfig
-    from . import build_model
+    from ..models import build_model
 
     path = Path(path)
     where = str(path)

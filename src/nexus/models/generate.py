@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from .models.bitlinear import hold_quantized_weights
-from .models.seq_cache import LayerCache
+from .bitlinear import hold_quantized_weights
+from .seq_cache import LayerCache
 
 
 class KVCache:
