@@ -30,6 +30,24 @@ def tokens_per_s(model, prompt, new_tokens: int) -> float:
     return new_tokens * prompt.shape[0] / dt
 
 
+def step_ratios(packed, fp32_model, prompt, rounds: int) -> tuple[list, list]:
+    """ms per cached one-token decode step after the prompt, alternated between the two models."""
+    caches = {}
+    times = {"packed": [], "fp32": []}
+    models = {"packed": packed, "fp32": fp32_model}
+    with torch.no_grad():
+        for name, model in models.items():
+            caches[name] = model.new_cache()
+            model(prompt, cache=caches[name])
+        for _ in range(rounds):
+            for name, model in models.items():
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    model(prompt[:, :1], cache=caches[name])
+                times[name].append((time.perf_counter() - t0) / 3 * 1e3)
+    return times["packed"], times["fp32"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="nexus-small")
@@ -38,8 +56,10 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--packing", default="2bit", choices=["2bit", "base3"])
-    p.add_argument("--kernel", default="int8", choices=["int8", "dense"], help="packed model's decode kernel")
+    p.add_argument("--kernel", default="auto", choices=["auto", "int8", "dense"], help="packed model's decode kernel")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--step-rounds", type=int, default=0,
+                   help="also time cached one-token steps alone (3 per model per round) for this many rounds")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -94,6 +114,11 @@ def main() -> None:
           f"fp32 {[round(v, 2) for v in fp]}")
     print(f"ratio per round {[round(r, 3) for r in ratios]} -> median {statistics.median(ratios):.3f}, "
           f"range [{min(ratios):.3f}, {max(ratios):.3f}] (target >= 1.5, goal 2)")
+    if args.step_rounds:
+        pk, fp = step_ratios(packed, fp32_model, prompt, args.step_rounds)
+        r = [f / k for k, f in zip(pk, fp)]
+        print(f"one-token steps alone, ms: packed {[round(v) for v in pk]} fp32 {[round(v) for v in fp]}; ratio per round "
+              f"{[round(v, 2) for v in r]} -> median {statistics.median(r):.2f}, range [{min(r):.2f}, {max(r):.2f}]")
 
 
 if __name__ == "__main__":

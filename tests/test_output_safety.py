@@ -163,6 +163,13 @@ def test_resuming_a_copied_checkpoint_writes_beside_the_copy(tmp_path, run):
     assert snapshot(run) == before and (other / "checkpoint" / "meta.json").is_file()
 
 
+def test_resume_out_inside_the_checkpoint_is_refused(capsys, tmp_path, run):
+    before = snapshot(run)
+    one_line_exit_2(capsys, ["train", "--resume", run / "step_0000004", "--out", run / "step_0000004" / "more"],
+                    "inside the source")
+    assert snapshot(run) == before
+
+
 def test_resume_into_another_run_is_refused(capsys, tmp_path, run):
     other = tmp_path / "other"
     assert main(["train", *MICRO, "--out", str(other), "--quiet"]) == 0

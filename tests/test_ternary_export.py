@@ -116,7 +116,8 @@ def test_int8_kernel_matches_reference_bitlinear_to_bf16_precision(act_quant, in
         torch.nn.init.normal_(lin.bias)
     codes = torch.round(lin.weight.detach() / lin.weight.detach().abs().mean()).clamp(-1, 1)
     gamma = lin.weight.detach().abs().mean()
-    fast = PackedTernaryLinear(codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps)
+    fast = PackedTernaryLinear(codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps,
+                               kernel="int8")
     x = torch.randn(3, 5, 96) * 4
     xr = ref_rmsnorm(x, None, lin.norm_eps) if input_norm else x
     xr = ref_act_quant(xr) if act_quant else xr
@@ -132,7 +133,7 @@ def test_int8_kernel_matches_reference_bitlinear_to_bf16_precision(act_quant, in
 def test_int8_packed_model_tracks_the_exact_model(tmp_path):
     ckpt, model = _checkpoint(tmp_path)
     report = export_ternary(ckpt, tmp_path / "model.tern")
-    fast, _, _ = load_ternary(report["path"])  # default kernel: int8
+    fast, _, _ = load_ternary(report["path"], kernel="int8")
     exact, _, _ = load_ternary(report["path"], kernel="dense")
     assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {"int8"}
     x = torch.randint(0, 259, (2, 11), generator=torch.Generator().manual_seed(0))
@@ -192,3 +193,12 @@ def test_cli_rejects_a_bad_packing(tmp_path, capsys):
     rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--packing", "base3", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--packing=base3" in err[0] and not out.exists()
+
+
+def test_auto_kernel_takes_int8_only_for_large_weights():
+    from nexus.models.bitlinear import INT8_MIN_WEIGHTS
+
+    small = PackedTernaryLinear(torch.ones(4, 8), torch.tensor(0.5), None, False, False, 1e-5)
+    n = INT8_MIN_WEIGHTS // 512
+    large = PackedTernaryLinear(torch.ones(n, 512), torch.tensor(0.5), None, False, False, 1e-5)
+    assert (small.kernel, large.kernel) == ("dense", "int8")

@@ -100,7 +100,8 @@ def plan_run(args, extra: list[str]):
     if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
         check_usable(out, "--out")
     else:
-        check_output(out, TRAIN_RUN, overwrite=args.overwrite)  # every torchrun rank refuses alike
+        # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
+        check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
     replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
     return cfg, (str(resume) if resume else None), replace
 
