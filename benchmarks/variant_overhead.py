@@ -25,7 +25,9 @@ one 2,048-token sequence, where a byte vocabulary puts the anchor on the table p
 Prints one row per variant: median step time, ratio to gated (as a ratio of medians, and as the
 median of per-round paired ratios with a 95% bootstrap interval), the FLOPs ratio to gated by the
 paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward), and
-the raw per-round times. nexus's CLI tunes glibc malloc (nexus/runtime.py), so this script does too;
+the raw per-round times. `--clock process` times each step by this process's CPU time instead of
+the elapsed time: on a machine shared with other jobs it leaves out the time they hold the cores
+(not their competition for memory bandwidth). nexus's CLI tunes glibc malloc (nexus/runtime.py), so this script does too;
 --no-malloc-tuning measures the default allocator.
 """
 from __future__ import annotations
@@ -75,10 +77,10 @@ def make(stem: str, args, device):
     return cfg, model, opt
 
 
-def step(model, opt, x, y, device, dtype) -> float:
+def step(model, opt, x, y, device, dtype, clock=time.perf_counter) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = clock()
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         loss = model(x, labels=y).loss
     loss.backward()
@@ -89,7 +91,7 @@ def step(model, opt, x, y, device, dtype) -> float:
         model.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def paired_ratio(times: list[float], ref: list[float]) -> tuple[float, float, float]:
@@ -137,6 +139,9 @@ def main() -> None:
                     help="ExoFormer anchors: auto gathers them from a per-vocabulary table when V < tokens; "
                          f"direct projects every token (default: the path {PAPER_PRESET} takes for the 450m shape, "
                          "auto for custom)")
+    ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                    help="wall: elapsed time (default); process: this process's CPU time (CPU only), which leaves "
+                         "out the time other processes on a shared machine hold the cores")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
     args = ap.parse_args()
@@ -175,7 +180,7 @@ def main() -> None:
         order = args.variants if r % 2 == 0 else list(reversed(args.variants))  # alternate the order too
         for v in order:
             _, model, opt = built[v]
-            t = step(model, opt, x, y, device, dtype)
+            t = step(model, opt, x, y, device, dtype, time.process_time if args.clock == "process" else time.perf_counter)
             if r >= args.warmup:
                 times[v].append(t)
         print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
@@ -186,7 +191,7 @@ def main() -> None:
     print(f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x "
           f"{args.layers} layers, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
           f"{'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
-          f"anchor path {args.anchor_path} | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
+          f"anchor path {args.anchor_path} | {args.clock} clock | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{PAPER_PRESET} takes the {preset_path} anchor path ({preset_tokens:,} tokens per micro-batch, "
           f"{preset_vocab:,} vocabulary rows)")
     paired = {v: paired_ratio(times[v], times["gated"]) for v in args.variants}

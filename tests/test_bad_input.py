@@ -207,3 +207,30 @@ def test_a_stopped_rank_ends_the_other_ranks(tmp_path):
                 p.wait()
     assert procs[0].returncode != 0 and procs[1].returncode != 0
     assert waited < 60
+
+
+@pytest.mark.parametrize("cmd", ["train", "analyze", "progressive"])
+def test_unwritable_out_dir_is_one_line(capsys, sandbox, tmp_path, monkeypatch, cmd):
+    """A read-only or immutable directory: mkdir there fails with EACCES/EPERM/EROFS. Tests run as root
+    here, which chmod cannot stop, so the kernel's answer is stood in for at the one place nexus asks."""
+    import errno
+    import tempfile
+
+    ro = tmp_path / "work" / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*a, dir=None, **k):
+        if dir is not None and Path(dir).resolve() == ro.resolve():
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    argv = {"train": ["train", *MICRO, "--out", ro / "out"],
+            "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", ro / "out"],
+            "progressive": ["experiment", "progressive", "--tokens", "8192", "--out", ro / "out"]}[cmd]
+    one_line_exit_2(capsys, argv, "cannot write")
+    assert list(ro.iterdir()) == []
+    os.chmod(ro, 0o755)
+    ro.rmdir()

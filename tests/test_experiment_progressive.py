@@ -330,3 +330,11 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
             assert row["saved"] == pytest.approx(back / a["total_flops"] - 1)
     assert r["summary"]["final_val_loss"]["test-ffn"]["n"] == 2
     assert "test-pair" in (tmp_path / "pair" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("args,needle", [(["--seeds", "1,1"], "--seeds"), (["--tau", "soon"], "--tau"),
+                                         (["--seed", "1", "--seeds", "2"], "--seed"),
+                                         (["--method", "naive-copy", "--tau", "3"], "--tau")])
+def test_seed_and_tau_bad_input(tmp_path, capsys, args, needle):
+    err = _cli(tmp_path, capsys, *args)
+    assert needle in err

@@ -69,6 +69,13 @@ def _side_entries(parent: Path) -> list[tuple[Path, re.Match]]:
     return out
 
 
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except FileNotFoundError:
+        return -1.0
+
+
 def recover(parent, name: str | None = None, include_own: bool = False) -> list[str]:
     """Finish or roll back interrupted swaps in `parent` (only entry `name` when given); returns a
     line per action taken. Entries of live processes (this one too unless include_own) are left alone."""
@@ -83,9 +90,12 @@ def recover(parent, name: str | None = None, include_own: bool = False) -> list[
         final = parent / nm
         if not final.exists():
             for state in ("new", "old"):  # a complete new version wins over the previous one
-                cands = sorted((p for p, m in entries if m["state"] == state), key=lambda q: q.stat().st_mtime)
+                cands = sorted((p for p, m in entries if m["state"] == state), key=_mtime)
                 if cands:
-                    os.replace(cands[-1], final)
+                    try:
+                        os.replace(cands[-1], final)
+                    except FileNotFoundError:  # another process (a torchrun rank) recovered it first
+                        break
                     fsync_dir(parent)
                     actions.append(f"restored {final} from an interrupted save ({state} version)")
                     entries = [(p, m) for p, m in entries if p != cands[-1]]

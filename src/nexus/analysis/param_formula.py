@@ -98,6 +98,7 @@ def _mixing(cfg: ModelConfig) -> int:
             heads, width = _component_shape(cfg, c)
             per_mixer += 2 * {"elementwise": heads * width, "headwise": heads, "scalar": 1}[mx.granularity]
     if mx.dynamic:
+        # eq. 6 MLP on the layer's pre-normed input (no norm of its own)
         per_mixer += _linear(cfg.d_model, mx.dynamic_hidden) + _linear(mx.dynamic_hidden, 2 * len(_COMPONENTS), True)
     return n + mixed_layers * per_mixer
 

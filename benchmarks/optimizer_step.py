@@ -1,0 +1,66 @@
+"""AdamW step time on a preset's parameters: torch.optim.AdamW (fused, foreach) against nexus's
+hand-written AdamW (kept for grown runs with per-element steps / re-warmup masks), alternated round
+after round in one process on the same gradients.
+
+    python benchmarks/optimizer_step.py [--preset baseline-small] [--rounds 5] [--steps 5] [--threads N]
+
+Prints the median milliseconds per optimizer step of each and the RATIO hand-written / fused and
+hand-written / foreach (how many times slower the Python loop is).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from nexus.models import build_model
+from nexus.presets import get_preset
+from nexus.optim.optimizers import AdamW
+from nexus.optim.param_groups import build_optimizer
+
+
+def _optimizers(model, tcfg):
+    fused = build_optimizer(model, tcfg)
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in fused.optimizers["adamw"].param_groups]
+    return {"fused": fused.optimizers["adamw"],
+            "foreach": torch.optim.AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps, foreach=True),
+            "hand-written": AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="baseline-small")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="optimizer steps timed per round and optimizer")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = get_preset(args.preset)
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opts = _optimizers(model, cfg.train)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{args.preset}: {n / 1e6:.1f}M parameters, {torch.get_num_threads()} threads, device cpu")
+    for o in opts.values():  # allocate state outside the timing
+        o.step()
+    times: dict[str, list[float]] = {k: [] for k in opts}
+    for r in range(args.rounds):
+        for name, o in opts.items():
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                o.step()
+            times[name].append((time.perf_counter() - t) / args.steps * 1e3)
+        print(f"round {r + 1}: " + " | ".join(f"{k} {v[-1]:.1f} ms" for k, v in times.items()))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print("median ms/step: " + " | ".join(f"{k} {v:.1f}" for k, v in med.items()))
+    print(f"RATIO hand-written/fused = {med['hand-written'] / med['fused']:.2f} | "
+          f"hand-written/foreach = {med['hand-written'] / med['foreach']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
