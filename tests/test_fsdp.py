@@ -56,7 +56,7 @@ def _close(a: dict, b: dict, steps):
         assert abs(a[s] - b[s]) < 1e-5, (s, a[s], b[s])
 
 
-def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys):
+def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys, monkeypatch):
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
     _torchrun(tmp_path, ["--preset", "baseline-micro", *RUN, "--train.batch_size", str(PER_RANK_BATCH),
                          "--train.activation_checkpointing", "true", "--train.out_dir", str(fsdp)])
@@ -65,6 +65,14 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     _close(lf, lr, range(1, 5))
     assert len(vf) == len(vr) == 2 and max(abs(a - b) for a, b in zip(vf, vr)) < 1e-5
     assert (fsdp / "checkpoint" / "sharded").is_dir() and not (fsdp / "checkpoint" / "model.safetensors").exists()
+
+    # --resume auto finds the newest sharded checkpoint by its step, without reading the shards
+    import nexus.checkpoint as C
+    from nexus.train import run_dir as R
+
+    with monkeypatch.context() as mp:
+        mp.setattr(C, "load_sharded", lambda *a, **k: pytest.fail("a step lookup read the optimizer shards"))
+        assert R.latest_checkpoint(fsdp) == fsdp / "checkpoint"
 
     # 2 -> 1: one process resumes the sharded step-2 checkpoint and continues exactly
     resumed = tmp_path / "resumed"
@@ -166,3 +174,55 @@ def test_damaged_sharded_checkpoint_is_a_one_line_error(tmp_path, capsys):
     rc = main(["export", "--checkpoint", str(ref / "checkpoint"), "--format", "consolidated", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "not a sharded" in err[0] and not (tmp_path / "c").exists()
+
+
+NAN_AT_STEP_2 = """
+import sys
+from nexus.models import output
+from nexus.train import trainer
+
+real_loss, real_step, state = output.lm_loss, trainer.Trainer.train_step, {"poison": False}
+
+def lm_loss(out, labels, z_loss):
+    out = real_loss(out, labels, z_loss)
+    if state["poison"]:
+        out.loss = out.loss * float("nan")
+    return out
+
+def train_step(self, step):  # every rank's loss is NaN at step 2: the step must be skipped everywhere
+    state["poison"] = step == 1
+    try:
+        return real_step(self, step)
+    finally:
+        state["poison"] = False
+
+output.lm_loss = lm_loss
+trainer.Trainer.train_step = train_step
+import nexus.models.transformer as T
+T.lm_loss = lm_loss
+from nexus.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_nonfinite_step_is_skipped_on_the_device_under_fsdp2(tmp_path):
+    """The skip decision stays a device tensor (fused AdamW's found_inf on DTensor shards): the NaN
+    step changes nothing, and every other step matches one process with the same poisoned step."""
+    script = tmp_path / "nan_step2.py"
+    script.write_text(NAN_AT_STEP_2)
+    fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
+    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.save_every", "0"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args,
+           "--train.batch_size", str(PER_RANK_BATCH), "--train.parallel", "fsdp2", "--train.out_dir", str(fsdp)]
+    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, str(script), *args, "--train.batch_size", str(2 * PER_RANK_BATCH),
+                           "--train.out_dir", str(ref)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows_f = [json.loads(l) for l in (fsdp / "metrics.jsonl").read_text().splitlines()]
+    rows_r = [json.loads(l) for l in (ref / "metrics.jsonl").read_text().splitlines()]
+    skipped_f = [r["step"] for r in rows_f if r.get("skipped")]
+    assert skipped_f == [r["step"] for r in rows_r if r.get("skipped")] == [2]
+    lf = {r["step"]: r["loss"] for r in rows_f if "loss" in r and not r.get("skipped")}
+    lr = {r["step"]: r["loss"] for r in rows_r if "loss" in r and not r.get("skipped")}
+    _close(lf, lr, (1, 3, 4))

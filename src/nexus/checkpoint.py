@@ -195,7 +195,9 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     return model, cfg, load_tokenizer_from_dir(path)
 
 
-def load_trainer_state(path) -> dict | None:
+def load_trainer_state(path, with_optimizer: bool = True) -> dict | None:
+    """trainer_state.pt (weights_only). A sharded checkpoint keeps its optimizer state in the shards:
+    it is read (whole) only when `with_optimizer` (a step lookup does not pay for it)."""
     f = Path(path) / "trainer_state.pt"
     if not f.is_file():
         return None
@@ -203,7 +205,7 @@ def load_trainer_state(path) -> dict | None:
         st = torch.load(f, weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises several types for truncated/corrupt pickles
         raise CheckpointError(f"{f} is corrupted ({type(e).__name__})") from None
-    if is_sharded(path) and "optimizer" not in st:  # FSDP2: the optimizer state lives in the sharded files
+    if with_optimizer and is_sharded(path) and "optimizer" not in st:  # FSDP2: the optimizer state lives in the sharded files
         st["optimizer"] = load_sharded(path, {"optim"})["optim"]
     return st
 

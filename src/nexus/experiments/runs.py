@@ -70,5 +70,5 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) 
 def _ckpt_step(ckpt: Path) -> int:
     from ..checkpoint import load_trainer_state
 
-    st = load_trainer_state(ckpt) or {}
+    st = load_trainer_state(ckpt, with_optimizer=False) or {}
     return int(st.get("step", 0))

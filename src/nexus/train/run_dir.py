@@ -40,7 +40,7 @@ def checkpoint_step(ckpt: Path) -> int:
 
     if ckpt.name.startswith("step_"):
         return int(ckpt.name.split("_")[1])
-    st = load_trainer_state(ckpt) or {}
+    st = load_trainer_state(ckpt, with_optimizer=False) or {}
     return int(st.get("step", -1))
 
 
