@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nexus.config import ConfigError
-from nexus.data.synthetic import IGNORE, khop_answer, make_task
+from nexus.data.synthetic import IGNORE_INDEX, khop_answer, make_task
 
 
 def _gen(seed=0):
@@ -21,7 +21,7 @@ def test_mqar_labels_are_the_values_bound_to_each_queried_key():
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         binding = {row_x[2 * i]: row_x[2 * i + 1] for i in range(6)}
         assert len(binding) == 6 and all(1 <= k < 20 for k in binding) and all(20 <= v < 40 for v in binding.values())
-        scored = [t for t, lab in enumerate(row_y) if lab != IGNORE]
+        scored = [t for t, lab in enumerate(row_y) if lab != IGNORE_INDEX]
         assert len(scored) == 6 and min(scored) >= 12
         assert sorted(row_x[t] for t in scored) == sorted(binding)  # each key queried exactly once
         for t in scored:
@@ -34,7 +34,7 @@ def test_khop_label_follows_the_khop_definition_and_needs_all_hops():
         task = make_task("khop", {"vocab": 24, "k": k}, 40)
         x, y = task.batch(12, _gen(k))
         for row_x, row_y in zip(x.tolist(), y.tolist()):
-            assert [t for t, lab in enumerate(row_y) if lab != IGNORE] == [39]
+            assert [t for t, lab in enumerate(row_y) if lab != IGNORE_INDEX] == [39]
             assert row_y[39] == khop_answer(row_x, 39, k)
             if k > 1:  # fewer hops land elsewhere: the task needs exactly k
                 assert khop_answer(row_x, 39, k - 1) != row_y[39]
@@ -48,7 +48,7 @@ def test_khop_all_positions_labels_every_position_by_the_definition(k):
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         for t in range(30):
             want = khop_answer(row_x, t, k)
-            assert row_y[t] == (IGNORE if want is None else want), (t, row_x)
+            assert row_y[t] == (IGNORE_INDEX if want is None else want), (t, row_x)
             scored += want is not None
     assert scored > 2 * 6  # many positions per row are scored, not only the planted query
     last_only = make_task("khop", {"vocab": 12, "k": k}, 30).batch(6, _gen(k))
@@ -61,7 +61,7 @@ def test_induction_labels_are_the_next_token_inside_the_repeat():
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         assert row_x[10:20] == row_x[:10]
         for t, lab in enumerate(row_y):
-            assert lab == (row_x[t + 1] if 10 <= t < 20 else IGNORE)
+            assert lab == (row_x[t + 1] if 10 <= t < 20 else IGNORE_INDEX)
 
 
 def test_batches_depend_only_on_the_generator():
@@ -120,7 +120,7 @@ def test_task_accuracy_counts_correct_predictions():
             y = self.answers
             logits = torch.zeros(*x.shape, self.task.vocab_size)
             rows = torch.arange(x.shape[0])[:, None].expand_as(x)
-            good = (y != IGNORE) & (rows % 2 == 0)
+            good = (y != IGNORE_INDEX) & (rows % 2 == 0)
             logits[good, y[good]] = 1.0
             return type("O", (), {"logits": logits})()
 

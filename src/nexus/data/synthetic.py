@@ -2,7 +2,7 @@
 
 `make_task(name, options, seq_len)` returns a task with `.vocab_size` and
 `.batch(batch_size, generator) -> (x, y)`: x (B, seq_len) token ids, y (B, seq_len) targets that are
-already shifted (y[t] is what position t must predict) and -100 everywhere except scored positions.
+already shifted (y[t] is what position t must predict) and IGNORE_INDEX everywhere except scored positions.
 Batches depend only on the torch.Generator, so training and evaluation are reproducible.
 
 * mqar (Zoology's multi-query associative recall): `pairs` key-value pairs k1 v1 k2 v2 ... then a
@@ -25,8 +25,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..config import ConfigError
-
-IGNORE = -100
+from ..models.output import IGNORE_INDEX
 
 
 def _options(task_cls, name: str, options: dict, seq_len: int):
@@ -69,7 +68,7 @@ class MQAR:
         keys = torch.argsort(torch.rand(B, half - 1, generator=generator), dim=1)[:, :P] + 1  # distinct keys
         values = torch.randint(half, self.vocab, (B, P), generator=generator)
         x = torch.zeros(B, T, dtype=torch.long)
-        y = torch.full((B, T), IGNORE, dtype=torch.long)
+        y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
         x[:, 0:2 * P:2], x[:, 1:2 * P:2] = keys, values
         region = T - 2 * P
         slots = torch.argsort(torch.rand(B, region, generator=generator), dim=1)[:, :P] + 2 * P  # query positions
@@ -111,7 +110,7 @@ class KHop:
     def batch(self, batch_size: int, generator: torch.Generator):
         B, T, k = batch_size, self.seq_len, self.k
         x = torch.empty(B, T, dtype=torch.long)
-        y = torch.full((B, T), IGNORE, dtype=torch.long)
+        y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
         for b in range(B):
             perm = torch.randperm(self.vocab, generator=generator)
             chain, filler = perm[:k + 1], perm[k + 1:]
@@ -129,7 +128,7 @@ class KHop:
 
 
 def khop_labels(x: torch.Tensor, k: int) -> torch.Tensor:
-    """k-hop answer at every position of x (B, T), IGNORE where a hop finds no earlier occurrence.
+    """k-hop answer at every position of x (B, T), IGNORE_INDEX where a hop finds no earlier occurrence.
     The same definition as khop_answer, vectorized: prev[i] = latest j < i with x[j] == x[i]."""
     B, T = x.shape
     idx = torch.arange(T)
@@ -141,7 +140,7 @@ def khop_labels(x: torch.Tensor, k: int) -> torch.Tensor:
         p = prev.gather(1, pos)
         valid &= p >= 0
         pos = (p + 1).clamp_min(0)  # where invalid, any in-range index: the label is masked anyway
-    return torch.where(valid, x.gather(1, pos), torch.full_like(x, IGNORE))
+    return torch.where(valid, x.gather(1, pos), torch.full_like(x, IGNORE_INDEX))
 
 
 @dataclass
@@ -162,7 +161,7 @@ class Induction:
         half = T // 2
         block = torch.randint(0, self.vocab, (B, half), generator=generator)
         x = torch.cat([block, block, block], dim=1)[:, :T]
-        y = torch.full((B, T), IGNORE, dtype=torch.long)
+        y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
         y[:, half:T - 1] = x[:, half + 1:T]  # inside the repeat the next token is the copy's next token
         return x, y
 

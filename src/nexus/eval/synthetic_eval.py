@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError
-from ..data.synthetic import IGNORE, make_task
+from ..data.synthetic import IGNORE_INDEX, make_task
 
 
 @torch.no_grad()
@@ -23,7 +23,7 @@ def task_accuracy(model, task, n_batches: int = 8, batch_size: int = 32, seed: i
         x, y = task.batch(batch_size, g)
         x, y = x.to(device), y.to(device)
         pred = model(x).logits.argmax(-1)
-        scored = y != IGNORE
+        scored = y != IGNORE_INDEX
         correct += int((pred[scored] == y[scored]).sum())
         total += int(scored.sum())
     model.train(was_training)

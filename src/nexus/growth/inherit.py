@@ -3,7 +3,7 @@
 
 The new model is built on the meta device and materialized empty (no wasted random init of a
 100M-parameter model); every parameter is then either copied whole (same shape) or gets the old
-tensor in its leading corner, and `fill_new(name, new_param, old_param, blocks)` writes the new entries.
+tensor in its leading corner, and `fill_new(name, new_param, old_param)` writes the new entries.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ w_m (incoming) and a column of w_a (outgoing); a new A unit owns a row of w_a (i
 column of w_d (outgoing).
 
 Why not the paper's all-zero init: with every new block zero, GELU(0) = 0 makes every new block's
-gradient exactly zero forever (DESIGN.md "Growth"). An exact *and* live init zeroes one side of each
+gradient exactly zero forever (docs/nexusformer.md, "Growth"). An exact *and* live init zeroes one side of each
 new unit (a "cut") and draws the other side at the trained weights' scale:
 
   cut    zeroed blocks (paper notation)                       exact for form

@@ -117,7 +117,7 @@ class TransformerLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
                 return_hidden: bool = False) -> LMOutput:
-        """labels[t] is the target of position t (already shifted); -100 is ignored."""
+        """labels[t] is the target of position t (already shifted); IGNORE_INDEX is ignored."""
         h, ctx, states = self.hidden_states(input_ids, cache, collect=return_hidden)
         logits = self.head(h)
         out = LMOutput(logits=logits, aux_losses=ctx["aux_losses"], hidden_states=states)

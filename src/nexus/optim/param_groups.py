@@ -14,7 +14,7 @@ def is_embedding_like(name: str) -> bool:
 def classify(name: str, p, tcfg: TrainConfig) -> str:
     """muon | decay | no_decay. Norms, biases, gains and embeddings are not decayed unless decay_all."""
     embed = is_embedding_like(name)
-    if tcfg.optimizer == "muon" and p.ndim == 2 and not embed and not getattr(p, "_nexus_no_muon", False):
+    if tcfg.optimizer == "muon" and p.ndim == 2 and not embed:
         return "muon"
     if p.ndim < 2 or embed:
         return "decay" if tcfg.decay_all else "no_decay"

@@ -9,6 +9,7 @@ Extension points used by other parts of nexus:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -243,7 +244,7 @@ class Trainer:
         for i, (x, y) in enumerate(batches):
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1
-            ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else _null()
+            ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else contextlib.nullcontext()
             if self._fsdp:  # FSDP2: reduce-scatter gradients only after the last micro-batch
                 self.train_model.set_requires_gradient_sync(sync)
             with ctx, self._autocast():
@@ -293,7 +294,7 @@ class Trainer:
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return _null()
+        return contextlib.nullcontext()
 
     @torch.no_grad()
     def evaluate(self, n_batches: int | None = None) -> float:
@@ -474,11 +475,3 @@ def _np_state() -> list:
 
 def _np_restore(s: list) -> None:
     np.random.set_state((s[0], np.asarray(s[1], dtype=np.uint32), s[2], s[3], s[4]))
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False

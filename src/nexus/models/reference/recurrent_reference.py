@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..output import IGNORE_INDEX
+
 
 def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
@@ -99,6 +101,6 @@ def ref_deep_supervision_loss(model, ids: torch.Tensor, labels: torch.Tensor, n_
                 z = ref_f(model, z + x)
         z = ref_f(model, z + x)
         logits = ref_head(model, z)
-        loss = loss + F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+        loss = loss + F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         z = z.detach()
     return loss
