@@ -54,6 +54,7 @@ def run(args, extra) -> int:
     finally:
         from ..train.distributed import shutdown
 
+        trainer.release_parallel_wrapper()
         shutdown()
     if args.quiet and trainer.is_main:
         print(json.dumps({k: v for k, v in result.items() if k != "sample"}))

@@ -283,6 +283,7 @@ def run(environ=None) -> dict:
     try:
         result = trainer.fit()
     finally:
+        trainer.release_parallel_wrapper()
         shutdown()
     if trainer.is_main:
         print(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "

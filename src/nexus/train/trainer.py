@@ -10,6 +10,7 @@ Extension points used by other parts of nexus:
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -158,6 +159,14 @@ class Trainer:
             self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if self.cfg.train.compile:
             self.train_model = torch.compile(self.train_model)
+
+    def release_parallel_wrapper(self) -> None:
+        """Drop the DDP (or compiled) wrapper while the process group still exists. Freed after
+        `destroy_process_group`, DDP's reducer holds the last reference to the gloo group, whose
+        destructor joins worker threads that need the GIL the freeing thread holds: the rank then
+        hangs at exit (seen in about one run in five of the two-rank test)."""
+        self.train_model = self.model
+        gc.collect()
 
     def set_model(self, model, optimizer) -> None:
         """Swap in a new model and optimizer (growth mid-training). Under FSDP2 `model` is a plain
