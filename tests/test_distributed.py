@@ -117,3 +117,34 @@ def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     assert not (out / "checkpoint").exists()  # no final checkpoint from a failed run
     finals = [r for r in _records(out / "metrics.jsonl") if r.get("final")] if (out / "metrics.jsonl").exists() else []
     assert finals == []
+
+
+@pytest.mark.parametrize("command", ["cli", "env"])
+def test_the_parallel_wrapper_is_released_before_the_process_group(tmp_path, monkeypatch, command):
+    """Freed after destroy_process_group, DDP's reducer drops the last reference to the gloo group, whose
+    destructor joins threads waiting for the GIL: the rank hung at exit in ~1 of 4 two-rank runs. The
+    race cannot be forced, so this holds the order instead: at shutdown no wrapper may be left."""
+    import nexus.train.distributed as dist_mod
+
+    wrapper, seen = object(), {}
+
+    def fit(self):  # stand-in for a run under DDP: the trainer holds a wrapper around its model
+        self.train_model = wrapper
+        seen["trainer"] = self
+        return {"val_loss": 1.0, "val_ppl": 2.7, "checkpoint": str(tmp_path / "ckpt")}
+
+    def shutdown():
+        seen["wrapper_at_shutdown"] = seen["trainer"].train_model is wrapper
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    monkeypatch.setattr(dist_mod, "shutdown", shutdown)
+    if command == "cli":
+        from nexus.cli import main
+
+        assert main(["train", "--preset", "baseline-micro", "--train.steps", "2", "--out", str(tmp_path / "run"),
+                     "--quiet"]) == 0
+    else:
+        from nexus.train import env_entry
+
+        env_entry.run({"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "2", "OUTPUT_DIR": str(tmp_path / "env")})
+    assert seen["wrapper_at_shutdown"] is False
