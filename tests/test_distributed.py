@@ -88,13 +88,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
-    """Launched the way a cluster scheduler does (one process per rank, no torchrun agent to kill the
-    survivors), so it is nexus itself that must turn the lost peer into an error on rank 0."""
+def run_two_ranks_where_rank1_fails(tmp_path, args: list[str], timeout: int) -> tuple[list[int], list[str]]:
+    """Start `nexus ARGS` as two ranks, one process each (the way a cluster scheduler launches them: no
+    torchrun agent to kill the survivors), with rank 1 raising at step 3. -> (exit codes, stderr texts);
+    fails the test if a rank is still running after `timeout` seconds."""
     script = tmp_path / "fail_rank1.py"
     script.write_text(FAILING_RANK)
-    out = tmp_path / "run"
-    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2", "--train.out_dir", str(out)]
     port = _free_port()
     procs = []
     for rank in (0, 1):
@@ -105,13 +104,22 @@ def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     codes, errs = [], []
     for p in procs:
         try:
-            _, err = p.communicate(timeout=120)
+            _, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail("a rank hung after its peer failed")
+            pytest.fail(f"a rank hung after its peer failed ({' '.join(args[:1] + args[-2:])})")
         codes.append(p.returncode)
         errs.append(err)
+    return codes, errs
+
+
+def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
+    """Launched the way a cluster scheduler does (one process per rank, no torchrun agent to kill the
+    survivors), so it is nexus itself that must turn the lost peer into an error on rank 0."""
+    out = tmp_path / "run"
+    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2", "--train.out_dir", str(out)]
+    codes, errs = run_two_ranks_where_rank1_fails(tmp_path, args, timeout=120)
     assert "injected failure on rank 1" in errs[1]
     assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
     assert not (out / "checkpoint").exists()  # no final checkpoint from a failed run

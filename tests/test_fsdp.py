@@ -139,30 +139,12 @@ def test_fsdp2_with_muon_is_a_one_line_error(tmp_path, capsys):
 def test_a_failing_rank_ends_every_fsdp2_rank(tmp_path):
     """Ranks launched one process each (no torchrun agent to kill the survivors): rank 1 raises at
     step 3; rank 0, blocked in an FSDP2 all-gather, must fail by the collective timeout (60 s here)."""
-    from test_distributed import FAILING_RANK, _free_port
+    from test_distributed import run_two_ranks_where_rank1_fails
 
-    script = tmp_path / "fail_rank1.py"
-    script.write_text(FAILING_RANK)
     out = tmp_path / "run"
     args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2",
             "--train.parallel", "fsdp2", "--train.save_every", "0", "--train.out_dir", str(out)]
-    port = _free_port()
-    procs = []
-    for rank in (0, 1):
-        env = _env(tmp_path) | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    codes, errs = [], []
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("an FSDP2 rank hung after its peer failed")
-        codes.append(p.returncode)
-        errs.append(err)
+    codes, errs = run_two_ranks_where_rank1_fails(tmp_path, args, timeout=180)
     assert "injected failure on rank 1" in errs[1]
     assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
     assert not (out / "checkpoint").exists()
