@@ -16,17 +16,13 @@ from nexus.cli import main
 from nexus.config import parse_overrides
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
+from test_distributed import _env  # the same launcher environment as the DDP tests
 
 RUN = ["--train.steps", "4", "--train.log_every", "1", "--train.eval_every", "2", "--train.eval_batches", "2",
        "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
        "--model.d_model", "32", "--model.n_layers", "2", "--data.seq_len", "32", "--train.save_every", "2"]
 PER_RANK_BATCH = 2
 GROW = ["--train.grow_at", "2", "--train.growth", "{family: width, hidden: 48, init: [copy, copy], preserve: rms}"]
-
-
-def _env(tmp_path) -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", NEXUS_DIST_TIMEOUT="60", PYTHONUNBUFFERED="1",
-                NEXUS_CACHE=str(tmp_path / "cache"))
 
 
 def _torchrun(tmp_path, args, timeout=300):
