@@ -3,9 +3,9 @@
     nexus-lm-eval run --model nexus --model_args checkpoint=runs/baseline-tiny/checkpoint --tasks hellaswag
 
 Every argument is lm-eval's (this only imports the adapter, which registers the model, and hands
-over to lm-eval's CLI). lm-eval 0.4.13 discovers no out-of-tree models by itself, so the plain
-`lm_eval` executable needs the same one import: `python -c "import nexus.eval.lm_eval_adapter; ..."`
-is what this script is.
+over to lm-eval's CLI). The plain `lm_eval` executable finds the model too, through
+nexus-lm-eval.pth (src/_nexus_lm_eval_hook.py); this script is the form that needs no .pth file
+(for an interpreter that does not process site-packages .pth files, e.g. an embedded one).
 """
 from __future__ import annotations
 
