@@ -8,8 +8,8 @@
   * the learned mixing coefficients lambda1 / lambda2 per component, layer and channel/head.
 
 The attention probabilities are recomputed from the (mixed, normed, rotated) q and k each layer
-passes to `attend`, so the fast SDPA path stays untouched; hooks are installed per call and removed
-afterwards. Plots are written with matplotlib's Agg backend (no display needed).
+passes to `attend` (read at its `hook_qk` hook point), so the fast SDPA path stays untouched; the
+gate logits are read at `hook_gate`. Hooks are installed per call and removed afterwards. Plots are written with matplotlib's Agg backend (no display needed).
 """
 from __future__ import annotations
 
@@ -22,40 +22,33 @@ import torch
 from ..figures import pyplot, save_figure
 from ..models.mixing import COMPONENTS, mixers
 from .exo_findings import gate_selectivity
+from .hooks import forward_hooks
 
 
 @contextlib.contextmanager
 def recording_attention(model):
     """Yield a dict that collects, per layer index, summed entropy / sink mass / gate activation."""
     rec: dict[int, dict] = {}
-    patched = []
+    pairs = []
     for i, layer in enumerate(getattr(model, "layers", [])):
         attn = getattr(layer, "attn", None)
-        if attn is None or not hasattr(attn, "attend"):
+        if attn is None or not hasattr(attn, "hook_qk"):
             continue
-        orig_attend, orig_output = attn.attend, attn.output
 
-        def attend(q, k, v, cache, ctx, i=i, orig=orig_attend):
-            _record_probs(rec.setdefault(i, _empty()), q, k)
-            return orig(q, k, v, cache, ctx)
+        def on_qk(module, inputs, output, i=i):
+            _record_probs(rec.setdefault(i, _empty()), *inputs)
 
-        def output(o, parts, i=i, orig=orig_output):
-            if "g" in parts:
-                r = rec.setdefault(i, _empty())
-                act = torch.sigmoid(parts["g"].float())
-                r["gate_sum"] += float(act.sum())
-                r["gate_n"] += act.numel()
-                if i == 0:  # the first layer's full distribution (Fig. 5b)
-                    r["gate_values"].append(act.flatten().cpu())
-            return orig(o, parts)
+        def on_gate(module, inputs, output, i=i):
+            r = rec.setdefault(i, _empty())
+            act = torch.sigmoid(inputs[0].float())
+            r["gate_sum"] += float(act.sum())
+            r["gate_n"] += act.numel()
+            if i == 0:  # the first layer's full distribution (Fig. 5b)
+                r["gate_values"].append(act.flatten().cpu())
 
-        attn.attend, attn.output = attend, output
-        patched.append(attn)
-    try:
+        pairs += [(attn.hook_qk, on_qk), (attn.hook_gate, on_gate)]
+    with forward_hooks(pairs):
         yield rec
-    finally:
-        for attn in patched:  # drop the instance attributes: the class methods show through again
-            del attn.attend, attn.output
 
 
 def _empty() -> dict:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..figures import pyplot, save_figure
-from ..models.mixing import anchor_removed
+from .hooks import anchor_removed
 
 
 @torch.no_grad()

@@ -2,8 +2,12 @@
 
 The forward pass is split into named steps so variants replace one step, not the whole layer:
     project -> mixer (anchor mixing) -> qk_norm -> rope -> attend -> gate -> o_proj
-Higher-order attention overrides `attend`; anchor mixing installs `self.mixer`; Nexus-Rank and
+Higher-order attention overrides `forward`; anchor mixing installs `self.mixer`; Nexus-Rank and
 Pattention arrive through `make_projection`.
+
+Inputs are explicit: `forward(x, rope, anchors=None, cache=None)`. Analyses read the attention
+pattern through the parameter-free hook points `hook_qk` (q, k as `attend` receives them) and
+`hook_gate` (the gate logits), never through flags in the model.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .layers import RMSNorm, apply_rope
+from .layers import HookPoint, RMSNorm, apply_rope
 from .projections import make_projection
 from .seq_cache import append_history
 
@@ -53,7 +57,9 @@ class Attention(nn.Module):
         self.g_proj = None if gate == "none" else nn.Linear(d, H * hd if gate == "elementwise" else H, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
-        # Anchor mixing installs a callable (attn, parts, x, ctx) -> parts here (see models/mixing.py).
+        self.hook_qk = HookPoint()  # (q, k) after norm and RoPE: attention-pattern analyses hook here
+        self.hook_gate = HookPoint()  # gate logits after mixing: gate-activation analyses hook here
+        # Anchor mixing installs a callable (parts, x, anchors) -> parts here (see models/mixing.py).
         self.mixer: nn.Module | None = None
 
     # ------------------------------------------------------------------ steps
@@ -73,7 +79,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k
 
-    def attend(self, q, k, v, cache: dict | None, ctx: dict) -> torch.Tensor:
+    def attend(self, q, k, v, cache: dict | None) -> torch.Tensor:
         """q (B,H,T,hd), k/v (B,KV,T,hd), RoPE applied. Returns (B,H,T,hd)."""
         if cache is not None:  # preallocated history, written in place (models/seq_cache.py)
             k, v = append_history(cache, "k", k), append_history(cache, "v", v)
@@ -87,25 +93,29 @@ class Attention(nn.Module):
     def output(self, o: torch.Tensor, parts: dict) -> torch.Tensor:
         """o (B,T,H,hd): apply the gate (after attention, before W_o) and the output projection."""
         if "g" in parts:
-            o = o * torch.sigmoid(parts["g"])
+            o = o * torch.sigmoid(self.hook_gate(parts["g"]))
         B, T = o.shape[:2]
         return self.o_proj(o.reshape(B, T, -1))
 
-    def mix_norm_rope(self, parts: dict, x: torch.Tensor, ctx: dict):
+    def mix_norm_rope(self, parts: dict, x: torch.Tensor, rope, anchors: dict | None):
         """mixer -> qk-norm -> RoPE (the ExoFormer order). Returns (parts, q, k, v) with q/k/v in
         (B, heads, T, hd) layout, ready for `attend`."""
         if self.mixer is not None:
-            parts = self.mixer(self, parts, x, ctx)
+            parts = self.mixer(parts, x, anchors)
         q, k = self.qk_norm(parts["q"], parts["k"])
         if self.mixer is not None and hasattr(self.mixer, "after_qk_norm"):
-            q, k = self.mixer.after_qk_norm(self, q, k, ctx)
-        cos, sin = ctx["rope"]
+            q, k = self.mixer.after_qk_norm(q, k, anchors)
+        cos, sin = rope
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
         return parts, q, k, parts["v"].transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
-        parts, q, k, v = self.mix_norm_rope(self.project(x), x, ctx)
-        o = self.attend(q, k, v, cache, ctx)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
+                cache: dict | None = None) -> torch.Tensor:
+        """x (B, T, d) normed input; rope the (cos, sin) tables of these positions; anchors the
+        cross-layer anchor tensors (component -> (B, T, heads, width)) when mixing is on."""
+        parts, q, k, v = self.mix_norm_rope(self.project(x), x, rope, anchors)
+        q, k = self.hook_qk(q, k)
+        o = self.attend(q, k, v, cache)
         return self.output(o.transpose(1, 2), parts)
 

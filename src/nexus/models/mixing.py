@@ -95,22 +95,17 @@ class ExoAnchor(nn.Module):
             # Unequal blocks (GQA or a headwise gate): Muon splits at these row counts instead.
             self.proj.weight._muon_split = list(self.sizes)
         self.norms = make_anchor_norms(cfg)
-        self.removed = False  # anchor-removal analysis: zero the anchor term in every layer
-        # Gather anchors from a per-vocabulary table when that is less work (see prepare); False
-        # forces the direct projection of every token (benchmarks compare the two).
-        self.table_lookup = True
 
-    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
-                embed_weight: torch.Tensor | None = None) -> None:
-        """Fill ctx['anchors'][c] (B, T, heads, width). `input_ids`/`embed_weight` may be given only when
-        `embeddings` is the plain lookup embed_weight[input_ids]."""
+    def forward(self, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
+                embed_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The anchors: component -> (B, T, heads, width). `input_ids`/`embed_weight` may be given only
+        when `embeddings` is the plain lookup embed_weight[input_ids]; without them every token is
+        projected directly."""
         B, T, _ = embeddings.shape
-        ctx["anchor_removed"] = self.removed
         # The anchor is a function of the token id alone, so when the vocabulary has fewer rows than the
         # batch has tokens, projecting and normalizing the embedding table once and gathering rows gives
         # the same numbers with V / (B * T) of the matmul and norm work, forward and backward.
-        table = (self.table_lookup and input_ids is not None and embed_weight is not None
-                 and embed_weight.shape[0] < B * T)
+        table = input_ids is not None and embed_weight is not None and embed_weight.shape[0] < B * T
         src = embed_weight if table else embeddings
         lead = src.shape[:-1]
         anchors = {}
@@ -119,23 +114,18 @@ class ExoAnchor(nn.Module):
             if table:
                 a = F.embedding(input_ids, a.reshape(lead[0], -1)).view(B, T, *self.shapes[c])
             anchors[c] = a
-        ctx["anchors"] = anchors
+        return anchors
 
     def flops_per_token(self, seq_len: int) -> float:
         return 0.0  # only the Linear (counted by the walker); RMSNorm is negligible (paper, app. F)
 
 
 class LayerZeroAnchor(nn.Module):
-    """Anchor source for ResFormer / NuResFormer: layer 0 fills ctx['anchors'] as it runs (see
-    AnchorCapture). This module only resets the slot and carries the anchor-removal switch."""
+    """Anchor source for ResFormer / NuResFormer: an empty anchor dict per forward, which layer 0 fills
+    as it runs (see AnchorCapture) and the later layers read."""
 
-    def __init__(self):
-        super().__init__()
-        self.removed = False
-
-    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids=None, embed_weight=None) -> None:
-        ctx["anchor_removed"] = self.removed
-        ctx["anchors"] = {}
+    def forward(self, embeddings: torch.Tensor, input_ids=None, embed_weight=None) -> dict[str, torch.Tensor]:
+        return {}
 
 
 class AnchorCapture(nn.Module):
@@ -147,16 +137,16 @@ class AnchorCapture(nn.Module):
         self.components = [c for c in COMPONENTS if c in cfg.mixing.components]
         self.norms = make_anchor_norms(cfg)
 
-    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
+    def forward(self, parts: dict, x: torch.Tensor, anchors: dict) -> dict:
         for c in ("v", "g"):
             if c in self.components:
-                ctx["anchors"][c] = _normalize(self.norms, c, parts[c])
+                anchors[c] = _normalize(self.norms, c, parts[c])
         return parts
 
-    def after_qk_norm(self, attn, q: torch.Tensor, k: torch.Tensor, ctx: dict):
+    def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict):
         for c, t in (("q", q), ("k", k)):
             if c in self.components:
-                ctx["anchors"][c] = _normalize(self.norms, c, t)
+                anchors[c] = _normalize(self.norms, c, t)
         return q, k
 
 
@@ -225,10 +215,10 @@ class AnchorMixer(nn.Module):
         """(lambda1, lambda2) of component c shaped (heads or 1, width or 1) for broadcasting."""
         return self.anchor_coef[c].view(self.shapes[c]), self.current_coef[c].view(self.shapes[c])
 
-    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
-        anchors = ctx["anchors"]
+    def forward(self, parts: dict, x: torch.Tensor, anchors: dict | None) -> dict:
+        """anchors None drops the anchor term (the anchor-removal analysis, nexus.analysis.hooks)."""
         gamma = self.dynamic(x) if self.dynamic is not None else None  # (B, T, 8)
-        removed = ctx.get("anchor_removed", False)
+        removed = anchors is None
         out = dict(parts)
         for c in self.components:
             l1, l2 = self.coefficients(c)
@@ -269,20 +259,3 @@ def mixers(model: nn.Module) -> list[tuple[int, AnchorMixer]]:
     """(layer index, mixer) for every mixed layer, for analyses and tests."""
     return [(i, layer.attn.mixer) for i, layer in enumerate(getattr(model, "layers", []))
             if isinstance(getattr(layer.attn, "mixer", None), AnchorMixer)]
-
-
-class anchor_removed:
-    """Context manager: evaluate `model` with the anchor term zeroed in every mixed layer."""
-
-    def __init__(self, model: nn.Module):
-        self.anchor = getattr(model, "anchor", None)
-
-    def __enter__(self):
-        if self.anchor is not None:
-            self.anchor.removed = True
-        return self
-
-    def __exit__(self, *exc):
-        if self.anchor is not None:
-            self.anchor.removed = False
-        return False

@@ -3,7 +3,8 @@
     probs = softmax(x W_r^T)            (fp32, over all experts)
     y     = sum_{e in topk(probs)} probs_e * expert_e(x)      (no renormalisation, as in OLMoE)
 
-Auxiliary losses (added once to the LM loss through ctx["aux_losses"], averaged over layers):
+Auxiliary losses (each forward in training mode stores them in `aux_losses_out`; the LM adds them once
+to its loss, averaged over layers):
   * load balancing (Switch / OLMoE): E * sum_e f_e * P_e, f_e = share of routed slots that went to
     expert e, P_e = mean router probability of e;
   * router z-loss (ST-MoE): mean over tokens of logsumexp(logits)^2.
@@ -20,6 +21,7 @@ import torch.nn as nn
 
 from ..config import ModelConfig
 from .layers import SwiGLU
+from .output import AuxLossModule
 
 
 def expert_hidden(cfg: ModelConfig) -> int:
@@ -27,7 +29,7 @@ def expert_hidden(cfg: ModelConfig) -> int:
     return cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
 
 
-class MoEMLP(nn.Module):
+class MoEMLP(AuxLossModule):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         m = cfg.moe
@@ -53,7 +55,7 @@ class MoEMLP(nn.Module):
         z = torch.logsumexp(logits, dim=-1).pow(2).mean()
         return {"moe_lb": self.lb_coef * lb / self.n_layers, "moe_z": self.z_coef * z / self.n_layers}
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         logits, probs, weights, idx = self.route(x2)
@@ -72,9 +74,7 @@ class MoEMLP(nn.Module):
             tok = flat_token[sel]
             y = self.experts[e](x2.index_select(0, tok)) * flat_weight[sel].unsqueeze(-1).to(x.dtype)
             out.index_add_(0, tok, y)
-        if ctx is not None and "aux_losses" in ctx and self.training:
-            for name, v in self.aux_losses(logits, probs, idx).items():
-                ctx["aux_losses"][name] = ctx["aux_losses"].get(name, 0.0) + v
+        self.aux_losses_out = self.aux_losses(logits, probs, idx) if self.training else {}
         return out.reshape(shape)
 
     # Only top_k of n_experts run per token, so the experts' nn.Linear children must not be summed

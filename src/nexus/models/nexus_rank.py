@@ -51,7 +51,7 @@ class NexusRank(nn.Module):
             self.scale_a = math.sqrt(scale_a or a)
         self.eps = L2_WIDTH_EPS if form == "l2norm_width" else L2_EPS
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = self.form in L2_FORMS
         h = self.w_m(x)
         if normed:

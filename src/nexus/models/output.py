@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100
@@ -26,6 +27,24 @@ class LMOutput:
     @n_tokens.setter
     def n_tokens(self, value) -> None:
         self.n_valid = value
+
+
+class AuxLossModule(nn.Module):
+    """A layer with training-time auxiliary losses (MoE load balancing, router z-loss). Each forward
+    stores them in `aux_losses_out` (name -> scalar already weighted; empty when not training), and
+    the LM adds the sum over all such layers to its loss once (`collect_aux_losses`)."""
+
+    aux_losses_out: dict[str, torch.Tensor] = {}
+
+
+def collect_aux_losses(model: nn.Module) -> dict[str, torch.Tensor]:
+    """name -> sum over every AuxLossModule in `model` of the losses its last forward stored."""
+    total: dict[str, torch.Tensor] = {}
+    for m in model.modules():
+        if isinstance(m, AuxLossModule):
+            for name, v in m.aux_losses_out.items():
+                total[name] = total[name] + v if name in total else v
+    return total
 
 
 def lm_loss(out: LMOutput, labels: torch.Tensor, z_loss: float) -> LMOutput:

@@ -39,7 +39,7 @@ class Pattention(nn.Module):
     def tau(self) -> float:
         return math.sqrt(self.frozen_n or self.n_tokens)
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = x @ self.key_tokens.t()
         if self.act == "softmax":
             w = torch.softmax(s / math.sqrt(self.d_in), dim=-1)

@@ -2,8 +2,9 @@
 
 embed -> [pre-norm block: x + attn(norm(x)); x + mlp(norm(x))] * L -> norm -> head
 
-A `ctx` dict travels through the layers: it carries the RoPE tables, the token embeddings
-(ExoFormer anchors), layer-0 projections (NuResFormer anchors) and auxiliary losses (MoE).
+Each block gets its inputs as arguments: the RoPE tables of the positions, the cross-layer anchors
+(ExoFormer: projected from the token embeddings; ResFormer / NuResFormer: filled by layer 0) and its
+cache. Auxiliary losses (MoE) are read from the layers that computed them (`collect_aux_losses`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
-from .output import LMOutput, lm_loss
+from .output import LMOutput, collect_aux_losses, lm_loss
 
 
 def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
@@ -45,9 +46,10 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = build_mlp(cfg, layer_idx)
 
-    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), ctx, cache)
-        return x + self.mlp(self.mlp_norm(x), ctx)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
+                cache: dict | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope, anchors, cache)
+        return x + self.mlp(self.mlp_norm(x))
 
 
 class TransformerLM(nn.Module):
@@ -96,31 +98,30 @@ class TransformerLM(nn.Module):
             return (h @ w.t()) * self.cfg.logit_scale
         return h @ w.t()
 
-    def hidden_states(self, input_ids: torch.Tensor, cache=None, collect: bool = False, ctx_extra: dict | None = None):
-        """Run the blocks. Returns (final normed hidden, ctx, per-layer residual streams if collect)."""
+    def hidden_states(self, input_ids: torch.Tensor, cache=None, collect: bool = False):
+        """Run the blocks. Returns (final normed hidden, per-layer residual streams if collect)."""
         T = input_ids.shape[1]
         start = cache.pos if cache is not None else 0
         x = self.embed(input_ids)
-        ctx: dict = {"rope": self.rope.tables(start, T), "embeddings": x, "aux_losses": {}, "start_pos": start}
-        if ctx_extra:
-            ctx.update(ctx_extra)
-        if self.anchor is not None:
-            self.anchor.prepare(ctx, x, input_ids, self.embed.weight)
+        rope = self.rope.tables(start, T)
+        anchors = None if self.anchor is None else self.anchor(x, input_ids=input_ids, embed_weight=self.embed.weight)
         states = [x] if collect else None
         for i, layer in enumerate(self.layers):
-            x = layer(x, ctx, cache.layer(i) if cache is not None else None)
+            x = layer(x, rope, anchors, cache.layer(i) if cache is not None else None)
             if collect:
                 states.append(x)
         if cache is not None:
             cache.pos += T
-        return self.norm(x), ctx, states
+        return self.norm(x), states
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
                 return_hidden: bool = False) -> LMOutput:
         """labels[t] is the target of position t (already shifted); IGNORE_INDEX is ignored."""
-        h, ctx, states = self.hidden_states(input_ids, cache, collect=return_hidden)
+        h, states = self.hidden_states(input_ids, cache, collect=return_hidden)
         logits = self.head(h)
-        out = LMOutput(logits=logits, aux_losses=ctx["aux_losses"], hidden_states=states)
+        # only training-mode layers store auxiliary losses: skip the module walk when decoding
+        aux = collect_aux_losses(self) if self.training else {}
+        out = LMOutput(logits=logits, aux_losses=aux, hidden_states=states)
         if labels is not None:
             lm_loss(out, labels, self.cfg.z_loss)
         return out
