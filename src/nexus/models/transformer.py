@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from ..config import ModelConfig
 from .attention import Attention
+from .base import LanguageModel
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, collect_aux_losses, lm_loss
 
@@ -52,14 +53,9 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        super().__init__(cfg)
         self.rope = RotaryEmbedding(cfg.hd, cfg.max_seq_len, cfg.rope_theta)
         # Optional cross-layer anchor machinery (ExoFormer / NuResFormer / value residual).
         self.anchor = None
@@ -69,35 +65,10 @@ class TransformerLM(nn.Module):
             install_anchor_mixing(self, cfg)
         self.init_weights()
 
-    # ------------------------------------------------------------------ init
-    def init_weights(self) -> None:
-        """Global init. Modules with a special init (e.g. zero-initialized dynamic mixing) define
-        `reset_special_parameters()`, which runs *after* the global pass so it is never overwritten."""
-        std = self.cfg.init_std
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-                if self.cfg.zero_init_out and getattr(m, "_nexus_out_proj", False):
-                    nn.init.zeros_(m.weight)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, std=std)
-            elif isinstance(m, RMSNorm) and m.weight is not None:
-                nn.init.ones_(m.weight)
-        if self.lm_head is not None and self.cfg.zero_init_head:
-            nn.init.zeros_(self.lm_head.weight)
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_special_parameters"):
-                m.reset_special_parameters()
+    def build_layers(self, cfg: ModelConfig) -> nn.ModuleList:
+        return nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
 
     # ------------------------------------------------------------------ forward
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        if self.cfg.logit_scale != 1.0:  # width growth's compensating coefficient for a tied head
-            return (h @ w.t()) * self.cfg.logit_scale
-        return h @ w.t()
-
     def hidden_states(self, input_ids: torch.Tensor, cache=None, collect: bool = False):
         """Run the blocks. Returns (final normed hidden, per-layer residual streams if collect)."""
         T = input_ids.shape[1]
@@ -128,16 +99,4 @@ class TransformerLM(nn.Module):
 
     def flops_per_token(self, seq_len: int) -> float:
         """FLOPs protocol: a tied LM head is a matmul with the embedding table (not an nn.Linear child)."""
-        return 2.0 * self.cfg.d_model * self.cfg.vocab_size if self.lm_head is None else 0.0
-
-    def new_cache(self):
-        from .generate import KVCache
-
-        return KVCache(len(self.layers))
-
-    @torch.no_grad()
-    def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None):
-        from .generate import generate
-
-        return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)
+        return self.tied_head_flops()
