@@ -4,7 +4,7 @@ import torch
 
 from nexus.config import ModelConfig, MoEConfig
 from nexus.models import build_model
-from nexus.models.moe import MoEMLP
+from nexus.models.transformer import build_mlp
 from nexus.models.reference.moe_ref import moe_aux_reference, moe_forward_reference
 
 
@@ -17,7 +17,7 @@ def moe_cfg(**kw) -> ModelConfig:
 def test_fast_forward_matches_per_token_reference(top_k):
     torch.manual_seed(top_k)
     cfg = moe_cfg(top_k=top_k)
-    moe = MoEMLP(cfg)
+    moe = build_mlp(cfg)
     for p in moe.parameters():
         torch.nn.init.normal_(p, std=0.3)
     x = torch.randn(3, 7, cfg.d_model)
@@ -37,7 +37,7 @@ def test_aux_losses_match_reference_and_are_weighted():
     torch.manual_seed(0)
     cfg = moe_cfg()
     cfg.moe.lb_loss_coef, cfg.moe.router_z_coef = 0.5, 0.25
-    moe = MoEMLP(cfg).train()
+    moe = build_mlp(cfg).train()
     torch.nn.init.normal_(moe.router.weight, std=0.5)
     x = torch.randn(2, 9, cfg.d_model)
     moe(x)
@@ -83,11 +83,11 @@ def test_gqa_and_decoupled_head_dim_shapes():
 
 def test_flops_count_active_experts_only():
     cfg = moe_cfg(n_experts=8, top_k=2)
-    few = MoEMLP(cfg).flops_per_token(16)
+    few = build_mlp(cfg).flops_per_token(16)
     cfg2 = moe_cfg(n_experts=8, top_k=4)
-    more = MoEMLP(cfg2).flops_per_token(16)
+    more = build_mlp(cfg2).flops_per_token(16)
     cfg3 = moe_cfg(n_experts=16, top_k=2)
-    many_experts = MoEMLP(cfg3).flops_per_token(16)
+    many_experts = build_mlp(cfg3).flops_per_token(16)
     expert_matmuls = 2 * 32 * 24 * 3
     assert more - few > 2 * expert_matmuls  # two more active experts
     assert many_experts - few < 2 * 32 * 8 + 100  # only the router grows with the expert count

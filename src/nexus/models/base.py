@@ -4,7 +4,7 @@
 
 `LanguageModel` owns the token embedding, the final norm, the LM head, the loss (`lm_loss`: CE +
 z-loss + auxiliary losses, without a host sync), the global init, `new_cache` and `generate`.
-TransformerLM and RecurrentLM subclass it and supply `build_layers` and `forward`.
+TransformerLM and RecurrentLM subclass it, build their layer stack and supply `forward`.
 """
 from __future__ import annotations
 
@@ -16,16 +16,13 @@ from .layers import RMSNorm
 
 
 class LanguageModel(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layers: nn.ModuleList):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = self.build_layers(cfg)
+        self.layers = layers
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-
-    def build_layers(self, cfg: ModelConfig) -> nn.ModuleList:
-        raise NotImplementedError  # each family builds its own stack
 
     # ------------------------------------------------------------------ init
     def init_weights(self) -> None:

@@ -27,38 +27,37 @@ level directly below it at `hook_inner["inner_<target>"]`, called with that leve
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn as nn
 
-from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
 from .layers import HookPoint, apply_rope
 from .seq_cache import append_history, child_cache
 
 class HigherOrderAttention(Attention):
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
-        super().__init__(cfg, layer_idx)
-        a = cfg.attention
-        self.order, self.form, self.shared = a.order, a.ho_form, a.ho_shared
-        self.targets = tuple(a.ho_targets)  # "qk" -> ("q", "k")
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, order: int,
+                 form: str = "projected", shared: bool = True, targets: tuple[str, ...] = ("q", "k"),
+                 ho_gate: bool = False, mixer=None, **attention_kwargs):
+        """order/form/shared/targets/ho_gate: model.attention.order, ho_form, ho_shared, ho_targets,
+        ho_gate; the rest (sizes, make_projection, bias, gate, qk_norm, norm_eps) as for Attention."""
+        super().__init__(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
+        self.order, self.form, self.shared = order, form, shared
+        self.targets = tuple(targets)  # "qk" -> ("q", "k")
         self.inner: nn.ModuleDict | None = None
         if self.form == "projected" and not self.shared:
-            base = copy.deepcopy(cfg)
-            base.attention.order = 1
             inner = {}
-            for t in self.targets:
-                m = Attention(base, layer_idx)
+            for t in self.targets:  # the same attention at order 1, without cross-layer mixing
+                m = Attention(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
                 m.o_proj._nexus_out_proj = False  # zero_init_out would make the inner output (and Q~) zero
                 inner[t] = m
             self.inner = nn.ModuleDict(inner)
         # hook points of the inner level below the outer one, read by the attention-map analysis
         self.hook_inner = nn.ModuleDict({f"inner_{t}": HookPoint() for t in self.targets})
         self.ho_gate = None
-        if a.ho_gate:
+        if ho_gate:
             heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
             self.ho_gate = nn.ParameterDict({t: nn.Parameter(torch.zeros(heads[t])) for t in self.targets})
+        self.mixer = mixer  # registered last, after the inner weights: parameter order as before injection
 
     def reset_special_parameters(self) -> None:
         # The refinement gate starts closed so the layer starts as standard attention (lossless retrofit).

@@ -30,15 +30,17 @@ def expert_hidden(cfg: ModelConfig) -> int:
 
 
 class MoEMLP(AuxLossModule):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, d_model: int, n_experts: int, top_k: int, hidden: int, lb_coef: float = 0.0,
+                 z_coef: float = 0.0, n_layers: int = 1):
+        """hidden: inner size of one expert; lb_coef / z_coef weigh the aux losses, which are averaged
+        over the model's n_layers MoE layers."""
         super().__init__()
-        m = cfg.moe
-        self.n_experts, self.top_k = m.n_experts, m.top_k
-        self.lb_coef, self.z_coef = m.lb_loss_coef, m.router_z_coef
-        self.n_layers = cfg.n_layers  # aux losses are averaged over layers
-        self.hidden = expert_hidden(cfg)
-        self.router = nn.Linear(cfg.d_model, m.n_experts, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, self.hidden) for _ in range(m.n_experts))
+        self.n_experts, self.top_k = n_experts, top_k
+        self.lb_coef, self.z_coef = lb_coef, z_coef
+        self.n_layers = n_layers
+        self.hidden = hidden
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d_model, hidden) for _ in range(n_experts))
 
     def route(self, x2: torch.Tensor):
         """x2 (N, d) -> (logits (N,E) fp32, probs (N,E), top-k weights (N,k), top-k expert ids (N,k))."""

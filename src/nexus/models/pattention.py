@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .projections import register_projection
+from .projections import PROJECTIONS
 
 L2_EPS = 1e-6  # keeps a zero score row finite
 
@@ -64,7 +64,7 @@ class Pattention(nn.Module):
         return f"{self.d_in}->{self.d_out}, tokens={self.n_tokens}, act={self.act}, tau=sqrt({self.frozen_n or self.n_tokens})"
 
 
-@register_projection("pattention")
+@PROJECTIONS.register("pattention")
 def make_pattention(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> Pattention:
     p = cfg.projection
     if target == "ffn":

@@ -101,21 +101,21 @@ class ConvHistory:
 
 
 class RecurrentMLP(nn.Module):
-    """SwiGLU with ternary BitLinear projections (plain nn.Linear when recurrent.ternary is off)."""
+    """SwiGLU with ternary BitLinear projections (plain nn.Linear when ternary is off)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, d_model: int, hidden: int, ternary: bool = True, act_quant: bool = False,
+                 subln: bool = False, norm_eps: float = 1e-5):
         super().__init__()
-        rc = cfg.recurrent
-        d, h = cfg.d_model, cfg.ffn
+        d, h = d_model, hidden
 
         def lin(i, o, subln=False):
-            if rc.ternary:
-                return BitLinear(i, o, bias=False, act_quant=rc.act_quant, input_norm=subln, norm_eps=cfg.norm_eps)
+            if ternary:
+                return BitLinear(i, o, bias=False, act_quant=act_quant, input_norm=subln, norm_eps=norm_eps)
             return nn.Linear(i, o, bias=False)
 
         self.gate_proj = lin(d, h)
         self.up_proj = lin(d, h)
-        self.down_proj = lin(h, d, subln=rc.subln)  # SubLN: norm the inner activation before quantizing it
+        self.down_proj = lin(h, d, subln=subln)  # SubLN: norm the inner activation before quantizing it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -125,14 +125,16 @@ class RecurrentMLP(nn.Module):
 
 
 class RecurrentBlock(nn.Module):
-    """One physical layer of f: causal-conv token mixing, then SwiGLU channel mixing (pre-norm)."""
+    """One physical layer of f: causal-conv token mixing, then SwiGLU channel mixing (pre-norm). The one
+    place a layer's ModelConfig is unpacked into its parts."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        rc = cfg.recurrent
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.conv = CausalDepthwiseConv(cfg.d_model, cfg.recurrent.conv_kernel)
+        self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = RecurrentMLP(cfg)
+        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, rc.ternary, rc.act_quant, rc.subln, cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None
@@ -147,12 +149,10 @@ class RecurrentLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
         if cfg.arch != "recurrent":
             raise ConfigError(f"model.arch={cfg.arch!r} (valid: recurrent for RecurrentLM)")
-        super().__init__(cfg)  # the embedding stays full precision (BitNet keeps embeddings)
+        # the embedding stays full precision (BitNet keeps embeddings)
+        super().__init__(cfg, nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers)))
         self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
         self.init_weights()
-
-    def build_layers(self, cfg: ModelConfig) -> nn.ModuleList:
-        return nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers))
 
     def init_module(self, m: nn.Module) -> None:
         if isinstance(m, nn.Conv1d):

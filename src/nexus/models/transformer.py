@@ -12,40 +12,48 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .attention import Attention
+from .attention import Attention, component_shapes
 from .base import LanguageModel
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, collect_aux_losses, lm_loss
+from .projections import ProjectionFactory, projection_factory
 
 
-def build_attention(cfg: ModelConfig, layer_idx: int) -> nn.Module:
-    """Pick the attention class for a layer from the config."""
-    if cfg.attention.order > 1:
+def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=None) -> nn.Module:
+    """The attention of one layer: the config unpacked into plain sizes, flags and collaborators."""
+    a = cfg.attention
+    kwargs = dict(make_projection=make_projection, bias=cfg.attention_bias, gate=a.gate, qk_norm=cfg.qk_norm,
+                  norm_eps=cfg.norm_eps, mixer=mixer)
+    if a.order > 1:
         from .higher_order import HigherOrderAttention
 
-        return HigherOrderAttention(cfg, layer_idx)
-    return Attention(cfg, layer_idx)
+        return HigherOrderAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd, order=a.order, form=a.ho_form,
+                                    shared=a.ho_shared, targets=tuple(a.ho_targets), ho_gate=a.ho_gate, **kwargs)
+    return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd, **kwargs)
 
 
-def build_mlp(cfg: ModelConfig, layer_idx: int) -> nn.Module:
+def build_mlp(cfg: ModelConfig, make_projection: ProjectionFactory | None = None) -> nn.Module:
     if cfg.moe.n_experts > 0:
-        from .moe import MoEMLP
+        from .moe import MoEMLP, expert_hidden
 
-        return MoEMLP(cfg)
+        m = cfg.moe
+        return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef,
+                      cfg.n_layers)
     if cfg.projection.uses("ffn"):
-        from .projections import make_projection
-
-        return make_projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+        return (make_projection or projection_factory(cfg))("ffn", cfg.d_model, cfg.d_model, False)
     return SwiGLU(cfg.d_model, cfg.ffn)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
+    """Pre-norm block; the one place a layer's ModelConfig is unpacked into its parts."""
+
+    def __init__(self, cfg: ModelConfig, make_projection: ProjectionFactory | None = None, mixer=None):
         super().__init__()
+        make_projection = make_projection or projection_factory(cfg)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = build_attention(cfg, layer_idx)
+        self.attn = build_attention(cfg, make_projection, mixer)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = build_mlp(cfg, layer_idx)
+        self.mlp = build_mlp(cfg, make_projection)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
                 cache: dict | None = None) -> torch.Tensor:
@@ -55,18 +63,19 @@ class Block(nn.Module):
 
 class TransformerLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        self.rope = RotaryEmbedding(cfg.hd, cfg.max_seq_len, cfg.rope_theta)
-        # Optional cross-layer anchor machinery (ExoFormer / NuResFormer / value residual).
-        self.anchor = None
+        # Optional cross-layer anchor machinery (ExoFormer / NuResFormer / value residual): the anchor
+        # source, and one mixer per layer handed to its attention at construction.
+        anchor, mixers = None, [None] * cfg.n_layers
         if cfg.mixing.anchor != "none":
-            from .mixing import install_anchor_mixing
+            from .mixing import build_anchor_mixing
 
-            install_anchor_mixing(self, cfg)
+            shapes = component_shapes(cfg.n_heads, cfg.kv_heads, cfg.hd, cfg.attention.gate)
+            anchor, mixers = build_anchor_mixing(cfg.mixing, cfg.d_model, shapes, cfg.n_layers, cfg.norm_eps)
+        make_projection = projection_factory(cfg)
+        super().__init__(cfg, nn.ModuleList(Block(cfg, make_projection, mixers[i]) for i in range(cfg.n_layers)))
+        self.rope = RotaryEmbedding(cfg.hd, cfg.max_seq_len, cfg.rope_theta)
+        self.anchor = anchor
         self.init_weights()
-
-    def build_layers(self, cfg: ModelConfig) -> nn.ModuleList:
-        return nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
 
     # ------------------------------------------------------------------ forward
     def hidden_states(self, input_ids: torch.Tensor, cache=None, collect: bool = False):
