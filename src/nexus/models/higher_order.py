@@ -30,7 +30,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
+from .kinds import ATTENTION_KINDS, LayerKind
 from .layers import HookPoint, apply_rope
 from .seq_cache import append_history, child_cache
 
@@ -185,3 +187,12 @@ class HigherOrderAttention(Attention):
 def _linear_flops(p: nn.Module) -> float:
     """Per-token FLOPs of one pass through a projection (Linear: 2*in*out; other kinds: their Linears)."""
     return float(sum(2 * m.in_features * m.out_features for m in p.modules() if isinstance(m, nn.Linear)))
+
+
+def _build(cfg: ModelConfig, **common) -> HigherOrderAttention:
+    a = cfg.attention
+    return HigherOrderAttention(order=a.order, form=a.ho_form, shared=a.ho_shared, targets=tuple(a.ho_targets),
+                                ho_gate=a.ho_gate, **common)
+
+
+ATTENTION_KINDS.register("higher_order")(LayerKind(lambda cfg: cfg.attention.order > 1, _build))

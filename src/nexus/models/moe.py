@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
+from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
 from .output import AuxLossModule
 
@@ -90,3 +91,11 @@ class MoEMLP(AuxLossModule):
         router = 2 * d * self.n_experts + 5 * self.n_experts  # matmul + softmax (exp, sum, div) + top-k compare
         expert = 2 * d * h * 3 + 4 * h  # gate/up/down matmuls + silu (~3 ops) and the gate*up product
         return float(router + k * (expert + 2 * d))  # + scaling by the router weight and accumulation
+
+
+def _build(cfg: ModelConfig, **common) -> MoEMLP:
+    m = cfg.moe
+    return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
+
+
+MLP_KINDS.register("moe")(LayerKind(lambda cfg: cfg.moe.n_experts > 0, _build))

@@ -14,34 +14,37 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention, component_shapes
 from .base import LanguageModel
+from .kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind, selected_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, collect_aux_losses, lm_loss
 from .projections import ProjectionFactory, projection_factory
 
 
 def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=None) -> nn.Module:
-    """The attention of one layer: the config unpacked into plain sizes, flags and collaborators."""
-    a = cfg.attention
-    kwargs = dict(make_projection=make_projection, bias=cfg.attention_bias, gate=a.gate, qk_norm=cfg.qk_norm,
-                  norm_eps=cfg.norm_eps, mixer=mixer)
-    if a.order > 1:
-        from .higher_order import HigherOrderAttention
-
-        return HigherOrderAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd, order=a.order, form=a.ho_form,
-                                    shared=a.ho_shared, targets=tuple(a.ho_targets), ho_gate=a.ho_gate, **kwargs)
-    return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd, **kwargs)
+    """The attention of one layer: the config unpacked into plain sizes, flags and collaborators, built
+    by the registered attention kind the config selects (models/kinds.py), else standard attention."""
+    common = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.kv_heads, head_dim=cfg.hd,
+                  make_projection=make_projection, bias=cfg.attention_bias, gate=cfg.attention.gate,
+                  qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, mixer=mixer)
+    kind = selected_kind(ATTENTION_KINDS, cfg)
+    return Attention(**common) if kind is None else kind.build(cfg, **common)
 
 
 def build_mlp(cfg: ModelConfig, make_projection: ProjectionFactory | None = None) -> nn.Module:
-    if cfg.moe.n_experts > 0:
-        from .moe import MoEMLP, expert_hidden
+    """The MLP of one layer: the registered MLP kind the config selects, else SwiGLU."""
+    kind = selected_kind(MLP_KINDS, cfg)
+    if kind is None:
+        return SwiGLU(cfg.d_model, cfg.ffn)
+    return kind.build(cfg, make_projection=make_projection or projection_factory(cfg))
 
-        m = cfg.moe
-        return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef,
-                      cfg.n_layers)
-    if cfg.projection.uses("ffn"):
-        return (make_projection or projection_factory(cfg))("ffn", cfg.d_model, cfg.d_model, False)
-    return SwiGLU(cfg.d_model, cfg.ffn)
+
+def _projection_mlp(cfg: ModelConfig, make_projection: ProjectionFactory) -> nn.Module:
+    return make_projection("ffn", cfg.d_model, cfg.d_model, False)
+
+
+# the FFN as one projection of the configured kind (TokenFormer's Pattention FFN); experts take precedence
+MLP_KINDS.register("projection")(LayerKind(lambda cfg: cfg.projection.uses("ffn") and not cfg.moe.n_experts,
+                                           _projection_mlp))
 
 
 class Block(nn.Module):
