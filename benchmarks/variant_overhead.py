@@ -33,6 +33,7 @@ the elapsed time: on a machine shared with other jobs it leaves out the time the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -43,6 +44,7 @@ from scipy import stats
 from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import forward_flops_per_token
+from nexus.analysis.hooks import direct_anchor_projection
 from nexus.models import build_model
 from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
@@ -167,9 +169,10 @@ def main() -> None:
     if "gated" not in args.variants:
         args.variants.insert(0, "gated")
     built = {v: make(v, args, device) for v in args.variants}
-    for _, model, _ in built.values():
-        if getattr(model, "anchor", None) is not None and hasattr(model.anchor, "table_lookup"):
-            model.anchor.table_lookup = args.anchor_path == "auto"
+    forced_paths = contextlib.ExitStack()  # held to the end of the run
+    if args.anchor_path != "auto":
+        for _, model, _ in built.values():
+            forced_paths.enter_context(direct_anchor_projection(model))
     if args.compile:
         built = {v: (cfg, torch.compile(model), opt) for v, (cfg, model, opt) in built.items()}
     g = torch.Generator().manual_seed(0)

@@ -1,6 +1,6 @@
 """train.activation_checkpointing recomputes each block in backward: the loss and every gradient equal
-the plain model's, for the transformer (with ExoFormer anchors and MoE, whose blocks share a ctx
-dict) and the recurrent model; parameter names are unchanged."""
+the plain model's, for the transformer (with ExoFormer anchors passed to every block and MoE auxiliary
+losses read from the layers) and the recurrent model; parameter names are unchanged."""
 from __future__ import annotations
 
 import copy

@@ -142,7 +142,7 @@ def test_anchor_removal_changes_the_exo_model_and_is_restored():
     assert res["available"] and res["loss_before"] != res["loss_after"]
     assert res["token_similarity_before"] == pytest.approx(before["token_similarity"])
     assert res["token_similarity_after"] != pytest.approx(before["token_similarity"])
-    assert model.anchor.removed is False
+    assert not any(m._forward_pre_hooks for m in model.modules())  # the removal hooks are gone again
     assert anchor_removal(build_model(micro("gated-tiny")), batches)["available"] is False
 
 
@@ -277,7 +277,7 @@ def test_executed_flop_overhead_of_the_450m_preset_matches_appendix_f():
     gated, g_total, g_parts = executed("gated-450m")
     dyn, d_total, _ = executed("exo-dynamic-e-450m")
     d, L, d_dm = gated.cfg.d_model, gated.cfg.n_layers, dyn.cfg.mixing.dynamic_hidden
-    assert not dyn.anchor.table_lookup or dyn.cfg.vocab_size > T  # the direct anchor path
+    assert dyn.cfg.vocab_size > T  # the direct anchor path (the table gather needs more tokens than rows)
     projections = [f"TransformerLM.layers.{i}.{p}" for i in range(L) for p in
                    ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.g_proj", "attn.o_proj",
                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]

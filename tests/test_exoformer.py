@@ -7,7 +7,8 @@ import torch
 from nexus.config import ConfigError, ModelConfig, RunConfig
 from nexus.models import build_model
 from nexus.models.layers import RMSNorm
-from nexus.models.mixing import COMPONENTS, anchor_removed, mixers
+from nexus.analysis.hooks import anchor_removed, direct_anchor_projection
+from nexus.models.mixing import COMPONENTS, mixers
 from nexus.models.modulated_mix import modulated_mix
 from nexus.models.reference.anchor_mixing_ref import reference_logits
 from nexus.presets import get_preset
@@ -87,14 +88,14 @@ def test_reference_would_catch_wrong_order():
     for _, mx in mixers(model):  # move mixing of q/k after the QK-norm
         orig = mx.forward
 
-        def late(attn, parts, x, ctx, orig=orig, mx=mx):
-            mixed = orig(attn, parts, x, ctx)
+        def late(parts, x, anchors, orig=orig, mx=mx):
+            mixed = orig(parts, x, anchors)
             mx._saved = (parts, x)
             return {**mixed, "q": parts["q"], "k": parts["k"]}  # q, k go to QK-norm unmixed
 
-        def after(attn, q, k, ctx, orig=orig, mx=mx):
+        def after(q, k, anchors, orig=orig, mx=mx):
             parts, x = mx._saved
-            mixed = orig(attn, {**parts, "q": q, "k": k}, x, ctx)  # ... and are mixed afterwards
+            mixed = orig({**parts, "q": q, "k": k}, x, anchors)  # ... and are mixed afterwards
             return mixed["q"], mixed["k"]
         mx.forward, mx.after_qk_norm = late, after
     wrong = model(ids).logits[0]
@@ -219,8 +220,8 @@ def test_resformer_is_half_half_value_residual():
     for i, mx in mixers(model):
         orig = mx.forward
 
-        def rec_mix(attn, parts, x, ctx, i=i, orig=orig):
-            out = orig(attn, parts, x, ctx)
+        def rec_mix(parts, x, anchors, i=i, orig=orig):
+            out = orig(parts, x, anchors)
             mixed[i] = out
             return out
         mx.forward = rec_mix
@@ -317,8 +318,8 @@ def test_anchor_table_lookup_matches_direct_projection(preset):
     rows = []
     hook = model.anchor.proj.register_forward_hook(lambda mod, inp, out: rows.append(inp[0].shape[:-1]))
     table_out, table_grads = _outputs_and_grads(model, ids)
-    model.anchor.table_lookup = False
-    direct_out, direct_grads = _outputs_and_grads(model, ids)
+    with direct_anchor_projection(model):
+        direct_out, direct_grads = _outputs_and_grads(model, ids)
     hook.remove()
     assert rows == [torch.Size([m.vocab_size]), torch.Size([4, 80])]  # each path really ran
     torch.testing.assert_close(table_out, direct_out, rtol=0, atol=1e-12)

@@ -57,7 +57,7 @@ def test_layer_matches_naive_reference_outputs_and_grads(form, shared, targets, 
     open_gates(model)
     x = torch.randn(2, 9, 32, requires_grad=True)
     cos, sin = model.rope.tables(0, 9)
-    fast = layer(x, {"rope": (cos, sin)})
+    fast = layer(x, (cos, sin))
     ref = reference_higher_order(layer, x, cos, sin)
     assert ref.abs().mean() > 1e-2  # the comparison is not between two near-zero tensors
     torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-5)
@@ -205,7 +205,7 @@ def test_composes_with_multi_query_attention_and_no_qk_norm():
     x = torch.randn(1, 7, 32)
     cos, sin = model.rope.tables(0, 7)
     with torch.no_grad():
-        torch.testing.assert_close(layer(x, {"rope": (cos, sin)}), reference_higher_order(layer, x, cos, sin),
+        torch.testing.assert_close(layer(x, (cos, sin)), reference_higher_order(layer, x, cos, sin),
                                    rtol=1e-4, atol=1e-5)
 
 
@@ -230,7 +230,7 @@ def test_flops_walker_counts_what_the_forward_does(form, shared, targets, order,
     hooks = [m.register_forward_hook(lambda m, i, o: counted.__setitem__("lin", counted["lin"] + 2 * m.in_features * m.out_features))
              for m in layer.modules() if isinstance(m, nn.Linear)]
     with torch.no_grad():
-        layer(torch.randn(1, T, 32), {"rope": model.rope.tables(0, T)})
+        layer(torch.randn(1, T, 32), model.rope.tables(0, T))
     for h in hooks:
         h.remove()
     assert module_flops(layer, T) == pytest.approx(counted["attn"] + counted["lin"])

@@ -4,7 +4,7 @@ import torch
 
 from nexus.config import ModelConfig, MoEConfig
 from nexus.models import build_model
-from nexus.models.moe import MoEMLP
+from nexus.models.transformer import build_mlp
 from nexus.models.reference.moe_ref import moe_aux_reference, moe_forward_reference
 
 
@@ -17,17 +17,17 @@ def moe_cfg(**kw) -> ModelConfig:
 def test_fast_forward_matches_per_token_reference(top_k):
     torch.manual_seed(top_k)
     cfg = moe_cfg(top_k=top_k)
-    moe = MoEMLP(cfg)
+    moe = build_mlp(cfg)
     for p in moe.parameters():
         torch.nn.init.normal_(p, std=0.3)
     x = torch.randn(3, 7, cfg.d_model)
-    fast = moe(x, {"aux_losses": {}})
+    fast = moe(x)
     ref = moe_forward_reference(moe, x)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
     # gradients agree too (the grouped path scatters back with index_add)
     g = torch.randn_like(fast)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    (moe(xa, None) * g).sum().backward()
+    (moe(xa) * g).sum().backward()
     ga = xa.grad.clone()
     (moe_forward_reference(moe, xb) * g).sum().backward()
     torch.testing.assert_close(ga, xb.grad, rtol=1e-4, atol=1e-5)
@@ -37,14 +37,13 @@ def test_aux_losses_match_reference_and_are_weighted():
     torch.manual_seed(0)
     cfg = moe_cfg()
     cfg.moe.lb_loss_coef, cfg.moe.router_z_coef = 0.5, 0.25
-    moe = MoEMLP(cfg).train()
+    moe = build_mlp(cfg).train()
     torch.nn.init.normal_(moe.router.weight, std=0.5)
     x = torch.randn(2, 9, cfg.d_model)
-    ctx = {"aux_losses": {}}
-    moe(x, ctx)
+    moe(x)
     lb, z = moe_aux_reference(moe, x)
-    assert ctx["aux_losses"]["moe_lb"].item() == pytest.approx(0.5 * lb / cfg.n_layers, rel=1e-5)
-    assert ctx["aux_losses"]["moe_z"].item() == pytest.approx(0.25 * z / cfg.n_layers, rel=1e-5)
+    assert moe.aux_losses_out["moe_lb"].item() == pytest.approx(0.5 * lb / cfg.n_layers, rel=1e-5)
+    assert moe.aux_losses_out["moe_z"].item() == pytest.approx(0.25 * z / cfg.n_layers, rel=1e-5)
     # perfectly balanced routing with uniform probabilities gives lb = 1 (its minimum)
     torch.nn.init.zeros_(moe.router.weight)
     logits, probs, _, _ = moe.route(torch.randn(6, cfg.d_model))
@@ -84,11 +83,11 @@ def test_gqa_and_decoupled_head_dim_shapes():
 
 def test_flops_count_active_experts_only():
     cfg = moe_cfg(n_experts=8, top_k=2)
-    few = MoEMLP(cfg).flops_per_token(16)
+    few = build_mlp(cfg).flops_per_token(16)
     cfg2 = moe_cfg(n_experts=8, top_k=4)
-    more = MoEMLP(cfg2).flops_per_token(16)
+    more = build_mlp(cfg2).flops_per_token(16)
     cfg3 = moe_cfg(n_experts=16, top_k=2)
-    many_experts = MoEMLP(cfg3).flops_per_token(16)
+    many_experts = build_mlp(cfg3).flops_per_token(16)
     expert_matmuls = 2 * 32 * 24 * 3
     assert more - few > 2 * expert_matmuls  # two more active experts
     assert many_experts - few < 2 * 32 * 8 + 100  # only the router grows with the expert count

@@ -1,13 +1,13 @@
 """Averaged attention heatmaps (the Nexus paper's figure 2): outer, inner-Q and inner-K attention.
 
-`write_attention_maps(model, input_ids, out_dir)` runs one forward pass with a recorder in the
-layer context, averages the causal attention probabilities over batch, heads and layers, and writes
+`write_attention_maps(model, input_ids, out_dir)` runs one forward pass with forward hooks on the
+attention hook points, averages the causal attention probabilities over batch, heads and layers, and writes
 one PNG per map (outer.png, inner_q.png, inner_k.png, inner_v.png when values are refined) plus
 attention_maps.png with all panels side by side and attention_maps.npz with the arrays.
 
-Standard attention layers are recorded as "outer" by wrapping their `attend` step for the duration
-of the pass; higher-order layers record their own levels (the inner level directly below the outer
-attention, which is the paper's inner-Q/inner-K map at order 2).
+Every attention layer's `hook_qk` (the q, k its outer attention uses) is recorded as "outer";
+higher-order layers also call `hook_inner["inner_<target>"]` with the inner level directly below
+the outer attention, which is the paper's inner-Q/inner-K map at order 2.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..figures import pyplot, save_figure
 from ..models.attention import Attention
 from ..models.higher_order import HigherOrderAttention
 from ..models.reference.higher_order_ref import causal_probs
+from .hooks import forward_hooks
 
 TITLES = {"outer": "outer attention", "inner_q": "inner attention (Q)", "inner_k": "inner attention (K)",
           "inner_v": "inner attention (V)"}
@@ -46,24 +47,22 @@ class AttentionMapRecorder:
 def record_attention_maps(model, input_ids: torch.Tensor) -> dict[str, np.ndarray]:
     """name -> (T, T) attention averaged over batch, heads and layers, from one forward pass."""
     recorder = AttentionMapRecorder()
-    wrapped = []
+
+    def record(name: str):
+        return lambda module, inputs, output: recorder.add(name, *inputs)
+
+    pairs = []
     for m in model.modules():
-        if isinstance(m, Attention) and not isinstance(m, HigherOrderAttention):
-            original = m.attend
-
-            def attend(q, k, v, cache, ctx, _original=original):
-                recorder.add("outer", q, k)
-                return _original(q, k, v, cache, ctx)
-
-            m.attend = attend  # instance attribute shadows the method for this pass only
-            wrapped.append(m)
+        if isinstance(m, Attention):
+            pairs.append((m.hook_qk, record("outer")))
+        if isinstance(m, HigherOrderAttention):
+            pairs += [(hook, record(name)) for name, hook in m.hook_inner.items()]
     was_training = model.training
     model.eval()
     try:
-        model.hidden_states(input_ids, ctx_extra={"attention_maps": recorder})
+        with forward_hooks(pairs):
+            model(input_ids)
     finally:
-        for m in wrapped:
-            del m.attend
         model.train(was_training)
     return recorder.maps()
 

@@ -8,8 +8,8 @@
   * the learned mixing coefficients lambda1 / lambda2 per component, layer and channel/head.
 
 The attention probabilities are recomputed from the (mixed, normed, rotated) q and k each layer
-passes to `attend`, so the fast SDPA path stays untouched; hooks are installed per call and removed
-afterwards. Plots are written with matplotlib's Agg backend (no display needed).
+passes to `attend` (read at its `hook_qk` hook point), so the fast SDPA path stays untouched; the
+gate logits are read at `hook_gate`. Hooks are installed per call and removed afterwards. Plots are written with matplotlib's Agg backend (no display needed).
 """
 from __future__ import annotations
 
@@ -21,41 +21,36 @@ import torch
 
 from ..figures import pyplot, save_figure
 from ..models.mixing import COMPONENTS, mixers
-from .exo_findings import gate_selectivity
+from . import format_value, register_analysis
+from .exo_findings import (gate_selectivity, lambda_ratio_by_layer, near_zero_anchor_share, plot_gate_selectivity,
+                           plot_lambda_ratio_by_layer)
+from .hooks import forward_hooks
 
 
 @contextlib.contextmanager
 def recording_attention(model):
     """Yield a dict that collects, per layer index, summed entropy / sink mass / gate activation."""
     rec: dict[int, dict] = {}
-    patched = []
+    pairs = []
     for i, layer in enumerate(getattr(model, "layers", [])):
         attn = getattr(layer, "attn", None)
-        if attn is None or not hasattr(attn, "attend"):
+        if attn is None or not hasattr(attn, "hook_qk"):
             continue
-        orig_attend, orig_output = attn.attend, attn.output
 
-        def attend(q, k, v, cache, ctx, i=i, orig=orig_attend):
-            _record_probs(rec.setdefault(i, _empty()), q, k)
-            return orig(q, k, v, cache, ctx)
+        def on_qk(module, inputs, output, i=i):
+            _record_probs(rec.setdefault(i, _empty()), *inputs)
 
-        def output(o, parts, i=i, orig=orig_output):
-            if "g" in parts:
-                r = rec.setdefault(i, _empty())
-                act = torch.sigmoid(parts["g"].float())
-                r["gate_sum"] += float(act.sum())
-                r["gate_n"] += act.numel()
-                if i == 0:  # the first layer's full distribution (Fig. 5b)
-                    r["gate_values"].append(act.flatten().cpu())
-            return orig(o, parts)
+        def on_gate(module, inputs, output, i=i):
+            r = rec.setdefault(i, _empty())
+            act = torch.sigmoid(inputs[0].float())
+            r["gate_sum"] += float(act.sum())
+            r["gate_n"] += act.numel()
+            if i == 0:  # the first layer's full distribution (Fig. 5b)
+                r["gate_values"].append(act.flatten().cpu())
 
-        attn.attend, attn.output = attend, output
-        patched.append(attn)
-    try:
+        pairs += [(attn.hook_qk, on_qk), (attn.hook_gate, on_gate)]
+    with forward_hooks(pairs):
         yield rec
-    finally:
-        for attn in patched:  # drop the instance attributes: the class methods show through again
-            del attn.attend, attn.output
 
 
 def _empty() -> dict:
@@ -158,3 +153,57 @@ def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
             fig.tight_layout()
             written.append(save_figure(fig, out_dir / f"lambda_{key}_{c}.png", dpi=110))
     return written
+
+
+# ----------------------------------------------------------------------------- nexus analyze kinds
+def summarize_attention(result: dict) -> str:
+    rows = ["layer  entropy  sink_share  gate_act"]
+    for i, l in enumerate(result["layers"]):
+        rows.append(f"{l:>5}  {format_value(result['entropy'][i]):>7}  {format_value(result['sink_share'][i]):>10}  "
+                    f"{format_value(result['gate_activation'][i]):>8}")
+    sel = result.get("first_layer_gate")
+    if sel:
+        rows.append(f"first-layer gate: mean {sel['mean']:.4f}, share < 0.1 {sel['share_below_0.1']:.3f}, "
+                    f"share > 0.9 {sel['share_above_0.9']:.3f}")
+    return "\n".join(rows)
+
+
+@register_analysis("attention", "per-layer attention entropy, first-token sink share, gate activation, first-layer "
+                   "gate selectivity (Fig. 5b) (+ higher-order maps)", summarize_attention)
+def attention_kind(src, out_dir: Path, args) -> dict:
+    model, batches = src.model(), src.batches()
+    stats = attention_statistics(model, batches)
+    stats["plots"] = plot_attention_statistics(stats, out_dir)
+    if stats["first_layer_gate"] is not None:
+        stats["first_layer_gate_mean"] = stats["first_layer_gate"]["mean"]
+        stats["plots"] += plot_gate_selectivity(stats["first_layer_gate"], out_dir, stats["layers"][0])
+    if model.cfg.attention.order > 1:  # higher-order attention: the Nexus paper's outer/inner maps
+        from .attention_maps import write_attention_maps
+
+        stats["attention_maps"] = write_attention_maps(model, batches[0][0], out_dir)
+    return stats
+
+
+def summarize_mixing(result: dict) -> str:
+    if not result["components"]:
+        return "no anchor mixing in this model (model.mixing.anchor is none)"
+    rows = ["component  layer  mean(lambda1)  mean(lambda2)  mean(lambda1/lambda2)"]
+    for c, d in result["ratio_by_layer"].items():
+        for i, l in enumerate(d["layers"]):
+            rows.append(f"{c:>9}  {l:>5}  {d['mean_lambda1'][i]:>13.4f}  {d['mean_lambda2'][i]:>13.4f}  "
+                        f"{d['mean_ratio'][i]:>21.4f}")
+    nz = result["near_zero_lambda1"]
+    rows.append(f"near-zero lambda1 (|lambda1| < {nz['threshold']}): {nz['all']:.4f} of all; "
+                + ", ".join(f"{c} {v:.4f}" for c, v in nz["per_component"].items()))
+    return "\n".join(rows)
+
+
+@register_analysis("mixing", "lambda1/lambda2 heatmaps per component, layer and channel/head; mean ratio per layer "
+                   "(Fig. 4); share of |lambda1| < 0.001 (App. C.1)", summarize_mixing)
+def mixing_kind(src, out_dir: Path, args) -> dict:
+    coefs = mixing_coefficients(src.model())
+    by_layer = lambda_ratio_by_layer(coefs)
+    return {"anchor": src.cfg.model.mixing.anchor, "granularity": src.cfg.model.mixing.granularity,
+            "components": coefs, "ratio_by_layer": by_layer,
+            "near_zero_lambda1": near_zero_anchor_share(coefs) if coefs else None,
+            "plots": plot_mixing_coefficients(coefs, out_dir) + plot_lambda_ratio_by_layer(by_layer, out_dir)}

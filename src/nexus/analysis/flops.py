@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import ModelConfig
+from . import register_analysis
 
 
 def module_flops(module: nn.Module, seq_len: int) -> float:
@@ -147,3 +148,19 @@ def calflops_like_counts(model, seq_len: int, batch: int = 1) -> dict[str, float
     per_token = {k: v / (batch * seq_len) for k, v in counts.items()}
     per_token["total"] = sum(per_token.values())
     return per_token
+
+
+@register_analysis("flops", "forward/training FLOPs per token by top-level module")
+def flops_kind(src, out_dir, args) -> dict:
+    from ..models.accounting import build_on_meta
+
+    seq = src.cfg.data.seq_len
+    model = build_on_meta(src.cfg.model)
+    parts = flops_breakdown(model, seq)
+    out = {"seq_len": seq, "counting": args.counting, "forward_flops_per_token": parts["total"],
+           "train_flops_per_token": 3 * parts["total"], "breakdown": parts}
+    if args.counting == "calflops":  # matmuls plus norms, activations, softmax and elementwise ops
+        cal = calflops_like_counts(model, seq)
+        out.update({"forward_flops_per_token": cal["total"], "train_flops_per_token": 3 * cal["total"],
+                    "analytic_forward_flops_per_token": parts["total"], "calflops_categories": cal})
+    return out

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..figures import pyplot, save_figure
 from . import growth_stats as gs
+from . import register_analysis
 
 
 def _grown_record(cfg, where: str) -> dict:
@@ -214,8 +215,10 @@ def plot_pooled(runs: list[dict], agg: dict, out_dir: Path) -> list[str]:
     return files
 
 
+@register_analysis("growth", "growth dynamics over --checkpoints A B C [--checkpoints D E F ...]: NOC, U_P, R, "
+                   "harmonic fit, Fisher g, standardized PCA; several runs pooled for PCA and scaling fit")
 def growth_kind(src, out_dir: Path, args) -> dict:
-    """`nexus analyze growth` entry (cli/analyze.py dispatcher). Each --checkpoints group is one grown
+    """`nexus analyze growth`. Each --checkpoints group is one grown
     run in training order; give the flag once per run for cross-scale aggregation."""
     from ..config import ConfigError
 

@@ -8,6 +8,7 @@ change that this file does not follow fails there.
 from __future__ import annotations
 
 from ..config import ModelConfig
+from . import register_analysis
 
 _COMPONENTS = ("q", "k", "v", "g")  # models/mixing.py order
 
@@ -143,3 +144,10 @@ def sizes(cfg: ModelConfig) -> dict:
     if c["ternary"]:
         out["ternary_mb"] = (c["ternary"] * 2 / 8 + (c["total"] - c["ternary"]) * 2) / 1e6
     return out
+
+
+@register_analysis("params", "parameter counts (no weights allocated)")
+def params_kind(src, out_dir, args) -> dict:
+    from ..models.accounting import param_count_for_config
+
+    return param_count_for_config(src.cfg.model)

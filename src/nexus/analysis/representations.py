@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from ..figures import pyplot, save_figure
-from ..models.mixing import anchor_removed
+from . import format_value, register_analysis
+from .exo_findings import refinement_stage
+from .hooks import anchor_removed
 
 
 @torch.no_grad()
@@ -126,3 +128,33 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
         fig.tight_layout()
         written.append(save_figure(fig, out_dir / f"{key}.png", dpi=110))
     return written
+
+
+# ----------------------------------------------------------------------------- nexus analyze kind
+def summarize_representations(result: dict) -> str:
+    fmt = format_value
+    rows = ["layer  token_sim  eff_rank"]
+    for i, l in enumerate(result["layers"]):
+        rows.append(f"{l:>5}  {fmt(result['token_similarity'][i]):>9}  {fmt(result['effective_rank'][i]):>8}")
+    ref = result.get("refinement_stage", {})
+    if ref.get("share") is not None:
+        rows.append(f"refinement stage: token-similarity minimum after layer {ref['onset_layer']}, "
+                    f"{ref['refinement_layers']}/{ref['n_layers']} layers ({ref['share']:.2f})")
+    else:
+        rows.append("refinement stage: no interior local minimum of token similarity")
+    rem = result.get("anchor_removal", {})
+    if rem.get("available"):
+        rows.append(f"anchor removal: val loss {rem['loss_before']:.4f} -> {rem['loss_after']:.4f}, final-layer token "
+                    f"similarity {rem['token_similarity_before'][-1]:.3f} -> {rem['token_similarity_after'][-1]:.3f}")
+    return "\n".join(rows)
+
+
+@register_analysis("representations", "cross-layer cosine, token-token similarity, effective rank, refinement-stage "
+                   "share, anchor removal", summarize_representations)
+def representations_kind(src, out_dir: Path, args) -> dict:
+    model, batches = src.model(), src.batches()
+    stats = representation_statistics(model, batches)
+    stats["refinement_stage"] = refinement_stage(stats["token_similarity"])
+    stats["anchor_removal"] = anchor_removal(model, batches)
+    stats["plots"] = plot_representations(stats, stats["anchor_removal"], out_dir)
+    return stats

@@ -1,4 +1,7 @@
-"""`nexus` command line. Each subcommand lives in its own module with `add_parser` and `run`.
+"""`nexus` command line. Each subcommand lives in its own module with `add_parser` and `run`, and
+registers itself with one line at its end: `register_command("<name>", __name__)`. A module that
+sets `HEAVY_OPTIONS = True` gets `add_parser(sub, detailed=...)`: its options that import torch are
+added only when that command runs.
 
 Bad input anywhere (config, preset, override, data file, checkpoint) becomes one line on stderr
 and exit code 2; nothing is half-written because every writer goes through a temporary name.
@@ -6,13 +9,20 @@ and exit code 2; nothing is half-written because every writer goes through a tem
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from types import ModuleType
 
 from ..config import ConfigError
+from ..plugins import Registry
 from ..runtime import tune_cpu_allocator
 
-SUBCOMMANDS = ["train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment", "config"]
+# subcommand -> its module; every module of this package is imported on the first lookup
+COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__)
+
+
+def register_command(name: str, module_name: str) -> None:
+    """Called at the end of a subcommand's module: `register_command("train", __name__)`."""
+    COMMANDS.register(name)(sys.modules[module_name])
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -25,8 +35,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     (grow's family options import torch), so `nexus presets` starts without torch."""
     p = OneLineParser(prog="nexus", description="Train, grow, evaluate, analyse and export progressive-training LMs.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name in SUBCOMMANDS:
-        mod = importlib.import_module(f".{'import_' if name == 'import' else name}", __name__)
+    for name, mod in COMMANDS.items():
         if getattr(mod, "HEAVY_OPTIONS", False):
             mod.add_parser(sub, detailed=command in (None, name))
         else:

@@ -31,3 +31,8 @@ def run(args, extra) -> int:
         raise ConfigError(f"--section={args.section!r} matches no field (valid: model, data, train, model.moe, ...)")
     print(text)
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("config", __name__)

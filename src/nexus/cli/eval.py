@@ -64,3 +64,8 @@ def _run_lm_eval(args) -> int:
         for task, metrics in res.items():
             print(f"{task}: " + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("eval", __name__)

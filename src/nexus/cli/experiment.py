@@ -172,3 +172,8 @@ def run_compare_cmd(args, extra) -> int:
             print(f"{row['preset']:24s} {ev['metric']} {row['mean']:.4f} +- {row['std']:.4f}{sig}")
     print(f"report: {args.out}/report.md | plot: {r['plot']} | {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("experiment", __name__)

@@ -135,3 +135,8 @@ def _run(args) -> int:
               f"(> {VERIFY_TOLERANCE})", file=sys.stderr)
         return 1
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("export", __name__)

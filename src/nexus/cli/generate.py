@@ -67,3 +67,8 @@ def run(args, extra) -> int:
     new = out[0, len(ids):].tolist()
     print(args.prompt + tok.decode(new) if not args.chat else tok.decode(new))
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("generate", __name__)

@@ -63,3 +63,8 @@ def run(args, extra) -> int:
 
         print(format_report(spec, report, args.out))
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("grow", __name__)

@@ -57,3 +57,8 @@ def run(args, extra) -> int:
               f"(> {VERIFY_TOLERANCE})", file=sys.stderr)
         return 1
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("import", __name__)

@@ -25,3 +25,8 @@ def run(args, extra) -> int:
         ter_s = f"{ter:8.1f}M" if ter is not None else "        -"
         print(f"{name:<{w}}  {n / 1e6:8.2f}M  {fp16:8.1f}M  {ter_s}  {desc}")
     return 0
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("presets", __name__)

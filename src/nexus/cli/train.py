@@ -121,3 +121,8 @@ def _say(msg: str) -> None:
     import sys
 
     print(f"nexus train: {msg}", file=sys.stderr)
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("train", __name__)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import ModelConfig
-from . import nexus_rank, pattention  # noqa: F401  (they register their projection kinds)
 from .output import LMOutput
 
 

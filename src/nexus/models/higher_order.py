@@ -21,42 +21,45 @@ decoding token by token equals the full forward.
 
 Anchor mixing (`self.mixer`) acts on the outer level only: the inner levels compute representations,
 the outer level is the one whose q/k/v/g the cross-layer anchors mix.
+
+Attention-map analyses read the outer level at `hook_qk` (like standard attention) and the inner
+level directly below it at `hook_inner["inner_<target>"]`, called with that level's (q, k).
 """
 from __future__ import annotations
-
-import copy
 
 import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
-from .layers import apply_rope
+from .kinds import ATTENTION_KINDS, LayerKind
+from .layers import HookPoint, apply_rope
 from .seq_cache import append_history, child_cache
 
-OUTER = "outer"
-
-
 class HigherOrderAttention(Attention):
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
-        super().__init__(cfg, layer_idx)
-        a = cfg.attention
-        self.order, self.form, self.shared = a.order, a.ho_form, a.ho_shared
-        self.targets = tuple(a.ho_targets)  # "qk" -> ("q", "k")
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, order: int,
+                 form: str = "projected", shared: bool = True, targets: tuple[str, ...] = ("q", "k"),
+                 ho_gate: bool = False, mixer=None, **attention_kwargs):
+        """order/form/shared/targets/ho_gate: model.attention.order, ho_form, ho_shared, ho_targets,
+        ho_gate; the rest (sizes, make_projection, bias, gate, qk_norm, norm_eps) as for Attention."""
+        super().__init__(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
+        self.order, self.form, self.shared = order, form, shared
+        self.targets = tuple(targets)  # "qk" -> ("q", "k")
         self.inner: nn.ModuleDict | None = None
         if self.form == "projected" and not self.shared:
-            base = copy.deepcopy(cfg)
-            base.attention.order = 1
             inner = {}
-            for t in self.targets:
-                m = Attention(base, layer_idx)
+            for t in self.targets:  # the same attention at order 1, without cross-layer mixing
+                m = Attention(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
                 m.o_proj._nexus_out_proj = False  # zero_init_out would make the inner output (and Q~) zero
                 inner[t] = m
             self.inner = nn.ModuleDict(inner)
+        # hook points of the inner level below the outer one, read by the attention-map analysis
+        self.hook_inner = nn.ModuleDict({f"inner_{t}": HookPoint() for t in self.targets})
         self.ho_gate = None
-        if a.ho_gate:
+        if ho_gate:
             heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
             self.ho_gate = nn.ParameterDict({t: nn.Parameter(torch.zeros(heads[t])) for t in self.targets})
+        self.mixer = mixer  # registered last, after the inner weights: parameter order as before injection
 
     def reset_special_parameters(self) -> None:
         # The refinement gate starts closed so the layer starts as standard attention (lossless retrofit).
@@ -76,7 +79,7 @@ class HigherOrderAttention(Attention):
         alpha = self.ho_gate[t].to(base.dtype).view(1, 1, -1, 1)
         return base + alpha * (refined - base)
 
-    def level_parts(self, w: Attention, x: torch.Tensor, m: int, ctx: dict, cache: dict | None, memo: dict) -> dict:
+    def level_parts(self, w: Attention, x: torch.Tensor, m: int, rope, cache: dict | None, memo: dict) -> dict:
         """q/k/v(/g) of attention with weights `w` at order m, (B, T, heads, hd) each, refined."""
         key = f"proj:{self._weights_name(w)}"
         if key not in memo:  # every level reads the same x: project it once per weight set
@@ -88,58 +91,56 @@ class HigherOrderAttention(Attention):
         for t in self.targets:
             if self.form == "projected":
                 src = w if (self.shared or w is not self) else self.inner[t]
-                y = self.level_output(src, x, m - 1, ctx, cache, memo, label=f"inner_{t}")
+                y = self.level_output(src, x, m - 1, rope, cache, memo, label=f"inner_{t}")
                 refined = getattr(w, f"{t}_proj")(y).view(B, T, parts[t].shape[2], self.head_dim)
             else:
-                refined = self._self_refine(parts[t], m - 1, cache, t, ctx)
+                refined = self._self_refine(parts[t], m - 1, cache, t)
             parts[t] = self._blend(t, parts[t], refined)
         return parts
 
-    def level_output(self, w: Attention, x: torch.Tensor, m: int, ctx: dict, cache: dict | None, memo: dict,
+    def level_output(self, w: Attention, x: torch.Tensor, m: int, rope, cache: dict | None, memo: dict,
                      label: str) -> torch.Tensor:
         """The whole attention of weights `w` at order m (an inner level), in model space (B, T, d)."""
         key = f"{self._weights_name(w)}:{m}"
-        recorder = ctx.get("attention_maps") if m == self.order - 1 else None  # maps: the level below the outer
+        hook = self.hook_inner[label] if m == self.order - 1 else None  # maps: the level below the outer
         if key in memo:  # shared weights: the q and k refinements use the same inner attention
-            if recorder is not None:
-                recorder.add(label, *memo[f"{key}:qk"])
+            if hook is not None:
+                hook(*memo[f"{key}:qk"])
             return memo[key]
-        parts = self.level_parts(w, x, m, ctx, cache, memo)
+        parts = self.level_parts(w, x, m, rope, cache, memo)
         q, k = w.qk_norm(parts["q"], parts["k"])
-        cos, sin = ctx["rope"]
+        cos, sin = rope
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
         v = parts["v"].transpose(1, 2)
         sub = None if cache is None else child_cache(cache, f"ho:{key}")
-        if recorder is not None:
-            recorder.add(label, q, k)
+        if hook is not None:
+            hook(q, k)
             memo[f"{key}:qk"] = (q, k)
-        o = Attention.attend(w, q, k, v, sub, ctx)
+        o = Attention.attend(w, q, k, v, sub)
         out = w.output(o.transpose(1, 2), parts)
         memo[key] = out
         return out
 
-    def _self_refine(self, z: torch.Tensor, n: int, cache: dict | None, t: str, ctx: dict) -> torch.Tensor:
+    def _self_refine(self, z: torch.Tensor, n: int, cache: dict | None, t: str) -> torch.Tensor:
         """Eq. 7-8 applied n times: z <- softmax(z z^T / sqrt(d)) z, causal, per head. z (B, T, h, hd)."""
         z = z.transpose(1, 2)
-        recorder = ctx.get("attention_maps")
         for level in range(n):
             hist = z
             if cache is not None:
                 hist = append_history(child_cache(cache, f"ho:self_{t}:{level}"), "z", z)
-            if recorder is not None and level == n - 1:
-                recorder.add(f"inner_{t}", z, hist)
+            if level == n - 1:
+                self.hook_inner[f"inner_{t}"](z, hist)
             z = sdpa_causal(z, hist, hist)
         return z.transpose(1, 2)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, ctx: dict, cache: dict | None = None) -> torch.Tensor:
-        parts = self.level_parts(self, x, self.order, ctx, cache, memo={})
-        parts, q, k, v = self.mix_norm_rope(parts, x, ctx)  # anchor mixing acts on the outer level only
-        recorder = ctx.get("attention_maps")
-        if recorder is not None:
-            recorder.add(OUTER, q, k)
-        o = self.attend(q, k, v, cache, ctx)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
+                cache: dict | None = None) -> torch.Tensor:
+        parts = self.level_parts(self, x, self.order, rope, cache, memo={})
+        parts, q, k, v = self.mix_norm_rope(parts, x, rope, anchors)  # anchor mixing acts on the outer level only
+        q, k = self.hook_qk(q, k)
+        o = self.attend(q, k, v, cache)
         return self.output(o.transpose(1, 2), parts)
 
     # ------------------------------------------------------------------ accounting
@@ -186,3 +187,12 @@ class HigherOrderAttention(Attention):
 def _linear_flops(p: nn.Module) -> float:
     """Per-token FLOPs of one pass through a projection (Linear: 2*in*out; other kinds: their Linears)."""
     return float(sum(2 * m.in_features * m.out_features for m in p.modules() if isinstance(m, nn.Linear)))
+
+
+def _build(cfg: ModelConfig, **common) -> HigherOrderAttention:
+    a = cfg.attention
+    return HigherOrderAttention(order=a.order, form=a.ho_form, shared=a.ho_shared, targets=tuple(a.ho_targets),
+                                ho_gate=a.ho_gate, **common)
+
+
+ATTENTION_KINDS.register("higher_order")(LayerKind(lambda cfg: cfg.attention.order > 1, _build))

@@ -1,4 +1,4 @@
-"""Small building blocks shared by every architecture: RMSNorm, RoPE, SwiGLU."""
+"""Small building blocks shared by every architecture: RMSNorm, RoPE, SwiGLU, hook points."""
 from __future__ import annotations
 
 import torch
@@ -77,5 +77,14 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(hidden, d_model, bias=bias)
         self.down_proj._nexus_out_proj = True  # zero_init_out targets this matrix
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class HookPoint(nn.Module):
+    """Identity on its inputs, placed where an analysis wants to read intermediate tensors. Analyses
+    (nexus.analysis.hooks) attach forward hooks here, so the model carries no recording flags or
+    side channels; without a hook it costs one module call."""
+
+    def forward(self, *tensors):
+        return tensors[0] if len(tensors) == 1 else tensors

@@ -14,6 +14,11 @@ For every mixed component S in {q, k, v, g} of layer n (ExoFormer paper, eq. 1 a
 Mixing runs inside Attention.forward right after the projections and before QK-norm and RoPE, so
 the layer order is: mix -> QK-norm -> RoPE -> attention -> o * sigmoid(g_hat) -> W_o.
 The anchor does not depend on other positions, so KV-cached decoding needs no extra state.
+
+Nothing here reads the model config or re-derives attention's shapes: `build_anchor_mixing` gets the
+MixingConfig, the model width and the (heads, width) table attention itself uses
+(`attention.component_shapes`), and returns the anchor source plus one mixer per layer, which the
+model hands to each attention at construction.
 """
 from __future__ import annotations
 
@@ -21,34 +26,31 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ModelConfig
+from ..config import MixingConfig
 from .layers import RMSNorm
 from .modulated_mix import modulated_mix
 
 COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
 
 
-def component_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
-    """(heads, width) of one projection as the attention sees it: q/g use query heads, k/v kv heads;
-    a headwise gate has width 1."""
-    if comp == "q":
-        return cfg.n_heads, cfg.hd
-    if comp in ("k", "v"):
-        return cfg.kv_heads, cfg.hd
-    return cfg.n_heads, (cfg.hd if cfg.attention.gate == "elementwise" else 1)
+Shapes = dict[str, tuple[int, int]]  # component -> (heads, width), from attention.component_shapes
 
 
-def coefficient_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
-    heads, width = component_shape(cfg, comp)
-    gran = "scalar" if cfg.mixing.anchor == "value_residual" and not cfg.mixing.learnable else cfg.mixing.granularity
-    return {"elementwise": (heads, width), "headwise": (heads, 1), "scalar": (1, 1)}[gran]
+def coefficient_granularity(mixing: MixingConfig) -> str:
+    """ResFormer's fixed 0.5 / 0.5 is one scalar per component; otherwise mixing.granularity."""
+    return "scalar" if mixing.anchor == "value_residual" and not mixing.learnable else mixing.granularity
 
 
-def anchor_is_normed(cfg: ModelConfig, comp: str) -> bool:
+def coefficient_shape(shape: tuple[int, int], granularity: str) -> tuple[int, int]:
+    heads, width = shape
+    return {"elementwise": (heads, width), "headwise": (heads, 1), "scalar": (1, 1)}[granularity]
+
+
+def anchor_is_normed(mixing: MixingConfig, comp: str) -> bool:
     """ResFormer reuses the raw v_1; the unified framework normalizes all anchors or only Q/K ones."""
-    if cfg.mixing.anchor == "value_residual":
+    if mixing.anchor == "value_residual":
         return False
-    return cfg.mixing.norm == "all" or (cfg.mixing.norm == "qk" and comp in ("q", "k"))
+    return mixing.norm == "all" or (mixing.norm == "qk" and comp in ("q", "k"))
 
 
 class AnchorNorm(nn.Module):
@@ -66,9 +68,8 @@ class AnchorNorm(nn.Module):
         return self.norm(x)
 
 
-def make_anchor_norms(cfg: ModelConfig) -> nn.ModuleDict:
-    return nn.ModuleDict({c: AnchorNorm(*component_shape(cfg, c), cfg.norm_eps)
-                          for c in cfg.mixing.components if anchor_is_normed(cfg, c)})
+def make_anchor_norms(shapes: Shapes, normed: list[str], eps: float) -> nn.ModuleDict:
+    return nn.ModuleDict({c: AnchorNorm(*shapes[c], eps) for c in normed})
 
 
 def _normalize(norms: nn.ModuleDict, comp: str, x: torch.Tensor) -> torch.Tensor:
@@ -80,13 +81,12 @@ class ExoAnchor(nn.Module):
     """ExoFormer's exogenous anchor: one fused Linear on the token embeddings, split into the mixed
     components, each normalized. Computed once per forward, independent of depth."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, d_model: int, shapes: Shapes, components: list[str], normed: list[str], eps: float):
         super().__init__()
-        self.cfg = cfg
-        self.components = [c for c in COMPONENTS if c in cfg.mixing.components]
-        self.shapes = {c: component_shape(cfg, c) for c in self.components}
+        self.components = list(components)
+        self.shapes = {c: shapes[c] for c in self.components}
         self.sizes = [h * w for h, w in self.shapes.values()]
-        self.proj = nn.Linear(cfg.d_model, sum(self.sizes), bias=False)
+        self.proj = nn.Linear(d_model, sum(self.sizes), bias=False)
         if len(set(self.sizes)) == 1:
             # Muon must orthogonalize W_anc^Q, W_anc^K, W_anc^V, W_anc^G separately (the paper's four
             # independent matrices); the fused weight is split into equal row blocks for that.
@@ -94,23 +94,18 @@ class ExoAnchor(nn.Module):
         else:
             # Unequal blocks (GQA or a headwise gate): Muon splits at these row counts instead.
             self.proj.weight._muon_split = list(self.sizes)
-        self.norms = make_anchor_norms(cfg)
-        self.removed = False  # anchor-removal analysis: zero the anchor term in every layer
-        # Gather anchors from a per-vocabulary table when that is less work (see prepare); False
-        # forces the direct projection of every token (benchmarks compare the two).
-        self.table_lookup = True
+        self.norms = make_anchor_norms(shapes, normed, eps)
 
-    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
-                embed_weight: torch.Tensor | None = None) -> None:
-        """Fill ctx['anchors'][c] (B, T, heads, width). `input_ids`/`embed_weight` may be given only when
-        `embeddings` is the plain lookup embed_weight[input_ids]."""
+    def forward(self, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
+                embed_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The anchors: component -> (B, T, heads, width). `input_ids`/`embed_weight` may be given only
+        when `embeddings` is the plain lookup embed_weight[input_ids]; without them every token is
+        projected directly."""
         B, T, _ = embeddings.shape
-        ctx["anchor_removed"] = self.removed
         # The anchor is a function of the token id alone, so when the vocabulary has fewer rows than the
         # batch has tokens, projecting and normalizing the embedding table once and gathering rows gives
         # the same numbers with V / (B * T) of the matmul and norm work, forward and backward.
-        table = (self.table_lookup and input_ids is not None and embed_weight is not None
-                 and embed_weight.shape[0] < B * T)
+        table = input_ids is not None and embed_weight is not None and embed_weight.shape[0] < B * T
         src = embed_weight if table else embeddings
         lead = src.shape[:-1]
         anchors = {}
@@ -119,44 +114,39 @@ class ExoAnchor(nn.Module):
             if table:
                 a = F.embedding(input_ids, a.reshape(lead[0], -1)).view(B, T, *self.shapes[c])
             anchors[c] = a
-        ctx["anchors"] = anchors
+        return anchors
 
     def flops_per_token(self, seq_len: int) -> float:
         return 0.0  # only the Linear (counted by the walker); RMSNorm is negligible (paper, app. F)
 
 
 class LayerZeroAnchor(nn.Module):
-    """Anchor source for ResFormer / NuResFormer: layer 0 fills ctx['anchors'] as it runs (see
-    AnchorCapture). This module only resets the slot and carries the anchor-removal switch."""
+    """Anchor source for ResFormer / NuResFormer: an empty anchor dict per forward, which layer 0 fills
+    as it runs (see AnchorCapture) and the later layers read."""
 
-    def __init__(self):
-        super().__init__()
-        self.removed = False
-
-    def prepare(self, ctx: dict, embeddings: torch.Tensor, input_ids=None, embed_weight=None) -> None:
-        ctx["anchor_removed"] = self.removed
-        ctx["anchors"] = {}
+    def forward(self, embeddings: torch.Tensor, input_ids=None, embed_weight=None) -> dict[str, torch.Tensor]:
+        return {}
 
 
 class AnchorCapture(nn.Module):
     """Installed as layer 0's mixer for internal anchors: records v, g (raw projections) and q, k
     (after layer 0's QK-norm), normalized per mixing.norm. Layer 0 itself is not mixed."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, shapes: Shapes, components: list[str], normed: list[str], eps: float):
         super().__init__()
-        self.components = [c for c in COMPONENTS if c in cfg.mixing.components]
-        self.norms = make_anchor_norms(cfg)
+        self.components = list(components)
+        self.norms = make_anchor_norms(shapes, normed, eps)
 
-    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
+    def forward(self, parts: dict, x: torch.Tensor, anchors: dict) -> dict:
         for c in ("v", "g"):
             if c in self.components:
-                ctx["anchors"][c] = _normalize(self.norms, c, parts[c])
+                anchors[c] = _normalize(self.norms, c, parts[c])
         return parts
 
-    def after_qk_norm(self, attn, q: torch.Tensor, k: torch.Tensor, ctx: dict):
+    def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict):
         for c, t in (("q", q), ("k", k)):
             if c in self.components:
-                ctx["anchors"][c] = _normalize(self.norms, c, t)
+                anchors[c] = _normalize(self.norms, c, t)
         return q, k
 
 
@@ -189,16 +179,15 @@ class AnchorMixer(nn.Module):
     """Layer n's mixer: S_hat = (l1 * g1) * anchor + (l2 * g2) * S for each mixed component.
     Coefficients are stored flat (1-D) so optimizers treat them like gains: AdamW, no weight decay."""
 
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
+    def __init__(self, d_model: int, shapes: Shapes, components: list[str], granularity: str, learnable: bool,
+                 dynamic: bool, dynamic_hidden: int):
         super().__init__()
-        m = cfg.mixing
-        self.layer_idx = layer_idx
-        self.components = [c for c in COMPONENTS if c in m.components]
-        self.shapes = {c: coefficient_shape(cfg, c) for c in self.components}
-        self.widths = {c: component_shape(cfg, c)[0] * component_shape(cfg, c)[1] for c in self.components}
+        self.components = list(components)
+        self.shapes = {c: coefficient_shape(shapes[c], granularity) for c in self.components}
+        self.widths = {c: shapes[c][0] * shapes[c][1] for c in self.components}
         # lambda starts at 1.0 with dynamic mixing (gamma = 0.5 makes the product 0.5), else at 0.5.
-        self.init_value = 1.0 if m.dynamic else 0.5
-        if m.learnable:
+        self.init_value = 1.0 if dynamic else 0.5
+        if learnable:
             self.anchor_coef = nn.ParameterDict({c: self._coef(c) for c in self.components})
             self.current_coef = nn.ParameterDict({c: self._coef(c) for c in self.components})
         else:  # fixed coefficients (ResFormer's 0.5 / 0.5): buffers, so nothing trains them
@@ -206,7 +195,7 @@ class AnchorMixer(nn.Module):
             for c in self.components:
                 self.anchor_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
                 self.current_coef.register_buffer(c, torch.full((self._numel(c),), self.init_value), persistent=False)
-        self.dynamic = DynamicMixing(cfg.d_model, m.dynamic_hidden) if m.dynamic else None
+        self.dynamic = DynamicMixing(d_model, dynamic_hidden) if dynamic else None
 
     def _coef(self, c: str) -> nn.Parameter:
         return nn.Parameter(torch.full((self._numel(c),), self.init_value))
@@ -225,10 +214,10 @@ class AnchorMixer(nn.Module):
         """(lambda1, lambda2) of component c shaped (heads or 1, width or 1) for broadcasting."""
         return self.anchor_coef[c].view(self.shapes[c]), self.current_coef[c].view(self.shapes[c])
 
-    def forward(self, attn, parts: dict, x: torch.Tensor, ctx: dict) -> dict:
-        anchors = ctx["anchors"]
+    def forward(self, parts: dict, x: torch.Tensor, anchors: dict | None) -> dict:
+        """anchors None drops the anchor term (the anchor-removal analysis, nexus.analysis.hooks)."""
         gamma = self.dynamic(x) if self.dynamic is not None else None  # (B, T, 8)
-        removed = ctx.get("anchor_removed", False)
+        removed = anchors is None
         out = dict(parts)
         for c in self.components:
             l1, l2 = self.coefficients(c)
@@ -238,6 +227,9 @@ class AnchorMixer(nn.Module):
                 g1, g2 = gamma[..., 2 * i, None, None], gamma[..., 2 * i + 1, None, None]  # (B, T, 1, 1)
             out[c] = modulated_mix(parts[c], None if removed else anchors[c], l1, l2, g1, g2)
         return out
+
+    def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict | None):
+        return q, k  # every component is mixed before QK-norm (the ExoFormer order)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Two multiplications and one addition per mixed element (paper, app. F.2: 12d for q,k,v,g)."""
@@ -251,38 +243,24 @@ class _FixedCoefficients(nn.Module):
         return getattr(self, name)
 
 
-# ----------------------------------------------------------------------------- installation
-def install_anchor_mixing(model: nn.Module, cfg: ModelConfig) -> None:
-    """Attach the anchor source to `model.anchor` and a mixer to each layer's attention."""
-    if cfg.mixing.anchor == "exo":
-        model.anchor = ExoAnchor(cfg)
-        first_mixed = 0
-    else:  # value_residual, nures: layer 0 is the anchor and is left unmixed
-        model.anchor = LayerZeroAnchor()
-        model.layers[0].attn.mixer = AnchorCapture(cfg)
-        first_mixed = 1
-    for i in range(first_mixed, len(model.layers)):
-        model.layers[i].attn.mixer = AnchorMixer(cfg, i)
+# ----------------------------------------------------------------------------- construction
+def build_anchor_mixing(mixing: MixingConfig, d_model: int, shapes: Shapes, n_layers: int, eps: float
+                        ) -> tuple[nn.Module, list[nn.Module | None]]:
+    """(anchor source, one mixer per layer or None) for `mixing.anchor` exo | value_residual | nures.
+    ExoFormer mixes every layer; with internal anchors layer 0 is the anchor (captured, unmixed)."""
+    comps = [c for c in COMPONENTS if c in mixing.components]
+    normed = [c for c in comps if anchor_is_normed(mixing, c)]
+
+    def mixer() -> AnchorMixer:
+        return AnchorMixer(d_model, shapes, comps, coefficient_granularity(mixing), mixing.learnable,
+                           mixing.dynamic, mixing.dynamic_hidden)
+
+    if mixing.anchor == "exo":
+        return ExoAnchor(d_model, shapes, comps, normed, eps), [mixer() for _ in range(n_layers)]
+    return LayerZeroAnchor(), [AnchorCapture(shapes, comps, normed, eps)] + [mixer() for _ in range(1, n_layers)]
 
 
 def mixers(model: nn.Module) -> list[tuple[int, AnchorMixer]]:
     """(layer index, mixer) for every mixed layer, for analyses and tests."""
     return [(i, layer.attn.mixer) for i, layer in enumerate(getattr(model, "layers", []))
             if isinstance(getattr(layer.attn, "mixer", None), AnchorMixer)]
-
-
-class anchor_removed:
-    """Context manager: evaluate `model` with the anchor term zeroed in every mixed layer."""
-
-    def __init__(self, model: nn.Module):
-        self.anchor = getattr(model, "anchor", None)
-
-    def __enter__(self):
-        if self.anchor is not None:
-            self.anchor.removed = True
-        return self
-
-    def __exit__(self, *exc):
-        if self.anchor is not None:
-            self.anchor.removed = False
-        return False

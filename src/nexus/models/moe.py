@@ -3,7 +3,8 @@
     probs = softmax(x W_r^T)            (fp32, over all experts)
     y     = sum_{e in topk(probs)} probs_e * expert_e(x)      (no renormalisation, as in OLMoE)
 
-Auxiliary losses (added once to the LM loss through ctx["aux_losses"], averaged over layers):
+Auxiliary losses (each forward in training mode stores them in `aux_losses_out`; the LM adds them once
+to its loss, averaged over layers):
   * load balancing (Switch / OLMoE): E * sum_e f_e * P_e, f_e = share of routed slots that went to
     expert e, P_e = mean router probability of e;
   * router z-loss (ST-MoE): mean over tokens of logsumexp(logits)^2.
@@ -19,7 +20,9 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
+from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
+from .output import AuxLossModule
 
 
 def expert_hidden(cfg: ModelConfig) -> int:
@@ -27,16 +30,18 @@ def expert_hidden(cfg: ModelConfig) -> int:
     return cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
 
 
-class MoEMLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+class MoEMLP(AuxLossModule):
+    def __init__(self, d_model: int, n_experts: int, top_k: int, hidden: int, lb_coef: float = 0.0,
+                 z_coef: float = 0.0, n_layers: int = 1):
+        """hidden: inner size of one expert; lb_coef / z_coef weigh the aux losses, which are averaged
+        over the model's n_layers MoE layers."""
         super().__init__()
-        m = cfg.moe
-        self.n_experts, self.top_k = m.n_experts, m.top_k
-        self.lb_coef, self.z_coef = m.lb_loss_coef, m.router_z_coef
-        self.n_layers = cfg.n_layers  # aux losses are averaged over layers
-        self.hidden = expert_hidden(cfg)
-        self.router = nn.Linear(cfg.d_model, m.n_experts, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, self.hidden) for _ in range(m.n_experts))
+        self.n_experts, self.top_k = n_experts, top_k
+        self.lb_coef, self.z_coef = lb_coef, z_coef
+        self.n_layers = n_layers
+        self.hidden = hidden
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d_model, hidden) for _ in range(n_experts))
 
     def route(self, x2: torch.Tensor):
         """x2 (N, d) -> (logits (N,E) fp32, probs (N,E), top-k weights (N,k), top-k expert ids (N,k))."""
@@ -53,7 +58,7 @@ class MoEMLP(nn.Module):
         z = torch.logsumexp(logits, dim=-1).pow(2).mean()
         return {"moe_lb": self.lb_coef * lb / self.n_layers, "moe_z": self.z_coef * z / self.n_layers}
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         logits, probs, weights, idx = self.route(x2)
@@ -72,9 +77,7 @@ class MoEMLP(nn.Module):
             tok = flat_token[sel]
             y = self.experts[e](x2.index_select(0, tok)) * flat_weight[sel].unsqueeze(-1).to(x.dtype)
             out.index_add_(0, tok, y)
-        if ctx is not None and "aux_losses" in ctx and self.training:
-            for name, v in self.aux_losses(logits, probs, idx).items():
-                ctx["aux_losses"][name] = ctx["aux_losses"].get(name, 0.0) + v
+        self.aux_losses_out = self.aux_losses(logits, probs, idx) if self.training else {}
         return out.reshape(shape)
 
     # Only top_k of n_experts run per token, so the experts' nn.Linear children must not be summed
@@ -88,3 +91,11 @@ class MoEMLP(nn.Module):
         router = 2 * d * self.n_experts + 5 * self.n_experts  # matmul + softmax (exp, sum, div) + top-k compare
         expert = 2 * d * h * 3 + 4 * h  # gate/up/down matmuls + silu (~3 ops) and the gate*up product
         return float(router + k * (expert + 2 * d))  # + scaling by the router weight and accumulation
+
+
+def _build(cfg: ModelConfig, **common) -> MoEMLP:
+    m = cfg.moe
+    return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
+
+
+MLP_KINDS.register("moe")(LayerKind(lambda cfg: cfg.moe.n_experts > 0, _build))

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .projections import register_projection
+from .projections import PROJECTIONS
 
 L2_EPS = 1e-5  # the public code's eps, added to the norm (l2norm form)
 L2_WIDTH_EPS = 1e-6  # l2norm_width: keeps an all-zero pre-activation (e.g. right after an all-zero growth) finite
@@ -51,7 +51,7 @@ class NexusRank(nn.Module):
             self.scale_a = math.sqrt(scale_a or a)
         self.eps = L2_WIDTH_EPS if form == "l2norm_width" else L2_EPS
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = self.form in L2_FORMS
         h = self.w_m(x)
         if normed:
@@ -72,7 +72,7 @@ class NexusRank(nn.Module):
         return f"{self.d_in}->{self.m}->{self.a}->{self.d_out}, form={self.form}"
 
 
-@register_projection("nexus_rank")
+@PROJECTIONS.register("nexus_rank")
 def make_nexus_rank(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> NexusRank:
     p = cfg.projection
     return NexusRank(d_in, d_out, p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model), p.form, bias,

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .projections import register_projection
+from .projections import PROJECTIONS
 
 L2_EPS = 1e-6  # keeps a zero score row finite
 
@@ -39,7 +39,7 @@ class Pattention(nn.Module):
     def tau(self) -> float:
         return math.sqrt(self.frozen_n or self.n_tokens)
 
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = x @ self.key_tokens.t()
         if self.act == "softmax":
             w = torch.softmax(s / math.sqrt(self.d_in), dim=-1)
@@ -64,7 +64,7 @@ class Pattention(nn.Module):
         return f"{self.d_in}->{self.d_out}, tokens={self.n_tokens}, act={self.act}, tau=sqrt({self.frozen_n or self.n_tokens})"
 
 
-@register_projection("pattention")
+@PROJECTIONS.register("pattention")
 def make_pattention(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> Pattention:
     p = cfg.projection
     if target == "ffn":

@@ -27,9 +27,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ConfigError, ModelConfig, RecurrentConfig
+from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
 from .layers import RMSNorm
-from .output import IGNORE_INDEX, LMOutput
+from .output import LMOutput, cross_entropy_mean, lm_loss
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -100,21 +101,21 @@ class ConvHistory:
 
 
 class RecurrentMLP(nn.Module):
-    """SwiGLU with ternary BitLinear projections (plain nn.Linear when recurrent.ternary is off)."""
+    """SwiGLU with ternary BitLinear projections (plain nn.Linear when ternary is off)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, d_model: int, hidden: int, ternary: bool = True, act_quant: bool = False,
+                 subln: bool = False, norm_eps: float = 1e-5):
         super().__init__()
-        rc = cfg.recurrent
-        d, h = cfg.d_model, cfg.ffn
+        d, h = d_model, hidden
 
         def lin(i, o, subln=False):
-            if rc.ternary:
-                return BitLinear(i, o, bias=False, act_quant=rc.act_quant, input_norm=subln, norm_eps=cfg.norm_eps)
+            if ternary:
+                return BitLinear(i, o, bias=False, act_quant=act_quant, input_norm=subln, norm_eps=norm_eps)
             return nn.Linear(i, o, bias=False)
 
         self.gate_proj = lin(d, h)
         self.up_proj = lin(d, h)
-        self.down_proj = lin(h, d, subln=rc.subln)  # SubLN: norm the inner activation before quantizing it
+        self.down_proj = lin(h, d, subln=subln)  # SubLN: norm the inner activation before quantizing it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -124,14 +125,16 @@ class RecurrentMLP(nn.Module):
 
 
 class RecurrentBlock(nn.Module):
-    """One physical layer of f: causal-conv token mixing, then SwiGLU channel mixing (pre-norm)."""
+    """One physical layer of f: causal-conv token mixing, then SwiGLU channel mixing (pre-norm). The one
+    place a layer's ModelConfig is unpacked into its parts."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        rc = cfg.recurrent
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.conv = CausalDepthwiseConv(cfg.d_model, cfg.recurrent.conv_kernel)
+        self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = RecurrentMLP(cfg)
+        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, rc.ternary, rc.act_quant, rc.subln, cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None
@@ -142,39 +145,23 @@ class RecurrentBlock(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class RecurrentLM(nn.Module):
+class RecurrentLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
         if cfg.arch != "recurrent":
             raise ConfigError(f"model.arch={cfg.arch!r} (valid: recurrent for RecurrentLM)")
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)  # full precision (BitNet keeps embeddings)
-        self.layers = nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # the embedding stays full precision (BitNet keeps embeddings)
+        super().__init__(cfg, nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers)))
         self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
         self.init_weights()
 
-    # ------------------------------------------------------------------ init
-    def init_weights(self) -> None:
-        std = self.cfg.init_std
-        for m in self.modules():
-            if isinstance(m, nn.Linear):  # includes BitLinear: its latent weights start like any matrix
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, std=std)
-            elif isinstance(m, nn.Conv1d):
-                # a depthwise kernel has only k inputs per output: fan-in scaling, not init_std,
-                # so token mixing is not negligible at the start
-                nn.init.normal_(m.weight, std=1.0 / math.sqrt(m.kernel_size[0] * 4))
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, RMSNorm) and m.weight is not None:
-                nn.init.ones_(m.weight)
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_special_parameters"):
-                m.reset_special_parameters()
+    def init_module(self, m: nn.Module) -> None:
+        if isinstance(m, nn.Conv1d):
+            # a depthwise kernel has only k inputs per output: fan-in scaling, not init_std,
+            # so token mixing is not negligible at the start
+            nn.init.normal_(m.weight, std=1.0 / math.sqrt(m.kernel_size[0] * 4))
+            nn.init.zeros_(m.bias)
+        else:
+            super().init_module(m)
 
     # ------------------------------------------------------------------ depth
     def depth(self, n_sup: int | None = None, t_inner: int | None = None) -> tuple[int, int]:
@@ -204,20 +191,11 @@ class RecurrentLM(nn.Module):
             self._depth_override = old
 
     # ------------------------------------------------------------------ forward
-    def head(self, z: torch.Tensor) -> torch.Tensor:
-        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return self.norm(z) @ w.t()
-
     def f(self, z: torch.Tensor, cache, sup: int, it: int) -> torch.Tensor:
         """One application of the physical stack."""
         for i, layer in enumerate(self.layers):
             z = layer(z, cache.layer(i) if cache is not None else None, (sup, it))
         return z
-
-    def _ce(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-        flat, lab = logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1)
-        n = int((lab != IGNORE_INDEX).sum())
-        return F.cross_entropy(flat, lab, ignore_index=IGNORE_INDEX, reduction="sum") / max(n, 1), n
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
                 return_hidden: bool = False, n_sup: int | None = None, t_inner: int | None = None) -> LMOutput:
@@ -242,47 +220,31 @@ class RecurrentLM(nn.Module):
                 with torch.set_grad_enabled(keep_graph):
                     z = self.f(z + x, cache, s, t)
             if deep:
-                ce_s, _ = self._ce(self.head(z), labels)
-                sup_losses.append(ce_s)
+                sup_losses.append(cross_entropy_mean(self.head(self.norm(z)), labels))
                 if s < N - 1:
                     z = z.detach() if not rc.full_backprop else z
             if return_hidden:
                 states.append(z)
         if cache is not None:
             cache.pos += input_ids.shape[1]
-        logits = self.head(z)
-        out = LMOutput(logits=logits, aux_losses={}, hidden_states=states)
+        out = LMOutput(logits=self.head(self.norm(z)), aux_losses={}, hidden_states=states)
         if labels is None:
             return out
-        ce, n = self._ce(logits, labels)
+        deep_loss = None
         if deep:
-            loss = torch.stack(sup_losses).sum()
+            deep_loss = torch.stack(sup_losses).sum()
             if rc.sup_loss == "mean":
-                loss = loss / N
-        else:
-            loss = ce
-        if self.cfg.z_loss > 0:
-            valid = labels.reshape(-1) != IGNORE_INDEX
-            lse = torch.logsumexp(logits.float().reshape(-1, logits.shape[-1])[valid], dim=-1)
-            loss = loss + self.cfg.z_loss * lse.pow(2).sum() / max(n, 1)
-        out.loss, out.ce_loss, out.n_tokens = loss, ce, n
-        return out
+                deep_loss = deep_loss / N
+        return lm_loss(out, labels, self.cfg.z_loss, main=deep_loss)
 
     # ------------------------------------------------------------------ generation
-    def new_cache(self):
-        from .generate import KVCache
-
-        return KVCache(len(self.layers))
-
     @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
                  n_sup: int | None = None, t_inner: int | None = None):
         """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
-        from .generate import generate
-
         with self.depth_scaled(n_sup, t_inner):
-            return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)
+            return super().generate(input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)
 
     # ------------------------------------------------------------------ accounting
     def effective_depth(self) -> int:
@@ -302,8 +264,7 @@ class RecurrentLM(nn.Module):
                     per_application += 2.0 * m.in_features * m.out_features
                 if hasattr(m, "flops_per_token"):
                     per_application += m.flops_per_token(seq_len)
-        tied_head = 2.0 * self.cfg.d_model * self.cfg.vocab_size if self.lm_head is None else 0.0
-        return (n * t - 1) * per_application + tied_head
+        return (n * t - 1) * per_application + self.tied_head_flops()
 
 
 # ----------------------------------------------------------------------------- seed-style Python API

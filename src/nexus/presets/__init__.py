@@ -9,49 +9,35 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
+from ..plugins import Registry
 
-_REGISTRY: dict[str, tuple[Callable[[], RunConfig], str]] = {}
-_loaded = False
+# name -> (builder, one-line description); the modules of this package register themselves
+PRESETS: Registry[tuple[Callable[[], RunConfig], str]] = Registry("--preset", __name__)
 
 
 def register(name: str, description: str = ""):
     def deco(fn: Callable[[], RunConfig]):
-        if name in _REGISTRY:
-            raise RuntimeError(f"preset {name!r} registered twice")
         doc_lines = (fn.__doc__ or "").strip().splitlines()
-        _REGISTRY[name] = (fn, description or (doc_lines[0] if doc_lines else ""))
+        PRESETS.register(name)((fn, description or (doc_lines[0] if doc_lines else "")))
         return fn
     return deco
 
 
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from ..plugins import import_submodules
-
-    import_submodules(__name__, __path__)
-
-
 def names() -> list[str]:
-    _load_all()
-    return sorted(_REGISTRY)
+    return sorted(PRESETS.names())
 
 
 def describe(name: str) -> str:
-    _load_all()
-    return _REGISTRY[name][1]
+    return PRESETS.get(name)[1]
 
 
 def get_preset(name: str) -> RunConfig:
-    _load_all()
-    if name not in _REGISTRY:
+    if name not in PRESETS:
         import difflib
 
-        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        close = difflib.get_close_matches(name, PRESETS.names(), n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "see `nexus presets`"
         raise ConfigError(f"--preset={name!r} is not a known preset ({hint})")
-    cfg = _REGISTRY[name][0]()
+    cfg = PRESETS.get(name)[0]()
     cfg.preset = name
     return cfg

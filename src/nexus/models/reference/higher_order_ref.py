@@ -46,7 +46,7 @@ def reference_higher_order(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch
     """Output of `layer` (a HigherOrderAttention, no mixer) on x (B,T,d). `causal_inner=False`
     builds the leaky variant that the no-leakage test must be able to catch."""
     B, T, _ = x.shape
-    hd, eps = layer.head_dim, layer.cfg.norm_eps
+    hd = layer.head_dim
     heads = {"q": layer.n_heads, "k": layer.n_kv_heads, "v": layer.n_kv_heads}
 
     def proj(lin, inp, t):  # (B, heads, T, hd)
@@ -71,7 +71,7 @@ def reference_higher_order(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch
                 qkv[t] = blend(t, qkv[t], refined)
         q, k, v = qkv["q"], qkv["k"], qkv["v"]
         if w.q_norm is not None:
-            q, k = _rms(q, w.q_norm.weight, eps), _rms(k, w.k_norm.weight, eps)
+            q, k = _rms(q, w.q_norm.weight, w.q_norm.eps), _rms(k, w.k_norm.weight, w.k_norm.eps)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         causal = causal_inner or (w is layer and m == layer.order)  # the outer attention stays causal
         o = naive_attention(q, k, v, causal).transpose(1, 2)  # (B, T, H, hd)
