@@ -48,11 +48,12 @@ class _RegistryWatcher:
         exec_module = loader.exec_module
 
         def exec_then_register(module):
+            del loader.exec_module  # the class's own again: a loader can serve many modules (zipimporter)
             exec_module(module)
             _uninstall()
             register_nexus(module)
 
-        loader.exec_module = exec_then_register  # this loader instance belongs to this one module
+        loader.exec_module = exec_then_register  # on this instance, for this one load
         return spec
 
 

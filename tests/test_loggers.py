@@ -88,3 +88,26 @@ def test_missing_package_or_unknown_sink_fails_before_writing(tmp_path, monkeypa
     assert not out.exists()
     with pytest.raises(ConfigError, match="train.log_to"):
         parse_overrides(get_preset("baseline-micro"), ["--train.log_to", "jsonl,mlflow"]).validate()
+
+
+@pytest.mark.parametrize("mode", [None, "onlien"])
+def test_wandb_without_an_api_key_or_with_a_bad_mode_fails_before_writing(tmp_path, mode):
+    """Online W&B with no key anywhere (a new user's first try), or a WANDB_MODE wandb rejects: one line naming
+    train.log_to and the ways out, exit 2, no run directory -- not wandb's traceback after config.yaml is written."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "NETRC", "WANDB_IDENTITY_TOKEN_FILE")}
+    env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), NEXUS_CACHE=str(tmp_path / "cache"))
+    if mode:
+        env["WANDB_MODE"] = mode
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN,
+                           "--train.log_to", "jsonl,wandb", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr[-3000:]
+    assert "train.log_to" in err[0] and "WANDB_MODE=offline" in err[0] and (mode is None or mode in err[0])
+    assert not out.exists()

@@ -26,6 +26,24 @@ def check_log_targets(targets: list[str]) -> None:
         if t in _PACKAGES and importlib.util.find_spec(_PACKAGES[t][0]) is None:
             raise ConfigError(f"train.log_to includes {t!r} but the {t} package is not installed "
                               f"(valid: {_PACKAGES[t][1]}, or drop {t})")
+    if "wandb" in targets:
+        _check_wandb_can_start()
+
+
+def _check_wandb_can_start() -> None:
+    """wandb.init finds no API key, or rejects WANDB_MODE, only after the run directory is written, and then
+    as a traceback. wandb.login() runs the same lookup (env, netrc, settings) without writing a run: it
+    raises where wandb.init would (UsageError with no key and no terminal, AuthenticationError for a
+    malformed key, a ValueError for a bad WANDB_MODE), returns in offline/disabled mode, and on a terminal
+    asks once, as wandb.init would."""
+    import wandb
+
+    try:
+        wandb.login(verify=False)
+    except (wandb.errors.Error, ValueError) as e:
+        reason = " ".join(str(e).split()).split(" For further information")[0][:300]  # pydantic appends a URL
+        raise ConfigError(f"train.log_to includes 'wandb' but W&B cannot start: {reason} "
+                          "(valid: `wandb login`, WANDB_API_KEY, WANDB_MODE=offline, or drop wandb)") from None
 
 
 def _scalars(record: dict) -> dict[str, float]:
