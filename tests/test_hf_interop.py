@@ -181,3 +181,19 @@ def test_push_to_hub_offline_fails_before_any_work(tmp_path, monkeypatch, capsys
         assert not out.exists() and FakeHub.calls == []
     rc = main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--push-to-hub", "bad repo id!!"])
     assert rc == 2 and "not a valid repo id" in capsys.readouterr().err
+
+
+def test_exported_byte_tokenizer_pads_left_so_batched_hf_generate_matches_one_by_one(tmp_path):
+    # Right padding (transformers' default) put pad ids between the short prompt and its continuation.
+    ckpt, model = _byte_checkpoint(tmp_path)
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(out)]) == 0
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert tok.padding_side == "left" and tok.model_max_length == model.cfg.max_seq_len
+    hf = load_hf(out)
+    prompts = ["The ", "A longer prompt "]
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    got = hf.generate(**batch, max_new_tokens=8, do_sample=False)[:, batch["input_ids"].shape[1]:]
+    for row, prompt in zip(got.tolist(), prompts):
+        ref = model.generate(torch.tensor([ByteTokenizer().encode(prompt)]), max_new_tokens=8, temperature=0)
+        assert row == ref[0, len(prompt.encode()):].tolist()

@@ -178,19 +178,26 @@ def _byte_specials(tokenizer) -> dict[str, int]:
 BYTE_KINDS = {"byte": ByteTokenizer, "byte_chat": ChatByteTokenizer}  # tokenizer_config "nexus_tokenizer" -> class
 
 
-def write_hf_tokenizer(tokenizer, out_dir: Path) -> dict:
-    """Write tokenizer.json + tokenizer_config.json for `transformers`. -> special ids for config.json."""
+def write_hf_tokenizer(tokenizer, out_dir: Path, max_len: int | None = None) -> dict:
+    """Write tokenizer.json + tokenizer_config.json for `transformers`. -> special ids for config.json.
+
+    max_len: the model's context (model_max_length). Tokenizers nexus made pad on the left because
+    the model is decoder-only: right padding puts pad tokens between a short prompt and its
+    continuation in batched `generate`. An imported tokenizer keeps its own settings."""
     out_dir = Path(out_dir)
     if isinstance(tokenizer, ByteTokenizer):
         tok = byte_tokenizer_json(tokenizer)
         tcfg = {"tokenizer_class": "PreTrainedTokenizerFast", "nexus_tokenizer": tokenizer.kind,
-                "model_max_length": int(1e30), "clean_up_tokenization_spaces": False}
+                "model_max_length": int(max_len or 1e30), "padding_side": "left",
+                "clean_up_tokenization_spaces": False}
         chat = [n for n in _byte_specials(tokenizer) if n.startswith("<|")]
         if chat:
             tcfg["additional_special_tokens"] = chat
     elif isinstance(tokenizer, BPETokenizer):
         tok = tokenizer.tok
         tcfg = dict(getattr(tokenizer, "hf_config", {}) or {})
+        if not tcfg:  # trained by nexus, not imported: the same decoder-only defaults as the byte tokenizer
+            tcfg = {"padding_side": "left", "model_max_length": int(max_len or 1e30)}
         tcfg.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
     else:
         return {}

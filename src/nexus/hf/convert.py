@@ -135,7 +135,7 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
     def write(d: Path):
         import json
 
-        special = write_hf_tokenizer(tokenizer, d) if tokenizer is not None else {}
+        special = write_hf_tokenizer(tokenizer, d, mcfg.max_seq_len) if tokenizer is not None else {}
         if special:
             info["tokenizer"] = "tokenizer.json"
         hf_cfg = hf_config_from_model(mcfg, arch, special)
