@@ -127,12 +127,19 @@ def _flag_fields(cls: type[GrowthSpec]):
 
 def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     """One option per flagged field: the fields every family shares first, then each family's own,
-    grouped by family. A flag several families share (`--growth-seed`) is one option, added once."""
-    seen: set[str] = set()
-    base = [("every family", GrowthSpec)] + [(f"{family} growth ({cls.__doc__.strip().splitlines()[0].rstrip('.')})", cls)
-                                             for family, cls in sorted(_SPECS.items(), key=lambda kv: (kv[0] != "width", kv[0]))]
+    grouped by family. A flag several families share (`--growth-seed`) is one option, added once; its
+    help gives each family's reason when they differ."""
+    ordered = [("every family", GrowthSpec)] + [
+        (f"{family} ({cls.__doc__.strip().splitlines()[0].rstrip('.')})", cls)
+        for family, cls in sorted(_SPECS.items(), key=lambda kv: (kv[0] != "width", kv[0]))]
     base_names = {f.name for f in fields(GrowthSpec)}
-    for title, cls in base:
+    by_flag: dict[str, list] = {}  # flag -> [(family, field)] over every family that has it
+    for family, cls in _SPECS.items():
+        for f in _flag_fields(cls):
+            for flag in [f.metadata["flag"]] if f.metadata["flag"] else list(f.metadata["consts"]):
+                by_flag.setdefault(flag, []).append((family, f))
+    seen: set[str] = set()
+    for title, cls in ordered:
         group = parser.add_argument_group(f"growth: {title}")
         for f in _flag_fields(cls):
             if cls is not GrowthSpec and f.name in base_names:
@@ -149,10 +156,21 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
             if md["flag"] in seen:
                 continue
             seen.add(md["flag"])
-            default = f"; default {f.default}" if f.default not in (None, "", 0, False) else ""
             group.add_argument(md["flag"], dest=_field_dest(f), type=md["kind"], default=None,
                                metavar=md["metavar"] or f.name.upper(), choices=md["choices"],
-                               help=f"{md['reason']}{default}")
+                               help=_help(by_flag.get(md["flag"], [("", f)])))
+
+
+def _help(users: list) -> str:
+    """A flag's help: its field's reason and default, per family when the families differ."""
+    def one(f) -> str:
+        return f.metadata["reason"] + (f"; default {f.default}" if f.default not in (None, "", 0, False) else "")
+    texts: dict[str, list[str]] = {}
+    for family, f in users:
+        texts.setdefault(one(f), []).append(family)
+    if len(texts) == 1:
+        return next(iter(texts))
+    return "; ".join(f"{'/'.join(fams)}: {text}" for text, fams in texts.items())
 
 
 def spec_from_flags(args) -> dict | None:
