@@ -186,3 +186,28 @@ def test_swap_replaces_model_and_optimizer_and_keeps_step_and_rng(tmp_path):
     t.train_step(1)  # the swapped model trains
     with pytest.raises(RuntimeError, match="both or neither"):
         t.swap(model)
+
+
+def test_an_internal_fault_in_a_grower_is_a_runtime_error_not_a_config_error(monkeypatch):
+    """Exit 2 is for user input: a grower that meets a parameter it cannot place is a bug (traceback)."""
+    from nexus.growth import grow, width
+    from nexus.models import build_model
+
+    cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:]).validate()
+    model = build_model(cfg.model)
+    monkeypatch.setattr(width, "roles_of", lambda name: {})  # the grower no longer knows any tensor's role
+    with pytest.raises(RuntimeError, match="does not know how to grow") as e:
+        grow(model, cfg, {"family": "width", "hidden": 48})
+    assert not isinstance(e.value, ConfigError)
+
+
+def test_experiment_dry_run_keeps_an_internal_fault_a_runtime_error(monkeypatch, tmp_path):
+    from nexus.experiments import progressive as P
+    from nexus.growth import inherit
+
+    def broken(*a, **k):
+        raise RuntimeError("planted internal fault")
+    monkeypatch.setattr(inherit, "build_like", broken)
+    with pytest.raises(RuntimeError, match="planted internal fault") as e:
+        P.plan_progressive("nexus-rank", tokens=4096, out=str(tmp_path / "exp"), seeds=[0])
+    assert not isinstance(e.value, ConfigError)
