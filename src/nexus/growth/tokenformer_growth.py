@@ -6,7 +6,7 @@ gradient at once (init=exact, the default). TokenFormer itself zeroes both (init
 dead, every new token's gradient is zero forever.
 
 Exactness also needs tau = sqrt(n) to stay at its pre-growth value. With
-model.projection.freeze_scale (default) growth records the old n in frozen_n / ffn_frozen_n;
+model.projection.freeze_scale (default) growth records the old n in model.growth_state.frozen_n / ffn_frozen_n;
 without it tau follows the new n, every old score is rescaled, and the report says the growth is
 not exact. The softmax variant is never exact (a zero score still takes softmax mass).
 """
@@ -82,8 +82,9 @@ def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResu
     if add_ffn:
         np_.ffn_param_tokens = old_ffn_n + add_ffn
     if pcfg.freeze_scale:  # tau stays sqrt(n before the first growth)
-        np_.frozen_n = pcfg.frozen_n or old_n
-        np_.ffn_frozen_n = pcfg.ffn_frozen_n or old_ffn_n
+        old_state, state = cfg.model.growth_state, new_model_cfg.growth_state
+        state.frozen_n = old_state.frozen_n or old_n
+        state.ffn_frozen_n = old_state.ffn_frozen_n or old_ffn_n
 
     gen = torch.Generator(device="cpu").manual_seed(spec.generator_seed(cfg.train.seed))
 
