@@ -72,28 +72,12 @@ def parse_growth_spec(spec, where: str = "train.growth") -> GrowthSpec:
     return spec_from_dict(spec, where)
 
 
-def check_growth_spec(spec) -> GrowthSpec:
-    """Raise ConfigError now for a growth spec that would fail at train.grow_at (no model needed)."""
-    return parse_growth_spec(spec)
-
-
 def check_growth_applies(cfg: RunConfig) -> GrowthSpec:
-    """Raise ConfigError before any training when cfg.train.growth is malformed or cannot apply to
-    cfg.model: the family's `validate` and `applies_to`, then (as a last net for checks a grower makes
-    while growing) one growth of a weightless meta-device copy of the model."""
+    """Raise ConfigError before any training when cfg.train.growth is malformed (the family's
+    `validate`) or cannot apply to cfg.model (its `applies_to`). Growers check nothing else: whatever
+    fails inside one is an internal fault (RuntimeError)."""
     spec = parse_growth_spec(cfg.train.growth)
     spec.applies_to(cfg.model)
-    from ..models.accounting import build_on_meta
-
-    rng = torch.get_rng_state()
-    try:
-        grow(build_on_meta(cfg.model), copy.deepcopy(cfg), spec, None, cfg.train.grow_at)
-    except ConfigError:
-        raise
-    except Exception:  # meta tensors hold no data: the grower got past its checks to the copying
-        pass
-    finally:
-        torch.set_rng_state(rng)
     return spec
 
 
@@ -265,5 +249,5 @@ def _jsonable(obj):
 
 
 __all__ = ["ParamMap", "GrowthResult", "GrowthSpec", "register_grower", "families", "parse_growth_spec",
-           "check_growth_spec", "check_growth_applies", "spec_classes", "grow", "grow_checkpoint",
+           "check_growth_applies", "spec_classes", "grow", "grow_checkpoint",
            "transplant_optimizer_state", "OPTIMIZER_STATE_POLICIES"]
