@@ -7,7 +7,7 @@ Extension points (the trainer imports none of their users):
       on_resume(trainer)               after a checkpoint's state is restored (at once for a hook added later)
       on_step_start(trainer, step)     before each optimizer step
       on_log(trainer, step, metrics)   after each logged step
-    Growth (`nexus.growth.GrowthHook`) is one: it grows the model at `train.grow_at`.
+    Growth (`nexus.growth.training.GrowthHook`) is one: it grows the model at `train.grow_at`.
   * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
     its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
@@ -132,6 +132,9 @@ class Trainer:
         self._wrap()
         if self.resumed_step is not None:
             self._call_hooks("on_resume")
+            if self.cfg.growth_history and not self.hooks:
+                self.notes.append("resumed a grown run without hooks: a re-warmup its growth recorded is not applied "
+                                  "(register nexus.growth.training.GrowthHook)")
 
     # ------------------------------------------------------------------ hooks
     def add_hook(self, hook) -> None:
@@ -431,7 +434,7 @@ class Trainer:
         tc = self.cfg.train
         if tc.grow_at >= max(self.step, 1) and not self.hooks:  # a growth still ahead, and nobody to do it
             raise RuntimeError(f"train.grow_at={tc.grow_at} but no hook is registered on the trainer to grow the "
-                               "model (register nexus.growth.GrowthHook: Trainer(cfg, hooks=[GrowthHook()]))")
+                               "model (register nexus.growth.training.GrowthHook: Trainer(cfg, hooks=[GrowthHook()]))")
         self._call_hooks("on_fit_start")  # checks that must fail before anything is written
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
