@@ -351,7 +351,7 @@ class TrainConfig:
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
-    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at (see nexus.growth)
+    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at: a mapping whose "family" picks the spec dataclass (nexus.growth.spec)
     dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
 
     def validate(self, errors: list[str], p: str = "train") -> None:
