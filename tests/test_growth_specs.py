@@ -140,6 +140,10 @@ def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):
     code = main(["train", *MICRO, "--cut", "out", "--grow-at", "2", "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err
     assert code == 2 and "--cut is a nexus_rank growth option" in err and not (tmp_path / "no").exists()
+    code = main(["train", *MICRO, *MODEL_OF["nexus_rank"], "--delta-m", "8", "--init", "copy,copy", "--grow-at", "2",
+                 "--out", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--init is a width growth option, not a nexus_rank one" in err and not (tmp_path / "no").exists()
 
 
 def _losses(run_dir: Path) -> dict:

@@ -198,6 +198,13 @@ def spec_from_flags(args) -> dict | None:
             raise ConfigError(f"{flag} is a {fam} growth option, given without {want} (valid: add {want})")
         return None
     family = claimed[0]
+    own = {_field_flag(_SPECS[family], f.name) for f in _flag_fields(_SPECS[family])}
+    for fam, given in given_by.items():
+        for name in given:
+            flag = _field_flag(_SPECS[fam], name)
+            if flag not in own:  # another family's option would be silently ignored
+                raise ConfigError(f"{flag} is a {fam} growth option, not a {family} one (valid: the {family} "
+                                  "options, see --help)")
     return {"family": family, **given_by[family]}
 
 
