@@ -9,8 +9,11 @@ from nexus.config_help import rows
 
 
 def _leaf_names(obj, prefix=""):
+    """Every user setting: model.growth_state is written by growth only and not listed."""
     out = []
     for f in dataclasses.fields(obj):
+        if f.metadata.get("set_by_growth"):
+            continue
         v = getattr(obj, f.name)
         out += _leaf_names(v, f"{prefix}{f.name}.") if dataclasses.is_dataclass(v) else [prefix + f.name]
     return out
@@ -21,6 +24,11 @@ def test_every_field_has_a_reason():
     assert [n for n, _, _ in listed] == _leaf_names(RunConfig())
     missing = [n for n, _, why in listed if len(why) < 5]
     assert missing == [], f"config fields without a one-line reason: {missing}"
+    from nexus.config import GrowthState
+    from nexus.config_help import field_reasons
+
+    assert all(len(why) >= 5 for why in field_reasons(GrowthState).values())  # not listed, still explained
+    assert "model.growth_state.frozen_n" not in [n for n, _, _ in listed]
 
 
 def test_nexus_config_prints_defaults_and_reasons(capsys):

@@ -146,3 +146,23 @@ def test_main_metric_is_acc_else_first_score():
 
     assert main_metric({"sample_len": 4, "acc_norm": 0.5, "acc": 0.25}) == "acc"
     assert main_metric({"sample_len": 4, "exact_match": 0.1, "f1": 0.3}) == "exact_match"
+
+
+def test_compare_refuses_a_bad_growth_spec_of_any_preset_before_the_first_run(tmp_path, capsys, monkeypatch):
+    """The second preset's growth spec is wrong (a nexus_rank typo): nothing trains, nothing is written."""
+    import nexus.presets as presets
+    from nexus.train.trainer import Trainer
+
+    def bad():
+        cfg = presets.get_preset("baseline-micro")
+        cfg.train.grow_at, cfg.train.growth = 2, {"family": "nexus_rank", "delta_mm": 8}
+        return cfg
+    presets._load_all()
+    monkeypatch.setitem(presets._REGISTRY, "test-bad-growth", (bad, "test: a misspelled growth spec"))
+    monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
+    out = tmp_path / "never"
+    rc = main(["experiment", "compare", "--out", str(out), "--presets", "baseline-micro,test-bad-growth",
+               "--tokens", "2048"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "test-bad-growth" in err[0] and "delta_mm" in err[0], err
+    assert not out.exists()

@@ -7,6 +7,7 @@ exactly function-preserving) so it depends only on the generic growth API, not o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -15,10 +16,15 @@ import torch
 from nexus.cli import main
 from nexus.config import ConfigError
 from nexus.experiments import progressive as P
-from nexus.growth import GrowthResult, ParamMap, register_grower
+from nexus.growth import GrowthResult, GrowthSpec, ParamMap, register_grower
 
 
-@register_grower("test_ffn_double")
+@dataclasses.dataclass
+class FfnDoubleSpec(GrowthSpec):
+    """test: the dense FFN doubled (no options)."""
+
+
+@register_grower("test_ffn_double", FfnDoubleSpec)
 def _grow_ffn_double(model, cfg, spec):
     from nexus.models import build_model
 

@@ -15,6 +15,7 @@ import torch
 from nexus.cli import main
 from nexus.config import parse_overrides
 from nexus.presets import get_preset
+from nexus.growth.training import GrowthHook
 from nexus.train.trainer import Trainer
 from test_distributed import _env  # the same launcher environment as the DDP tests
 
@@ -37,7 +38,7 @@ def _single(tmp_path, out, extra=(), resume=None):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH),
                                                               "--train.out_dir", str(out), *extra])
-    return Trainer(cfg.validate(), resume=resume, quiet=True).fit()
+    return Trainer(cfg.validate(), resume=resume, quiet=True, hooks=[GrowthHook()]).fit()
 
 
 def _losses(run_dir):

@@ -36,12 +36,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 # Upward arrows that are known and scheduled to go. Each must still exist (a stale entry fails).
-ALLOWED_UPWARD = {
-    # The trainer calls growth.grow_in_training at train.grow_at and growth.restore_training_extras on
-    # resume. Issue 16 item 4 replaces both with a trainer hook API (growth registers itself on the
-    # trainer); until then this is the one exception.
-    ("nexus.train.trainer", "nexus.growth"),
-}
+# (None today: growth plugs into the trainer through its hook API, issue 16 item 4.)
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def module_graph(root: Path) -> dict[str, set[str]]:

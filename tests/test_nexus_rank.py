@@ -137,7 +137,7 @@ def test_l2norm_growth_needs_no_pinned_scale():
     cfg = nexus_cfg("l2norm", TARGETS)
     model = trained_like(build_model(cfg.model)).double()
     _, new_cfg, _, res = _grow(cfg, model, delta_m=8, delta_a=12)
-    assert (new_cfg.model.projection.frozen_m, new_cfg.model.projection.frozen_a) == (0, 0) and res.record["exact"]
+    assert (new_cfg.model.growth_state.frozen_m, new_cfg.model.growth_state.frozen_a) == (0, 0) and res.record["exact"]
 
 
 def test_l2norm_width_growth_without_pinned_scale_is_not_exact():
@@ -145,7 +145,7 @@ def test_l2norm_width_growth_without_pinned_scale_is_not_exact():
     torch.manual_seed(3)
     model = trained_like(build_model(cfg.model)).double()
     new_model, new_cfg, _, _ = _grow(cfg, model, delta_m=8, delta_a=12)
-    assert (new_cfg.model.projection.frozen_m, new_cfg.model.projection.frozen_a) == (M0, A0)
+    assert (new_cfg.model.growth_state.frozen_m, new_cfg.model.growth_state.frozen_a) == (M0, A0)
     x = torch.randint(0, 259, (1, 16))
     for mod in nexus_rank_modules(new_model).values():  # un-pin: sqrt(new width)
         mod.scale_m, mod.scale_a = mod.m ** 0.5, mod.a ** 0.5

@@ -6,6 +6,7 @@ feature (anchor mixing, Nexus-Rank, MoE, ...) can be added without touching the 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -45,11 +46,7 @@ class ProjectionConfig:
     param_tokens: int = 0  # Pattention parameter tokens per projection (0 -> d_model)
     pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
     freeze_scale: bool = True  # freeze Pattention's sqrt(n) at its pre-growth value so growth is exact
-    frozen_n: int = 0  # the frozen n used for the scale (0 -> current param_tokens); set by growth
     ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
-    ffn_frozen_n: int = 0  # frozen n for the FFN Pattention scale (0 -> current ffn tokens); set by growth
-    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); growth pins it so old units keep their scale
-    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a); set by growth
 
     KINDS = ("linear", "nexus_rank", "pattention")
     TARGETS = ("q", "k", "v", "o", "ffn")
@@ -60,7 +57,7 @@ class ProjectionConfig:
         _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
         _check(errors, self.form in ("paper", "l2norm", "l2norm_width"), f"{p}.form", self.form, "paper|l2norm|l2norm_width")
         _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
-        for name in ("rank_m", "rank_a", "param_tokens", "frozen_n", "ffn_param_tokens", "ffn_frozen_n", "frozen_m", "frozen_a"):
+        for name in ("rank_m", "rank_a", "param_tokens", "ffn_param_tokens"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0 (0 = default)")
         if self.kind == "nexus_rank" and not self.relax_order:
@@ -183,6 +180,26 @@ class RecurrentConfig:
 
 
 @dataclass
+class GrowthState:
+    """Scales a growth pinned so the grown model computes what the model before it did. Only growth sets
+    them (never a user): `nexus config` does not list them and an override is refused. Configs written
+    before this section carry them as model.projection.frozen_*; loading moves them here."""
+
+    frozen_n: int = 0  # Pattention tau = sqrt(frozen_n) on q/k/v/o (0 -> current param_tokens); TokenFormer growth pins it with projection.freeze_scale
+    ffn_frozen_n: int = 0  # the same for the FFN Pattention (0 -> current ffn tokens)
+    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); Nexus-Rank growth pins it so old units keep their scale
+    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a)
+
+    def validate(self, errors: list[str], p: str) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            _check(errors, isinstance(v, int) and v >= 0, f"{p}.{f.name}", v, "an integer >= 0 (0 = not pinned)")
+
+
+LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # once model.projection.<name>
+
+
+@dataclass
 class ModelConfig:
     """Architecture. The baseline is a Llama-style Transformer++; sub-configs switch mechanisms on."""
 
@@ -210,6 +227,7 @@ class ModelConfig:
     mixing: MixingConfig = field(default_factory=MixingConfig)
     moe: MoEConfig = field(default_factory=MoEConfig)
     recurrent: RecurrentConfig = field(default_factory=RecurrentConfig)
+    growth_state: GrowthState = field(default_factory=GrowthState, metadata={"set_by_growth": True})  # scales growth pinned (not a user setting)
 
     @property
     def kv_heads(self) -> int:
@@ -247,6 +265,7 @@ class ModelConfig:
         _positive(errors, f"{p}.logit_scale", self.logit_scale)
         self.attention.validate(errors, f"{p}.attention")
         self.projection.validate(errors, f"{p}.projection", self.d_model if isinstance(self.d_model, int) else 0)
+        self.growth_state.validate(errors, f"{p}.growth_state")
         self.mixing.validate(errors, f"{p}.mixing")
         if self.arch == "transformer":
             self.mixing.validate_with_model(errors, f"{p}.mixing", self)
@@ -332,7 +351,7 @@ class TrainConfig:
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
-    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at (see nexus.growth)
+    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at: a mapping whose "family" picks the spec dataclass (nexus.growth.spec)
     dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
 
     def validate(self, errors: list[str], p: str = "train") -> None:
@@ -400,7 +419,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
-        return from_dict(cls, d, "")
+        return from_dict(cls, _upgrade(d), "")
 
     def save_yaml(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -420,6 +439,21 @@ class RunConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def _upgrade(d):
+    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
+    proj = d.get("model", {}).get("projection") if isinstance(d, dict) and isinstance(d.get("model"), dict) else None
+    if not isinstance(proj, dict) or not any(k in proj for k in LEGACY_GROWTH_STATE):
+        return d
+    d = copy.deepcopy(d)
+    proj = d["model"]["projection"]
+    state = d["model"].setdefault("growth_state", {}) or {}
+    for k in LEGACY_GROWTH_STATE:
+        if k in proj:
+            state.setdefault(k, proj.pop(k))
+    d["model"]["growth_state"] = state
+    return d
 
 
 def to_dict(obj) -> dict:
@@ -498,8 +532,11 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
         names = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
         if part not in names:
             where = ".".join(parts[:i]) or "top level"
-            valid = ", ".join(sorted(names)) if names else "no sub-fields"
+            valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")
+        if names[part].metadata.get("set_by_growth"):
+            raise ConfigError(f"{dotted} is set by growth only (valid: grow the model with `nexus grow` or "
+                              "--grow-at; it records the scales the growth pinned)")
         if i == len(parts) - 1:
             tp = typing.get_type_hints(type(obj))[part]
             if dataclasses.is_dataclass(tp):

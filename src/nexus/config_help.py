@@ -39,6 +39,8 @@ def rows(cfg, prefix: str = "") -> list[tuple[str, object, str]]:
     reasons = field_reasons(type(cfg))
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
+        if f.metadata.get("set_by_growth"):  # state only growth writes (model.growth_state): not a setting
+            continue
         v = getattr(cfg, f.name)
         if dataclasses.is_dataclass(hints[f.name]):
             out += rows(v, f"{prefix}{f.name}.")

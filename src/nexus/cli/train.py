@@ -8,7 +8,10 @@ from ..config import ConfigError
 from .common import add_config_args, build_config
 
 
-def add_parser(sub) -> None:
+HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch): added only when `train` runs
+
+
+def add_parser(sub, detailed: bool = True) -> None:
     p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
                        description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
                                    "`nexus config` lists every field with its default and what it is for "
@@ -27,11 +30,17 @@ def add_parser(sub) -> None:
                    help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
     p.add_argument("--growth", default=None, metavar="SPEC",
                    help="growth spec as a YAML mapping (= --train.growth), e.g. "
-                        "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}'")
+                        "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
+                        "family's flags below (--width.hidden 192 --rewarmup 1.3,250)")
+    if detailed:
+        from .grow import add_growth_flags
+
+        add_growth_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args, extra) -> int:
+    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     extra = list(extra)
@@ -41,10 +50,16 @@ def run(args, extra) -> int:
         extra += ["--data.source", args.data]
     if args.grow_at is not None:
         extra += ["--train.grow_at", str(args.grow_at)]
+    flag_spec = _growth_from_flags(args)
     if args.growth is not None:
         extra += ["--train.growth", args.growth]
+    elif flag_spec is not None:
+        extra += ["--train.growth", json.dumps(flag_spec)]
     cfg, resume, replace = plan_run(args, extra)
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
+    if flag_spec is not None and not cfg.train.grow_at:
+        raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
+                          "STEP, the step at which the model grows)")
+    trainer = Trainer(cfg, resume=resume, quiet=args.quiet, hooks=[GrowthHook()])
     if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
@@ -59,6 +74,15 @@ def run(args, extra) -> int:
     if args.quiet and trainer.is_main:
         print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
     return 0
+
+
+def _growth_from_flags(args) -> dict | None:
+    from ..growth.spec import spec_from_flags
+
+    spec = spec_from_flags(args)
+    if spec is not None and args.growth is not None:
+        raise ConfigError(f"--growth={args.growth!r} and {spec['family']} growth flags both given (valid: one of them)")
+    return spec
 
 
 def plan_run(args, extra: list[str]):

@@ -67,6 +67,13 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             if tc.grow_at >= steps:
                 raise ConfigError(f"preset {name!r}: train.grow_at={tc.grow_at} is outside the {steps}-step budget "
                                   f"(valid: 0 < grow_at < {steps})")
+            if tc.grow_at:  # a bad growth spec of any preset fails before the first run trains
+                from ..growth import check_growth_applies
+
+                try:
+                    check_growth_applies(c)
+                except ConfigError as e:
+                    raise ConfigError(f"preset {name!r}: {e}") from None
             tc.out_dir = str(Path(out) / name / f"seed{seed}")
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})

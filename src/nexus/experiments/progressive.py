@@ -2,7 +2,7 @@
 
 Per seed, runs that share one token budget D and one data stream (SPARKLING Table 1's rows):
   grown:   the small model trains for D_e tokens, grows with a named method at step grow_at
-           (`nexus.growth.grow_in_training`, optimizer state and schedule carried), then continues;
+           (`nexus.growth.training.GrowthHook` on the trainer, optimizer state and schedule carried), then continues;
   scratch: the target-size model (the grown model's own config) trains from scratch for D tokens;
   small:   the small model alone for all D tokens ("Baseline (small)": how much of the gap growth closed);
   scratch-steplaw (optional): scratch at its own step-law learning rate, as SPARKLING trains its
@@ -52,60 +52,46 @@ class Method:
     spec: dict  # growth spec (without "family")
     description: str
     overrides: dict = field(default_factory=dict)  # dotted overrides that make the preset "small"
-    needs: tuple = ()  # (dotted field, required value, why): the architectures the method applies to
 
 
-# One line per method: name, family, small preset, spec, what it is, small-model overrides, needs.
+# One line per method: name, family, small preset, spec, what it is, small-model overrides. Which models a
+# method applies to is its growth family's spec (`applies_to`), not written down here.
 # The quick defaults (`nexus experiment progressive`) grow a half-width baseline-tiny (d_model 64, 4 heads
 # of 32) into the baseline-tiny width (d_model 128, FFN 352); re-warmup tau is scaled to ~300-step runs.
 _HALF_WIDTH = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
-_WIDTH_NEEDS = (("model.arch", "transformer", "width growth needs a transformer"),
-                ("model.projection.kind", "linear", "width growth needs linear projections"))
 _WIDTH = {"hidden": 128, "ffn": 352}
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("sparkling", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "rms", "rewarmup": "1.3,30"},
            "SPARKLING width growth d 64->128, FFN 192->352 (copy init, RMS-preserving, asymmetric state, re-warmup)",
-           _HALF_WIDTH, _WIDTH_NEEDS),
+           _HALF_WIDTH),
     Method("sparkling-random", "width", "baseline-tiny", {**_WIDTH, "init": "random,random", "preserve": "rms", "rewarmup": "1.3,30"},
-           "SPARKLING width growth d 64->128, FFN 192->352, random init of the new channels", _HALF_WIDTH, _WIDTH_NEEDS),
+           "SPARKLING width growth d 64->128, FFN 192->352, random init of the new channels", _HALF_WIDTH),
     Method("naive-copy", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "none"},
            "width d 64->128, FFN 192->352 by copying channels, no rescale, no re-warmup (naive baseline)",
-           _HALF_WIDTH, _WIDTH_NEEDS),
+           _HALF_WIDTH),
     Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
            "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
-           (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256}),
     # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
     # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
     # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
     Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
            "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160},
-           (("model.projection.kind", "nexus_rank", "Nexus-Rank growth needs nexus_rank projections"),)),
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160}),
     Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
            "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242},
-           (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242}),
     Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
            "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
-           (("model.projection.kind", "pattention", "TokenFormer growth needs pattention projections"),)),
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64}),
     Method("retrofit-ho", "retrofit", "baseline-tiny", {"kind": "higher-order", "mode": "lossless", "order": 2},
-           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {},
-           (("model.arch", "transformer", "a higher-order retrofit needs attention layers"),)),
+           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {}),
 ]}
 DEFAULT_METHOD = "sparkling"
 # The methods' own small shapes run a quick budget (150 steps of 16x128 tokens = 307,200 tokens per run)
 # so the main job (3 seeds x grown, scratch, small) finishes in about 3 minutes on an idle 2-core CPU;
 # --tokens overrides it.
 QUICK = {"train.steps": 150, "train.warmup_steps": 15}
-
-
-def _get(cfg: RunConfig, dotted: str):
-    obj = cfg
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def method_table() -> list[dict]:
@@ -140,11 +126,12 @@ def _small_config(m: Method, preset: str | None, overrides: list[str], seed: int
     if seed is not None:
         cfg.train.seed = seed
     cfg.validate()
-    for dotted, value, why in m.needs:
-        have = _get(cfg, dotted)
-        if have != value:
-            raise ConfigError(f"--method={m.name!r} does not apply to this model: {dotted}={have!r} ({why}; "
-                              f"valid: {dotted}={value!r})")
+    from ..growth import parse_growth_spec
+
+    try:  # the family's spec is the one place that says which models it applies to
+        parse_growth_spec({"family": m.family, **m.spec}, f"--method={m.name!r} growth").applies_to(cfg.model)
+    except ConfigError as e:
+        raise ConfigError(f"--method={m.name!r} does not apply to this model: {e}") from None
     return cfg
 
 
@@ -186,10 +173,8 @@ def dry_run_growth(cfg: RunConfig, m: Method, spec: dict):
     model = build_model(probe_cfg.model)
     try:
         _, new_cfg, _, _ = grow(model, probe_cfg, spec, None, 0)
-    except ConfigError as e:
+    except ConfigError as e:  # anything else is an internal fault and keeps its traceback
         raise ConfigError(f"--method={m.name!r} does not apply to this model: {e}") from None
-    except (ValueError, KeyError, TypeError, RuntimeError, NotImplementedError) as e:
-        raise ConfigError(f"--method={m.name!r} does not apply to this model ({type(e).__name__}: {e})") from None
     return new_cfg.model
 
 
@@ -307,12 +292,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
 def _reset_growth_only_fields(model_cfg, small_model_cfg) -> None:
     """Fields that growth sets only to preserve the old function (frozen_* scales, the tied-head
     logit_scale, an adjusted norm_eps): a model trained from scratch uses its natural values."""
-    import dataclasses
-
-    proj = model_cfg.projection
-    for f in dataclasses.fields(proj):
-        if f.name.startswith("frozen_") or f.name.endswith("_frozen_n"):
-            setattr(proj, f.name, f.default)
+    model_cfg.growth_state = type(model_cfg.growth_state)()
     if hasattr(model_cfg, "logit_scale"):
         model_cfg.logit_scale = type(model_cfg)().logit_scale
     model_cfg.norm_eps = small_model_cfg.norm_eps

@@ -1,16 +1,18 @@
 """Model growth: one API for every growth family (Nexus-Rank M/A, TokenFormer tokens, SPARKLING
 width, higher-order retrofit), carrying the whole training state across the change.
 
-A family module in this package registers a grower:
+A family module in this package declares its typed spec (`spec.GrowthSpec` subclass with `validate`
+and `applies_to`) and registers a grower for it:
 
-    @register_grower("width")
-    def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult: ...
+    @register_grower("width", WidthSpec)
+    def grow_width(model, cfg: RunConfig, spec: WidthSpec) -> GrowthResult: ...
 
-It returns the new model (already initialized), the new ModelConfig, and for every parameter of the
-new model how the old values sit inside it (`ParamMap`). Everything else is generic and lives here:
-optimizer-state surgery by parameter *name* (never list order), per-element AdamW step counts, the
-re-warmup masks, the growth record in the config, and the checkpoint flow (validate everything,
-then write atomically, the source untouched).
+It returns the new model (already initialized, built by `inherit.inherit`), the new ModelConfig, and
+for every parameter of the new model how the old values sit inside it (`ParamMap`). Everything else is
+generic and lives here: optimizer-state surgery by parameter *name* (never list order), per-element
+AdamW step counts, the re-warmup masks, the growth record in the config, and the checkpoint flow
+(validate everything, then write atomically, the source untouched). Growth inside a training run is
+`growth.training.GrowthHook`, registered on the trainer by whoever builds it (the trainer never imports growth).
 """
 from __future__ import annotations
 
@@ -24,8 +26,7 @@ import torch.nn as nn
 
 from ..config import ConfigError, ModelConfig, RunConfig
 from .param_map import ParamMap
-
-OPTIMIZER_STATE_POLICIES = ("asymmetric", "copy", "drop", "scaled")
+from .spec import OPTIMIZER_STATE_POLICIES, GrowthSpec, register_spec, spec_classes, spec_from_dict
 
 
 @dataclass
@@ -37,12 +38,14 @@ class GrowthResult:
     report: dict = field(default_factory=dict)  # diagnostics to print (RMS ratios, warnings, ...)
 
 
-_GROWERS: dict[str, Callable[[nn.Module, RunConfig, dict], GrowthResult]] = {}
+_GROWERS: dict[str, Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = {}
 _loaded = False
 
 
-def register_grower(family: str):
+def register_grower(family: str, spec_cls: type[GrowthSpec]):
+    """The one registration line of a growth family: its name, its spec dataclass and its grower."""
     def deco(fn):
+        register_spec(family, spec_cls)
         _GROWERS[family] = fn
         return fn
     return deco
@@ -63,49 +66,19 @@ def families() -> list[str]:
     return sorted(_GROWERS)
 
 
-_SPEC_CHECKS: dict[str, Callable[[dict], object]] = {}
-
-
-def register_spec_check(family: str):
-    """A family's cheap spec validation (no model needed), run before training starts."""
-    def deco(fn):
-        _SPEC_CHECKS[family] = fn
-        return fn
-    return deco
-
-
-def check_growth_spec(spec) -> None:
-    """Raise ConfigError now for a growth spec that would fail at train.grow_at."""
+def parse_growth_spec(spec, where: str = "train.growth") -> GrowthSpec:
+    """A growth spec (mapping with "family", or a spec dataclass) -> its validated dataclass."""
     _load_families()
-    family = spec.get("family") if isinstance(spec, dict) else None
-    if family not in _GROWERS:
-        raise ConfigError(f"train.growth={spec!r} (valid: a mapping with family one of {', '.join(sorted(_GROWERS))}, "
-                          "e.g. --growth '{family: width, hidden: 192}')")
-    policy = spec.get("optimizer_state", "asymmetric")
-    if policy not in OPTIMIZER_STATE_POLICIES:
-        raise ConfigError(f"train.growth.optimizer_state={policy!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
-    if family in _SPEC_CHECKS:
-        _SPEC_CHECKS[family](spec)
+    return spec_from_dict(spec, where)
 
 
-def check_growth_applies(cfg: RunConfig) -> None:
-    """Raise ConfigError before any training when cfg.train.growth cannot apply to cfg.model (a width
-    that shrinks, a family the model has no layers for, ...): the growth runs once on a weightless
-    meta-device copy, where every check a grower makes runs before its first copy of data."""
-    import copy
-
-    check_growth_spec(cfg.train.growth)
-    from ..models.accounting import build_on_meta
-
-    rng = torch.get_rng_state()
-    try:
-        grow(build_on_meta(cfg.model), copy.deepcopy(cfg), dict(cfg.train.growth), None, cfg.train.grow_at)
-    except ConfigError:
-        raise
-    except Exception:  # meta tensors hold no data: the grower got past its checks to the copying
-        pass
-    finally:
-        torch.set_rng_state(rng)
+def check_growth_applies(cfg: RunConfig) -> GrowthSpec:
+    """Raise ConfigError before any training when cfg.train.growth is malformed (the family's
+    `validate`) or cannot apply to cfg.model (its `applies_to`). Growers check nothing else: whatever
+    fails inside one is an internal fault (RuntimeError)."""
+    spec = parse_growth_spec(cfg.train.growth)
+    spec.applies_to(cfg.model)
+    return spec
 
 
 # ----------------------------------------------------------------------------- optimizer surgery
@@ -209,27 +182,25 @@ def _grow_step(val, p: torch.Tensor, pm: ParamMap, policy: str = "asymmetric"):
 
 
 # ----------------------------------------------------------------------------- the API
-def grow(model: nn.Module, cfg: RunConfig, spec: dict, optimizer_state: dict | None = None, step: int = 0):
-    """Grow `model` per `spec` (must contain "family"). Returns (new_model, new_cfg, new_optimizer, result).
+def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = None, step: int = 0):
+    """Grow `model` per `spec` (a spec dataclass, or a mapping with "family"). Returns (new_model,
+    new_cfg, new_optimizer, result).
 
     The new optimizer is built from cfg.train and receives the transplanted state; pass
     optimizer_state=None for a fresh optimizer (no state to carry).
     """
     from ..optim.param_groups import build_optimizer
 
-    _load_families()
-    family = spec.get("family")
-    if family not in _GROWERS:
-        raise ConfigError(f"growth family {family!r} (valid: {', '.join(sorted(_GROWERS)) or 'none installed'})")
-    result = _GROWERS[family](model, cfg, dict(spec))
+    spec = parse_growth_spec(spec, "growth spec")
+    spec.applies_to(cfg.model)
+    result = _GROWERS[spec.family](model, cfg, spec)
     new_cfg = copy.deepcopy(cfg)
     new_cfg.model = result.model_cfg
-    record = {"family": family, "step": step, **{k: v for k, v in spec.items() if k != "family"}, **result.record}
+    record = {**spec.to_dict(), "step": step, **result.record}
     new_cfg.growth_history.append(_jsonable(record))
     new_cfg.validate()
     new_opt = build_optimizer(result.model, new_cfg.train)
-    policy = spec.get("optimizer_state", "asymmetric")
-    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, policy)
+    transplant_optimizer_state(optimizer_state or {}, new_opt, result.param_maps, spec.optimizer_state)
     if result.record.get("rewarmup_all"):  # the re-warmup baseline: every entry follows the new-entry lr
         new_opt.use_elementwise_adamw()
         for opt in new_opt.optimizers.values():
@@ -263,46 +234,6 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     return report
 
 
-def grow_in_training(trainer, spec: dict) -> dict:
-    """Grow the trainer's model at the current step, carrying optimizer state, schedule and RNG."""
-    spec = dict(spec)
-    rng = torch.get_rng_state()
-    # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
-    # itself is the single-process code, and the trainer shards the grown model again (set_model).
-    old_model, old_state = trainer.full_model_and_optimizer_state()
-    new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
-    torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
-    from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
-
-    x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
-    probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-    result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
-    trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, PostGrowthMonitor)]
-    # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
-    ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
-    ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
-    trainer.callbacks.append(PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids)))
-    trainer.cfg = new_cfg
-    trainer.set_model(new_model, new_opt)
-    restore_training_extras(trainer)
-    trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
-    trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
-    trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
-                f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
-    return result.report
-
-
-def restore_training_extras(trainer) -> None:
-    """Re-create what a grown run needs beyond weights and optimizer state (the re-warmup schedule)."""
-    rec = next((r for r in reversed(trainer.cfg.growth_history) if r.get("rewarmup")), None)
-    if rec is None:
-        trainer.rewarmup = None
-        return
-    from .rewarmup import make_rewarmup
-
-    trainer.rewarmup = make_rewarmup(rec)
-
-
 def _jsonable(obj):
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
@@ -315,5 +246,8 @@ def _jsonable(obj):
     return str(obj)
 
 
-__all__ = ["ParamMap", "GrowthResult", "register_grower", "families", "check_growth_spec", "check_growth_applies", "register_spec_check", "grow", "grow_checkpoint", "grow_in_training",
-           "transplant_optimizer_state", "restore_training_extras", "OPTIMIZER_STATE_POLICIES"]
+
+
+__all__ = ["ParamMap", "GrowthResult", "GrowthSpec", "register_grower", "families", "parse_growth_spec",
+           "check_growth_applies", "spec_classes", "grow", "grow_checkpoint",
+           "transplant_optimizer_state", "OPTIMIZER_STATE_POLICIES"]

@@ -5,7 +5,7 @@
   loss before and after (the loss jump at growth).
 * `symmetry_lock(model, param_maps)`: cosine similarity between every copied channel and the
   channel it was copied from (1.0 = still locked together).
-* `PostGrowthMonitor`, a trainer callback installed by `grow_in_training`, logs both over the
+* `PostGrowthMonitor`, a trainer hook callback kept by `training.GrowthHook` after a growth, logs both over the
   post-growth steps (SPARKLING Sec. 4.1 and Fig. 4 / App. C): the symmetry lock (copy init only) and
   the per-layer activation RMS ratio of the grown model on a fixed probe batch against the model
   just before growth on the same batch.

@@ -1,9 +1,11 @@
-"""Build a grown model and inherit the old one's values: the shared step of every "append units" growth
-(Nexus-Rank M/A, TokenFormer tokens).
+"""Build the grown model and inherit the old one's values: the one routine every growth family uses
+(SPARKLING width, Nexus-Rank M/A, TokenFormer tokens, higher-order retrofit).
 
-The new model is built on the meta device and materialized empty (no wasted random init of a
-100M-parameter model); every parameter is then either copied whole (same shape) or gets the old
-tensor in its leading corner, and `fill_new(name, new_param, old_param)` writes the new entries.
+By default the new model is built on the meta device and materialized empty (no wasted random init of
+a 100M-parameter model): every parameter is then either copied whole (same shape) or gets the old
+tensor in its leading corner, and `fill_new(name, new_param, old_param)` writes the new entries. With
+`init_seed` the new model gets its own initialization under that seed instead, and parameters the old
+model does not have keep it (a retrofit's new inner attention).
 """
 from __future__ import annotations
 
@@ -59,28 +61,55 @@ def build_like(old_model: nn.Module, cfg: ModelConfig) -> nn.Module:
     return new
 
 
+def build_initialized(old_model: nn.Module, cfg: ModelConfig, seed: int) -> nn.Module:
+    """The model for `cfg` with its own initialization drawn under `seed` (the global RNG untouched), on
+    old_model's device and dtype."""
+    from ..models import build_model
+
+    ref = next(old_model.parameters())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        new = build_model(cfg)
+    return new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)
+
+
 @torch.no_grad()
-def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new) -> tuple[nn.Module, dict[str, ParamMap], dict]:
-    """-> (new model, param_maps, old_shapes of grown params). `fill_new(name, p_new, p_old)` sets the
-    entries outside the old corner of each grown parameter (the corner already holds the old values)."""
-    new_model = build_like(old_model, new_cfg)
+def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed: int | None = None
+            ) -> tuple[nn.Module, dict[str, ParamMap], dict]:
+    """-> (new model, param_maps, old_shapes of grown params).
+
+    A parameter of the same shape is copied whole. A grown one gets the old tensor in its leading corner
+    and `fill_new(name, p_new, p_old)` sets every entry outside it (it may also rewrite the old corner,
+    e.g. SPARKLING's fan-in factor); fill_new returns a ParamMap when the leading-corner map does not
+    say enough (copy sources, fan-in factors), else None. A parameter the old model lacks keeps the
+    new model's own initialization (only with `init_seed`). Every old parameter must find its place."""
+    new_model = build_like(old_model, new_cfg) if init_seed is None else build_initialized(old_model, new_cfg, init_seed)
     old_params = dict(old_model.named_parameters())
+    new_names = {name for name, _ in new_model.named_parameters()}
+    dropped = sorted(set(old_params) - new_names)
+    if dropped:
+        raise RuntimeError(f"growth has no place for the old parameter {dropped[0]!r} in the grown model")
     maps: dict[str, ParamMap] = {}
     old_shapes: dict[str, list[int]] = {}
     for name, p in new_model.named_parameters():
         old = old_params.get(name)
         if old is None:
-            raise RuntimeError(f"growth produced a parameter {name!r} with no source; the grower must fill it")
+            if init_seed is None:
+                raise RuntimeError(f"growth produced a parameter {name!r} with no source; the grower must fill it")
+            maps[name] = ParamMap(old_name=None)  # brand new: keeps the model's own initialization
+            continue
         if old.shape == p.shape:
             p.copy_(old)
             maps[name] = ParamMap(old_name=name)
             continue
         if old.ndim != p.ndim or any(o > n for o, n in zip(old.shape, p.shape)):
             raise RuntimeError(f"{name}: cannot embed shape {tuple(old.shape)} in {tuple(p.shape)}")
+        if fill_new is None:
+            raise RuntimeError(f"growth changed the shape of {name!r} but its grower fills no new entries")
         sl = leading_slices(old.shape)
         p[sl] = old  # fill_new must write every entry outside this corner (to_empty left garbage there)
-        fill_new(name, p, old)
-        maps[name] = ParamMap(old_name=name, old_slices=sl)
+        custom = fill_new(name, p, old)
+        maps[name] = custom if custom is not None else ParamMap(old_name=name, old_slices=sl)
         old_shapes[name] = list(old.shape)
     return new_model, maps, old_shapes
 

@@ -24,11 +24,14 @@ new entry from N(0, (noise_frac * std_old)^2) (the paper's 10%/20% ablation; not
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..config import ConfigError, RunConfig
 from . import GrowthResult, register_grower
+from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
 
 CUTS = ("in", "out", "mixed", "wa")
@@ -43,65 +46,82 @@ _ZEROED = {
 }
 
 
-def parse_spec(spec: dict, form: str) -> dict:
-    """Validate a nexus_rank spec; returns it with defaults filled. Errors name the flag and value."""
-    out = dict(spec)
-    for key, flag in (("delta_m", "--delta-m"), ("delta_a", "--delta-a")):
-        v = out.get(key, 0)
-        if v is None:
-            v = 0
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (key in spec and spec[key] is not None and v == 0):
-            raise ConfigError(f"{flag}={v!r} (valid: an integer > 0)")
-        out[key] = v
-    if out["delta_m"] == 0 and out["delta_a"] == 0:
-        raise ConfigError("nexus_rank growth needs --delta-m N and/or --delta-a N (valid: integers > 0)")
-    init = out.get("init") or "exact"
-    if init not in INITS:
-        raise ConfigError(f"--rank-init={init!r} (valid for Nexus-Rank growth: {'|'.join(INITS)})")
-    out["init"] = init
-    cut = out.get("cut") or "in"
-    if cut not in CUTS:
-        raise ConfigError(f"--cut={cut!r} (valid: {'|'.join(CUTS)})")
-    if init == "exact" and cut not in EXACT_CUTS[form]:
-        raise ConfigError(f"--cut={cut!r} is not exact for model.projection.form={form!r} "
-                          f"(valid exact cuts: {'|'.join(EXACT_CUTS[form])})")
-    out["cut"] = cut
-    frac = out.get("noise_frac", 0.1)
-    if not isinstance(frac, (int, float)) or isinstance(frac, bool) or frac <= 0:
-        raise ConfigError(f"--noise-frac={frac!r} (valid: a number > 0, e.g. 0.1 for 10% of the pretrained std)")
-    out["noise_frac"] = float(frac)
-    return out
+@dataclass
+class NexusRankSpec(NewEntriesSpec):
+    """Nexusformer: add units to the M and A stages of every Nexus-Rank projection."""
+    triggers: ClassVar[tuple[str, ...]] = ("delta_m", "delta_a")
+
+    delta_m: int = option(None, "units added to the M stage of every Nexus-Rank projection", "--delta-m", kind=int,
+                          metavar="N")
+    delta_a: int = option(None, "units added to the A stage", "--delta-a", kind=int, metavar="N")
+    init: str = option("exact", "exact (one side of each new unit zero, the other random: exact and live) | zero "
+                       "(paper-literal, dead) | noise", "--rank-init", choices=INITS)
+    cut: str = option("in", f"which side of each new unit is zero for --rank-init exact: {'|'.join(CUTS)}", "--cut",
+                      metavar="CUT")
+
+    def validate(self) -> "NexusRankSpec":
+        super().validate()
+        for key, flag in (("delta_m", "--delta-m"), ("delta_a", "--delta-a")):
+            check_int(getattr(self, key), flag)
+        if not self.delta_m and not self.delta_a:
+            raise ConfigError("nexus_rank growth needs --delta-m N and/or --delta-a N (valid: integers > 0)")
+        self.init = self.init or "exact"
+        if self.init not in INITS:
+            raise ConfigError(f"--rank-init={self.init!r} (valid for Nexus-Rank growth: {'|'.join(INITS)})")
+        self.cut = self.cut or "in"
+        if self.cut not in CUTS:
+            raise ConfigError(f"--cut={self.cut!r} (valid: {'|'.join(CUTS)})")
+        return self
+
+    def applies_to(self, model_cfg) -> None:
+        """A model with Nexus-Rank projections, an exact cut for its form, and a valid grown shape."""
+        pcfg = model_cfg.projection
+        if pcfg.kind != "nexus_rank":
+            raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this model has no Nexus-Rank projections to grow "
+                              "(valid: a model trained with --model.projection.kind nexus_rank)")
+        if self.init == "exact" and self.cut not in EXACT_CUTS[pcfg.form]:
+            raise ConfigError(f"--cut={self.cut!r} is not exact for model.projection.form={pcfg.form!r} "
+                              f"(valid exact cuts: {'|'.join(EXACT_CUTS[pcfg.form])})")
+        errors: list[str] = []
+        grown_model_config(model_cfg, self).validate(errors, "model")
+        if errors:
+            raise ConfigError(f"growth by --delta-m {self.delta_m or 0} --delta-a {self.delta_a or 0} gives an invalid "
+                              "model: " + "; ".join(errors))
 
 
-@register_grower("nexus_rank")
-def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
+def grown_model_config(model_cfg, spec: NexusRankSpec):
+    pcfg = model_cfg.projection
+    d = model_cfg.d_model
+    old_m, old_a = pcfg.resolved_m(d), pcfg.resolved_a(d)
+    new_model_cfg = copy.deepcopy(model_cfg)
+    np_ = new_model_cfg.projection
+    np_.rank_m, np_.rank_a = old_m + (spec.delta_m or 0), old_a + (spec.delta_a or 0)
+    if pcfg.form == "l2norm_width":  # pin the sqrt(width) factors so old units keep their scale
+        old_state = model_cfg.growth_state
+        new_model_cfg.growth_state.frozen_m = old_state.frozen_m or old_m
+        new_model_cfg.growth_state.frozen_a = old_state.frozen_a or old_a
+    return new_model_cfg
+
+
+@register_grower("nexus_rank", NexusRankSpec)
+def grow_nexus_rank(model, cfg: RunConfig, spec: NexusRankSpec) -> GrowthResult:
     from ..models.nexus_rank import nexus_rank_modules
 
     pcfg = cfg.model.projection
     mods = nexus_rank_modules(model)
-    if pcfg.kind != "nexus_rank" or not mods:
-        raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this checkpoint has no Nexus-Rank projections to grow "
-                          "(valid: a model trained with --model.projection.kind nexus_rank)")
-    spec = parse_spec(spec, pcfg.form)
+    if not mods:
+        raise RuntimeError("the model has no Nexus-Rank modules although model.projection.kind is nexus_rank")
     d = cfg.model.d_model
     old_m, old_a = pcfg.resolved_m(d), pcfg.resolved_a(d)
-    new_model_cfg = copy.deepcopy(cfg.model)
+    new_model_cfg = grown_model_config(cfg.model, spec)
     np_ = new_model_cfg.projection
-    np_.rank_m, np_.rank_a = old_m + spec["delta_m"], old_a + spec["delta_a"]
-    if pcfg.form == "l2norm_width":  # pin the sqrt(width) factors so old units keep their scale
-        np_.frozen_m, np_.frozen_a = pcfg.frozen_m or old_m, pcfg.frozen_a or old_a
-    errors: list[str] = []
-    new_model_cfg.validate(errors, "model")
-    if errors:
-        raise ConfigError(f"growth by --delta-m {spec['delta_m']} --delta-a {spec['delta_a']} gives an invalid model: "
-                          + "; ".join(errors))
 
-    gen = torch.Generator(device="cpu").manual_seed(int(spec.get("seed", cfg.train.seed)))
-    init, zeroed = spec["init"], _ZEROED[spec["cut"]]
+    gen = torch.Generator(device="cpu").manual_seed(spec.generator_seed(cfg.train.seed))
+    init, zeroed = spec.init, _ZEROED[spec.cut]
 
     def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> None:
         stage = name.rsplit(".", 2)[-2] if name.endswith(".weight") else ""
-        std = matched_std(old) * (spec["noise_frac"] if init == "noise" else 1.0)
+        std = matched_std(old) * (spec.noise_frac if init == "noise" else 1.0)
         for tags, sl in region_blocks(old.shape, p.shape):
             if init == "zero" or (init == "exact" and tags in zeroed.get(stage, ())):
                 p[sl] = 0.0
@@ -109,12 +129,12 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: dict) -> GrowthResult:
                 fill_normal(p[sl], std, gen)
 
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
-    exact = init == "zero" or (init == "exact" and spec["cut"] in EXACT_CUTS[pcfg.form])
+    exact = init == "zero" or (init == "exact" and spec.cut in EXACT_CUTS[pcfg.form])
     record = {"old_m": old_m, "new_m": np_.rank_m, "old_a": old_a, "new_a": np_.rank_a, "init": init,
-              "cut": spec["cut"] if init == "exact" else None, "form": pcfg.form, "exact": exact,
-              "noise_frac": spec["noise_frac"] if init == "noise" else None, "old_shapes": old_shapes}
+              "cut": spec.cut if init == "exact" else None, "form": pcfg.form, "exact": exact,
+              "noise_frac": spec.noise_frac if init == "noise" else None, "old_shapes": old_shapes}
     report = {"projections grown": len(mods), "M": f"{old_m} -> {np_.rank_m}", "A": f"{old_a} -> {np_.rank_a}",
-              "init": init if init != "exact" else f"exact (cut {spec['cut']}, form {pcfg.form})",
+              "init": init if init != "exact" else f"exact (cut {spec.cut}, form {pcfg.form})",
               "function preserved by construction": exact}
     if init == "zero":
         report["warning"] = zero_init_warning(cfg.train.optimizer)
@@ -132,36 +152,3 @@ def zero_init_warning(optimizer: str) -> str:
         return (head + "; under Muon the old weights do not train exactly like the small model either (its update scale "
                 "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A) (use --rank-init exact)")
     return head + "; under AdamW the grown model trains exactly like the small one (use --rank-init exact)"
-
-
-# ----------------------------------------------------------------------------- CLI
-def add_cli_args(parser) -> None:
-    g = parser.add_argument_group("Nexus-Rank growth (Nexusformer)")
-    g.add_argument("--delta-m", type=int, default=None, metavar="N", help="add N units to the M stage of every Nexus-Rank projection")
-    g.add_argument("--delta-a", type=int, default=None, metavar="N", help="add N units to the A stage")
-    g.add_argument("--rank-init", dest="rank_init", default=None, choices=list(INITS), help="exact (default: one side of each new unit zero, other random) | zero (paper-literal, dead) | noise")
-    if "--noise-frac" not in parser._option_string_actions:
-        parser.add_argument("--noise-frac", type=float, default=0.1, help="--rank-init/--token-init noise: std as a fraction of the pretrained std")
-    g.add_argument("--cut", default=None, help=f"which side of each new unit is zero for --rank-init exact: {'|'.join(CUTS)} (default in)")
-    if "--growth-seed" not in parser._option_string_actions:
-        parser.add_argument("--growth-seed", type=int, default=None, help="seed of the random new entries")
-
-
-def spec_from_args(args) -> dict | None:
-    if getattr(args, "delta_m", None) is None and getattr(args, "delta_a", None) is None:
-        return None
-    spec = {"family": "nexus_rank", "init": args.rank_init or "exact", "noise_frac": args.noise_frac}
-    if args.delta_m is not None:
-        spec["delta_m"] = args.delta_m
-    if args.delta_a is not None:
-        spec["delta_a"] = args.delta_a
-    if args.cut is not None:
-        spec["cut"] = args.cut
-    if args.growth_seed is not None:
-        spec["seed"] = args.growth_seed
-    for key, flag in (("delta_m", "--delta-m"), ("delta_a", "--delta-a")):
-        if key in spec and spec[key] <= 0:
-            from ..config import ConfigError
-
-            raise ConfigError(f"{flag}={spec[key]} (valid: an integer > 0)")
-    return spec

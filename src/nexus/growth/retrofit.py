@@ -14,35 +14,66 @@ CLI: `nexus grow --retrofit higher-order --order 2 [--ho-targets qk] [--ho-form 
 from __future__ import annotations
 
 import copy
-
-import torch
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ..config import ConfigError, RunConfig
-from . import GrowthResult, ParamMap, register_grower
+from . import GrowthResult, register_grower
+from .inherit import inherit
+from .spec import GrowthSpec, check_int, option
 
 KINDS = ("higher-order",)
 MODES = ("paper", "lossless")
 
 
-def retrofit_model_config(model_cfg, spec: dict):
+@dataclass
+class RetrofitSpec(GrowthSpec):
+    """Nexus higher-order attention retrofit of a standard-attention Transformer."""
+    triggers: ClassVar[tuple[str, ...]] = ("kind",)
+
+    kind: str = option("higher-order", "what the attention is converted to", "--retrofit", choices=KINDS)
+    order: int = option(2, "higher-order attention order m (>= 2)", "--order", kind=int, metavar="M")
+    mode: str = option("paper", "paper (new random recursive parts) | lossless (zero-initialized gate on each "
+                       "refinement: logits unchanged at conversion)", consts={"--lossless": "lossless"})
+    targets: str = option(None, "what the inner attention refines: q | qk (default) | qkv", "--ho-targets",
+                          metavar="T")
+    form: str = option(None, "projected (eq. 12, default) | self (eq. 7-8)", "--ho-form", metavar="F")
+    shared: bool = option(None, "whether the inner attention reuses the layer's weights (default: shared with "
+                          "--lossless or form self, separate random inner weights for the paper way)",
+                          consts={"--ho-shared": True, "--ho-separate": False})
+    seed: int = option(0, "seed of the random recursive parts", "--growth-seed", kind=int, metavar="S")
+
+    def validate(self) -> "RetrofitSpec":
+        super().validate()
+        if self.kind not in KINDS:
+            raise ConfigError(f"--retrofit={self.kind!r} (valid: {'|'.join(KINDS)})")
+        if self.mode not in MODES:
+            raise ConfigError(f"retrofit mode={self.mode!r} (valid: {'|'.join(MODES)})")
+        if isinstance(self.order, bool) or not isinstance(self.order, int) or self.order < 2:
+            raise ConfigError(f"--order={self.order!r} (valid: an integer >= 2 for a higher-order retrofit)")
+        check_int(self.seed, "--growth-seed", minimum=0, allow_none=False)
+        return self
+
+    def applies_to(self, model_cfg) -> None:
+        """A standard-attention (order 1) transformer whose retrofitted attention config is valid."""
+        if model_cfg.arch != "transformer":
+            raise ConfigError(f"model.arch={model_cfg.arch!r} cannot be retrofitted with higher-order attention "
+                              f"(valid: a transformer; this one has no attention layers)")
+        if model_cfg.attention.order != 1:
+            raise ConfigError(f"model.attention.order={model_cfg.attention.order} is already higher-order "
+                              f"(valid: a standard-attention checkpoint, order 1)")
+        retrofit_model_config(model_cfg, self)
+
+
+def retrofit_model_config(model_cfg, spec: RetrofitSpec):
     """The ModelConfig of the retrofitted model (validated by the caller through RunConfig)."""
-    kind = spec.get("kind", "higher-order")
-    if kind not in KINDS:
-        raise ConfigError(f"--retrofit={kind!r} (valid: {'|'.join(KINDS)})")
-    mode = spec.get("mode", "paper")
-    if mode not in MODES:
-        raise ConfigError(f"retrofit mode={mode!r} (valid: {'|'.join(MODES)})")
-    order = spec.get("order", 2)
-    if isinstance(order, bool) or not isinstance(order, int) or order < 2:
-        raise ConfigError(f"--order={order!r} (valid: an integer >= 2 for a higher-order retrofit)")
     new = copy.deepcopy(model_cfg)
     a = new.attention
-    a.order = order
-    a.ho_targets = spec.get("targets", a.ho_targets)
-    a.ho_form = spec.get("form", a.ho_form)
-    shared = spec.get("shared")
-    a.ho_shared = (mode == "lossless" or a.ho_form == "self") if shared is None else bool(shared)
-    a.ho_gate = mode == "lossless"
+    a.order = spec.order
+    a.ho_targets = spec.targets or a.ho_targets
+    a.ho_form = spec.form or a.ho_form
+    a.ho_shared = (spec.mode == "lossless" or a.ho_form == "self") if spec.shared is None else bool(spec.shared)
+    a.ho_gate = spec.mode == "lossless"
     errors: list[str] = []
     a.validate(errors, "model.attention")
     if errors:
@@ -50,66 +81,16 @@ def retrofit_model_config(model_cfg, spec: dict):
     return new
 
 
-@register_grower("retrofit")
-def grow_retrofit(model, cfg: RunConfig, spec: dict) -> GrowthResult:
-    from ..models import build_model
-    from ..models.transformer import TransformerLM
-
-    if not isinstance(model, TransformerLM) or model.cfg.arch != "transformer":
-        raise ConfigError(f"model.arch={model.cfg.arch!r} cannot be retrofitted with higher-order attention "
-                          f"(valid: a transformer checkpoint; this one has no attention layers)")
-    if model.cfg.attention.order != 1:
-        raise ConfigError(f"model.attention.order={model.cfg.attention.order} is already higher-order "
-                          f"(valid: a standard-attention checkpoint, order 1)")
+@register_grower("retrofit", RetrofitSpec)
+def grow_retrofit(model, cfg: RunConfig, spec: RetrofitSpec) -> GrowthResult:
     new_cfg = retrofit_model_config(model.cfg, spec)
-    seed = spec.get("seed", 0)
-    devices = {p.device for p in model.parameters()}
-    dtypes = {p.dtype for p in model.parameters()}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))  # the random recursive parts are reproducible
-        new_model = build_model(new_cfg)
-    new_model.to(device=next(iter(devices)), dtype=next(iter(dtypes)))
-    old = model.state_dict()
-    missing, unexpected = new_model.load_state_dict(old, strict=False)
-    if unexpected:
-        raise ConfigError(f"retrofit cannot place {unexpected[0]!r} in the higher-order model "
-                          f"(valid: a standard nexus Transformer checkpoint)")
-    new_names = set(missing)
-    maps = {name: ParamMap(old_name=None if name in new_names else name) for name, _ in new_model.named_parameters()}
+    # the recursive parts the standard model lacks keep the new model's own (seeded) initialization
+    new_model, maps, _ = inherit(model, new_cfg, init_seed=spec.seed)
+    new_names = {name for name, pm in maps.items() if pm.old_name is None}
     n_new = sum(p.numel() for name, p in new_model.named_parameters() if name in new_names)
     a = new_cfg.attention
     record = {"retrofit": "higher-order", "order": a.order, "targets": a.ho_targets, "form": a.ho_form,
               "shared": a.ho_shared, "gate": a.ho_gate, "new_parameters": n_new}
-    report = {"retrofit": f"higher-order order {a.order} ({spec.get('mode', 'paper')} way)",
+    report = {"retrofit": f"higher-order order {a.order} ({spec.mode} way)",
               "new_parameters": n_new, "new_tensors": len(new_names)}
     return GrowthResult(model=new_model, model_cfg=new_cfg, param_maps=maps, record=record, report=report)
-
-
-def add_cli_args(parser) -> None:
-    g = parser.add_argument_group("Retrofit (Nexus higher-order attention)")
-    g.add_argument("--retrofit", default=None, choices=list(KINDS), help="convert standard attention to higher-order")
-    g.add_argument("--order", type=int, default=2, help="higher-order attention order m (>= 2)")
-    g.add_argument("--ho-targets", default=None, help="q | qk (default) | qkv: what the inner attention refines")
-    g.add_argument("--ho-form", default=None, help="projected (eq. 12, default) | self (eq. 7-8)")
-    g.add_argument("--lossless", action="store_true",
-                   help="zero-initialized gate on the refinement: logits unchanged at conversion")
-    shared = g.add_mutually_exclusive_group()
-    shared.add_argument("--ho-shared", dest="ho_shared", action="store_const", const=True, default=None,
-                        help="inner attention reuses the layer's weights (default with --lossless)")
-    shared.add_argument("--ho-separate", dest="ho_shared", action="store_const", const=False,
-                        help="new random inner weights per target (default for the paper way)")
-    g.add_argument("--retrofit-seed", type=int, default=0, help="seed of the random recursive parts")
-
-
-def spec_from_args(args) -> dict | None:
-    if getattr(args, "retrofit", None) is None:
-        return None
-    spec = {"family": "retrofit", "kind": args.retrofit, "order": args.order,
-            "mode": "lossless" if args.lossless else "paper", "seed": args.retrofit_seed}
-    if args.ho_targets is not None:
-        spec["targets"] = args.ho_targets
-    if args.ho_form is not None:
-        spec["form"] = args.ho_form
-    if args.ho_shared is not None:
-        spec["shared"] = args.ho_shared
-    return spec

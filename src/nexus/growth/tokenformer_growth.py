@@ -6,48 +6,72 @@ gradient at once (init=exact, the default). TokenFormer itself zeroes both (init
 dead, every new token's gradient is zero forever.
 
 Exactness also needs tau = sqrt(n) to stay at its pre-growth value. With
-model.projection.freeze_scale (default) growth records the old n in frozen_n / ffn_frozen_n;
+model.projection.freeze_scale (default) growth records the old n in model.growth_state.frozen_n / ffn_frozen_n;
 without it tau follows the new n, every old score is rescaled, and the report says the growth is
 not exact. The softmax variant is never exact (a zero score still takes softmax mass).
 """
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..config import ConfigError, RunConfig
 from . import GrowthResult, register_grower
+from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
 
 INITS = ("exact", "zero", "noise")
 
 
-@register_grower("tokenformer")
-def grow_tokenformer(model, cfg: RunConfig, spec: dict) -> GrowthResult:
+@dataclass
+class TokenFormerSpec(NewEntriesSpec):
+    """TokenFormer: append parameter tokens to every Pattention layer."""
+    triggers: ClassVar[tuple[str, ...]] = ("add_tokens", "add_ffn_tokens")
+
+    add_tokens: int = option(None, "parameter tokens appended to every q/k/v/o Pattention", "--add-tokens", kind=int,
+                             metavar="N")
+    add_ffn_tokens: int = option(None, "parameter tokens appended to every FFN Pattention", "--add-ffn-tokens",
+                                 kind=int, metavar="N")
+    init: str = option("exact", "exact (zero keys, random values: exact and live) | zero (TokenFormer's, dead) | noise",
+                       "--token-init", choices=INITS)
+
+    def validate(self) -> "TokenFormerSpec":
+        super().validate()
+        check_int(self.add_tokens, "--add-tokens")
+        check_int(self.add_ffn_tokens, "--add-ffn-tokens")
+        if not self.add_tokens and not self.add_ffn_tokens:
+            raise ConfigError("tokenformer growth needs --add-tokens N and/or --add-ffn-tokens N (valid: integers > 0)")
+        self.init = self.init or "exact"
+        if self.init not in INITS:
+            raise ConfigError(f"--token-init={self.init!r} (valid for TokenFormer growth: {'|'.join(INITS)})")
+        return self
+
+    def applies_to(self, model_cfg) -> None:
+        """A TokenFormer model with Pattention where tokens are added (attention and/or FFN)."""
+        pcfg = model_cfg.projection
+        if pcfg.kind != "pattention":
+            raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this model has no Pattention layers to add tokens "
+                              "to (valid: a TokenFormer model, --model.projection.kind pattention)")
+        if self.add_tokens and not [t for t in pcfg.targets if t != "ffn"]:
+            raise ConfigError(f"--add-tokens={self.add_tokens}: model.projection.targets={pcfg.targets} has no attention "
+                              "Pattention (valid: use --add-ffn-tokens)")
+        if self.add_ffn_tokens and "ffn" not in pcfg.targets:
+            raise ConfigError(f"--add-ffn-tokens={self.add_ffn_tokens}: model.projection.targets={pcfg.targets} has no "
+                              "FFN Pattention (valid: use --add-tokens)")
+
+
+@register_grower("tokenformer", TokenFormerSpec)
+def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResult:
     from ..models.pattention import pattention_modules
 
     pcfg = cfg.model.projection
     mods = pattention_modules(model)
-    if pcfg.kind != "pattention" or not mods:
-        raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this checkpoint has no Pattention layers to add tokens to "
-                          "(valid: a TokenFormer model, --model.projection.kind pattention)")
-    add = spec.get("add_tokens") or 0
-    add_ffn = spec.get("add_ffn_tokens") or 0
-    for v, flag in ((spec.get("add_tokens"), "--add-tokens"), (spec.get("add_ffn_tokens"), "--add-ffn-tokens")):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise ConfigError(f"{flag}={v!r} (valid: an integer > 0)")
-    if not add and not add_ffn:
-        raise ConfigError("tokenformer growth needs --add-tokens N and/or --add-ffn-tokens N (valid: integers > 0)")
-    attn_targets = [t for t in pcfg.targets if t != "ffn"]
-    if add and not attn_targets:
-        raise ConfigError(f"--add-tokens={add}: model.projection.targets={pcfg.targets} has no attention Pattention (valid: use --add-ffn-tokens)")
-    if add_ffn and "ffn" not in pcfg.targets:
-        raise ConfigError(f"--add-ffn-tokens={add_ffn}: model.projection.targets={pcfg.targets} has no FFN Pattention")
-    init = spec.get("init") or "exact"
-    if init not in INITS:
-        raise ConfigError(f"--token-init={init!r} (valid for TokenFormer growth: {'|'.join(INITS)})")
-    frac = float(spec.get("noise_frac", 0.1))
+    if not mods:
+        raise RuntimeError("the model has no Pattention modules although model.projection.kind is pattention")
+    add, add_ffn, init, frac = spec.add_tokens or 0, spec.add_ffn_tokens or 0, spec.init, spec.noise_frac
 
     d = cfg.model.d_model
     old_n, old_ffn_n = pcfg.param_tokens or d, pcfg.ffn_param_tokens or cfg.model.ffn
@@ -58,10 +82,11 @@ def grow_tokenformer(model, cfg: RunConfig, spec: dict) -> GrowthResult:
     if add_ffn:
         np_.ffn_param_tokens = old_ffn_n + add_ffn
     if pcfg.freeze_scale:  # tau stays sqrt(n before the first growth)
-        np_.frozen_n = pcfg.frozen_n or old_n
-        np_.ffn_frozen_n = pcfg.ffn_frozen_n or old_ffn_n
+        old_state, state = cfg.model.growth_state, new_model_cfg.growth_state
+        state.frozen_n = old_state.frozen_n or old_n
+        state.ffn_frozen_n = old_state.ffn_frozen_n or old_ffn_n
 
-    gen = torch.Generator(device="cpu").manual_seed(int(spec.get("seed", cfg.train.seed)))
+    gen = torch.Generator(device="cpu").manual_seed(spec.generator_seed(cfg.train.seed))
 
     def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> None:
         zero = init == "zero" or (init == "exact" and name.endswith("key_tokens"))
@@ -88,29 +113,3 @@ def grow_tokenformer(model, cfg: RunConfig, spec: dict) -> GrowthResult:
     if init == "zero":
         report["warning"] = "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
-
-
-def add_cli_args(parser) -> None:
-    g = parser.add_argument_group("TokenFormer growth (parameter tokens)")
-    g.add_argument("--add-tokens", type=int, default=None, metavar="N", help="append N parameter tokens to every q/k/v/o Pattention")
-    g.add_argument("--add-ffn-tokens", type=int, default=None, metavar="N", help="append N parameter tokens to every FFN Pattention")
-    g.add_argument("--token-init", dest="token_init", default=None, choices=list(INITS), help="exact (default: zero keys, random values) | zero (TokenFormer's, dead) | noise")
-    if "--noise-frac" not in parser._option_string_actions:
-        parser.add_argument("--noise-frac", type=float, default=0.1, help="--rank-init/--token-init noise: std as a fraction of the pretrained std")
-    if "--growth-seed" not in parser._option_string_actions:
-        parser.add_argument("--growth-seed", type=int, default=None, help="seed of the random new entries")
-
-
-def spec_from_args(args) -> dict | None:
-    if getattr(args, "add_tokens", None) is None and getattr(args, "add_ffn_tokens", None) is None:
-        return None
-    spec = {"family": "tokenformer", "init": args.token_init or "exact", "noise_frac": args.noise_frac}
-    for key, flag in (("add_tokens", "--add-tokens"), ("add_ffn_tokens", "--add-ffn-tokens")):
-        v = getattr(args, key)
-        if v is not None:
-            if v <= 0:
-                raise ConfigError(f"{flag}={v} (valid: an integer > 0)")
-            spec[key] = v
-    if args.growth_seed is not None:
-        spec["seed"] = args.growth_seed
-    return spec

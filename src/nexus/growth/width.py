@@ -38,11 +38,14 @@ import copy
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..config import ConfigError, RunConfig
-from . import GrowthResult, ParamMap, register_grower, register_spec_check
+from . import GrowthResult, ParamMap, register_grower
+from .inherit import inherit
+from .spec import GrowthSpec, option
 
 INITS = ("copy", "random", "zero")
 PRESERVE_MODES = ("rms", "exact", "none")
@@ -80,20 +83,115 @@ def roles_of(name: str) -> dict[int, tuple[str, str]]:
     return {}
 
 
-# ----------------------------------------------------------------------------- spec parsing
+# ----------------------------------------------------------------------------- the spec
 @dataclass
-class WidthSpec:
-    hidden: int = 0  # new d_model (0 = unchanged)
-    ffn: int = 0  # new dense FFN inner size (0 = unchanged)
-    expert_inner: int = 0  # new MoE expert inner size (0 = unchanged)
-    init_out: str = "copy"  # fan-out side init
-    init_in: str = "copy"  # fan-in side init
-    preserve: str = "rms"  # rms | exact | none
-    split: str = "even"  # even | 1:2 | random (copy-copy fan-in split)
-    perturb: float = 0.0  # symmetric +-perturbation std relative to the weight std (copy-copy)
-    seed: int = 0  # RNG seed of random init, sampled gains, random split ratios and perturbations
-    rewarmup: dict | None = None  # {"rho", "tau"} for the new entries
-    rewarmup_all: bool = False  # the baseline: the re-warmup schedule drives every parameter
+class WidthSpec(GrowthSpec):
+    """SPARKLING: hidden size, dense FFN and MoE expert inner size."""
+    triggers: ClassVar[tuple[str, ...]] = AXES
+
+    hidden: int = option(0, "new hidden size d_model (0 = unchanged)", "--width.hidden", kind=int, metavar="N")
+    ffn: int = option(0, "new dense FFN inner size (0 = unchanged)", "--width.ffn", kind=int, metavar="N")
+    expert_inner: int = option(0, "new MoE expert inner size (0 = unchanged)", "--width.expert_inner", kind=int, metavar="N")
+    init: object = option("copy,copy", "fan-out,fan-in init of the new channels, copy|random|zero each", "--init",
+                          metavar="OUT,IN")
+    preserve: str = option("rms", "rms (SPARKLING's RMS-preserving fan-in factor) | exact (function preserving) | "
+                           "none (naive, no rescale)", "--preserve", metavar="MODE")
+    split: str = option("even", "how a copy group splits its fan-in weight: even | 1:2 | random r in [0.1, 0.5] "
+                        "(heuristic baselines, copy,copy only)", "--split", metavar="S")
+    perturb: float = option(0.0, "std of a symmetric +-perturbation of copied fan-in columns, relative to the "
+                            "weights' std (baseline, copy,copy only)", "--perturb", kind=float, metavar="STD")
+    seed: int = option(0, "seed of random init, sampled gains, random split ratios and perturbations",
+                       "--growth-seed", kind=int, metavar="S")
+    rewarmup: object = option(None, "asymmetric lr re-warmup of the new entries: RHO,TAU (SPARKLING: 1.3,250)",
+                              "--rewarmup", metavar="RHO,TAU")
+    rewarmup_all: object = option(None, "baseline: the same re-warmup drives every parameter (RHO,TAU)",
+                                  "--rewarmup-all", metavar="RHO,TAU")
+
+    @property
+    def init_out(self) -> str:
+        return self.init.split(",")[0]
+
+    @property
+    def init_in(self) -> str:
+        return self.init.split(",")[1]
+
+    def validate(self) -> "WidthSpec":
+        super().validate()
+        for axis in AXES:
+            v = getattr(self, axis) or 0
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"width.{axis}={v!r} (valid: a positive integer, the new size)")
+            setattr(self, axis, v)
+        parts = self.init.split(",") if isinstance(self.init, str) else list(self.init)
+        if len(parts) == 1:
+            parts = parts * 2
+        if len(parts) != 2 or any(p not in INITS for p in parts):
+            raise ConfigError(f"--init={self.init!r} (valid: FAN_OUT,FAN_IN with each one of {'|'.join(INITS)}, "
+                              "e.g. copy,copy)")
+        self.init = ",".join(parts)
+        if self.preserve not in PRESERVE_MODES:
+            raise ConfigError(f"--preserve={self.preserve!r} (valid: {'|'.join(PRESERVE_MODES)})")
+        self.split = str(self.split)
+        if self.split not in SPLITS:
+            raise ConfigError(f"--split={self.split!r} (valid: {'|'.join(SPLITS)})")
+        try:
+            self.perturb, self.seed = float(self.perturb), int(self.seed)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--perturb={self.perturb!r} / --growth-seed={self.seed!r} (valid: numbers)") from None
+        if self.perturb < 0:
+            raise ConfigError(f"--perturb={self.perturb!r} (valid: a number >= 0)")
+        if (self.split != "even" or self.perturb) and (self.init_out, self.init_in) != ("copy", "copy"):
+            raise ConfigError(f"--split/--perturb with --init={self.init} "
+                              "(valid: only with --init copy,copy, they act on copied channel pairs)")
+        rw, rw_all = self.rewarmup, self.rewarmup_all
+        if rw and rw_all and rw_all is not True:  # True beside a pair is the normalized form of --rewarmup-all
+            raise ConfigError("--rewarmup and --rewarmup-all given together (valid: one of them)")
+        if rw_all is True:
+            self.rewarmup = parse_pair(rw or True, "--rewarmup-all")
+        else:
+            self.rewarmup = parse_pair(rw_all or rw, "--rewarmup-all" if rw_all else "--rewarmup")
+        self.rewarmup_all = bool(rw_all) and self.rewarmup is not None
+        return self
+
+    def current_sizes(self, m) -> dict[str, int]:
+        from ..models.moe import expert_hidden
+
+        return {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
+
+    def applies_to(self, m) -> None:
+        """A transformer with linear or Nexus-Rank projections and no anchor mixing; every target at least
+        the current size and one larger; `exact` only where a function-preserving choice exists."""
+        if m.arch != "transformer":
+            raise ConfigError(f"model.arch={m.arch!r} for width growth (valid: transformer)")
+        p = m.projection
+        if p.kind == "pattention":
+            raise ConfigError(f"model.projection.kind={p.kind!r} for width growth (valid: linear or nexus_rank; grow "
+                              "Pattention with --add-tokens)")
+        if p.kind == "nexus_rank":
+            _check_nexus_rank(m, self)
+        if m.mixing.anchor != "none":
+            raise ConfigError(f"model.mixing.anchor={m.mixing.anchor!r} for width growth (valid: none)")
+        if self.expert_inner and not m.moe.n_experts:
+            raise ConfigError(f"width.expert_inner={self.expert_inner} on a dense model (valid: only when "
+                              "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
+        if self.ffn and m.moe.n_experts:
+            raise ConfigError(f"width.ffn={self.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
+        current = self.current_sizes(m)
+        targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
+        for axis, new in targets.items():
+            if new < current[axis]:
+                raise ConfigError(f"width.{axis}={new} is smaller than the current size {current[axis]} "
+                                  f"(valid: >= {current[axis]}; width growth never shrinks)")
+        if not any(new > current[a] for a, new in targets.items()):
+            raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
+                              "(valid: give --width.hidden/--width.ffn/--width.expert_inner larger than now)")
+        if self.init_out == "zero" and self.init_in == "zero":
+            raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
+                              "exactly zero gradient forever)")
+        if self.preserve == "exact":
+            gen = torch.Generator().manual_seed(self.seed)
+            check_exact(self, {a: plan_axis(a, current[a], new, self, gen) for a, new in targets.items()
+                               if new > current[a]})
 
 
 def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dict | None:
@@ -116,49 +214,6 @@ def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dic
     if rho <= 0 or tau < 0:
         raise ConfigError(f"{what}={value!r} (valid: RHO > 0 and TAU >= 0, e.g. 1.3,250)")
     return {"rho": rho, "tau": tau}
-
-
-def parse_spec(spec: dict) -> WidthSpec:
-    known = {"family", "hidden", "ffn", "expert_inner", "init", "preserve", "split", "perturb", "seed", "rewarmup",
-             "rewarmup_all", "optimizer_state"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ConfigError(f"width growth option {unknown[0]!r} (valid: {', '.join(sorted(known - {'family'}))})")
-    ws = WidthSpec()
-    for axis in AXES:
-        v = spec.get(axis) or 0
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"width.{axis}={v!r} (valid: a positive integer, the new size)")
-        setattr(ws, axis, v)
-    init = spec.get("init", "copy,copy")
-    parts = init.split(",") if isinstance(init, str) else list(init)
-    if len(parts) == 1:
-        parts = parts * 2
-    if len(parts) != 2 or any(p not in INITS for p in parts):
-        raise ConfigError(f"--init={init!r} (valid: FAN_OUT,FAN_IN with each one of {'|'.join(INITS)}, e.g. copy,copy)")
-    ws.init_out, ws.init_in = parts
-    ws.preserve = spec.get("preserve", "rms")
-    if ws.preserve not in PRESERVE_MODES:
-        raise ConfigError(f"--preserve={ws.preserve!r} (valid: {'|'.join(PRESERVE_MODES)})")
-    ws.split = str(spec.get("split", "even"))
-    if ws.split not in SPLITS:
-        raise ConfigError(f"--split={ws.split!r} (valid: {'|'.join(SPLITS)})")
-    try:
-        ws.perturb = float(spec.get("perturb", 0.0))
-        ws.seed = int(spec.get("seed", 0))
-    except (TypeError, ValueError):
-        raise ConfigError(f"--perturb={spec.get('perturb')!r} / seed={spec.get('seed')!r} (valid: numbers)") from None
-    if ws.perturb < 0:
-        raise ConfigError(f"--perturb={ws.perturb!r} (valid: a number >= 0)")
-    if (ws.split != "even" or ws.perturb) and (ws.init_out, ws.init_in) != ("copy", "copy"):
-        raise ConfigError(f"--split/--perturb with --init={ws.init_out},{ws.init_in} "
-                          "(valid: only with --init copy,copy, they act on copied channel pairs)")
-    rw, rw_all = spec.get("rewarmup"), spec.get("rewarmup_all")
-    if rw and rw_all:
-        raise ConfigError("--rewarmup and --rewarmup-all given together (valid: one of them)")
-    ws.rewarmup = parse_pair(rw_all if rw_all else rw, "--rewarmup-all" if rw_all else "--rewarmup")
-    ws.rewarmup_all = bool(rw_all) and ws.rewarmup is not None
-    return ws
 
 
 # ----------------------------------------------------------------------------- per-axis plan
@@ -293,25 +348,6 @@ def _zero_sum_perturbation(t: torch.Tensor, dim: int, plan: AxisPlan, std: float
 
 
 # ----------------------------------------------------------------------------- the grower
-def _check_model(model, cfg: RunConfig, ws: WidthSpec) -> None:
-    m = cfg.model
-    if m.arch != "transformer":
-        raise ConfigError(f"model.arch={m.arch!r} for width growth (valid: transformer)")
-    p = m.projection
-    if p.kind == "pattention":
-        raise ConfigError(f"model.projection.kind={p.kind!r} for width growth (valid: linear or nexus_rank; grow "
-                          "Pattention with --add-tokens)")
-    if p.kind == "nexus_rank":
-        _check_nexus_rank(m, ws)
-    if m.mixing.anchor != "none":
-        raise ConfigError(f"model.mixing.anchor={m.mixing.anchor!r} for width growth (valid: none)")
-    if ws.expert_inner and not m.moe.n_experts:
-        raise ConfigError(f"width.expert_inner={ws.expert_inner} on a dense model (valid: only when "
-                          "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
-    if ws.ffn and m.moe.n_experts:
-        raise ConfigError(f"width.ffn={ws.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
-
-
 def _check_nexus_rank(m, ws: WidthSpec) -> None:
     """Hidden-size (D) growth of a Nexus-Rank model: what cannot stay exact or valid is refused."""
     p = m.projection
@@ -328,29 +364,13 @@ def _check_nexus_rank(m, ws: WidthSpec) -> None:
                           "M 780 -> 1540, A 960 -> 1730 with D 768 -> 1024; or set model.projection.relax_order=true)")
 
 
-def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
-    from ..models import build_model
-    from ..models.moe import expert_hidden
-
-    ws = parse_spec(spec)
-    _check_model(model, cfg, ws)
+@register_grower("width", WidthSpec)
+def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     m = cfg.model
-    current = {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
+    current = ws.current_sizes(m)
     targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
-    for axis, new in targets.items():
-        if new < current[axis]:
-            raise ConfigError(f"width.{axis}={new} is smaller than the current size {current[axis]} "
-                              f"(valid: >= {current[axis]}; width growth never shrinks)")
-    if not any(new > current[a] for a, new in targets.items()):
-        raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
-                          "(valid: give --width.hidden/--width.ffn/--width.expert_inner larger than now)")
-    if ws.init_out == "zero" and ws.init_in == "zero":
-        raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
-                          "exactly zero gradient forever)")
     gen = torch.Generator().manual_seed(ws.seed)
     plans = {a: plan_axis(a, current[a], new, ws, gen) for a, new in targets.items() if new > current[a]}
-    if ws.preserve == "exact":
-        check_exact(ws, plans)
 
     new_mcfg = copy.deepcopy(m)
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
@@ -368,33 +388,20 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
         # sqrt(n/n') fan-in factor undoes the normalisation exactly (the per-head QK-norm sees eps shrink too)
         new_mcfg.norm_eps = m.norm_eps * plans["hidden"].old / plans["hidden"].new
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(ws.seed)
-        new_model = build_model(new_mcfg)
-    old_params = dict(model.named_parameters())
-    maps: dict[str, ParamMap] = {}
-    with torch.no_grad():
-        for name, p in new_model.named_parameters():
-            if name not in old_params:
-                raise ConfigError(f"width growth: parameter {name!r} has no counterpart in the source model")
-            old = old_params[name]
-            roles = roles_of(name)
-            grown_dims = {d: r for d, r in roles.items() if r[0] in plans}
-            if not grown_dims:
-                if tuple(old.shape) != tuple(p.shape):
-                    raise ConfigError(f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
-                                      f"{tuple(p.shape)} (valid: a standard transformer/MoE model)")
-                p.copy_(old)
-                maps[name] = ParamMap(old_name=name)
-                continue
-            new_t, copy_source, fan_in = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
-            if tuple(new_t.shape) != tuple(p.shape):
-                raise ConfigError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
-                                  f"config implies {tuple(p.shape)}")
-            p.copy_(new_t)
-            maps[name] = ParamMap(old_name=name, old_slices=tuple(slice(0, s) for s in old.shape),
-                                  copy_source=copy_source or None, fan_in_scale=fan_in or None)
-    new_model.to(next(model.parameters()).device)
+    def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> ParamMap:
+        grown_dims = {d: r for d, r in roles_of(name).items() if r[0] in plans}
+        if not grown_dims:
+            raise RuntimeError(f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
+                               f"{tuple(p.shape)} (no growth role matches its name)")
+        new_t, copy_source, fan_in = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
+        if tuple(new_t.shape) != tuple(p.shape):
+            raise RuntimeError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
+                               f"config implies {tuple(p.shape)}")
+        p.copy_(new_t)
+        return ParamMap(old_name=name, old_slices=tuple(slice(0, s) for s in old.shape),
+                        copy_source=copy_source or None, fan_in_scale=fan_in or None)
+
+    new_model, maps, _ = inherit(model, new_mcfg, fill_new)
 
     record = {"axes": {a: [pl.old, pl.new] for a, pl in plans.items()}, "init": [ws.init_out, ws.init_in],
               "preserve": ws.preserve, "split": ws.split, "perturb": ws.perturb, "seed": ws.seed,
@@ -409,52 +416,7 @@ def grow_width(model, cfg: RunConfig, spec: dict) -> GrowthResult:
         report["logit_scale"] = new_mcfg.logit_scale
     if ws.rewarmup:
         report["rewarmup"] = f"rho={ws.rewarmup['rho']} tau={ws.rewarmup['tau']}" + (" (all parameters)" if ws.rewarmup_all else "")
-    try:
-        from .diagnostics import rms_ratio_report
+    from .diagnostics import rms_ratio_report
 
-        report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
-    except ImportError:  # diagnostics module absent: growth itself does not depend on it
-        pass
+    report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
     return GrowthResult(model=new_model, model_cfg=new_mcfg, param_maps=maps, record=record, report=report)
-
-
-register_grower("width")(grow_width)
-register_spec_check("width")(parse_spec)
-
-
-# ----------------------------------------------------------------------------- CLI
-def add_cli_args(parser) -> None:
-    g = parser.add_argument_group("width growth (SPARKLING)")
-    g.add_argument("--width.hidden", dest="width_hidden", type=int, default=0, metavar="N", help="new hidden size d_model")
-    g.add_argument("--width.ffn", dest="width_ffn", type=int, default=0, metavar="N", help="new dense FFN inner size")
-    g.add_argument("--width.expert_inner", dest="width_expert_inner", type=int, default=0, metavar="N",
-                   help="new MoE expert inner size")
-    g.add_argument("--init", dest="width_init", default="copy,copy", metavar="OUT,IN",
-                   help="fan-out,fan-in init of new channels: copy|random|zero each (default copy,copy)")
-    g.add_argument("--preserve", dest="width_preserve", default="rms", metavar="MODE",
-                   help="rms (SPARKLING scaling, default) | exact (function preserving) | none (naive)")
-    g.add_argument("--split", dest="width_split", default="even", metavar="S",
-                   help="copy-copy fan-in split: even | 1:2 | random (r in [0.1,0.5]) (heuristic baselines)")
-    g.add_argument("--perturb", dest="width_perturb", type=float, default=0.0, metavar="STD",
-                   help="symmetric +-perturbation of copied fan-in columns, std relative to the weights (baseline)")
-    g.add_argument("--width-seed", dest="width_seed", type=int, default=0, help="seed of random init / splits")
-    g.add_argument("--rewarmup", dest="width_rewarmup", default=None, metavar="RHO,TAU",
-                   help="asymmetric re-warmup of the new entries, e.g. 1.3,250 (SPARKLING defaults)")
-    g.add_argument("--rewarmup-all", dest="width_rewarmup_all", default=None, metavar="RHO,TAU",
-                   help="baseline: the same re-warmup for every parameter")
-
-
-def spec_from_args(args) -> dict | None:
-    if not (getattr(args, "width_hidden", 0) or getattr(args, "width_ffn", 0) or getattr(args, "width_expert_inner", 0)):
-        return None
-    spec = {"family": "width", "init": args.width_init, "preserve": args.width_preserve, "split": args.width_split,
-            "perturb": args.width_perturb, "seed": args.width_seed}
-    for axis in AXES:
-        if getattr(args, f"width_{axis}"):
-            spec[axis] = getattr(args, f"width_{axis}")
-    if args.width_rewarmup:
-        spec["rewarmup"] = args.width_rewarmup
-    if args.width_rewarmup_all:
-        spec["rewarmup_all"] = args.width_rewarmup_all
-    parse_spec(spec)  # fail on bad flags before touching the checkpoint
-    return spec

@@ -69,10 +69,10 @@ def make_pattention(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: 
     p = cfg.projection
     if target == "ffn":
         n = p.ffn_param_tokens or cfg.ffn
-        frozen = p.ffn_frozen_n if p.freeze_scale else 0
+        frozen = cfg.growth_state.ffn_frozen_n if p.freeze_scale else 0
     else:
         n = p.param_tokens or cfg.d_model
-        frozen = p.frozen_n if p.freeze_scale else 0
+        frozen = cfg.growth_state.frozen_n if p.freeze_scale else 0
     return Pattention(d_in, d_out, n, p.pattention_act, frozen, bias, cfg.init_std)
 
 

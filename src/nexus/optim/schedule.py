@@ -28,11 +28,12 @@ def lr_factor(step: int, tcfg: TrainConfig) -> float:
     return 1.0 + (floor - 1.0) * progress
 
 
-def set_lr(optimizer, step: int, tcfg: TrainConfig, rewarmup=None) -> float:
-    """Set every group's lr from its base lr; `rewarmup(step, base_lr, factor) -> lr_new|None` sets the
-    learning rate of freshly grown entries (SPARKLING). Returns the schedule factor."""
+def set_lr(optimizer, step: int, tcfg: TrainConfig, lr_rule=None) -> float:
+    """Set every group's lr from its base lr; `lr_rule(step, base_lr, factor, tcfg) -> lr_new` sets the
+    learning rate of the entries the optimizer state marks new (SPARKLING's re-warmup of freshly grown
+    entries). Returns the schedule factor."""
     f = lr_factor(step, tcfg)
     for g in optimizer.param_groups:
         g["lr"] = g["base_lr"] * f
-        g["lr_new"] = rewarmup(step, g["base_lr"], f, tcfg) if rewarmup is not None else None
+        g["lr_new"] = lr_rule(step, g["base_lr"], f, tcfg) if lr_rule is not None else None
     return f

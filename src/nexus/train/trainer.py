@@ -1,10 +1,17 @@
 """The training loop. It knows nothing about architectures: it builds whatever `build_model`
 returns, feeds it (input_ids, labels) and minimizes `out.loss`.
 
-Extension points used by other parts of nexus:
-  * `self.rewarmup`: callable(step, base_lr, factor, tcfg) -> lr for freshly grown entries (SPARKLING)
-  * `train.grow_at` / `train.growth`: `nexus.growth.grow_in_training(trainer, spec)` swaps
-    model, optimizer and config in place at that step
+Extension points (the trainer imports none of their users):
+  * hooks, given as `Trainer(..., hooks=[...])` or `trainer.add_hook(h)`: objects with any of
+      on_fit_start(trainer)            before fit() writes anything or takes a step (checks)
+      on_resume(trainer)               after a checkpoint's state is restored (at once for a hook added later)
+      on_step_start(trainer, step)     before each optimizer step
+      on_log(trainer, step, metrics)   after each logged step
+    Growth (`nexus.growth.training.GrowthHook`) is one: it grows the model at `train.grow_at`.
+  * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
+    its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
+  * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
+    (`new_mask`, SPARKLING's re-warmup), or None
   * `self.callbacks`: callables(trainer, step, metrics) run after each logged step
 """
 from __future__ import annotations
@@ -64,10 +71,11 @@ def memory_stats(device: torch.device) -> dict:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None):
+                 init_tokenizer=None, hooks=()):
         self.quiet = quiet
         self.callbacks = []
-        self.rewarmup = None
+        self.hooks = list(hooks)
+        self.lr_rule = None
         tstate = None
         self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
         if resume:
@@ -122,6 +130,24 @@ class Trainer:
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
         self._wrap()
+        if self.resumed_step is not None:
+            self._call_hooks("on_resume")
+            if self.cfg.growth_history and not self.hooks:
+                self.notes.append("resumed a grown run without hooks: a re-warmup its growth recorded is not applied "
+                                  "(register nexus.growth.training.GrowthHook)")
+
+    # ------------------------------------------------------------------ hooks
+    def add_hook(self, hook) -> None:
+        """Register a hook (see the module docstring); on a resumed trainer its on_resume runs at once."""
+        self.hooks.append(hook)
+        if self.resumed_step is not None and hasattr(hook, "on_resume"):
+            hook.on_resume(self)
+
+    def _call_hooks(self, event: str, *args) -> None:
+        for hook in list(self.hooks):
+            fn = getattr(hook, event, None)
+            if fn is not None:
+                fn(self, *args)
 
     # ------------------------------------------------------------------ set-up
     def _seed_everything(self, seed: int) -> None:
@@ -168,21 +194,34 @@ class Trainer:
         self.train_model = self.model
         gc.collect()
 
-    def set_model(self, model, optimizer) -> None:
-        """Swap in a new model and optimizer (growth mid-training). Under FSDP2 `model` is a plain
-        (unsharded) grown model and `optimizer` its optimizer with full transplanted state: the model
-        is sharded here and the state sharded like it."""
-        if self._fsdp:
-            from .fsdp import shard_state
+    _KEEP = object()
 
-            full = optimizer.state_dict()
-            self.model = self._prepare(model)
-            optimizer = build_optimizer(self.model, self.cfg.train)
-            optimizer.load_state_dict(shard_state(full, self.model))
-        else:
-            self.model = self._prepare(model)
-        self.optimizer = optimizer
-        self._wrap()
+    def swap(self, model=None, optimizer=None, *, lr_rule=_KEEP, cfg: RunConfig | None = None) -> None:
+        """Replace the model and its optimizer, the per-parameter lr rule and/or the run config mid-run:
+        the only way a hook changes them. `cfg` is the config that describes the new model (growth: the
+        grown model config and its growth record). Under FSDP2 `model` is a plain (unsharded) model and
+        `optimizer` its optimizer with full state: the model is sharded here and the state sharded like
+        it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
+        if (model is None) != (optimizer is None):
+            raise RuntimeError("Trainer.swap: a new model needs its own optimizer (give both or neither)")
+        rng = torch.get_rng_state()
+        if cfg is not None:
+            self.cfg = cfg
+        if model is not None:
+            if self._fsdp:
+                from .fsdp import shard_state
+
+                full = optimizer.state_dict()
+                self.model = self._prepare(model)
+                optimizer = build_optimizer(self.model, self.cfg.train)
+                optimizer.load_state_dict(shard_state(full, self.model))
+            else:
+                self.model = self._prepare(model)
+            self.optimizer = optimizer
+            self._wrap()
+        if lr_rule is not Trainer._KEEP:
+            self.lr_rule = lr_rule
+        torch.set_rng_state(rng)
 
     def full_model_and_optimizer_state(self):
         """(model, optimizer state dict) as a single process would hold them: under FSDP2 an unsharded
@@ -220,10 +259,6 @@ class Trainer:
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise CheckpointError(f"trainer_state.pt does not match this run ({type(e).__name__}: {str(e)[:100]})") from None
-        if self.cfg.growth_history:
-            from ..growth import restore_training_extras
-
-            restore_training_extras(self)
 
     # ------------------------------------------------------------------ loop pieces
     def _micro_batches(self, step: int):
@@ -245,7 +280,7 @@ class Trainer:
         floats at log steps. A step whose loss or gradient norm is not finite changes nothing: the
         optimizer skips it on the device (found_inf), and the streak counters live on the device."""
         tc = self.cfg.train
-        lr_factor = set_lr(self.optimizer, step, tc, self.rewarmup)
+        lr_factor = set_lr(self.optimizer, step, tc, self.lr_rule)
         batches = self._micro_batches(step)
         local_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in batches)  # CPU labels: no sync
         total_tokens = local_tokens if self.world == 1 else self._global_tokens
@@ -397,6 +432,10 @@ class Trainer:
         from tqdm import tqdm
 
         tc = self.cfg.train
+        if tc.grow_at >= max(self.step, 1) and not self.hooks:  # a growth still ahead, and nobody to do it
+            raise RuntimeError(f"train.grow_at={tc.grow_at} but no hook is registered on the trainer to grow the "
+                               "model (register nexus.growth.training.GrowthHook: Trainer(cfg, hooks=[GrowthHook()]))")
+        self._call_hooks("on_fit_start")  # checks that must fail before anything is written
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
@@ -412,11 +451,12 @@ class Trainer:
         last_val = None
         skipped_before = int(self.health.total)
         while self.step < tc.steps:
-            if tc.grow_at and self.step == tc.grow_at and not _already_grown(self.cfg, tc.grow_at):
-                from ..growth import grow_in_training
-
-                grow_in_training(self, tc.growth)
-                n_params = count_parameters(self.model)
+            if self.hooks:
+                model = self.model
+                self._call_hooks("on_step_start", self.step)
+                if self.model is not model:  # a hook swapped the model
+                    n_params = count_parameters(self.model)
+                    tc = self.cfg.train
             m = self.train_step(self.step)
             self.step += 1
             self.tokens_seen += int(m["tokens"])
@@ -437,6 +477,7 @@ class Trainer:
                 self.log(m)
                 for cb in self.callbacks:
                     cb(self, self.step, m)
+                self._call_hooks("on_log", self.step, m)
                 bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
                 if bar.disable and self.step % max(tc.steps // 10, tc.log_every) < tc.log_every:
                     # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
@@ -471,10 +512,6 @@ class Trainer:
                 self.say(f"sample: {sample!r}")
             self.say(f"checkpoint: {ckpt}")
         return result
-
-
-def _already_grown(cfg: RunConfig, step: int) -> bool:
-    return any(rec.get("step") == step for rec in cfg.growth_history)
 
 
 def _np_state() -> list:

@@ -1,0 +1,97 @@
+"""Growth inside a training run, as a trainer hook: the trainer knows nothing about growth.
+
+Whoever builds the trainer (`nexus train`, the experiments, a script) registers the hook:
+
+    trainer = Trainer(cfg, resume=..., hooks=[GrowthHook()])
+
+At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
+model, its optimizer (state transplanted), the re-warmup rule and the grown config to `trainer.swap`,
+the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data cursor and
+RNG. On resume (`on_resume`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
+Before step 0 (`on_fit_start`) it checks the spec against the model, so a bad spec of any family fails
+before any training step. After a growth it logs the post-growth diagnostics (`on_log`).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _jsonable, check_growth_applies, grow
+
+
+def rewarmup_rule(cfg):
+    """The per-parameter lr rule a (grown) run's growth history asks for: the newest growth record with a
+    re-warmup, else None (every entry on the baseline schedule)."""
+    rec = next((r for r in reversed(cfg.growth_history) if r.get("rewarmup")), None)
+    if rec is None:
+        return None
+    from .rewarmup import make_rewarmup
+
+    return make_rewarmup(rec)
+
+
+def already_grown(cfg, step: int) -> bool:
+    return any(rec.get("step") == step for rec in cfg.growth_history)
+
+
+def growth_pending(cfg) -> bool:
+    tc = cfg.train
+    return bool(tc.grow_at) and not already_grown(cfg, tc.grow_at)
+
+
+class GrowthHook:
+    """Grows the trainer's model at train.grow_at; restores the re-warmup rule of a grown run on resume."""
+
+    def __init__(self):
+        self.monitor = None  # PostGrowthMonitor of the latest growth in this process
+        self.report: dict | None = None
+
+    def on_fit_start(self, trainer) -> None:
+        if growth_pending(trainer.cfg):
+            check_growth_applies(trainer.cfg)  # before the run directory is written and before step 0
+
+    def on_resume(self, trainer) -> None:
+        trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
+
+    def on_step_start(self, trainer, step: int) -> None:
+        tc = trainer.cfg.train
+        if tc.grow_at and step == tc.grow_at and not already_grown(trainer.cfg, step):
+            self.report = self.grow(trainer, tc.growth)
+
+    def on_log(self, trainer, step: int, metrics: dict) -> None:
+        if self.monitor is not None:
+            self.monitor(trainer, step, metrics)
+
+    def grow(self, trainer, spec) -> dict:
+        """Grow the trainer's model now, carrying optimizer state, schedule and RNG. Returns the report."""
+        rng = torch.get_rng_state()
+        # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
+        # itself is the single-process code, and trainer.swap shards the grown model again.
+        old_model, old_state = trainer.full_model_and_optimizer_state()
+        new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
+        torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
+        from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
+
+        x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
+        probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
+        result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
+        # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
+        ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
+        ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
+        self.monitor = PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids))
+        trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
+        trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
+        trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
+        trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
+                    f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
+        return result.report
+
+
+def grow_in_training(trainer, spec) -> dict:
+    """Grow `trainer`'s model now with `spec` (outside train.grow_at, e.g. a benchmark that resumes a
+    checkpoint and grows it): registers a GrowthHook for the post-growth diagnostics. Returns the report."""
+    hook = GrowthHook()
+    trainer.add_hook(hook)
+    return hook.grow(trainer, spec)
+
+
+__all__ = ["GrowthHook", "grow_in_training", "rewarmup_rule", "growth_pending"]
