@@ -31,6 +31,7 @@ def test_a_registry_imports_its_package_and_finds_what_the_modules_register(tmp_
 def test_every_extension_point_is_a_registry_with_its_entries():
     from nexus.analysis import ANALYSES
     from nexus.cli import COMMANDS
+    from nexus.growth import GROWERS
     from nexus.models.kinds import ATTENTION_KINDS, MLP_KINDS
     from nexus.models.projections import PROJECTIONS
     from nexus.presets import PRESETS
@@ -39,7 +40,8 @@ def test_every_extension_point_is_a_registry_with_its_entries():
               ATTENTION_KINDS: {"higher_order"}, MLP_KINDS: {"moe", "projection"},
               ANALYSES: {"attention", "mixing", "representations", "params", "flops", "growth"},
               COMMANDS: {"train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment",
-                         "config"}}
+                         "config"},
+              GROWERS: {"width", "nexus_rank", "tokenformer", "retrofit"}}
     for registry, names in expect.items():
         assert isinstance(registry, Registry)
         assert names <= set(registry.names()), registry.what

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from ..config import ConfigError, ModelConfig, RunConfig
+from ..plugins import Registry
 from .param_map import ParamMap
 from .spec import OPTIMIZER_STATE_POLICIES, GrowthSpec, register_spec, spec_classes, spec_from_dict
 
@@ -38,32 +39,25 @@ class GrowthResult:
     report: dict = field(default_factory=dict)  # diagnostics to print (RMS ratios, warnings, ...)
 
 
-_GROWERS: dict[str, Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = {}
-_loaded = False
+# The same extension pattern as presets, projections and analyses: a family module registers itself,
+# and the first lookup imports every module of this package.
+GROWERS: Registry[Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = Registry("train.growth.family", __name__)
 
 
 def register_grower(family: str, spec_cls: type[GrowthSpec]):
     """The one registration line of a growth family: its name, its spec dataclass and its grower."""
     def deco(fn):
         register_spec(family, spec_cls)
-        _GROWERS[family] = fn
-        return fn
+        return GROWERS.register(family)(fn)
     return deco
 
 
 def _load_families() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from ..plugins import import_submodules
-
-    import_submodules(__name__, __path__)
+    GROWERS.load()
 
 
 def families() -> list[str]:
-    _load_families()
-    return sorted(_GROWERS)
+    return sorted(GROWERS.names())
 
 
 def parse_growth_spec(spec, where: str = "train.growth") -> GrowthSpec:
@@ -193,7 +187,7 @@ def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = 
 
     spec = parse_growth_spec(spec, "growth spec")
     spec.applies_to(cfg.model)
-    result = _GROWERS[spec.family](model, cfg, spec)
+    result = GROWERS.get(spec.family)(model, cfg, spec)
     new_cfg = copy.deepcopy(cfg)
     new_cfg.model = result.model_cfg
     record = {**spec.to_dict(), "step": step, **result.record}
