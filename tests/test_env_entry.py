@@ -143,3 +143,20 @@ def test_sft_phase_from_pretrained_byte_model(tmp_path, capsys, monkeypatch):
     assert cfg.train.lr == 1e-4
     # the pretrained rows were kept (then trained), the new special rows appended
     assert model.embed.weight.shape[1] == pre.embed.weight.shape[1]
+
+
+def test_a_grown_run_in_output_dir_is_refused_not_resumed_without_its_rewarmup(tmp_path, capsys, monkeypatch):
+    # The script trains without growth hooks; resuming a grown run would silently drop its re-warmup.
+    rc, _ = _train(tmp_path, capsys, monkeypatch)
+    assert rc == 0
+    run = tmp_path / "run"
+    for cfg_path in run.glob("*/config.json"):
+        cfg = json.loads(cfg_path.read_text())
+        cfg["growth_history"] = [{"family": "width", "step": 2, "rewarmup": [1.3, 10]}]
+        cfg_path.write_text(json.dumps(cfg))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    rc = env_entry.main([], {"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "4", "OUTPUT_DIR": str(run)})
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err_lines) == 1 and "holds a run with growth" in err_lines[0] and "nexus train --resume" in err_lines[0]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

@@ -247,6 +247,19 @@ def push_to_hub(checkpoint: str, repo_id: str) -> str:
     return f"https://huggingface.co/{repo_id}"
 
 
+def _refuse_grown_run(checkpoint) -> None:
+    """This script trains without growth hooks (the train package cannot import growth), so a run that
+    grew or still has a growth ahead would lose its re-warmup or its growth: send it to `nexus train`."""
+    from ..checkpoint import read_config
+
+    ckpt_cfg = read_config(checkpoint, flag="OUTPUT_DIR")
+    if ckpt_cfg.growth_history or ckpt_cfg.train.growth:
+        raise ConfigError(f"OUTPUT_DIR={str(Path(checkpoint).parent)!r} holds a run with growth (its checkpoint "
+                          f"{str(checkpoint)!r} records a growth or a growth ahead), which this script does not "
+                          f"carry (valid: an OUTPUT_DIR of a run without growth; resume this one with "
+                          f"`nexus train --resume {checkpoint}`)")
+
+
 def run(environ=None) -> dict:
     env = read_env(environ)
     cfg = build_run_config(env)
@@ -265,6 +278,7 @@ def run(environ=None) -> dict:
           f"effective batch={env['BATCH_SIZE'] * env['GRAD_ACCUM']} OUTPUT_DIR={env['OUTPUT_DIR']}"
           + (f" | resuming from {resume}" if resume else ""), flush=True)
     if resume:
+        _refuse_grown_run(resume)
         trainer = Trainer(cfg, resume=str(resume), quiet=True)
     elif env["INIT_CHECKPOINT"]:
         from ..checkpoint import load_checkpoint
