@@ -157,8 +157,8 @@ def test_compare_refuses_a_bad_growth_spec_of_any_preset_before_the_first_run(tm
         cfg = presets.get_preset("baseline-micro")
         cfg.train.grow_at, cfg.train.growth = 2, {"family": "nexus_rank", "delta_mm": 8}
         return cfg
-    presets._load_all()
-    monkeypatch.setitem(presets._REGISTRY, "test-bad-growth", (bad, "test: a misspelled growth spec"))
+    presets.PRESETS.load()
+    monkeypatch.setitem(presets.PRESETS._entries, "test-bad-growth", (bad, "test: a misspelled growth spec"))
     monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
     out = tmp_path / "never"
     rc = main(["experiment", "compare", "--out", str(out), "--presets", "baseline-micro,test-bad-growth",
