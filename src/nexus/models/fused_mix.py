@@ -22,10 +22,16 @@ from . import mix_kernels
 
 
 def usable(tensors: list[torch.Tensor]) -> bool:
-    """CPU float32/float64 tensors of one dtype, outside torch.compile, with numba installed."""
+    """CPU float32/float64 tensors of one dtype, outside torch.compile, with numba installed. Callers
+    pass the activations and one tensor of each kind of parameter: a model's parameters share one
+    dtype and device, and autocast changes the activations'."""
     dtype = tensors[0].dtype
     return (dtype in (torch.float32, torch.float64) and all(t.is_cpu and t.dtype == dtype for t in tensors)
             and _ENABLED and not torch.compiler.is_compiling() and mix_kernels.available())
+
+
+def enabled() -> bool:
+    return _ENABLED
 
 
 def set_enabled(flag: bool) -> None:
@@ -102,11 +108,14 @@ class FusedMix(torch.autograd.Function):
             d_l2.append(_flat_grad(dl[1], shape))
         d_x = d_weights = ()
         if ctx.dynamic:  # eq. 6 backward: sigmoid, the second Linear, GELU, the first Linear
-            W1, W2, _ = weights
+            W1, W2, b = weights
             x2, h2, a2 = (t.reshape(d_gam.shape[0], -1) for t in (x, h, a))
-            dz = torch.ops.aten.sigmoid_backward(d_gam, gam)
-            dh = torch.ops.aten.gelu_backward(dz @ W2, h2)
-            d_weights = (dh.t() @ x2, dz.t() @ a2, dz.sum(0))
+            dz, da = torch.empty_like(d_gam), torch.empty_like(h2)
+            d_W2, d_b = torch.zeros_like(W2), torch.zeros_like(b)
+            mix_kernels.gate_backward_kernel()(d_gam_np, ctx.gam_np, a2.numpy(), W2.detach().numpy(), dz.numpy(),
+                                               da.numpy(), d_W2.numpy(), d_b.numpy())
+            dh = torch.ops.aten.gelu_backward(da, h2)
+            d_weights = (dh.t() @ x2, d_W2, d_b)
             d_x = (dh @ W1).view(x.shape)
         out = (d_x if ctx.dynamic else None, None, None, None, None, *d_weights, *d_cur, *(d_anc if has_anchor else ()),
                *d_l1, *d_l2)

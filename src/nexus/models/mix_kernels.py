@@ -9,10 +9,10 @@ Hand-written because eager PyTorch cannot do this in one pass: every op applies 
 broadcast factor, so the forward costs four full-size passes and the backward (input gradients plus
 the per-channel and per-token reductions) about eighteen, each reading or writing the whole
 activation. Here the forward is one pass (read current and anchor, write out) and the backward one
-pass (read grad, current, anchor; write both input gradients) that also accumulates the four
-reductions in registers. At the benchmark's headline shape that is about 4x less time per component
-than the eager Function (benchmarks/modulated_mix_speed.py); the eager Function remains the path
-for GPUs, half precision and torch.compile (see modulated_mix.py).
+pass (read grad, current, anchor; write both input gradients)
+that also accumulates the four reductions in registers. What that buys a training step is measured
+by benchmarks/variant_overhead.py (docs/exoformer.md#benchmark). The eager Function remains the
+path for GPUs, half precision and torch.compile (see modulated_mix.py).
 
 Single-threaded on purpose: numba's parallel layers start their own OpenMP/TBB pool beside
 torch's, which on a shared machine cost far more wall time than they saved. The kernels release
@@ -31,7 +31,7 @@ _FASTMATH = {"reassoc", "contract"}
 
 @functools.cache
 def _kernels():
-    """(forward, backward) compiled lazily (each dtype specializes on its first call), or None."""
+    """(forward, backward, gate_backward) compiled lazily (each dtype specializes on its first call), or None."""
     try:
         import numba
     except ImportError:
@@ -95,7 +95,29 @@ def _kernels():
                     d_gam[b * T + t, i1] = s1
                 d_gam[b * T + t, i2] = s2
 
-    return forward, backward
+    @jit
+    def gate_backward(d_gam, gam, a, W2, dz, da, d_W2, d_b):
+        """Backward of gam = sigmoid(a W2^T + b) for d_gam (M, k), a (M, j), W2 (k, j): writes
+        dz = d_gam * gam * (1 - gam) and da = dz W2, accumulates d_W2 += dz^T a and d_b += sum(dz).
+        All tiny (k = 8, j = 16): one call instead of four torch calls, each of which costs more
+        than its arithmetic."""
+        M, K = gam.shape
+        J = a.shape[1]
+        for t in range(M):
+            for k in range(K):
+                y = gam[t, k]
+                dz[t, k] = d_gam[t, k] * (y * (1 - y))
+            for j in range(J):
+                acc = dz[t, 0] * W2[0, j]
+                for k in range(1, K):
+                    acc += dz[t, k] * W2[k, j]
+                da[t, j] = acc
+            for k in range(K):
+                d_b[k] += dz[t, k]
+                for j in range(J):
+                    d_W2[k, j] += dz[t, k] * a[t, j]
+
+    return forward, backward, gate_backward
 
 
 def available() -> bool:
@@ -108,3 +130,7 @@ def forward_kernel():
 
 def backward_kernel():
     return _kernels()[1]
+
+
+def gate_backward_kernel():
+    return _kernels()[2]

@@ -86,7 +86,7 @@ def mix_layer(currents: list[torch.Tensor], anchors: list[torch.Tensor] | None, 
     coef_shapes[i]) and, with `dynamic` (the layer's DynamicMixing, eq. 6, read on x), the per-token
     factors gamma[..., cols[i]]; without it the factors are 1."""
     weights = (dynamic.fc1.weight, dynamic.fc2.weight, dynamic.fc2.bias) if dynamic is not None else ()
-    if fused_mix.usable([*currents, *(anchors or ()), *l1s, *l2s, *weights, x]):
+    if fused_mix.usable([x, *currents, *(anchors or ()), l1s[0], l2s[0], *weights[:1]]):
         return list(fused_mix.FusedMix.apply(x, dynamic, tuple(cols), tuple(coef_shapes), anchors is not None, *weights,
                                              *currents, *(anchors or ()), *l1s, *l2s))
     gamma = dynamic(x) if dynamic is not None else None  # (B, T, 8)
