@@ -147,3 +147,16 @@ def calflops_like_counts(model, seq_len: int, batch: int = 1) -> dict[str, float
     per_token = {k: v / (batch * seq_len) for k, v in counts.items()}
     per_token["total"] = sum(per_token.values())
     return per_token
+
+
+def calflops_without_attention_core(model_or_cfg, seq_len: int) -> float:
+    """CalFlops-style forward FLOPs per token without QK^T, the softmax and AV: what CalFlops reports
+    when attention runs in a fused kernel its hooks cannot see (the Nexusformer paper's Table 8 was
+    measured in the Flame framework; docs/nexusformer.md compares the conventions)."""
+    if isinstance(model_or_cfg, ModelConfig):
+        from ..models.accounting import build_on_meta
+
+        model_or_cfg = build_on_meta(model_or_cfg)
+    cal = calflops_like_counts(model_or_cfg, seq_len)
+    core = forward_flops_per_token(model_or_cfg, seq_len) - linear_layer_flops(model_or_cfg, seq_len) + cal["softmax"]
+    return cal["total"] - core
