@@ -45,7 +45,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import forward_flops_per_token
 from nexus.analysis.hooks import direct_anchor_projection
-from nexus.models import build_model
+from nexus.models import build_model, fused_mix, mix_kernels
 from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
@@ -197,6 +197,10 @@ def main() -> None:
           f"anchor path {args.anchor_path} | {args.clock} clock | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{PAPER_PRESET} takes the {preset_path} anchor path ({preset_tokens:,} tokens per micro-batch, "
           f"{preset_vocab:,} vocabulary rows)")
+    fused = (device.type == "cpu" and dtype == torch.float32 and not args.compile and mix_kernels.available()
+             and fused_mix.enabled())
+    print("mixing path: " + ("fused CPU kernels (nexus/models/fused_mix.py)" if fused else
+                             "eager torch ops (ModulatedMix)" + ("" if mix_kernels.available() else "; numba is not installed")))
     paired = {v: paired_ratio(times[v], times["gated"]) for v in args.variants}
     base = med.get("base-transformer")
     print(f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'paired vs gated':>22} {'formula FLOPs':>14} "

@@ -157,7 +157,8 @@ def test_dynamic_mixing_is_eq6_on_the_pre_normed_input():
     layer, mx = model.layers[1], model.layers[1].attn.mixer
     seen = {}
     hooks = [layer.attn_norm.register_forward_hook(lambda mod, inp, out: seen.setdefault("h", out)),
-             mx.dynamic.register_forward_pre_hook(lambda mod, inp: seen.setdefault("dm_input", inp[0]))]
+             # the MLP's first Linear: both mixing paths (eager, fused) run it on the MLP's input
+             mx.dynamic.fc1.register_forward_pre_hook(lambda mod, inp: seen.setdefault("dm_input", inp[0]))]
     with torch.no_grad():
         model(torch.randint(0, m.vocab_size, (2, 6)))
     for hk in hooks:

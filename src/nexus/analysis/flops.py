@@ -164,3 +164,16 @@ def flops_kind(src, out_dir, args) -> dict:
         out.update({"forward_flops_per_token": cal["total"], "train_flops_per_token": 3 * cal["total"],
                     "analytic_forward_flops_per_token": parts["total"], "calflops_categories": cal})
     return out
+
+
+def calflops_without_attention_core(model_or_cfg, seq_len: int) -> float:
+    """CalFlops-style forward FLOPs per token without QK^T, the softmax and AV: what CalFlops reports
+    when attention runs in a fused kernel its hooks cannot see (the Nexusformer paper's Table 8 was
+    measured in the Flame framework; docs/nexusformer.md compares the conventions)."""
+    if isinstance(model_or_cfg, ModelConfig):
+        from ..models.accounting import build_on_meta
+
+        model_or_cfg = build_on_meta(model_or_cfg)
+    cal = calflops_like_counts(model_or_cfg, seq_len)
+    core = forward_flops_per_token(model_or_cfg, seq_len) - linear_layer_flops(model_or_cfg, seq_len) + cal["softmax"]
+    return cal["total"] - core

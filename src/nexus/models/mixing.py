@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..config import MixingConfig
 from .layers import RMSNorm
-from .modulated_mix import modulated_mix
+from .modulated_mix import mix_layer
 
 COMPONENTS = ("q", "k", "v", "g")  # canonical order; also the order of the 8 dynamic factors
 
@@ -169,7 +169,14 @@ class DynamicMixing(nn.Module):
         nn.init.zeros_(self.fc2.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.fc2(F.gelu(self.fc1(x))))
+        return self.stages(x)[2]
+
+    def stages(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x W1, GELU(x W1), gamma): the fused mixing path (models/fused_mix.py) keeps the first two
+        for its hand-written backward."""
+        h = self.fc1(x)
+        a = F.gelu(h)
+        return h, a, torch.sigmoid(self.fc2(a))
 
     def flops_per_token(self, seq_len: int) -> float:
         return 0.0  # GELU on 16 values and sigmoid on 8: negligible next to its two Linears
@@ -216,17 +223,12 @@ class AnchorMixer(nn.Module):
 
     def forward(self, parts: dict, x: torch.Tensor, anchors: dict | None) -> dict:
         """anchors None drops the anchor term (the anchor-removal analysis, nexus.analysis.hooks)."""
-        gamma = self.dynamic(x) if self.dynamic is not None else None  # (B, T, 8)
-        removed = anchors is None
-        out = dict(parts)
-        for c in self.components:
-            l1, l2 = self.coefficients(c)
-            g1 = g2 = None
-            if gamma is not None:
-                i = COMPONENTS.index(c)
-                g1, g2 = gamma[..., 2 * i, None, None], gamma[..., 2 * i + 1, None, None]  # (B, T, 1, 1)
-            out[c] = modulated_mix(parts[c], None if removed else anchors[c], l1, l2, g1, g2)
-        return out
+        comps = self.components
+        anchor_list = None if anchors is None else [anchors[c] for c in comps]
+        mixed = mix_layer([parts[c] for c in comps], anchor_list, [self.anchor_coef[c] for c in comps],
+                          [self.current_coef[c] for c in comps], [self.shapes[c] for c in comps], x, self.dynamic,
+                          [(2 * COMPONENTS.index(c), 2 * COMPONENTS.index(c) + 1) for c in comps])  # (gamma1, gamma2)
+        return {**parts, **dict(zip(comps, mixed))}
 
     def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict | None):
         return q, k  # every component is mixed before QK-norm (the ExoFormer order)

@@ -99,11 +99,12 @@ def reference_logits(model, ids: torch.Tensor) -> torch.Tensor:
             for c in mix.components:
                 l1, l2 = mixer.coefficients(c)
                 i = ORDER.index(c)
+                rows = []  # built as a new tensor, not written in place, so autograd can differentiate it
                 for t in range(T):
                     g1 = gam[t, 2 * i] if gam is not None else 1.0
                     g2 = gam[t, 2 * i + 1] if gam is not None else 1.0
-                    S[c] = S[c].clone()
-                    S[c][t] = (l1 * g1) * anchors[c][t] + (l2 * g2) * S[c][t]
+                    rows.append((l1 * g1) * anchors[c][t] + (l2 * g2) * S[c][t])
+                S[c] = torch.stack(rows)
         if is_anchor_layer:  # internal anchors: raw v, g of layer 0 (normed per config)
             for c in ("v", "g"):
                 if c in mix.components:
