@@ -1,5 +1,5 @@
 """Packed ternary NEXUS v4.1 inference on CPU: decode tokens/s of the model loaded from the packed
-file (int8 weight-only kernel) vs a model of the same shapes with plain fp32 nn.Linear weights
+file (weight-only int4 kernel, `kernel="auto"`) vs a model of the same shapes with plain fp32 nn.Linear weights
 (issue 17 target: ratio >= 1.5, goal 2), and the bits per ternary weight in the packed file
 (target <= 2.1).
 
@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--packing", default="2bit", choices=["2bit", "base3"])
-    p.add_argument("--kernel", default="auto", choices=["auto", "int8", "dense"], help="packed model's decode kernel")
+    p.add_argument("--kernel", default="auto", choices=["auto", "int4", "int8", "dense"], help="packed model's decode kernel")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--step-rounds", type=int, default=0,
                    help="also time cached one-token steps alone (3 per model per round) for this many rounds")

@@ -1,8 +1,8 @@
 """Training throughput of the nexus baseline vs HF LlamaForCausalLM, and vs the machine's matmul peak.
 
 Both models get the identical config, identical weights (copied through nexus.hf's key mapping)
-and identical batches; each timed step is forward + backward + torch AdamW step, fp32, eager (no
-torch.compile), in one process with nexus's malloc tuning (--no-malloc-tuning to skip), which HF's
+and identical batches; each timed step is forward + backward + torch AdamW step, fp32, eager (or both
+compiled with --compile), in one process with nexus's malloc tuning (--no-malloc-tuning to skip), which HF's
 model shares. The two models are timed alternately, round after round, in this one process so
 that load from other processes hits both alike; the median step time of each is reported.
 
@@ -95,6 +95,8 @@ def main() -> None:
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default malloc (nexus's CLI tunes it for both models; see nexus/runtime.py)")
     p.add_argument("--clock", default="wall", choices=list(CLOCKS), help="cpu: process CPU time (use with --threads 1)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile both models (inductor; what `--train.compile true` does for nexus), HF too")
     args = p.parse_args()
     global clock
     clock = CLOCKS[args.clock]
@@ -106,20 +108,23 @@ def main() -> None:
         print(f"malloc tuning: {'on' if tune_cpu_allocator() else 'refused by libc'}")
 
     cfg, ours, hf = build_pair(args)
+    fwd_ours, fwd_hf = ours, hf
+    if args.compile:  # each model in its compiled mode; compilation happens in the warm-up step, untimed
+        fwd_ours, fwd_hf = torch.compile(ours), torch.compile(hf)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:]
     tokens = x.numel()
 
     def step_ours(opt):
-        out = ours(x, labels=y)
+        out = fwd_ours(x, labels=y)
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return float(out.loss.detach())
 
     def step_hf(opt):
-        logits = hf(input_ids=x).logits  # loss computed the same way as ours, on already-shifted labels
+        logits = fwd_hf(input_ids=x).logits  # loss computed the same way as ours, on already-shifted labels
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
@@ -129,7 +134,11 @@ def main() -> None:
     # lr 0: the weights stay identical, so every round times the same computation on both sides
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=0.0)
     opt_hf = torch.optim.AdamW(hf.parameters(), lr=0.0)
+    t0 = time.perf_counter()
     l_ours, l_hf = step_ours(opt_ours), step_hf(opt_hf)  # warm-up, and a correctness check
+    if args.compile:
+        print(f"compile + first steps: {time.perf_counter() - t0:.1f} s wall")
+        step_ours(opt_ours), step_hf(opt_hf)  # a second step: any recompilation also stays untimed
     assert abs(l_ours - l_hf) < 1e-4, (l_ours, l_hf)
 
     T = args.batch * args.seq
@@ -153,7 +162,7 @@ def main() -> None:
     util = {k: tps[k] * flops_tok / 1e9 / peak for k in tps}
     print(f"shape: d_model {cfg.d_model}, layers {cfg.n_layers}, heads {cfg.n_heads}/{cfg.kv_heads}, ffn {cfg.ffn}, "
           f"vocab {cfg.vocab_size}, seq {args.seq}, batch {args.batch} | threads {torch.get_num_threads()} | "
-          f"HF attention {args.hf_attn} | clock {args.clock} | torch {torch.__version__}")
+          f"HF attention {args.hf_attn} | clock {args.clock} | compile {args.compile} | torch {torch.__version__}")
     print(f"loss check: nexus {l_ours:.6f} hf {l_hf:.6f}")
     for k in ("nexus", "hf"):
         print(f"{k:>5}: median step {med[k] * 1e3:8.1f} ms | {tps[k]:9.0f} tokens/s | "

@@ -100,3 +100,74 @@ def test_generate_with_cache_equals_uncached_greedy(batch):
     prompt = torch.randint(0, 50, (batch, 4), generator=torch.Generator().manual_seed(2))
     assert torch.equal(generate(model, prompt, 12, temperature=0),
                        generate(model, prompt, 12, temperature=0, use_cache=False))
+
+
+def _plain(**overrides):
+    """A plain Transformer++ exercising every branch of the one-token decoder: GQA, QK-norm, q/k/v
+    bias, an untied head with a logit scale."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, max_seq_len=64, qk_norm=True,
+                      attention_bias=True, tie_embeddings=False, logit_scale=0.5)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    model = build_model(cfg).eval()
+    with torch.no_grad():  # nonzero biases and norm gains, so a dropped term would show
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("overrides", [{}, {"qk_norm": False, "attention_bias": False, "tie_embeddings": True,
+                                            "logit_scale": 1.0, "n_kv_heads": 4}], ids=["all-branches", "plain"])
+def test_plain_decoder_steps_equal_the_module_forward(overrides):
+    model = _plain(**overrides)
+    x = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(1))
+    cache = model.new_cache()
+    for layer in cache.layers:
+        layer.capacity = 12  # the last two tokens go past it: the decoder grows the history like the module path
+    with torch.no_grad():
+        full = model(x).logits
+        parts = [model(x[:, :5], cache=cache).logits]
+        step = model.fast_decoder(cache)
+        assert step is not None  # this model takes the fast path
+        parts += [step(x[:, t:t + 1])[:, None] for t in range(5, 14)]
+    assert cache.pos == 14 and all(layer["k"].length == 14 for layer in cache.layers)
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_generate_with_the_plain_decoder_equals_uncached_greedy(batch):
+    model = _plain()
+    prompt = torch.randint(0, 50, (batch, 4), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(generate(model, prompt, 20, temperature=0),
+                       generate(model, prompt, 20, temperature=0, use_cache=False))
+
+
+def test_plain_decoder_declines_models_it_does_not_reproduce():
+    def prefilled(model):
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+        return cache
+
+    model = _plain()
+    assert model.fast_decoder(prefilled(model)) is not None
+    assert _transformer(2).fast_decoder(prefilled(_transformer(2))) is None  # higher-order attention
+    gated = _plain(qk_norm=False)
+    gated.cfg.attention.gate = "headwise"
+    gated = build_model(gated.cfg).eval()
+    assert gated.fast_decoder(prefilled(gated)) is None  # output gate
+    handle = model.layers[1].attn.hook_qk.register_forward_hook(lambda *a: None)
+    assert model.fast_decoder(prefilled(model)) is None  # an analysis hook must see every step
+    handle.remove()
+    with torch.nn.modules.module.register_module_forward_hook(lambda *a: None):
+        assert model.fast_decoder(prefilled(model)) is None
+
+
+def test_generate_keeps_calling_forward_hooks_every_step():
+    model = _plain()
+    seen = []
+    model.layers[0].attn.hook_qk.register_forward_hook(lambda mod, args, out: seen.append(out[0].shape[2]))
+    generate(model, torch.zeros(1, 3, dtype=torch.long), 5, temperature=0)
+    assert seen == [3, 1, 1, 1, 1]  # the prefill, then one call per decoded token

@@ -22,9 +22,9 @@ def test_pack_unpack_roundtrip(codes, packing):
     assert np.array_equal(unpack_codes(packed, len(codes), packing, "x"), codes)
 
 
-def _checkpoint(tmp_path, act_quant=False, tie=True):
+def _checkpoint(tmp_path, act_quant=False, tie=True, ffn_hidden=80):
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=80,
+    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=ffn_hidden,
                                       tie_embeddings=tie, recurrent=RecurrentConfig(n_sup=2, t_inner=2, act_quant=act_quant)))
     model = build_model(cfg.model)
     return save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer()), model
@@ -103,21 +103,23 @@ def test_cli_export_format_ternary(tmp_path, capsys):
     load_ternary(out)
 
 
+@pytest.mark.parametrize("kernel", ["int8", "int4"])
 @pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
-def test_int8_kernel_matches_reference_bitlinear_to_bf16_precision(act_quant, input_norm, bias):
-    """The fast decode kernel against the paper's quantizer (reference ternary weights, fp32 matmul):
+def test_low_bit_kernels_match_reference_bitlinear_to_bf16_precision(act_quant, input_norm, bias, kernel):
+    """The fast decode kernels against the paper's quantizer (reference ternary weights, fp32 matmul):
     bf16 activations and products bound each output's error by a few bf16 ulps of sum_k |x_k w_k|."""
     from nexus.models.bitlinear import BitLinear
     from nexus.models.reference.recurrent_reference import ref_act_quant, ref_rmsnorm, ref_ternary
 
     torch.manual_seed(0)
-    lin = BitLinear(96, 40, bias=bias, act_quant=act_quant, input_norm=input_norm)
+    lin = BitLinear(96, 48, bias=bias, act_quant=act_quant, input_norm=input_norm)  # shapes int4 takes
     if bias:
         torch.nn.init.normal_(lin.bias)
     codes = torch.round(lin.weight.detach() / lin.weight.detach().abs().mean()).clamp(-1, 1)
     gamma = lin.weight.detach().abs().mean()
     fast = PackedTernaryLinear(codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps,
-                               kernel="int8")
+                               kernel=kernel)
+    assert fast.kernel == kernel
     x = torch.randn(3, 5, 96) * 4
     xr = ref_rmsnorm(x, None, lin.norm_eps) if input_norm else x
     xr = ref_act_quant(xr) if act_quant else xr
@@ -130,12 +132,13 @@ def test_int8_kernel_matches_reference_bitlinear_to_bf16_precision(act_quant, in
     assert (got - want).abs().max() > 0  # it is the bf16 kernel, not the fp32 one
 
 
-def test_int8_packed_model_tracks_the_exact_model(tmp_path):
-    ckpt, model = _checkpoint(tmp_path)
+@pytest.mark.parametrize("kernel", ["int8", "int4"])
+def test_low_bit_packed_model_tracks_the_exact_model(tmp_path, kernel):
+    ckpt, model = _checkpoint(tmp_path, ffn_hidden=96)  # every matrix in shapes the int4 kernel packs
     report = export_ternary(ckpt, tmp_path / "model.tern")
-    fast, _, _ = load_ternary(report["path"], kernel="int8")
+    fast, _, _ = load_ternary(report["path"], kernel=kernel)
     exact, _, _ = load_ternary(report["path"], kernel="dense")
-    assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {"int8"}
+    assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {kernel}
     x = torch.randint(0, 259, (2, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         a, b = fast(x).logits, exact(x).logits
@@ -195,10 +198,12 @@ def test_cli_rejects_a_bad_packing(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "--packing=base3" in err[0] and not out.exists()
 
 
-def test_auto_kernel_takes_int8_only_for_large_weights():
-    from nexus.models.bitlinear import INT8_MIN_WEIGHTS
+def test_auto_kernel_takes_int4_only_for_large_weights_and_int8_where_int4_cannot_pack():
+    from nexus.models.bitlinear import LOW_BIT_MIN_WEIGHTS
 
-    small = PackedTernaryLinear(torch.ones(4, 8), torch.tensor(0.5), None, False, False, 1e-5)
-    n = INT8_MIN_WEIGHTS // 512
-    large = PackedTernaryLinear(torch.ones(n, 512), torch.tensor(0.5), None, False, False, 1e-5)
-    assert (small.kernel, large.kernel) == ("dense", "int8")
+    def packed(n_out, n_in, kernel="auto"):
+        return PackedTernaryLinear(torch.ones(n_out, n_in), torch.tensor(0.5), None, False, False, 1e-5, kernel).kernel
+
+    n = LOW_BIT_MIN_WEIGHTS // 512
+    assert (packed(16, 32), packed(n, 512)) == ("dense", "int4")
+    assert packed(n + 8, 512) == packed(8, 512, "int4") == packed(16, 40, "int4") == "int8"  # N % 16, K % 32

@@ -167,9 +167,10 @@ def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
 def load_ternary(path, kernel: str = "auto"):
     """Packed file -> (model in eval mode with PackedTernaryLinear layers, RunConfig, tokenizer).
 
-    kernel "int8" decodes with torch's weight-only int8 matmul (fast, bf16-precision activations);
-    "dense" materializes fp32 weights whose logits equal the unpacked model's bitwise; "auto" (default)
-    takes int8 for layers of at least 2^20 weights, where reading the weights dominates."""
+    kernel "int4" / "int8" decode with torch's weight-only int4 / int8 CPU matmuls (fast,
+    bf16-precision activations); "dense" materializes fp32 weights whose logits equal the unpacked
+    model's bitwise; "auto" (default) takes int4 for layers of at least 2^18 weights, where reading
+    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear)."""
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked

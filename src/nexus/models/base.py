@@ -69,6 +69,11 @@ class LanguageModel(nn.Module):
 
         return KVCache(len(self.layers))
 
+    def fast_decoder(self, cache):
+        """A callable doing one cached decode step (ids (B, 1) -> logits (B, V)) faster than the module
+        forward, for `cache` after its prefill; None (the default) keeps the module forward."""
+        return None
+
     @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None):

@@ -148,10 +148,19 @@ def hold_quantized_weights(module: nn.Module):
             m._held_weight = None
 
 
-PACKED_KERNELS = ("auto", "int8", "dense")  # decode kernels of PackedTernaryLinear (see its docstring)
-# "auto" takes int8 from this many weights up: below it the bf16 round trip costs more than the
-# weight bytes it saves (nexus-micro, d 64, decoded 0.54x as fast with int8 as with fp32 weights)
-INT8_MIN_WEIGHTS = 1 << 20
+PACKED_KERNELS = ("auto", "int4", "int8", "dense")  # decode kernels of PackedTernaryLinear (see its docstring)
+# "auto" takes a low-bit kernel from this many weights up: below it the bf16 round trip costs more than
+# the weight bytes it saves. Measured on the 2-core EPYC (1 thread, six matrices cycled like a
+# recurrent SwiGLU stack, `d x 8/3 d`): int4 / fp32 time 0.21 at 12k weights (d 64), 0.48 at 49k,
+# ~1.0 at 180k (d 256), 1.15 at 393k (d 384), 1.85 at 721k, 5-6 at 1.6M-2.8M.
+LOW_BIT_MIN_WEIGHTS = 1 << 18
+INT4_GROUP_SIZES = (256, 128, 64, 32)  # group sizes the CPU int4 kernel takes (one scale per group)
+
+
+def int4_supported(out_features: int, in_features: int) -> bool:
+    """torch's CPU int4 kernel packs N % 16 == 0 outputs and needs K divisible by a group size."""
+    return (hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and out_features % 16 == 0
+            and in_features % INT4_GROUP_SIZES[-1] == 0)
 
 
 def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -167,14 +176,45 @@ def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor,
     return (y.to(x.dtype) * scale).reshape(*lead, codes.shape[0])
 
 
+def pack_int4(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Codes (N, K) in {-1, 0, 1} -> (packed uint8 (N, K/2), scales-and-zeros, group size) for
+    `int4_weight_matmul`. The kernel dequantizes q (0..15) as (q - 8) * scale + zero per group, so
+    q = code + 8 with scale 1 and zero 0 gives the codes exactly; gamma is applied after the matmul."""
+    n, k = codes.shape
+    group = next(g for g in INT4_GROUP_SIZES if k % g == 0)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32) + 8, 1)
+    scales_zeros = torch.zeros(k // group, n, 2, dtype=torch.bfloat16)
+    scales_zeros[..., 0] = 1.0
+    return packed, scales_zeros, group
+
+
+def int4_weight_matmul(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group: int,
+                       scale: torch.Tensor) -> torch.Tensor:
+    """x @ (codes * scale)^T with torch's weight-only int4 CPU kernel (`aten._weight_int4pack_mm_for_cpu`).
+
+    Half the bytes of int8: a recurrent model re-reads the same few matrices dozens of times per token,
+    and at int4 nexus-small's 37.75M ternary weights (18.9 MB) stay in a 32 MB L3 where int8's 37.75 MB
+    do not. Like the int8 kernel it is vectorized for bf16 activations only (fp32 activations take a
+    scalar path ~100x slower), so x and the product are rounded to bf16, accumulated in fp32 inside.
+    """
+    lead = x.shape[:-1]
+    y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed, group,
+                                                     scales_zeros)
+    return (y.to(x.dtype) * scale).reshape(*lead, scales_zeros.shape[1])
+
+
 class PackedTernaryLinear(nn.Module):
     """Inference-only twin of BitLinear built from exported codes and scale (see nexus.export.ternary).
 
-    kernel "auto" (default): "int8" for weights of at least INT8_MIN_WEIGHTS entries, else "dense".
+    kernel "auto" (default): from LOW_BIT_MIN_WEIGHTS weights up "int4" (where its shape constraints
+    hold, else "int8"), below it "dense".
+    kernel "int4": codes packed two per byte for torch's weight-only int4 matmul (`int4_weight_matmul`),
+    the fastest on CPU for large layers; a layer whose shape the kernel does not take (out_features
+    not a multiple of 16, in_features not of 32) uses "int8" and says so in `.kernel`.
     kernel "int8": the codes stay int8 and each call runs torch's weight-only int8 matmul
-    (`int8_weight_matmul`): about 4-6x faster than an fp32 matmul of the same shape on CPU, with
-    activations and products rounded to bf16, so logits match the unpacked model to bf16 precision
-    (tests hold it to the reference BitLinear with a bf16 tolerance).
+    (`int8_weight_matmul`).
+    Both low-bit kernels round activations and products to bf16, so logits match the unpacked model to
+    bf16 precision (tests hold them to the reference BitLinear with a bf16 tolerance).
     kernel "dense": the dequantized weight codes*gamma is materialized in fp32 once at load; that is
     bitwise the tensor a BitLinear forward computes, so logits equal the unpacked model's exactly.
     """
@@ -188,9 +228,16 @@ class PackedTernaryLinear(nn.Module):
             raise ValueError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
         self.out_features, self.in_features = codes.shape
         if kernel == "auto":
-            kernel = "int8" if codes.numel() >= INT8_MIN_WEIGHTS else "dense"
+            kernel = "int4" if codes.numel() >= LOW_BIT_MIN_WEIGHTS else "dense"
+        if kernel == "int4" and not int4_supported(self.out_features, self.in_features):
+            kernel = "int8"
         self.kernel = kernel
-        if kernel == "int8":
+        if kernel == "int4":
+            packed, scales_zeros, self.group = pack_int4(codes)
+            self.register_buffer("packed", packed, persistent=False)
+            self.register_buffer("scales_zeros", scales_zeros, persistent=False)
+            self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
+        elif kernel == "int8":
             self.register_buffer("codes", codes.to(torch.int8).contiguous(), persistent=False)
             self.register_buffer("ones", torch.ones(self.out_features, dtype=torch.bfloat16), persistent=False)
             self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
@@ -205,7 +252,10 @@ class PackedTernaryLinear(nn.Module):
         x = self.prepare_input(x)
         if self.kernel == "dense":
             return F.linear(x, self.weight, self.bias)
-        y = int8_weight_matmul(x, self.codes, self.ones, self.scale)
+        if self.kernel == "int4":
+            y = int4_weight_matmul(x, self.packed, self.scales_zeros, self.group, self.scale)
+        else:
+            y = int8_weight_matmul(x, self.codes, self.ones, self.scale)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:

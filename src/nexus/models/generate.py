@@ -70,14 +70,20 @@ def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id,
     step_input = ids
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     max_len = getattr(model.cfg, "max_seq_len", None)
-    for _ in range(max_new_tokens):
+    fast_step = None  # the model's one-token decoder (models/decode.py), set up after the prefill
+    for step in range(max_new_tokens):
         if cache is None:
             ctx_ids = ids if max_len is None else ids[:, -max_len:]
             logits = model(ctx_ids).logits[:, -1]
         else:
             if max_len is not None and cache.pos + step_input.shape[1] > max_len:
                 break  # the cache cannot slide past the trained context; stop rather than extrapolate
-            logits = model(step_input, cache=cache).logits[:, -1]
+            if fast_step is not None:
+                logits = fast_step(step_input)
+            else:
+                logits = model(step_input, cache=cache).logits[:, -1]
+                if step == 0 and max_new_tokens > 1 and hasattr(model, "fast_decoder"):
+                    fast_step = model.fast_decoder(cache)
         nxt = sample_next(logits, temperature, top_k, top_p, generator)
         if eos_id is not None:
             nxt = torch.where(finished[:, None], torch.full_like(nxt, eos_id), nxt)

@@ -109,6 +109,12 @@ class TransformerLM(LanguageModel):
             lm_loss(out, labels, self.cfg.z_loss)
         return out
 
+    def fast_decoder(self, cache):
+        """One-token steps without the module tree (models/decode.py) when every layer is a plain block."""
+        from .decode import PlainDecoder
+
+        return PlainDecoder.build(self, cache, Block)
+
     def flops_per_token(self, seq_len: int) -> float:
         """FLOPs protocol: a tied LM head is a matmul with the embedding table (not an nn.Linear child)."""
         return self.tied_head_flops()
