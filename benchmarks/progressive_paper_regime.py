@@ -205,6 +205,8 @@ def fmt_ci(d: dict, pct: bool = False) -> str:
     if not d or d.get("n", 0) == 0:
         return "n/a"
     k, u = (100, "%") if pct else (1, "")
+    if d["n"] == 1:
+        return f"{k * d['mean']:+.1f}{u} (one seed, no spread)" if pct else f"{d['mean']:.4f} (one seed)"
     s = f"{k * d['mean']:+.1f}{u} ± {k * d['std']:.1f}" if pct else f"{d['mean']:.4f} ± {d['std']:.4f}"
     if d.get("ci_low") is not None:
         s += f" [{k * d['ci_low']:.1f}, {k * d['ci_high']:.1f}]" if pct else f" [{d['ci_low']:.4f}, {d['ci_high']:.4f}]"
@@ -234,8 +236,8 @@ def render_table(rows: list[dict], pair: dict | None) -> str:
         out += ["", f"Pair {pair['pair']} ({a} vs {b}, grown runs only, same bases and tokens): {a} {fmt_ci(sm['final_val_loss'][a])}, "
                 f"{b} {fmt_ci(sm['final_val_loss'][b])}; {a} − {b} {fmt_ci(d['diff'])} (paired t p {_p(d['t_p'])}, "
                 f"Wilcoxon p {_p(d['wilcoxon_p'])}); compute {a} saved to reach {b}'s final loss: "
-                f"{fmt_ci(sm['saved'], True)} ({sm['reached']} of {len(pair['seeds'])} seeds reached it directly; "
-                f"negative = {b} needed less)."]
+                f"{fmt_ci(sm['saved'], True)} ({sm['reached']} of {len(pair['seeds'])} seeds reached it directly, "
+                f"{sm.get('reached_before_growth', 0)} before growth; negative = {b} needed less)."]
     return "\n".join(out) + "\n"
 
 
