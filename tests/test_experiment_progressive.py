@@ -334,6 +334,13 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
             back = _first_crossing([q["flops"] for q in b["val_curve"]], [q["val_loss"] for q in b["val_curve"]],
                                    a["final_val_loss"])
             assert row["saved"] == pytest.approx(back / a["total_flops"] - 1)
+        # before growth the first method's run is its small model: FLOPs = growth tokens x the small model's FLOPs/token
+        p_a = plan["plans"]["test-ffn"]
+        at_growth = p_a["grow_step"] * p_a["tokens_per_step"] * on_disk["sizes"]["test-ffn"]["small"]["train_flops_per_token"]
+        assert row["reached_before_growth"] == (hit is not None and hit <= at_growth)
+        for m, run in row["runs"].items():
+            assert row["val_loss_at_growth"][m] == next(q["val_loss"] for q in run["val_curve"] if q["step"] == p_a["grow_step"])
+    assert on_disk["summary"]["reached_before_growth"] == sum(row["reached_before_growth"] for row in on_disk["per_seed"].values())
     assert r["summary"]["final_val_loss"]["test-ffn"]["n"] == 2
     assert "test-pair" in (tmp_path / "pair" / "report.md").read_text()
 

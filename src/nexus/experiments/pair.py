@@ -91,11 +91,16 @@ def build_pair_results(plan: dict) -> dict:
                      for sd in plan["seeds"]}
         methods[m] = {"small": small, "large": large, "total_params": p["total_params"], "schedule": p["schedules"]["grown"]}
     per_seed = {}
+    grow_step = plan["plans"][a]["grow_step"]
+    grow_flops = grow_step * plan["plans"][a]["tokens_per_step"] * methods[a]["small"]["train_flops_per_token"]
     for sd in map(str, plan["seeds"]):
         ra, rb = curves[a][sd], curves[b][sd]
         target = rb["final_val_loss"]
         hit = first_crossing([q["flops"] for q in ra["val_curve"]], [q["val_loss"] for q in ra["val_curve"]], target)
+        # a target reached before growth measures the two bases, not the two growth methods
         row = {"runs": {a: ra, b: rb}, "target_val_loss": target, "flops_to_target": hit,
+               "reached_before_growth": hit is not None and hit <= grow_flops,
+               "val_loss_at_growth": {m: _loss_at_step(r["val_curve"], grow_step) for m, r in ((a, ra), (b, rb))},
                "saved": None if hit is None else 1.0 - hit / rb["total_flops"]}
         if hit is None:  # the reference reaches the first method's final loss earlier: a negative saving
             back = first_crossing([q["flops"] for q in rb["val_curve"]], [q["val_loss"] for q in rb["val_curve"]],
@@ -111,7 +116,13 @@ def build_pair_results(plan: dict) -> dict:
             "grow_step": plan["plans"][a]["grow_step"], "sizes": methods, "per_seed": per_seed,
             "summary": {"final_val_loss": {a: describe(fa), b: describe(fb)}, "a_minus_b_final": paired(fa, fb),
                         "saved": {"values": saved, **describe([v for v in saved if v is not None])},
-                        "reached": sum(r["flops_to_target"] is not None for r in per_seed.values())}}
+                        "reached": sum(r["flops_to_target"] is not None for r in per_seed.values()),
+                        "reached_before_growth": sum(r["reached_before_growth"] for r in per_seed.values())}}
+
+
+def _loss_at_step(curve: list[dict], step: int) -> float | None:
+    """The validation loss evaluated at `step` (None when no evaluation fell on it)."""
+    return next((q["val_loss"] for q in curve if q["step"] == step), None)
 
 
 def pair_headline(r: dict) -> str:
@@ -120,7 +131,8 @@ def pair_headline(r: dict) -> str:
     a, b = r["methods"]
     return (f"{a} vs {b}: compute saved to reach {b}'s final validation loss (measured, per seed): "
             f"{_ci(r['summary']['saved'], pct=True)} ({r['summary']['reached']} of {len(r['seeds'])} seeds reached it "
-            f"directly; negative = {b} needed less)")
+            f"directly, {r['summary']['reached_before_growth']} of them before the growth step, where it measures the "
+            f"bases, not growth; negative = {b} needed less)")
 
 
 def render_pair_report(r: dict) -> str:
@@ -140,10 +152,15 @@ def render_pair_report(r: dict) -> str:
     lines += [f"| {m} | {_ci(sm['final_val_loss'][m])} |" for m in (a, b)]
     d = sm["a_minus_b_final"]
     lines += ["", f"- {a} - {b} (paired by seed): {_ci(d['diff'])}; paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}",
-              f"- {pair_headline(r)}", "", "| seed | " + a + " | " + b + " | saved |", "|---|---|---|---|"]
+              f"- {pair_headline(r)}", "",
+              f"| seed | {a} at growth | {b} at growth | {a} final | {b} final | saved | target reached before growth |",
+              "|---|---|---|---|---|---|---|"]
     for sd, row in r["per_seed"].items():
         sv = "n/a" if row["saved"] is None else f"{100 * row['saved']:+.1f}%"
-        lines.append(f"| {sd} | {row['runs'][a]['final_val_loss']:.4f} | {row['runs'][b]['final_val_loss']:.4f} | {sv} |")
+        at = [row["val_loss_at_growth"][m] for m in (a, b)]
+        at = ["n/a" if v is None else f"{v:.4f}" for v in at]
+        lines.append(f"| {sd} | {at[0]} | {at[1]} | {row['runs'][a]['final_val_loss']:.4f} | "
+                     f"{row['runs'][b]['final_val_loss']:.4f} | {sv} | {'yes' if row['reached_before_growth'] else 'no'} |")
     lines += ["", *[f"![{Path(p).stem}]({Path(p).name})" for p in r.get("plots", [])]]
     return "\n".join(lines) + "\n"
 
