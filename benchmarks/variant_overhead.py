@@ -153,6 +153,8 @@ def main() -> None:
                          "out the time other processes on a shared machine hold the cores")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
+    ap.add_argument("--no-flop-count", dest="count_flops", action="store_false",
+                    help="skip the executed-FLOPs column (one more forward + backward per variant; long at d 1024)")
     args = ap.parse_args()
     preset_path, preset_tokens, preset_vocab = preset_anchor_path()
     if args.shape == "450m":
@@ -199,11 +201,13 @@ def main() -> None:
             t = step(model, opt, x, y, device, dtype, time.process_time if args.clock == "process" else time.perf_counter)
             if r >= args.warmup:
                 times[v].append(t)
-        print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
+        # the round's raw times go to stderr as they come, so a long run cut short still leaves its numbers
+        print(f"round {r + 1}/{args.warmup + args.rounds} done" + ("" if r < args.warmup else ": " + " ".join(
+            f"{v} {times[v][-1] * 1e3:.1f} ms" for v in args.variants)), file=sys.stderr, flush=True)
     med = {v: statistics.median(ts) for v, ts in times.items()}
     unwrap = {v: getattr(built[v][1], "_orig_mod", built[v][1]) for v in args.variants}
     flops = {v: forward_flops_per_token(unwrap[v], args.seq) for v in args.variants}
-    ran = {v: executed_flops(unwrap[v], x, y) for v in args.variants}
+    ran = {v: executed_flops(unwrap[v], x, y) if args.count_flops else float("nan") for v in args.variants}
     print(f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x "
           f"{args.layers} layers, {built['gated'][1].cfg.n_heads} heads, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
           f"{'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
