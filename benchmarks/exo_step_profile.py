@@ -1,5 +1,6 @@
-"""Where dynamic ExoFormer's extra training-step time goes, at variant_overhead.py's headline shape
-(450m proportions at d 256: 29 layers, SwiGLU 2d, 512 tokens, the direct anchor path): the CPU time
+"""Where dynamic ExoFormer's extra training-step time goes, at variant_overhead.py's secondary shape
+`450m-reduced` (450m proportions at d 256: 29 layers, SwiGLU 2d, 512 tokens, the direct anchor path;
+`--d-model 1024` is the preset's width, with a 2,048-token sequence): the CPU time
 (process clock, so other jobs' time on a shared machine is left out) spent per step inside each
 ExoFormer-only part, next to the whole step of both models.
 
@@ -54,9 +55,9 @@ def main() -> None:
                 spent[name] = spent.get(name, 0.0) + time.process_time() - t0
         return wrapper
 
-    kf, kb, kg = mix_kernels.forward_kernel(), mix_kernels.backward_kernel(), mix_kernels.gate_backward_kernel()
-    mix_kernels.forward_kernel = lambda: timed("mix kernel, forward", kf)
-    mix_kernels.backward_kernel = lambda: timed("mix kernel, backward", kb)
+    kf, kb, kg = mix_kernels.forward_layer_kernel(), mix_kernels.backward_layer_kernel(), mix_kernels.gate_backward_kernel()
+    mix_kernels.forward_layer_kernel = lambda: timed("mix kernels, forward (one call per layer)", kf)
+    mix_kernels.backward_layer_kernel = lambda: timed("mix kernels, backward (one call per layer)", kb)
     mix_kernels.gate_backward_kernel = lambda: timed("gate MLP tail kernel, backward", kg)
     fused_mix.FusedMix.forward = staticmethod(timed("fused node forward (all)", fused_mix.FusedMix.forward))
     fused_mix.FusedMix.backward = staticmethod(timed("fused node backward (all)", fused_mix.FusedMix.backward))

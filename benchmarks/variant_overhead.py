@@ -6,19 +6,24 @@ hit every variant alike). One step = forward + backward, plus the recipe's Muon 
 Target (issue 3, issue 14): dynamic ExoFormer <= 1.05x gated attention on the anchor path the
 paper-scale preset takes.
 
-Headline shape (`--shape 450m`, the default): the proportions of the project's 450m presets
-(`gated-450m`, `exo-dynamic-e-450m`) scaled to a CPU: their depth (29 layers, which share the
-anchor's one projection), SwiGLU inner size 2d, head size 64 and sequence/width ratio 2 (2,048 tokens
-at d 1024; here 512 at d 256), and the anchor path those presets take. That path is read from the
-preset: 16 x 2,048 = 32,768 tokens per micro-batch against 57,601 vocabulary rows, so every token's
-anchor is projected ("direct"), not gathered from a per-vocabulary table. At d 256 the elementwise
-mixing weighs 4x more against the matmuls than at d 1024, so this shape errs against ExoFormer.
-`--d-model 1024 --seq 2048` is the preset's own width (a GPU run).
+Headline shape (`--shape 450m`, the default): the project's `exo-dynamic-e-450m` preset's own shape,
+read from the preset (d_model 1024, 29 layers, 16 heads, SwiGLU inner 2048, 2,048-token sequences),
+one sequence per step on the CPU, and the anchor path that preset takes. That path is read from the
+preset too: 16 x 2,048 = 32,768 tokens per micro-batch against 57,601 vocabulary rows, so every
+token's anchor is projected ("direct"), not gathered from a per-vocabulary table; the byte vocabulary
+used here would pick the table path, so the benchmark forces the direct one. One step takes tens of
+seconds on one core, so use few rounds.
+
+`--shape 450m-reduced`: the same depth, path and proportions (SwiGLU inner 2d, head size 64,
+sequence 2d) at width 256 (512 tokens), the earlier headline. The mixing's elementwise work per
+token grows with d_model and the matmuls with d_model^2, so this narrow shape over-states the
+overhead the preset pays; it is kept as a secondary, quicker row.
 
 `--shape custom` takes --d-model/--layers/--seq as given (the earlier default was d 512 x 8 layers,
 one 2,048-token sequence, where a byte vocabulary puts the anchor on the table path).
 
-    python benchmarks/variant_overhead.py --threads 1                 # headline: 450m proportions, direct path
+    python benchmarks/variant_overhead.py --threads 1 --clock process --rounds 6 --warmup 1   # headline: the preset's shape
+    python benchmarks/variant_overhead.py --shape 450m-reduced --threads 1 --clock process --rounds 30
     python benchmarks/variant_overhead.py --shape custom --d-model 512 --layers 8 --seq 2048 --variants all
     python benchmarks/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16 --d-model 1024 --seq 2048
 
@@ -66,7 +71,8 @@ def preset_anchor_path(name: str = PAPER_PRESET) -> tuple[str, int, int]:
 def make(stem: str, args, device):
     cfg = get_preset(f"{stem}-tiny")
     m = cfg.model
-    m.d_model, m.n_layers, m.n_heads, m.max_seq_len = args.d_model, args.layers, args.d_model // 64, args.seq
+    m.d_model, m.n_layers, m.max_seq_len = args.d_model, args.layers, args.seq
+    m.n_heads = getattr(args, "heads", None) or args.d_model // 64  # the preset's own head count at its width
     if args.ffn:
         m.ffn_hidden = args.ffn
     torch.manual_seed(0)
@@ -119,14 +125,15 @@ def executed_flops(model, x, y) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="450m", choices=["450m", "custom"],
-                    help="450m: the 450m presets' depth, FFN ratio, head size, T/d ratio and anchor path (default); "
+    ap.add_argument("--shape", default="450m", choices=["450m", "450m-reduced", "custom"],
+                    help=f"450m: {PAPER_PRESET}'s own shape and anchor path (default); 450m-reduced: its depth, "
+                         "FFN ratio, head size, T/d ratio and anchor path at d 256; "
                          "custom: --d-model/--layers/--seq/--ffn as given")
-    ap.add_argument("--d-model", type=int, default=None, help="width (450m shape: 256; custom: 512)")
-    ap.add_argument("--layers", type=int, default=None, help="depth (450m shape: 29, the gated 450m presets'; custom: 8)")
-    ap.add_argument("--ffn", type=int, default=None, help="SwiGLU inner size (450m shape: 2 d, as the presets; custom: default)")
+    ap.add_argument("--d-model", type=int, default=None, help="width (450m: the preset's; 450m-reduced: 256; custom: 512)")
+    ap.add_argument("--layers", type=int, default=None, help="depth (450m shapes: the preset's 29; custom: 8)")
+    ap.add_argument("--ffn", type=int, default=None, help="SwiGLU inner size (450m: the preset's; 450m-reduced: 2 d; custom: default)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (450m shape: 2 d; custom: 2048)")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (450m: the preset's; 450m-reduced: 2 d; custom: 2048)")
     ap.add_argument("--rounds", type=int, default=12, help="timed rounds (each times every variant once; the paired interval narrows with more)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--device", default="auto")
@@ -146,12 +153,20 @@ def main() -> None:
                          "out the time other processes on a shared machine hold the cores")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each model (fuses the mixing's elementwise work, as a GPU run would)")
+    ap.add_argument("--no-flop-count", dest="count_flops", action="store_false",
+                    help="skip the executed-FLOPs column (one more forward + backward per variant; long at d 1024)")
     args = ap.parse_args()
     preset_path, preset_tokens, preset_vocab = preset_anchor_path()
     if args.shape == "450m":
+        preset = get_preset(PAPER_PRESET)
+        args.d_model, args.layers = args.d_model or preset.model.d_model, args.layers or preset.model.n_layers
+        args.seq, args.ffn = args.seq or preset.data.seq_len, args.ffn or preset.model.ffn_hidden
+        args.heads = preset.model.n_heads if args.d_model == preset.model.d_model else None
+    if args.shape == "450m-reduced":
         d = args.d_model or 256
         args.d_model, args.layers = d, args.layers or get_preset(PAPER_PRESET).model.n_layers
         args.seq, args.ffn = args.seq or 2 * d, args.ffn or 2 * d
+    if args.shape != "custom":
         args.anchor_path = args.anchor_path or ("direct" if preset_path == "direct" else "auto")
         args.variants = args.variants or list(HEADLINE)
     else:
@@ -186,13 +201,15 @@ def main() -> None:
             t = step(model, opt, x, y, device, dtype, time.process_time if args.clock == "process" else time.perf_counter)
             if r >= args.warmup:
                 times[v].append(t)
-        print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
+        # the round's raw times go to stderr as they come, so a long run cut short still leaves its numbers
+        print(f"round {r + 1}/{args.warmup + args.rounds} done" + ("" if r < args.warmup else ": " + " ".join(
+            f"{v} {times[v][-1] * 1e3:.1f} ms" for v in args.variants)), file=sys.stderr, flush=True)
     med = {v: statistics.median(ts) for v, ts in times.items()}
     unwrap = {v: getattr(built[v][1], "_orig_mod", built[v][1]) for v in args.variants}
     flops = {v: forward_flops_per_token(unwrap[v], args.seq) for v in args.variants}
-    ran = {v: executed_flops(unwrap[v], x, y) for v in args.variants}
+    ran = {v: executed_flops(unwrap[v], x, y) if args.count_flops else float("nan") for v in args.variants}
     print(f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x "
-          f"{args.layers} layers, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
+          f"{args.layers} layers, {built['gated'][1].cfg.n_heads} heads, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
           f"{'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
           f"anchor path {args.anchor_path} | {args.clock} clock | {args.rounds} rounds (+{args.warmup} warmup), alternating order")
     print(f"{PAPER_PRESET} takes the {preset_path} anchor path ({preset_tokens:,} tokens per micro-batch, "

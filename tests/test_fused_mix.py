@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,3 +162,53 @@ def _graph(t: torch.Tensor) -> set:
             seen.add(fn)
             stack.extend(f for f, _ in fn.next_functions)
     return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("has_anchor", [True, False])
+def test_layer_kernels_match_eq7_by_autograd(dtype, has_anchor):
+    """The one-call-per-layer kernels on their own: every component of a layer (different head counts
+    and widths; upstream gradients in both layouts within one call) against eq. 7 differentiated by
+    autograd, for outputs, both input gradients, the per-channel coefficient gradients and the
+    per-token factor gradients (each component's two columns of gamma)."""
+    g = torch.Generator().manual_seed(2)
+    B, T = 2, 3
+    shapes, cols = list(SHAPES.values()), [(0, 1), (2, 3), (4, 5), (7, 6)]
+    gam = torch.rand(B * T, 8, generator=g, dtype=torch.float64).requires_grad_()
+    cur = [torch.randn(B, T, *s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+    anc = [torch.randn(B, T, *s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+    l1 = [torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+    l2 = [torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+    ups = [torch.randn(B, T, *s, generator=g, dtype=torch.float64) for s in shapes]
+    ref = []
+    for i, (i1, i2) in enumerate(cols):  # eq. 7: out = (l1 g1) anchor + (l2 g2) current
+        g1, g2 = gam[:, i1].view(B, T, 1, 1), gam[:, i2].view(B, T, 1, 1)
+        ref.append(l2[i] * g2 * cur[i] + (l1[i] * g1 * anc[i] if has_anchor else 0))
+    leaves = [gam, *cur, *l2, *((*anc, *l1) if has_anchor else ())]
+    ref_grads = torch.autograd.grad(ref, leaves, ups)
+
+    def np_(ts):
+        return tuple(t.detach().to(dtype).contiguous().numpy() for t in ts)
+
+    curs, ancs = np_(cur), np_(anc if has_anchor else cur)
+    outs = tuple(np.empty_like(c) for c in curs)
+    table = np.asarray(cols, dtype=np.int64)
+    gam_np = gam.detach().to(dtype).numpy()
+    mix_kernels.forward_layer_kernel()(curs, ancs, np_(l1), np_(l2), gam_np, table, has_anchor, outs)
+    tol = {"rtol": 0, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    for o, r in zip(outs, ref, strict=True):
+        torch.testing.assert_close(torch.from_numpy(o).double(), r.detach(), **tol)
+    head_major = np.array([True, False, True, False])  # q, v as attention hands them back; k, g token-major
+    grads = tuple(u.to(dtype).transpose(1, 2).contiguous().numpy() if hm else u.to(dtype).numpy()
+                  for u, hm in zip(ups, head_major))
+    d_cur = tuple(np.empty_like(c) for c in curs)
+    d_anc = tuple(np.empty_like(c) for c in curs) if has_anchor else d_cur
+    d_l = tuple(np.zeros((2, *c.shape[2:]), dtype=c.dtype) for c in curs)
+    d_gam = np.zeros_like(gam_np)
+    mix_kernels.backward_layer_kernel()(grads, head_major, curs, ancs, np_(l1), np_(l2), gam_np, table, has_anchor,
+                                        d_cur, d_anc, d_l, d_gam)
+    fast = [d_gam, *d_cur, *(dl[1] for dl in d_l)]
+    if has_anchor:
+        fast += [*d_anc, *(dl[0] for dl in d_l)]
+    for a, b in zip(fast, ref_grads, strict=True):
+        torch.testing.assert_close(torch.from_numpy(a).double(), b, **tol)

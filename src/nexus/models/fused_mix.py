@@ -14,6 +14,9 @@ eager path and to a reference written from eq. 6-7 in tests/test_exoformer.py.
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -65,20 +68,18 @@ class FusedMix(torch.autograd.Function):
             h = a = None
             gam, cols = torch.ones(B * T, 2, dtype=x.dtype), ((0, 1),) * n
         gam_np = gam.numpy()
-        # numpy views of what the backward reads, made once; the tensors also go to
-        # save_for_backward, for autograd's check that nothing modified them in place
-        arrays = [(c.detach().numpy(), an.detach().numpy(), _coef(l1, s, c), _coef(l2, s, c))
-                  for c, an, l1, l2, s in zip(currents, anchors, l1s, l2s, coef_shapes)]
-        fwd = mix_kernels.forward_kernel()
-        outs = []
-        for (i1, i2), cur, (c, an, k1, k2) in zip(cols, currents, arrays):
-            out = torch.empty_like(cur)
-            fwd(c, an, k1, k2, gam_np, i1, i2, has_anchor, out.numpy())
-            outs.append(out)
+        # numpy views of what the backward reads, made once, as one tuple per kind (the layer kernel's
+        # arguments); the tensors also go to save_for_backward, for autograd's check that nothing
+        # modified them in place
+        arrays = (tuple(c.detach().numpy() for c in currents), tuple(an.detach().numpy() for an in anchors),
+                  tuple(_coef(l1, s, c) for l1, s, c in zip(l1s, coef_shapes, currents)),
+                  tuple(_coef(l2, s, c) for l2, s, c in zip(l2s, coef_shapes, currents)))
+        outs = tuple(torch.empty_like(cur) for cur in currents)
+        mix_kernels.forward_layer_kernel()(*arrays, gam_np, _cols_array(cols), has_anchor, tuple(o.numpy() for o in outs))
         ctx.n, ctx.cols, ctx.coef_shapes, ctx.has_anchor, ctx.arrays, ctx.gam_np = n, cols, coef_shapes, has_anchor, arrays, gam_np
         ctx.dynamic = dynamic is not None
         ctx.save_for_backward(x, h, a, gam, *weights, *currents, *(anchors if has_anchor else ()), *l1s, *l2s)
-        return tuple(outs)
+        return outs
 
     @staticmethod
     @once_differentiable
@@ -86,26 +87,25 @@ class FusedMix(torch.autograd.Function):
         x, h, a, gam, *tensors = ctx.saved_tensors
         n, has_anchor = ctx.n, ctx.has_anchor
         weights, tensors = (tensors[:3], tensors[3:]) if ctx.dynamic else ((), tensors)
-        currents, l1s = tensors[:n], tensors[-2 * n:-n]
+        currents = tensors[:n]
         d_gam = torch.zeros(gam.shape, dtype=gam.dtype)  # each component writes its two columns
         d_gam_np = d_gam.numpy()
-        bwd = mix_kernels.backward_kernel()
-        d_cur, d_anc, d_l1, d_l2 = [], [], [], []
-        for (i1, i2), grad, cur, (c, an, k1, k2), shape in zip(ctx.cols, grads, currents, ctx.arrays, ctx.coef_shapes):
-            head_major = not grad.is_contiguous()
-            if head_major:  # q and k come back from attention as views of a (B, heads, T, width) tensor
+        grads_np, head_major = [], np.zeros(n, dtype=np.bool_)
+        for i, grad in enumerate(grads):
+            if not grad.is_contiguous():  # q and k come back from attention as views of a (B, heads, T, width) tensor
                 grad = grad.transpose(1, 2)
-                if not grad.is_contiguous():
-                    grad, head_major = grad.transpose(1, 2).contiguous(), False
-            dc = torch.empty_like(cur)
-            da = torch.empty_like(cur) if has_anchor else dc
-            dl = torch.zeros((2, *cur.shape[2:]), dtype=cur.dtype)
-            bwd(grad.numpy(), head_major, c, an, k1, k2, ctx.gam_np, i1, i2, has_anchor, dc.numpy(), da.numpy(),
-                dl.numpy(), d_gam_np)
-            d_cur.append(dc)
-            d_anc.append(da)
-            d_l1.append(_flat_grad(dl[0], shape) if has_anchor else None)  # l1 is unused without the anchor
-            d_l2.append(_flat_grad(dl[1], shape))
+                head_major[i] = grad.is_contiguous()
+                if not head_major[i]:
+                    grad = grad.transpose(1, 2).contiguous()
+            grads_np.append(grad.numpy())
+        d_cur = [torch.empty_like(cur) for cur in currents]
+        d_anc = [torch.empty_like(cur) for cur in currents] if has_anchor else d_cur
+        d_ls = [torch.zeros((2, *cur.shape[2:]), dtype=cur.dtype) for cur in currents]  # accumulated into
+        mix_kernels.backward_layer_kernel()(tuple(grads_np), head_major, *ctx.arrays, ctx.gam_np, _cols_array(ctx.cols),
+                                            has_anchor, tuple(t.numpy() for t in d_cur), tuple(t.numpy() for t in d_anc),
+                                            tuple(t.numpy() for t in d_ls), d_gam_np)
+        d_l1 = [_flat_grad(dl[0], s) if has_anchor else None for dl, s in zip(d_ls, ctx.coef_shapes)]  # l1 is unused without the anchor
+        d_l2 = [_flat_grad(dl[1], s) for dl, s in zip(d_ls, ctx.coef_shapes)]
         d_x = d_weights = ()
         if ctx.dynamic:  # eq. 6 backward: sigmoid, the second Linear, GELU, the first Linear
             W1, W2, b = weights
@@ -120,6 +120,14 @@ class FusedMix(torch.autograd.Function):
         out = (d_x if ctx.dynamic else None, None, None, None, None, *d_weights, *d_cur, *(d_anc if has_anchor else ()),
                *d_l1, *d_l2)
         return tuple(g if need else None for g, need in zip(out, ctx.needs_input_grad, strict=True))
+
+
+@functools.cache
+def _cols_array(cols: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The layer kernel's (n, 2) table of factor columns; a layer's cols never change, so made once."""
+    table = np.asarray(cols, dtype=np.int64).reshape(len(cols), 2)
+    table.flags.writeable = False
+    return table
 
 
 def _coef(lam: torch.Tensor, shape: tuple[int, int], like: torch.Tensor):

@@ -31,7 +31,7 @@ _FASTMATH = {"reassoc", "contract"}
 
 @functools.cache
 def _kernels():
-    """(forward, backward, gate_backward) compiled lazily (each dtype specializes on its first call), or None."""
+    """(forward, backward, gate_backward, forward_layer, backward_layer) compiled lazily (each dtype specializes on its first call), or None."""
     try:
         import numba
     except ImportError:
@@ -117,7 +117,23 @@ def _kernels():
                 for j in range(J):
                     d_W2[k, j] += dz[t, k] * a[t, j]
 
-    return forward, backward, gate_backward
+    # One call per layer: every mixed component's arrays come as a tuple (numba types a tuple of
+    # same-dtype C arrays as one homogeneous tuple, indexable in a loop), so a layer pays one dispatch
+    # from Python instead of one per component; the component loops are the kernels above.
+    @jit
+    def forward_layer(curs, ancs, l1s, l2s, gam, cols, has_anc, outs):
+        """forward for component i = 0..n-1 on curs[i], ancs[i], l1s[i], l2s[i], factors cols[i]."""
+        for i in range(len(curs)):
+            forward(curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 0], cols[i, 1], has_anc, outs[i])
+
+    @jit
+    def backward_layer(grads, head_major, curs, ancs, l1s, l2s, gam, cols, has_anc, d_curs, d_ancs, d_ls, d_gam):
+        """backward for component i = 0..n-1; head_major[i] gives grads[i]'s layout."""
+        for i in range(len(curs)):
+            backward(grads[i], head_major[i], curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 0], cols[i, 1], has_anc,
+                     d_curs[i], d_ancs[i], d_ls[i], d_gam)
+
+    return forward, backward, gate_backward, forward_layer, backward_layer
 
 
 def available() -> bool:
@@ -134,3 +150,11 @@ def backward_kernel():
 
 def gate_backward_kernel():
     return _kernels()[2]
+
+
+def forward_layer_kernel():
+    return _kernels()[3]
+
+
+def backward_layer_kernel():
+    return _kernels()[4]
