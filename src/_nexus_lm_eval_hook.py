@@ -51,7 +51,13 @@ class _RegistryWatcher:
             del loader.exec_module  # the class's own again: a loader can serve many modules (zipimporter)
             exec_module(module)
             _uninstall()
-            register_nexus(module)
+            try:
+                register_nexus(module)
+            except Exception as exc:  # never break lm-eval itself: only "nexus" goes missing, with a reason
+                import warnings
+
+                warnings.warn(f"nexus could not register with lm-eval ({type(exc).__name__}: {exc}); "
+                              "`--model nexus` is unavailable in this process", RuntimeWarning, stacklevel=2)
 
         loader.exec_module = exec_then_register  # on this instance, for this one load
         return spec

@@ -285,3 +285,24 @@ def test_other_lm_eval_command_forms_run_model_nexus(tmp_path, model, form):
     _installed_pth()
     argv = [sys.executable, "-m", "lm_eval"] if form == "python -m lm_eval" else [_bin("nexus-lm-eval"), "run"]
     _lm_eval_cli_run(tmp_path, model, argv)
+
+
+def test_a_failing_registration_leaves_lm_eval_importable(tmp_path):
+    """If registering "nexus" raises, lm-eval's registry still imports (its own models stay usable) and a
+    warning names the cause; only `--model nexus` goes missing."""
+    import sys
+
+    _installed_pth()
+    probe = ("import warnings, _nexus_lm_eval_hook as h\n"
+             "def broken(module): raise KeyError('planted')\n"
+             "h.register_nexus = broken\n"
+             "with warnings.catch_warnings(record=True) as caught:\n"
+             "    warnings.simplefilter('always')\n"
+             "    import lm_eval.api.registry as r\n"
+             "print(r.__name__, 'nexus' in r.model_registry)\n"
+             "print([str(w.message)[:40] for w in caught if 'planted' in str(w.message)])\n")
+    proc = _run([sys.executable, "-c", probe], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = proc.stdout.strip().splitlines()
+    assert first == "lm_eval.api.registry False"  # the import went through; only nexus is missing
+    assert "nexus could not register with lm-eval" in second
