@@ -53,9 +53,8 @@ class GrowthHook:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
 
     def on_step_start(self, trainer, step: int) -> None:
-        tc = trainer.cfg.train
-        if tc.grow_at and step == tc.grow_at and not already_grown(trainer.cfg, step):
-            self.report = self.grow(trainer, tc.growth)
+        if step == trainer.cfg.train.grow_at and growth_pending(trainer.cfg):
+            self.report = self.grow(trainer, trainer.cfg.train.growth)
 
     def on_log(self, trainer, step: int, metrics: dict) -> None:
         if self.monitor is not None:
