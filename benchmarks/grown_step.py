@@ -18,6 +18,7 @@ import statistics
 import time
 
 import torch
+from _result import emit
 
 from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
@@ -107,6 +108,8 @@ def main() -> None:
           f"range [{min(ratios):.3f}, {max(ratios):.3f}] over {args.rounds} rounds (target <= 1.10)")
     print(f"optimizer step alone: median {statistics.median(opt_ratios):.3f}, "
           f"range [{min(opt_ratios):.3f}, {max(opt_ratios):.3f}]")
+    emit("grown-run training step vs never grown", ratios, "<= 1.10", met=statistics.median(ratios) <= 1.10,
+         optimizer_step_ratio=statistics.median(opt_ratios))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,13 @@ import statistics
 import time
 
 import torch
+from _result import emit
 
 from nexus.models.generate import generate
 from nexus.models import build_model
 from nexus.presets import get_preset
+
+TARGETS = {(1, 1): 6, (1, 8): 15}  # (attention order, batch) -> cached/uncached target (issue 17: baseline only)
 
 
 def build(preset: str, order: int, max_len: int):
@@ -57,16 +60,21 @@ def main() -> None:
             prompt = torch.randint(0, model.cfg.vocab_size, (batch, args.prompt_tokens),
                                    generator=torch.Generator().manual_seed(1))
             timed(model, prompt, 4, True), timed(model, prompt, 4, False)  # warm-up
-            ratios = []
+            ratios, cached, uncached = [], [], []
             for r in range(args.rounds):
                 tc, a = timed(model, prompt, args.new_tokens, True)
                 tu, b = timed(model, prompt, args.new_tokens, False)
+                cached.append(round(tc, 4)), uncached.append(round(tu, 4))
                 assert torch.equal(a, b), "cached and uncached generation must give the same tokens"
                 ratios.append(tu / tc)
                 print(f"  order {order} batch {batch} round {r}: cached {tc:.2f} s, uncached {tu:.2f} s, "
                       f"ratio {tu / tc:.2f}")
             print(f"order {order} batch {batch}: cached/uncached speedup median {statistics.median(ratios):.2f}x, "
                   f"range [{min(ratios):.2f}, {max(ratios):.2f}]")
+            target = TARGETS.get((order, batch))  # the issue sets targets for the baseline (order 1) only
+            emit(f"KV-cached vs uncached generation ({args.preset}, order {order}, B={batch}, {args.new_tokens} new)",
+                 ratios, f">= {target}" if target else "report",
+                 met=None if target is None else statistics.median(ratios) >= target, cached_s=cached, uncached_s=uncached)
 
 
 if __name__ == "__main__":

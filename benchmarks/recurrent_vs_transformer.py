@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+from _result import emit
 
 from nexus.config import ModelConfig
 from nexus.models import build_model
@@ -96,6 +97,8 @@ def main() -> None:
           f"median {statistics.median(ratios):.3f}, range [{min(ratios):.3f}, {max(ratios):.3f}]")
     print(f"effective layer applications per second (tokens/s x depth {depth}): recurrent "
           f"{tps['recurrent'] * depth:.0f}, transformer {tps['transformer'] * depth:.0f}")
+    emit(f"recurrent ({args.preset}) vs Transformer++ of equal parameters and effective depth {depth}, training tokens/s",
+         ratios, "report", recurrent_tok_s=round(tps["recurrent"], 2), transformer_tok_s=round(tps["transformer"], 2))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from _result import emit
 
 
 def tokens_per_s(model, prompt, new_tokens: int) -> float:
@@ -114,6 +115,9 @@ def main() -> None:
           f"fp32 {[round(v, 2) for v in fp]}")
     print(f"ratio per round {[round(r, 3) for r in ratios]} -> median {statistics.median(ratios):.3f}, "
           f"range [{min(ratios):.3f}, {max(ratios):.3f}] (target >= 1.5, goal 2)")
+    emit(f"ternary decode vs fp32 dense ({args.preset}, B={args.batch}, {args.new_tokens} new tokens)", ratios,
+         ">= 1.5 (goal 2)", met=statistics.median(ratios) >= 1.5, ternary_tok_s=ter, fp32_tok_s=fp,
+         bits_per_weight=round(report["bits_per_ternary_weight"], 4))
     if args.step_rounds:
         pk, fp = step_ratios(packed, fp32_model, prompt, args.step_rounds)
         r = [f / k for k, f in zip(pk, fp)]
