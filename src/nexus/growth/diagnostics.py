@@ -8,12 +8,15 @@
 * `PostGrowthMonitor`, a trainer hook callback kept by `training.GrowthHook` after a growth, logs both over the
   post-growth steps (SPARKLING Sec. 4.1 and Fig. 4 / App. C): the symmetry lock (copy init only) and
   the per-layer activation RMS ratio of the grown model on a fixed probe batch against the model
-  just before growth on the same batch.
+  just before growth on the same batch. `state_dict` / `from_state_dict` carry it through a checkpoint,
+  so a resumed run logs the same values.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .param_map import ParamMap
 
 
 def probe_batch(vocab_size: int, batch: int = 4, seq_len: int = 64) -> torch.Tensor:
@@ -120,4 +123,29 @@ class PostGrowthMonitor:
         if rec:
             trainer.log({"step": step, **rec})
 
+    def state_dict(self) -> dict:
+        """What a resumed run needs to log the values this monitor would have logged: the probe ids, the
+        pre-growth RMS and the copy sources. Each distinct index tensor is stored once: every parameter
+        along a grown axis carries its own copy of that axis's map, and one per axis keeps the state small."""
+        sources: list[torch.Tensor] = []
+        copy_source: dict[str, dict[int, int]] = {}
+        for name, pm in self.param_maps.items():
+            for dim, src in (pm.copy_source or {}).items():
+                src = src.detach().cpu()
+                j = next((i for i, s in enumerate(sources) if s.shape == src.shape and torch.equal(s, src)), None)
+                if j is None:
+                    sources.append(src)
+                    j = len(sources) - 1
+                copy_source.setdefault(name, {})[int(dim)] = j
+        return {"probe": None if self.probe is None else self.probe.detach().cpu(),
+                "base_rms": None if self.base_rms is None else [float(x) for x in self.base_rms],
+                "every": self.every, "calls": self.calls, "sources": sources, "copy_source": copy_source}
 
+    @classmethod
+    def from_state_dict(cls, st: dict) -> "PostGrowthMonitor":
+        """The monitor `state_dict` described (KeyError/IndexError/TypeError on a malformed state)."""
+        maps = {name: ParamMap(name, copy_source={int(d): st["sources"][j].long() for d, j in dims.items()})
+                for name, dims in st["copy_source"].items()}
+        monitor = cls(maps, st["probe"], st["base_rms"], int(st["every"]))
+        monitor.calls = int(st["calls"])
+        return monitor

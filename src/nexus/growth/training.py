@@ -9,7 +9,9 @@ model, its optimizer (state transplanted), the re-warmup rule and the grown conf
 the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data cursor and
 RNG. On resume (`on_resume`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
 Before step 0 (`on_fit_start`) it checks the spec against the model, so a bad spec of any family fails
-before any training step. After a growth it logs the post-growth diagnostics (`on_log`).
+before any training step. After a growth it logs the post-growth diagnostics (`on_log`); their monitor
+(probe ids, pre-growth RMS, copy sources) is saved with every checkpoint (`state_dict`) and rebuilt on
+resume, so a resumed run logs the values the uninterrupted run would have.
 """
 from __future__ import annotations
 
@@ -41,9 +43,17 @@ def growth_pending(cfg) -> bool:
 class GrowthHook:
     """Grows the trainer's model at train.grow_at; restores the re-warmup rule of a grown run on resume."""
 
+    state_key = "growth"  # where the trainer keeps state_dict() in trainer_state.pt
+
     def __init__(self):
-        self.monitor = None  # PostGrowthMonitor of the latest growth in this process
+        self.monitor = None  # PostGrowthMonitor of the latest growth (in this process or restored on resume)
+        self.monitor_growths = 0  # len(growth_history) when the monitor was built: it belongs to that growth
         self.report: dict | None = None
+
+    def state_dict(self) -> dict | None:
+        if self.monitor is None:
+            return None
+        return {"n_growths": self.monitor_growths, "monitor": self.monitor.state_dict()}
 
     def on_fit_start(self, trainer) -> None:
         if growth_pending(trainer.cfg):
@@ -51,6 +61,25 @@ class GrowthHook:
 
     def on_resume(self, trainer) -> None:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
+        self.monitor, n = None, len(trainer.cfg.growth_history)
+        if not n:
+            return
+        st = trainer.resumed_hook_states.get(self.state_key)
+        if st is None or (isinstance(st, dict) and st.get("n_growths") != n):  # older, or grown since (`nexus grow`)
+            trainer.notes.append("the checkpoint holds no post-growth monitor for its latest growth (written before "
+                                 "nexus saved it, or grown outside training): symmetry_lock_* and rms_ratio_* are "
+                                 "not logged after this resume")
+            return
+        from ..checkpoint import CheckpointError
+        from .diagnostics import PostGrowthMonitor
+
+        try:
+            self.monitor = PostGrowthMonitor.from_state_dict(st["monitor"])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise CheckpointError(f"--resume={str(trainer.resumed_from)!r}: the post-growth monitor state in its "
+                                  f"trainer_state.pt is malformed ({type(e).__name__}: {str(e)[:100]}) (valid: a "
+                                  "state written by GrowthHook.state_dict)") from None
+        self.monitor_growths = n
 
     def on_step_start(self, trainer, step: int) -> None:
         if step == trainer.cfg.train.grow_at and growth_pending(trainer.cfg):
@@ -77,6 +106,7 @@ class GrowthHook:
         ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
         ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
         self.monitor = PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids))
+        self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
         trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
         trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")

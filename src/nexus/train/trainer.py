@@ -8,6 +8,9 @@ Extension points (the trainer imports none of their users):
       on_step_start(trainer, step)     before each optimizer step
       on_log(trainer, step, metrics)   after each logged step
     Growth (`nexus.growth.training.GrowthHook`) is one: it grows the model at `train.grow_at`.
+    A hook with `state_key` and `state_dict()` (None: nothing to keep) has that state saved in every
+    checkpoint's trainer_state.pt (plain tensors/numbers/lists/dicts: it is loaded weights_only); on
+    resume it is in `trainer.resumed_hook_states[state_key]` for the hook's on_resume.
   * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
     its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
@@ -124,6 +127,8 @@ class Trainer:
         self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
         self.resumed_step = None
+        self.resumed_from = resume  # the checkpoint this run continues (None: a fresh run)
+        self.resumed_hook_states: dict = {}  # {hook.state_key: state} read from that checkpoint
         if tstate is not None:
             base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
@@ -242,6 +247,10 @@ class Trainer:
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
         if with_optimizer:
             st["optimizer"] = self.optimizer.state_dict()
+        hooks = {h.state_key: h.state_dict() for h in self.hooks if hasattr(h, "state_dict")}
+        hooks = {k: v for k, v in hooks.items() if v is not None}
+        if hooks:
+            st["hooks"] = hooks
         return st
 
     def _restore(self, st: dict) -> None:
@@ -255,6 +264,7 @@ class Trainer:
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
+            self.resumed_hook_states = dict(st.get("hooks") or {})  # checkpoints before hook state have none
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
