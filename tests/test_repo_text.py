@@ -258,3 +258,39 @@ def test_no_doc_table_lost_its_rows():
     problems = [p for path in [*DOCS, ROOT / "benchmarks" / "README.md"]
                 for p in empty_tables(path.read_text(), str(path.relative_to(ROOT)))]
     assert not problems, "\n".join(problems)
+
+
+# ---- tests and source files the docs cite exist ------------------------------------------------------------------
+# "Held by tests/test_x.py::test_y" is a promise only while that test exists.
+
+PACKAGES = "models|growth|analysis|train|data|eval|export|hf|optim|cli|experiments|presets"
+CITED_TEST = re.compile(r"(tests/[\w/]+\.py)(?:::(\w+))?")
+CITED_SRC = re.compile(rf"`(?:src/)?(?:nexus/)?((?:{PACKAGES})/[\w/]+\.py)(?::(\w+))?")
+
+
+def citation_problems(text: str, where: str) -> list[str]:
+    problems = []
+    for pattern, base in ((CITED_TEST, ROOT), (CITED_SRC, ROOT / "src" / "nexus")):
+        for m in pattern.finditer(text):
+            path = base / m.group(1)
+            if not path.is_file():
+                problems.append(f"{where}: {m.group(0).strip('`')}: no such file")
+            elif m.group(2) and not re.search(rf"^\s*(?:def|class) {m.group(2)}\b|^{m.group(2)}\s*=",
+                                              path.read_text(), re.M):
+                problems.append(f"{where}: {m.group(0).strip('`')}: no {m.group(2)} in {m.group(1)}")
+    return problems
+
+
+def test_citation_check_catches_a_renamed_test_and_a_moved_module():
+    planted = ("held by `tests/test_repo_text.py::test_gone` and `tests/test_nowhere.py`; code in "
+               "`models/no_such_module.py` and `models/attention.py:NoSuchClass`")
+    problems = citation_problems(planted, "planted")
+    assert len(problems) == 4, problems
+    assert citation_problems("`tests/test_repo_text.py::test_citation_check_catches_a_renamed_test_and_a_moved_module`"
+                             " and `models/decode.py:PlainDecoder`", "ok") == []
+
+
+def test_every_cited_test_and_source_file_exists():
+    problems = [p for path in [*DOCS, ROOT / "benchmarks" / "README.md"]
+                for p in citation_problems(path.read_text(), str(path.relative_to(ROOT)))]
+    assert not problems, "\n".join(problems)
