@@ -1,8 +1,10 @@
-"""The repository's own text files carry no unresolved merge-conflict markers.
+"""The repository's own text: no unresolved merge-conflict markers, and README/docs that agree with the code.
 
-A conflict block committed into README.md once showed users two contradictory benchmark rows.
+A conflict block committed into README.md once showed users two contradictory benchmark rows. The doc checks below
+read text and build parsers only (no command is run), so they stay fast.
 """
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -35,13 +37,11 @@ def test_no_tracked_file_holds_a_conflict_marker():
 
 # ---- commands quoted in README.md and docs/ name what exists today ----------------------------------------------
 #
-# Docs once quoted flags and presets that had been renamed. Every `nexus ...` command in a code block, an indented
-# block or inline backticks is checked against the real parser: its subcommand exists, each `--option` is one of that
-# subcommand's options or an existing dotted config field, each preset it names exists, and a command in a code block
-# (meant to be pasted) parses. `python benchmarks/X.py --flag` commands name an existing script that defines the flag.
-# No command is run: this reads text and builds parsers only.
-
-import shlex
+# A pasted doc command whose flag, preset or method was renamed fails for every reader. Every `nexus ...` command in
+# a code block, an indented block or inline backticks is checked against the real parser: its subcommand exists, each
+# `--option` is one of that subcommand's options or an existing dotted config field, each preset and `--method` it
+# names exists, and a command in a code block (meant to be pasted) parses. `python benchmarks/X.py --flag` commands
+# name an existing script that defines the flag. No command is run: this reads text and builds parsers only.
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NEXUS_CMD = re.compile(r"^(?:\$ )?(?:time )?(?:[A-Z_]+=\S+ )*(?:torchrun .*?-m |python -m )?nexus ([a-z]+\b.*)$")
@@ -124,6 +124,8 @@ def _subparsers(parser):
 def command_problems(text: str, where: str) -> list[str]:
     """Every way a documented `nexus` command disagrees with today's CLI, one line each."""
     from nexus.cli import build_parser
+    from nexus.experiments.pair import PAIRS
+    from nexus.experiments.progressive import METHODS
     from nexus.presets import PRESETS
 
     root = build_parser(None)
@@ -151,6 +153,8 @@ def command_problems(text: str, where: str) -> list[str]:
                 for name in rest[i + 1].split(","):
                     if not _placeholder(name) and name not in PRESETS:
                         problems.append(f"{at}: unknown preset {name!r}")
+            if opt == "--method" and i + 1 < len(rest) and rest[i + 1] not in METHODS and rest[i + 1] not in PAIRS:
+                problems.append(f"{at}: unknown method {rest[i + 1]!r}")
         if in_block:
             try:
                 root.parse_known_args(argv)
@@ -179,12 +183,14 @@ def test_command_check_catches_a_stale_subcommand_option_and_preset():
     planted = ("```\nnexus trian --preset baseline-tiny\nnexus train --preset no-such-preset\n"
                "nexus grow --checkpoint c --out o --delta-q 4\nnexus train --model.no_such_field 3\n"
                "nexus experiment progressive --method sparkling --no-flag\n"
+               "nexus experiment progressive --method sparkle\n"
                "python benchmarks/grown_step.py --no-such-flag 3\npython benchmarks/not_there.py\n```\n"
                "inline `nexus experiment compare --presets gated-tiny,not-a-preset` and `nexus eval --lm-eval`\n")
     problems = command_problems(planted, "planted") + bench_problems(planted, "planted")
     for expected in ("no subcommand 'trian'", "unknown preset 'no-such-preset'", "unknown option --delta-q",
                      "unknown option --model.no_such_field", "unknown option --no-flag",
-                     "unknown preset 'not-a-preset'", "has no option --no-such-flag", "no script benchmarks/not_there.py"):
+                     "unknown preset 'not-a-preset'", "unknown method 'sparkle'", "has no option --no-such-flag",
+                     "no script benchmarks/not_there.py"):
         assert any(expected in p for p in problems), (expected, problems)
     assert not any("--lm-eval" in p for p in problems), problems  # an inline reference need not be a full command
 
@@ -251,7 +257,8 @@ def empty_tables(text: str, where: str) -> list[str]:
 
 def test_empty_table_check_catches_a_header_without_rows():
     assert empty_tables("| a | b |\n|---|---|\n| 1 | 2 |\n", "t") == []
-    assert empty_tables("| a | b |\n|---|---|\nRaw numbers: 1 2 3\n", "t") == ["t:2: table header without rows: | a | b |"]
+    planted = "| a | b |\n|---|---|\nRaw numbers: 1 2 3\n"
+    assert empty_tables(planted, "t") == ["t:2: table header without rows: | a | b |"]
 
 
 def test_no_doc_table_lost_its_rows():
