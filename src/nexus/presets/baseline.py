@@ -5,7 +5,7 @@ from ..config import ModelConfig, RunConfig, TrainConfig
 from . import register
 
 
-@register("baseline-tiny", "Transformer++ 4x128, byte tokens: the default CPU run (~3 min on 2 cores)")
+@register("baseline-tiny", "Transformer++ 4x128, byte tokens: the default CPU run (~1 CPU-minute)")
 def baseline_tiny() -> RunConfig:
     return RunConfig(
         model=ModelConfig(d_model=128, n_layers=4, n_heads=4, max_seq_len=256),
