@@ -67,7 +67,7 @@ def run_one(name: str, argv: list[str]) -> tuple[list[dict], str, dict]:
 
 def fmt(rec: dict) -> str:
     lo, hi = rec["range"]
-    return f"{rec['value']:.3g}{rec['unit'] if rec['unit'] == 'x' else ''} [{lo:.3g}, {hi:.3g}] ({rec['rounds']} rounds)"
+    return f"{rec['value']:#.3g}{rec['unit'] if rec['unit'] == 'x' else ''} [{lo:#.3g}, {hi:#.3g}] ({rec['rounds']} rounds)"
 
 
 def table(rows: list[tuple[dict, dict]], header: str, quick: bool = False) -> str:

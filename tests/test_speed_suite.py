@@ -50,7 +50,7 @@ def test_table_and_out_dir(tmp_path, monkeypatch, capsys, suite):
     monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--out", str(out)])
     assert suite.main() == 0
     text = capsys.readouterr().out
-    assert "| fake ratio | 2.5x [2, 3] (3 rounds) | >= 1.5 | yes | `python benchmarks/fake_bench.py --a` |" in text
+    assert "| fake ratio | 2.50x [2.00, 3.00] (3 rounds) | >= 1.5 | yes | `python benchmarks/fake_bench.py --a` |" in text
     saved = json.loads((out / "suite.json").read_text())
     assert saved["results"][0]["argv"] == ["--a"] and saved["failed"] == []
     assert sorted(p.name for p in out.iterdir()) == ["fake.log", "suite.json", "suite.md"]
