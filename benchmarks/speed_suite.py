@@ -42,7 +42,9 @@ BENCHMARKS = {
     "grown": ("grown_step.py", ["--rounds", "5"], ["--rounds", "2"]),
     "recurrent": ("recurrent_vs_transformer.py", ["--rounds", "2"], ["--rounds", "2", "--seq", "64"]),
     "first-token": ("first_token.py", ["--rounds", "5"], ["--rounds", "2"]),
+    "gpu-mfu": ("gpu_mfu.py", [], ["--steps", "3", "--rounds", "2"]),  # runs only where CUDA is available
 }
+NEEDS_CUDA = {"gpu-mfu"}
 
 
 def machine() -> str:
@@ -101,8 +103,13 @@ def main() -> int:
     header = f"Speed suite, {stamp}{' (--quick: a smoke run)' if args.quick else ''}; {machine()}"
     print(header, flush=True)
     rows, logs, failed = [], {}, []
+    import torch
+
     for name in names:
         script, full, quick = BENCHMARKS[name]
+        if name in NEEDS_CUDA and not torch.cuda.is_available():
+            print(f"\n== {name}: skipped (no CUDA device here)", flush=True)
+            continue
         results, log, info = run_one(name, quick if args.quick else full)
         logs[name] = log
         print(f"\n== {name}: {info['command']} ({info['wall_s']} s, rc {info['rc']})\n{log.rstrip()}", flush=True)

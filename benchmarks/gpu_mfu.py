@@ -1,0 +1,151 @@
+"""Training MFU of a ~124M Transformer++ baseline on one GPU, bf16 autocast, torch.compile.
+
+The model is `llama-160m` (12 x 768, 12 heads, vocab 50,304) with its head tied to the embeddings:
+123.6M parameters, GPT-2-small's size, the scale peers quote MFU at (35-48%). Each timed window is
+forward + backward + fused AdamW steps; between windows the script measures the device's bf16 matmul
+rate (an 8192^3 GEMM) in the same process, so the MFU is printed both against the vendor's dense bf16
+peak (the number peers divide by) and against what this device actually gives torch right now.
+
+FLOPs per token come from nexus's FLOPs protocol (`nexus.analysis.flops.train_flops_per_token`):
+6 x the weight-matrix parameters (tied head included) + the full T x T attention square, i.e. the
+PaLM / nanoGPT convention 6N + 12 L d T.
+
+    python benchmarks/gpu_mfu.py                               # CUDA, bf16, compiled, batch 16 x 1024
+    python benchmarks/gpu_mfu.py --device cpu --dtype float32 --no-compile --d-model 64 --layers 2 \\
+        --vocab 512 --seq 64 --batch 2 --steps 2 --rounds 2    # plumbing check on a CPU (no MFU meaning)
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from _result import emit
+
+# Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
+SPEC_BF16_TFLOPS = {"H100 SXM": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100 NVL": 835.0,
+                    "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A10G": 70.0}
+
+
+def spec_peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    hits = [(len(k), v) for k, v in SPEC_BF16_TFLOPS.items() if k.lower() in name.lower()]
+    return max(hits)[1] if hits else None  # the longest matching key names the variant
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(times) / 1e12
+
+
+def build(args, device):
+    from nexus.presets import get_preset
+    from nexus.models import build_model
+
+    cfg = get_preset(args.preset).model
+    cfg.tie_embeddings = not args.untied
+    for field, value in (("d_model", args.d_model), ("n_layers", args.layers), ("vocab_size", args.vocab)):
+        if value:
+            setattr(cfg, field, value)
+    if args.d_model:
+        cfg.n_heads = max(1, args.d_model // 64)
+    cfg.max_seq_len = max(cfg.max_seq_len, args.seq)
+    cfg.validate([], "model")
+    torch.manual_seed(0)
+    return cfg, build_model(cfg).to(device).train()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="llama-160m")
+    p.add_argument("--untied", action="store_true", help="keep the preset's separate head (162M) instead of 124M tied")
+    p.add_argument("--d-model", type=int, default=0, help="override the preset's width (0 = keep; heads = d/64)")
+    p.add_argument("--layers", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=0)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--peak-n", type=int, default=8192, help="size of the square GEMM that measures the peak")
+    args = p.parse_args()
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (norms, loss) on tensor cores, as peers run
+    from nexus.analysis.flops import train_flops_per_token
+
+    cfg, model = build(args, device)
+    n_params = sum(t.numel() for t in model.parameters())
+    flops_tok = train_flops_per_token(model, args.seq)
+    fwd = model if args.no_compile else torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), generator=g).to(device)
+    x, y = ids[:, :-1], ids[:, 1:]
+
+    def step():
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = fwd(x, labels=y).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    t0 = time.perf_counter()
+    for _ in range(3):  # compilation and autotuning, untimed
+        step()
+    sync(device)
+    print(f"warm-up (compile) {time.perf_counter() - t0:.1f} s")
+    rates, peaks = [], []
+    for _ in range(args.rounds):
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step()
+        sync(device)
+        rates.append(args.batch * args.seq * args.steps / (time.perf_counter() - t0))
+        peaks.append(matmul_tflops(device, dtype, args.peak_n))  # under the same conditions, every round
+    achieved = [r * flops_tok / 1e12 for r in rates]
+    spec = spec_peak_tflops(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"model: {n_params / 1e6:.1f}M params ({'untied' if args.untied else 'tied'} head), d {cfg.d_model}, "
+          f"{cfg.n_layers} layers, vocab {cfg.vocab_size}; batch {args.batch} x {args.seq}; {args.dtype}; "
+          f"compile {not args.no_compile}; device {name}; torch {torch.__version__}; final loss {float(loss):.3f}")
+    print(f"training FLOPs/token {flops_tok / 1e6:.1f}M; tokens/s per round {[round(r) for r in rates]}; "
+          f"achieved TFLOP/s {[round(a, 1) for a in achieved]}")
+    print(f"measured {args.dtype} matmul peak ({args.peak_n}^3) per round: {[round(v, 1) for v in peaks]} TFLOP/s")
+    vs_measured = [a / pk for a, pk in zip(achieved, peaks)]
+    print(f"MFU vs measured matmul peak: median {statistics.median(vs_measured):.3f}")
+    if spec:
+        mfu = [a / spec for a in achieved]
+        print(f"MFU vs the data-sheet dense bf16 peak ({spec} TFLOP/s): median {statistics.median(mfu):.3f}, "
+              f"range [{min(mfu):.3f}, {max(mfu):.3f}]")
+        emit(f"training MFU, {n_params / 1e6:.0f}M baseline, {args.dtype}, compile {not args.no_compile}, {name}",
+             mfu, ">= 0.50", unit="fraction", met=statistics.median(mfu) >= 0.5, vs_measured_peak=vs_measured,
+             tokens_per_s=rates, spec_tflops=spec)
+    else:
+        emit(f"training share of measured matmul peak, {n_params / 1e6:.1f}M model, {args.dtype}, {name}",
+             vs_measured, "report (no data-sheet peak for this device)", unit="fraction", tokens_per_s=rates)
+
+
+if __name__ == "__main__":
+    main()
