@@ -127,3 +127,23 @@ def test_training_reduces_validation_loss(tmp_path):
     before = t.evaluate(2)
     after = t.fit()["val_loss"]
     assert after < before - 0.5
+
+
+def test_last_step_is_evaluated_sampled_and_logged_once(tmp_path, monkeypatch, capsys):
+    """steps a multiple of eval_every/sample_every: the end of the run evaluates and samples the last
+    step, so the loop must not do it too (a second sample printed, a second record skewing plots)."""
+    calls = {"sample": [], "evaluate": []}
+    for name in calls:
+        def counted(self, *a, _real=getattr(Trainer, name), _calls=calls[name], **kw):
+            _calls.append(self.step)
+            return _real(self, *a, **kw)
+        monkeypatch.setattr(Trainer, name, counted)
+    t = Trainer(micro_cfg(tmp_path, "--train.steps", "4", "--train.sample_every", "2", "--train.eval_every", "2",
+                          "--train.log_every", "2", "--train.save_every", "2"))
+    t.fit()
+    assert calls == {"sample": [2, 4], "evaluate": [2, 4]}
+    out = capsys.readouterr().out
+    assert out.count("sample @ 2:") == 1 and "sample @ 4:" not in out and out.count("\nsample: ") == 1
+    rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "val_loss" in r) for r in rows] == [(2, False), (2, True), (4, False), (4, True)]
+    assert rows[-1].get("final") and sorted(p.name for p in tmp_path.glob("step_*")) == ["step_0000002"]

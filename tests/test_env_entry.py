@@ -160,3 +160,16 @@ def test_a_grown_run_in_output_dir_is_refused_not_resumed_without_its_rewarmup(t
     assert rc == 2
     assert len(err_lines) == 1 and "holds a run with growth" in err_lines[0] and "nexus train --resume" in err_lines[0]
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_last_step_is_sampled_evaluated_and_logged_once(tmp_path, capsys, monkeypatch):
+    """TOTAL_STEPS a multiple of EVAL_EVERY: the final evaluation and samples cover the last step alone."""
+    rc, out = _train(tmp_path, capsys, monkeypatch, TOTAL_STEPS="4")
+    assert rc == 0, out
+    assert out.count("--- samples @ step 2 ---") == 1 and out.count("--- samples @ step 4 ---") == 1
+    assert out.count(" -> ") == 8  # 4 prompts at step 2, 4 at the end
+    val_lines = [l.split("|")[0].split() for l in out.splitlines() if l.startswith("step") and "val loss" in l]
+    assert val_lines == [["step", "2"], ["step", "4"]]
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "val_loss" in r) for r in records] == [(1, False), (2, False), (2, True), (3, False),
+                                                               (4, False), (4, True)]

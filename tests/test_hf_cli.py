@@ -137,3 +137,81 @@ def test_damaged_stored_hf_tokenizer_is_a_clear_error(tmp_path, hf_dir):
         nexus.load(tmp_path / "ck")  # the checksum in meta.json catches it first
     with pytest.raises(ConfigError, match="tokenizer in .* is damaged"):
         HFTokenizer.load_dir(tmp_path / "ck")
+
+
+@pytest.mark.parametrize("ids", [
+    {},  # transformers' defaults: no special ids at all
+    {"bos_token_id": 1, "eos_token_id": [2, 5], "pad_token_id": 0},
+])
+def test_small_vocab_import_without_tokenizer_exports_back_and_verifies(tmp_path, capsys, ids):
+    """A HF model with 97 tokens and no tokenizer.json: the checkpoint falls back to the byte tokenizer
+    (ids up to 258), which must not reach the export; the model's own special ids must."""
+    hf_dir, ckpt, out = tmp_path / "hf", tmp_path / "ck", tmp_path / "o"
+    original = tiny_hf("qwen3", seed=0, **ids)
+    original.save_pretrained(hf_dir)
+    assert main(["import", "--hf", str(hf_dir), "--out", str(ckpt), "--verify"]) == 0
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(out), "--verify", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["max_logit_diff"] < 1e-5 and res["tokenizer"] == "none"
+    assert not (out / "tokenizer.json").exists()  # the byte fallback is not this model's tokenizer
+    written = json.loads((out / "config.json").read_text())
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        assert written[name] == ids.get(name), name
+    back = load_hf(out)
+    tokens = token_batch(seed=3)
+    with torch.no_grad():
+        assert max_diff(back(tokens).logits, original(tokens).logits) < 1e-5
+
+
+def _tiny_byte_checkpoint(path):
+    """A baseline checkpoint with 97 embedding rows but the byte tokenizer (ids up to 258)."""
+    from nexus.data.tokenizer import ByteTokenizer
+
+    cfg = RunConfig(model=ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=2, max_seq_len=64))
+    cfg.data.seq_len = 32
+    save_checkpoint(path, build_model(cfg.model), cfg, ByteTokenizer())
+
+
+def test_export_with_special_ids_outside_the_vocabulary_exits_2_and_writes_nothing(tmp_path, capsys):
+    _tiny_byte_checkpoint(tmp_path / "ck")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--format", "hf", "--out", str(tmp_path / "o"),
+                 "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bos_token_id=256" in err and "0..96" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary directory
+
+
+@pytest.mark.parametrize("fault", ["unloadable", "wrong_logits"])
+def test_export_failing_verification_is_an_error_and_leaves_no_output(tmp_path, capsys, monkeypatch, fault):
+    """An export that `transformers` cannot load, or that loads with other logits, is our fault (the input
+    was checked): RuntimeError, and --out keeps what it held before (nothing, or the previous export)."""
+    import nexus.hf.convert as convert
+
+    tiny_hf("qwen3", seed=2).save_pretrained(tmp_path / "hf")
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ck")]) == 0
+    export = ["export", "--checkpoint", str(tmp_path / "ck"), "--format", "hf", "--verify"]
+    assert main(export + ["--out", str(tmp_path / "prev")]) == 0
+    previous = {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()}
+    if fault == "unloadable":  # an invalid special id slipping past the check: nn.Embedding refuses its padding_idx
+        real = convert.hf_config_from_model
+
+        def bad_config(mcfg, arch, special):
+            hf_cfg = real(mcfg, arch, special)
+            hf_cfg.pad_token_id = mcfg.vocab_size + 5
+            return hf_cfg
+        monkeypatch.setattr(convert, "hf_config_from_model", bad_config)
+        match = "does not load in transformers"
+    else:  # a wrong weight mapping
+        real_state = convert.nexus_state_to_hf
+        monkeypatch.setattr(convert, "nexus_state_to_hf", lambda *a: {
+            k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()})
+        match = "logits differ"
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(RuntimeError, match=match):
+        main(export + ["--out", str(tmp_path / "o")])
+    with pytest.raises(RuntimeError, match=match):
+        main(export + ["--out", str(tmp_path / "prev"), "--overwrite"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "o", no temporary directory
+    assert {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()} == previous

@@ -32,11 +32,13 @@ def run(args, extra) -> int:
     cfg.train.out_dir = args.out
     import json as _json
 
-    from ..hf.convert import STORED_GENERATION_CONFIG
+    from ..hf.convert import STORED_GENERATION_CONFIG, STORED_SPECIAL_IDS
 
     gen = model.generation_config
-    out = save_checkpoint(args.out, model, cfg, tok,
-                          extra_files={STORED_GENERATION_CONFIG: _json.dumps(gen, indent=2)} if gen else None)
+    extra = {STORED_SPECIAL_IDS: _json.dumps(model.hf_special_ids)}  # the model's own ids, for export
+    if gen:
+        extra[STORED_GENERATION_CONFIG] = _json.dumps(gen, indent=2)
+    out = save_checkpoint(args.out, model, cfg, tok, extra_files=extra)
     res = {"checkpoint": str(out), "architecture": cfg.preset.removeprefix("hf:"), "params": count_parameters(model),
            "tokenizer": getattr(tok, "kind", "byte"), "notes": model.import_notes}
     if args.verify:

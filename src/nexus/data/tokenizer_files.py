@@ -24,8 +24,18 @@ def load_tokenizer_json(path: str | Path):
     return load_any_tokenizer_json(path)
 
 
+STORED_TOKENIZER_FILES = ("tokenizer.json", "hf_tokenizer.json", "tokenizer.txt")  # what save() of each kind writes
+
+
+def has_stored_tokenizer(directory: str | Path) -> bool:
+    """Whether a checkpoint holds a tokenizer. One without (a HF import that had none) still loads
+    with the byte tokenizer, but that tokenizer is a fallback, not the model's own (export skips it)."""
+    return any((Path(directory) / name).is_file() for name in STORED_TOKENIZER_FILES)
+
+
 def load_tokenizer_from_dir(directory: str | Path):
-    """Tokenizer stored beside a checkpoint (tokenizer.json for BPE, tokenizer.txt for bytes)."""
+    """Tokenizer stored beside a checkpoint (tokenizer.json for BPE, tokenizer.txt for bytes); the
+    byte tokenizer when none is stored."""
     directory = Path(directory)
     if (directory / "tokenizer.json").is_file():
         return load_tokenizer_json(directory / "tokenizer.json")

@@ -75,16 +75,22 @@ def import_hf(directory) -> tuple[torch.nn.Module, RunConfig]:
         note += f" (warning: byte ids reach 258 but the model has only {mcfg.vocab_size} tokens)"
     model.tokenizer = tokenizer
     model.import_notes = [f"architecture {arch}", note]
-    model.generation_config = read_generation_config(directory / GENERATION_CONFIG)
+    model.generation_config = read_json_object(directory / GENERATION_CONFIG)
+    model.hf_special_ids = {name: getattr(hf_cfg, f"{name}_token_id", None) for name in SPECIAL_NAMES}
     return model, cfg
 
 
 GENERATION_CONFIG = "generation_config.json"  # HF's file; a nexus checkpoint keeps it as hf_generation_config.json
 STORED_GENERATION_CONFIG = "hf_generation_config.json"
+# An imported model's own bos/eos/pad ids from its config.json, kept for export: without a tokenizer
+# they are the only ones the model has (the byte tokenizer a checkpoint falls back to is not its own).
+STORED_SPECIAL_IDS = "hf_special_ids.json"
+SPECIAL_NAMES = ("bos", "eos", "pad")
 
 
-def read_generation_config(path: Path) -> dict | None:
-    """A generation_config.json as a dict (None when absent or unreadable)."""
+def read_json_object(path: Path) -> dict | None:
+    """A JSON file holding an object (generation_config.json, hf_special_ids.json) as a dict; None
+    when absent or unreadable."""
     import json
 
     path = Path(path)
@@ -115,12 +121,36 @@ def nexus_state_to_hf(model, cfg: ModelConfig, arch: str) -> dict:
     return sd
 
 
-def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | None = None) -> dict:
+def export_special_ids(mcfg: ModelConfig, tokenizer, imported: dict | None) -> dict:
+    """{"bos"|"eos"|"pad": id, list of ids or None} for config.json: an imported model's own ids, a
+    missing one filled from the tokenizer. Every id must be a row of the embedding, or `transformers`
+    cannot load the export (pad_token_id becomes nn.Embedding's padding_idx)."""
+    ids = {name: (imported or {}).get(name) for name in SPECIAL_NAMES}
+    for name in SPECIAL_NAMES:
+        if ids[name] is None and tokenizer is not None:
+            ids[name] = getattr(tokenizer, f"{name}_id", None)
+    for name, value in ids.items():
+        for tid in value if isinstance(value, list) else [value]:
+            if tid is not None and not (isinstance(tid, int) and 0 <= tid < mcfg.vocab_size):
+                source = "the imported config.json" if (imported or {}).get(name) is not None else \
+                    f"the checkpoint's {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer"
+                raise ConfigError(f"{name}_token_id={value!r} from {source} is outside the model's vocabulary "
+                                  f"(valid: an id in 0..{mcfg.vocab_size - 1} = model.vocab_size - 1, or none; "
+                                  "a tokenizer with more ids than the model has cannot be exported with it)")
+    return ids
+
+
+def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | None = None,
+              special_ids: dict | None = None, verify_tolerance: float | None = None) -> dict:
     """Write a baseline model as a HF checkpoint directory `transformers` loads with the same logits.
 
     cfg: RunConfig or ModelConfig. generation_config: an imported model's generation_config.json,
-    written back unchanged; without one, a generation_config.json with the tokenizer's bos/eos/pad ids.
-    Returns {"architecture", "out", "files", "tokenizer"}."""
+    written back unchanged; without one, a generation_config.json with the bos/eos/pad ids.
+    special_ids: an imported model's own {"bos", "eos", "pad"} ids (default `model.hf_special_ids`),
+    written to config.json in preference to the tokenizer's. verify_tolerance: reload the written
+    directory with `transformers` before it takes the name `out_dir`, and raise RuntimeError (leaving
+    nothing at out_dir) when it fails to load or its logits differ from ours by more.
+    Returns {"architecture", "out", "files", "tokenizer"} (+ "max_logit_diff" when verified)."""
     from safetensors.torch import save_file
 
     mcfg = cfg.model if isinstance(cfg, RunConfig) else cfg
@@ -128,15 +158,17 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
     arch = hf_architecture_for(mcfg)
     sd = nexus_state_to_hf(model, mcfg, arch)
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-    info = {"architecture": arch, "tokenizer": "none (byte-level ids 0-255 + 3 specials)"}
+    if special_ids is None:
+        special_ids = getattr(model, "hf_special_ids", None)
+    special = export_special_ids(mcfg, tokenizer, special_ids)  # bad ids refused before anything is written
+    info = {"architecture": arch, "tokenizer": "none"}
     if generation_config is None:
         generation_config = getattr(model, "generation_config", None)
 
     def write(d: Path):
         import json
 
-        special = write_hf_tokenizer(tokenizer, d, mcfg.max_seq_len) if tokenizer is not None else {}
-        if special:
+        if tokenizer is not None and write_hf_tokenizer(tokenizer, d, mcfg.max_seq_len):
             info["tokenizer"] = "tokenizer.json"
         hf_cfg = hf_config_from_model(mcfg, arch, special)
         hf_cfg.dtype = "float32"
@@ -147,6 +179,23 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
             (d / GENERATION_CONFIG).write_text(json.dumps(gen, indent=2))
         save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
         info["files"] = sorted(p.name for p in d.iterdir())
+        if verify_tolerance is not None:  # still under the temporary name: a failed check leaves nothing behind
+            info["max_logit_diff"] = verified_logit_difference(model, d, verify_tolerance)
 
     info["out"] = str(atomic_dir_write(Path(out_dir), write, marker_kind=HF_EXPORT))
     return info
+
+
+def verified_logit_difference(model, hf_dir: Path, tolerance: float) -> float:
+    """max |logit difference| of the HF directory we just wrote; RuntimeError when `transformers`
+    cannot load it or the difference exceeds `tolerance`: the input was checked, so either is our fault."""
+    from .verify import max_logit_difference
+
+    try:
+        diff = max_logit_difference(model, hf_dir)
+    except Exception as e:  # transformers raises many types (AssertionError, ValueError, OSError) for a bad directory
+        raise RuntimeError(f"the HF export does not load in transformers ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0][:160] if str(e) else 'no details'}); nothing was written") from e
+    if not diff <= tolerance:  # NaN fails too
+        raise RuntimeError(f"the HF export's logits differ from nexus's by {diff:.3g} (> {tolerance}); nothing was written")
+    return diff

@@ -471,8 +471,10 @@ class Trainer:
             self.step += 1
             self.tokens_seen += int(m["tokens"])
             tok_last += int(m["tokens"])
-            log_now = self.step % tc.log_every == 0 or self.step == tc.steps
-            evaluating = tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps
+            # The last step is evaluated, sampled and saved once, by the end of the run below, not here too
+            last = self.step >= tc.steps
+            log_now = self.step % tc.log_every == 0 or last
+            evaluating = tc.eval_every and self.step % tc.eval_every == 0 and not last
             if log_now or evaluating:  # the only places a step's numbers reach the host
                 m = self.read_step_metrics(m)
                 new_skips = m.get("nonfinite_total", 0) - skipped_before
@@ -501,10 +503,10 @@ class Trainer:
                 last_val = self.evaluate()
                 self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
                 self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
-            if tc.sample_every and self.step % tc.sample_every == 0 and self._writes_checkpoints:
+            if tc.sample_every and self.step % tc.sample_every == 0 and not last and self._writes_checkpoints:
                 text = self.sample()  # under FSDP2 every rank runs the (identical) generation: it gathers weights
                 self.say(f"sample @ {self.step}: {text!r}")
-            if tc.save_every and self.step % tc.save_every == 0 and self._writes_checkpoints and self.step < tc.steps:
+            if tc.save_every and self.step % tc.save_every == 0 and not last and self._writes_checkpoints:
                 self._save_periodic()
         bar.close()
         last_val = self.evaluate()
