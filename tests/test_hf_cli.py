@@ -215,3 +215,76 @@ def test_export_failing_verification_is_an_error_and_leaves_no_output(tmp_path, 
         main(export + ["--out", str(tmp_path / "prev"), "--overwrite"])
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "o", no temporary directory
     assert {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()} == previous
+
+
+def _saved_with_other_rope_theta(real_write):
+    """write_checkpoint_files that stores a wrong rope_theta: the model in memory is right, the checkpoint is not."""
+    import copy
+
+    def write(d, cfg, *rest):
+        cfg = copy.deepcopy(cfg)
+        cfg.model.rope_theta *= 3
+        return real_write(d, cfg, *rest)
+    return write
+
+
+@pytest.mark.parametrize("fault", ["wrong_weights", "wrong_saved_config"])
+def test_import_failing_verification_is_an_error_and_leaves_out_as_it_was(tmp_path, capsys, monkeypatch, fault):
+    """An import whose checkpoint gives other logits than the HF model is our fault (the input was
+    checked): RuntimeError, and --out keeps what it held before (nothing, or the previous import), with
+    no temporary directory left beside it."""
+    import nexus.checkpoint as checkpoint
+    import nexus.hf.convert as convert
+
+    tiny_hf("qwen3", seed=4).save_pretrained(tmp_path / "hf")
+    imp = ["import", "--hf", str(tmp_path / "hf"), "--verify"]
+    assert main(imp + ["--out", str(tmp_path / "prev")]) == 0
+    previous = {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()}
+    if fault == "wrong_weights":  # a wrong weight mapping
+        real_state = convert.hf_state_to_nexus
+        monkeypatch.setattr(convert, "hf_state_to_nexus", lambda *a: {
+            k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()})
+    else:  # the model in memory is right but what is saved is not: only a check of the written checkpoint sees it
+        monkeypatch.setattr(checkpoint, "write_checkpoint_files",
+                            _saved_with_other_rope_theta(checkpoint.write_checkpoint_files))
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(RuntimeError, match="logits differ"):
+        main(imp + ["--out", str(tmp_path / "o")])
+    with pytest.raises(RuntimeError, match="logits differ"):
+        main(imp + ["--out", str(tmp_path / "prev"), "--overwrite"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "o", no temporary directory
+    assert {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()} == previous
+
+
+def test_import_verify_of_a_hf_directory_transformers_cannot_load_exits_2_and_writes_nothing(
+        tmp_path, capsys, monkeypatch):
+    """--verify needs transformers to load --hf; when it cannot, that is the input's problem: one line, exit 2,
+    and it is found before anything is written."""
+    tiny_hf("llama", seed=5).save_pretrained(tmp_path / "hf")
+
+    def refuse(*a, **k):
+        raise ValueError("Unrecognized configuration class\nsecond line")
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    capsys.readouterr()  # save_pretrained's progress bar
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ck"), "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--hf=" in err and "ValueError: Unrecognized configuration class" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_import_verify_checks_the_written_checkpoint_and_reports_its_difference(tmp_path, capsys):
+    """A normal --verify import: exit 0, the difference printed is that of the checkpoint as saved
+    (reloaded here and compared with the HF model on the same batch)."""
+    hf_dir = tmp_path / "hf"
+    original = tiny_hf("llama", seed=6)
+    original.save_pretrained(hf_dir)
+    assert main(["import", "--hf", str(hf_dir), "--out", str(tmp_path / "ck"), "--verify", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= res["max_logit_diff"] < 1e-5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "hf"]
+    ids = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(0))  # --verify's batch
+    with torch.no_grad():
+        assert max_diff(nexus.load(tmp_path / "ck")(ids).logits, original(ids).logits) == pytest.approx(
+            res["max_logit_diff"], abs=1e-7)

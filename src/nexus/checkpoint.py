@@ -57,9 +57,11 @@ SHARDED_DIR = "sharded"  # FSDP2 checkpoints: torch.distributed.checkpoint files
 
 
 def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None,
-                    extra_files: dict[str, str] | None = None) -> Path:
+                    extra_files: dict[str, str] | None = None, check=None) -> Path:
     """extra_files: {name: text} written beside the weights and covered by the checksums (e.g. an
-    imported model's generation_config, kept for export)."""
+    imported model's generation_config, kept for export). check: called with the complete checkpoint
+    directory while it still has its temporary name (e.g. `nexus import --verify`); if it raises,
+    `path` is left as it was."""
     sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     bad = nonfinite_tensors(sd)
     if bad:
@@ -70,6 +72,8 @@ def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: 
             (d / name).write_text(text)
         save_file(sd, str(d / "model.safetensors"))
         write_checkpoint_files(d, cfg, tokenizer, trainer_state)
+        if check is not None:
+            check(d)
 
     return atomic_dir_write(Path(path), write)
 

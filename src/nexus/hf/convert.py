@@ -189,13 +189,10 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
 def verified_logit_difference(model, hf_dir: Path, tolerance: float) -> float:
     """max |logit difference| of the HF directory we just wrote; RuntimeError when `transformers`
     cannot load it or the difference exceeds `tolerance`: the input was checked, so either is our fault."""
-    from .verify import max_logit_difference
+    from .verify import first_line, max_logit_difference, within_tolerance
 
     try:
         diff = max_logit_difference(model, hf_dir)
     except Exception as e:  # transformers raises many types (AssertionError, ValueError, OSError) for a bad directory
-        raise RuntimeError(f"the HF export does not load in transformers ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0][:160] if str(e) else 'no details'}); nothing was written") from e
-    if not diff <= tolerance:  # NaN fails too
-        raise RuntimeError(f"the HF export's logits differ from nexus's by {diff:.3g} (> {tolerance}); nothing was written")
-    return diff
+        raise RuntimeError(f"the HF export does not load in transformers ({first_line(e)}); nothing was written") from e
+    return within_tolerance(diff, tolerance, "the HF export's logits differ from nexus's")
