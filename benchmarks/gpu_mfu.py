@@ -8,7 +8,8 @@ peak (the number peers divide by) and against what this device actually gives to
 
 FLOPs per token come from nexus's FLOPs protocol (`nexus.analysis.flops.train_flops_per_token`):
 6 x the weight-matrix parameters (tied head included) + the full T x T attention square, i.e. the
-PaLM / nanoGPT convention 6N + 12 L d T.
+PaLM / nanoGPT convention 6N + 12 L d T that peers' MFU figures use. (train_throughput.py counts
+causal attention as half the square instead; at d 768 and T 1024 the difference is ~4% of the FLOPs.)
 
     python benchmarks/gpu_mfu.py                               # CUDA, bf16, compiled, batch 16 x 1024
     python benchmarks/gpu_mfu.py --device cpu --dtype float32 --no-compile --d-model 64 --layers 2 \\
@@ -25,11 +26,12 @@ from _result import emit
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
 SPEC_BF16_TFLOPS = {"H100 SXM": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100 NVL": 835.0,
-                    "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A10G": 70.0}
+                    "H200": 989.4, "H200 NVL": 835.0, "A100": 312.0, "L40S": 362.1, "A10G": 70.0}
 
 
-def spec_peak_tflops(device: torch.device) -> float | None:
-    if device.type != "cuda":
+def spec_peak_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> float | None:
+    """The data-sheet dense bf16 peak of a CUDA device (None: not CUDA, not bf16, or an unknown name)."""
+    if device.type != "cuda" or dtype != torch.bfloat16:
         return None
     name = torch.cuda.get_device_name(device)
     hits = [(len(k), v) for k, v in SPEC_BF16_TFLOPS.items() if k.lower() in name.lower()]
@@ -54,9 +56,8 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int
     return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
-def build(args, device):
+def model_config(args):
     from nexus.presets import get_preset
-    from nexus.models import build_model
 
     cfg = get_preset(args.preset).model
     cfg.tie_embeddings = not args.untied
@@ -67,11 +68,10 @@ def build(args, device):
         cfg.n_heads = max(1, args.d_model // 64)
     cfg.max_seq_len = max(cfg.max_seq_len, args.seq)
     cfg.validate([], "model")
-    torch.manual_seed(0)
-    return cfg, build_model(cfg).to(device).train()
+    return cfg
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="llama-160m")
     p.add_argument("--untied", action="store_true", help="keep the preset's separate head (162M) instead of 124M tied")
@@ -86,14 +86,22 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--peak-n", type=int, default=8192, help="size of the square GEMM that measures the peak")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main() -> None:
+    from nexus.models import build_model
+
+    args = parse_args()
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (norms, loss) on tensor cores, as peers run
     from nexus.analysis.flops import train_flops_per_token
 
-    cfg, model = build(args, device)
+    cfg = model_config(args)
+    torch.manual_seed(0)
+    model = build_model(cfg).to(device).train()
     n_params = sum(t.numel() for t in model.parameters())
     flops_tok = train_flops_per_token(model, args.seq)
     fwd = model if args.no_compile else torch.compile(model)
@@ -125,7 +133,7 @@ def main() -> None:
         rates.append(args.batch * args.seq * args.steps / (time.perf_counter() - t0))
         peaks.append(matmul_tflops(device, dtype, args.peak_n))  # under the same conditions, every round
     achieved = [r * flops_tok / 1e12 for r in rates]
-    spec = spec_peak_tflops(device)
+    spec = spec_peak_tflops(device, dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"model: {n_params / 1e6:.1f}M params ({'untied' if args.untied else 'tied'} head), d {cfg.d_model}, "
           f"{cfg.n_layers} layers, vocab {cfg.vocab_size}; batch {args.batch} x {args.seq}; {args.dtype}; "
@@ -144,7 +152,8 @@ def main() -> None:
              tokens_per_s=rates, spec_tflops=spec)
     else:
         emit(f"training share of measured matmul peak, {n_params / 1e6:.1f}M model, {args.dtype}, {name}",
-             vs_measured, "report (no data-sheet peak for this device)", unit="fraction", tokens_per_s=rates)
+             vs_measured, "report (no data-sheet bf16 peak for this device and dtype)", unit="fraction",
+             tokens_per_s=rates)
 
 
 if __name__ == "__main__":

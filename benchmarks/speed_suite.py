@@ -124,16 +124,20 @@ def main() -> int:
     if out is not None:  # assembled in a temporary sibling, then renamed: never a half-written results dir
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the results are an ordinary directory
         try:
             (tmp / "suite.json").write_text(json.dumps({"header": header, "results": [{**r, **i} for r, i in rows],
                                                         "failed": failed}, indent=1))
             (tmp / "suite.md").write_text(text + "\n")
             for name, log in logs.items():
                 (tmp / f"{name}.log").write_text(log)
-            tmp.rename(out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        if out.exists():  # appeared during the run: never replace it, and never lose a run's results
+            print(f"speed_suite: --out={out} appeared while the suite ran; the results are in {tmp}", file=sys.stderr)
+            return 2
+        tmp.rename(out)
         print(f"wrote {out}/suite.md, suite.json and one log per benchmark")
     return 1 if failed else 0
 

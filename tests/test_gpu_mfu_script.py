@@ -21,21 +21,21 @@ def gpu_mfu(monkeypatch):
 
 
 @pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
-                                          ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
+                                          ("NVIDIA H200", 989.4), ("NVIDIA H200 NVL", 835.0),
+                                          ("NVIDIA A100-SXM4-80GB", 312.0),
                                           ("Some Future GPU", None)])
 def test_data_sheet_peak_by_device_name(gpu_mfu, monkeypatch, name, tflops):
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert gpu_mfu.spec_peak_tflops(torch.device("cuda")) == tflops
+    assert gpu_mfu.spec_peak_tflops(torch.device("cuda"), torch.float32) is None  # a bf16 peak only holds bf16 runs
 
 
 def test_default_model_is_the_124m_tied_baseline(gpu_mfu):
     from nexus.models.accounting import build_on_meta
-    from nexus.presets import get_preset
 
-    cfg = get_preset("llama-160m").model
-    cfg.tie_embeddings = True
+    cfg = gpu_mfu.model_config(gpu_mfu.parse_args([]))  # what the script trains when given no flags
     n = sum(p.numel() for p in build_on_meta(cfg).parameters())
     assert 120e6 < n < 128e6, n  # GPT-2-small scale, the size peers quote MFU at
 
@@ -51,4 +51,4 @@ def test_tiny_cpu_run_emits_a_result():
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = parse(proc.stdout)
     assert rec["rounds"] == 2 and rec["unit"] == "fraction" and 0 < rec["value"]
-    assert "no data-sheet peak" in rec["target"]  # a CPU has no tensor-core peak: no MFU claimed
+    assert "no data-sheet bf16 peak" in rec["target"]  # a CPU has no tensor-core peak: no MFU claimed

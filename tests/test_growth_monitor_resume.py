@@ -113,3 +113,15 @@ def test_malformed_monitor_state_is_one_line_exit_2(uninterrupted, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and str(bad) in err[0] and "post-growth monitor" in err[0] and "sources" in err[0], err
     assert not out.exists()
+
+
+def test_a_hook_with_state_dict_but_no_state_key_does_not_break_checkpointing(tmp_path):
+    """Only hooks that name a `state_key` have their state saved; any other hook that happens to have a
+    `state_dict` method (a module, an optimizer wrapper) is not asked for one and does not fail the save."""
+
+    class Unkeyed:
+        def state_dict(self):
+            raise AssertionError("a hook without state_key must not be asked for its state")
+
+    Trainer(_micro(tmp_path, steps=2, save_every=2), quiet=True, hooks=[Unkeyed()]).fit()
+    assert "hooks" not in load_trainer_state(tmp_path / "checkpoint", with_optimizer=False)

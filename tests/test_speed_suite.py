@@ -71,3 +71,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, argv, field):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and field in proc.stderr and "valid:" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_quick_run_claims_no_verdict(tmp_path, monkeypatch, capsys, suite):
+    _stand_in(tmp_path, monkeypatch, suite, "emit('fake ratio', [0.5], '>= 1.5', met=False)")
+    monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--quick"])
+    assert suite.main() == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| fake ratio"))
+    assert "n/a (--quick)" in row and "**no**" not in row  # shorter runs are not the target's settings
+
+
+def test_out_dir_appearing_during_the_run_is_not_replaced_and_results_are_kept(tmp_path, monkeypatch, capsys, suite):
+    out = tmp_path / "results"
+    _stand_in(tmp_path, monkeypatch, suite,
+              f"import os\nos.makedirs({str(out)!r})\nemit('fake ratio', [2.0], '>= 1.5', met=True)")
+    monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--out", str(out)])
+    assert suite.main() == 2
+    assert list(out.iterdir()) == []  # the directory that appeared is left alone
+    err = capsys.readouterr().err
+    kept = Path(err.strip().rsplit(" ", 1)[-1])
+    assert kept.parent == tmp_path and (kept / "suite.md").is_file() and (kept / "fake.log").is_file()

@@ -8,8 +8,9 @@ The walker visits the module tree once:
     matmuls, a tied LM head, MoE routing, extra recurrent applications, ...);
   * a module with `flops_include_children = True` reports its whole subtree itself (MoE: only the
     routed experts run, so summing every expert's Linear would over-count).
-Attention products are counted as the full T x T square that dense kernels compute (causal masking
-does not skip work in SDPA), so the analytic count matches `torch.utils.flop_counter` (tests).
+Attention products are counted as the full T x T square, as `torch.utils.flop_counter` counts them
+(tests) and as MFU conventions do (6N + 12 L d T); flash kernels skip fully masked blocks, so for a
+causal model this is an upper bound on the attention work actually done.
 Training FLOPs per token ~ 3 x forward (backward = 2 x forward).
 """
 from __future__ import annotations

@@ -247,7 +247,7 @@ class Trainer:
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
         if with_optimizer:
             st["optimizer"] = self.optimizer.state_dict()
-        hooks = {h.state_key: h.state_dict() for h in self.hooks if hasattr(h, "state_dict")}
+        hooks = {h.state_key: h.state_dict() for h in self.hooks if hasattr(h, "state_key") and hasattr(h, "state_dict")}
         hooks = {k: v for k, v in hooks.items() if v is not None}
         if hooks:
             st["hooks"] = hooks
