@@ -96,6 +96,8 @@ def test_checkpoint_grown_again_outside_training_drops_the_stale_monitor(uninter
     out = tmp_path / "grown_again"
     grow_checkpoint(uninterrupted / f"step_{SAVE_AT:07d}", out, {"family": "width", "hidden": 128, "ffn": 256},
                     probe_verify=False)
+    assert "growth" in load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]
+    assert "growth" not in (load_trainer_state(out).get("hooks") or {})  # the stale monitor is not carried over
     trainer = _resume(out, tmp_path / "resumed")
     assert trainer.model.cfg.d_model == 128 and _monitor_rows(tmp_path / "resumed") == {}
     assert sum("post-growth monitor" in n for n in trainer.notes) == 1
