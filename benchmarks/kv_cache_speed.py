@@ -62,12 +62,9 @@ def main() -> None:
             timed(model, prompt, 4, True), timed(model, prompt, 4, False)  # warm-up
             ratios, cached, uncached = [], [], []
             for r in range(args.rounds):
-                if r % 2 == 0:  # alternate who goes first, so a slow moment does not always land on one side
-                    tc, a = timed(model, prompt, args.new_tokens, True)
-                    tu, b = timed(model, prompt, args.new_tokens, False)
-                else:
-                    tu, b = timed(model, prompt, args.new_tokens, False)
-                    tc, a = timed(model, prompt, args.new_tokens, True)
+                # alternate who goes first, so a slow moment does not always land on one side
+                runs = {cached: timed(model, prompt, args.new_tokens, cached) for cached in (r % 2 == 0, r % 2 != 0)}
+                (tc, a), (tu, b) = runs[True], runs[False]
                 cached.append(round(tc, 4)), uncached.append(round(tu, 4))
                 assert torch.equal(a, b), "cached and uncached generation must give the same tokens"
                 ratios.append(tu / tc)

@@ -221,13 +221,10 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
 
         report["verify"] = verify(model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size,
                                   train_cfg=new_cfg.train)
-    new_tstate = dict(tstate)
     # The post-growth monitor in a grown-in-training checkpoint describes the model before *that* growth:
     # carried over, it would only be refused again at every resume of this one.
     hooks = {k: v for k, v in (tstate.get("hooks") or {}).items() if k != "growth"}
-    new_tstate.pop("hooks", None)
-    if hooks:
-        new_tstate["hooks"] = hooks
+    new_tstate = {k: v for k, v in tstate.items() if k != "hooks"} | ({"hooks": hooks} if hooks else {})
     new_tstate["optimizer"] = new_opt.state_dict()
     new_tstate["step"] = step
     save_checkpoint(out, new_model, new_cfg, tok, new_tstate if tstate else None)
