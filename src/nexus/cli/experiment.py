@@ -102,7 +102,7 @@ def run_progressive_cmd(args, extra) -> int:
         return 0
     if args.method in PAIRS:
         return _run_pair_cmd(args, extra)
-    from ..experiments.report import savings_headline
+    from ..experiments.report import gap_headline, savings_headline
     from ..experiments.stats import fmt
 
     t0 = time.perf_counter()
@@ -126,6 +126,7 @@ def run_progressive_cmd(args, extra) -> int:
               f"vs grown {sm['final_val_loss']['grown']['mean']:.4f}")
     print(savings_headline(r))
     print(f"eq. 29 FLOPs saved at equal tokens (not at equal loss): {100 * r['eq29']['flops_saved']:+.1f}%")
+    print(gap_headline(r))
     print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
     return 0
 
