@@ -113,3 +113,17 @@ def test_generate_reads_a_packed_ternary_export(tmp_path, capsys):
     assert main(["generate", "--checkpoint", str(tern), *argv, "--set", "d_model=64"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "model.tern" in err
+
+
+def test_import_of_a_hub_id_offline_is_one_line_and_downloads_nothing(tmp_path):
+    """`nexus import --hf OWNER/NAME` takes a hub id; offline and not cached it is one line, exit 2, and
+    neither --out nor anything in the hub cache is written."""
+    env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
+    proc = subprocess.run([sys.executable, "-m", "nexus", "import", "--hf", "someone/tiny-llama", "--out",
+                           str(tmp_path / "ck")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "--hf='someone/tiny-llama'" in proc.stderr and "HF_HUB_OFFLINE" in proc.stderr
+    assert not (tmp_path / "ck").exists()
+    hub = tmp_path / "hf-home"
+    assert not hub.exists() or not [p for p in hub.rglob("*") if p.is_file()]
