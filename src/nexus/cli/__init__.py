@@ -76,4 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # The reader went away (`nexus config | head`): what it wanted was printed. Point stdout at
+        # /dev/null so the interpreter's final flush raises nothing, and exit as `head`'s writers do.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)

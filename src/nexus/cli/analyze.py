@@ -73,11 +73,12 @@ def run(args, extra) -> int:
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
     atomic_dir_write(out, write, marker_kind=ANALYSIS)
+    files = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))  # what the analysis wrote, as written
     if args.json:
-        print(json.dumps({"kind": args.kind, "out": str(out), **result}))
+        print(json.dumps({"kind": args.kind, "out": str(out), "files": files, **result}))
     else:
         print((analysis.summary or summarize)(result))
-        print(f"wrote {out}/{args.kind}.json" + (f" and {len(result.get('plots', []))} PNG plots" if result.get("plots") else ""))
+        print(f"wrote {len(files)} files to {out}: {', '.join(files)}")
     return 0
 
 

@@ -7,6 +7,19 @@ import math
 from ..config import ConfigError, RunConfig, parse_overrides
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """--help that states every option's default (argparse's ArgumentDefaultsHelpFormatter skips options
+    without a help text and prints Python reprs: None, False, [])."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not action.option_strings or action.required or action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        d = action.default
+        shown = "off" if d is False else "none" if d in (None, [], ()) else "%(default)r" if isinstance(d, str) else "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
+
+
 def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "baseline-tiny") -> None:
     p.add_argument("--preset", default=None, help=f"preset name (see `nexus presets`; default {default_preset})")
     p.add_argument("--config", default=None, help="YAML config file (presets and overrides apply on top)")

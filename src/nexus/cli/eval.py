@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 
-from .common import positive_int
+from .common import DefaultsHelpFormatter, positive_int
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a checkpoint (perplexity, synthetic tasks, lm-eval tasks)")
-    p.add_argument("--checkpoint", required=True, metavar="DIR")
+    p = sub.add_parser("eval", formatter_class=DefaultsHelpFormatter, help="evaluate a checkpoint (perplexity, synthetic tasks, lm-eval tasks)")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--batches", type=positive_int("--batches"), default=16, help="validation micro-batches")
-    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=8)
+    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=8, help="sequences per micro-batch")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     p.add_argument("--task", choices=["mqar", "khop", "induction"], default=None,
                    help="accuracy on a synthetic task instead of perplexity (options from the run's data.synthetic)")
@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
                    help="comma-separated lm-evaluation-harness tasks instead of perplexity (needs `pip install 'nexus[eval]'`)")
     p.add_argument("--lm-eval-include", default=None, metavar="DIR", help="directory of local lm-eval task YAMLs (works offline)")
     p.add_argument("--lm-eval-limit", type=positive_int("--lm-eval-limit"), default=None, help="at most N examples per task")
-    p.add_argument("--lm-eval-fewshot", type=int, default=None, metavar="K", help="few-shot examples per prompt (task default)")
+    p.add_argument("--lm-eval-fewshot", type=int, default=None, metavar="K", help="few-shot examples per prompt (none: the task's own number)")
     p.set_defaults(func=run, accepts_overrides=True)
 
 

@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
     pp.add_argument("--steplaw-scratch", action="store_true",
                     help="also train scratch at its own step-law lr (small lr x (N_large/N_small)^-0.713), as "
                          "SPARKLING trains its from-scratch baselines")
+    pp.add_argument("--scratch-lr", type=float, default=None, metavar="LR",
+                    help="peak lr of the from-scratch run, e.g. the best of an lr sweep (default: the small model's "
+                         "lr, untuned); the grown run keeps the small model's lr, as SPARKLING does")
     pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
     pp.add_argument("--quiet", action="store_true", help="no per-run training output")
     pp.set_defaults(func=run_progressive_cmd, accepts_overrides=True)
@@ -102,13 +105,13 @@ def run_progressive_cmd(args, extra) -> int:
         return 0
     if args.method in PAIRS:
         return _run_pair_cmd(args, extra)
-    from ..experiments.report import savings_headline
+    from ..experiments.report import gap_headline, savings_headline
     from ..experiments.stats import fmt
 
     t0 = time.perf_counter()
     plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed,
                             args.out, seeds=args.seeds, recipe=args.recipe, tau=args.tau,
-                            steplaw_scratch=args.steplaw_scratch)
+                            steplaw_scratch=args.steplaw_scratch, scratch_lr=args.scratch_lr)
     runs = list(plan["configs"][str(plan["seeds"][0])])
     print(f"progressive experiment: {plan['method']} | recipe {plan['recipe']} | {plan['token_budget']:,} tokens per run "
           f"| grow at step {plan['grow_step']}/{plan['steps']} | seeds {','.join(map(str, plan['seeds']))} | runs "
@@ -126,6 +129,7 @@ def run_progressive_cmd(args, extra) -> int:
               f"vs grown {sm['final_val_loss']['grown']['mean']:.4f}")
     print(savings_headline(r))
     print(f"eq. 29 FLOPs saved at equal tokens (not at equal loss): {100 * r['eq29']['flops_saved']:+.1f}%")
+    print(gap_headline(r))
     print(f"report: {plan['out_dir']}/report.md | plots: {', '.join(r['plots'])} | {time.perf_counter() - t0:.0f} s")
     return 0
 
@@ -135,8 +139,8 @@ def _run_pair_cmd(args, extra) -> int:
     from ..experiments.pair import pair_headline, plan_pair, run_pair
     from ..experiments.stats import fmt
 
-    if args.preset is not None or args.steplaw_scratch:
-        raise ConfigError(f"--preset/--steplaw-scratch with the method pair {args.method!r} (valid: a pair uses its "
+    if args.preset is not None or args.steplaw_scratch or args.scratch_lr is not None:
+        raise ConfigError(f"--preset/--steplaw-scratch/--scratch-lr with the method pair {args.method!r} (valid: a pair uses its "
                           f"methods' own same-size bases and compares grown runs only)")
     t0 = time.perf_counter()
     seeds = [args.seed] if args.seed is not None else args.seeds
