@@ -62,10 +62,10 @@ PAPER_GAP_CLOSED = "0.84-0.90"
 
 
 class Refused(SystemExit):
-    """Bad input: one line, exit code 2."""
+    """Bad input: one line (printed by main), exit code 2."""
 
     def __init__(self, msg: str):
-        print(f"error: {msg}", file=sys.stderr)
+        self.line = msg
         super().__init__(2)
 
 
@@ -157,8 +157,18 @@ def describe_run(run: dict, plan: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- corpus
-def corpus_check(plan: dict) -> dict:
-    """Training tokens of the corpus against the tokens one run draws; refuse a corpus that would repeat."""
+def corpus_check(plan: dict, refuse: bool = True) -> dict:
+    """Training tokens of the corpus against the tokens one run draws; refuse a corpus that would repeat
+    (refuse=False, for --estimate: say why the run would refuse it instead)."""
+    try:
+        return _corpus_check(plan)
+    except Refused as e:
+        if refuse:
+            raise
+        return {"problem": e.line}
+
+
+def _corpus_check(plan: dict) -> dict:
     from nexus.config import ConfigError, RunConfig
     from nexus.data.loader import DataModule
 
@@ -360,7 +370,9 @@ def sweep_key(plan: dict) -> dict:
 
 # ----------------------------------------------------------------------------- estimate
 def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
-    """(seconds per optimizer step, seconds per evaluation) of this run's model, timed in this process."""
+    """(seconds per optimizer step, seconds per evaluation) of this run's model, timed in this process as CPU
+    time: on a shared machine the wall clock measures the other jobs, CPU time what the step costs (with one
+    thread per process, the wall time of an idle core)."""
     import tempfile
 
     import torch
@@ -378,14 +390,14 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
         tr = Trainer(c.validate(), quiet=True)
         for s in range(3):
             tr.train_step(s)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for s in range(3, steps + 3):
             m = tr.train_step(s)
         float(m["loss"])
-        per_step = (time.perf_counter() - t0) / steps
-        t0 = time.perf_counter()
+        per_step = (time.process_time() - t0) / steps
+        t0 = time.process_time()
         tr.evaluate()
-        return per_step, time.perf_counter() - t0
+        return per_step, time.process_time() - t0
 
 
 def estimate(plan: dict, threads: int, workers: int, timing_steps: int) -> dict:
@@ -418,8 +430,11 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
         f"{plan['grow_step'] * plan['tokens_per_step']:,} tokens ({plan['tokens_per_param_at_growth']:.1f} tokens/param) | "
         f"{plan['steps']} steps = {plan['token_budget']:,} tokens per run | eval {plan['eval_tokens']:,} tokens | "
         f"seeds {','.join(map(str, plan['seeds']))}")
-    say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
-        f"a token is seen {corpus['mean_times_seen']:.2f}x on average within a run")
+    if "problem" in corpus:
+        say(f"corpus: a run would refuse it: {corpus['problem']}")
+    else:
+        say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
+            f"a token is seen {corpus['mean_times_seen']:.2f}x on average within a run")
     say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>5s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est")
     rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
     for r in rows:
@@ -432,6 +447,14 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
 
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except Refused as e:
+        print(f"error: {e.line}", file=sys.stderr)
+        raise
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="stdlib", help="data.source of every run (default: the stdlib corpus)")
     ap.add_argument("--scale", choices=sorted(SCALES), default="full")
@@ -485,12 +508,13 @@ def main(argv: list[str] | None = None) -> int:
         plan = probe if lr_plan is None else plan_regime(methods, seeds, scale, data, out, lr_plan)
     except ConfigError as e:
         raise Refused(str(e)) from None
-    corpus = corpus_check(plan)
+    corpus = corpus_check(plan, refuse=not a.estimate)
     if a.estimate:
         est = estimate(plan, a.threads, a.workers, a.timing_steps)
         print_plan(plan, est, corpus, print)
         sw = estimate(plan_sweep(methods, scale, data, out, lrs), a.threads, a.workers, a.timing_steps)
-        print(f"estimate (per-step and per-eval cost timed here x steps; load now {os.getloadavg()[0]:.1f}): "
+        print(f"estimate (per-step and per-eval CPU time measured here x steps = wall time on idle cores, one thread "
+              f"per process; load now {os.getloadavg()[0]:.1f}): "
               f"benchmark {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} min wall with {a.workers} "
               f"worker(s); lr sweep ({len(lrs)} lrs x {len(sw['rows']) // len(lrs)} shapes, one seed) "
               f"{sw['serial_s'] / 60:.1f} min serial, {sw['wall_s'] / 60:.1f} min wall", flush=True)
