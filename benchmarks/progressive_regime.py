@@ -187,9 +187,9 @@ def _corpus_check(plan: dict) -> dict:
     if n_val < plan["eval_tokens"]:
         raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
                       f"for the fixed final evaluation)")
-    return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "mean_times_seen": passes,
-            "sampler": "random windows drawn per step (with replacement): the mean times a training token is seen "
-                       "within a run is tokens drawn / training tokens"}
+    return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "share_of_split_drawn": passes,
+            "sampler": "nexus.data.sampler visits every training window once per epoch in a seeded order, so a run "
+                       "that draws no more tokens than the training split sees no token twice"}
 
 
 # ----------------------------------------------------------------------------- running
@@ -310,8 +310,8 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
              f"{plan['token_budget']:,} tokens per run; re-warmup tau {plan['tau_rule']}; evaluation on "
              f"{plan['eval_tokens']:,} fixed validation tokens; seeds {', '.join(map(str, plan['seeds']))}",
              f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
-             f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; a token is seen "
-             f"{corpus['mean_times_seen']:.2f}x on average within a run ({corpus['sampler']})", "",
+             f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws "
+             f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
              "| method | grown | scratch | small | share of the gap closed [95% CI] | grown - scratch (paired) | "
              "compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
              "|---|---|---|---|---|---|---|---|"]
@@ -434,7 +434,7 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
         say(f"corpus: a run would refuse it: {corpus['problem']}")
     else:
         say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
-            f"a token is seen {corpus['mean_times_seen']:.2f}x on average within a run")
+            f"one run draws {corpus['share_of_split_drawn']:.2f} of the training split (no token seen twice)")
     say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>5s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est")
     rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
     for r in rows:

@@ -76,7 +76,7 @@ def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys):
 
 def test_a_corpus_that_would_repeat_is_refused(bench, tmp_path, capsys):
     plan = bench.plan_regime(["sparkling"], [0], "smoke", "embedded", tmp_path, None)
-    assert bench.corpus_check(plan)["mean_times_seen"] < 1  # the embedded corpus holds a smoke run
+    assert bench.corpus_check(plan)["share_of_split_drawn"] < 1  # the embedded corpus holds a smoke run
     with pytest.raises(bench.Refused) as e:
         bench.corpus_check({**plan, "token_budget": 10 ** 9})
     assert e.value.code == 2 and "--data='embedded'" in e.value.line and "repeat" in e.value.line
