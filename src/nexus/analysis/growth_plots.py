@@ -60,7 +60,8 @@ def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate:
         snap = gs.snapshot_stats(sd, rec["old_shapes"], base=base, reading=reading)
         st = load_trainer_state(p) or {}
         row = {"checkpoint": str(p), "step": int(st.get("step", ref_step)), "tokens_seen": int(st.get("tokens_seen", 0)),
-               "u_p": snap["u_p"], "noc": snap["noc"], "matrices": len(snap["per_matrix"])}
+               "u_p": snap["u_p"], "u_p_new_vs_original": snap["u_p_new_vs_original"], "noc": snap["noc"],
+               "matrices": len(snap["per_matrix"])}
         if evaluate:
             row["val_loss"] = _val_loss(model, cfg, tok, n_batches, batch_size)
             row["ppl"] = math.exp(min(row["val_loss"], 50))
