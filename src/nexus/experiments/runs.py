@@ -39,7 +39,6 @@ def latest_step_checkpoint(run_dir: Path) -> Path | None:
 
 def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) -> dict:
     """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s)."""
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -54,10 +53,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
     else:
         trim_metrics(run_dir, None)
-        trainer = Trainer(cfg, quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, quiet=quiet)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}
     result["wall_s"] = time.perf_counter() - t0
