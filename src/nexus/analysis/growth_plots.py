@@ -231,5 +231,10 @@ def growth_kind(src, out_dir: Path, args) -> dict:
                               "repeat --checkpoints once per run)")
     if not groups:
         raise ConfigError("--checkpoints is missing (valid: two or more checkpoints of one grown run, in training order)")
+    import sys
+
+    print(f"nexus analyze growth: {sum(map(len, groups))} checkpoints of {len(groups)} run(s): loading each and scoring "
+          f"{args.batches} validation batch(es) of {args.batch_size} on it, then NOC, U_P, R, PCA and the fits",
+          file=sys.stderr, flush=True)
     return analyze(groups, out_dir, args.batches, args.batch_size, getattr(args, "noc_reading", "whole"),
                    getattr(args, "pca", "standardized") == "standardized")
