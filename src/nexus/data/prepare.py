@@ -10,6 +10,7 @@ the same shard boundaries); `manifest.json` is written last, atomically.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
@@ -177,9 +178,7 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
                         arr.astype(dtype).tofile(ft)
                         n += len(arr)
                     continue
-                ids = tok.encode_batch([doc_text(d) for d in batch])
-                arr = np.fromiter((t for doc_ids in ids for t in (*doc_ids, tok.eos_id)), dtype=np.int64,
-                                  count=sum(len(x) + 1 for x in ids))
+                arr = encode_with_eos(tok, [doc_text(d) for d in batch])
                 hi = max(hi, int(arr.max(initial=0)))
                 arr.astype(dtype).tofile(ft)
                 n += len(arr)
@@ -192,6 +191,25 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
             tmp_mask.unlink(missing_ok=True)
     return {"file": f"{stem}.bin", "mask": f"{stem}.mask" if chat else None, "tokens": n, "documents": len(docs),
             "bytes": nbytes, "max_id": hi}
+
+
+def encode_with_eos(tok, texts: list[str]) -> np.ndarray:
+    """The texts' ids, EOS after each, as one int64 array: the tokenizer's own flat encoder when it has
+    one (bytes need no Python list per token), else its encode_batch."""
+    flat_encoder = getattr(tok, "encode_batch_flat", None)
+    if flat_encoder is not None:
+        ids, lens = flat_encoder(texts)
+    else:
+        lists = tok.encode_batch(texts)
+        lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
+        ids = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
+    ends = np.cumsum(lens + 1) - 1  # where each text's EOS goes
+    out = np.empty(len(ids) + len(lens), dtype=np.int64)
+    keep = np.ones(len(out), dtype=bool)
+    keep[ends] = False
+    out[keep] = ids
+    out[ends] = tok.eos_id
+    return out
 
 
 class _Null:
