@@ -40,9 +40,11 @@ def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
 
 
 def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard_bytes: int = SHARD_BYTES,
-            progress: bool = True, label: str = "prepare") -> dict:
+            progress: bool = True, label: str = "prepare", quiet_below_s: float = 0.0) -> dict:
     """Tokenize `source` into `out` (created if missing) and return the manifest. A finished directory
-    with the same fingerprint is returned as it is; an interrupted one is resumed."""
+    with the same fingerprint is returned as it is; an interrupted one is resumed. quiet_below_s: the
+    closing summary line is printed only when preparing took at least this long (the automatic cache
+    of a small corpus stays silent; a long one has shown progress lines and ends with the summary)."""
     out = Path(out)
     fp = fingerprint(source, cfg, tok, shard_bytes)
     if (out / MANIFEST).is_file():
@@ -98,9 +100,10 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     state_path.unlink(missing_ok=True)
     dt = time.perf_counter() - t0
     tot = manifest["tokens"]
-    meter.say(f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
-              f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
-              f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
+    if dt >= quiet_below_s:
+            meter.say(f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
+                  f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
+                  f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
     return manifest
 
 

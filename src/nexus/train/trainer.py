@@ -245,6 +245,8 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
+        tc = self.cfg.train
+        st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
             st["optimizer"] = self.optimizer.state_dict()
         hooks = {h.state_key: h.state_dict() for h in self.hooks if hasattr(h, "state_key") and hasattr(h, "state_dict")}
@@ -265,6 +267,8 @@ class Trainer:
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
             self.resumed_hook_states = dict(st.get("hooks") or {})  # checkpoints before hook state have none
+            if "data" in st:  # checkpoints before the loader position: the position follows from the step
+                self.notes += [n for n in [self.data.load_state_dict(st["data"])] if n]
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -277,7 +281,7 @@ class Trainer:
         tc = self.cfg.train
         out, total = [], 0
         for m in range(tc.grad_accum):
-            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world)
+            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world, tc.grad_accum)
             total += int((y != IGNORE_INDEX).sum())  # CPU labels, before any copy to the device
             mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
             out.append((x[mine], y[mine]))
@@ -438,6 +442,18 @@ class Trainer:
         finally:
             self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
 
+    def _say_epochs(self, tc) -> None:
+        """The data summary, and how many times the run will read its training tokens (above one, the
+        corpus repeats)."""
+        self.say(f"data: {self.data.summary()}")
+        if self.data.task is not None:
+            return
+        n = len(self.data.train)
+        planned = self.data.epochs(self.tokens_seen + (tc.steps - self.step) * tc.grad_accum * tc.batch_size
+                                   * self.world * self.cfg.data.seq_len)
+        repeat = f": the corpus repeats ~{planned:.1f} times (epoch is in metrics.jsonl)" if planned > 1 else ""
+        self.say(f"data: {n:,} training tokens; by step {tc.steps} the run will have read {planned:.3f} epochs{repeat}")
+
     def _fit(self) -> dict:
         from tqdm import tqdm
 
@@ -454,6 +470,7 @@ class Trainer:
         n_params = count_parameters(self.model)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
+        self._say_epochs(tc)
         bar = tqdm(total=tc.steps, initial=self.step, disable=(not self.is_main or self.quiet or not sys.stderr.isatty()),
                    dynamic_ncols=True, desc="train")
         t_last, tok_last = time.perf_counter(), 0
@@ -484,6 +501,7 @@ class Trainer:
             if log_now:
                 dt = time.perf_counter() - t_last
                 m.update(tokens_per_s=tok_last / max(dt, 1e-9), tokens_seen=self.tokens_seen,
+                         epoch=self.data.epochs(self.tokens_seen),
                          lr=self.optimizer.param_groups[0]["lr"], params=n_params, **memory_stats(self.device))
                 t_last, tok_last = time.perf_counter(), 0
                 self.log(m)
@@ -494,7 +512,7 @@ class Trainer:
                 if bar.disable and self.step % max(tc.steps // 10, tc.log_every) < tc.log_every:
                     # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
                     self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
-                             f"{m['tokens_per_s']:.0f} tok/s")
+                             f"{m['tokens_per_s']:.0f} tok/s | epoch {m['epoch']:.3f}")
                 if m.get("skipped_since_last_log"):
                     self.say(f"step {self.step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
                              f"norm skipped since the last log ({m['nonfinite_total']} so far)")
