@@ -60,7 +60,9 @@ def run(args, extra) -> int:
     if flag_spec is not None and not cfg.train.grow_at:
         raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
                           "STEP, the step at which the model grows)")
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
+    from ..experiments.run_plot import LossCurveHook
+
+    trainer = Trainer(cfg, resume=resume, quiet=args.quiet, hooks=[LossCurveHook()])
     if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 

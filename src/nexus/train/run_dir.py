@@ -19,7 +19,7 @@ from ..outdir import MARKER, TRAIN_RUN, output_kind, write_marker
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory; --overwrite removes these and nothing else.
-RUN_FILES = ("metrics.jsonl", "config.yaml", MARKER, "done.json")
+RUN_FILES = ("metrics.jsonl", "config.yaml", MARKER, "done.json", "loss_curve.png", "loss_curve.csv")
 
 
 def owning_run(ckpt) -> Path | None:
