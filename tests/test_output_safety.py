@@ -34,6 +34,7 @@ def make_victim(root: Path) -> Path:
 
 
 def one_line_exit_2(capsys, argv, needle=None) -> str:
+    capsys.readouterr()  # what earlier commands of the test printed is not this command's line
     code = main([str(a) for a in argv])
     err = capsys.readouterr().err.strip()
     assert code == 2, err

@@ -29,6 +29,7 @@ ANALYSIS = "analysis"  # a `nexus analyze` directory (<kind>.json + plots)
 HF_EXPORT = "hf export"  # a `nexus export --format hf` directory
 TERNARY = "ternary"  # a `nexus export --format ternary` file
 EXPERIMENT = "experiment"  # a `nexus experiment` directory (plan.json, runs, report)
+PREPARED = "prepared corpus"  # a `nexus data prepare` directory (manifest.json, token shards, tokenizer)
 # Kernel pseudo-filesystems: writing there is never what a user meant by an output path. A RAM disk
 # (tmpfs, /dev/shm) is a normal place for outputs and is allowed.
 PSEUDO_FILESYSTEMS = frozenset({
@@ -129,13 +130,19 @@ def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = Fals
 def claim_directory(path, kind: str, *, flag: str = "--out", overwrite: bool = False, resume: bool = False) -> Path:
     """check_output, then create the directory and give it a manifest of `kind` (for writers that fill a
     directory in place over time: experiments, training runs)."""
-    from .manifest import new_manifest, write_manifest
-
     p = check_output(path, kind, flag=flag, overwrite=overwrite, resume=resume)
     p.mkdir(parents=True, exist_ok=True)
-    if read_manifest(p) is None:
-        write_manifest(p, new_manifest(kind))
+    write_marker(p, kind)
     return p
+
+
+def write_marker(directory, kind: str) -> None:
+    """Give `directory` (which must exist) an empty manifest of `kind` unless it has one: for writers that
+    fill a directory in place and record their files as they finish them (nexus.outdir.record)."""
+    from .manifest import new_manifest, write_manifest
+
+    if read_manifest(directory) is None:
+        write_manifest(directory, new_manifest(kind))
 
 
 def _filesystem_type(path: Path) -> str | None:
