@@ -43,7 +43,6 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     extra = list(extra)
@@ -63,7 +62,7 @@ def run(args, extra) -> int:
         if flag_spec is not None and not cfg.train.grow_at:
             raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add "
                               "--grow-at STEP, the step at which the model grows)")
-        result = _train(cfg, resume, replace, args.quiet, Trainer, GrowthHook)
+        result = _train(cfg, resume, replace, args.quiet, Trainer)
     finally:
         if lock is not None:
             from ..train.run_dir import record_run_files
@@ -76,10 +75,10 @@ def run(args, extra) -> int:
     return 0
 
 
-def _train(cfg, resume, replace: bool, quiet: bool, Trainer, GrowthHook) -> dict | None:
+def _train(cfg, resume, replace: bool, quiet: bool, Trainer) -> dict | None:
     """Build the trainer, then (only now: a run that fails to start must not cost the old one) clear the
     run it replaces, and train. Returns the result on the main process, None elsewhere."""
-    trainer = Trainer(cfg, resume=resume, quiet=quiet, hooks=[GrowthHook()])
+    trainer = Trainer(cfg, resume=resume, quiet=quiet)
     if replace and trainer.is_main:
         from ..train.run_dir import clear_run
 

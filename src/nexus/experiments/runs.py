@@ -63,7 +63,6 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s).
     `start_from`: a checkpoint the run branches from (its model, optimizer state and step) when `run_dir`
     holds no step checkpoint of its own yet, e.g. every grown variant of one small model."""
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -78,10 +77,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
     else:
         trim_metrics(run_dir, None)
-        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}
     result["wall_s"] = time.perf_counter() - t0
