@@ -73,6 +73,22 @@ def fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (this one included)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_alive = pid_alive  # the name nexus.data.prepare imports
+
+
 def new_tag() -> str:
     return f"{os.getpid()}-{time.monotonic_ns()}"
 
