@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_text_atomic
+from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
 from ..outdir import MARKER, PREPARED, write_marker
 from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, token_dtype, tokenizer_identity
 from .split import SPLIT_BLOCK, split_documents
 
-SHARD_BYTES = 32 << 20  # characters of text per shard: the unit of parallel work, resume and memory
+SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
 ENCODE_BATCH = 512  # documents per encode_batch call inside a shard
 STATE = ".prepare-state.json"
 
@@ -66,8 +66,10 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                 done = {int(k): v for k, v in st["done"].items()}
         except (OSError, ValueError, KeyError, AttributeError):
             done = {}  # a damaged state file: shards are redone, never trusted
-    for p in out.glob(".*.tmp-*"):  # shard files an interrupted run left half-written
-        p.unlink(missing_ok=True)
+    for p in out.glob(".*.tmp-*"):  # shard files an interrupted run left half-written (not a live process's:
+        pid = p.name.rsplit("-", 1)[-1]  # torchrun ranks may fill one cache directory at once)
+        if not (pid.isdigit() and _alive(int(pid))):
+            p.unlink(missing_ok=True)
     dtype = np.dtype(token_dtype(tok.vocab_size)).name
     t0 = time.perf_counter()
     meter = Progress(source.total_bytes(), label, progress)

@@ -206,5 +206,8 @@ class LossCurveHook(Hook):
         png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
         plot_runs([run], png)
         write_text_atomic(csv_path, curves_csv([run]))
+        from ..train.run_dir import record_run_files
+
+        record_run_files(trainer.out_dir)  # the run's own files from now on (a resume rewrites, --overwrite removes them)
         result["curve"] = str(png)
         trainer.say(f"loss curve: {png} (points in {csv_path.name})")
