@@ -25,7 +25,9 @@ def add_parser(sub, detailed: bool = True) -> None:
                    help="replace an earlier nexus training run in the output directory (its files only)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--data", default=None, metavar="SOURCE",
-                   help="training data (= --data.source): embedded, a file, hf:<name> or synthetic:mqar|khop|induction")
+                   help="training data (= --data.source): embedded, stdlib, a file, folder, glob or comma list of .txt/.jsonl/"
+                        ".parquet, a prepared directory (nexus data prepare), a .bin token file, hf:<name>[:<config>] "
+                        "or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
                    help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
     p.add_argument("--growth", default=None, metavar="SPEC",
@@ -40,7 +42,6 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     extra = list(extra)
@@ -59,7 +60,7 @@ def run(args, extra) -> int:
     if flag_spec is not None and not cfg.train.grow_at:
         raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
                           "STEP, the step at which the model grows)")
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet, hooks=[GrowthHook()])
+    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
     if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
