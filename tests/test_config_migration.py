@@ -100,3 +100,22 @@ def test_an_option_of_another_kind_names_the_kind_that_has_it():
         apply_override(cfg, "model.attention.kind", "nope")
     with pytest.raises(ConfigError, match=r"model.attention.ho_targets='k' \(valid: q\|qk\|qkv\)"):
         apply_override(cfg, "model.attention.ho_targets", "k")
+
+
+def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
+    import yaml
+
+    from nexus.config import config_file_overrides, parse_overrides
+
+    for form, d in (("new", get_preset("nexus-qk-tiny").to_dict()), ("old", OLD["nexus-qk-tiny"])):
+        d = json.loads(json.dumps(d))
+        d["model"].pop("growth_state")  # set by growth only: a config file may not name it
+        del d["preset"], d["growth_history"]  # top-level records, not settings
+        path = tmp_path / f"{form}.yaml"
+        path.write_text(yaml.safe_dump(d, sort_keys=False))
+        cfg = parse_overrides(get_preset("baseline-tiny"), config_file_overrides(path))
+        assert cfg.model == get_preset("nexus-qk-tiny").model and cfg.train == get_preset("nexus-qk-tiny").train
+    partial = tmp_path / "partial.yaml"  # names its kind and one option: the preset's other options stay
+    partial.write_text("model:\n  attention: {kind: higher_order, order: 3}\n")
+    cfg = parse_overrides(get_preset("nexus-qk-tiny"), config_file_overrides(partial))
+    assert cfg.model.attention.order == 3 and cfg.model.attention.ho_shared is False

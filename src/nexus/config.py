@@ -526,8 +526,8 @@ def _upgrade(d):
     if isinstance(attn, dict) and "kind" not in attn:
         order = attn.get("order", 1)
         if not (isinstance(order, int) and not isinstance(order, bool) and order > 1):
-            model["attention"] = _keep(attn, {"gate"}, "model.attention", "order 1 is standard attention")
-            model["attention"]["kind"] = "standard"
+            model["attention"] = {"kind": "standard", **_keep(attn, {"gate"}, "model.attention",
+                                                              "order 1 is standard attention")}
         else:
             model["attention"] = {"kind": "higher_order", **attn}
     proj = model.get("projection")
@@ -649,7 +649,10 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
     for i, part in enumerate(parts):
         names = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
         if isinstance(obj, KindOptions) and part == "kind" and i == len(parts) - 1:
-            # a new kind: its own defaults, keeping the options every kind of the section shares
+            # a new kind: its own defaults, keeping the options every kind of the section shares (the
+            # same kind again changes nothing, so a config file naming its kind keeps a preset's options)
+            if raw == obj.kind:
+                return
             new = obj.options_class(raw, ".".join(parts[:i]))(**obj.common())
             setattr(parent, parts[i - 1], new)
             return
