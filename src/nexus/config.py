@@ -55,8 +55,8 @@ class KindOptions:
     A kind declares its options in its own file as a subclass, `class XOptions(AttentionOptions,
     kind="x")`, which registers it; the section's base class is the baseline kind and holds the options
     every kind of the section shares. Parsing a section looks its kind up here; a kind not registered
-    yet is searched for by importing the modules of `package` (by name: the config layer depends on
-    no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
+    yet is searched for by importing the modules of `package` and the installed plugins (by name: the
+    config layer depends on no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
     `check` adds what a kind needs beyond its own fields."""
 
     kind: str = option("", "which registered kind this section builds")
@@ -98,11 +98,11 @@ class KindOptions:
         if not getattr(base, "_searched", False):
             base._searched = True
             import importlib
-            import pkgutil
 
-            package = importlib.import_module(base.package)
-            for info in pkgutil.iter_modules(package.__path__):
-                importlib.import_module(f"{base.package}.{info.name}")
+            # by name, as registries find their plugins: the config layer imports no layer above it
+            plugins = importlib.import_module("nexus.plugins")
+            plugins.import_submodules(base.package, importlib.import_module(base.package).__path__)
+            plugins.load_plugins()  # a third-party kind declares its options in its plugin module
         return dict(base.registered)
 
     @classmethod
