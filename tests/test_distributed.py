@@ -44,7 +44,9 @@ def test_torchrun_two_ranks_match_one_process(tmp_path):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"),
                           RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
-    Trainer(cfg.validate(), quiet=True).fit()
+    from nexus.experiments.run_plot import LossCurveHook
+
+    Trainer(cfg.validate(), quiet=True, hooks=[LossCurveHook()]).fit()  # as `nexus train` builds it: the run draws its curve
 
     ddp, ref = _records(ddp_out / "metrics.jsonl"), _records(ref_out / "metrics.jsonl")
     train_ddp = [r for r in ddp if "loss" in r]

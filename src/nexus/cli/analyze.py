@@ -79,7 +79,7 @@ def run(args, extra) -> int:
         print(json.dumps({"kind": args.kind, "out": str(out), "files": files, **result}))
     else:
         print((analysis.summary or summarize)(result))
-        print(f"wrote {len(files)} files to {out}: {', '.join(files)}")
+        print(f"wrote {len(files)} file{'s' if len(files) != 1 else ''} to {out}: {', '.join(files)}")
     return 0
 
 
