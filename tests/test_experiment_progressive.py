@@ -187,14 +187,17 @@ def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_pat
     orig_init = T.Trainer.__init__
     state = {"armed": True}
 
-    def init_with_crash(self, *a, **k):
-        orig_init(self, *a, **k)
+    from nexus.train.hooks import Hook
 
-        def crash(trainer, step, metrics):
+    class Crash(Hook):
+        def on_log(self, trainer, step, metrics):
             if state["armed"] and "grown" in str(trainer.out_dir) and step == 10:
                 state["armed"] = False
                 raise KeyboardInterrupt
-        self.callbacks.append(crash)
+
+    def init_with_crash(self, *a, **k):
+        orig_init(self, *a, **k)
+        self.add_hook(Crash())
 
     monkeypatch.setattr(T.Trainer, "__init__", init_with_crash)
     with pytest.raises(KeyboardInterrupt):
@@ -267,7 +270,9 @@ def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
 
 def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
     plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
-    (tmp_path / "exp").mkdir()
+    from nexus.outdir import EXPERIMENT, claim_directory
+
+    claim_directory(tmp_path / "exp", EXPERIMENT)  # an earlier nexus experiment, of other settings
     (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"0": {"grown": {}, "scratch": {}}}}))
     with pytest.raises(ConfigError, match="different experiment"):
         P.run_progressive(plan, say=lambda *_: None)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..analysis import ANALYSES, format_value
 from ..outdir import ANALYSIS
 from . import register_command
-from .common import positive_int
+from .common import add_config_file_arg, positive_int
 
 HEAVY_OPTIONS = True  # listing the kinds imports every analysis module (and torch): only when `analyze` runs
 
@@ -33,7 +33,9 @@ def add_parser(sub, detailed: bool = True) -> None:
     p.add_argument("kind", metavar="KIND", help=f"one of: {', '.join(ANALYSES.names())}" if detailed else "analysis kind")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
-    src.add_argument("--preset", metavar="NAME", help="analyse a preset's freshly initialized model (overrides allowed)")
+    src.add_argument("--preset", metavar="NAME|FILE.yaml",
+                     help="analyse a preset's freshly initialized model (a name or a YAML file; overrides allowed)")
+    add_config_file_arg(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
     p.add_argument("--checkpoints", nargs="+", action="append", metavar="DIR", default=None,
                    help="growth: checkpoints of one grown run in training order (the first at the growth); "
@@ -55,8 +57,7 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..checkpoint import atomic_dir_write
-    from ..outdir import check_output
+    from ..atomic import atomic_dir_write, guard_output
 
     from ..analysis.source import AnalysisSource
 
@@ -65,19 +66,20 @@ def run(args, extra) -> int:
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
     runs = args.checkpoints or []  # --checkpoints may be given once per growth run: a list of lists
     sources = [args.checkpoint, *(d for run_dirs in runs for d in run_dirs)]
-    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources)
     result: dict = {}
 
     def write(tmp: Path) -> None:
         result.update(analysis.run(src, tmp, args))
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
-    atomic_dir_write(out, write, marker_kind=ANALYSIS)
+    with guard_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources):
+        atomic_dir_write(out, write, ANALYSIS)
+    files = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))  # what the analysis wrote, as written
     if args.json:
-        print(json.dumps({"kind": args.kind, "out": str(out), **result}))
+        print(json.dumps({"kind": args.kind, "out": str(out), "files": files, **result}))
     else:
         print((analysis.summary or summarize)(result))
-        print(f"wrote {out}/{args.kind}.json" + (f" and {len(result.get('plots', []))} PNG plots" if result.get("plots") else ""))
+        print(f"wrote {len(files)} files to {out}: {', '.join(files)}")
     return 0
 
 

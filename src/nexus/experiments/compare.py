@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, parse_overrides
-from ..outdir import EXPERIMENT, claim_directory
 from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
@@ -29,14 +28,16 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
                  overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None,
                  lm_eval: list[str] | None = None, lm_eval_include: str | None = None,
                  lm_eval_limit: int | None = None) -> dict:
-    from ..presets import get_preset
+    from ..presets import get_preset, preset_label
 
     if equal not in ("tokens", "flops"):
         raise ConfigError(f"--equal={equal!r} (valid: tokens|flops)")
     if eval_task is not None and eval_task not in EVAL_TASKS:
         raise ConfigError(f"--eval-task={eval_task!r} (valid: {'|'.join(EVAL_TASKS)})")
-    if len(set(presets)) != len(presets):
-        raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
+    labels = [preset_label(p) for p in presets]  # a preset file is named by its stem in directories and reports
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets; preset "
+                          "files with distinct names)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} names a seed twice (valid: distinct seeds)")
     cfgs = []
@@ -53,7 +54,7 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
     fpt = [train_flops_per_token(c.model, c.data.seq_len) for c in cfgs]
     flops_budget = ref_tokens * fpt[0][0]
     runs = []
-    for name, cfg, t, (f, source) in zip(presets, cfgs, tps, fpt):
+    for name, cfg, t, (f, source) in zip(labels, cfgs, tps, fpt):
         budget_tokens = ref_tokens if equal == "tokens" else flops_budget / f
         steps = math.ceil(budget_tokens / t)
         if steps < 1:
@@ -181,10 +182,17 @@ def summarize(values_by_preset: dict[str, list[float]], order: list[str], seeds:
 
 
 def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
+    from .runs import experiment_dir
+
+    with experiment_dir(Path(plan["out_dir"])):
+        return _run_compare(plan, quiet, say)
+
+
+def _run_compare(plan: dict, quiet: bool, say) -> dict:
     from .plots import plot_compare
+    from .runs import record_outputs
 
     out = Path(plan["out_dir"])
-    claim_directory(out, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     f = out / PLAN_FILE
     if f.is_file() and json.loads(f.read_text()).get("runs") != json.loads(json.dumps(plan["runs"])):
         raise ConfigError(f"--out={str(out)!r} holds a different comparison (valid: the same settings to resume it, "
@@ -198,6 +206,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
         run_dir = Path(run["config"]["train"]["out_dir"])
         res = run_resumable(RunConfig.from_dict(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
+        record_outputs(out, [PLAN_FILE], runs=[run_dir])
         done = read_done(run_dir)
         finals[run["preset"]].append(float(done["val_loss"]))
         tc = run["config"]["train"]
@@ -216,6 +225,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "report.md", render_compare_report(results))
+    record_outputs(out, [PLAN_FILE, "results.json", "report.md", results["plot"]])
     return results
 
 

@@ -139,7 +139,7 @@ def build_progressive_results(plan: dict, out_dir: Path) -> dict:
     return {
         "kind": "progressive", "method": plan["method"], "family": plan["family"], "description": plan["description"],
         "spec": plan["spec"], "seeds": plan["seeds"], "recipe": plan.get("recipe"), "tau_rule": plan.get("tau_rule"),
-        "schedules": plan.get("schedules", {}), "token_budget": plan["token_budget"], "grow_step": plan["grow_step"],
+        "schedules": plan.get("schedules", {}), "scratch_lr_rule": plan.get("scratch_lr_rule"), "token_budget": plan["token_budget"], "grow_step": plan["grow_step"],
         "grow_at_tokens": d_e, "grow_at_flops": d_e * small["train_flops_per_token"],
         "small": small, "large": large, "growth_changes": config_changes(grown_cfg.model, scratch_cfg.model),
         "per_seed": per_seed, "summary": summarize_seeds(per_seed), "eq29": eq,
@@ -213,6 +213,8 @@ def render_progressive_report(r: dict) -> str:
     if r.get("tau_rule"):
         lines.append(f"- re-warmup of the new entries: rho and tau from the growth spec `{r['spec'].get('rewarmup')}`; "
                      f"tau = {r['tau_rule']}")
+    if r.get("scratch_lr_rule"):
+        lines.append(f"- from-scratch peak lr: {r['scratch_lr_rule']} (the grown run keeps the small model's lr)")
     lines += ["", "## Schedules", "", "| run | lr schedule |", "|---|---|"]
     lines += [f"| {RUN_LABELS.get(n, n)} | {d} |" for n, d in r.get("schedules", {}).items()]
     lines += ["", f"## Final validation loss over {len(r['seeds'])} seed(s)", "",

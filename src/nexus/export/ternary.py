@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -133,8 +132,11 @@ def ternary_tensors(model, packing: str = "2bit") -> tuple[dict, dict, dict]:
 
 
 def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict:
-    """Write the packed file atomically (temp name + rename) and return its size report."""
+    """Write the packed file atomically (recorded temporary name, fsync, rename) and return its size
+    report. A kill mid-write leaves only the recorded temporary, which the next writer removes."""
     from safetensors.torch import save_file
+
+    from ..atomic import output_lock, write_file_atomic
 
     tensors, shapes, stats = ternary_tensors(model, packing)
     meta = {"format": FORMAT, "version": VERSION, "packing": packing, "config": cfg.to_json(),
@@ -142,13 +144,12 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
             "sha256": _digest(tensors)}
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    lk = output_lock(out)
     try:
-        save_file(tensors, str(tmp), metadata=meta)
-        os.replace(tmp, out)
+        write_file_atomic(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta), lk)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        if lk is not None:
+            lk.release()
     size = out.stat().st_size
     return {"path": str(out), "format": "ternary", "packing": packing, "file_bytes": size, "file_mb": size / 1e6,
             **stats}
@@ -164,17 +165,20 @@ def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
 
 
 # ----------------------------------------------------------------------------- load
-def load_ternary(path, kernel: str = "auto"):
-    """Packed file -> (model in eval mode with PackedTernaryLinear layers, RunConfig, tokenizer).
+def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, device="cpu"):
+    """Packed file -> (model in eval mode with PackedTernaryLinear layers on `device`, RunConfig, tokenizer).
 
     kernel "int4" / "int8" decode with torch's weight-only int4 / int8 CPU matmuls (fast,
     bf16-precision activations); "dense" materializes fp32 weights whose logits equal the unpacked
     model's bitwise; "auto" (default) takes int4 for layers of at least 2^18 weights, where reading
-    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear)."""
+    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear). The low-bit
+    kernels exist for CPUs only: on any other device "auto" is dense, and "int4"/"int8" are refused.
+    `overrides` sets model fields that may change at load time, as for load_checkpoint (e.g.
+    {'recurrent.t_inner': 12})."""
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked
-    from ..config import ConfigError, RunConfig
+    from ..config import ConfigError, RunConfig, apply_override
     from ..models import build_model
 
     path = Path(path)
@@ -198,10 +202,18 @@ def load_ternary(path, kernel: str = "auto"):
         tok_meta = json.loads(meta["tokenizer"])
     except (KeyError, json.JSONDecodeError, ConfigError) as e:
         raise CheckpointError(f"ternary file {where!r} has a damaged header ({type(e).__name__})") from None
+    for k, v in (overrides or {}).items():
+        apply_override(cfg, f"model.{k}", v)
+    cfg.validate()
     if packing not in PACKINGS:
         raise CheckpointError(f"ternary file {where!r} has packing={packing!r} (valid: {'|'.join(PACKINGS)})")
     if kernel not in PACKED_KERNELS:
         raise ConfigError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
+    device = torch.device(device)
+    if device.type != "cpu":
+        if kernel in ("int4", "int8"):
+            raise ConfigError(f"kernel={kernel!r} runs on CPU only, not on device={str(device)!r} (valid there: auto|dense)")
+        kernel = "dense"  # torch has weight-only int4/int8 matmuls for CPU only
     model = build_model(cfg.model)
     for name, m in list(model.named_modules()):
         if not isinstance(m, BitLinear):
@@ -220,7 +232,7 @@ def load_ternary(path, kernel: str = "auto"):
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
     load_state_dict_checked(model, tensors, where)
-    model.eval()
+    model.to(device).eval()
     tok = _tokenizer_from_meta(tok_meta, where)
     model.tokenizer = tok
     return model, cfg, tok

@@ -1,13 +1,10 @@
 """Growth inside a training run, as a trainer hook: the trainer knows nothing about growth.
 
-Whoever builds the trainer (`nexus train`, the experiments, a script) registers the hook:
-
-    trainer = Trainer(cfg, resume=..., hooks=[GrowthHook()])
-
-At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
+It is the hook kind "growth": the trainer adds one whenever its run config has a growth ahead or
+behind (`GrowthHook.wanted`), so no caller has to remember it. At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
 model, its optimizer (state transplanted), the re-warmup rule and the grown config to `trainer.swap`,
 the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data cursor and
-RNG. On resume (`on_resume`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
+RNG. On resume (`on_checkpoint_load`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
 Before step 0 (`on_fit_start`) it checks the spec against the model, so a bad spec of any family fails
 before any training step. After a growth it logs the post-growth diagnostics (`on_log`); their monitor
 (probe ids, pre-growth RMS, copy sources) is saved with every checkpoint (`state_dict`) and rebuilt on
@@ -17,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..train.hooks import HOOK_KINDS, Hook
 from . import _jsonable, check_growth_applies, grow
 
 
@@ -40,7 +38,8 @@ def growth_pending(cfg) -> bool:
     return bool(tc.grow_at) and not already_grown(cfg, tc.grow_at)
 
 
-class GrowthHook:
+@HOOK_KINDS.register("growth")
+class GrowthHook(Hook):
     """Grows the trainer's model at train.grow_at; restores the re-warmup rule of a grown run on resume."""
 
     state_key = "growth"  # where the trainer keeps state_dict() in trainer_state.pt
@@ -49,6 +48,14 @@ class GrowthHook:
         self.monitor = None  # PostGrowthMonitor of the latest growth (in this process or restored on resume)
         self.monitor_growths = 0  # len(growth_history) when the monitor was built: it belongs to that growth
         self.report: dict | None = None
+        self.loaded: dict | None = None  # the state a resumed checkpoint held for this hook
+
+    @classmethod
+    def wanted(cls, cfg) -> bool:
+        return bool(cfg.train.grow_at or cfg.growth_history)
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.loaded = state
 
     def state_dict(self) -> dict | None:
         if self.monitor is None:
@@ -56,15 +63,29 @@ class GrowthHook:
         return {"n_growths": self.monitor_growths, "monitor": self.monitor.state_dict()}
 
     def on_fit_start(self, trainer) -> None:
-        if growth_pending(trainer.cfg):
-            check_growth_applies(trainer.cfg)  # before the run directory is written and before step 0
+        cfg = trainer.cfg
+        if growth_pending(cfg):
+            spec = check_growth_applies(cfg)  # before the run directory is written and before step 0
+            record = {"step": cfg.train.grow_at, "rewarmup": getattr(spec, "rewarmup", None)}
+        elif cfg.growth_history:
+            record = cfg.growth_history[-1]
+        else:
+            return
+        from .rewarmup import lr_plan
 
-    def on_resume(self, trainer) -> None:
+        # the lr the run will use around its growth, before any step: a schedule that ended is seen now
+        plan, at_floor = lr_plan(cfg.train, trainer.step, record)
+        trainer.say(plan)
+        if at_floor:
+            trainer.say(f"note: the lr stays at its floor (train.min_lr_ratio={cfg.train.min_lr_ratio} x lr) for every "
+                        f"remaining step: the schedule's horizon ended (valid: --train.schedule_steps N to re-plan it)")
+
+    def on_checkpoint_load(self, trainer) -> None:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
         self.monitor, n = None, len(trainer.cfg.growth_history)
         if not n:
             return
-        st = trainer.resumed_hook_states.get(self.state_key)
+        st = self.loaded
         if st is None or (isinstance(st, dict) and st.get("n_growths") != n):  # older, or grown since (`nexus grow`)
             trainer.notes.append("the checkpoint holds no post-growth monitor for its latest growth (written before "
                                  "nexus saved it, or grown outside training): symmetry_lock_* and rms_ratio_* are "
@@ -97,29 +118,31 @@ class GrowthHook:
         old_model, old_state = trainer.full_model_and_optimizer_state()
         new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
         torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
-        from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
+        from .diagnostics import monitor_after_growth
 
-        x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
-        probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-        result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
-        # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
-        ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
-        ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
-        self.monitor = PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids))
+        batch = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
+        self.monitor, rms_report = monitor_after_growth(old_model, new_model, trainer.cfg.model.max_seq_len,
+                                                        new_cfg.model, result.param_maps, batch)
+        result.report.update(rms_report)
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
         trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
-        trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
-        trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
-                    f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
+        from .report import growth_summary
+
+        params_before = sum(p.numel() for p in old_model.parameters())
+        trainer.say(growth_summary(trainer.step, new_cfg.growth_history[-1], result.report, params_before,
+                                   sum(p.numel() for p in new_model.parameters())))
         return result.report
 
 
 def grow_in_training(trainer, spec) -> dict:
     """Grow `trainer`'s model now with `spec` (outside train.grow_at, e.g. a benchmark that resumes a
-    checkpoint and grows it): registers a GrowthHook for the post-growth diagnostics. Returns the report."""
-    hook = GrowthHook()
-    trainer.add_hook(hook)
+    checkpoint and grows it): the trainer's GrowthHook (added if missing) keeps the post-growth diagnostics.
+    Returns the report."""
+    hook = next((h for h in trainer.hooks if isinstance(h, GrowthHook)), None)
+    if hook is None:
+        hook = GrowthHook()
+        trainer.add_hook(hook)
     return hook.grow(trainer, spec)
 
 

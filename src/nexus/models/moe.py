@@ -23,6 +23,7 @@ from ..config import ModelConfig
 from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
 from .output import AuxLossModule
+from .width_roles import port, prefixed
 
 
 def expert_hidden(cfg: ModelConfig) -> int:
@@ -42,6 +43,13 @@ class MoEMLP(AuxLossModule):
         self.hidden = hidden
         self.router = nn.Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(d_model, hidden) for _ in range(n_experts))
+
+    def width_roles(self) -> dict:
+        """Width growth: the router reads the hidden axis; each expert is a SwiGLU over expert_inner."""
+        roles = prefixed("router", port(self.router, "in", "hidden", "in"))
+        for i, expert in enumerate(self.experts):
+            roles.update(prefixed(f"experts.{i}", expert.width_roles("expert_inner")))
+        return roles
 
     def route(self, x2: torch.Tensor):
         """x2 (N, d) -> (logits (N,E) fp32, probs (N,E), top-k weights (N,k), top-k expert ids (N,k))."""
@@ -98,4 +106,9 @@ def _build(cfg: ModelConfig, **common) -> MoEMLP:
     return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
 
 
-MLP_KINDS.register("moe")(LayerKind(lambda cfg: cfg.moe.n_experts > 0, _build))
+def _params(cfg: ModelConfig, base: int) -> int:
+    """The router (E, d) and E SwiGLU experts (gate, up, down: 3 * d * expert_hidden each)."""
+    return cfg.d_model * cfg.moe.n_experts + cfg.moe.n_experts * 3 * cfg.d_model * expert_hidden(cfg)
+
+
+MLP_KINDS.register("moe")(LayerKind(_build, _params, lambda cfg: cfg.moe.n_experts > 0))
