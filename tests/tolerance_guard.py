@@ -40,3 +40,8 @@ def checked_assert_close(actual, expected, *args, **kwargs):
 
 def install() -> None:
     torch.testing.assert_close = checked_assert_close
+
+
+def atol_for(expected: torch.Tensor, fraction: float = 1e-4) -> float:
+    """An absolute tolerance scaled to the quantity: `fraction` of its largest magnitude (0 for zeros)."""
+    return fraction * float(expected.detach().abs().max()) if expected.numel() else 0.0
