@@ -14,16 +14,23 @@ def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "ba
 
 
 def build_config(args, extra: list[str]) -> RunConfig:
+    return parse_overrides(base_config(args), extra).validate()
+
+
+def base_config(args) -> RunConfig:
+    """The config --preset / --config name (the default preset without either), before overrides."""
     from ..presets import get_preset
 
     if args.config and args.preset:
         raise ConfigError(f"--preset={args.preset!r} and --config={args.config!r} both given (valid: one of them)")
     if args.config:
-        cfg = RunConfig.load_yaml(args.config)
-    else:
-        cfg = get_preset(args.preset or args.default_preset)
-    parse_overrides(cfg, extra)
-    return cfg.validate()
+        return RunConfig.load_yaml(args.config)
+    return get_preset(args.preset or args.default_preset)
+
+
+def override_keys(extra: list[str]) -> set[str]:
+    """The dotted fields a list of `--section.field VALUE` / `--section.field=VALUE` arguments sets."""
+    return {a[2:].split("=", 1)[0] for a in extra if a.startswith("--") and "." in a.split("=", 1)[0]}
 
 
 def positive_int(name: str):

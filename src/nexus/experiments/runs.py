@@ -54,7 +54,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet, hooks=[GrowthHook()])
+        from ..train.resume import resume_config
+
+        resumed, notes = resume_config(resume, out_dir=run_dir)  # the checkpoint's config: a grown model's shape
+        trainer = Trainer(resumed, resume=str(resume), quiet=quiet, hooks=[GrowthHook()], notes=notes)
     else:
         trim_metrics(run_dir, None)
         trainer = Trainer(cfg, quiet=quiet, hooks=[GrowthHook()])
