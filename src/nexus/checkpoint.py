@@ -183,7 +183,8 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     verify_checksums(path, flag)
     for k, v in (overrides or {}).items():
         apply_override(cfg, f"model.{k}", v)
-    cfg.validate()
+    if model_cfg is None:  # a given model_cfg comes from a config its caller validated
+        cfg.validate()
     weights = path / "model.safetensors"
     if is_sharded(path) and not weights.is_file():
         sd = load_sharded(path, {"model"})["model"]

@@ -43,7 +43,28 @@ def plan_init_from(args, extra: list[str], source: str):
     cfg.growth_history = []  # the growth records describe the source run's optimizer and schedule, not this run's
     if new_tokenizer or getattr(tok, "kind", "byte") in BYTE_KINDS:
         tok = None  # built from data.tokenizer / data.chat by the trainer's data module
+    n_tok = known_vocab(cfg.data, tok)
+    if n_tok is not None:  # else a BPE trained on the corpus: the trainer checks once it exists
+        from ..models.vocab import needs_resize
+
+        needs_resize(model.cfg.vocab_size, n_tok, cfg.data, tok is not None, args.resize_vocab)
     return cfg, model, tok, notes
+
+
+def known_vocab(data_cfg, tok) -> int | None:
+    """The vocabulary of the tokenizer the run will use, when known before reading any data."""
+    if tok is not None:
+        return tok.vocab_size
+    if data_cfg.source.startswith("synthetic:") or data_cfg.tokenizer == "bpe":
+        return None
+    if data_cfg.tokenizer == "byte":
+        from ..data.chat import ChatByteTokenizer
+        from ..data.tokenizer import ByteTokenizer
+
+        return (ChatByteTokenizer() if data_cfg.chat else ByteTokenizer()).vocab_size
+    from ..data.tokenizer_files import load_tokenizer_json
+
+    return load_tokenizer_json(data_cfg.tokenizer).vocab_size
 
 
 def _model_dict(cfg: RunConfig) -> dict:

@@ -5,6 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..config import ConfigError
+
+
+def needs_resize(n_model: int, n_tok: int, data_cfg, own_tokenizer: bool, resize: bool) -> bool:
+    """Whether a model of `n_model` embedding rows must be resized for a tokenizer of `n_tok` tokens;
+    ConfigError (one line) when it must and `resize` (--resize-vocab) was not asked for. A model's own
+    tokenizer may be smaller than its embedding (HF models pad their vocabulary)."""
+    if n_model == n_tok or (own_tokenizer and n_model > n_tok):
+        return False
+    if resize:
+        return True
+    raise ConfigError(f"model.vocab_size={n_model} but the tokenizer (data.tokenizer={data_cfg.tokenizer!r}"
+                      f"{', data.chat=true' if data_cfg.chat else ''}) has {n_tok} tokens (valid: the model's own "
+                      "tokenizer, a tokenizer of its size, or --resize-vocab with --init-from to fit the embedding "
+                      "to the tokenizer)")
+
 
 @torch.no_grad()
 def resize_vocab(model, vocab_size: int) -> int:

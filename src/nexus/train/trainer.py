@@ -116,7 +116,7 @@ class Trainer:
             torch.manual_seed(tc.seed)
             init_model = build_model(cfg.model)
         else:
-            self._fit_vocab(init_model, init_tokenizer is not None, resize_vocab, resumed=tstate is not None)
+            self._fit_vocab(init_model, init_tokenizer is not None, resize_vocab and tstate is None)
         self.mesh = None
         self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
@@ -139,25 +139,16 @@ class Trainer:
                 self.notes.append("resumed a grown run without hooks: a re-warmup its growth recorded is not applied "
                                   "(register nexus.growth.training.GrowthHook)")
 
-    def _fit_vocab(self, model, own_tokenizer: bool, resize: bool, resumed: bool) -> None:
+    def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
         """A model from a checkpoint and this run's tokenizer: the vocabulary must match, or be resized
-        when asked (`--resize-vocab`). A model's own tokenizer may be smaller than its embedding (HF
-        models pad their vocabulary)."""
-        n_model, n_tok = model.cfg.vocab_size, self.data.vocab_size
-        if n_model == n_tok or (own_tokenizer and n_model > n_tok):
-            return
-        if resize and not resumed:
-            from ..models.vocab import resize_vocab
+        when asked (`--resize-vocab`)."""
+        from ..models.vocab import needs_resize, resize_vocab
 
+        n_model, n_tok = model.cfg.vocab_size, self.data.vocab_size
+        if needs_resize(n_model, n_tok, self.cfg.data, own_tokenizer, resize):
             resize_vocab(model, n_tok)
             self.cfg.model.vocab_size = n_tok
             self.notes.append(f"--resize-vocab: model.vocab_size {n_model} -> {n_tok} (the tokenizer's)")
-            return
-        d = self.cfg.data
-        raise ConfigError(f"model.vocab_size={n_model} but the tokenizer (data.tokenizer={d.tokenizer!r}"
-                          f"{', data.chat=true' if d.chat else ''}) has {n_tok} tokens (valid: the model's own "
-                          "tokenizer, a tokenizer of its size" + ("" if resumed else ", or --resize-vocab to fit the "
-                          "embedding to the tokenizer") + ")")
 
     # ------------------------------------------------------------------ hooks
     def add_hook(self, hook) -> None:
