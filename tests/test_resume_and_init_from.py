@@ -192,3 +192,24 @@ def test_init_from_a_hf_directory(tmp_path, capsys):
     imported, _ = import_hf(hf)
     assert cfg.model.vocab_size == 259 and model.embed.weight.shape[0] == 259
     assert torch.allclose(model.embed.weight[:VOCAB], imported.embed.weight, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- --push-to-hub
+def test_push_to_hub_is_checked_before_training_and_pushes_the_final_checkpoint(tmp_path, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    from nexus.hf import hub
+
+    out = tmp_path / "run"
+    argv = ["train", *MICRO, "--train.steps", "2", "--out", str(out), "--quiet", "--push-to-hub", "me/nexus-micro"]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--push-to-hub='me/nexus-micro'" in err and not out.exists()
+    # online (the hub itself is out of reach of the tests): the final checkpoint is what gets uploaded
+    pushed = []
+    monkeypatch.setattr(hub, "check_hub_reachable", lambda repo: None)
+    monkeypatch.setattr(hub, "push_folder", lambda folder, repo, what: pushed.append((folder, repo, what)) or "url")
+    assert main(argv) == 0
+    assert pushed == [(out / "checkpoint", "me/nexus-micro", "checkpoint")]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["pushed"] == "url"
