@@ -41,7 +41,6 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s).
     `start_from`: a checkpoint the run branches from (its model, optimizer state and step) when `run_dir`
     holds no step checkpoint of its own yet, e.g. every grown variant of one small model."""
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -59,10 +58,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         from ..train.resume import resume_config
 
         resumed, notes = resume_config(resume, out_dir=run_dir)  # the checkpoint's config: a grown model's shape
-        trainer = Trainer(resumed, resume=str(resume), quiet=quiet, hooks=[GrowthHook()], notes=notes)
+        trainer = Trainer(resumed, resume=str(resume), quiet=quiet, notes=notes)
     else:
         trim_metrics(run_dir, None)
-        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}
     result["wall_s"] = time.perf_counter() - t0
