@@ -206,6 +206,10 @@ def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, m
     tokens_ddp = {r["step"]: r["tokens"] for r in _records(ddp / "metrics.jsonl") if "loss" in r}
     tokens_one = {r["step"]: r["tokens"] for r in _records(one / "metrics.jsonl") if "loss" in r}
     assert sorted(tokens_one) == [4, 5, 6] and all(tokens_one[s] == tokens_ddp[s] for s in tokens_one)
+    # the same 8 sequences per step (the loader's position advances by the global batch): the same losses
+    loss_ddp = {r["step"]: r["loss"] for r in _records(ddp / "metrics.jsonl") if "loss" in r}
+    loss_one = {r["step"]: r["loss"] for r in _records(one / "metrics.jsonl") if "loss" in r}
+    assert all(abs(loss_one[s] - loss_ddp[s]) < 1e-5 for s in loss_one), (loss_one, loss_ddp)
 
     # 8 ranks of 2 sequences overshoot a global batch of 8: refused, naming the per-rank batch that keeps it
     monkeypatch.setenv("WORLD_SIZE", "8")

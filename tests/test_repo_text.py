@@ -137,10 +137,10 @@ def command_problems(text: str, where: str) -> list[str]:
             problems.append(f"{at}: no subcommand {argv[0]!r}")
             continue
         parser, rest = commands[argv[0]], argv[1:]
-        if argv[0] == "experiment" and rest and not rest[0].startswith("-"):
+        if argv[0] in ("experiment", "data") and rest and not rest[0].startswith("-"):  # commands with actions
             kinds = _subparsers(parser)
             if rest[0] not in kinds:
-                problems.append(f"{at}: no experiment {rest[0]!r}")
+                problems.append(f"{at}: no {argv[0]} {rest[0]!r}")
                 continue
             parser, rest = kinds[rest[0]], rest[1:]
         for i, tok in enumerate(rest):

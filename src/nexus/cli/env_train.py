@@ -247,7 +247,10 @@ def run(environ=None) -> dict:
           f"N_SUP={cfg.model.recurrent.n_sup} T_INNER={cfg.model.recurrent.t_inner} "
           f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
           + (f" | resuming from {plan.resume}" if plan.resume else ""), flush=True)
-    result, trainer = execute(plan, quiet=True, trainer_class=make_trainer_class(), push_to_hub=args.push_to_hub)
+    try:
+        result, trainer = execute(plan, quiet=True, trainer_class=make_trainer_class(), push_to_hub=args.push_to_hub)
+    finally:
+        plan.release()
     if trainer.is_main:
         print(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "
               f"| {memory_text(trainer.device)}" + (f" | pushed to {result['pushed']}" if "pushed" in result else ""),

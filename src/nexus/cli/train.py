@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
+from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import add_config_args, build_config
 
 
@@ -62,10 +63,13 @@ def add_parser(sub, detailed: bool = True) -> None:
 def run(args, extra) -> int:
     extra, flag_spec = flag_overrides(args, extra)
     plan = plan_run(args, extra)
-    if flag_spec is not None and not plan.cfg.train.grow_at:
-        raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
-                          "STEP, the step at which the model grows)")
-    result, trainer = execute(plan, quiet=args.quiet, push_to_hub=args.push_to_hub)
+    try:
+        if flag_spec is not None and not plan.cfg.train.grow_at:
+            raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add "
+                              "--grow-at STEP, the step at which the model grows)")
+        result, trainer = execute(plan, quiet=args.quiet, push_to_hub=args.push_to_hub)
+    finally:
+        plan.release()
     if args.quiet and trainer.is_main:
         print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
     return 0
@@ -98,8 +102,20 @@ class Plan:
     init_model: object = None  # --init-from: the model whose weights a new run starts from
     init_tokenizer: object = None  # that model's tokenizer (None: built from cfg.data)
     resize_vocab: bool = False  # --resize-vocab: fit the embedding to the tokenizer
-    replace: bool = False  # --overwrite of an earlier run in the output directory
+    replace: bool = False  # --overwrite of an earlier run (or --resume auto of one killed before its first checkpoint)
     notes: list[str] = field(default_factory=list)  # what planning changed, printed when the run starts
+    lock: object = None  # the output directory's one-writer lock (rank 0), held until the run ends
+
+    def release(self) -> None:
+        """Record the files the run wrote and let go of the output directory."""
+        if self.lock is None:
+            return
+        from ..train.run_dir import record_run_files
+
+        if Path(self.cfg.train.out_dir).is_dir():
+            record_run_files(self.cfg.train.out_dir)
+        self.lock.release()
+        self.lock = None
 
 
 def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, push_to_hub: str | None = None):
@@ -142,15 +158,14 @@ def _growth_from_flags(args) -> dict | None:
 
 
 def plan_run(args, extra: list[str], say=None) -> Plan:
-    """The run the arguments ask for, with the output directory checked: a new run needs a new or empty
-    directory (or --overwrite of an earlier run); a resumed run writes into the run its checkpoint
-    belongs to, into --out, or into the checkpoint's own directory, never into the run directory
-    recorded in the checkpoint's config. say: where the --resume auto decision is printed."""
-    from ..outdir import TRAIN_RUN, check_output, check_usable
+    """The run the arguments ask for, with the output directory checked and locked: a new run needs a
+    new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
+    checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
+    directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
+    the output directory, or starts the run over when it holds a run killed before its first one.
+    say: where the --resume auto decision is printed."""
     from ..train import run_dir as R
-    from ..train.resume import resume_config
 
-    explicit_out = _explicit_out(extra)
     resume, init_from = args.resume, args.init_from
     if resume and resume != "auto" and (args.preset or args.config or init_from):
         other = "--preset" if args.preset else "--config" if args.config else "--init-from"
@@ -159,48 +174,96 @@ def plan_run(args, extra: list[str], say=None) -> Plan:
     if args.resize_vocab and not init_from:
         raise ConfigError("--resize-vocab without --init-from (valid: add --init-from CKPT; a resumed run keeps its "
                           "tokenizer)")
-    say = say or _say
-    notes: list[str] = []
-    cfg = None
     if resume == "auto":
-        cfg = build_config(args, extra)
-        resume = R.latest_checkpoint(cfg.train.out_dir)
-        explicit_out = cfg.train.out_dir
-        if resume is None:
-            say(f"--resume auto: no checkpoint in {cfg.train.out_dir}; starting a new run")
-        else:
-            say(f"--resume auto: resuming from {resume}")
-            given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", init_from)) if v]
-            if given:
-                notes.append(f"{'/'.join(given)} not used: the run continues from {resume} (its model, tokenizer and "
-                             "weights)")
-    plan = Plan(cfg=cfg, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
+        return _plan_auto(args, extra, say or _say)
+    plan = _plan_start(args, extra, resume)
+    out = Path(plan.cfg.train.out_dir)
+    own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
+
+    def check():
+        if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
+            R.check_in_place(out)
+        else:  # every torchrun rank refuses alike; a new run inside (or around) its source checkpoint is refused
+            source = resume or init_from
+            check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[source] if source else ())
+
+    plan.lock = _locked(out, check)
+    plan.replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
+    return plan
+
+
+def _plan_start(args, extra: list[str], resume, out=None) -> Plan:
+    """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
+    of a new run, each merged and validated once; the growth spec checked against it."""
+    plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
     if resume:
-        plan.cfg, resume_notes = resume_config(resume, extra, out_dir=explicit_out)
-        notes += resume_notes
-    elif init_from:
+        from ..train.resume import resume_config
+
+        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra))
+    elif args.init_from:
         from .init_from import plan_init_from
 
-        plan.cfg, plan.init_model, plan.init_tokenizer, init_notes = plan_init_from(args, extra, init_from)
-        notes += init_notes
-    elif cfg is None:
+        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from)
+    else:
         plan.cfg = build_config(args, extra)
     cfg = plan.cfg
     if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
         from ..growth import check_growth_applies
 
         check_growth_applies(cfg)  # fail now, not after grow_at steps of training
-    out = Path(cfg.train.out_dir)
-    own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
-    if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
-        check_usable(out, "--out")
-    else:
-        # every torchrun rank refuses alike; a new run inside (or around) its source checkpoint is refused
-        source = resume or init_from
-        check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[source] if source else ())
-    plan.replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
-    plan.notes = notes
     return plan
+
+
+def _plan_auto(args, extra: list[str], say) -> Plan:
+    from ..train import run_dir as R
+
+    out = Path(build_config(args, extra).train.out_dir)
+    # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
+    # the recovery of interrupted saves (which happens when the lock is taken)
+    lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))
+    try:
+        resume = R.latest_checkpoint(out)
+        if resume is None:
+            restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
+            say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
+                "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
+            if restart:
+                R.check_in_place(out)
+            plan = _plan_start(args, extra, None)
+            plan.replace = restart
+        else:
+            say(f"--resume auto: resuming from {resume}")
+            plan = _plan_start(args, extra, resume, out)
+            given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
+                     if v]
+            if given:
+                plan.notes.insert(0, f"{'/'.join(given)} not used: the run continues from {resume} (its model, "
+                                     "tokenizer and weights)")
+            R.check_in_place(out)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    plan.lock = lock
+    return plan
+
+
+def _locked(out: Path, check):
+    """check(), take the output's one-writer lock (rank 0), then check() again under it: the folder may
+    have changed while this process was starting. A dead run's lock is taken over with a note."""
+    from ..train import run_dir as R
+
+    check()
+    lock = R.run_lock(out)
+    try:
+        for note in getattr(lock, "notes", []):
+            _say(f"note: {note}")
+        check()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
 
 
 def _explicit_out(extra: list[str]) -> str | None:

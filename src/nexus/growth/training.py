@@ -104,15 +104,12 @@ class GrowthHook(Hook):
         old_model, old_state = trainer.full_model_and_optimizer_state()
         new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
         torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
-        from .diagnostics import PostGrowthMonitor, probe_batch, residual_rms, rms_ratio_report
+        from .diagnostics import monitor_after_growth
 
-        x, y = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
-        probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-        result.report.update(rms_ratio_report(old_model, new_model, new_cfg.model.vocab_size, probe))
-        # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
-        ids = (probe if probe is not None else probe_batch(new_cfg.model.vocab_size))[:4]
-        ids = ids[:, :min(ids.shape[1], new_cfg.model.max_seq_len + 1, trainer.cfg.model.max_seq_len + 1)]
-        self.monitor = PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids))
+        batch = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
+        self.monitor, rms_report = monitor_after_growth(old_model, new_model, trainer.cfg.model.max_seq_len,
+                                                        new_cfg.model, result.param_maps, batch)
+        result.report.update(rms_report)
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
         trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})

@@ -177,7 +177,8 @@ class ConsoleProgress(Hook):
         tc = trainer.cfg.train
         self.bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
         if self.bar.disable and step % max(tc.steps // 10, tc.log_every) < tc.log_every:
-            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {m['tokens_per_s']:.0f} tok/s")
+            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {m['tokens_per_s']:.0f} tok/s"
+                        + (f" | epoch {m['epoch']:.3f}" if "epoch" in m else ""))
         if m.get("skipped_since_last_log"):
             trainer.say(f"step {step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
                         f"norm skipped since the last log ({m['nonfinite_total']} so far)")

@@ -48,7 +48,7 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     refuse_unresumable(stored, cfg, changes, where, ckpt)
     shown = [f"{path} {old!r} -> {new!r}" for path, old, new in changes if path not in UNNOTED_FIELDS]
     notes = [f"resumed with {', '.join(shown)}"] if shown else []
-    notes += carry_schedule_and_lr(stored.train, cfg.train)
+    notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history))
     st = load_trainer_state(ckpt, with_optimizer=False) or {}
     notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
                                launched_world_size() if world is None else world, where)

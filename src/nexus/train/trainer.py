@@ -252,6 +252,8 @@ class Trainer:
             rng["cuda"] = torch.cuda.get_rng_state_all()
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng,
               "world": self.world}  # a resume at another world size keeps the global batch (train/resume.py)
+        tc = self.cfg.train
+        st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
             st["optimizer"] = self.optimizer.state_dict()
         hooks = {h.state_key: h.state_dict() for h in self.hooks if h.state_key is not None}
@@ -272,6 +274,8 @@ class Trainer:
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
             self.resumed_hook_states = dict(st.get("hooks") or {})  # checkpoints before hook state have none
+            if "data" in st:  # checkpoints before the loader position: the position follows from the step
+                self.notes += [n for n in [self.data.load_state_dict(st["data"])] if n]
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -284,7 +288,7 @@ class Trainer:
         tc = self.cfg.train
         out, total = [], 0
         for m in range(tc.grad_accum):
-            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world)
+            x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world, tc.grad_accum)
             total += int((y != IGNORE_INDEX).sum())  # CPU labels, before any copy to the device
             mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
             out.append((x[mine], y[mine]))
@@ -460,6 +464,18 @@ class Trainer:
         finally:
             self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
 
+    def _say_epochs(self, tc) -> None:
+        """The data summary, and how many times the run will read its training tokens (above one, the
+        corpus repeats)."""
+        self.say(f"data: {self.data.summary()}")
+        if self.data.task is not None:
+            return
+        n = len(self.data.train)
+        planned = self.data.epochs(self.tokens_seen + (tc.steps - self.step) * tc.grad_accum * tc.batch_size
+                                   * self.world * self.cfg.data.seq_len)
+        repeat = f": the corpus repeats ~{planned:.1f} times (epoch is in metrics.jsonl)" if planned > 1 else ""
+        self.say(f"data: {n:,} training tokens; by step {tc.steps} the run will have read {planned:.3f} epochs{repeat}")
+
     def _fit(self) -> dict:
         self.call_hooks("on_fit_start")  # checks that must fail before anything is written
         self._announce()
@@ -491,6 +507,7 @@ class Trainer:
                 print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
+        self._say_epochs(self.cfg.train)
 
     def _host_metrics(self, m: dict) -> dict:
         """read_step_metrics, plus how many steps were skipped since the previous read."""
@@ -505,6 +522,7 @@ class Trainer:
         """The logged step's record: its metrics plus throughput since the last log, lr, size and memory."""
         dt = time.perf_counter() - self._since_log[0]
         m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
+                 epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
                  lr=self.optimizer.param_groups[0]["lr"], params=self.n_params, **memory_stats(self.device))
         self._since_log = (time.perf_counter(), 0)
         return m
