@@ -121,6 +121,7 @@ class Plan:
 def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, push_to_hub: str | None = None):
     """Build the trainer for `plan`, train, and push the final checkpoint -> (result, trainer). Every
     rank calls this; only the main process writes."""
+    from ..experiments.run_plot import LossCurveHook
     from ..train.distributed import shutdown
     from ..train.trainer import Trainer
 
@@ -130,7 +131,7 @@ def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, pu
         check_hub_reachable(push_to_hub)  # offline or a bad repo id: fail now, not after training
     trainer = (trainer_class or Trainer)(plan.cfg, resume=plan.resume, quiet=quiet, init_model=plan.init_model,
                                          init_tokenizer=plan.init_tokenizer, resize_vocab=plan.resize_vocab,
-                                         notes=plan.notes, hooks=hooks)
+                                         notes=plan.notes, hooks=[LossCurveHook(), *hooks])  # the run draws its own curve
     if plan.replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 

@@ -22,7 +22,7 @@ from ..outdir.manifest import entry_unchanged
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
-RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json")
+RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json", "loss_curve.png", "loss_curve.csv")
 LOGGER_DIRS = ("tensorboard", "wandb")  # written by the logging libraries a run starts (train.log_to)
 
 
