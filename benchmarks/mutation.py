@@ -81,6 +81,23 @@ def mutmut(work: Path, *args: str, log=None) -> subprocess.CompletedProcess:
                           stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+# One process for every diff: `mutmut show NAME` re-reads the whole tree per mutant (seconds each).
+_DIFFS = """
+import json, sys
+from mutmut.__main__ import find_mutant, get_diff_for_mutant
+out = {n: get_diff_for_mutant(n, path=find_mutant(n).path) for n in json.load(sys.stdin)}
+print(json.dumps(out))
+"""
+
+
+def survivor_diffs(work: Path, names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    r = subprocess.run([sys.executable, "-c", _DIFFS], cwd=work, input=json.dumps(names), text=True,
+                       capture_output=True)
+    return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+
+
 def run_module(module: str, tests: list[str], shared: dict, out: Path, children: int) -> dict:
     work = out / "work" / re.sub(r"[^A-Za-z0-9]+", "_", module)
     scratch_copy(work, module, tests, shared)
@@ -95,9 +112,10 @@ def run_module(module: str, tests: list[str], shared: dict, out: Path, children:
     scored = len(codes) - counts["skipped"]
     killed = counts["killed"] + counts["timeout"]
     survivors = sorted(k for k, c in codes.items() if status(c) in ("survived", "no tests", "suspicious"))
+    diffs = survivor_diffs(work, survivors)
     with open(out / (work.name + ".survivors.txt"), "w") as f:
         for name in survivors:
-            f.write(f"## {name} ({status(codes[name])})\n{mutmut(work, 'show', name).stdout}\n")
+            f.write(f"## {name} ({status(codes[name])})\n{diffs.get(name, '')}\n")
     return {"module": module, "mutants": len(codes), **counts, "score": killed / scored if scored else None,
             "seconds": round(time.time() - t0), "tests": tests}
 
