@@ -52,8 +52,8 @@ def test_paired_keys_and_where_each_test_is_defined():
 def test_gap_closed_shape_and_per_seed_ratios():
     with pytest.raises(ValueError, match="equal lengths"):
         stats.gap_closed([1.0], [1.0, 2.0], [1.0])
-    g = stats.gap_closed([3.0, 3.0], [2.5, 2.0], [2.0, 3.0])  # seed 1 has no gap: its ratio is undefined
-    assert g["per_seed"] == [0.5, None]
+    g = stats.gap_closed([3.0, 3.0], [2.5, 2.0], [1.0, 3.0])  # seed 1 has no gap: its ratio is undefined
+    assert g["per_seed"] == [0.25, None]
     assert set(g) == {"n", "estimate", "ci_low", "ci_high", "bounded", "per_seed", "method"}
     assert "Fieller 95%" in g["method"]
     assert stats.gap_closed([], [], [])["estimate"] is None
@@ -70,7 +70,30 @@ def test_fmt_lines():
     assert stats.fmt(d, digits=2) == f"2.00 +- 1.41 [95% CI {d['ci_low']:.2f}, {d['ci_high']:.2f}] (n=2)"
     assert stats.fmt_gap(stats.gap_closed([2.0], [1.0], [2.0])) == "n/a (the small and scratch runs end at the same loss)"
     assert stats.fmt_gap(stats.gap_closed([3.0], [2.5], [2.0])) == "0.50 (n=1)"
-    unbounded = stats.gap_closed([3.0, 3.0, 3.0], [2.9, 2.5, 3.1], [2.0, 3.9, 3.05])
-    assert not unbounded["bounded"] and "unbounded" in stats.fmt_gap(unbounded)
+    unbounded = stats.gap_closed([3.0, 3.0], [2.9, 2.5], [2.0, 3.9])  # two seeds are enough to say so
+    assert not unbounded["bounded"] and stats.fmt_gap(unbounded) == (
+        f"{unbounded['estimate']:.2f} [95% CI unbounded: the small-to-scratch gap is not distinguishable from "
+        "zero over these seeds] (n=2)")
     tight = stats.gap_closed([3.0, 3.1, 2.9], [2.5, 2.6, 2.4], [2.0, 2.1, 1.9])
     assert tight["bounded"] and stats.fmt_gap(tight).startswith("0.50 [95% CI 0.50, 0.50]")
+
+
+def test_gap_closed_interval_from_two_seeds_matches_the_inverted_t_test():
+    """Fieller's set at n = 2: the R where the paired t-test of z = (small - grown) - R (small - scratch)
+    sits exactly at p = 0.05 (1 degree of freedom), checked with scipy at both ends."""
+    small, grown, scratch = [3.0, 3.2], [2.4, 2.7], [2.0, 2.3]
+    g = stats.gap_closed(small, grown, scratch)
+    assert g["bounded"] and g["n"] == 2
+    for r in (g["ci_low"], g["ci_high"]):
+        z = [(s - gr) - r * (s - c) for s, gr, c in zip(small, grown, scratch)]
+        assert sps.ttest_1samp(z, 0.0).pvalue == pytest.approx(0.05, abs=1e-9)
+
+
+def test_quartiles_and_rank_sum_edges():
+    assert stats.quartiles([]) == {"n": 0, "median": None, "q1": None, "q3": None}
+    assert stats.quartiles([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "median": 2.5, "q1": 1.75, "q3": 3.25}
+    a, b = [0.1, 0.2], [0.8, 0.9]  # two values a side is the smallest defined case
+    assert stats.rank_sum(a, b) == pytest.approx(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    assert stats.rank_sum([0.1], b) is None and stats.rank_sum(a, [0.9]) is None
+    assert stats.rank_sum([0.5, 0.5], [0.5, 0.5]) is None  # every value equal: no ranking
+    assert stats.rank_sum([0.5, 0.5], [0.5, 0.7]) is not None  # two distinct values are enough
