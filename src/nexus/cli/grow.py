@@ -38,7 +38,8 @@ def run(args, extra) -> int:
     from ..config import ConfigError
     from ..growth import grow_checkpoint, parse_growth_spec
     from ..growth.spec import spec_from_flags
-    from ..outdir import CHECKPOINT, check_output
+    from ..atomic import guard_output
+    from ..outdir import CHECKPOINT
 
     spec = spec_from_flags(args)
     if spec is None:
@@ -48,8 +49,8 @@ def run(args, extra) -> int:
         raise ConfigError(f"{bad} on nexus grow (valid: --train.* fields for the continued run, e.g. --train.steps "
                           "600; the model's shape comes from the growth options)")
     parse_growth_spec(spec, "growth")  # fail on bad flags before touching the checkpoint
-    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint])
-    report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify, train_overrides=extra)
+    with guard_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint]):
+        report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify, train_overrides=extra)
     if args.json:
         print(json.dumps(report, default=str))
     else:

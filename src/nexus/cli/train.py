@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from ..config import ConfigError
+from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import add_config_args, build_config
 
 
@@ -56,12 +57,31 @@ def run(args, extra) -> int:
         extra += ["--train.growth", args.growth]
     elif flag_spec is not None:
         extra += ["--train.growth", json.dumps(flag_spec)]
-    cfg, resume, replace = plan_run(args, extra)
-    if flag_spec is not None and not cfg.train.grow_at:
-        raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
-                          "STEP, the step at which the model grows)")
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
-    if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
+    cfg, resume, replace, lock = plan_run(args, extra)
+    try:
+        if flag_spec is not None and not cfg.train.grow_at:
+            raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add "
+                              "--grow-at STEP, the step at which the model grows)")
+        result = _train(cfg, resume, replace, args.quiet, Trainer)
+    finally:
+        if lock is not None:
+            from ..train.run_dir import record_run_files
+
+            if Path(cfg.train.out_dir).is_dir():
+                record_run_files(cfg.train.out_dir)
+            lock.release()
+    if args.quiet and result is not None:
+        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
+    return 0
+
+
+def _train(cfg, resume, replace: bool, quiet: bool, Trainer) -> dict | None:
+    """Build the trainer, then (only now: a run that fails to start must not cost the old one) clear the
+    run it replaces, and train. Returns the result on the main process, None elsewhere."""
+    from ..experiments.run_plot import LossCurveHook
+
+    trainer = Trainer(cfg, resume=resume, quiet=quiet, hooks=[LossCurveHook()])  # the run draws its own curve
+    if replace and trainer.is_main:
         from ..train.run_dir import clear_run
 
         clear_run(cfg.train.out_dir)
@@ -72,9 +92,7 @@ def run(args, extra) -> int:
 
         trainer.release_parallel_wrapper()
         shutdown()
-    if args.quiet and trainer.is_main:
-        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
-    return 0
+    return result if trainer.is_main else None
 
 
 def _growth_from_flags(args) -> dict | None:
@@ -87,49 +105,99 @@ def _growth_from_flags(args) -> dict | None:
 
 
 def plan_run(args, extra: list[str]):
-    """-> (RunConfig, checkpoint to resume or None, whether an earlier run in the output directory is to
-    be replaced), with the output directory checked: a new run needs a
-    new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
+    """-> (RunConfig, checkpoint to resume or None, whether the run in the output directory is to be
+    replaced, the output's lock or None), with the output directory checked and locked: a new run needs
+    a new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
     checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
-    directory recorded in the checkpoint's config."""
-    from ..checkpoint import read_config
-    from ..config import parse_overrides
-    from ..outdir import TRAIN_RUN, check_output, check_usable
+    directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
+    the output directory, or starts the run over when it holds a run killed before its first one."""
     from ..train import run_dir as R
 
-    explicit_out = _explicit_out(extra)
     resume = args.resume
     if resume and resume != "auto" and (args.preset or args.config):
         raise ConfigError(f"--resume={resume!r} with --{'preset' if args.preset else 'config'} (valid: one of them; "
                           "a resumed run takes its model and data from the checkpoint)")
     if resume == "auto":
-        cfg = build_config(args, extra)
-        resume = R.latest_checkpoint(cfg.train.out_dir)
-        explicit_out = cfg.train.out_dir
+        return _plan_auto(args, extra)
+    cfg = _resumed_config(resume, extra, _explicit_out(extra)) if resume else build_config(args, extra)
+    _check_growth(cfg)
+    out = Path(cfg.train.out_dir)
+    own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
+
+    def check():
+        if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
+            R.check_in_place(out)
+        else:  # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
+            check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
+
+    lock = _locked(out, check)
+    replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
+    return cfg, (str(resume) if resume else None), replace, lock
+
+
+def _plan_auto(args, extra: list[str]):
+    from ..train import run_dir as R
+
+    cfg = build_config(args, extra)
+    out = Path(cfg.train.out_dir)
+    # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
+    # the recovery of interrupted saves (which happens when the lock is taken)
+    lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))
+    try:
+        resume = R.latest_checkpoint(out)
         if resume is None:
-            _say(f"--resume auto: no checkpoint in {cfg.train.out_dir}; starting a new run")
-        else:
-            _say(f"--resume auto: resuming from {resume}")
-    if resume:
-        cfg = read_config(resume, flag="--resume")
-        parse_overrides(cfg, extra)
-        cfg.train.out_dir = str(explicit_out or R.resume_run_dir(resume))
-        cfg.validate()
-    else:
-        cfg = build_config(args, extra)
+            restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
+            _say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
+                 "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
+            if restart:
+                R.check_in_place(out)
+            return cfg, None, restart, lock
+        _say(f"--resume auto: resuming from {resume}")
+        cfg = _resumed_config(resume, extra, out)
+        _check_growth(cfg)
+        R.check_in_place(out)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return cfg, str(resume), False, lock
+
+
+def _resumed_config(resume, extra: list[str], out):
+    from ..checkpoint import read_config
+    from ..config import parse_overrides
+    from ..train import run_dir as R
+
+    cfg = read_config(resume, flag="--resume")
+    parse_overrides(cfg, extra)
+    cfg.train.out_dir = str(out or R.resume_run_dir(resume))
+    cfg.validate()
+    return cfg
+
+
+def _check_growth(cfg) -> None:
     if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
         from ..growth import check_growth_applies
 
         check_growth_applies(cfg)  # fail now, not after grow_at steps of training
-    out = Path(cfg.train.out_dir)
-    own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
-    if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
-        check_usable(out, "--out")
-    else:
-        # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
-        check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
-    replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
-    return cfg, (str(resume) if resume else None), replace
+
+
+def _locked(out: Path, check):
+    """check(), take the output's one-writer lock (rank 0), then check() again under it: the folder may
+    have changed while this process was starting. A dead run's lock is taken over with a note."""
+    from ..train import run_dir as R
+
+    check()
+    lock = R.run_lock(out)
+    try:
+        for note in getattr(lock, "notes", []):
+            _say(f"note: {note}")
+        check()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
 
 
 def _explicit_out(extra: list[str]) -> str | None:

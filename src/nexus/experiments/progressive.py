@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, apply_override, parse_overrides
-from ..outdir import EXPERIMENT, claim_directory
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -366,19 +365,25 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     from .report import build_progressive_results, render_progressive_report
     from .runs import write_text_atomic
 
-    out_dir = Path(plan["out_dir"])
-    claim_directory(out_dir, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
-    _check_same_plan(out_dir, plan)
-    write_json_atomic(out_dir / PLAN_FILE, plan)
-    for sd in plan["seeds"]:
-        for name, cfg_dict in plan["configs"][str(sd)].items():
-            say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
-            cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
-            run_resumable(cfg, out_dir / f"seed{sd}" / name, quiet=quiet, say=say)
-    results = build_progressive_results(plan, out_dir)
-    results["plots"] = plot_progressive(results, out_dir)
-    write_json_atomic(out_dir / "results.json", results)
-    write_text_atomic(out_dir / "report.md", render_progressive_report(results))
+    from .runs import experiment_dir, record_outputs
+
+    with experiment_dir(Path(plan["out_dir"])) as out_dir:
+        _check_same_plan(out_dir, plan)
+        write_json_atomic(out_dir / PLAN_FILE, plan)
+        record_outputs(out_dir, [PLAN_FILE])
+        runs = []
+        for sd in plan["seeds"]:
+            for name, cfg_dict in plan["configs"][str(sd)].items():
+                say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
+                cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
+                runs.append(out_dir / f"seed{sd}" / name)
+                run_resumable(cfg, runs[-1], quiet=quiet, say=say)
+                record_outputs(out_dir, runs=[runs[-1]])
+        results = build_progressive_results(plan, out_dir)
+        results["plots"] = plot_progressive(results, out_dir)
+        write_json_atomic(out_dir / "results.json", results)
+        write_text_atomic(out_dir / "report.md", render_progressive_report(results))
+        record_outputs(out_dir, ["results.json", "report.md", *results["plots"]])
     return results
 
 
