@@ -350,23 +350,39 @@ class TrainConfig:
     log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
-    grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
-    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at: a mapping whose "family" picks the spec dataclass (nexus.growth.spec)
+    hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
     dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
+
+    def hook(self, kind: str) -> dict | None:
+        """The `hooks` entry of `kind` (None: the run does not configure one)."""
+        return next((h for h in self.hooks if isinstance(h, dict) and h.get("kind") == kind), None)
+
+    def set_hook(self, kind: str, **options) -> dict:
+        """Configure the `kind` hook: its entry's options are updated, or the entry is added."""
+        entry = self.hook(kind)
+        if entry is None:
+            entry = {"kind": kind}
+            self.hooks.append(entry)
+        entry.update(options)
+        return entry
+
+    def drop_hook(self, kind: str) -> None:
+        self.hooks = [h for h in self.hooks if not (isinstance(h, dict) and h.get("kind") == kind)]
 
     def validate(self, errors: list[str], p: str = "train") -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens", "keep_last", "log_every", "max_nonfinite"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
-        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at", "schedule_steps"):
+        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "schedule_steps"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0")
         _positive(errors, f"{p}.lr", self.lr)
         _check(errors, isinstance(self.dist_timeout_s, int) and self.dist_timeout_s > 0, f"{p}.dist_timeout_s",
                self.dist_timeout_s, "an integer > 0 (seconds)")
-        if isinstance(self.grow_at, int) and isinstance(self.steps, int) and self.grow_at:
-            _check(errors, self.grow_at < self.steps, f"{p}.grow_at", self.grow_at,
-                   f"a step below train.steps ({self.steps}), or 0 for no growth")
+        # each kind checks its own options when the trainer builds it (nexus.train.hooks.configured_hooks)
+        for i, h in enumerate(self.hooks if isinstance(self.hooks, list) else [self.hooks]):
+            _check(errors, isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]), f"{p}.hooks[{i}]",
+                   h, "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
         _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
         _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,
@@ -442,18 +458,47 @@ class RunConfig:
 
 
 def _upgrade(d):
-    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
-    proj = d.get("model", {}).get("projection") if isinstance(d, dict) and isinstance(d.get("model"), dict) else None
-    if not isinstance(proj, dict) or not any(k in proj for k in LEGACY_GROWTH_STATE):
+    """A config written by an older nexus, in today's fields (the input is not modified)."""
+    if not isinstance(d, dict):
         return d
     d = copy.deepcopy(d)
-    proj = d["model"]["projection"]
+    _upgrade_growth_state(d)
+    _upgrade_train_growth(d)
+    return d
+
+
+def _upgrade_growth_state(d: dict) -> None:
+    """Written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
+    proj = d.get("model", {}).get("projection") if isinstance(d.get("model"), dict) else None
+    if not isinstance(proj, dict) or not any(k in proj for k in LEGACY_GROWTH_STATE):
+        return
     state = d["model"].setdefault("growth_state", {}) or {}
     for k in LEGACY_GROWTH_STATE:
         if k in proj:
             state.setdefault(k, proj.pop(k))
     d["model"]["growth_state"] = state
-    return d
+
+
+def _upgrade_train_growth(d: dict) -> None:
+    """Written before growth was a configured hook: train.grow_at / train.growth -> a train.hooks entry
+    {kind: growth, at, spec} (none when both were empty: no growth)."""
+    train = d.get("train")
+    if not isinstance(train, dict) or not ({"grow_at", "growth"} & set(train)):
+        return
+    at, spec = train.pop("grow_at", 0), train.pop("growth", None)
+    if at or spec:
+        hooks = train.setdefault("hooks", [])
+        if isinstance(hooks, list) and not any(isinstance(h, dict) and h.get("kind") == "growth" for h in hooks):
+            hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
+
+
+# Fields that moved, for the one-line answer to an override that still names them.
+MOVED_FIELDS = {
+    "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
+                     "spec: {family: width, hidden: 128}}]')",
+    "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
+                    "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
+}
 
 
 def to_dict(obj) -> dict:
@@ -531,6 +576,8 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
     for i, part in enumerate(parts):
         names = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
         if part not in names:
+            if dotted in MOVED_FIELDS:
+                raise ConfigError(f"{dotted} moved into {MOVED_FIELDS[dotted]}")
             where = ".".join(parts[:i]) or "top level"
             valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")

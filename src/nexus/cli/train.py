@@ -27,9 +27,10 @@ def add_parser(sub, detailed: bool = True) -> None:
     p.add_argument("--data", default=None, metavar="SOURCE",
                    help="training data (= --data.source): embedded, a file, hf:<name> or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
-                   help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
+                   help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
+                        "--growth, the family flags or the config")
     p.add_argument("--growth", default=None, metavar="SPEC",
-                   help="growth spec as a YAML mapping (= --train.growth), e.g. "
+                   help="growth spec as a YAML mapping (the growth hook's `spec` in train.hooks), e.g. "
                         "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
                         "family's flags below (--width.hidden 192 --rewarmup 1.3,250)")
     if detailed:
@@ -47,17 +48,7 @@ def run(args, extra) -> int:
         extra += ["--train.out_dir", args.out]
     if args.data is not None:
         extra += ["--data.source", args.data]
-    if args.grow_at is not None:
-        extra += ["--train.grow_at", str(args.grow_at)]
-    flag_spec = _growth_from_flags(args)
-    if args.growth is not None:
-        extra += ["--train.growth", args.growth]
-    elif flag_spec is not None:
-        extra += ["--train.growth", json.dumps(flag_spec)]
-    cfg, resume, replace = plan_run(args, extra)
-    if flag_spec is not None and not cfg.train.grow_at:
-        raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
-                          "STEP, the step at which the model grows)")
+    cfg, resume, replace = plan_run(args, extra, growth=_growth_from_flags(args))
     trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
     if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
@@ -76,17 +67,34 @@ def run(args, extra) -> int:
 
 
 def _growth_from_flags(args) -> dict | None:
+    """--grow-at / --growth / the family flags as the growth hook's options (None: none given)."""
+    import yaml
+
     from ..growth.spec import spec_from_flags
 
     spec = spec_from_flags(args)
     if spec is not None and args.growth is not None:
         raise ConfigError(f"--growth={args.growth!r} and {spec['family']} growth flags both given (valid: one of them)")
-    return spec
+    if args.growth is not None:
+        try:
+            spec = yaml.safe_load(args.growth)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--growth={args.growth!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    options = ({"at": args.grow_at} if args.grow_at is not None else {}) | ({"spec": spec} if spec is not None else {})
+    return options or None
 
 
-def plan_run(args, extra: list[str]):
+def _set_growth(cfg, options: dict, what: str) -> None:
+    """Write the growth flags into the config's growth hook entry (updating the one a preset may hold)."""
+    entry = cfg.train.set_hook("growth", **options)
+    if "spec" in options and not entry.get("at"):
+        raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+
+
+def plan_run(args, extra: list[str], growth: dict | None = None):
     """-> (RunConfig, checkpoint to resume or None, whether an earlier run in the output directory is to
-    be replaced), with the output directory checked: a new run needs a
+    be replaced), with the output directory checked and the configured hooks built once (a bad entry fails
+    here, before training); `growth` holds the growth hook's options from the flags. A new run needs a
     new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
     checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
     directory recorded in the checkpoint's config."""
@@ -112,13 +120,15 @@ def plan_run(args, extra: list[str]):
         cfg = read_config(resume, flag="--resume")
         parse_overrides(cfg, extra)
         cfg.train.out_dir = str(explicit_out or R.resume_run_dir(resume))
-        cfg.validate()
     else:
         cfg = build_config(args, extra)
-    if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
-        from ..growth import check_growth_applies
+    if growth is not None:
+        _set_growth(cfg, growth, f"--growth={args.growth!r}" if args.growth is not None else
+                    f"growth flags for family {growth.get('spec', {}).get('family')!r}")
+    cfg.validate()
+    from ..train.hooks import configured_hooks
 
-        check_growth_applies(cfg)  # fail now, not after grow_at steps of training
+    configured_hooks(cfg)  # a bad hook entry (e.g. a growth spec that does not apply) fails now, not at its step
     out = Path(cfg.train.out_dir)
     own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
     if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)

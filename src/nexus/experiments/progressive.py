@@ -262,7 +262,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
     templates = {"grown": copy.deepcopy(small), "scratch": scratch, "small": copy.deepcopy(small)}
-    templates["grown"].train.grow_at, templates["grown"].train.growth = grow_step, spec
+    templates["grown"].train.set_hook("growth", at=grow_step, spec=spec)
     n_small, n_large = _total_params(small.model), _total_params(scratch.model)
     if steplaw_scratch:
         sl = copy.deepcopy(scratch)

@@ -12,7 +12,8 @@ for every parameter of the new model how the old values sit inside it (`ParamMap
 generic and lives here: optimizer-state surgery by parameter *name* (never list order), per-element
 AdamW step counts, the re-warmup masks, the growth record in the config, and the checkpoint flow
 (validate everything, then write atomically, the source untouched). Growth inside a training run is
-`growth.training.GrowthHook`, registered on the trainer by whoever builds it (the trainer never imports growth).
+`growth.training.GrowthHook`, the hook kind "growth" a run config turns on in `train.hooks` (the trainer
+never imports growth).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class GrowthResult:
 
 # The same extension pattern as presets, projections and analyses: a family module registers itself,
 # and the first lookup imports every module of this package.
-GROWERS: Registry[Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = Registry("train.growth.family", __name__)
+GROWERS: Registry[Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = Registry("growth spec family", __name__)
 
 
 def register_grower(family: str, spec_cls: type[GrowthSpec]):
@@ -60,19 +61,10 @@ def families() -> list[str]:
     return sorted(GROWERS.names())
 
 
-def parse_growth_spec(spec, where: str = "train.growth") -> GrowthSpec:
+def parse_growth_spec(spec, where: str = "growth spec") -> GrowthSpec:
     """A growth spec (mapping with "family", or a spec dataclass) -> its validated dataclass."""
     _load_families()
     return spec_from_dict(spec, where)
-
-
-def check_growth_applies(cfg: RunConfig) -> GrowthSpec:
-    """Raise ConfigError before any training when cfg.train.growth is malformed (the family's
-    `validate`) or cannot apply to cfg.model (its `applies_to`). Growers check nothing else: whatever
-    fails inside one is an internal fault (RuntimeError)."""
-    spec = parse_growth_spec(cfg.train.growth)
-    spec.applies_to(cfg.model)
-    return spec
 
 
 # ----------------------------------------------------------------------------- optimizer surgery
@@ -246,5 +238,5 @@ def _jsonable(obj):
 
 
 __all__ = ["ParamMap", "GrowthResult", "GrowthSpec", "register_grower", "families", "parse_growth_spec",
-           "check_growth_applies", "spec_classes", "grow", "grow_checkpoint",
+           "spec_classes", "grow", "grow_checkpoint",
            "transplant_optimizer_state", "OPTIMIZER_STATE_POLICIES"]

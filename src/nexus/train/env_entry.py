@@ -253,7 +253,7 @@ def _refuse_grown_run(checkpoint) -> None:
     from ..checkpoint import read_config
 
     ckpt_cfg = read_config(checkpoint, flag="OUTPUT_DIR")
-    if ckpt_cfg.growth_history or ckpt_cfg.train.growth:
+    if ckpt_cfg.growth_history or ckpt_cfg.train.hook("growth"):
         raise ConfigError(f"OUTPUT_DIR={str(Path(checkpoint).parent)!r} holds a run with growth (its checkpoint "
                           f"{str(checkpoint)!r} records a growth or a growth ahead), which this script does not "
                           f"carry (valid: an OUTPUT_DIR of a run without growth; resume this one with "
