@@ -15,3 +15,13 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path_factory.getbasetemp() / "nexus-cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`cuda` tests run wherever torch sees a CUDA device and are skipped, with the reason, elsewhere."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -334,9 +334,13 @@ def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path,
     out = tmp_path / kind
     rc = main(["analyze", kind, "--checkpoint", tiny_checkpoint, "--out", str(out), "--batches", "1", "--batch-size", "2"])
     text = capsys.readouterr().out
-    assert rc == 0 and "wrote" in text
+    assert rc == 0
     for f in files:
         assert (out / f).is_file() and (out / f).stat().st_size > 0
+    # the closing line names every file the analysis left in --out (not only the JSON)
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert set(files) <= set(written)
+    assert f"wrote {len(written)} files to {out}: {', '.join(written)}" in text
     data = json.loads((out / f"{kind}.json").read_text())
     if kind == "attention":
         assert len(data["entropy"]) == 2 and all(0 <= s <= 1 for s in data["sink_share"])

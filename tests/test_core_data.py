@@ -8,6 +8,8 @@ import torch
 from nexus.config import ConfigError, DataConfig
 from nexus.data.corpus import embedded_documents
 from nexus.data.loader import DataModule
+from nexus.data.sources import resolve_source
+from nexus.data.split import split_documents
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
 from nexus.data.tokenizer_files import load_tokenizer_json
 
@@ -57,9 +59,22 @@ def test_split_is_deterministic_and_disjoint(tmp_path):
     write_docs(tmp_path)
     cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2)
     a = DataModule(cfg)
-    val = a._val_indices(40)
-    assert len(val) == 8 and val <= set(range(40))
-    assert DataModule(cfg)._val_indices(40) == val
+    assert int((np.asarray(a.val.tokens) == a.tokenizer.eos_id).sum()) == 8  # 8 of 40 documents held out
+    b = DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2,
+                              cache_dir=str(tmp_path / "other")))
+    assert np.array_equal(np.asarray(a.val.tokens), np.asarray(b.val.tokens))
+
+
+def test_streaming_split_holds_out_a_seeded_share_of_each_block():
+    docs = list(range(2500))
+    got = list(split_documents(iter(docs), 0.2, 7, block_size=1000))
+    assert [d for d, _ in got] == docs
+    val = [d for d, v in got if v]
+    assert val == [d for d, v in split_documents(iter(docs), 0.2, 7, block_size=1000) if v]
+    # block 0 is one permutation seeded by split_seed (a corpus of <= one block splits as it always did)
+    assert set(val[:200]) == set(np.random.default_rng(7).permutation(1000)[:200].tolist())
+    assert [sum(1 for d in val if lo <= d < lo + 1000) for lo in (0, 1000, 2000)] == [200, 200, 100]
+    assert set(val[200:400]) == {1000 + i for i in np.random.default_rng([7, 1]).permutation(1000)[:200].tolist()}
 
 
 def test_cache_is_memory_mapped_and_reused(tmp_path):
@@ -82,15 +97,18 @@ def test_batches_depend_only_on_step_and_rank_slices_the_global_batch(tmp_path):
     assert torch.equal(torch.cat([r0, r1]), full)
 
 
-def test_bpe_train_save_load(tmp_path):
+def test_bpe_train_save_load(tmp_path, capsys):
     docs = write_docs(tmp_path)
     tok = BPETokenizer.train(docs, 300)
     tok.save(tmp_path)
     again = load_tokenizer_json(tmp_path / "tokenizer.json")
     assert again.decode(again.encode(docs[3])) == docs[3]
     assert len(again.encode(docs[3])) < len(docs[3].encode())
+    capsys.readouterr()
     dm = DataModule(DataConfig(source=str(tmp_path / "c.txt"), tokenizer="bpe", bpe_vocab_size=300, seq_len=16))
     assert dm.vocab_size == 300
+    # the silent pass of BPE training is announced before it starts
+    assert "training a BPE tokenizer (vocabulary 300)" in capsys.readouterr().err
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="broken.json"):
         load_tokenizer_json(tmp_path / "broken.json")
@@ -121,9 +139,9 @@ def reference_streams(docs, tok, val_fraction, split_seed):
 
 @pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
 def test_streamed_shards_equal_the_in_memory_reference(tmp_path, monkeypatch, tokenizer):
-    import nexus.data.loader as L
+    import nexus.data.prepare as P
 
-    monkeypatch.setattr(L, "ENCODE_BATCH", 7)  # many encode_batch calls, uneven last batch
+    monkeypatch.setattr(P, "ENCODE_BATCH", 7)  # many encode_batch calls, uneven last batch
     docs = write_docs(tmp_path, n=53)
     cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.1, cache_dir=str(tmp_path / "cache"),
                      tokenizer=tokenizer, bpe_vocab_size=300)
@@ -161,7 +179,7 @@ def test_txt_is_read_in_chunks_with_the_same_documents(tmp_path, monkeypatch):
             f.write(f"document {i} " + "y" * 400 + "\n\n")
     monkeypatch.setattr(C, "_READ_CHUNK", 1 << 16)
     tracemalloc.start()
-    it = C.iter_local_documents(str(big), DataConfig(source=str(big)))
+    it = resolve_source(str(big)).documents(DataConfig(source=str(big)))
     first = [next(it) for _ in range(3)]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()

@@ -292,6 +292,11 @@ def test_seed_summary_is_the_statistics_of_the_per_seed_numbers(tmp_path, method
     assert r["summary"]["grown_minus_scratch_final"]["t_p"] == pytest.approx(stats.ttest_rel(g, sc).pvalue)
     report = (tmp_path / "exp" / "report.md").read_text()
     assert f"{d['mean']:.4f} +- {d['std']:.4f}" in report and "seeds 0, 1" in report
+    # the headline: share of the small-to-scratch gap closed, from the per-seed finals
+    sm = [r["per_seed"][k]["runs"]["small"]["final_val_loss"] for k in ("0", "1")]
+    gc = r["summary"]["gap_closed"]
+    assert gc["estimate"] == pytest.approx((sum(sm) - sum(g)) / (sum(sm) - sum(sc)))
+    assert f"{gc['estimate']:.2f}" in report and "gap closed" in report
 
 
 def test_paper_recipe_and_tau(methods):

@@ -187,7 +187,8 @@ def test_an_internal_fault_in_a_grower_is_a_runtime_error_not_a_config_error(mon
 
     cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:]).validate()
     model = build_model(cfg.model)
-    monkeypatch.setattr(width, "roles_of", lambda name: {})  # the grower no longer knows any tensor's role
+    monkeypatch.setattr(width, "check_roles", lambda *a: None)  # a hole in applies_to's net ...
+    monkeypatch.setattr(width, "collect_roles", lambda model: {})  # ... and the grower knows no tensor's role
     with pytest.raises(RuntimeError, match="does not know how to grow") as e:
         grow(model, cfg, {"family": "width", "hidden": 48})
     assert not isinstance(e.value, ConfigError)

@@ -58,3 +58,70 @@ def test_degenerate_inputs_give_no_p_value():
     with pytest.raises(ValueError):
         paired([1.0, 2.0], [1.0])
     assert paired([3.0, 4.0, 6.0], [1.0, 1.0, 1.0])["diff"]["mean"] == pytest.approx(10 / 3)
+
+
+# ----------------------------------------------------------------------------- share of the gap closed
+def _t_p(z):
+    from scipy import stats
+
+    return float(stats.ttest_1samp(z, 0.0).pvalue)
+
+
+def test_gap_closed_interval_is_the_inverted_paired_t_test():
+    """Fieller's set written from its definition: R is inside iff scipy's one-sample t-test of
+    (small - grown) - R (small - scratch) does not reject at 5%; its ends sit at p = 0.05."""
+    from nexus.experiments.stats import gap_closed
+
+    small, grown, scratch = [3.00, 3.10, 2.95, 3.05], [2.90, 2.97, 2.86, 2.93], [2.80, 2.95, 2.77, 2.88]
+    g = gap_closed(small, grown, scratch)
+    num = [s - x for s, x in zip(small, grown)]
+    den = [s - c for s, c in zip(small, scratch)]
+    assert g["estimate"] == pytest.approx(sum(num) / sum(den)) and g["bounded"]
+    z = lambda r: [n - r * d for n, d in zip(num, den)]  # noqa: E731
+    assert _t_p(z(g["ci_low"])) == pytest.approx(0.05, abs=1e-6)
+    assert _t_p(z(g["ci_high"])) == pytest.approx(0.05, abs=1e-6)
+    assert _t_p(z(g["estimate"])) > 0.05
+    width = g["ci_high"] - g["ci_low"]
+    assert _t_p(z(g["ci_low"] - 0.1 * width)) < 0.05 and _t_p(z(g["ci_high"] + 0.1 * width)) < 0.05
+
+
+def _planted(rng, closed: float, n: int, noise: float = 0.01):
+    """Seeds differ a lot in level (shared by every run of a seed), the gap is 0.1 nats."""
+    small, grown, scratch = [], [], []
+    for _ in range(n):
+        level = rng.gauss(3.0, 0.3)
+        small.append(level + rng.gauss(0, noise))
+        scratch.append(level - 0.1 + rng.gauss(0, noise))
+        grown.append(level - closed * 0.1 + rng.gauss(0, noise))
+    return small, grown, scratch
+
+
+def test_gap_closed_detects_a_planted_share_and_not_a_planted_null():
+    from nexus.experiments.stats import gap_closed
+
+    rng = random.Random(3)
+    found = gap_closed(*_planted(rng, 0.85, 5))
+    assert found["bounded"] and found["ci_low"] < 0.85 < found["ci_high"] and found["ci_low"] > 0
+    null = gap_closed(*_planted(rng, 0.0, 5))
+    assert null["bounded"] and null["ci_low"] < 0 < null["ci_high"]
+
+
+def test_gap_closed_interval_covers_the_planted_share_about_95_percent():
+    from nexus.experiments.stats import gap_closed
+
+    rng = random.Random(4)
+    hits = 0
+    for _ in range(1000):
+        g = gap_closed(*_planted(rng, 0.6, 3, noise=0.02))
+        hits += (not g["bounded"]) or g["ci_low"] <= 0.6 <= g["ci_high"]  # an unbounded set covers everything
+    assert 0.93 < hits / 1000 < 0.97
+
+
+def test_gap_closed_is_unbounded_when_the_gap_itself_is_noise():
+    from nexus.experiments.stats import fmt_gap, gap_closed
+
+    g = gap_closed([3.0, 3.1, 2.9], [3.0, 3.08, 2.93], [3.05, 3.0, 2.98])  # scratch is not reliably better
+    assert not g["bounded"] and g["ci_low"] is None and "unbounded" in fmt_gap(g)
+    assert gap_closed([3.0], [2.9], [2.8])["estimate"] == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        gap_closed([1.0, 2.0], [1.0], [1.0, 2.0])

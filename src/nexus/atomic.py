@@ -36,6 +36,23 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
+def umask_file_mode() -> int:
+    """The mode a plain `open(path, "w")` gives a new file under this process's umask."""
+    mask = os.umask(0)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def respect_umask(root: Path) -> None:
+    """Give every file below `root` (or `root` itself, a file) the umask's mode. safetensors writes its
+    files 0600 whatever the umask, which leaves a checkpoint on a shared disk unreadable to collaborators."""
+    mode = umask_file_mode()
+    root = Path(root)
+    files = [root] if root.is_file() else [Path(d) / f for d, _, fs in os.walk(root) for f in fs]
+    for f in files:
+        os.chmod(f, mode)  # nexus writes no executables
+
+
 def fsync_dir(d: Path) -> None:
     fd = os.open(d, os.O_RDONLY)
     try:
@@ -138,6 +155,7 @@ def swap_into_place(tmp: Path, final: Path, tag: str) -> Path:
     protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill."""
     old = None
     try:
+        respect_umask(tmp)
         fsync_tree(tmp)
         if not final.exists():
             os.replace(tmp, final)

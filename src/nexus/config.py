@@ -284,7 +284,7 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into training sequences."""
 
-    source: str = "embedded"  # embedded | path to .txt/.jsonl/.parquet | hf:<dataset>[:<config>] | synthetic:<mqar|khop|induction>
+    source: str = "embedded"  # embedded | stdlib | a .txt/.jsonl/.parquet file, folder, glob or comma list | a prepared dir | a .bin token file | hf:<dataset>[:<config>] | synthetic:<mqar|khop|induction>
     tokenizer: str = "byte"  # byte | bpe (train on the corpus) | path to a tokenizer.json
     bpe_vocab_size: int = 2048  # vocabulary size when training a BPE tokenizer
     seq_len: int = 128  # tokens per training sequence
@@ -292,7 +292,9 @@ class DataConfig:
     split_seed: int = 1234  # seed of the document-level train/validation split
     text_field: str = "text"  # field that holds text in jsonl/parquet/hub rows
     cache_dir: str = ""  # where tokenized memory-mapped arrays live ('' -> ~/.cache/nexus)
-    max_documents: int = 0  # cap on documents read (0 = all); hub datasets are streamed up to this
+    max_documents: int = 0  # cap on documents read (0 = all, everywhere); a cap is printed with the data summary
+    dtype: str = "auto"  # token dtype of a bare .bin file: auto (uint16 for vocabularies up to 65,536, else uint32) | uint16 | uint32
+    num_proc: int = 0  # worker processes that tokenize a corpus into the cache (0 = the usable cores, at most 8)
     chat: bool = False  # rows are chat conversations (messages); loss only on assistant tokens (SFT)
     synthetic: dict = field(default_factory=dict)  # generator options for synthetic:<task> (vocab, pairs, k, ...)
 
@@ -304,6 +306,11 @@ class DataConfig:
                self.bpe_vocab_size, "an integer >= 260")
         _check(errors, isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1, f"{p}.val_fraction",
                self.val_fraction, "a number in (0, 1)")
+        _check(errors, self.dtype in ("auto", "uint16", "uint32"), f"{p}.dtype", self.dtype, "auto, uint16 or uint32")
+        _check(errors, isinstance(self.num_proc, int) and self.num_proc >= 0, f"{p}.num_proc", self.num_proc,
+               "an integer >= 0 (0 = the usable cores, at most 8)")
+        _check(errors, isinstance(self.max_documents, int) and self.max_documents >= 0, f"{p}.max_documents",
+               self.max_documents, "an integer >= 0 (0 = all)")
 
 
 # ----------------------------------------------------------------------------- training
@@ -441,17 +448,8 @@ class RunConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
-    def load_yaml(cls, path: str | Path) -> "RunConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"--config={str(path)!r} (valid: an existing YAML file)")
-        try:
-            d = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--config={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"--config={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
-        return cls.from_dict(d)
+    def load_yaml(cls, path: str | Path, flag: str = "--config") -> "RunConfig":
+        return cls.from_dict(read_config_file(path, flag))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -599,6 +597,40 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             setattr(obj, part, _coerce(value, tp, dotted))
         else:
             obj = getattr(obj, part)
+
+
+def read_config_file(path: str | Path, flag: str = "--config") -> dict:
+    """A config YAML file as its (possibly partial) mapping; `flag` names the option in errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{flag}={str(path)!r} (valid: an existing YAML file)")
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
+    return _upgrade(d)
+
+
+def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]:
+    """A config file as the dotted overrides it amounts to (`--model.d_model=64`, ...): only the fields
+    it names change, so it goes on top of a preset, and command-line overrides after it win. Being
+    plain override strings, it travels wherever overrides do (experiments plan many runs from them)."""
+    out: list[str] = []
+
+    def walk(section, d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            sub = getattr(section, str(k), None)
+            if dataclasses.is_dataclass(sub) and isinstance(v, dict):
+                walk(sub, v, f"{prefix}{k}.")
+            else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads
+                out.append(f"--{prefix}{k}=" + (v if isinstance(v, str) else
+                                                yaml.safe_dump(v, default_flow_style=True, width=2 ** 30).strip()
+                                                .removesuffix("\n...").strip()))
+
+    walk(RunConfig(), read_config_file(path, flag), "")
+    return out
 
 
 def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:

@@ -27,6 +27,7 @@ ANALYSIS = "analysis"  # a `nexus analyze` directory (<kind>.json + plots)
 HF_EXPORT = "hf export"  # a `nexus export --format hf` directory
 TERNARY = "ternary"  # a `nexus export --format ternary` file
 EXPERIMENT = "experiment"  # a `nexus experiment` directory (plan.json, runs, report)
+PREPARED = "prepared corpus"  # a `nexus data prepare` directory (manifest.json, token shards, tokenizer)
 # Kernel and device filesystems: writing there is never what a user meant by an output path.
 _FORBIDDEN_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 

@@ -17,7 +17,7 @@ from ..plugins import Registry
 from ..runtime import tune_cpu_allocator
 
 # subcommand -> its module; every module of this package is imported on the first lookup
-COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__)
+COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__, plugins=False)  # plugins load at a registry's lookup, inside main()
 
 
 def register_command(name: str, module_name: str) -> None:
@@ -76,4 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # The reader went away (`nexus config | head`): what it wanted was printed. Point stdout at
+        # /dev/null so the interpreter's final flush raises nothing, and exit as `head`'s writers do.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)

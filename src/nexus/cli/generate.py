@@ -1,18 +1,21 @@
 """`nexus generate`: sample text from a checkpoint with a KV cache."""
 from __future__ import annotations
 
-from .common import int_in_range, nonneg_float, positive_int
+from .common import DefaultsHelpFormatter, int_in_range, nonneg_float, positive_int
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("generate", help="generate text from a checkpoint")
-    p.add_argument("--checkpoint", required=True, metavar="DIR")
-    p.add_argument("--prompt", default="The ")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=128)
+    p = sub.add_parser("generate", formatter_class=DefaultsHelpFormatter, help="generate text from a checkpoint")
+    p.add_argument("--checkpoint", required=True, metavar="DIR|FILE",
+                   help="a checkpoint directory, or a packed ternary file from `nexus export --format ternary`")
+    p.add_argument("--prompt", default="The ", help="text the generation continues")
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=128,
+                   help="tokens to generate (fewer when the model's context ends first)")
     p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8, help="0 = greedy")
     p.add_argument("--top-k", type=int_in_range("--top-k", 0, 2 ** 63 - 1, "an integer >= 0"), default=40, help="0 = off")
-    p.add_argument("--top-p", type=nonneg_float("--top-p"), default=0.95)
-    p.add_argument("--seed", type=int_in_range("--seed", 0, 2 ** 64 - 1, "an integer in [0, 2**64)"), default=0)
+    p.add_argument("--top-p", type=nonneg_float("--top-p"), default=0.95, help="nucleus sampling mass in (0, 1]; 1 = off")
+    p.add_argument("--seed", type=int_in_range("--seed", 0, 2 ** 64 - 1, "an integer in [0, 2**64)"), default=0,
+                   help="sampling seed (the same seed and prompt give the same text)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="model field changed at load time, e.g. recurrent.t_inner=20 (test-time depth)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (SFT models)")
@@ -41,7 +44,14 @@ def run(args, extra) -> int:
 
     if args.top_p <= 0 or args.top_p > 1:
         raise ConfigError(f"--top-p={args.top_p} (valid: a number in (0, 1])")
-    model, cfg, tok = load_checkpoint(args.checkpoint, parse_sets(args.set) or None)
+    from pathlib import Path
+
+    if Path(args.checkpoint).is_file():  # a checkpoint is a directory; a file can only be a ternary export
+        from ..export.ternary import load_ternary
+
+        model, cfg, tok = load_ternary(args.checkpoint, overrides=parse_sets(args.set) or None)
+    else:
+        model, cfg, tok = load_checkpoint(args.checkpoint, parse_sets(args.set) or None)
     model.eval()
     bad = next((i for i, ch in enumerate(args.prompt) if 0xD800 <= ord(ch) <= 0xDFFF), None)
     if bad is not None:

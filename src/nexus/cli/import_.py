@@ -1,4 +1,5 @@
-"""`nexus import`: read a local HF Llama/Qwen2/Qwen3 checkpoint into a nexus checkpoint directory."""
+"""`nexus import`: read a HF Llama/Qwen2/Qwen3 checkpoint (a local directory or a hub model id) into a nexus
+checkpoint directory."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,13 @@ VERIFY_TOLERANCE = 1e-4
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="import a local HF Llama/Qwen2/Qwen3 checkpoint as a nexus checkpoint",
-                       description="Convert a HF checkpoint directory (LlamaForCausalLM, Qwen2ForCausalLM, "
-                                   "Qwen3ForCausalLM) into a nexus checkpoint with the same logits.")
-    p.add_argument("--hf", required=True, metavar="DIR", help="HF model directory (config.json + weights)")
+    p = sub.add_parser("import", help="import a HF Llama/Qwen2/Qwen3 checkpoint (directory or hub id) as a nexus checkpoint",
+                       description="Convert a HF checkpoint (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), "
+                                   "from a local directory or the Hugging Face Hub, into a nexus checkpoint with the "
+                                   "same logits.")
+    p.add_argument("--hf", required=True, metavar="DIR|OWNER/NAME",
+                   help="HF model directory (config.json + weights), or a hub model id (downloaded with "
+                        "huggingface_hub, or read from its cache offline)")
     p.add_argument("--out", required=True, metavar="CKPT", help="nexus checkpoint directory to write")
     p.add_argument("--verify", action="store_true", help="also run the HF model and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
@@ -23,10 +27,12 @@ def run(args, extra) -> int:
     from ..checkpoint import save_checkpoint
     from ..hf import import_hf
     from ..hf.convert import STORED_GENERATION_CONFIG, STORED_SPECIAL_IDS
+    from ..hf.hub import fetch_hf_model
     from ..models import count_parameters
     from ..outdir import CHECKPOINT, check_output
 
     check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.hf])
+    args.hf = fetch_hf_model(args.hf)  # a hub id -> its local snapshot directory
     model, cfg = import_hf(args.hf)
     tok = model.tokenizer
     cfg.train.out_dir = args.out

@@ -25,7 +25,9 @@ def add_parser(sub, detailed: bool = True) -> None:
                    help="replace an earlier nexus training run in the output directory (its files only)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--data", default=None, metavar="SOURCE",
-                   help="training data (= --data.source): embedded, a file, hf:<name> or synthetic:mqar|khop|induction")
+                   help="training data (= --data.source): embedded, stdlib, a file, folder, glob or comma list of .txt/.jsonl/"
+                        ".parquet, a prepared directory (nexus data prepare), a .bin token file, hf:<name>[:<config>] "
+                        "or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
                    help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
                         "--growth, the family flags or the config")

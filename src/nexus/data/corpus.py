@@ -124,13 +124,13 @@ def _txt_documents(p: Path, shown: str | None = None) -> Iterator[str]:
         yield carry.strip()
 
 
-def _table_rows(p: Path, path: str) -> Iterator[dict]:
+def _table_rows(files: list[Path], path: str) -> Iterator[dict]:
     """.jsonl/.json/.parquet rows as an HF IterableDataset (streamed; no Arrow copy in the HF cache)."""
     import datasets
 
-    kind = "parquet" if p.suffix.lower() == ".parquet" else "json"
+    kind = "parquet" if files[0].suffix.lower() == ".parquet" else "json"
     try:
-        ds = datasets.load_dataset(kind, data_files=str(p), split="train", streaming=True)
+        ds = datasets.load_dataset(kind, data_files=[str(p) for p in files], split="train", streaming=True)
         yield from ds
     except ConfigError:
         raise
@@ -138,67 +138,49 @@ def _table_rows(p: Path, path: str) -> Iterator[dict]:
         raise ConfigError(f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
 
 
-def iter_local_documents(path: str, cfg: DataConfig) -> Iterator:
-    """.txt (blank-line separated documents), .jsonl or .parquet, one document at a time."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"data.source={path!r} (valid: embedded, an existing .txt/.jsonl/.parquet file, hf:<name>, synthetic:<task>)")
-    if p.stat().st_size == 0:
-        raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
-    suffix = p.suffix.lower()
-    if suffix in (".txt", ".md", ".text"):
-        docs = _txt_documents(p, path)
-    elif suffix in (".jsonl", ".json", ".parquet"):
-        rows = _table_rows(p, path)
-        docs = rows if cfg.chat else _rows_to_text(rows, cfg.text_field, path)
-    else:
-        raise ConfigError(f"data.source={path!r} has suffix {suffix!r} (valid: .txt, .md, .jsonl, .json, .parquet)")
-    n = 0
-    for doc in docs:
-        if cfg.max_documents and n >= cfg.max_documents:
-            break
-        n += 1
-        yield doc
-    if n == 0:
-        raise ConfigError(f"data.source={path!r} holds no documents (valid: a non-empty file)")
+def file_documents(files: list[Path], fmt: str, spec: str, cfg: DataConfig) -> Iterator:
+    """Documents of local files in order: .txt (blank-line separated documents), json lines or parquet
+    rows (their data.text_field, or whole rows for chat)."""
+    if fmt == "text":
+        for p in files:
+            yield from _txt_documents(p, str(p) if len(files) > 1 else spec)
+        return
+    rows = _table_rows(files, spec)
+    yield from (rows if cfg.chat else _rows_to_text(rows, cfg.text_field, spec))
 
 
-def local_documents(path: str, cfg: DataConfig) -> list:
-    return list(iter_local_documents(path, cfg))
-
-
-def hub_documents(spec: str, cfg: DataConfig) -> list:
-    """hf:<name>[:<config>] streamed from the hub (e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT)."""
-    import datasets
-
+def hub_documents(spec: str, cfg: DataConfig) -> Iterator:
+    """hf:<name>[:<config>] streamed from the hub one row at a time (e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT);
+    never held as a list. Failing to open the stream (offline, unknown or gated dataset) is one line."""
     parts = spec[3:].split(":")
     name, conf = parts[0], (parts[1] if len(parts) > 1 else None)
-    limit = cfg.max_documents or 20000
+    rows = _open_hub_stream(name, conf, spec)
+    yield from (rows if cfg.chat else _rows_to_text(rows, cfg.text_field, spec))
+
+
+def _open_hub_stream(name: str, conf: str | None, spec: str) -> Iterator:
+    import datasets
+
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity_error()  # one line of ours, not the library's warnings and retries
     try:
         ds = datasets.load_dataset(name, conf, split="train", streaming=True)
-        rows = []
-        for i, row in enumerate(ds):
-            if i >= limit:
-                break
-            rows.append(row)
+        it = iter(ds)
+        first = next(it, None)
     except Exception as e:  # offline, unknown dataset, gated: one line, no traceback
-        raise ConfigError(f"data.source={spec!r} could not be loaded from the hub ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:160]}); offline? use a local file instead") from None
-    if cfg.chat:
-        return rows
-    return list(_rows_to_text(rows, cfg.text_field, spec))
+        offline = " (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)" if _hub_offline() else ""
+        raise ConfigError(f"data.source={spec!r} could not be loaded from the hub{offline} ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160] if str(e) else ''}) (valid: an online dataset name, or "
+                          "a local file, folder or prepared directory)") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+    if first is None:
+        return
+    yield first
+    yield from it
 
 
-def load_documents(cfg: DataConfig) -> list:
-    return list(iter_documents(cfg))
+def _hub_offline() -> bool:
+    import os
 
-
-def iter_documents(cfg: DataConfig) -> Iterator:
-    """Documents one at a time (local files are streamed, never read whole)."""
-    src = cfg.source
-    if src == "embedded":
-        docs = embedded_documents()
-        return iter(docs[: cfg.max_documents] if cfg.max_documents else docs)
-    if src.startswith("hf:"):
-        return iter(hub_documents(src, cfg))
-    return iter_local_documents(src, cfg)
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))

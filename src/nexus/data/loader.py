@@ -1,9 +1,10 @@
-"""Tokenized, split, cached token streams and the batches drawn from them.
+"""Token streams for training and validation, and the batches drawn from them.
 
-Documents are split train/validation at the document level with a seeded permutation, tokenized
-with EOS between documents, and cached as memory-mapped arrays. Training batches are random
-windows drawn from a generator seeded by (seed, step, micro-step): the data cursor is the step
-number, so resume and multi-process runs see exactly the same batches as a single process.
+A text source is tokenized once into a prepared directory in the cache (prepare.py: one streaming pass,
+document-level deterministic split, EOS after every document) and memory-mapped; a prepared directory
+(`nexus data prepare`) or a bare `.bin` token file is mapped directly. Training batches are windows
+chosen by the sampler (sampler.py): every token once per epoch, a pure function of (seed, sample
+number). The position is the sample number at a step, part of the trainer's checkpoint (`state_dict`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ import torch
 
 from ..config import ConfigError, DataConfig
 from ..models.output import IGNORE_INDEX
-from .corpus import iter_documents
+from .prepare import doc_text, prepare
+from .sampler import WindowSampler
+from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
+                     windows)
+from .sources import resolve_source
+from .split import split_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
 from .tokenizer_files import load_tokenizer_json
 
@@ -28,29 +34,49 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("NEXUS_CACHE", Path.home() / ".cache" / "nexus"))
 
 
+def default_num_proc() -> int:
+    """Worker processes for tokenizing: the cores this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
 @dataclass
 class TokenStream:
-    tokens: np.ndarray  # token ids, EOS-separated documents
-    loss_mask: np.ndarray | None = None  # 1 where the token is a training target (SFT); None = all
+    tokens: object  # np.ndarray (memmap) or shards.ShardedTokens: token ids, EOS-separated documents
+    loss_mask: object | None = None  # 1 where the token is a training target (SFT); None = all
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def window(self, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = torch.from_numpy(self.tokens[start:start + seq_len + 1].astype(np.int64))
-        x, y = chunk[:-1], chunk[1:].clone()
+        x, y = self.windows(np.asarray([start]), seq_len)
+        return x[0], y[0]
+
+    def windows(self, starts: np.ndarray, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of the windows at `starts`: [B, seq_len] each (targets shifted by one)."""
+        chunk = torch.from_numpy(windows(self.tokens, starts, seq_len + 1).astype(np.int64))
+        x, y = chunk[:, :-1], chunk[:, 1:].clone()
         if self.loss_mask is not None:
-            m = torch.from_numpy(self.loss_mask[start + 1:start + seq_len + 1].astype(bool))
+            m = torch.from_numpy(windows(self.loss_mask, starts + 1, seq_len).astype(bool))
             y[~m] = IGNORE_INDEX
         return x, y
 
 
-class DataModule:
-    """Everything the trainer needs from data: tokenizer, train/val streams, batch sampling."""
+def _say(msg: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:  # one copy per run under torchrun, not one per rank
+        print(f"nexus data: {msg}", file=sys.stderr, flush=True)
 
-    def __init__(self, cfg: DataConfig, seed: int = 0, tokenizer=None):
-        self.cfg, self.seed = cfg, seed
+
+class DataModule:
+    """Everything the trainer needs from data: tokenizer, train/val streams, batch sampling, position."""
+
+    def __init__(self, cfg: DataConfig, seed: int = 0, tokenizer=None, quiet: bool = False):
+        self.cfg, self.seed, self.quiet = cfg, seed, quiet
         self.task = None
+        self.anchor = (0, 0)  # (step, samples drawn before it): the position the sampler continues from
         if cfg.source.startswith("synthetic:"):
             from .synthetic import make_task
 
@@ -58,127 +84,130 @@ class DataModule:
             self.tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
             self.vocab_size = self.task.vocab_size
             return
-        if tokenizer is None:
-            if cfg.tokenizer == "byte" and cfg.chat:  # chat template needs <|user|>/<|assistant|>/<|end|>
-                from .chat import ChatByteTokenizer
-
-                tokenizer = ChatByteTokenizer()
-            elif cfg.tokenizer == "byte":
-                tokenizer = ByteTokenizer()
-            elif cfg.tokenizer == "bpe":  # trained on the training documents, streamed
-                val = self._val_indices(_count(iter_documents(cfg)))
-                tokenizer = BPETokenizer.train((_doc_text(doc) for i, doc in enumerate(iter_documents(cfg))
-                                                if i not in val), cfg.bpe_vocab_size)
-            else:
-                tokenizer = load_tokenizer_json(cfg.tokenizer)
-        self.tokenizer = tokenizer
-        self.vocab_size = tokenizer.vocab_size
-        self.train, self.val = self._load_or_build()
+        self.source = resolve_source(cfg.source)
+        if self.source.tokenized and cfg.tokenizer == "bpe":
+            raise ConfigError(f"data.tokenizer='bpe' trains a tokenizer on text, but data.source={cfg.source!r} holds "
+                              "token ids (valid: the tokenizer the ids were made with: --data.tokenizer PATH)")
+        self.tokenizer = tokenizer if tokenizer is not None else self._make_tokenizer()
+        self.vocab_size = self.tokenizer.vocab_size
+        if self.source.kind == "bin":
+            self.train, self.val = self._open_bin()
+        else:
+            d = self.source.files[0] if self.source.kind == "prepared" else self._build_cache()
+            m = read_manifest(d, str(d))
+            check_tokenizer(m, self.tokenizer, cfg.source)
+            streams = open_prepared(d, m)
+            self.manifest = m
+            self.train, self.val = (TokenStream(*streams[s]) for s in ("train", "val"))
         for name, stream in (("train", self.train), ("validation", self.val)):
             if len(stream) < cfg.seq_len + 2:
                 raise ConfigError(f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
                                   f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)")
+        self.sampler = WindowSampler(len(self.train), cfg.seq_len, seed)
+        self._summary()
 
     # ------------------------------------------------------------------ building
-    def _val_indices(self, n: int) -> set[int]:
-        """Document-level split: a seeded permutation of the n documents, the first n_val held out."""
-        if n <= 1:
-            return set()
-        order = np.random.default_rng(self.cfg.split_seed).permutation(n)
-        n_val = max(1, int(round(n * self.cfg.val_fraction)))
-        return set(order[:n_val].tolist())
+    def _make_tokenizer(self):
+        cfg = self.cfg
+        if cfg.tokenizer == "byte" and cfg.chat:  # chat template needs <|user|>/<|assistant|>/<|end|>
+            from .chat import ChatByteTokenizer
+
+            return ChatByteTokenizer()
+        if cfg.tokenizer == "byte":
+            return ByteTokenizer()
+        if cfg.tokenizer == "bpe":  # trained on the training documents, streamed
+            if not self.quiet:  # a pass over all the text, silent inside `tokenizers`: say what the wait is
+                _say(f"training a BPE tokenizer (vocabulary {cfg.bpe_vocab_size:,}) on the training documents of "
+                     f"{cfg.source} (one pass over the text)")
+            docs = split_documents(self.source.documents(cfg), cfg.val_fraction, cfg.split_seed)
+            return BPETokenizer.train((doc_text(d) for d, is_val in docs if not is_val), cfg.bpe_vocab_size)
+        return load_tokenizer_json(cfg.tokenizer)
 
     def _cache_key(self) -> str:
-        c = self.cfg
-        src = c.source
-        if src not in ("embedded",) and not src.startswith("hf:"):
-            st = Path(src).stat()
-            src = f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-        elif src == "embedded":
-            src = f"embedded:{sys.version}"
-        tok_id = self.tokenizer.kind
-        if isinstance(self.tokenizer, BPETokenizer):
-            tok_id += hashlib.sha256(self.tokenizer.tok.to_str().encode()).hexdigest()[:16]
-        key = json.dumps([src, tok_id, c.split_seed, c.val_fraction, c.text_field, c.max_documents, c.chat, 1])
-        return hashlib.sha256(key.encode()).hexdigest()[:20]
+        from .prepare import SHARD_BYTES, fingerprint
 
-    def _load_or_build(self):
-        src = self.cfg.source
-        if src != "embedded" and not src.startswith("hf:"):
-            check_local_source(src)
+        fp = fingerprint(self.source, self.cfg, self.tokenizer, SHARD_BYTES)
+        return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:20]
+
+    def _build_cache(self) -> Path:
+        """The source tokenized into a prepared directory under the cache (built once, resumed if cut off)."""
+        from .prepare import SHARD_BYTES
+
         root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
         d = root / self._cache_key()
-        if (d / "meta.json").is_file():
-            try:
-                return self._open(d)
-            except (OSError, ValueError, KeyError):
-                pass  # a damaged cache is rebuilt, never trusted
-        self._build(d)
-        return self._open(d)
+        if self.source.kind == "stdlib" and not (d / "manifest.json").is_file():
+            from .stdlib_corpus import describe
 
-    def _build(self, d: Path) -> None:
-        """Tokenize the corpus into memory-mapped train/val shards under a temporary name, then rename.
+            _say(describe())
+        nproc = self.cfg.num_proc or default_num_proc()
+        prepare(self.source, self.cfg, self.tokenizer, d, num_proc=nproc, shard_bytes=SHARD_BYTES,
+                progress=not self.quiet, label="data")
+        return d
 
-        Two streaming passes over the documents (count, then tokenize in batches with encode_batch);
-        memory holds one batch of documents and the validation index set, never the whole corpus."""
-        n = _count(iter_documents(self.cfg))
-        val = self._val_indices(n)
-        dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
-        d.parent.mkdir(parents=True, exist_ok=True)
-        tmp = d.with_name(d.name + f".tmp{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        try:
-            writers = {name: ShardWriter(tmp, name, dtype, self.cfg.chat) for name in ("train", "val")}
-            if n == 1:  # a single document: hold out its tail instead
-                text = _doc_text(next(iter_documents(self.cfg)))
-                cut = int(len(text) * (1 - self.cfg.val_fraction))
-                writers["train"].add(self.tokenizer, [text[:cut]])
-                writers["val"].add(self.tokenizer, [text[cut:]])
-            else:
-                batches = {"train": [], "val": []}
-                for i, doc in enumerate(iter_documents(self.cfg)):
-                    name = "val" if i in val else "train"
-                    batches[name].append(doc)
-                    if len(batches[name]) >= ENCODE_BATCH:
-                        writers[name].add(self.tokenizer, batches[name])
-                        batches[name] = []
-                for name, docs in batches.items():
-                    writers[name].add(self.tokenizer, docs)
-            meta = {name: w.close() for name, w in writers.items()}
-            (tmp / "meta.json").write_text(json.dumps(meta))
-            os.replace(tmp, d)
-        except OSError:
-            if not (d / "meta.json").is_file():
-                raise
-        finally:  # another process that won the race wrote the same cache
-            import shutil
+    def _open_bin(self):
+        files, cfg = self.source.files, self.cfg
+        train = [open_bin(f, cfg.dtype, self.vocab_size, cfg.source) for f in files]
+        sibling = files[0].with_name("val.bin")
+        if len(files) == 1 and files[0].name == "train.bin" and sibling.is_file():  # nanoGPT's pair
+            val = [open_bin(sibling, cfg.dtype, self.vocab_size, str(sibling))]
+            self.val_note = f"validation: {sibling}"
+        else:
+            n_val = int(sum(len(a) for a in train) * cfg.val_fraction)
+            train, val = split_tail(train, n_val)
+            self.val_note = (f"validation: the last {cfg.val_fraction:.0%} of the tokens ({n_val:,}; a bare .bin has "
+                             "no document boundaries, so the split is by position)")
+        return TokenStream(joined(train)), TokenStream(joined(val))
 
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _summary(self) -> None:
+        """The run's data summary: one line, with any cap the user set."""
+        if self.quiet:
+            return
+        cfg = self.cfg
+        cap = f" | capped at data.max_documents={cfg.max_documents:,}" if cfg.max_documents else ""
+        kind = self.source.kind
+        extra = f" | {self.val_note}" if kind == "bin" else ""
+        _say(f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab {self.vocab_size:,}) | "
+             f"train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}")
 
-    def _open(self, d: Path):
-        meta = json.loads((d / "meta.json").read_text())
-        out = []
-        for name in ("train", "val"):
-            m = meta[name]
-            toks = np.memmap(d / f"{name}.bin", dtype=m["dtype"], mode="r", shape=(m["n"],))
-            mask = np.memmap(d / f"{name}.mask", dtype=np.uint8, mode="r", shape=(m["n"],)) if m["mask"] else None
-            out.append(TokenStream(toks, mask))
-        return out
+    # ------------------------------------------------------------------ position
+    def sample_index(self, step: int, micro: int, global_bs: int, accum: int) -> int:
+        a_step, a_samples = self.anchor
+        return a_samples + ((step - a_step) * accum + micro) * global_bs
+
+    def state_dict(self, step: int, global_bs: int, accum: int) -> dict:
+        """The loader's position at `step`: samples drawn before it (and what they were drawn from)."""
+        return {"step": int(step), "samples": int(self.sample_index(step, 0, global_bs, accum)),
+                "train_tokens": int(len(self.train)) if self.task is None else 0}
+
+    def load_state_dict(self, st: dict) -> str | None:
+        """Continue from a stored position; returns a note when the training tokens changed meanwhile."""
+        self.anchor = (int(st["step"]), int(st["samples"]))
+        if self.task is None and st.get("train_tokens") and st["train_tokens"] != len(self.train):
+            return (f"data: the checkpoint's position was in a corpus of {st['train_tokens']:,} training tokens, "
+                    f"this one has {len(self.train):,}; reading continues at sample {st['samples']:,}")
+        return None
+
+    def epochs(self, tokens_seen: int) -> float:
+        """Training tokens seen / training tokens: above 1 the corpus has repeated."""
+        return tokens_seen / max(len(self.train), 1) if self.task is None else 0.0
 
     # ------------------------------------------------------------------ batches
-    def global_train_batch(self, step: int, micro: int, global_bs: int):
-        """Global micro-batch (step, micro) of `global_bs` sequences; a pure function of (seed, step, micro)."""
-        g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
-        if self.task is not None:
-            return self.task.batch(global_bs, g)
-        hi = len(self.train) - self.cfg.seq_len - 1
-        starts = torch.randint(0, hi + 1, (global_bs,), generator=g).tolist()
-        xs, ys = zip(*(self.train.window(s, self.cfg.seq_len) for s in starts))
-        return torch.stack(xs), torch.stack(ys)
+    def global_train_batch(self, step: int, micro: int, global_bs: int, accum: int | None = None):
+        """Global micro-batch (step, micro) of `global_bs` sequences; a pure function of (seed, position).
+        Callers that do not pass `accum` get independent random windows per (step, micro) instead."""
+        if self.task is not None or accum is None:
+            g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
+            if self.task is not None:
+                return self.task.batch(global_bs, g)
+            hi = len(self.train) - self.cfg.seq_len - 1
+            return self.train.windows(torch.randint(0, hi + 1, (global_bs,), generator=g).numpy(), self.cfg.seq_len)
+        first = self.sample_index(step, micro, global_bs, accum)
+        return self.train.windows(self.sampler.starts(first, global_bs), self.cfg.seq_len)
 
-    def train_batch(self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1):
+    def train_batch(self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1,
+                    accum: int | None = None):
         """The `rank`-th slice of global micro-batch (step, micro); global size batch_size * world."""
-        x, y = self.global_train_batch(step, micro, batch_size * world)
+        x, y = self.global_train_batch(step, micro, batch_size * world, accum)
         sl = slice(rank * batch_size, (rank + 1) * batch_size)
         return x[sl], y[sl]
 
@@ -192,67 +221,6 @@ class DataModule:
         L = self.cfg.seq_len
         hi = len(self.val) - L - 1
         total = n_batches * batch_size
-        starts = np.linspace(0, hi, num=total).astype(np.int64).tolist() if hi > 0 else [0] * total
+        starts = np.linspace(0, hi, num=total).astype(np.int64) if hi > 0 else np.zeros(total, np.int64)
         for b in range(n_batches):
-            xs, ys = zip(*(self.val.window(s, L) for s in starts[b * batch_size:(b + 1) * batch_size]))
-            yield torch.stack(xs), torch.stack(ys)
-
-
-ENCODE_BATCH = 512  # documents tokenized per encode_batch call
-
-
-class ShardWriter:
-    """Appends tokenized documents (EOS after each) to <name>.bin (+ <name>.mask for chat SFT)."""
-
-    def __init__(self, directory: Path, name: str, dtype, chat: bool):
-        self.name, self.dtype, self.chat = name, dtype, chat
-        self.tokens = open(directory / f"{name}.bin", "wb")
-        self.mask = open(directory / f"{name}.mask", "wb") if chat else None
-        self.n = 0
-
-    def add(self, tokenizer, docs: list) -> None:
-        if not docs:
-            return
-        if self.chat:
-            from .chat import encode_conversation
-
-            for doc in docs:
-                t, m = encode_conversation(tokenizer, doc)
-                self._write(np.asarray(t, dtype=self.dtype), np.asarray(m, dtype=np.uint8))
-            return
-        ids = tokenizer.encode_batch([_doc_text(doc) for doc in docs])
-        flat = np.fromiter((t for doc_ids in ids for t in (*doc_ids, tokenizer.eos_id)), dtype=self.dtype,
-                           count=sum(len(x) + 1 for x in ids))
-        self._write(flat, None)
-
-    def _write(self, tokens: np.ndarray, mask: np.ndarray | None) -> None:
-        tokens.tofile(self.tokens)
-        if self.mask is not None:
-            mask.tofile(self.mask)
-        self.n += len(tokens)
-
-    def close(self) -> dict:
-        self.tokens.close()
-        if self.mask is not None:
-            self.mask.close()
-        return {"n": self.n, "dtype": np.dtype(self.dtype).name, "mask": self.chat}
-
-
-def _count(docs) -> int:
-    return sum(1 for _ in docs)
-
-
-def check_local_source(path: str) -> None:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"data.source={path!r} (valid: embedded, an existing .txt/.jsonl/.parquet file, hf:<name>, synthetic:<task>)")
-    if p.stat().st_size == 0:
-        raise ConfigError(f"data.source={path!r} is empty (valid: a file with at least one document)")
-
-
-def _doc_text(doc) -> str:
-    if isinstance(doc, str):
-        return doc
-    if isinstance(doc, dict) and "messages" in doc:
-        return "\n".join(str(m.get("content", "")) for m in doc["messages"])
-    return str(doc)
+            yield self.val.windows(starts[b * batch_size:(b + 1) * batch_size], L)

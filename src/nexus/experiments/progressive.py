@@ -56,19 +56,51 @@ class Method:
 
 # One line per method: name, family, small preset, spec, what it is, small-model overrides. Which models a
 # method applies to is its growth family's spec (`applies_to`), not written down here.
-# The quick defaults (`nexus experiment progressive`) grow a half-width baseline-tiny (d_model 64, 4 heads
-# of 32) into the baseline-tiny width (d_model 128, FFN 352); re-warmup tau is scaled to ~300-step runs.
-_HALF_WIDTH = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
-_WIDTH = {"hidden": 128, "ffn": 352}
+#
+# SPARKLING's recipe (paper 002, App. B): AdamW with weight decay 0.1 on every parameter, norms and embeddings
+# included (Table 4), and per-head QK-norm (B.1). The small model is the regime benchmark's: 4 layers, d_model
+# 64, 4 heads of 16, FFN inner 128. The default grows one axis 2x, the FFN inner size (the paper's main axis,
+# Table 2 "Inner 2x"): copy ratio c = 1, where the RMS rule 1/sqrt(1+3c) = 1/2 is also the exact split, so the
+# grown model computes the same function. Hidden 2x (heads and head size kept) and both axes are named methods.
+SPARKLING_RECIPE = {"model.qk_norm": True, "train.weight_decay": 0.1, "train.decay_all": True}
+_SPARKLING_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 16, "model.ffn_hidden": 128,
+                    **SPARKLING_RECIPE}
+_FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
+# copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
+_SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
+# the main job before issue 29: half-width baseline-tiny (4 heads of 32) grown jointly d 64->128, FFN 192->352
+# (copy ratio 0.83, not exact), weight decay on matrices only, no QK-norm
+_LEGACY_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
+_LEGACY_WIDTH = {"hidden": 128, "ffn": 352}
 METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("sparkling", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "rms", "rewarmup": "1.3,30"},
-           "SPARKLING width growth d 64->128, FFN 192->352 (copy init, RMS-preserving, asymmetric state, re-warmup)",
-           _HALF_WIDTH),
-    Method("sparkling-random", "width", "baseline-tiny", {**_WIDTH, "init": "random,random", "preserve": "rms", "rewarmup": "1.3,30"},
-           "SPARKLING width growth d 64->128, FFN 192->352, random init of the new channels", _HALF_WIDTH),
-    Method("naive-copy", "width", "baseline-tiny", {**_WIDTH, "init": "copy,copy", "preserve": "none"},
-           "width d 64->128, FFN 192->352 by copying channels, no rescale, no re-warmup (naive baseline)",
-           _HALF_WIDTH),
+    Method("sparkling", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING},
+           "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
+           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL),
+    Method("sparkling-hidden", "width", "baseline-tiny", {**_HIDDEN_2X, **_SPARKLING},
+           "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe", _SPARKLING_SMALL),
+    Method("sparkling-both", "width", "baseline-tiny", {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
+           "SPARKLING, hidden 64->128 and FFN inner 128->256 together (the paper's joint 2x), full recipe",
+           _SPARKLING_SMALL),
+    Method("sparkling-random", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING, "init": "random,random"},
+           "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, "
+           "re-warmup)", _SPARKLING_SMALL),
+    Method("naive-copy", "width", "baseline-tiny",
+           {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state": "copy"},
+           "naive expansion, FFN inner 128->256: copy init with none of the interventions (no rescale, "
+           "symmetric optimizer state, no re-warmup)", _SPARKLING_SMALL),
+    Method("sparkling-no-rewarmup", "width", "baseline-tiny",
+           {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
+           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL),
+    Method("sparkling-symmetric", "width", "baseline-tiny",
+           {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
+           "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
+           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL),
+    Method("legacy-sparkling", "width", "baseline-tiny", {**_LEGACY_WIDTH, **_SPARKLING},
+           "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
+           "only, no QK-norm", _LEGACY_SMALL),
+    Method("legacy-naive-copy", "width", "baseline-tiny", {**_LEGACY_WIDTH, "init": "copy,copy", "preserve": "none"},
+           "naive-copy before issue 29: d 64->128, FFN 192->352, no rescale, no re-warmup, but the asymmetric "
+           "optimizer state", _LEGACY_SMALL),
     Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
            "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
            {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256}),
@@ -217,7 +249,8 @@ def _total_params(model_cfg) -> int:
 def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, overrides: list[str] | None = None,
                      tokens: int | None = None, grow_at: float = 0.5, seed: int | None = None,
                      out: str | None = None, eval_points: int = 10, seeds: list[int] | None = None,
-                     recipe: str = "paper", tau=None, steplaw_scratch: bool = False) -> dict:
+                     recipe: str = "paper", tau=None, steplaw_scratch: bool = False,
+                     scratch_lr: float | None = None) -> dict:
     """Validate everything and return the plan (configs of every run of every seed); trains nothing."""
     if recipe not in RECIPES:
         raise ConfigError(f"--recipe={recipe!r} (valid: {'|'.join(RECIPES)})")
@@ -261,6 +294,10 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     scratch.model = copy.deepcopy(target_model)
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
+    if scratch_lr is not None:  # a tuned from-scratch lr (growth keeps the small model's, as the paper does)
+        if not (isinstance(scratch_lr, (int, float)) and math.isfinite(scratch_lr) and scratch_lr > 0):
+            raise ConfigError(f"--scratch-lr={scratch_lr!r} (valid: a learning rate > 0)")
+        scratch.train.lr = float(scratch_lr)
     templates = {"grown": copy.deepcopy(small), "scratch": scratch, "small": copy.deepcopy(small)}
     templates["grown"].train.set_hook("growth", at=grow_step, spec=spec)
     n_small, n_large = _total_params(small.model), _total_params(scratch.model)
@@ -282,6 +319,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
             "spec": spec, "seeds": seeds, "recipe": recipe, "tau": tau_steps, "tau_rule": tau_rule,
             "token_budget": steps * tps, "tokens_per_step": tps, "steps": steps, "grow_step": grow_step,
             "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir), "total_params": {"small": n_small, "large": n_large},
+            "scratch_lr_rule": "the small model's lr" if scratch_lr is None else f"given: {scratch_lr:.3g}",
             "schedules": {name: describe_schedule(t.train) + (f" (step law: small lr x (N_large/N_small)^{STEP_LAW_N_EXPONENT}"
                                                                f" = {n_large:,}/{n_small:,} total params)"
                                                                if name == "scratch-steplaw" else "")

@@ -136,6 +136,8 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
     """Write the packed file atomically (temp name + rename) and return its size report."""
     from safetensors.torch import save_file
 
+    from ..atomic import respect_umask
+
     tensors, shapes, stats = ternary_tensors(model, packing)
     meta = {"format": FORMAT, "version": VERSION, "packing": packing, "config": cfg.to_json(),
             "tokenizer": json.dumps(_tokenizer_meta(tokenizer)), "shapes": json.dumps(shapes),
@@ -145,6 +147,7 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         save_file(tensors, str(tmp), metadata=meta)
+        respect_umask(tmp)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
@@ -164,17 +167,20 @@ def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
 
 
 # ----------------------------------------------------------------------------- load
-def load_ternary(path, kernel: str = "auto"):
-    """Packed file -> (model in eval mode with PackedTernaryLinear layers, RunConfig, tokenizer).
+def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, device="cpu"):
+    """Packed file -> (model in eval mode with PackedTernaryLinear layers on `device`, RunConfig, tokenizer).
 
     kernel "int4" / "int8" decode with torch's weight-only int4 / int8 CPU matmuls (fast,
     bf16-precision activations); "dense" materializes fp32 weights whose logits equal the unpacked
     model's bitwise; "auto" (default) takes int4 for layers of at least 2^18 weights, where reading
-    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear)."""
+    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear). The low-bit
+    kernels exist for CPUs only: on any other device "auto" is dense, and "int4"/"int8" are refused.
+    `overrides` sets model fields that may change at load time, as for load_checkpoint (e.g.
+    {'recurrent.t_inner': 12})."""
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked
-    from ..config import ConfigError, RunConfig
+    from ..config import ConfigError, RunConfig, apply_override
     from ..models import build_model
 
     path = Path(path)
@@ -198,10 +204,18 @@ def load_ternary(path, kernel: str = "auto"):
         tok_meta = json.loads(meta["tokenizer"])
     except (KeyError, json.JSONDecodeError, ConfigError) as e:
         raise CheckpointError(f"ternary file {where!r} has a damaged header ({type(e).__name__})") from None
+    for k, v in (overrides or {}).items():
+        apply_override(cfg, f"model.{k}", v)
+    cfg.validate()
     if packing not in PACKINGS:
         raise CheckpointError(f"ternary file {where!r} has packing={packing!r} (valid: {'|'.join(PACKINGS)})")
     if kernel not in PACKED_KERNELS:
         raise ConfigError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
+    device = torch.device(device)
+    if device.type != "cpu":
+        if kernel in ("int4", "int8"):
+            raise ConfigError(f"kernel={kernel!r} runs on CPU only, not on device={str(device)!r} (valid there: auto|dense)")
+        kernel = "dense"  # torch has weight-only int4/int8 matmuls for CPU only
     model = build_model(cfg.model)
     for name, m in list(model.named_modules()):
         if not isinstance(m, BitLinear):
@@ -220,7 +234,7 @@ def load_ternary(path, kernel: str = "auto"):
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
     load_state_dict_checked(model, tensors, where)
-    model.eval()
+    model.to(device).eval()
     tok = _tokenizer_from_meta(tok_meta, where)
     model.tokenizer = tok
     return model, cfg, tok

@@ -4,7 +4,8 @@ D=1024): only W_M of q/k/v (fan-in) and W_D of o / a Nexus-Rank FFN (fan-out) to
 stream; M, A, heads and head size stay, so --preserve exact is exact there too.
 
 Every parameter is described by which of its dimensions run along a growable *axis* and in which
-role (see `ROLES`):
+role, declared by the module that owns it (`width_roles`, models/width_roles.py; a module that cannot
+be grown says why with `width_refusal`):
   out   fan-out: the new entries along this dim *produce* the new channels (embedding columns,
         o_proj / down_proj rows for the hidden axis; up_proj rows for the FFN axes)
   gate  a fan-out that must never be zero together with `up` (SwiGLU: zero gate and zero up is a
@@ -36,13 +37,14 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, ModelConfig, RunConfig
+from ..models.accounting import build_on_meta
+from ..models.width_roles import Roles, collect_refusals, collect_roles
 from . import GrowthResult, ParamMap, register_grower
 from .inherit import inherit
 from .spec import GrowthSpec, option
@@ -51,37 +53,6 @@ INITS = ("copy", "random", "zero")
 PRESERVE_MODES = ("rms", "exact", "none")
 SPLITS = ("even", "1:2", "random")
 AXES = ("hidden", "ffn", "expert_inner")
-
-# name pattern -> {dim: (axis, role)}; the FFN axis of an expert is "expert_inner", of a dense MLP "ffn".
-ROLES: list[tuple[re.Pattern, dict[int, tuple[str, str]]]] = [
-    (re.compile(r"(^|\.)embed\.weight$"), {1: ("hidden", "out")}),
-    (re.compile(r"(^|\.)lm_head\.weight$"), {1: ("hidden", "in")}),
-    (re.compile(r"(^norm|attn_norm|mlp_norm)\.weight$"), {0: ("hidden", "gain")}),
-    (re.compile(r"\.attn\.(q_proj|k_proj|v_proj|g_proj)\.weight$"), {1: ("hidden", "in")}),
-    (re.compile(r"\.attn\.o_proj\.weight$"), {0: ("hidden", "out")}),
-    (re.compile(r"\.mlp\.router\.weight$"), {1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.gate_proj\.weight$"), {0: ("ffn", "gate"), 1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.up_proj\.weight$"), {0: ("ffn", "out"), 1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.down_proj\.weight$"), {0: ("hidden", "out"), 1: ("ffn", "in")}),
-    (re.compile(r"\.mlp\.experts\.\d+\.gate_proj\.weight$"), {0: ("expert_inner", "gate"), 1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.experts\.\d+\.up_proj\.weight$"), {0: ("expert_inner", "out"), 1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.experts\.\d+\.down_proj\.weight$"), {0: ("hidden", "out"), 1: ("expert_inner", "in")}),
-    # Nexus-Rank projections (Nexusformer): only the stage touching the residual stream grows. Its
-    # first stage W_M is linear in its input, so a fan-in factor on W_M's columns acts on the
-    # pre-activation exactly as on a Linear's output; W_A and the widths M, A are untouched.
-    (re.compile(r"\.attn\.(q_proj|k_proj|v_proj)\.w_m\.weight$"), {1: ("hidden", "in")}),
-    (re.compile(r"\.attn\.o_proj\.w_d\.weight$"), {0: ("hidden", "out")}),
-    (re.compile(r"\.mlp\.w_m\.weight$"), {1: ("hidden", "in")}),
-    (re.compile(r"\.mlp\.w_d\.weight$"), {0: ("hidden", "out")}),
-]
-
-
-def roles_of(name: str) -> dict[int, tuple[str, str]]:
-    for pat, roles in ROLES:
-        if pat.search(name):
-            return roles
-    return {}
-
 
 # ----------------------------------------------------------------------------- the spec
 @dataclass
@@ -159,18 +130,17 @@ class WidthSpec(GrowthSpec):
         return {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
 
     def applies_to(self, m) -> None:
-        """A transformer with linear or Nexus-Rank projections and no anchor mixing; every target at least
-        the current size and one larger; `exact` only where a function-preserving choice exists."""
-        if m.arch != "transformer":
-            raise ConfigError(f"model.arch={m.arch!r} for width growth (valid: transformer)")
-        p = m.projection
-        if p.kind == "pattention":
-            raise ConfigError(f"model.projection.kind={p.kind!r} for width growth (valid: linear or nexus_rank; grow "
-                              "Pattention with --add-tokens)")
-        if p.kind == "nexus_rank":
+        """A model no module of which refuses width growth (`width_refusal`), every target at least the
+        current size and one larger, `exact` only where a function-preserving choice exists, and every
+        tensor the grown config reshapes covered by a declared role (`width_roles`): checked on the
+        meta device, so a model width growth cannot grow fails here, before step 0."""
+        old_model = build_on_meta(m)
+        refusals = collect_refusals(old_model, self)
+        if refusals:
+            where, why = refusals[0]
+            raise ConfigError(f"width growth of {where}: {why}")
+        if m.projection.kind == "nexus_rank":
             _check_nexus_rank(m, self)
-        if m.mixing.anchor != "none":
-            raise ConfigError(f"model.mixing.anchor={m.mixing.anchor!r} for width growth (valid: none)")
         if self.expert_inner and not m.moe.n_experts:
             raise ConfigError(f"width.expert_inner={self.expert_inner} on a dense model (valid: only when "
                               "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
@@ -188,10 +158,29 @@ class WidthSpec(GrowthSpec):
         if self.init_out == "zero" and self.init_in == "zero":
             raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
                               "exactly zero gradient forever)")
+        gen = torch.Generator().manual_seed(self.seed)
+        plans = {a: plan_axis(a, current[a], new, self, gen) for a, new in targets.items() if new > current[a]}
         if self.preserve == "exact":
-            gen = torch.Generator().manual_seed(self.seed)
-            check_exact(self, {a: plan_axis(a, current[a], new, self, gen) for a, new in targets.items()
-                               if new > current[a]})
+            check_exact(self, plans)
+        check_roles(old_model, build_on_meta(grown_config(m, self, plans)), plans)
+
+
+def check_roles(old_model, new_model, plans: dict) -> None:
+    """Every parameter the grown config reshapes has a declared role for exactly the dims that changed."""
+    roles = collect_roles(old_model)
+    old_shapes = {n: tuple(p.shape) for n, p in old_model.named_parameters()}
+    for name, p in new_model.named_parameters():
+        expected = list(old_shapes[name])
+        for dim, (axis, _) in grown_roles(roles.get(name, {}), plans).items():
+            expected[dim] = plans[axis].new
+        if tuple(expected) != tuple(p.shape):
+            raise ConfigError(f"width growth has no role for {name!r} {old_shapes[name]} -> {tuple(p.shape)} in this "
+                              "model (valid: a model whose layer kinds all declare width_roles, see "
+                              "models/width_roles.py)")
+
+
+def grown_roles(roles: Roles, plans: dict) -> Roles:
+    return {d: r for d, r in roles.items() if r[0] in plans}
 
 
 def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dict | None:
@@ -364,14 +353,10 @@ def _check_nexus_rank(m, ws: WidthSpec) -> None:
                           "M 780 -> 1540, A 960 -> 1730 with D 768 -> 1024; or set model.projection.relax_order=true)")
 
 
-@register_grower("width", WidthSpec)
-def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
-    m = cfg.model
+def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
+    """The ModelConfig of `m` grown by `ws` along `plans`."""
     current = ws.current_sizes(m)
     targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
-    gen = torch.Generator().manual_seed(ws.seed)
-    plans = {a: plan_axis(a, current[a], new, ws, gen) for a, new in targets.items() if new > current[a]}
-
     new_mcfg = copy.deepcopy(m)
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
     new_mcfg.ffn_hidden = targets.get("ffn", m.ffn)  # explicit: the default would follow d_model
@@ -387,12 +372,24 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
         # zero new channels shrink mean(x^2) by n/n' while RMSNorm's eps stays: scale eps with it so the
         # sqrt(n/n') fan-in factor undoes the normalisation exactly (the per-head QK-norm sees eps shrink too)
         new_mcfg.norm_eps = m.norm_eps * plans["hidden"].old / plans["hidden"].new
+    return new_mcfg
+
+
+@register_grower("width", WidthSpec)
+def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
+    m = cfg.model
+    current = ws.current_sizes(m)
+    targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
+    gen = torch.Generator().manual_seed(ws.seed)
+    plans = {a: plan_axis(a, current[a], new, ws, gen) for a, new in targets.items() if new > current[a]}
+    new_mcfg = grown_config(m, ws, plans)
+    roles = collect_roles(model)
 
     def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> ParamMap:
-        grown_dims = {d: r for d, r in roles_of(name).items() if r[0] in plans}
+        grown_dims = grown_roles(roles.get(name, {}), plans)
         if not grown_dims:
             raise RuntimeError(f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
-                               f"{tuple(p.shape)} (no growth role matches its name)")
+                               f"{tuple(p.shape)} (no module declares a width role for it)")
         new_t, copy_source, fan_in = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
         if tuple(new_t.shape) != tuple(p.shape):
             raise RuntimeError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
@@ -410,7 +407,7 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     report = {"grown": ", ".join(f"{a} {pl.old}->{pl.new}" for a, pl in plans.items()),
               "init (fan-out,fan-in)": f"{ws.init_out},{ws.init_in}", "preserve": ws.preserve,
               "fan-in factor": ", ".join(f"{a}: {float(pl.col_scale.mean()):.4f}" for a, pl in plans.items())}
-    if ws.init_out == "zero" and any(r[1] == "gate" for n in maps for r in roles_of(n).values()):
+    if ws.init_out == "zero" and any(r[1] == "gate" for n in maps for r in roles.get(n, {}).values()):
         report["note"] = "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train"
     if "hidden" in plans and m.tie_embeddings:
         report["logit_scale"] = new_mcfg.logit_scale

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from .layers import HookPoint, RMSNorm, apply_rope
 from .projections import ProjectionFactory, linear_projection
 from .seq_cache import append_history
+from .width_roles import port, prefixed
 
 
 def component_shapes(n_heads: int, n_kv_heads: int, head_dim: int, gate: str = "none") -> dict[str, tuple[int, int]]:
@@ -82,6 +83,15 @@ class Attention(nn.Module):
         self.hook_qk = HookPoint()  # (q, k) after norm and RoPE: attention-pattern analyses hook here
         self.hook_gate = HookPoint()  # gate logits after mixing: gate-activation analyses hook here
         self.mixer = mixer  # registered last: parameter order (optimizer state) as before injection
+
+    def width_roles(self) -> dict:
+        """Width growth: q/k/v(/g) read the hidden axis, o writes it; heads and head size stay."""
+        roles = {}
+        for name in ("q_proj", "k_proj", "v_proj", "g_proj"):
+            if getattr(self, name) is not None:
+                roles.update(prefixed(name, port(getattr(self, name), "in", "hidden", "in")))
+        roles.update(prefixed("o_proj", port(self.o_proj, "out", "hidden", "out")))
+        return roles
 
     # ------------------------------------------------------------------ steps
     def project(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -24,6 +24,13 @@ class LanguageModel(nn.Module):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
+    def width_roles(self) -> dict:
+        """Width growth (models/width_roles.py): the embedding writes the hidden axis, the head reads it."""
+        roles = {"embed.weight": {1: ("hidden", "out")}, "norm.weight": {0: ("hidden", "gain")}}
+        if self.lm_head is not None:
+            roles["lm_head.weight"] = {1: ("hidden", "in")}
+        return roles
+
     # ------------------------------------------------------------------ init
     def init_weights(self) -> None:
         """Global init. Modules with a special init (e.g. zero-initialized dynamic mixing) define

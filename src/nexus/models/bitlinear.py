@@ -252,6 +252,9 @@ class PackedTernaryLinear(nn.Module):
         x = self.prepare_input(x)
         if self.kernel == "dense":
             return F.linear(x, self.weight, self.bias)
+        if x.device.type != "cpu":  # moved off the CPU after loading: torch's low-bit kernels are CPU-only
+            raise RuntimeError(f"PackedTernaryLinear kernel={self.kernel!r} runs on CPU only; load the file with "
+                               f"load_ternary(path, device={str(x.device)!r}) for the dense kernel there")
         if self.kernel == "int4":
             y = int4_weight_matmul(x, self.packed, self.scales_zeros, self.group, self.scale)
         else:

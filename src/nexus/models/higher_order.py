@@ -67,6 +67,16 @@ class HigherOrderAttention(Attention):
             for p in self.ho_gate.values():
                 nn.init.zeros_(p)
 
+    def width_refusal(self, spec) -> str | None:
+        """Width growth reaches the inner attentions through their own roles (they are Attention modules).
+        One case cannot stay exact: with zero new fan-out channels the fan-in factor sqrt(n/n') on W_q/W_k/W_v
+        undoes RMSNorm's rescaling of the block input, but the projected form also applies W_q/W_k/W_v to
+        the inner output Y, which no norm rescaled, so the refined Q~/K~/V~ would shrink."""
+        if self.form == "projected" and spec.hidden and spec.preserve == "exact" and spec.init_out == "zero":
+            return ("--preserve exact with --init zero,<any> on width.hidden cannot keep projected higher-order "
+                    "attention exact (its inner output is not normed; valid: --init copy,copy, or --preserve rms)")
+        return None
+
     # ------------------------------------------------------------------ levels
     def _weights_name(self, w: Attention) -> str:
         if w is self:

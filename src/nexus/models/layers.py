@@ -80,6 +80,17 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
+    def width_roles(self, inner: str = "ffn") -> dict:
+        """Width growth: the inner axis (`inner`: ffn, or expert_inner for an MoE expert) is written by
+        gate/up and read by down; the hidden axis the other way round."""
+        roles = {"gate_proj.weight": {0: (inner, "gate"), 1: ("hidden", "in")},
+                 "up_proj.weight": {0: (inner, "out"), 1: ("hidden", "in")},
+                 "down_proj.weight": {0: ("hidden", "out"), 1: (inner, "in")}}
+        if self.down_proj.bias is not None:
+            roles.update({"gate_proj.bias": {0: (inner, "gate")}, "up_proj.bias": {0: (inner, "out")},
+                          "down_proj.bias": {0: ("hidden", "out")}})
+        return roles
+
 
 class HookPoint(nn.Module):
     """Identity on its inputs, placed where an analysis wants to read intermediate tensors. Analyses

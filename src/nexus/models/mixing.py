@@ -77,7 +77,16 @@ def _normalize(norms: nn.ModuleDict, comp: str, x: torch.Tensor) -> torch.Tensor
 
 
 # ----------------------------------------------------------------------------- anchor sources
-class ExoAnchor(nn.Module):
+class AnchorSource(nn.Module):
+    """Where a model's cross-layer anchors come from (ExoAnchor, LayerZeroAnchor)."""
+
+    def width_refusal(self, spec) -> str:
+        # the anchors' coefficient and norm shapes follow the heads, but no growth rule keeps the mixed
+        # anchors of grown channels consistent; nothing in the papers grows an anchor-mixed model
+        return "anchor mixing (model.mixing.anchor) has no width-growth rule (valid: model.mixing.anchor=none)"
+
+
+class ExoAnchor(AnchorSource):
     """ExoFormer's exogenous anchor: one fused Linear on the token embeddings, split into the mixed
     components, each normalized. Computed once per forward, independent of depth."""
 
@@ -120,7 +129,7 @@ class ExoAnchor(nn.Module):
         return 0.0  # only the Linear (counted by the walker); RMSNorm is negligible (paper, app. F)
 
 
-class LayerZeroAnchor(nn.Module):
+class LayerZeroAnchor(AnchorSource):
     """Anchor source for ResFormer / NuResFormer: an empty anchor dict per forward, which layer 0 fills
     as it runs (see AnchorCapture) and the later layers read."""
 

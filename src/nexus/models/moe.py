@@ -23,6 +23,7 @@ from ..config import ModelConfig
 from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
 from .output import AuxLossModule
+from .width_roles import port, prefixed
 
 
 def expert_hidden(cfg: ModelConfig) -> int:
@@ -42,6 +43,13 @@ class MoEMLP(AuxLossModule):
         self.hidden = hidden
         self.router = nn.Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(d_model, hidden) for _ in range(n_experts))
+
+    def width_roles(self) -> dict:
+        """Width growth: the router reads the hidden axis; each expert is a SwiGLU over expert_inner."""
+        roles = prefixed("router", port(self.router, "in", "hidden", "in"))
+        for i, expert in enumerate(self.experts):
+            roles.update(prefixed(f"experts.{i}", expert.width_roles("expert_inner")))
+        return roles
 
     def route(self, x2: torch.Tensor):
         """x2 (N, d) -> (logits (N,E) fp32, probs (N,E), top-k weights (N,k), top-k expert ids (N,k))."""

@@ -35,6 +35,11 @@ def l2_rescale(h: torch.Tensor, scale: float, eps: float = L2_EPS) -> torch.Tens
 
 
 class NexusRank(nn.Module):
+    # Width growth (models/width_roles.py): only the stages touching the residual stream grow. W_M is
+    # linear in its input, so a fan-in factor on its columns acts on the pre-activation exactly as on a
+    # Linear's output; W_A and the widths M, A stay.
+    width_ports = {"in": ("w_m.weight", 1), "out": ("w_d.weight", 0)}
+
     def __init__(self, d_in: int, d_out: int, m: int, a: int, form: str = "paper", bias: bool = False,
                  scale_m: int = 0, scale_a: int = 0):
         super().__init__()

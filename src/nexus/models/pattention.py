@@ -35,6 +35,10 @@ class Pattention(nn.Module):
         self.init_std = init_std
         self.reset_special_parameters()
 
+    def width_refusal(self, spec) -> str:
+        return ("Pattention projections (model.projection.kind='pattention') do not take width growth "
+                "(valid: linear or nexus_rank projections; grow Pattention with --add-tokens)")
+
     @property
     def tau(self) -> float:
         return math.sqrt(self.frozen_n or self.n_tokens)

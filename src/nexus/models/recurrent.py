@@ -154,6 +154,9 @@ class RecurrentLM(LanguageModel):
         self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
         self.init_weights()
 
+    def width_refusal(self, spec) -> str:
+        return "the recurrent model (model.arch='recurrent') has no width-growth rule (valid: model.arch=transformer)"
+
     def init_module(self, m: nn.Module) -> None:
         if isinstance(m, nn.Conv1d):
             # a depthwise kernel has only k inputs per output: fan-in scaling, not init_std,

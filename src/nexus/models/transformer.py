@@ -18,6 +18,7 @@ from .kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind, selected_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, collect_aux_losses, lm_loss
 from .projections import ProjectionFactory, projection_factory
+from .width_roles import port, prefixed
 
 
 def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=None) -> nn.Module:
@@ -57,6 +58,12 @@ class Block(nn.Module):
         self.attn = build_attention(cfg, make_projection, mixer)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = build_mlp(cfg, make_projection)
+
+    def width_roles(self) -> dict:
+        """Width growth: both norms are over the hidden axis; an MLP that is one projection (TokenFormer's
+        FFN kind) reads and writes it through its ports (SwiGLU and MoE declare their own roles)."""
+        return {"attn_norm.weight": {0: ("hidden", "gain")}, "mlp_norm.weight": {0: ("hidden", "gain")},
+                **prefixed("mlp", {**port(self.mlp, "in", "hidden", "in"), **port(self.mlp, "out", "hidden", "out")})}
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
                 cache: dict | None = None) -> torch.Tensor:

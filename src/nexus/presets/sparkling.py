@@ -1,6 +1,8 @@
 """SPARKLING width-growth presets: CPU-scale dense and MoE runs that grow mid-training, their
 from-scratch wide counterparts, and the paper's OLMoE testbed (Table 3/4) with its three 2x growths.
 
+Every preset here uses the paper's recipe (App. B: weight decay on all parameters, per-head QK-norm) and
+grows one axis 2x unless its name says otherwise (`-both`; `-legacy` is the earlier preset, kept by name).
 The small models keep head count and head size fixed (`head_dim` explicit) so that hidden growth
 lands exactly on the wide model's shape. Growth happens at half the steps, the paper's mid-stage.
 """
@@ -19,27 +21,64 @@ def _with_growth(cfg: RunConfig, tau: int, **axes) -> RunConfig:
     return cfg
 
 
-@register("sparkling-dense-tiny", "dense 4x64 (4 heads of 16) growing to 128 hidden / 384 FFN at step 150 (SPARKLING)")
+def _paper_recipe(cfg: RunConfig) -> RunConfig:
+    """App. B: weight decay 0.1 on every parameter, norms and embeddings included (Table 4), and per-head
+    QK-norm over the head dimension (B.1)."""
+    cfg.model.qk_norm = True
+    cfg.train.weight_decay, cfg.train.decay_all = 0.1, True
+    return cfg
+
+
+def _dense_tiny(d_model: int = 64, ffn: int = 128) -> RunConfig:
+    """4 layers, 4 heads of 16 (head size fixed, so hidden growth keeps heads), byte tokens, the paper's recipe."""
+    cfg = _paper_recipe(baseline_tiny())
+    m = cfg.model
+    m.d_model, m.n_heads, m.head_dim, m.ffn_hidden = d_model, 4, 16, ffn
+    return cfg
+
+
+@register("sparkling-dense-tiny", "dense 4x64 (4 heads of 16), FFN inner 128 -> 256 at step 150: one axis 2x, "
+                                  "exact copy (SPARKLING recipe: wd on all params, per-head QK-norm)")
 def sparkling_dense_tiny() -> RunConfig:
-    cfg = baseline_tiny()
-    m = cfg.model
-    m.d_model, m.head_dim, m.ffn_hidden = 64, 16, 192
+    cfg = _dense_tiny()
     cfg.train.out_dir = "runs/sparkling-dense-tiny"
-    return _with_growth(cfg, tau=25, hidden=128, ffn=384)
+    return _with_growth(cfg, tau=25, ffn=256)
 
 
-@register("sparkling-dense-tiny-wide", "the grown shape of sparkling-dense-tiny trained from scratch (the baseline)")
+@register("sparkling-dense-tiny-hidden", "sparkling-dense-tiny growing hidden 64 -> 128 instead (heads kept)")
+def sparkling_dense_tiny_hidden() -> RunConfig:
+    cfg = _dense_tiny()
+    cfg.train.out_dir = "runs/sparkling-dense-tiny-hidden"
+    return _with_growth(cfg, tau=25, hidden=128)
+
+
+@register("sparkling-dense-tiny-both", "sparkling-dense-tiny growing hidden 64 -> 128 and FFN 128 -> 256 together")
+def sparkling_dense_tiny_both() -> RunConfig:
+    cfg = _dense_tiny()
+    cfg.train.out_dir = "runs/sparkling-dense-tiny-both"
+    return _with_growth(cfg, tau=25, hidden=128, ffn=256)
+
+
+@register("sparkling-dense-tiny-wide", "the grown shape of sparkling-dense-tiny (FFN 256) trained from scratch")
 def sparkling_dense_tiny_wide() -> RunConfig:
-    cfg = baseline_tiny()
-    m = cfg.model
-    m.d_model, m.head_dim, m.ffn_hidden = 128, 16, 384
+    cfg = _dense_tiny(ffn=256)
     cfg.train.out_dir = "runs/sparkling-dense-tiny-wide"
     return cfg
 
 
+@register("sparkling-dense-tiny-legacy", "the earlier sparkling-dense-tiny: 4x64, FFN 192, hidden 128 / FFN 384 "
+                                         "at once, wd on matrices only, no QK-norm")
+def sparkling_dense_tiny_legacy() -> RunConfig:
+    cfg = baseline_tiny()
+    m = cfg.model
+    m.d_model, m.head_dim, m.ffn_hidden = 64, 16, 192
+    cfg.train.out_dir = "runs/sparkling-dense-tiny-legacy"
+    return _with_growth(cfg, tau=25, hidden=128, ffn=384)
+
+
 @register("sparkling-moe-tiny", "OLMoE-style 4x64, 8 experts top-2, GQA, QK-norm; expert inner 64 -> 128 at step 150")
 def sparkling_moe_tiny() -> RunConfig:
-    cfg = baseline_tiny()
+    cfg = _paper_recipe(baseline_tiny())
     m = cfg.model
     m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.qk_norm = 64, 4, 2, 16, True
     m.moe = MoEConfig(n_experts=8, top_k=2, expert_hidden=64)

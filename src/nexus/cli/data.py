@@ -1,0 +1,98 @@
+"""`nexus data prepare SOURCE --tokenizer T --out DIR`: tokenize a corpus into a prepared directory."""
+from __future__ import annotations
+
+from .common import positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("data", help="prepare a corpus: tokenize it once into memory-mapped shards")
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True, parser_class=type(p))
+    q = dsub.add_parser("prepare", help="tokenize SOURCE into sharded token files plus manifest.json in --out",
+                        description="Tokenize a file, folder, glob, comma-separated list, stdlib, embedded or "
+                                    "hf:<name>[:<config>] into DIR: train-*.bin / val-*.bin shards, the tokenizer and "
+                                    "manifest.json. Train on it with `nexus train --data DIR`. Interrupted runs "
+                                    "resume: run the same command again.")
+    q.add_argument("source", metavar="SOURCE")
+    q.add_argument("--tokenizer", required=True, metavar="T",
+                   help="byte | bpe (trained on the training documents) | a tokenizer.json or a directory holding one "
+                        "(a checkpoint, another prepared corpus)")
+    q.add_argument("--out", required=True, metavar="DIR", help="the prepared directory (new, empty, or one to resume)")
+    q.add_argument("--num-proc", type=positive_int("--num-proc"), default=None,
+                   help="worker processes (default: the usable cores, at most 8)")
+    q.add_argument("--shard-mb", type=positive_int("--shard-mb"), default=32,
+                   help="characters of text per shard, in millions (the unit of parallel work and of resume)")
+    q.add_argument("--val-fraction", type=float, default=None, help="share of documents held out (default 0.05)")
+    q.add_argument("--split-seed", type=int, default=None, help="seed of the document-level split (default 1234)")
+    q.add_argument("--text-field", default=None, help="field holding text in json/parquet/hub rows (default text)")
+    q.add_argument("--max-documents", type=int, default=None, help="read at most N documents (default: all)")
+    q.add_argument("--bpe-vocab-size", type=int, default=None, help="vocabulary of --tokenizer bpe (default 2048)")
+    q.add_argument("--chat", action="store_true", help="rows are chat conversations; loss mask on assistant tokens")
+    q.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run)
+
+
+def run(args, extra) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..config import ConfigError, DataConfig
+    from ..data.loader import default_num_proc
+    from ..data.prepare import prepare
+    from ..data.sources import resolve_source
+    from ..outdir import PREPARED, check_output
+
+    cfg = DataConfig(source=args.source, tokenizer=args.tokenizer, chat=args.chat)
+    for name in ("val_fraction", "split_seed", "text_field", "max_documents", "bpe_vocab_size"):
+        if getattr(args, name) is not None:
+            setattr(cfg, name, getattr(args, name))
+    errors: list[str] = []
+    cfg.validate(errors)
+    if errors:
+        raise ConfigError(errors[0])
+    source = resolve_source(args.source)
+    if source.kind not in ("embedded", "stdlib", "hub", "files"):
+        raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
+                          "(valid: text: a file, folder, glob, list, stdlib, embedded or hf:<name>)")
+    out = check_output(Path(args.out), PREPARED, resume=True, sources=source.files)
+    next(iter(source.documents(cfg)))  # opens the source (a hub stream too) before anything is written
+    tok = _tokenizer(args.tokenizer, source, cfg)
+    if source.kind == "stdlib" and not args.quiet:
+        from ..data.stdlib_corpus import describe
+
+        print(f"nexus data: {describe()}", file=sys.stderr)
+    m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(), shard_bytes=args.shard_mb << 20,
+                progress=not args.quiet, label="data prepare")
+    if args.quiet:
+        print(json.dumps({"out": str(out), "tokens": m["tokens"], "documents": m["documents"]}))
+    return 0
+
+
+def _tokenizer(spec: str, source, cfg):
+    from ..data.tokenizer import BPETokenizer, ByteTokenizer
+
+    if spec == "byte":
+        if cfg.chat:
+            from ..data.chat import ChatByteTokenizer
+
+            return ChatByteTokenizer()
+        return ByteTokenizer()
+    if spec == "bpe":
+        from ..data.prepare import doc_text
+        from ..data.split import split_documents
+
+        docs = split_documents(source.documents(cfg), cfg.val_fraction, cfg.split_seed)
+        return BPETokenizer.train((doc_text(d) for d, v in docs if not v), cfg.bpe_vocab_size)
+    from pathlib import Path
+
+    from ..data.tokenizer_files import has_stored_tokenizer, load_tokenizer_from_dir, load_tokenizer_json
+
+    p = Path(spec)
+    if p.is_dir() and has_stored_tokenizer(p):
+        return load_tokenizer_from_dir(p)
+    return load_tokenizer_json(p)
+
+
+from . import register_command  # noqa: E402  (registration line, after the definitions)
+
+register_command("data", __name__)

@@ -1,0 +1,152 @@
+"""`nexus data prepare`: sharded token files + manifest equal to an in-memory reference, the same with
+worker processes, resumable without redoing finished shards, atomic, memory-mapped when trained on."""
+import json
+
+import numpy as np
+import pytest
+
+from nexus.cli import main
+from nexus.config import DataConfig
+from nexus.data import prepare as P
+from nexus.data.loader import DataModule
+from nexus.data.shards import ShardedTokens
+from nexus.data.sources import resolve_source
+from nexus.data.tokenizer import ByteTokenizer
+
+
+def corpus(tmp_path, n=300):
+    docs = [f"doc {i}: " + "the quick brown fox ünïcode ✓ " * (1 + i % 7) + f"end {i}" for i in range(n)]
+    (tmp_path / "c.txt").write_text("\n\n".join(docs))
+    return docs
+
+
+def reference(docs, tok, val_fraction, seed, block=1000):
+    """Written from the split rule (per block of 1000 documents a seeded permutation holds out
+    round(n * f), at least one in the first block; block 0 seeded by split_seed, block b by (seed, b)),
+    every document encoded alone and followed by EOS."""
+    out = {"train": [], "val": []}
+    for b in range(0, len(docs), block):
+        chunk = docs[b:b + block]
+        k = int(round(len(chunk) * val_fraction))
+        k = max(1, k) if b == 0 else k
+        rng = np.random.default_rng(seed if b == 0 else [seed, b // block])
+        val = set(rng.permutation(len(chunk))[:k].tolist())
+        for i, d in enumerate(chunk):
+            out["val" if i in val else "train"] += tok.encode(d) + [tok.eos_id]
+    return out
+
+
+def read_split(d, split):
+    m = json.loads((d / "manifest.json").read_text())
+    return np.concatenate([np.fromfile(d / e["file"], dtype=m["dtype"]) for e in m["shards"][split]]).tolist()
+
+
+def test_prepare_cli_writes_shards_and_manifest_equal_to_the_reference(tmp_path, capsys):
+    docs = corpus(tmp_path)
+    out = tmp_path / "prep"
+    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
+                 "--num-proc", "1", "--shard-mb", "1", "--val-fraction", "0.1"]) == 0
+    err = capsys.readouterr().err
+    assert "tokens/s" in err and str(out) in err
+    ref = reference(docs, ByteTokenizer(), 0.1, 1234)
+    assert read_split(out, "train") == ref["train"] and read_split(out, "val") == ref["val"]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["tokens"] == {"train": len(ref["train"]), "val": len(ref["val"])}
+    assert m["documents"] == {"train": 270, "val": 30}
+    assert m["bytes"]["train"] + m["bytes"]["val"] == sum(len(d.encode()) for d in docs)
+    assert m["tokenizer"]["kind"] == "byte" and m["dtype"] == "uint16" and m["source"] == str(tmp_path / "c.txt")
+    assert (out / "tokenizer.txt").is_file()
+    again = main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
+                  "--num-proc", "1", "--shard-mb", "1", "--val-fraction", "0.1", "--quiet"])
+    assert again == 0  # the same command on a finished directory reuses it
+    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
+                 "--val-fraction", "0.2"]) == 2  # other settings: refused, not mixed
+    assert "prepared from other data or settings" in capsys.readouterr().err
+
+
+def test_worker_processes_give_the_same_shards(tmp_path):
+    docs = corpus(tmp_path, 400)
+    src = resolve_source(str(tmp_path / "c.txt"))
+    cfg = DataConfig(source=str(tmp_path / "c.txt"))
+    one = P.prepare(src, cfg, ByteTokenizer(), tmp_path / "one", num_proc=1, shard_bytes=3000, progress=False)
+    two = P.prepare(src, cfg, ByteTokenizer(), tmp_path / "two", num_proc=2, shard_bytes=3000, progress=False)
+    assert len(one["shards"]["train"]) > 4  # several shards, so the pool really ran
+    assert one["shards"] == two["shards"]
+    ref = reference(docs, ByteTokenizer(), 0.05, 1234)
+    for d in ("one", "two"):
+        assert read_split(tmp_path / d, "train") == ref["train"] and read_split(tmp_path / d, "val") == ref["val"]
+
+
+def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch):
+    corpus(tmp_path, 300)
+    src = resolve_source(str(tmp_path / "c.txt"))
+    cfg = DataConfig(source=str(tmp_path / "c.txt"))
+    full = P.prepare(src, cfg, ByteTokenizer(), tmp_path / "full", num_proc=1, shard_bytes=2000, progress=False)
+    n_shards = len(full["shards"]["train"])
+    real, calls = P.encode_shard, []
+
+    def dies_at_4(tok, idx, *a):
+        if idx == 4:
+            raise KeyboardInterrupt
+        calls.append(idx)
+        return real(tok, idx, *a)
+
+    monkeypatch.setattr(P, "encode_shard", dies_at_4)
+    with pytest.raises(KeyboardInterrupt):
+        P.prepare(src, cfg, ByteTokenizer(), tmp_path / "cut", num_proc=1, shard_bytes=2000, progress=False)
+    assert calls == [0, 1, 2, 3] and not (tmp_path / "cut" / "manifest.json").exists()
+    calls.clear()
+    monkeypatch.setattr(P, "encode_shard", lambda tok, idx, *a: calls.append(idx) or real(tok, idx, *a))
+    resumed = P.prepare(src, cfg, ByteTokenizer(), tmp_path / "cut", num_proc=1, shard_bytes=2000, progress=False)
+    assert calls == list(range(4, n_shards))
+    assert resumed["shards"] == full["shards"]
+    for split in ("train", "val"):
+        assert read_split(tmp_path / "cut", split) == read_split(tmp_path / "full", split)
+    assert not list((tmp_path / "cut").glob(".*tmp*")) and not (tmp_path / "cut" / P.STATE).exists()
+
+
+def test_training_on_a_prepared_multi_shard_directory_maps_it(tmp_path):
+    import tracemalloc
+
+    docs = corpus(tmp_path, 300)
+    out = tmp_path / "prep"
+    P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1,
+              shard_bytes=2000, progress=False)
+    tracemalloc.start()
+    dm = DataModule(DataConfig(source=str(out), seq_len=32))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert isinstance(dm.train.tokens, ShardedTokens) and all(isinstance(a, np.memmap) for a in dm.train.tokens.arrays)
+    assert peak < 200_000  # the shards are mapped, not read (the corpus is ~60 KB of tokens: its size would show)
+    ref = reference(docs, ByteTokenizer(), 0.05, 1234)
+    assert np.asarray(dm.train.tokens).tolist() == ref["train"]
+    # a window across a shard boundary reads both shards
+    b = int(dm.train.tokens.starts[1])
+    x, y = dm.train.window(b - 5, 10)
+    assert x.tolist() == ref["train"][b - 5:b + 5] and y.tolist() == ref["train"][b - 4:b + 6]
+
+
+# ----------------------------------------------------------------------------- the sampler
+def test_every_window_once_per_epoch_and_ranks_read_disjoint_windows(tmp_path):
+    from nexus.data.sampler import WindowSampler
+
+    s = WindowSampler(n_tokens=1001, seq_len=10, seed=3)
+    assert s.n_windows == 100
+    first = s.starts(0, 100)
+    assert sorted(first.tolist()) == [10 * k + int(first.min()) % 10 for k in range(100)]  # each window once
+    second = s.starts(100, 100)
+    assert sorted(((second - second.min()) // 10).tolist()) == list(range(100)) and not np.array_equal(first, second)
+    assert np.array_equal(s.starts(37, 80), np.concatenate([first[37:], second[:17]]))  # across the epoch edge
+    corpus(tmp_path, 300)
+    dm = DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16))
+    # 2 ranks x batch 4, accumulation 3: over a step every rank reads its own windows, none shared
+    seen = {0: [], 1: []}
+    for m in range(3):
+        for r in (0, 1):
+            x, _ = dm.train_batch(5, m, 4, rank=r, world=2, accum=3)
+            seen[r] += [tuple(row.tolist()) for row in x]
+    starts = dm.sampler.starts(5 * 3 * 8, 24)  # step 5 begins after 5 steps x 3 micro-batches x 8 sequences
+    assert len(set(starts.tolist())) == 24  # 24 distinct windows (their text may repeat: the corpus does)
+    want = [tuple(dm.train.window(int(st), 16)[0].tolist()) for st in starts]
+    assert seen[0] + seen[1] == [w for m in range(3) for w in want[8 * m:8 * m + 4]] + \
+        [w for m in range(3) for w in want[8 * m + 4:8 * m + 8]]
