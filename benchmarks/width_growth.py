@@ -63,7 +63,7 @@ def train_small_until(cfg, step: int, ckpt: Path) -> None:
 
 def grown_run(cfg, ckpt: Path, spec: dict) -> tuple[float, dict]:
     """Resume the small checkpoint, grow in place (the in-training path), train the second half."""
-    from nexus.growth.training import grow_in_training
+    from nexus.growth.hook import grow_in_training
 
     trainer = Trainer(cfg, resume=str(ckpt), quiet=True)
     report = grow_in_training(trainer, spec)

@@ -144,7 +144,7 @@ def test_a_bad_hook_entry_is_one_config_error_before_anything_is_written(tmp_pat
 
 
 def test_a_configured_kind_passed_again_by_the_caller_is_refused(tmp_path):
-    from nexus.growth.training import GrowthHook
+    from nexus.growth.hook import GrowthHook
 
     with pytest.raises(RuntimeError, match=r"train.hooks\[0\] configures a 'growth' hook and the trainer was given one"):
         Trainer(_growing_cfg(tmp_path / "run"), quiet=True, hooks=[GrowthHook()])

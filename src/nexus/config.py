@@ -169,7 +169,7 @@ class RecurrentConfig:
     ternary: bool = True  # BitNet b1.58 absmean ternary weights in every block linear
     act_quant: bool = False  # 8-bit per-token absmax activation quantization in BitLinear
     subln: bool = True  # parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm before quantization)
-    sup_loss: str = "sum"  # sum (the seed: loss += CE per supervision step) | mean (divide by n_sup)
+    sup_loss: str = "sum"  # sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)
     full_backprop: bool = False  # ablation/control: backprop through every iteration (memory grows with t_inner)
 
     def validate(self, errors: list[str], p: str) -> None:

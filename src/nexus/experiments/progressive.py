@@ -2,7 +2,7 @@
 
 Per seed, runs that share one token budget D and one data stream (SPARKLING Table 1's rows):
   grown:   the small model trains for D_e tokens, grows with a named method at step grow_at
-           (`nexus.growth.training.GrowthHook` on the trainer, optimizer state and schedule carried), then continues;
+           (`nexus.growth.hook.GrowthHook`, the growth hook, optimizer state and schedule carried), then continues;
   scratch: the target-size model (the grown model's own config) trains from scratch for D tokens;
   small:   the small model alone for all D tokens ("Baseline (small)": how much of the gap growth closed);
   scratch-steplaw (optional): scratch at its own step-law learning rate, as SPARKLING trains its

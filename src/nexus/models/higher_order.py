@@ -34,7 +34,7 @@ from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
 from .kinds import ATTENTION_KINDS, LayerKind
 from .layers import HookPoint, apply_rope
-from .seq_cache import append_history, child_cache
+from .cache import append_history, child_cache
 
 class HigherOrderAttention(Attention):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, order: int,

@@ -29,7 +29,7 @@ from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 from ..optim.param_groups import build_optimizer
 from ..optim.schedule import set_lr
 from . import distributed as D
@@ -336,10 +336,6 @@ class Trainer:
     @property
     def nonfinite_total(self) -> int:
         return int(self.health.total)
-
-    @property
-    def nonfinite_in_row(self) -> int:
-        return self.health.in_row_now()
 
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":

@@ -18,7 +18,8 @@ import torch
 
 from ..config import ConfigError
 from ..train.hooks import HOOK_KINDS, Hook
-from . import _jsonable, grow, parse_growth_spec
+from .generic_grow import grow, jsonable
+from .registry import parse_growth_spec
 from .spec import GrowthSpec
 
 
@@ -132,7 +133,7 @@ class GrowthHook(Hook):
         self.monitor = PostGrowthMonitor(result.param_maps, ids, residual_rms(old_model, ids))
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
-        trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
+        trainer.log({"step": trainer.step, "event": "growth", **jsonable(result.report)})
         trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
         trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
                     f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
