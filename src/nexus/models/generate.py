@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .bitlinear import hold_quantized_weights
+from .cache import LayerCache
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
