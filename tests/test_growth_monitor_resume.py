@@ -89,17 +89,20 @@ def test_checkpoint_without_monitor_state_resumes_with_a_note(uninterrupted, tmp
     assert sum("post-growth monitor" in n for n in trainer.notes) == 1
 
 
-def test_checkpoint_grown_again_outside_training_drops_the_stale_monitor(uninterrupted, tmp_path):
+def test_checkpoint_grown_again_outside_training_replaces_the_stale_monitor(uninterrupted, tmp_path):
     """`nexus grow` on a grown-in-training checkpoint copies its trainer state; the monitor in it belongs to
-    the first growth (other shapes, other pre-growth model) and must not be rebuilt."""
+    the first growth (other shapes, other pre-growth model): it is replaced by the new growth's, and the
+    continued run logs the new growth's diagnostics."""
     out = tmp_path / "grown_again"
     grow_checkpoint(uninterrupted / f"step_{SAVE_AT:07d}", out, {"family": "width", "hidden": 128, "ffn": 256},
                     probe_verify=False)
-    assert "growth" in load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]
-    assert "growth" not in (load_trainer_state(out).get("hooks") or {})  # the stale monitor is not carried over
+    old = load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]["growth"]
+    new = load_trainer_state(out)["hooks"]["growth"]
+    assert (old["n_growths"], new["n_growths"]) == (1, 2)
+    assert new["monitor"]["base_rms"] != old["monitor"]["base_rms"]  # measured on the model before *this* growth
     trainer = _resume(out, tmp_path / "resumed")
-    assert trainer.model.cfg.d_model == 128 and _monitor_rows(tmp_path / "resumed") == {}
-    assert sum("post-growth monitor" in n for n in trainer.notes) == 1
+    assert trainer.model.cfg.d_model == 128 and _monitor_rows(tmp_path / "resumed") != {}
+    assert not any("post-growth monitor" in n for n in trainer.notes)
 
 
 def test_malformed_monitor_state_is_one_line_exit_2(uninterrupted, tmp_path, capsys):

@@ -201,10 +201,12 @@ def test_cli_growth_without_grow_at_is_refused(capsys, tmp_path):
 
 
 def test_cli_grow_at_moves_a_preset_growth_and_keeps_its_spec():
-    from nexus.cli.train import _set_growth
+    from types import SimpleNamespace
+
+    from nexus.cli.train import _check_hooks
     from nexus.presets import get_preset
 
     cfg = get_preset("sparkling-dense-tiny")
     spec = dict(cfg.train.hook("growth")["spec"])
-    _set_growth(cfg, {"at": 7}, "unused")
+    _check_hooks(cfg, SimpleNamespace(growth=None), {"at": 7})
     assert cfg.train.hooks == [{"kind": "growth", "at": 7, "spec": spec}]

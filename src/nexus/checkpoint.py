@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -17,8 +18,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_dir_write, recover
+from .atomic import atomic_dir_write, recover_interrupted
 from .config import ConfigError, RunConfig
+from .outdir import CHECKPOINT, read_manifest, record
 
 FORMAT_VERSION = 1
 
@@ -75,7 +77,25 @@ def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: 
         if check is not None:
             check(d)
 
-    return atomic_dir_write(Path(path), write)
+    return record_in_run(atomic_dir_write(Path(path), write, CHECKPOINT, hashes=checksums_in_meta))
+
+
+RUN_CHECKPOINT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
+
+
+def record_in_run(ckpt: Path) -> Path:
+    """A training checkpoint (checkpoint/, step_N/) saved into a folder with a nexus manifest (a run
+    directory, or a grown checkpoint resumed in place) becomes one of that folder's recorded entries."""
+    ckpt = Path(ckpt)
+    m = read_manifest(ckpt.parent)
+    if m is not None and RUN_CHECKPOINT_NAME.match(ckpt.name):
+        record(ckpt.parent, m["kind"], dirs=[ckpt.name])
+    return ckpt
+
+
+def checksums_in_meta(d: Path) -> dict[str, str]:
+    """{file: sha256} a checkpoint's meta.json already holds (reused by its ownership manifest)."""
+    return json.loads((d / "meta.json").read_text()).get("sha256", {})
 
 
 def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> None:
@@ -123,7 +143,7 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
 def read_config(path, flag: str = "--checkpoint") -> RunConfig:
     path = Path(path)
     if not path.is_dir():
-        recover(path.parent, path.name)  # a save killed between its two renames: put the checkpoint back
+        recover_interrupted(path)  # a save killed between its two renames: put the checkpoint back
     if not path.is_dir():
         raise CheckpointError(f"{flag}={str(path)!r} (valid: an existing checkpoint directory)")
     cfg_file = path / "config.json"

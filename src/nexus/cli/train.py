@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from ..config import ConfigError
+from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import add_config_args, build_config
 
 
@@ -50,9 +51,28 @@ def run(args, extra) -> int:
         extra += ["--train.out_dir", args.out]
     if args.data is not None:
         extra += ["--data.source", args.data]
-    cfg, resume, replace = plan_run(args, extra, growth=_growth_from_flags(args))
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
-    if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
+    cfg, resume, replace, lock = plan_run(args, extra, growth=_growth_from_flags(args))
+    try:
+        result = _train(cfg, resume, replace, args.quiet, Trainer)
+    finally:
+        if lock is not None:
+            from ..train.run_dir import record_run_files
+
+            if Path(cfg.train.out_dir).is_dir():
+                record_run_files(cfg.train.out_dir)
+            lock.release()
+    if args.quiet and result is not None:
+        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
+    return 0
+
+
+def _train(cfg, resume, replace: bool, quiet: bool, Trainer) -> dict | None:
+    """Build the trainer, then (only now: a run that fails to start must not cost the old one) clear the
+    run it replaces, and train. Returns the result on the main process, None elsewhere."""
+    from ..experiments.run_plot import LossCurveHook
+
+    trainer = Trainer(cfg, resume=resume, quiet=quiet, hooks=[LossCurveHook()])  # the run draws its own curve
+    if replace and trainer.is_main:
         from ..train.run_dir import clear_run
 
         clear_run(cfg.train.out_dir)
@@ -63,9 +83,7 @@ def run(args, extra) -> int:
 
         trainer.release_parallel_wrapper()
         shutdown()
-    if args.quiet and trainer.is_main:
-        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
-    return 0
+    return result if trainer.is_main else None
 
 
 def _growth_from_flags(args) -> dict | None:
@@ -86,60 +104,111 @@ def _growth_from_flags(args) -> dict | None:
     return options or None
 
 
-def _set_growth(cfg, options: dict, what: str) -> None:
-    """Write the growth flags into the config's growth hook entry (updating the one a preset may hold)."""
-    entry = cfg.train.set_hook("growth", **options)
-    if "spec" in options and not entry.get("at"):
-        raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
-
-
 def plan_run(args, extra: list[str], growth: dict | None = None):
-    """-> (RunConfig, checkpoint to resume or None, whether an earlier run in the output directory is to
-    be replaced), with the output directory checked and the configured hooks built once (a bad entry fails
-    here, before training); `growth` holds the growth hook's options from the flags. A new run needs a
-    new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
+    """-> (RunConfig, checkpoint to resume or None, whether the run in the output directory is to be
+    replaced, the output's lock or None), with the growth flags (`growth`: the growth hook's options)
+    written into the config, its hooks built once (a bad entry fails here, before anything is written),
+    and the output directory checked and locked: a new run needs a new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
     checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
-    directory recorded in the checkpoint's config."""
-    from ..checkpoint import read_config
-    from ..config import parse_overrides
-    from ..outdir import TRAIN_RUN, check_output, check_usable
+    directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
+    the output directory, or starts the run over when it holds a run killed before its first one."""
     from ..train import run_dir as R
 
-    explicit_out = _explicit_out(extra)
     resume = args.resume
     if resume and resume != "auto" and (args.preset or args.config):
         raise ConfigError(f"--resume={resume!r} with --{'preset' if args.preset else 'config'} (valid: one of them; "
                           "a resumed run takes its model and data from the checkpoint)")
     if resume == "auto":
-        cfg = build_config(args, extra)
-        resume = R.latest_checkpoint(cfg.train.out_dir)
-        explicit_out = cfg.train.out_dir
-        if resume is None:
-            _say(f"--resume auto: no checkpoint in {cfg.train.out_dir}; starting a new run")
-        else:
-            _say(f"--resume auto: resuming from {resume}")
-    if resume:
-        cfg = read_config(resume, flag="--resume")
-        parse_overrides(cfg, extra)
-        cfg.train.out_dir = str(explicit_out or R.resume_run_dir(resume))
-    else:
-        cfg = build_config(args, extra)
-    if growth is not None:
-        _set_growth(cfg, growth, f"--growth={args.growth!r}" if args.growth is not None else
-                    f"growth flags for family {growth.get('spec', {}).get('family')!r}")
-    cfg.validate()
-    from ..train.hooks import configured_hooks
-
-    configured_hooks(cfg)  # a bad hook entry (e.g. a growth spec that does not apply) fails now, not at its step
+        return _plan_auto(args, extra, growth)
+    cfg = _resumed_config(resume, extra, _explicit_out(extra)) if resume else build_config(args, extra)
+    _check_hooks(cfg, args, growth)
     out = Path(cfg.train.out_dir)
     own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
-    if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
-        check_usable(out, "--out")
-    else:
-        # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
-        check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
+
+    def check():
+        if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
+            R.check_in_place(out)
+        else:  # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
+            check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
+
+    lock = _locked(out, check)
     replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
-    return cfg, (str(resume) if resume else None), replace
+    return cfg, (str(resume) if resume else None), replace, lock
+
+
+def _plan_auto(args, extra: list[str], growth: dict | None):
+    from ..train import run_dir as R
+
+    cfg = build_config(args, extra)
+    _check_hooks(cfg, args, growth)
+    out = Path(cfg.train.out_dir)
+    # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
+    # the recovery of interrupted saves (which happens when the lock is taken)
+    lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))
+    try:
+        resume = R.latest_checkpoint(out)
+        if resume is None:
+            restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
+            _say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
+                 "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
+            if restart:
+                R.check_in_place(out)
+            return cfg, None, restart, lock
+        _say(f"--resume auto: resuming from {resume}")
+        cfg = _resumed_config(resume, extra, out)
+        _check_hooks(cfg, args, growth)
+        R.check_in_place(out)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return cfg, str(resume), False, lock
+
+
+def _resumed_config(resume, extra: list[str], out):
+    from ..checkpoint import read_config
+    from ..config import parse_overrides
+    from ..train import run_dir as R
+
+    cfg = read_config(resume, flag="--resume")
+    parse_overrides(cfg, extra)
+    cfg.train.out_dir = str(out or R.resume_run_dir(resume))
+    cfg.validate()
+    return cfg
+
+
+def _check_hooks(cfg, args, growth: dict | None) -> None:
+    """Write the growth flags into the config's growth hook entry (updating the one a preset may hold),
+    then build the configured hooks once: a bad entry (e.g. a growth spec that does not apply) fails now,
+    not at its step."""
+    from ..train.hooks import configured_hooks
+
+    if growth is not None:
+        entry = cfg.train.set_hook("growth", **growth)
+        if "spec" in growth and not entry.get("at"):
+            what = (f"--growth={args.growth!r}" if args.growth is not None else
+                    f"growth flags for family {growth['spec'].get('family')!r}")
+            raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+        cfg.validate()
+    configured_hooks(cfg)
+
+
+def _locked(out: Path, check):
+    """check(), take the output's one-writer lock (rank 0), then check() again under it: the folder may
+    have changed while this process was starting. A dead run's lock is taken over with a note."""
+    from ..train import run_dir as R
+
+    check()
+    lock = R.run_lock(out)
+    try:
+        for note in getattr(lock, "notes", []):
+            _say(f"note: {note}")
+        check()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
 
 
 def _explicit_out(extra: list[str]) -> str | None:

@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
+from ..train.hooks import Hook
 from .curves import read_metrics, train_flops_per_token
 
 CSV_COLUMNS = ["run", "series", "step", "tokens", "flops", "wall_s", "loss"]
@@ -185,3 +186,28 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None) -> None:
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=12)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them
+
+
+class LossCurveHook(Hook):
+    """`nexus train` draws its own curve at the end: loss_curve.png and loss_curve.csv in the run directory,
+    as `nexus plot RUN` draws them (the whole run, earlier resumed parts included)."""
+
+    priority = -50  # after the final evaluation and checkpoint (their records are in), before the console's last lines
+
+    def on_fit_end(self, trainer, result):
+        if not trainer.is_main:
+            return
+        from ..atomic import write_text_atomic
+
+        run = read_run(str(trainer.out_dir), trainer.out_dir.name)
+        png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
+        plot_runs([run], png)
+        write_text_atomic(csv_path, curves_csv([run]))
+        from ..train.run_dir import record_run_files
+
+        record_run_files(trainer.out_dir)  # the run's own files from now on (a resume rewrites, --overwrite removes them)
+        result["curve"] = str(png)
+        trainer.say(f"loss curve: {png} (points in {csv_path.name})")
