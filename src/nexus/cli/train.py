@@ -108,9 +108,10 @@ def plan_run(args, extra: list[str], growth: dict | None = None):
     """-> (RunConfig, checkpoint to resume or None, whether the run in the output directory is to be
     replaced, the output's lock or None), with the growth flags (`growth`: the growth hook's options)
     written into the config, its hooks built once (a bad entry fails here, before anything is written),
-    and the output directory checked and locked: a new run needs a new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
-    checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
-    directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
+    and the output directory checked and locked: a new run needs a new or empty directory (or
+    --overwrite of an earlier run); a resumed run writes into the run its checkpoint belongs to, into
+    --out, or into the checkpoint's own directory, never into the run directory recorded in the
+    checkpoint's config. `--resume auto` continues the newest checkpoint in
     the output directory, or starts the run over when it holds a run killed before its first one."""
     from ..train import run_dir as R
 

@@ -216,6 +216,12 @@ def carry_schedule_and_lr(old, new, grown: bool = False) -> list[str]:
     return notes + _lr_notes(old, new)
 
 
+def carry_resumed_training(ckpt_cfg, new) -> list[str]:
+    """`carry_schedule_and_lr` from a checkpoint's whole config to this run's training fields (a config
+    with growth records is a grown checkpoint)."""
+    return carry_schedule_and_lr(ckpt_cfg.train, new, grown=bool(ckpt_cfg.growth_history))
+
+
 def _lr_notes(old, new) -> list[str]:
     notes = []
     for field in ("lr", "muon_lr"):

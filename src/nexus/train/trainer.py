@@ -83,7 +83,7 @@ class Trainer:
             if cfg is None:
                 cfg = RunConfig(train=ckpt_cfg.train)
                 cfg.train.out_dir = str(R.resume_run_dir(resume))
-            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train, grown=bool(ckpt_cfg.growth_history))
+            self.notes += R.carry_resumed_training(ckpt_cfg, cfg.train)
             ckpt_cfg.train = cfg.train
             cfg = ckpt_cfg
             init_model, init_tokenizer = model, tok
