@@ -10,6 +10,7 @@ import pytest
 from nexus.checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
 from nexus.growth import grow_checkpoint
 from nexus.presets import get_preset
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 MONITOR_KEYS = ("symmetry_lock_mean", "symmetry_lock_min", "rms_ratio_per_layer", "rms_ratio_max_dev")
@@ -50,7 +51,8 @@ def uninterrupted(tmp_path_factory):
 
 
 def _resume(ckpt, out):
-    trainer = Trainer(_micro(out, lr=1e-2), resume=str(ckpt), quiet=True)
+    cfg, _ = resume_config(ckpt, out_dir=out)  # the grown model's shape, the run's own training settings
+    trainer = Trainer(cfg, resume=str(ckpt), quiet=True)
     trainer.fit()
     return trainer
 

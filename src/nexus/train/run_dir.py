@@ -196,7 +196,7 @@ def clear_run(out_dir) -> None:
             p.unlink(missing_ok=True)
 
 
-def carry_schedule_and_lr(old, new, grown: bool = False) -> list[str]:
+def carry_schedule_and_lr(old, new, *, grown: bool) -> list[str]:
     """Training fields on resume (old: the checkpoint's TrainConfig, new: this run's). The LR schedule
     keeps the horizon the run started with, so growing train.steps never makes the LR jump (it stays
     at its floor past the old horizon); an explicit train.schedule_steps re-plans it. A grown checkpoint
@@ -214,12 +214,6 @@ def carry_schedule_and_lr(old, new, grown: bool = False) -> list[str]:
         notes.append(f"train.steps {old.steps} -> {new.steps}: the LR schedule keeps its horizon of "
                      f"{new.schedule_steps} steps (set --train.schedule_steps to re-plan it)")
     return notes + _lr_notes(old, new)
-
-
-def carry_resumed_training(ckpt_cfg, new) -> list[str]:
-    """`carry_schedule_and_lr` from a checkpoint's whole config to this run's training fields (a config
-    with growth records is a grown checkpoint)."""
-    return carry_schedule_and_lr(ckpt_cfg.train, new, grown=bool(ckpt_cfg.growth_history))
 
 
 def _lr_notes(old, new) -> list[str]:

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -66,27 +67,27 @@ def memory_stats(device: torch.device) -> dict:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None, hooks=()):
+    def __init__(self, cfg: RunConfig | None, resume: str | None = None, quiet: bool = False, init_model=None,
+                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=()):
+        """cfg: the finished run config; for `resume` the one `train.resume.resume_config` gives (None:
+        that of the checkpoint unchanged). init_model / init_tokenizer: a new run starts from these
+        weights; a tokenizer of another vocabulary is refused unless `resize_vocab`. notes: what planning
+        the run changed, printed when it starts."""
         self.quiet = quiet
         self.hooks: list[Hook] = []
         self.lr_rule = None
         tstate = None
-        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
+        self.notes: list[str] = list(notes)  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
+            if cfg is None:
+                from .resume import resume_config
+
+                cfg, more = resume_config(resume)
+                self.notes += more
             tstate = load_trainer_state(resume)
             if tstate is None:
                 raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
-            # The checkpoint's model and data define the run; training fields may be changed on resume.
-            # Without a new config the run continues beside the checkpoint, never in the run it records.
-            if cfg is None:
-                cfg = RunConfig(train=ckpt_cfg.train)
-                cfg.train.out_dir = str(R.resume_run_dir(resume))
-            self.notes += R.carry_resumed_training(ckpt_cfg, cfg.train)
-            ckpt_cfg.train = cfg.train
-            cfg = ckpt_cfg
-            init_model, init_tokenizer = model, tok
+            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model)
         cfg.validate()
         from .loggers import check_log_targets
 
@@ -105,12 +106,10 @@ class Trainer:
         self.data = DataModule(cfg.data, seed=tc.seed, tokenizer=init_tokenizer)
         if init_model is None:
             cfg.model.vocab_size = self.data.vocab_size  # the tokenizer decides the vocabulary
-            cfg.validate()
             torch.manual_seed(tc.seed)
             init_model = build_model(cfg.model)
-        elif init_model.cfg.vocab_size < self.data.vocab_size:
-            raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
-                              f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
+        else:
+            self._fit_vocab(init_model, init_tokenizer is not None, resize_vocab and tstate is None)
         self.mesh = None
         self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
@@ -133,6 +132,17 @@ class Trainer:
         # what the config turns on, whoever built the trainer; checked before anything is written
         for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks), *hooks]:
             self.add_hook(hook)
+
+    def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
+        """A model from a checkpoint and this run's tokenizer: the vocabulary must match, or be resized
+        when asked (`--resize-vocab`)."""
+        from ..models.vocab import needs_resize, resize_vocab
+
+        n_model, n_tok = model.cfg.vocab_size, self.data.vocab_size
+        if needs_resize(n_model, n_tok, self.cfg.data, own_tokenizer, resize):
+            resize_vocab(model, n_tok)
+            self.cfg.model.vocab_size = n_tok
+            self.notes.append(f"--resize-vocab: model.vocab_size {n_model} -> {n_tok} (the tokenizer's)")
 
     # ------------------------------------------------------------------ hooks
     def add_hook(self, hook: Hook) -> None:
@@ -241,7 +251,8 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng,
-              "elapsed_s": self.elapsed()}
+              "elapsed_s": self.elapsed(),
+              "world": self.world}  # a resume at another world size keeps the global batch (train/resume.py)
         tc = self.cfg.train
         st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
@@ -498,8 +509,8 @@ class Trainer:
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
-            for note in self.notes:
-                self.say(f"note: {note}")
+            for note in self.notes:  # what changed from what the user asked: shown even with quiet
+                print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
         self._say_epochs(self.cfg.train)
