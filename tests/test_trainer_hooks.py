@@ -201,10 +201,13 @@ def test_cli_growth_without_grow_at_is_refused(capsys, tmp_path):
 
 
 def test_cli_grow_at_moves_a_preset_growth_and_keeps_its_spec():
-    from nexus.cli.train import _set_growth
+    from nexus.cli import build_parser
+    from nexus.cli.train import _plan_start, flag_overrides
     from nexus.presets import get_preset
 
-    cfg = get_preset("sparkling-dense-tiny")
-    spec = dict(cfg.train.hook("growth")["spec"])
-    _set_growth(cfg, {"at": 7}, "unused")
-    assert cfg.train.hooks == [{"kind": "growth", "at": 7, "spec": spec}]
+    args, extra = build_parser("train").parse_known_args(["train", "--preset", "sparkling-dense-tiny",
+                                                                  "--grow-at", "7"])
+    extra, growth = flag_overrides(args, extra)
+    plan = _plan_start(args, extra, None, growth=growth)
+    spec = get_preset("sparkling-dense-tiny").train.hook("growth")["spec"]
+    assert plan.cfg.train.hooks == [{"kind": "growth", "at": 7, "spec": spec}]
