@@ -51,8 +51,8 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     from ..analysis.param_formula import count
 
     known = [(count(c.model)["total"], train_flops_per_token(c.model, c.data.seq_len)[0]) for c in configs]
-    if params is None:
-        return known[-1][1], True
+    if params is None:  # the run logged no step of that model (grown before this run began)
+        return known[-1][1], False
     n, f = min(known, key=lambda k: abs(k[0] - params))
     if abs(n - params) <= 0.01 * params:
         return f, True
@@ -73,7 +73,9 @@ def read_run(path: str, name: str) -> dict:
     if world is None and last is not None and last["tokens_seen"] > 1.5 * last["step"] * tokens_per_step:
         notes.append(f"{name}: the world size is not recorded and the run trained on more tokens than one process "
                      "takes: tokens and FLOPs assume one process")
-    growth_steps = sorted({int(r["step"]) for r in rows if r.get("event") == "growth"})
+    # growths logged by this run, and those its checkpoint records (a `nexus grow` before this run began)
+    recorded = [int(g["step"]) for c in configs for g in c.growth_history if isinstance(g.get("step"), int)]
+    growth_steps = sorted({int(r["step"]) for r in rows if r.get("event") == "growth"} | set(recorded))
     # FLOPs per token by segment between growths, from the parameter count the records logged there
     seg_params: dict[int, int] = {}
     for r in rows:
@@ -85,8 +87,9 @@ def read_run(path: str, name: str) -> dict:
         f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
-            notes.append(f"{name}: FLOPs between growths {seg} and {seg + 1} scaled from a known model by parameter "
-                         "count (its config is not stored in the run)")
+            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else f"after step {growth_steps[-1]}")
+            notes.append(f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
+                         "config is not stored in this run: it was trained elsewhere, or grown in between)")
     bounds = [0] + growth_steps
 
     def flops_at(step: int) -> float:

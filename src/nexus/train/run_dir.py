@@ -196,7 +196,7 @@ def clear_run(out_dir) -> None:
             p.unlink(missing_ok=True)
 
 
-def carry_schedule_and_lr(old, new, grown: bool = False) -> list[str]:
+def carry_schedule_and_lr(old, new, *, grown: bool) -> list[str]:
     """Training fields on resume (old: the checkpoint's TrainConfig, new: this run's). The LR schedule
     keeps the horizon the run started with, so growing train.steps never makes the LR jump (it stays
     at its floor past the old horizon); an explicit train.schedule_steps re-plans it. A grown checkpoint
