@@ -97,15 +97,18 @@ def test_batches_depend_only_on_step_and_rank_slices_the_global_batch(tmp_path):
     assert torch.equal(torch.cat([r0, r1]), full)
 
 
-def test_bpe_train_save_load(tmp_path):
+def test_bpe_train_save_load(tmp_path, capsys):
     docs = write_docs(tmp_path)
     tok = BPETokenizer.train(docs, 300)
     tok.save(tmp_path)
     again = load_tokenizer_json(tmp_path / "tokenizer.json")
     assert again.decode(again.encode(docs[3])) == docs[3]
     assert len(again.encode(docs[3])) < len(docs[3].encode())
+    capsys.readouterr()
     dm = DataModule(DataConfig(source=str(tmp_path / "c.txt"), tokenizer="bpe", bpe_vocab_size=300, seq_len=16))
     assert dm.vocab_size == 300
+    # the silent pass of BPE training is announced before it starts
+    assert "training a BPE tokenizer (vocabulary 300)" in capsys.readouterr().err
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="broken.json"):
         load_tokenizer_json(tmp_path / "broken.json")

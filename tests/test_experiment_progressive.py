@@ -187,14 +187,17 @@ def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_pat
     orig_init = T.Trainer.__init__
     state = {"armed": True}
 
-    def init_with_crash(self, *a, **k):
-        orig_init(self, *a, **k)
+    from nexus.train.hooks import Hook
 
-        def crash(trainer, step, metrics):
+    class Crash(Hook):
+        def on_log(self, trainer, step, metrics):
             if state["armed"] and "grown" in str(trainer.out_dir) and step == 10:
                 state["armed"] = False
                 raise KeyboardInterrupt
-        self.callbacks.append(crash)
+
+    def init_with_crash(self, *a, **k):
+        orig_init(self, *a, **k)
+        self.add_hook(Crash())
 
     monkeypatch.setattr(T.Trainer, "__init__", init_with_crash)
     with pytest.raises(KeyboardInterrupt):

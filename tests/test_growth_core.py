@@ -245,8 +245,11 @@ def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsy
     snaps = [str(grown)] + sorted(str(p) for p in (tmp_path / "cont").glob("step_*")) + [str(tmp_path / "cont" / "checkpoint")]
     assert len(snaps) == 4
     out = tmp_path / "ana"
+    capsys.readouterr()
     rc = main(["analyze", "growth", "--checkpoints", *snaps, "--out", str(out), "--batches", "1", "--json"])
-    res = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    res = json.loads(printed.out)
+    assert "nexus analyze growth: 4 checkpoints of 1 run(s): loading each" in printed.err  # the slow phase says so
     assert rc == 0 and res["growth_step"] == 12 and [s["step"] for s in res["snapshots"]] == [12, 14, 16, 18]
     assert res["R"][0] == 0 and all(r > 0 for r in res["R"][1:])  # the new weights move away from the growth state
     assert all(0 < s["noc"] <= 1 and 0 <= s["u_p"] <= 1 for s in res["snapshots"])

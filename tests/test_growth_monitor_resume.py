@@ -121,7 +121,9 @@ def test_a_hook_with_state_dict_but_no_state_key_does_not_break_checkpointing(tm
     """Only hooks that name a `state_key` have their state saved; any other hook that happens to have a
     `state_dict` method (a module, an optimizer wrapper) is not asked for one and does not fail the save."""
 
-    class Unkeyed:
+    from nexus.train.hooks import Hook
+
+    class Unkeyed(Hook):  # state_key stays None
         def state_dict(self):
             raise AssertionError("a hook without state_key must not be asked for its state")
 

@@ -76,17 +76,6 @@ def test_bad_spec_fails_before_step_0_through_the_python_trainer(tmp_path, no_tr
     assert not (tmp_path / "run").exists()
 
 
-def test_a_growth_ahead_without_a_hook_is_an_internal_fault(tmp_path):
-    from nexus.train.trainer import Trainer
-
-    cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:] + ["--train.out_dir", str(tmp_path / "run"),
-                                                                     "--train.grow_at", "2"])
-    cfg.train.growth = {"family": "width", "hidden": 64}
-    with pytest.raises(RuntimeError, match="GrowthHook"):
-        Trainer(cfg.validate(), quiet=True).fit()
-    assert not (tmp_path / "run").exists()
-
-
 @pytest.mark.parametrize("command", ["grow", "train"])
 def test_cli_flags_are_generated_from_the_spec_fields_with_their_reasons(capsys, command):
     from dataclasses import fields

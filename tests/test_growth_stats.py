@@ -69,6 +69,34 @@ def test_mann_whitney_detects_a_location_shift_only():
     assert gs.mann_whitney_p(a, rng.normal(0.3, 1, 3000)) < 1e-6
 
 
+def test_u_p_uses_every_entry():
+    """U_P of a matrix larger than the old 20,000-entry sample is scipy's test on all entries, so a shift too
+    small for a sample is detected (planted effect) and equal distributions are not flagged (planted null)."""
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(0, 1, 200_000), rng.normal(0.02, 1, 200_000)
+    full = stats.mannwhitneyu(a, b, alternative="two-sided").pvalue
+    assert gs.mann_whitney_p(a, b) == pytest.approx(full, rel=1e-12) and full < 1e-6
+    assert stats.mannwhitneyu(a[:20_000], b[:20_000]).pvalue > 1e-3  # a 20,000-entry sample misses it
+    assert gs.mann_whitney_p(a, rng.normal(0, 1, 200_000)) > 0.05
+
+
+def test_u_p_new_vs_original_reading_beside_whole():
+    """The new entries alone against the original matrix: a shift of the new entries, diluted in the whole
+    grown matrix, is detected (planted effect); new entries drawn like the original are not (planted null)."""
+    rng = np.random.default_rng(12)
+    base = rng.normal(0, 1, (64, 64))
+    shapes = {"m.weight": [64, 64]}
+    for shift, detected in ((0.25, True), (0.0, False)):
+        w = rng.normal(shift, 1, (66, 64))
+        w[:64, :64] = base
+        out = gs.snapshot_stats({"m.weight": w}, shapes)
+        new = w[64:].ravel()
+        assert out["u_p_new_vs_original"] == pytest.approx(stats.mannwhitneyu(base.ravel(), new).pvalue, rel=1e-12)
+        assert (out["u_p_new_vs_original"] < 0.01) is detected
+        if detected:
+            assert out["u_p"] > 0.05  # the whole-matrix reading dilutes the 128 shifted entries among 4,096
+
+
 def test_harmonic_regression_recovers_a_planted_cycle():
     t = np.arange(0, 31, 3.0)
     rng = np.random.default_rng(3)
@@ -227,3 +255,17 @@ def test_whole_reading_uses_the_given_base_not_the_moved_corner():
     against_base = gs.snapshot_stats({"m.weight": w}, shapes, base={"m.weight": base.ravel()})
     against_corner = gs.snapshot_stats({"m.weight": w}, shapes)
     assert against_base["noc"] < 0.2 < 0.85 < against_corner["noc"]
+
+
+def test_covariance_pca_of_table3_is_the_covariance_eigendecomposition():
+    """`--pca covariance` on the pooled Table 3 rows (growth-step rows left out, as nexus fits them) is the
+    eigendecomposition of those rows' covariance matrix, and U_P% dominates its PC1."""
+    runs = [gs.state_rows(*TABLE3[k]) for k in TABLE3]
+    out = gs.pooled_pca(runs, standardize=False)
+    fit_rows = np.vstack([r[1:] for r in runs])
+    evals, evecs = np.linalg.eigh(np.cov(fit_rows.T))
+    np.testing.assert_allclose(out["explained_ratio"], evals[::-1] / evals.sum(), atol=1e-12)
+    assert abs(out["components"][0] @ evecs[:, -1]) == pytest.approx(1, abs=1e-10)
+    assert abs(out["components"][0][0]) > 0.99  # PC1 is U_P% alone
+    with_growth_rows = np.linalg.eigvalsh(np.cov(np.vstack(runs).T))[::-1]
+    assert out["explained_ratio"][:2].sum() > with_growth_rows[:2].sum() / with_growth_rows.sum()

@@ -432,17 +432,8 @@ class RunConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
-    def load_yaml(cls, path: str | Path) -> "RunConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"--config={str(path)!r} (valid: an existing YAML file)")
-        try:
-            d = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--config={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"--config={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
-        return cls.from_dict(d)
+    def load_yaml(cls, path: str | Path, flag: str = "--config") -> "RunConfig":
+        return cls.from_dict(read_config_file(path, flag))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -559,6 +550,40 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             setattr(obj, part, _coerce(value, tp, dotted))
         else:
             obj = getattr(obj, part)
+
+
+def read_config_file(path: str | Path, flag: str = "--config") -> dict:
+    """A config YAML file as its (possibly partial) mapping; `flag` names the option in errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{flag}={str(path)!r} (valid: an existing YAML file)")
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
+    return _upgrade(d)
+
+
+def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]:
+    """A config file as the dotted overrides it amounts to (`--model.d_model=64`, ...): only the fields
+    it names change, so it goes on top of a preset, and command-line overrides after it win. Being
+    plain override strings, it travels wherever overrides do (experiments plan many runs from them)."""
+    out: list[str] = []
+
+    def walk(section, d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            sub = getattr(section, str(k), None)
+            if dataclasses.is_dataclass(sub) and isinstance(v, dict):
+                walk(sub, v, f"{prefix}{k}.")
+            else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads
+                out.append(f"--{prefix}{k}=" + (v if isinstance(v, str) else
+                                                yaml.safe_dump(v, default_flow_style=True, width=2 ** 30).strip()
+                                                .removesuffix("\n...").strip()))
+
+    walk(RunConfig(), read_config_file(path, flag), "")
+    return out
 
 
 def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:

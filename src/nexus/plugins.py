@@ -7,16 +7,59 @@ decorated function or class in its own module:
 
 A registry that names its package imports every module of that package on the first lookup, so
 adding a feature is adding a file: there is no central import list to keep in step.
+
+Third-party packages extend the same registries without touching nexus: they declare an entry point
+in the group `nexus.plugins` (pyproject.toml: `[project.entry-points."nexus.plugins"] mine = "my_pkg.nexus_plugin"`),
+whose module registers its entries with the decorators above (`nexus.presets.register`,
+`nexus.analysis.register_analysis`, `GROWERS.register`, `ATTENTION_KINDS.register`, ...); an entry point
+naming a function (`my_pkg:setup`) has that function called. Every plugin is imported at the first
+lookup of any registry; one that cannot be imported is a one-line ConfigError naming it (exit 2).
+NEXUS_DISABLE_PLUGINS=1 skips them all.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+from types import ModuleType
 from typing import Callable, Generic, Iterator, TypeVar
 
 from .config import ConfigError
 
 T = TypeVar("T")
+
+PLUGIN_GROUP = "nexus.plugins"
+_plugins: dict = {"loaded": False, "error": None, "current": None}  # process-wide: plugins load once
+
+
+def load_plugins() -> None:
+    """Import every `nexus.plugins` entry point once (calling it when it names a function). A failure is
+    remembered and raised again at every later lookup: its entries may be half-registered."""
+    if _plugins["error"] is not None:
+        raise _plugins["error"]
+    if _plugins["loaded"] or os.environ.get("NEXUS_DISABLE_PLUGINS") == "1":
+        return
+    _plugins["loaded"] = True  # set first: a plugin may look entries up while it is imported
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=PLUGIN_GROUP):
+        _plugins["current"] = ep.name
+        try:
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, (ModuleType, type)):
+                obj()
+        except Exception as e:  # any failure of third-party code: one line naming the plugin, not a traceback
+            dist = getattr(ep, "dist", None)
+            where = f"{ep.value}" + (f" from package {dist.name}" if dist is not None else "")
+            if isinstance(e, ModuleNotFoundError) and e.name and ep.module.startswith(e.name):
+                what = f"names module {ep.module!r}, which is not installed"
+            else:
+                what = f"failed to load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+            _plugins["error"] = ConfigError(f"plugin {ep.name!r} ({where}) {what} (valid: fix or uninstall that "
+                                            "package, or set NEXUS_DISABLE_PLUGINS=1)")
+            raise _plugins["error"] from None
+        finally:
+            _plugins["current"] = None
 
 
 def import_submodules(package_name: str, package_path) -> None:
@@ -28,10 +71,11 @@ class Registry(Generic[T]):
     """name -> entry. `what` names the setting users choose the entry with (for error messages);
     `package` is imported, with all its modules, before the first lookup."""
 
-    def __init__(self, what: str, package: str | None = None):
-        self.what, self.package = what, package
+    def __init__(self, what: str, package: str | None = None, plugins: bool = True):
+        self.what, self.package, self.plugins = what, package, plugins
         self._entries: dict[str, T] = {}
-        self._loaded = package is None
+        self.origins: dict[str, str] = {}  # entry name -> the plugin that registered it (built-ins: absent)
+        self._loaded = package is None and not plugins
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: `@registry.register(name)` on the entry; returns the entry unchanged."""
@@ -39,6 +83,8 @@ class Registry(Generic[T]):
             if name in self._entries:
                 raise RuntimeError(f"{self.what} {name!r} registered twice")
             self._entries[name] = entry
+            if _plugins["current"] is not None:
+                self.origins[name] = _plugins["current"]
             return entry
         return add
 
@@ -48,11 +94,14 @@ class Registry(Generic[T]):
             return
         self._loaded = True  # set first: a module may look entries up while it is imported
         try:
-            package = importlib.import_module(self.package)
-            import_submodules(self.package, package.__path__)
+            if self.package is not None:
+                package = importlib.import_module(self.package)
+                import_submodules(self.package, package.__path__)
         except BaseException:
             self._loaded = False
             raise
+        if self.plugins:  # after the built-ins: a plugin's entries may derive from them
+            load_plugins()
 
     def get(self, name: str) -> T:
         """The entry called `name`; an unknown name is a ConfigError naming the valid ones."""

@@ -60,7 +60,8 @@ def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate:
         snap = gs.snapshot_stats(sd, rec["old_shapes"], base=base, reading=reading)
         st = load_trainer_state(p) or {}
         row = {"checkpoint": str(p), "step": int(st.get("step", ref_step)), "tokens_seen": int(st.get("tokens_seen", 0)),
-               "u_p": snap["u_p"], "noc": snap["noc"], "matrices": len(snap["per_matrix"])}
+               "u_p": snap["u_p"], "u_p_new_vs_original": snap["u_p_new_vs_original"], "noc": snap["noc"],
+               "matrices": len(snap["per_matrix"])}
         if evaluate:
             row["val_loss"] = _val_loss(model, cfg, tok, n_batches, batch_size)
             row["ppl"] = math.exp(min(row["val_loss"], 50))
@@ -230,5 +231,10 @@ def growth_kind(src, out_dir: Path, args) -> dict:
                               "repeat --checkpoints once per run)")
     if not groups:
         raise ConfigError("--checkpoints is missing (valid: two or more checkpoints of one grown run, in training order)")
+    import sys
+
+    print(f"nexus analyze growth: {sum(map(len, groups))} checkpoints of {len(groups)} run(s): loading each and scoring "
+          f"{args.batches} validation batch(es) of {args.batch_size} on it, then NOC, U_P, R, PCA and the fits",
+          file=sys.stderr, flush=True)
     return analyze(groups, out_dir, args.batches, args.batch_size, getattr(args, "noc_reading", "whole"),
                    getattr(args, "pca", "standardized") == "standardized")

@@ -17,7 +17,7 @@ from ..plugins import Registry
 from ..runtime import tune_cpu_allocator
 
 # subcommand -> its module; every module of this package is imported on the first lookup
-COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__)
+COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__, plugins=False)  # plugins load at a registry's lookup, inside main()
 
 
 def register_command(name: str, module_name: str) -> None:

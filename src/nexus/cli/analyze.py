@@ -17,7 +17,7 @@ from pathlib import Path
 from ..analysis import ANALYSES, format_value
 from ..outdir import ANALYSIS
 from . import register_command
-from .common import positive_int
+from .common import add_config_file_arg, positive_int
 
 HEAVY_OPTIONS = True  # listing the kinds imports every analysis module (and torch): only when `analyze` runs
 
@@ -33,7 +33,9 @@ def add_parser(sub, detailed: bool = True) -> None:
     p.add_argument("kind", metavar="KIND", help=f"one of: {', '.join(ANALYSES.names())}" if detailed else "analysis kind")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
-    src.add_argument("--preset", metavar="NAME", help="analyse a preset's freshly initialized model (overrides allowed)")
+    src.add_argument("--preset", metavar="NAME|FILE.yaml",
+                     help="analyse a preset's freshly initialized model (a name or a YAML file; overrides allowed)")
+    add_config_file_arg(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
     p.add_argument("--checkpoints", nargs="+", action="append", metavar="DIR", default=None,
                    help="growth: checkpoints of one grown run in training order (the first at the growth); "

@@ -21,20 +21,36 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 
 def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "baseline-tiny") -> None:
-    p.add_argument("--preset", default=None, help=f"preset name (see `nexus presets`; default {default_preset})")
-    p.add_argument("--config", default=None, help="YAML config file (presets and overrides apply on top)")
+    p.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
+                   help=f"preset name (see `nexus presets`) or a YAML file of your own (default {default_preset})")
+    add_config_file_arg(p)
     p.set_defaults(accepts_overrides=True, default_preset=default_preset)
 
 
+def add_config_file_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, metavar="FILE.yaml",
+                   help="YAML config file; with --preset only the fields it names change the preset; dotted "
+                        "overrides apply on top of both")
+
+
+def with_config_file(args, extra: list[str]) -> list[str]:
+    """The overrides of `--config FILE` (when given) followed by the command line's: file over preset,
+    command line over file."""
+    from ..config import config_file_overrides
+
+    return (config_file_overrides(args.config) if getattr(args, "config", None) else []) + list(extra)
+
+
 def build_config(args, extra: list[str]) -> RunConfig:
+    """--config alone: the file's config (defaults for what it leaves out); with --preset (or without
+    either): the preset with the file's fields on top; then the dotted overrides."""
     from ..presets import get_preset
 
-    if args.config and args.preset:
-        raise ConfigError(f"--preset={args.preset!r} and --config={args.config!r} both given (valid: one of them)")
-    if args.config:
+    if args.config and not args.preset:
         cfg = RunConfig.load_yaml(args.config)
     else:
         cfg = get_preset(args.preset or args.default_preset)
+        extra = with_config_file(args, extra)
     parse_overrides(cfg, extra)
     return cfg.validate()
 

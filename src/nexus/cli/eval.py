@@ -11,6 +11,18 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--batches", type=positive_int("--batches"), default=16, help="validation micro-batches")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=8, help="sequences per micro-batch")
+    p.add_argument("--data", default=None, metavar="SOURCE",
+                   help="score every document of SOURCE (a file, folder, glob, list, prepared directory, stdlib, "
+                        "embedded, hf:<name>): loss, perplexity and bits per byte (default: a quick estimate from "
+                        "--batches x --batch-size windows of the run's validation split)")
+    p.add_argument("--split", choices=["all", "val"], default=None,
+                   help="with --data: all documents (default) or the document-level validation split; alone: the run's "
+                        "own data, whole (val)")
+    p.add_argument("--window", type=positive_int("--window"), default=None,
+                   help="tokens per scored window (default: the run's data.seq_len)")
+    p.add_argument("--stride", type=positive_int("--stride"), default=None,
+                   help="new tokens scored per window (default = --window: disjoint windows, lm-eval's rolling "
+                        "convention; smaller: sliding windows with more context)")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     p.add_argument("--task", choices=["mqar", "khop", "induction"], default=None,
                    help="accuracy on a synthetic task instead of perplexity (options from the run's data.synthetic)")
@@ -40,11 +52,36 @@ def run(args, extra) -> int:
         print(json.dumps(res) if args.json else
               f"{res['task']} accuracy {res['accuracy']:.4f} over {res['scored']} scored positions")
         return 0
+    if args.data is not None or args.split is not None:
+        return _run_whole_text(args, model, cfg, tok)
     res = perplexity(model, cfg, tok, args.batches, args.batch_size)
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"validation loss {res['val_loss']:.4f} | perplexity {res['val_ppl']:.2f} | {res['tokens']} tokens")
+        print(f"validation loss {res['val_loss']:.4f} | perplexity {res['val_ppl']:.2f} | {res['tokens']} tokens "
+              f"(estimate: {args.batches} x {args.batch_size} windows of the validation split; --split val scores all of it)")
+    return 0
+
+
+def _run_whole_text(args, model, cfg, tok) -> int:
+    from ..config import ConfigError
+    from ..eval.whole_text import evaluate_source
+
+    window = args.window or cfg.data.seq_len
+    if window > cfg.model.max_seq_len:
+        raise ConfigError(f"--window={window} (valid: at most the model's max_seq_len, {cfg.model.max_seq_len})")
+    stride = min(args.stride or window, window)
+    split = args.split or ("all" if args.data is not None else "val")
+    res = evaluate_source(model, cfg, tok, args.data or cfg.data.source, split, window, stride, args.batch_size)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    how = (f"disjoint windows of {window} tokens (lm-eval rolling)" if res["windows"] == "disjoint" else
+           f"sliding windows of {window} tokens, stride {stride}")
+    words = f" | word perplexity {res['word_perplexity']:.2f}" if res["word_perplexity"] is not None else ""
+    print(f"{res['source']} ({split}): loss {res['loss']:.4f} | perplexity {res['perplexity']:.2f} | "
+          f"bits per byte {res['bits_per_byte']:.4f}{words} | {res['documents']:,} documents, {res['tokens']:,} tokens, "
+          f"{res['bytes']:,} bytes | {how}")
     return 0
 
 

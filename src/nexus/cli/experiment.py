@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import nonneg_float, positive_int
+from .common import add_config_file_arg, nonneg_float, positive_int, with_config_file
 
 
 def _csv(name: str, item=str):
@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
                                      "(--train.lr 1e-3) apply to both runs.")
     pp.add_argument("--method", default=None, help="growth method (see --list; default sparkling)")
     pp.add_argument("--list", action="store_true", help="list the growth methods and whether their family is installed")
-    pp.add_argument("--preset", default=None, help="small-model preset (default: the method's own small shape)")
+    pp.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
+                    help="small-model preset, a name or a YAML file of your own (default: the method's own small shape)")
+    add_config_file_arg(pp)
     pp.add_argument("--tokens", type=positive_int("--tokens"), default=None,
                     help="token budget D of each run (default: 307,200 = 150 steps for a method's own small shape; "
                          "with --preset: its steps x batch x seq_len)")
@@ -65,7 +67,9 @@ def add_parser(sub) -> None:
                                      "the final validation loss (and of any chosen eval: --eval-task, --lm-eval), "
                                      "Welch's t-test of each preset against the first, a table (report.md) and a plot "
                                      "(compare.png).")
-    pc.add_argument("--presets", required=True, type=_csv("--presets"), help="comma-separated presets; the first is the reference")
+    pc.add_argument("--presets", required=True, type=_csv("--presets"),
+                    help="comma-separated presets (names or YAML files); the first is the reference")
+    add_config_file_arg(pc)
     pc.add_argument("--seeds", type=_csv("--seeds", int), default=[0, 1, 2], help="comma-separated seeds (default 0,1,2)")
     pc.add_argument("--equal", choices=["tokens", "flops"], default="tokens", help="what is held equal (default tokens)")
     pc.add_argument("--tokens", type=positive_int("--tokens"), default=None,
@@ -109,6 +113,7 @@ def run_progressive_cmd(args, extra) -> int:
     from ..experiments.stats import fmt
 
     t0 = time.perf_counter()
+    extra = with_config_file(args, extra)
     plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed,
                             args.out, seeds=args.seeds, recipe=args.recipe, tau=args.tau,
                             steplaw_scratch=args.steplaw_scratch, scratch_lr=args.scratch_lr)
@@ -144,7 +149,7 @@ def _run_pair_cmd(args, extra) -> int:
                           f"methods' own same-size bases and compares grown runs only)")
     t0 = time.perf_counter()
     seeds = [args.seed] if args.seed is not None else args.seeds
-    plan = plan_pair(args.method, extra, args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau)
+    plan = plan_pair(args.method, with_config_file(args, extra), args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau)
     print(f"method pair {plan['pair']}: {' vs '.join(plan['methods'])} | seeds {','.join(map(str, plan['seeds']))} "
           f"| out {plan['out_dir']}")
     r = run_pair(plan, quiet=args.quiet)
@@ -159,7 +164,7 @@ def run_compare_cmd(args, extra) -> int:
     from ..experiments.compare import plan_compare, run_compare
 
     t0 = time.perf_counter()
-    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task,
+    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, with_config_file(args, extra), args.out, args.eval_task,
                         args.lm_eval, args.lm_eval_include, args.lm_eval_limit)
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
     r = run_compare(plan, quiet=args.quiet)

@@ -10,7 +10,7 @@ def add_parser(sub) -> None:
 
 def run(args, extra) -> int:
     from ..analysis.param_formula import sizes  # arithmetic only: no torch import, no model built
-    from ..presets import describe, get_preset, names
+    from ..presets import PRESETS, describe, get_preset, names
 
     rows = []
     for name in names():
@@ -18,7 +18,8 @@ def run(args, extra) -> int:
             continue
         cfg = get_preset(name)
         info = sizes(cfg.model)
-        rows.append((name, info["total"], info.get("fp16_mb"), info.get("ternary_mb"), describe(name)))
+        origin = f" [plugin {PRESETS.origins[name]}]" if name in PRESETS.origins else ""
+        rows.append((name, info["total"], info.get("fp16_mb"), info.get("ternary_mb"), describe(name) + origin))
     w = max((len(r[0]) for r in rows), default=10)
     print(f"{'preset':<{w}}  {'params':>9}  {'fp16':>9}  {'ternary':>9}  description")
     for name, n, fp16, ter, desc in rows:

@@ -42,7 +42,6 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..growth.training import GrowthHook
     from ..train.trainer import Trainer
 
     extra = list(extra)
@@ -61,7 +60,7 @@ def run(args, extra) -> int:
     if flag_spec is not None and not cfg.train.grow_at:
         raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add --grow-at "
                           "STEP, the step at which the model grows)")
-    trainer = Trainer(cfg, resume=resume, quiet=args.quiet, hooks=[GrowthHook()])
+    trainer = Trainer(cfg, resume=resume, quiet=args.quiet)
     if replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 

@@ -116,6 +116,9 @@ class DataModule:
         if cfg.tokenizer == "byte":
             return ByteTokenizer()
         if cfg.tokenizer == "bpe":  # trained on the training documents, streamed
+            if not self.quiet:  # a pass over all the text, silent inside `tokenizers`: say what the wait is
+                _say(f"training a BPE tokenizer (vocabulary {cfg.bpe_vocab_size:,}) on the training documents of "
+                     f"{cfg.source} (one pass over the text)")
             docs = split_documents(self.source.documents(cfg), cfg.val_fraction, cfg.split_seed)
             return BPETokenizer.train((doc_text(d) for d, is_val in docs if not is_val), cfg.bpe_vocab_size)
         return load_tokenizer_json(cfg.tokenizer)

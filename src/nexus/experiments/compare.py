@@ -29,14 +29,16 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
                  overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None,
                  lm_eval: list[str] | None = None, lm_eval_include: str | None = None,
                  lm_eval_limit: int | None = None) -> dict:
-    from ..presets import get_preset
+    from ..presets import get_preset, preset_label
 
     if equal not in ("tokens", "flops"):
         raise ConfigError(f"--equal={equal!r} (valid: tokens|flops)")
     if eval_task is not None and eval_task not in EVAL_TASKS:
         raise ConfigError(f"--eval-task={eval_task!r} (valid: {'|'.join(EVAL_TASKS)})")
-    if len(set(presets)) != len(presets):
-        raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets)")
+    labels = [preset_label(p) for p in presets]  # a preset file is named by its stem in directories and reports
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--presets={','.join(presets)!r} names a preset twice (valid: distinct presets; preset "
+                          "files with distinct names)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} names a seed twice (valid: distinct seeds)")
     cfgs = []
@@ -53,7 +55,7 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
     fpt = [train_flops_per_token(c.model, c.data.seq_len) for c in cfgs]
     flops_budget = ref_tokens * fpt[0][0]
     runs = []
-    for name, cfg, t, (f, source) in zip(presets, cfgs, tps, fpt):
+    for name, cfg, t, (f, source) in zip(labels, cfgs, tps, fpt):
         budget_tokens = ref_tokens if equal == "tokens" else flops_budget / f
         steps = math.ceil(budget_tokens / t)
         if steps < 1:

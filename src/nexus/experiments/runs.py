@@ -37,9 +37,10 @@ def latest_step_checkpoint(run_dir: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
-def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) -> dict:
-    """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s)."""
-    from ..growth.training import GrowthHook
+def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, start_from: Path | None = None) -> dict:
+    """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s).
+    `start_from`: a checkpoint the run branches from (its model, optimizer state and step) when `run_dir`
+    holds no step checkpoint of its own yet, e.g. every grown variant of one small model."""
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -54,14 +55,16 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print) 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
     else:
         trim_metrics(run_dir, None)
-        trainer = Trainer(cfg, quiet=quiet, hooks=[GrowthHook()])
+        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}
     result["wall_s"] = time.perf_counter() - t0
     result["resumed_from"] = resume.name if resume is not None else None
+    if start_from is not None:
+        result["branched_from"] = str(start_from)
     write_json_atomic(run_dir / DONE, result)
     for p in run_dir.glob("step_*"):  # the final checkpoint supersedes the periodic ones
         shutil.rmtree(p, ignore_errors=True)

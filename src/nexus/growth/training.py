@@ -1,13 +1,10 @@
 """Growth inside a training run, as a trainer hook: the trainer knows nothing about growth.
 
-Whoever builds the trainer (`nexus train`, the experiments, a script) registers the hook:
-
-    trainer = Trainer(cfg, resume=..., hooks=[GrowthHook()])
-
-At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
+It is the hook kind "growth": the trainer adds one whenever its run config has a growth ahead or
+behind (`GrowthHook.wanted`), so no caller has to remember it. At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
 model, its optimizer (state transplanted), the re-warmup rule and the grown config to `trainer.swap`,
 the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data cursor and
-RNG. On resume (`on_resume`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
+RNG. On resume (`on_checkpoint_load`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
 Before step 0 (`on_fit_start`) it checks the spec against the model, so a bad spec of any family fails
 before any training step. After a growth it logs the post-growth diagnostics (`on_log`); their monitor
 (probe ids, pre-growth RMS, copy sources) is saved with every checkpoint (`state_dict`) and rebuilt on
@@ -17,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..train.hooks import HOOK_KINDS, Hook
 from . import _jsonable, check_growth_applies, grow
 
 
@@ -40,7 +38,8 @@ def growth_pending(cfg) -> bool:
     return bool(tc.grow_at) and not already_grown(cfg, tc.grow_at)
 
 
-class GrowthHook:
+@HOOK_KINDS.register("growth")
+class GrowthHook(Hook):
     """Grows the trainer's model at train.grow_at; restores the re-warmup rule of a grown run on resume."""
 
     state_key = "growth"  # where the trainer keeps state_dict() in trainer_state.pt
@@ -49,6 +48,14 @@ class GrowthHook:
         self.monitor = None  # PostGrowthMonitor of the latest growth (in this process or restored on resume)
         self.monitor_growths = 0  # len(growth_history) when the monitor was built: it belongs to that growth
         self.report: dict | None = None
+        self.loaded: dict | None = None  # the state a resumed checkpoint held for this hook
+
+    @classmethod
+    def wanted(cls, cfg) -> bool:
+        return bool(cfg.train.grow_at or cfg.growth_history)
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.loaded = state
 
     def state_dict(self) -> dict | None:
         if self.monitor is None:
@@ -59,12 +66,12 @@ class GrowthHook:
         if growth_pending(trainer.cfg):
             check_growth_applies(trainer.cfg)  # before the run directory is written and before step 0
 
-    def on_resume(self, trainer) -> None:
+    def on_checkpoint_load(self, trainer) -> None:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
         self.monitor, n = None, len(trainer.cfg.growth_history)
         if not n:
             return
-        st = trainer.resumed_hook_states.get(self.state_key)
+        st = self.loaded
         if st is None or (isinstance(st, dict) and st.get("n_growths") != n):  # older, or grown since (`nexus grow`)
             trainer.notes.append("the checkpoint holds no post-growth monitor for its latest growth (written before "
                                  "nexus saved it, or grown outside training): symmetry_lock_* and rms_ratio_* are "
@@ -117,9 +124,12 @@ class GrowthHook:
 
 def grow_in_training(trainer, spec) -> dict:
     """Grow `trainer`'s model now with `spec` (outside train.grow_at, e.g. a benchmark that resumes a
-    checkpoint and grows it): registers a GrowthHook for the post-growth diagnostics. Returns the report."""
-    hook = GrowthHook()
-    trainer.add_hook(hook)
+    checkpoint and grows it): the trainer's GrowthHook (added if missing) keeps the post-growth diagnostics.
+    Returns the report."""
+    hook = next((h for h in trainer.hooks if isinstance(h, GrowthHook)), None)
+    if hook is None:
+        hook = GrowthHook()
+        trainer.add_hook(hook)
     return hook.grow(trainer, spec)
 
 

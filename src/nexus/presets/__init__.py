@@ -31,12 +31,31 @@ def describe(name: str) -> str:
     return PRESETS.get(name)[1]
 
 
+def is_preset_file(name: str) -> bool:
+    """A --preset given as a path: a YAML file (your own preset) instead of a registered name."""
+    from pathlib import Path
+
+    return name.endswith((".yaml", ".yml")) or ("/" in name and Path(name).is_file())
+
+
+def preset_label(name: str) -> str:
+    """What a preset is called in run directories and reports: a file preset by its stem (my.yaml -> my)."""
+    from pathlib import Path
+
+    return Path(name).stem if is_preset_file(name) else name
+
+
 def get_preset(name: str) -> RunConfig:
+    """The registered preset `name`, or the config in YAML file `name` (a preset of your own)."""
+    if is_preset_file(name):
+        cfg = RunConfig.load_yaml(name, flag="--preset")
+        cfg.preset = preset_label(name)
+        return cfg
     if name not in PRESETS:
         import difflib
 
         close = difflib.get_close_matches(name, PRESETS.names(), n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "see `nexus presets`"
+        hint = f"did you mean {', '.join(close)}?" if close else "see `nexus presets`, or give a YAML file"
         raise ConfigError(f"--preset={name!r} is not a known preset ({hint})")
     cfg = PRESETS.get(name)[0]()
     cfg.preset = name

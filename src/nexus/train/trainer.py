@@ -2,31 +2,23 @@
 returns, feeds it (input_ids, labels) and minimizes `out.loss`.
 
 Extension points (the trainer imports none of their users):
-  * hooks, given as `Trainer(..., hooks=[...])` or `trainer.add_hook(h)`: objects with any of
-      on_fit_start(trainer)            before fit() writes anything or takes a step (checks)
-      on_resume(trainer)               after a checkpoint's state is restored (at once for a hook added later)
-      on_step_start(trainer, step)     before each optimizer step
-      on_log(trainer, step, metrics)   after each logged step
-    Growth (`nexus.growth.training.GrowthHook`) is one: it grows the model at `train.grow_at`.
-    A hook with `state_key` and `state_dict()` (None: nothing to keep) has that state saved in every
-    checkpoint's trainer_state.pt (plain tensors/numbers/lists/dicts: it is loaded weights_only); on
-    resume it is in `trainer.resumed_hook_states[state_key]` for the hook's on_resume.
+  * hooks (`train/hooks.py:Hook`), given as `Trainer(..., hooks=[...])` or `trainer.add_hook(h)`: every
+    event of a run besides the optimizer step itself. Console progress, metric writing, evaluation,
+    sampling and checkpointing are built-in hooks; the hook kinds a run config asks for (growth) are
+    found by name in `hooks.HOOK_KINDS` and added here.
   * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
     its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
     (`new_mask`, SPARKLING's re-warmup), or None
-  * `self.callbacks`: callables(trainer, step, metrics) run after each logged step
 """
 from __future__ import annotations
 
 import contextlib
 import gc
 import json
-import math
 import os
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -42,6 +34,7 @@ from ..optim.param_groups import build_optimizer
 from ..optim.schedule import set_lr
 from . import distributed as D
 from .health import StepHealth
+from .hooks import Hook, builtin_hooks, hooks_wanted_by
 from . import run_dir as R
 from .memory import check_training_memory
 
@@ -76,8 +69,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
                  init_tokenizer=None, hooks=()):
         self.quiet = quiet
-        self.callbacks = []
-        self.hooks = list(hooks)
+        self.hooks: list[Hook] = []
         self.lr_rule = None
         tstate = None
         self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
@@ -129,30 +121,34 @@ class Trainer:
         self.resumed_step = None
         self.resumed_from = resume  # the checkpoint this run continues (None: a fresh run)
         self.resumed_hook_states: dict = {}  # {hook.state_key: state} read from that checkpoint
+        self._n_params = (None, 0)  # (model, its parameter count): recounted only after a swap
         if tstate is not None:
             base_lrs = [g["base_lr"] for g in self.optimizer.param_groups]
             self._restore(tstate)
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
         self._wrap()
-        if self.resumed_step is not None:
-            self._call_hooks("on_resume")
-            if self.cfg.growth_history and not self.hooks:
-                self.notes.append("resumed a grown run without hooks: a re-warmup its growth recorded is not applied "
-                                  "(register nexus.growth.training.GrowthHook)")
+        for hook in [*builtin_hooks(), *hooks]:
+            self.add_hook(hook)
+        for hook in hooks_wanted_by(self.cfg, self.hooks):  # what the config asks for, whoever built the trainer
+            self.add_hook(hook)
 
     # ------------------------------------------------------------------ hooks
-    def add_hook(self, hook) -> None:
-        """Register a hook (see the module docstring); on a resumed trainer its on_resume runs at once."""
+    def add_hook(self, hook: Hook) -> None:
+        """Register a hook (train/hooks.py); on a resumed trainer it gets its stored state and
+        on_checkpoint_load at once."""
+        if not isinstance(hook, Hook):
+            raise TypeError(f"Trainer hooks subclass nexus.train.hooks.Hook (got {type(hook).__name__})")
         self.hooks.append(hook)
-        if self.resumed_step is not None and hasattr(hook, "on_resume"):
-            hook.on_resume(self)
+        self.hooks.sort(key=lambda h: -h.priority)  # stable: equal priorities keep the order given
+        if self.resumed_step is not None:
+            if hook.state_key is not None:
+                hook.load_state_dict(self.resumed_hook_states.get(hook.state_key))
+            hook.on_checkpoint_load(self)
 
-    def _call_hooks(self, event: str, *args) -> None:
+    def call_hooks(self, event: str, *args) -> None:
         for hook in list(self.hooks):
-            fn = getattr(hook, event, None)
-            if fn is not None:
-                fn(self, *args)
+            getattr(hook, event)(self, *args)
 
     # ------------------------------------------------------------------ set-up
     def _seed_everything(self, seed: int) -> None:
@@ -247,7 +243,7 @@ class Trainer:
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
         if with_optimizer:
             st["optimizer"] = self.optimizer.state_dict()
-        hooks = {h.state_key: h.state_dict() for h in self.hooks if hasattr(h, "state_key") and hasattr(h, "state_dict")}
+        hooks = {h.state_key: h.state_dict() for h in self.hooks if h.state_key is not None}
         hooks = {k: v for k, v in hooks.items() if v is not None}
         if hooks:
             st["hooks"] = hooks
@@ -315,7 +311,9 @@ class Trainer:
         # and applying them would poison every weight.
         gn = D.clip_grad_norm(self.model.parameters(), tc.grad_clip)
         finite = torch.isfinite(loss) & torch.isfinite(gn)
+        self.call_hooks("before_optimizer_step", step)
         self.optimizer.step(found_inf=(~finite).float())
+        self.call_hooks("after_optimizer_step", step)
         self.optimizer.zero_grad(set_to_none=True)
         self.health.update(finite)
         return {"step": step + 1, "loss": loss, "grad_norm": gn, "finite": finite, "lr_factor": lr_factor,
@@ -407,29 +405,42 @@ class Trainer:
             if self._fsdp:
                 from .sharded_checkpoint import save_sharded
 
-                return save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
+                path = save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
                                     self.trainer_state(with_optimizer=False))
-            return save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
+            else:
+                path = save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
         except NonFiniteWeightsError as e:
             last = R.latest_checkpoint(self.out_dir)
             raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
                                   f"{last or 'none'}; lower train.lr") from None
+        self.call_hooks("on_checkpoint_save", path)
+        return path
 
     @property
-    def _writes_checkpoints(self) -> bool:
+    def writes_checkpoints(self) -> bool:
         return self.is_main or self._fsdp  # FSDP2: a collective save on every rank
 
-    def _save_periodic(self) -> None:
-        tc = self.cfg.train
+    def save_periodic(self) -> None:
+        """A step checkpoint, then prune complete step checkpoints older than it down to train.keep_last;
+        every saved checkpoint is finite (save refuses NaN/inf weights), so the newest finite one is kept."""
         self.save(self.out_dir / f"step_{self.step:07d}")
         if not self.is_main:
             return
-        # Prune only complete step checkpoints older than this one; every saved checkpoint is finite
-        # (save refuses NaN/inf weights), so the newest finite one is always kept.
         older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
                  and R.checkpoint_step(d) < self.step]
-        for old in older[:max(len(older) - (tc.keep_last - 1), 0)]:
+        for old in older[:max(len(older) - (self.cfg.train.keep_last - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def due(self, every: int) -> bool:
+        """Whether a periodic action (every `every` steps, 0: never) falls on the step just taken. The
+        last step never is: the run's end evaluates, samples and saves it once."""
+        return bool(every) and self.step % every == 0 and self.step < self.cfg.train.steps
+
+    @property
+    def n_params(self) -> int:
+        if self._n_params[0] is not self.model:
+            self._n_params = (self.model, count_parameters(self.model))
+        return self._n_params[1]
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
@@ -439,91 +450,53 @@ class Trainer:
             self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
 
     def _fit(self) -> dict:
-        from tqdm import tqdm
+        self.call_hooks("on_fit_start")  # checks that must fail before anything is written
+        self._announce()
+        result: dict = {"params": self.n_params}
+        self._since_log = (time.perf_counter(), 0)  # (when, tokens) of the last logged step: throughput
+        self._skipped_before = int(self.health.total)
+        while self.step < self.cfg.train.steps:
+            self.call_hooks("on_step_start", self.step)
+            m = self.train_step(self.step)
+            self.step += 1
+            self.tokens_seen += int(m["tokens"])
+            self._since_log = (self._since_log[0], self._since_log[1] + int(m["tokens"]))
+            log_now = self.step % self.cfg.train.log_every == 0 or self.step >= self.cfg.train.steps
+            if log_now or any(h.needs_host_metrics(self, self.step) for h in self.hooks):
+                m = self._host_metrics(m)  # the only places a step's numbers reach the host
+            if log_now:
+                self.call_hooks("on_log", self.step, self._log_record(m))
+            self.call_hooks("on_step_end", self.step, m)
+        result.update(step=self.step, tokens_seen=self.tokens_seen)
+        self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
+        return result
 
-        tc = self.cfg.train
-        if tc.grow_at >= max(self.step, 1) and not self.hooks:  # a growth still ahead, and nobody to do it
-            raise RuntimeError(f"train.grow_at={tc.grow_at} but no hook is registered on the trainer to grow the "
-                               "model (register nexus.growth.training.GrowthHook: Trainer(cfg, hooks=[GrowthHook()]))")
-        self._call_hooks("on_fit_start")  # checks that must fail before anything is written
+    def _announce(self) -> None:
+        """Write the run directory's config and say what the run is (rank 0)."""
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
             for note in self.notes:
                 self.say(f"note: {note}")
-        n_params = count_parameters(self.model)
-        self.say(f"nexus: {self.cfg.preset or 'custom'} | {n_params / 1e6:.2f}M params | {self.device} | "
-                 f"world {self.world} | steps {self.step}->{tc.steps} | out {self.out_dir}")
-        bar = tqdm(total=tc.steps, initial=self.step, disable=(not self.is_main or self.quiet or not sys.stderr.isatty()),
-                   dynamic_ncols=True, desc="train")
-        t_last, tok_last = time.perf_counter(), 0
-        result: dict = {"params": n_params}
-        last_val = None
-        skipped_before = int(self.health.total)
-        while self.step < tc.steps:
-            if self.hooks:
-                model = self.model
-                self._call_hooks("on_step_start", self.step)
-                if self.model is not model:  # a hook swapped the model
-                    n_params = count_parameters(self.model)
-                    tc = self.cfg.train
-            m = self.train_step(self.step)
-            self.step += 1
-            self.tokens_seen += int(m["tokens"])
-            tok_last += int(m["tokens"])
-            # The last step is evaluated, sampled and saved once, by the end of the run below, not here too
-            last = self.step >= tc.steps
-            log_now = self.step % tc.log_every == 0 or last
-            evaluating = tc.eval_every and self.step % tc.eval_every == 0 and not last
-            if log_now or evaluating:  # the only places a step's numbers reach the host
-                m = self.read_step_metrics(m)
-                new_skips = m.get("nonfinite_total", 0) - skipped_before
-                skipped_before = m.get("nonfinite_total", 0)
-                if new_skips:
-                    m["skipped_since_last_log"] = new_skips
-            if log_now:
-                dt = time.perf_counter() - t_last
-                m.update(tokens_per_s=tok_last / max(dt, 1e-9), tokens_seen=self.tokens_seen,
-                         lr=self.optimizer.param_groups[0]["lr"], params=n_params, **memory_stats(self.device))
-                t_last, tok_last = time.perf_counter(), 0
-                self.log(m)
-                for cb in self.callbacks:
-                    cb(self, self.step, m)
-                self._call_hooks("on_log", self.step, m)
-                bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
-                if bar.disable and self.step % max(tc.steps // 10, tc.log_every) < tc.log_every:
-                    # no terminal (CI, pipes): a plain progress line every ~10% instead of a bar
-                    self.say(f"step {self.step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | "
-                             f"{m['tokens_per_s']:.0f} tok/s")
-                if m.get("skipped_since_last_log"):
-                    self.say(f"step {self.step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
-                             f"norm skipped since the last log ({m['nonfinite_total']} so far)")
-            bar.update(1)
-            if evaluating:
-                last_val = self.evaluate()
-                self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen})
-                self.say(f"step {self.step}: train loss {m['loss']:.4f} | val loss {last_val:.4f}")
-            if tc.sample_every and self.step % tc.sample_every == 0 and not last and self._writes_checkpoints:
-                text = self.sample()  # under FSDP2 every rank runs the (identical) generation: it gathers weights
-                self.say(f"sample @ {self.step}: {text!r}")
-            if tc.save_every and self.step % tc.save_every == 0 and not last and self._writes_checkpoints:
-                self._save_periodic()
-        bar.close()
-        last_val = self.evaluate()
-        self.log({"step": self.step, "val_loss": last_val, "tokens_seen": self.tokens_seen, "final": True})
-        result.update(step=self.step, val_loss=last_val, val_ppl=math.exp(min(last_val, 50)), tokens_seen=self.tokens_seen)
-        if self._writes_checkpoints:
-            sample = self.sample()
-            result["sample"] = sample
-            ckpt = self.save(self.out_dir / "checkpoint")
-            result["checkpoint"] = str(ckpt)
-        if self.is_main:
-            self.say(f"final: val loss {last_val:.4f} (ppl {result['val_ppl']:.2f}) after {self.step} steps, "
-                     f"{self.tokens_seen:,} tokens")
-            if sample:
-                self.say(f"sample: {sample!r}")
-            self.say(f"checkpoint: {ckpt}")
-        return result
+        self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
+                 f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
+
+    def _host_metrics(self, m: dict) -> dict:
+        """read_step_metrics, plus how many steps were skipped since the previous read."""
+        m = self.read_step_metrics(m)
+        new_skips = m.get("nonfinite_total", 0) - self._skipped_before
+        self._skipped_before = m.get("nonfinite_total", 0)
+        if new_skips:
+            m["skipped_since_last_log"] = new_skips
+        return m
+
+    def _log_record(self, m: dict) -> dict:
+        """The logged step's record: its metrics plus throughput since the last log, lr, size and memory."""
+        dt = time.perf_counter() - self._since_log[0]
+        m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
+                 lr=self.optimizer.param_groups[0]["lr"], params=self.n_params, **memory_stats(self.device))
+        self._since_log = (time.perf_counter(), 0)
+        return m
 
 
 def _np_state() -> list:

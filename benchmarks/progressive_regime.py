@@ -1,0 +1,568 @@
+"""Growth at a regime where the answer means something (issue 29): SPARKLING's recipe on one axis, a tuned
+scratch baseline, a corpus that does not repeat within a run, grown variants branched from one small
+checkpoint per seed, and the share of the small-to-scratch gap closed as the comparable number.
+
+The regime (`--scale full`, the default):
+  small model   4 layers, d_model 64, 4 heads of 16, FFN inner 128, byte tokens, the paper's recipe (AdamW wd 0.1
+                on every parameter, per-head QK-norm; cosine, warmup 3%, final lr ratio 0.01; rho 1.3, tau as the
+                paper's 250/31,800 of the post-growth steps), 16 x 128 tokens per step
+  growth        at 40 tokens per parameter of the small model (~7.2M tokens), then trained to twice that; every
+                grown variant of a seed branches from that seed's one small checkpoint (paired by construction)
+  default set   small alone, scratch (FFN 256) at its tuned lr, sparkling (copy), sparkling-random, naive-copy;
+                seeds 0, 1, 2; every evaluation on 32 x 16 x 128 = 65,536 fixed validation tokens
+  --ablations   adds sparkling-no-rewarmup, sparkling-symmetric, sparkling-hidden, sparkling-both (and scratch at
+                the hidden shapes); the methods are those of `nexus experiment progressive --list`
+
+Three commands, in this order (each resumable: run it again after an interruption and finished runs are
+skipped, unfinished ones continue from their last step checkpoint):
+
+    python benchmarks/progressive_regime.py --estimate --data stdlib       # the plan and its time; trains nothing
+    python benchmarks/progressive_regime.py --lr-sweep --data stdlib       # 5 log-spaced lrs, one seed -> OUT/lr_sweep.json
+    python benchmarks/progressive_regime.py --data stdlib                  # the benchmark (reads OUT/lr_sweep.json)
+    python benchmarks/progressive_regime.py --smoke --out /tmp/regime      # a tiny scale that exercises all of it
+
+`--data` is any `data.source` (the stdlib corpus, a text file, ...). A corpus whose training split is smaller
+than the tokens one run draws would repeat within the run, and is refused with one line. The lr sweep trains
+the small model and the scratch model of every shape used, at the full budget, one seed; the best lr by final
+validation loss is used (the small model's for small and grown runs, as SPARKLING keeps the pre-expansion lr;
+scratch's for scratch). A best lr at the edge of the grid is printed as such. `--untuned` runs without a sweep,
+every run at the preset lr, and says so in the results.
+
+Prints one line per finished run, then the table (final loss, share of the gap closed with its Fieller 95%
+interval, paired differences between methods, compute to reach scratch's loss, eq. 29 at equal tokens
+labelled separately), also written to OUT/<scale>/results.json and table.md.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_METHODS = ("sparkling", "sparkling-random", "naive-copy")
+ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric", "sparkling-hidden", "sparkling-both")
+DEFAULT_SEEDS = (0, 1, 2)
+# 5 log-spaced peak lrs, a factor 2 apart, around the preset's 3e-3
+DEFAULT_LRS = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+MIN_SWEEP_LRS = 5
+# scale -> tokens per parameter at growth, batch, sequence length, evaluation batches, evaluations per run
+SCALES = {
+    "full": {"tokens_per_param": 40.0, "batch": 16, "seq": 128, "eval_batches": 32, "evals": 20},
+    # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
+    "smoke": {"grow_steps": 4, "batch": 2, "seq": 32, "eval_batches": 2, "evals": 4},
+}
+SWEEP_FILE = "lr_sweep.json"
+PAPER_GAP_CLOSED = "0.84-0.90"
+
+
+class Refused(SystemExit):
+    """Bad input: one line (printed by main), exit code 2."""
+
+    def __init__(self, msg: str):
+        self.line = msg
+        super().__init__(2)
+
+
+# ----------------------------------------------------------------------------- the plan
+def small_params(method: str, overrides: list[str]) -> int:
+    """Parameters of the small model (tied embedding counted once): the unit of tokens per parameter."""
+    from nexus.experiments import progressive as P
+    from nexus.experiments.curves import active_params
+
+    return active_params(P._small_config(P.METHODS[method], None, overrides, None).model)
+
+
+def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
+    o = ["--train.batch_size", str(scale["batch"]), "--data.seq_len", str(scale["seq"]),
+         "--train.eval_batches", str(scale["eval_batches"]), "--data.source", data, "--train.sample_tokens", "1",
+         "--train.grad_accum", "1"]
+    return o + (["--train.lr", repr(lr)] if lr is not None else [])
+
+
+def shape_key(model: dict) -> str:
+    return f"d{model['d_model']}-ffn{model['ffn_hidden'] or 'auto'}"
+
+
+def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path,
+                lrs: dict | None) -> dict:
+    """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
+    lrs: {"small": lr, "scratch": {shape: lr}} from the sweep, or None (untuned: the preset lr)."""
+    from nexus.experiments import progressive as P
+
+    scale = SCALES[scale_name]
+    tps = scale["batch"] * scale["seq"]
+    n_small = small_params(methods[0], base_overrides(scale, data, None))
+    grow_step = scale.get("grow_steps") or math.ceil(scale["tokens_per_param"] * n_small / tps)
+    steps = 2 * grow_step
+    small_lr = None if lrs is None else lrs["small"]
+    plans = {}
+    for m in methods:
+        plans[m] = P.plan_progressive(m, overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
+                                      grow_at=grow_step * tps, seeds=seeds, out=str(out), eval_points=scale["evals"])
+    runs: dict[str, dict] = {}
+    for sd in seeds:
+        first = plans[methods[0]]["configs"][str(sd)]
+        small = _finish(first["small"], out / f"seed{sd}" / "small", steps)
+        prefix = _finish(first["small"], out / f"seed{sd}" / "prefix", steps)
+        prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
+        runs[f"seed{sd}/prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd}
+        runs[f"seed{sd}/small"] = {"cfg": small, "after": f"seed{sd}/prefix", "kind": "small", "seed": sd}
+        for m in methods:
+            c = plans[m]["configs"][str(sd)]
+            runs[f"seed{sd}/{m}"] = {"cfg": _finish(c["grown"], out / f"seed{sd}" / m, steps), "after": f"seed{sd}/prefix",
+                                     "kind": "grown", "seed": sd, "method": m, "shape": shape_key(c["scratch"]["model"])}
+            key = shape_key(c["scratch"]["model"])
+            name = f"seed{sd}/scratch-{key}"
+            if name not in runs:
+                sc = _finish(c["scratch"], out / f"seed{sd}" / f"scratch-{key}", steps)
+                if lrs is not None:
+                    if key not in lrs["scratch"]:
+                        raise Refused(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep with the "
+                                      f"same methods, it sweeps every shape they use)")
+                    sc["train"]["lr"] = lrs["scratch"][key]
+                runs[name] = {"cfg": sc, "after": None, "kind": "scratch", "seed": sd, "shape": key}
+    p0 = plans[methods[0]]
+    return {"scale": scale_name, "data": data, "methods": methods, "seeds": seeds, "tokens_per_step": tps,
+            "grow_step": grow_step, "steps": steps, "token_budget": steps * tps, "small_params": n_small,
+            "tokens_per_param_at_growth": grow_step * tps / n_small, "tau_rule": p0["tau_rule"],
+            "eval_tokens": scale["eval_batches"] * tps, "tuned": lrs is not None, "lrs": lrs,
+            "specs": {m: plans[m]["spec"] for m in methods}, "runs": runs}
+
+
+def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
+    """Run-level settings: where it writes, evaluations, checkpoints every ~10% (resumable), the full horizon."""
+    c = copy.deepcopy(cfg)
+    tc = c["train"]
+    tc["out_dir"], tc["schedule_steps"] = str(run_dir), steps
+    tc["save_every"], tc["keep_last"], tc["sample_every"] = max(1, steps // 10), 1, 0
+    return c
+
+
+def describe_run(run: dict, plan: dict) -> dict:
+    m = run["cfg"]["model"]
+    tc = run["cfg"]["train"]
+    start = plan["grow_step"] if run["kind"] in ("small", "grown") else 0
+    row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
+           "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
+    if run["kind"] == "grown":
+        g = tc["growth"]
+        row["grows_to"] = {"d_model": g.get("hidden") or m["d_model"], "ffn": g.get("ffn") or m["ffn_hidden"]}
+    return row
+
+
+# ----------------------------------------------------------------------------- corpus
+def corpus_check(plan: dict, refuse: bool = True) -> dict:
+    """Training tokens of the corpus against the tokens one run draws; refuse a corpus that would repeat
+    (refuse=False, for --estimate: say why the run would refuse it instead)."""
+    try:
+        return _corpus_check(plan)
+    except Refused as e:
+        if refuse:
+            raise
+        return {"problem": e.line}
+
+
+def _corpus_check(plan: dict) -> dict:
+    from nexus.config import ConfigError, RunConfig
+    from nexus.data.loader import DataModule
+
+    cfg = RunConfig.from_dict(next(iter(plan["runs"].values()))["cfg"])
+    try:
+        dm = DataModule(cfg.data, seed=0)
+    except ConfigError as e:
+        raise Refused(f"--data={plan['data']!r}: {e}") from None
+    n_train, n_val = len(dm.train), len(dm.val)
+    drawn = plan["token_budget"]
+    passes = drawn / n_train
+    if passes > 1:
+        raise Refused(f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
+                      f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
+                      f"tokens, e.g. the stdlib corpus)")
+    if n_val < plan["eval_tokens"]:
+        raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
+                      f"for the fixed final evaluation)")
+    return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "share_of_split_drawn": passes,
+            "sampler": "nexus.data.sampler visits every training window once per epoch in a seeded order, so a run "
+                       "that draws no more tokens than the training split sees no token twice"}
+
+
+# ----------------------------------------------------------------------------- running
+def _run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> dict:
+    import torch
+
+    from nexus.config import RunConfig
+    from nexus.experiments.runs import run_resumable
+
+    torch.set_num_threads(threads)
+    return run_resumable(RunConfig.from_dict(copy.deepcopy(cfg)), Path(run_dir), quiet=True, say=lambda *_: None,
+                         start_from=None if start_from is None else Path(start_from))
+
+
+def execute(runs: dict, workers: int, threads: int, say) -> dict:
+    """Run every job whose dependency has finished, `workers` at a time (separate processes when > 1)."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    import multiprocessing
+
+    order = sorted(runs, key=lambda k: {"prefix": 0, "scratch": 1, "grown": 2, "small": 3}[runs[k]["kind"]])
+    results, t0 = {}, time.perf_counter()
+
+    def args(name):
+        r = runs[name]
+        start = None if r["after"] is None else str(Path(runs[r["after"]]["cfg"]["train"]["out_dir"]) / "checkpoint")
+        return r["cfg"], r["cfg"]["train"]["out_dir"], start, threads
+
+    def finished(name, res):
+        results[name] = res
+        say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s)")
+
+    if workers <= 1:
+        for name in order:
+            finished(name, _run_job(*args(name)))
+        return results
+    pending, running = list(order), {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        while pending or running:
+            for name in [n for n in pending if runs[n]["after"] is None or runs[n]["after"] in results]:
+                if len(running) >= workers:
+                    break
+                pending.remove(name)
+                running[ex.submit(_run_job, *args(name))] = name
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                finished(running.pop(fut), fut.result())
+    return results
+
+
+# ----------------------------------------------------------------------------- results
+def curve(run_dir: Path, tps: int, segments: list[dict], prefix_dir: Path | None = None) -> list[dict]:
+    """Validation points (tokens, FLOPs, loss); a branch's curve starts with its prefix's points."""
+    from nexus.experiments.curves import cumulative_flops, read_metrics, val_curve
+
+    pts = []
+    if prefix_dir is not None:
+        pts = val_curve(read_metrics(prefix_dir / "metrics.jsonl"), tps)
+    pts += val_curve(read_metrics(run_dir / "metrics.jsonl"), tps)
+    return [{**p, "flops": cumulative_flops(p["tokens"], segments)} for p in pts]
+
+
+def summarize(plan: dict, out: Path) -> dict:
+    from nexus.config import RunConfig
+    from nexus.experiments.curves import first_crossing, train_flops_per_token
+    from nexus.experiments.report import eq29
+    from nexus.experiments.curves import active_params
+    from nexus.experiments.runs import read_done
+    from nexus.experiments.stats import describe, gap_closed, paired
+
+    tps, seeds, methods = plan["tokens_per_step"], plan["seeds"], plan["methods"]
+    d_e = plan["grow_step"] * tps
+    runs = plan["runs"]
+    model = {k: RunConfig.from_dict(r["cfg"]).model for k, r in runs.items()}
+    seq = plan_seq(plan)
+    fpt = {k: train_flops_per_token(m, seq)[0] for k, m in model.items()}
+    final = {k: float(read_done(Path(r["cfg"]["train"]["out_dir"]))["val_loss"]) for k, r in runs.items()}
+    per_method = {}
+    for m in methods:
+        shape = runs[f"seed{seeds[0]}/{m}"]["shape"]
+        sc_name = f"scratch-{shape}"
+        large_fpt = fpt[f"seed{seeds[0]}/{sc_name}"]
+        small_fpt = fpt[f"seed{seeds[0]}/small"]
+        segs = [{"start_tokens": 0.0, "flops_per_token": small_fpt}, {"start_tokens": d_e, "flops_per_token": large_fpt}]
+        g = [final[f"seed{sd}/{m}"] for sd in seeds]
+        sc = [final[f"seed{sd}/{sc_name}"] for sd in seeds]
+        sm = [final[f"seed{sd}/small"] for sd in seeds]
+        reach = []
+        for sd in seeds:
+            pts = curve(out / f"seed{sd}" / m, tps, segs, out / f"seed{sd}" / "prefix")
+            hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"seed{sd}/{sc_name}"])
+            reach.append(None if hit is None else hit / (large_fpt * plan["token_budget"]))
+        got = [v for v in reach if v is not None]
+        n_small = active_params(model[f"seed{seeds[0]}/small"])
+        n_large = active_params(model[f"seed{seeds[0]}/{sc_name}"])
+        per_method[m] = {
+            "shape": shape, "grown": describe(g), "scratch": describe(sc), "small": describe(sm),
+            "gap_closed": gap_closed(sm, g, sc), "grown_minus_scratch": paired(g, sc), "grown_minus_small": paired(g, sm),
+            "compute_to_scratch_loss": {"per_seed": reach, "reached": len(got), "of": len(reach), **describe(got)},
+            "eq29_equal_tokens": eq29(n_small, n_large, d_e, plan["token_budget"])["flops_saved"],
+            "per_seed": {"grown": g, "scratch": sc, "small": sm}}
+    between = {}
+    for i, a in enumerate(methods):
+        for b in methods[i + 1:]:
+            between[f"{a} - {b}"] = paired(per_method[a]["per_seed"]["grown"], per_method[b]["per_seed"]["grown"])
+    return {"methods": per_method, "between_methods": between}
+
+
+def plan_seq(plan: dict) -> int:
+    return next(iter(plan["runs"].values()))["cfg"]["data"]["seq_len"]
+
+
+def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
+    from nexus.experiments.stats import fmt, fmt_gap
+
+    lines = [head, "",
+             f"regime: small {plan['small_params']:,} parameters, growth at {plan['tokens_per_param_at_growth']:.1f} "
+             f"tokens/param (step {plan['grow_step']}), {plan['steps'] - plan['grow_step']} steps after growth, "
+             f"{plan['token_budget']:,} tokens per run; re-warmup tau {plan['tau_rule']}; evaluation on "
+             f"{plan['eval_tokens']:,} fixed validation tokens; seeds {', '.join(map(str, plan['seeds']))}",
+             f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+             f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws "
+             f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
+             "| method | grown | scratch | small | share of the gap closed [95% CI] | grown - scratch (paired) | "
+             "compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, r in summary["methods"].items():
+        c = r["compute_to_scratch_loss"]
+        reach = "not reached" if not c["reached"] else f"{c['mean']:.3f}" + (f" +- {c['std']:.3f}" if c["n"] > 1 else "")
+        d = r["grown_minus_scratch"]
+        lines.append(f"| {m} | {fmt(r['grown'])} | {fmt(r['scratch'])} | {fmt(r['small'])} | {fmt_gap(r['gap_closed'])} | "
+                     f"{fmt(d['diff'])} p={_p(d['t_p'])} | {reach} ({c['reached']}/{c['of']} seeds) | "
+                     f"{100 * r['eq29_equal_tokens']:+.1f}% |")
+    lines += ["", f"SPARKLING's own share of the gap closed: {PAPER_GAP_CLOSED} (Table 1; grown ends above scratch).", "",
+              "Paired differences between methods (grown final val loss, same seeds, same small checkpoint):", ""]
+    for k, d in summary["between_methods"].items():
+        lines.append(f"- {k}: {fmt(d['diff'])}; paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}")
+    return "\n".join(lines) + "\n"
+
+
+def _p(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+# ----------------------------------------------------------------------------- lr sweep
+def plan_sweep(methods: list[str], scale_name: str, data: str, out: Path, lrs: list[float]) -> dict:
+    """One seed, every lr, the small model and the scratch model of every shape the methods use, at the full budget."""
+    base = plan_regime(methods, [0], scale_name, data, out / "sweep-probe", None)
+    runs = {}
+    shapes = {"small": base["runs"]["seed0/small"]["cfg"]}
+    shapes.update({r["shape"]: r["cfg"] for k, r in base["runs"].items() if r["kind"] == "scratch"})
+    for shape, cfg in shapes.items():
+        for lr in lrs:
+            c = copy.deepcopy(cfg)
+            c["train"]["lr"] = lr
+            c["train"]["out_dir"] = str(out / "lr-sweep" / shape / f"lr{lr:.3g}")
+            runs[f"{shape}/lr{lr:.3g}"] = {"cfg": c, "after": None, "kind": "scratch", "seed": 0, "shape": shape, "lr": lr}
+    return {**base, "runs": runs, "lrs_swept": lrs}
+
+
+def read_sweep(path: Path, plan_key: dict) -> dict:
+    if not path.is_file():
+        raise Refused(f"--sweep={str(path)!r} does not exist (valid: run --lr-sweep first with the same --scale, "
+                      f"--data and methods, or pass --untuned)")
+    try:
+        s = json.loads(path.read_text())
+        key, best = s["key"], s["best"]
+    except (OSError, ValueError, KeyError) as e:
+        raise Refused(f"--sweep={str(path)!r} is not an lr sweep result ({type(e).__name__}) (valid: the "
+                      f"{SWEEP_FILE} that --lr-sweep writes)") from None
+    if key != plan_key:
+        raise Refused(f"--sweep={str(path)!r} was swept for {key} (valid: a sweep of this plan, {plan_key})")
+    return {"small": best["small"], "scratch": {k: v for k, v in best.items() if k != "small"}}
+
+
+def sweep_key(plan: dict) -> dict:
+    return {"scale": plan["scale"], "data": plan["data"], "token_budget": plan["token_budget"]}
+
+
+# ----------------------------------------------------------------------------- estimate
+def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
+    """(seconds per optimizer step, seconds per evaluation) of this run's model, timed in this process as CPU
+    time: on a shared machine the wall clock measures the other jobs, CPU time what the step costs (with one
+    thread per process, the wall time of an idle core)."""
+    import tempfile
+
+    import torch
+
+    from nexus.config import RunConfig
+    from nexus.train.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    c = RunConfig.from_dict(copy.deepcopy(cfg))
+    tc = c.train
+    tc.steps, tc.grow_at, tc.growth, tc.schedule_steps = steps + 3, 0, None, 0
+    tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10 ** 9
+    with tempfile.TemporaryDirectory() as tmp:
+        tc.out_dir = tmp
+        tr = Trainer(c.validate(), quiet=True)
+        for s in range(3):
+            tr.train_step(s)
+        t0 = time.process_time()
+        for s in range(3, steps + 3):
+            m = tr.train_step(s)
+        float(m["loss"])
+        per_step = (time.process_time() - t0) / steps
+        t0 = time.process_time()
+        tr.evaluate()
+        return per_step, time.process_time() - t0
+
+
+def estimate(plan: dict, threads: int, workers: int, timing_steps: int) -> dict:
+    """Per-step and per-evaluation cost of every distinct model timed here x each run's steps and evaluations."""
+    cost, rows, total = {}, [], 0.0
+    for name, run in plan["runs"].items():
+        d = describe_run(run, plan)
+        key = (d["layers"], d.get("grows_to", {}).get("d_model", d["d_model"]), d.get("grows_to", {}).get("ffn", d["ffn"]))
+        small_key = (d["layers"], d["d_model"], d["ffn"])
+        for k in {key, small_key}:
+            if k not in cost:
+                cfg = copy.deepcopy(run["cfg"])
+                cfg["model"]["d_model"], cfg["model"]["ffn_hidden"] = k[1], k[2]
+                cost[k] = step_seconds(cfg, timing_steps, threads)
+        step_s, eval_s = cost[key]
+        evals = max(1, d["steps"] // max(1, run["cfg"]["train"]["eval_every"] or d["steps"])) + 1
+        sec = d["steps"] * step_s + evals * eval_s
+        total += sec
+        rows.append({"run": name, **d, "est_s": sec})
+    chains = {}
+    for name, run in plan["runs"].items():
+        r = next(x for x in rows if x["run"] == name)
+        chains[name] = r["est_s"] + (next(x for x in rows if x["run"] == run["after"])["est_s"] if run["after"] else 0)
+    wall = max(total / max(1, workers), max(chains.values()))
+    return {"rows": rows, "serial_s": total, "wall_s": wall, "step_cost": {str(k): v for k, v in cost.items()}}
+
+
+def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
+    say(f"plan: {plan['scale']} | small {plan['small_params']:,} params | growth at step {plan['grow_step']} = "
+        f"{plan['grow_step'] * plan['tokens_per_step']:,} tokens ({plan['tokens_per_param_at_growth']:.1f} tokens/param) | "
+        f"{plan['steps']} steps = {plan['token_budget']:,} tokens per run | eval {plan['eval_tokens']:,} tokens | "
+        f"seeds {','.join(map(str, plan['seeds']))}")
+    if "problem" in corpus:
+        say(f"corpus: a run would refuse it: {corpus['problem']}")
+    else:
+        say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
+            f"one run draws {corpus['share_of_split_drawn']:.2f} of the training split (no token seen twice)")
+    say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>5s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est")
+    rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
+    for r in rows:
+        shape = f"{r['d_model']:>7d} {r['ffn']:>5d}"
+        if "grows_to" in r:
+            shape = f"{r['d_model']:>3d}->{r['grows_to']['d_model']:<3d} {r['ffn']:>3d}->{r['grows_to']['ffn']}"
+        t = f"  {r['est_s'] / 60:5.1f} min" if "est_s" in r else ""
+        say(f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}")
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except Refused as e:
+        print(f"error: {e.line}", file=sys.stderr)
+        raise
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="stdlib", help="data.source of every run (default: the stdlib corpus)")
+    ap.add_argument("--scale", choices=sorted(SCALES), default="full")
+    ap.add_argument("--smoke", action="store_true", help="--scale smoke on the embedded corpus")
+    ap.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    ap.add_argument("--ablations", action="store_true", help=f"also {', '.join(ABLATIONS)}")
+    ap.add_argument("--methods", default=None, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
+    ap.add_argument("--estimate", action="store_true", help="print the plan and the time; train nothing")
+    ap.add_argument("--lr-sweep", action="store_true", help="the lr sweep (one seed) -> OUT/<scale>/lr_sweep.json")
+    ap.add_argument("--lrs", default=",".join(f"{x:g}" for x in DEFAULT_LRS), help="peak lrs of the sweep (>= 5)")
+    ap.add_argument("--sweep", default=None, help="the sweep result to read (default OUT/<scale>/lr_sweep.json)")
+    ap.add_argument("--untuned", action="store_true", help="no sweep: every run at the preset lr (results say so)")
+    ap.add_argument("--workers", type=int, default=2, help="training processes at once (default 2, one per core)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    ap.add_argument("--timing-steps", type=int, default=20, help="steps timed per model for --estimate")
+    ap.add_argument("--out", default="runs/bench-progressive-regime")
+    a = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    scale = "smoke" if a.smoke else a.scale
+    data = "embedded" if a.smoke and a.data == "stdlib" else a.data
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+        lrs = [float(x) for x in a.lrs.split(",")]
+    except ValueError:
+        raise Refused(f"--seeds={a.seeds!r} / --lrs={a.lrs!r} (valid: comma-separated integers / numbers)") from None
+    if len(set(lrs)) < MIN_SWEEP_LRS or any(not (x > 0 and math.isfinite(x)) for x in lrs):
+        raise Refused(f"--lrs={a.lrs!r} (valid: at least {MIN_SWEEP_LRS} distinct learning rates > 0)")
+    from nexus.experiments import progressive as P
+
+    methods = a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
+    for m in methods:
+        if m not in P.METHODS or P.METHODS[m].family != "width":
+            raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
+                          f"{', '.join(DEFAULT_METHODS + ABLATIONS)})")
+    out = Path(a.out) / scale
+    head = (f"progressive regime ({scale}) | threads {a.threads} x workers {a.workers} | load "
+            f"{os.getloadavg()[0]:.1f} | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | "
+            f"{platform.node()}")
+    print(head, flush=True)
+    from nexus.config import ConfigError
+
+    try:
+        if a.lr_sweep:
+            return _sweep(a, methods, scale, data, out, lrs)
+        lr_plan = None
+        probe = plan_regime(methods, seeds, scale, data, out, None)
+        if not a.untuned and not a.estimate:
+            lr_plan = read_sweep(Path(a.sweep) if a.sweep else out / SWEEP_FILE, sweep_key(probe))
+        plan = probe if lr_plan is None else plan_regime(methods, seeds, scale, data, out, lr_plan)
+    except ConfigError as e:
+        raise Refused(str(e)) from None
+    corpus = corpus_check(plan, refuse=not a.estimate)
+    if a.estimate:
+        est = estimate(plan, a.threads, a.workers, a.timing_steps)
+        print_plan(plan, est, corpus, print)
+        sw = estimate(plan_sweep(methods, scale, data, out, lrs), a.threads, a.workers, a.timing_steps)
+        print(f"estimate (per-step and per-eval CPU time measured here x steps = wall time on idle cores, one thread "
+              f"per process; load now {os.getloadavg()[0]:.1f}): "
+              f"benchmark {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} min wall with {a.workers} "
+              f"worker(s); lr sweep ({len(lrs)} lrs x {len(sw['rows']) // len(lrs)} shapes, one seed) "
+              f"{sw['serial_s'] / 60:.1f} min serial, {sw['wall_s'] / 60:.1f} min wall", flush=True)
+        return 0
+    print_plan(plan, None, corpus, print)
+    if not plan["tuned"]:
+        print("note: --untuned: scratch runs at the small model's preset lr, not a tuned one", flush=True)
+    t0 = time.perf_counter()
+    execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
+    summary = summarize(plan, out)
+    wall = time.perf_counter() - t0
+    text = render(plan, summary, corpus, f"{head} | wall {wall:.0f} s")
+    print("\n" + text, flush=True)
+    from nexus.experiments.runs import write_json_atomic, write_text_atomic
+
+    write_json_atomic(out / "results.json", {"command": sys.argv, "plan": plan, "corpus": corpus, "summary": summary,
+                                             "wall_s": wall})
+    write_text_atomic(out / "table.md", f"`{' '.join(sys.argv)}`\n\n{text}")
+    return 0
+
+
+def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
+    from nexus.experiments.runs import read_done, write_json_atomic
+
+    plan = plan_sweep(methods, scale, data, out, lrs)
+    corpus = corpus_check(plan)
+    print_plan(plan, None, corpus, print)
+    t0 = time.perf_counter()
+    execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
+    table, best = {}, {}
+    for name, run in plan["runs"].items():
+        done = read_done(Path(run["cfg"]["train"]["out_dir"]))
+        table.setdefault(run["shape"], []).append({"lr": run["lr"], "final_val_loss": float(done["val_loss"]),
+                                                   "wall_s": done.get("wall_s")})
+    for shape, rows in table.items():
+        rows.sort(key=lambda r: r["lr"])
+        b = min(rows, key=lambda r: r["final_val_loss"])
+        best[shape] = b["lr"]
+        edge = b["lr"] in (rows[0]["lr"], rows[-1]["lr"])
+        print(f"{shape:16s} " + "  ".join(f"{r['lr']:.3g}: {r['final_val_loss']:.4f}" for r in rows) +
+              f"  -> best {b['lr']:.3g}" + ("  (at the edge of the grid: widen --lrs)" if edge else ""), flush=True)
+    wall = time.perf_counter() - t0
+    cost = sum(r["wall_s"] or 0 for rows in table.values() for r in rows)
+    write_json_atomic(out / SWEEP_FILE, {"key": sweep_key(plan), "best": best, "table": table, "seed": 0,
+                                         "cost": {"wall_s": wall, "run_seconds": cost}, "command": sys.argv})
+    print(f"lr sweep: {len(plan['runs'])} runs, {wall / 60:.1f} min wall, {cost / 60:.1f} run-minutes -> {out / SWEEP_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

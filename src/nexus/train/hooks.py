@@ -1,0 +1,201 @@
+"""Trainer hooks: everything the training loop does besides taking optimizer steps.
+
+Modelled on OLMo-core's trainer callbacks. A hook subclasses `Hook` and overrides the events it needs;
+each gets the trainer first. The trainer calls every hook, in descending `priority` (ties: the order
+they were given), at these events:
+
+    on_fit_start(trainer)                        fit() begins: before the run directory is written or a step taken (checks)
+    on_checkpoint_load(trainer)                  a checkpoint's state was restored (after load_state_dict)
+    on_step_start(trainer, step)                 before the step's forward passes
+    before_optimizer_step(trainer, step)         gradients reduced and clipped, before optimizer.step
+    after_optimizer_step(trainer, step)          after optimizer.step, gradients still present
+    on_log(trainer, step, metrics)               a logged step's record (host floats), already written
+    on_step_end(trainer, step, metrics)          after each step; `step` counts it (1 after the first)
+    on_eval(trainer, step, val_loss)             after a validation pass (periodic and final)
+    on_checkpoint_save(trainer, path)            after a checkpoint was written
+    on_fit_end(trainer, result)                  after the last step: add to / read the result dict
+
+`needs_host_metrics(trainer, step)` asks for the step's numbers on the host outside log steps (they stay
+on the device otherwise: reading them waits for the step). A hook with a `state_key` has `state_dict()`
+(None: nothing to keep) saved in every checkpoint's trainer_state.pt (plain tensors, numbers, lists,
+dicts: it is loaded weights_only); on resume `load_state_dict(state)` gets it back, None when the
+checkpoint holds none for it, before `on_checkpoint_load`.
+
+Hooks that a run config asks for are hook kinds, registered in `HOOK_KINDS` by the module that defines
+them; the trainer builds the ones `wanted(cfg)` itself, so a configured feature never depends on the
+caller remembering its hook.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+from ..plugins import Registry
+
+
+class Hook:
+    """Base class of trainer hooks: every event does nothing until overridden."""
+
+    # Higher runs first. The built-in writer, evaluation, sampling and checkpointing run before the
+    # default 0 (a hook sees the step record written and the final result filled in), the console after.
+    priority = 0
+    state_key: str | None = None  # where state_dict() is kept in trainer_state.pt (None: stateless)
+
+    @classmethod
+    def wanted(cls, cfg) -> bool:
+        """For a registered hook kind: does this run config ask for it (the trainer then adds one)?"""
+        return False
+
+    def state_dict(self) -> dict | None:
+        return None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        pass
+
+    def needs_host_metrics(self, trainer, step: int) -> bool:
+        return False
+
+    def on_fit_start(self, trainer) -> None:
+        pass
+
+    def on_checkpoint_load(self, trainer) -> None:
+        pass
+
+    def on_step_start(self, trainer, step: int) -> None:
+        pass
+
+    def before_optimizer_step(self, trainer, step: int) -> None:
+        pass
+
+    def after_optimizer_step(self, trainer, step: int) -> None:
+        pass
+
+    def on_log(self, trainer, step: int, metrics: dict) -> None:
+        pass
+
+    def on_step_end(self, trainer, step: int, metrics: dict) -> None:
+        pass
+
+    def on_eval(self, trainer, step: int, val_loss: float) -> None:
+        pass
+
+    def on_checkpoint_save(self, trainer, path) -> None:
+        pass
+
+    def on_fit_end(self, trainer, result: dict) -> None:
+        pass
+
+
+# Hook kinds a run config can ask for. Their modules live in these packages, imported on first lookup
+# by name (the trainer never imports them: growth sits above it).
+HOOK_KINDS: Registry[type[Hook]] = Registry("hook kind", "nexus.growth")
+
+
+def hooks_wanted_by(cfg, present: list[Hook]) -> list[Hook]:
+    """One new hook of every registered kind the config asks for and `present` lacks."""
+    return [kind() for _, kind in HOOK_KINDS.items()
+            if kind.wanted(cfg) and not any(isinstance(h, kind) for h in present)]
+
+
+# ----------------------------------------------------------------------------- built-in hooks
+class MetricsWriter(Hook):
+    """Writes each logged step's record (metrics.jsonl and the chosen sinks) before any hook reads it."""
+
+    priority = 100
+
+    def on_log(self, trainer, step, metrics):
+        trainer.log(metrics)
+
+
+class Evaluation(Hook):
+    """Validation loss every train.eval_every steps and at the end of the run (the final record)."""
+
+    priority = 30
+
+    def needs_host_metrics(self, trainer, step):
+        return trainer.due(trainer.cfg.train.eval_every)
+
+    def on_step_end(self, trainer, step, metrics):
+        if trainer.due(trainer.cfg.train.eval_every):
+            val = trainer.evaluate()
+            trainer.log({"step": step, "val_loss": val, "tokens_seen": trainer.tokens_seen})
+            trainer.say(f"step {step}: train loss {metrics['loss']:.4f} | val loss {val:.4f}")
+            trainer.call_hooks("on_eval", step, val)
+
+    def on_fit_end(self, trainer, result):
+        val = trainer.evaluate()
+        trainer.log({"step": trainer.step, "val_loss": val, "tokens_seen": trainer.tokens_seen, "final": True})
+        result.update(val_loss=val, val_ppl=math.exp(min(val, 50)))
+        trainer.call_hooks("on_eval", trainer.step, val)
+
+
+class Sampling(Hook):
+    """A short generation every train.sample_every steps and at the end (under FSDP2 every rank runs the
+    identical generation: it gathers weights)."""
+
+    priority = 20
+
+    def on_step_end(self, trainer, step, metrics):
+        if trainer.due(trainer.cfg.train.sample_every) and trainer.writes_checkpoints:
+            trainer.say(f"sample @ {step}: {trainer.sample()!r}")
+
+    def on_fit_end(self, trainer, result):
+        if trainer.writes_checkpoints:
+            result["sample"] = trainer.sample()
+
+
+class Checkpointing(Hook):
+    """A step checkpoint every train.save_every steps (keeping train.keep_last), the final one at the end."""
+
+    priority = 10
+
+    def on_step_end(self, trainer, step, metrics):
+        if trainer.due(trainer.cfg.train.save_every) and trainer.writes_checkpoints:
+            trainer.save_periodic()
+
+    def on_fit_end(self, trainer, result):
+        if trainer.writes_checkpoints:
+            result["checkpoint"] = str(trainer.save(trainer.out_dir / "checkpoint"))
+
+
+class ConsoleProgress(Hook):
+    """A tqdm bar on a terminal, else a plain line every ~10% of the run; skipped steps; the final summary."""
+
+    priority = -100
+
+    def __init__(self):
+        self.bar = None
+
+    def on_step_start(self, trainer, step):
+        if self.bar is None:
+            from tqdm import tqdm
+
+            off = not trainer.is_main or trainer.quiet or not sys.stderr.isatty()
+            self.bar = tqdm(total=trainer.cfg.train.steps, initial=step, disable=off, dynamic_ncols=True, desc="train")
+
+    def on_log(self, trainer, step, m):
+        tc = trainer.cfg.train
+        self.bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
+        if self.bar.disable and step % max(tc.steps // 10, tc.log_every) < tc.log_every:
+            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {m['tokens_per_s']:.0f} tok/s")
+        if m.get("skipped_since_last_log"):
+            trainer.say(f"step {step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
+                        f"norm skipped since the last log ({m['nonfinite_total']} so far)")
+
+    def on_step_end(self, trainer, step, metrics):
+        self.bar.update(1)
+
+    def on_fit_end(self, trainer, result):
+        if self.bar is not None:
+            self.bar.close()
+        if not trainer.is_main:
+            return
+        trainer.say(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) after {trainer.step} "
+                    f"steps, {trainer.tokens_seen:,} tokens")
+        if result.get("sample"):
+            trainer.say(f"sample: {result['sample']!r}")
+        trainer.say(f"checkpoint: {result['checkpoint']}")
+
+
+def builtin_hooks() -> list[Hook]:
+    return [MetricsWriter(), Evaluation(), Sampling(), Checkpointing(), ConsoleProgress()]

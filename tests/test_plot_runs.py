@@ -1,0 +1,67 @@
+"""`nexus plot RUN [RUN ...]`: loss of existing runs against tokens, FLOPs and wall time, as a PNG and a CSV."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from nexus.cli import main
+
+
+def _train(out: Path, *extra: str) -> Path:
+    argv = ["train", "--preset", "baseline-micro", "--out", str(out), "--quiet", "--train.steps", "12",
+            "--train.eval_every", "4", "--train.log_every", "2", "--train.batch_size", "2", "--data.seq_len", "32",
+            "--train.sample_every", "0", "--train.save_every", "0", "--train.eval_batches", "1", *extra]
+    assert main(argv) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    plain = _train(root / "plain")
+    grown = _train(root / "grown", "--grow-at", "6", "--width.hidden", "96")
+    return plain, grown
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_plot_writes_a_png_and_a_csv_with_every_runs_points(two_runs, tmp_path, capsys):
+    plain, grown = two_runs
+    out = tmp_path / "cmp"
+    assert main(["plot", str(plain), str(grown / "checkpoint"), "--out", str(out)]) == 0
+    assert f"wrote {out}.png and {out}.csv" in capsys.readouterr().out
+    with Image.open(f"{out}.png") as im:
+        assert im.format == "PNG" and im.size == (1760, 550)  # 16 x 5 inches at 110 dpi: readable, not a thumbnail
+    rows = list(csv.DictReader(open(f"{out}.csv")))
+    for run in (plain, grown):
+        mine = [r for r in rows if r["run"] == run.name]
+        recorded = _metrics(run)
+        # every validation loss the run logged, at its step, with tokens = step x batch x seq_len
+        val = {int(r["step"]): r["val_loss"] for r in recorded if "val_loss" in r}
+        got = {int(r["step"]): r for r in mine if r["series"] == "val"}
+        assert set(got) == set(val)
+        for step, loss in val.items():
+            assert float(got[step]["loss"]) == pytest.approx(loss, abs=1e-6)
+            assert int(got[step]["tokens"]) == step * 2 * 32
+        train = {int(r["step"]): r["loss"] for r in recorded if "loss" in r and r.get("event") is None}
+        assert {int(r["step"]) for r in mine if r["series"] == "train"} == set(train)
+        flops = [float(r["flops"]) for r in mine if r["series"] == "train"]
+        assert flops == sorted(flops) and flops[0] > 0
+    growth = [r for r in rows if r["series"] == "growth"]
+    assert [(r["run"], int(r["step"])) for r in growth] == [(grown.name, 6)]
+    # the grown model costs more per token after step 6: FLOPs per token rise there, not before
+    g = sorted(((int(r["step"]), float(r["flops"])) for r in rows if r["run"] == grown.name and r["series"] == "train"))
+    p = dict((int(r["step"]), float(r["flops"])) for r in rows if r["run"] == plain.name and r["series"] == "train")
+    assert g[1][1] == pytest.approx(p[g[1][0]]) and g[-1][1] > p[g[-1][0]] * 1.05
+
+
+def test_plot_bad_run_is_one_line_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty"), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "metrics.jsonl" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "empty"]
