@@ -53,7 +53,10 @@ DEFAULT_LRS = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
 MIN_SWEEP_LRS = 5
 # scale -> tokens per parameter at growth, batch, sequence length, evaluation batches, evaluations per run
 SCALES = {
-    "full": {"tokens_per_param": 40.0, "batch": 16, "seq": 128, "eval_batches": 32, "evals": 20},
+    "full": {"tokens_per_param": 40.0, "batch": 16, "seq": 128, "eval_batches": 32, "evals": 20, "min_val_tokens": 65536},
+    # the main job's budget and shapes (`nexus experiment progressive`: 150 steps, growth at 75, 8 eval batches on
+    # the embedded corpus): its lr sweep is `--scale main --data embedded --lr-sweep`
+    "main": {"grow_steps": 75, "batch": 16, "seq": 128, "eval_batches": 8, "evals": 10},
     # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
     "smoke": {"grow_steps": 4, "batch": 2, "seq": 32, "eval_batches": 2, "evals": 4},
 }
@@ -184,7 +187,7 @@ def _corpus_check(plan: dict) -> dict:
         raise Refused(f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
                       f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
                       f"tokens, e.g. the stdlib corpus)")
-    if n_val < plan["eval_tokens"]:
+    if n_val < SCALES[plan["scale"]].get("min_val_tokens", 0):
         raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
                       f"for the fixed final evaluation)")
     return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "share_of_split_drawn": passes,
@@ -400,9 +403,11 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
         return per_step, time.process_time() - t0
 
 
-def estimate(plan: dict, threads: int, workers: int, timing_steps: int) -> dict:
-    """Per-step and per-evaluation cost of every distinct model timed here x each run's steps and evaluations."""
-    cost, rows, total = {}, [], 0.0
+def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: dict | None = None) -> dict:
+    """Per-step and per-evaluation cost of every distinct model timed here x each run's steps and evaluations.
+    `cost` caches the timings by model shape across plans (the sweep's models are the benchmark's)."""
+    cost = {} if cost is None else cost
+    rows, total = [], 0.0
     for name, run in plan["runs"].items():
         d = describe_run(run, plan)
         key = (d["layers"], d.get("grows_to", {}).get("d_model", d["d_model"]), d.get("grows_to", {}).get("ffn", d["ffn"]))
@@ -435,12 +440,13 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
     else:
         say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
             f"one run draws {corpus['share_of_split_drawn']:.2f} of the training split (no token seen twice)")
-    say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>5s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est")
+    say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>8s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est (CPU)")
     rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
     for r in rows:
-        shape = f"{r['d_model']:>7d} {r['ffn']:>5d}"
-        if "grows_to" in r:
-            shape = f"{r['d_model']:>3d}->{r['grows_to']['d_model']:<3d} {r['ffn']:>3d}->{r['grows_to']['ffn']}"
+        to = r.get("grows_to", {})
+        d = f"{r['d_model']}" + (f"->{to['d_model']}" if to.get("d_model", r["d_model"]) != r["d_model"] else "")
+        f = f"{r['ffn']}" + (f"->{to['ffn']}" if to.get("ffn", r["ffn"]) != r["ffn"] else "")
+        shape = f"{d:>7s} {f:>8s}"
         t = f"  {r['est_s'] / 60:5.1f} min" if "est_s" in r else ""
         say(f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}")
 
@@ -510,9 +516,10 @@ def _main(argv: list[str] | None) -> int:
         raise Refused(str(e)) from None
     corpus = corpus_check(plan, refuse=not a.estimate)
     if a.estimate:
-        est = estimate(plan, a.threads, a.workers, a.timing_steps)
+        cost: dict = {}
+        est = estimate(plan, a.threads, a.workers, a.timing_steps, cost)
         print_plan(plan, est, corpus, print)
-        sw = estimate(plan_sweep(methods, scale, data, out, lrs), a.threads, a.workers, a.timing_steps)
+        sw = estimate(plan_sweep(methods, scale, data, out, lrs), a.threads, a.workers, a.timing_steps, cost)
         print(f"estimate (per-step and per-eval CPU time measured here x steps = wall time on idle cores, one thread "
               f"per process; load now {os.getloadavg()[0]:.1f}): "
               f"benchmark {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} min wall with {a.workers} "

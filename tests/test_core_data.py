@@ -151,13 +151,17 @@ def test_streamed_shards_equal_the_in_memory_reference(tmp_path, monkeypatch, to
     assert np.asarray(dm.val.tokens).tolist() == ref["val"]
 
 
-def test_tokenization_goes_through_encode_batch(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_tokenization_goes_through_batch_encoding(tmp_path, monkeypatch, tokenizer):
     write_docs(tmp_path)
     calls = []
-    real = ByteTokenizer.encode_batch
-    monkeypatch.setattr(ByteTokenizer, "encode", lambda self, t: pytest.fail("per-document encode used"))
-    monkeypatch.setattr(ByteTokenizer, "encode_batch", lambda self, texts: calls.append(len(texts)) or real(self, texts))
-    DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
+    cls = ByteTokenizer if tokenizer == "byte" else BPETokenizer
+    name = "encode_batch_flat" if tokenizer == "byte" else "encode_batch"
+    real = getattr(cls, name)
+    monkeypatch.setattr(cls, "encode", lambda self, t: pytest.fail("per-document encode used"))
+    monkeypatch.setattr(cls, name, lambda self, texts: calls.append(len(texts)) or real(self, texts))
+    DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache"),
+                          tokenizer=tokenizer, bpe_vocab_size=300))
     assert sum(calls) == 40
 
 
@@ -206,7 +210,7 @@ def test_jsonl_is_streamed_as_an_iterable_dataset(tmp_path, monkeypatch):
 
 def test_a_failure_mid_build_leaves_no_cache(tmp_path, monkeypatch):
     write_docs(tmp_path)
-    monkeypatch.setattr(ByteTokenizer, "encode_batch", lambda self, texts: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(ByteTokenizer, "encode_batch_flat", lambda self, texts: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
         DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
     assert list((tmp_path / "cache").iterdir()) == []

@@ -150,3 +150,18 @@ def test_every_window_once_per_epoch_and_ranks_read_disjoint_windows(tmp_path):
     want = [tuple(dm.train.window(int(st), 16)[0].tolist()) for st in starts]
     assert seen[0] + seen[1] == [w for m in range(3) for w in want[8 * m:8 * m + 4]] + \
         [w for m in range(3) for w in want[8 * m + 4:8 * m + 8]]
+
+
+def test_leftover_shard_files_of_dead_processes_go_live_ones_stay(tmp_path):
+    """torchrun ranks may fill one cache directory at once: a rank must not delete another's shard in progress."""
+    import os
+
+    corpus(tmp_path, 50)
+    out = tmp_path / "prep"
+    out.mkdir()
+    dead = out / ".train-00007.bin.tmp-4194999"  # above the default pid_max: no such process
+    live = out / f".train-00008.bin.tmp-{os.getppid()}"
+    dead.write_bytes(b"x")
+    live.write_bytes(b"x")
+    P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1, progress=False)
+    assert not dead.exists() and live.exists()

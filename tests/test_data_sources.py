@@ -44,12 +44,13 @@ def test_folder_glob_and_list_read_the_same_documents_in_order(tmp_path):
     assert list(resolve_source(",".join(two_jsonl)).documents(cfg)) == a + b
 
 
-def test_max_documents_zero_means_all_and_a_cap_is_printed(tmp_path, capsys):
+def test_max_documents_zero_means_all_and_a_cap_is_printed(tmp_path):
     write_txt(tmp_path / "c.txt", docs_of(30, "x"))
     assert len(list(resolve_source(str(tmp_path / "c.txt")).documents(DataConfig(max_documents=0)))) == 30
     assert len(list(resolve_source(str(tmp_path / "c.txt")).documents(DataConfig(max_documents=7)))) == 7
-    DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, max_documents=7))
-    assert "data.max_documents=7" in capsys.readouterr().err
+    assert "capped at data.max_documents=7" in DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16,
+                                                                     max_documents=7)).summary()
+    assert "capped" not in DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16)).summary()
 
 
 def test_hub_source_is_streamed_never_listed():
@@ -88,6 +89,9 @@ def test_stdlib_split_is_deterministic_and_large(tmp_path):
     assert np.array_equal(np.asarray(a.val.tokens), np.asarray(b.val.tokens))
     assert np.array_equal(np.asarray(a.train.tokens), np.asarray(b.train.tokens))
     assert int((np.asarray(a.val.tokens) == a.tokenizer.eos_id).sum()) == 3  # round(60 * 0.05) documents
+    from nexus.data.stdlib_corpus import describe
+
+    assert describe() in a.summary()  # what this Python's stdlib holds is part of the run's data summary
 
 
 # ----------------------------------------------------------------------------- bare .bin files

@@ -270,7 +270,9 @@ def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
 
 def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
     plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
-    (tmp_path / "exp").mkdir()
+    from nexus.outdir import EXPERIMENT, claim_directory
+
+    claim_directory(tmp_path / "exp", EXPERIMENT)  # an earlier nexus experiment, of other settings
     (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"0": {"grown": {}, "scratch": {}}}}))
     with pytest.raises(ConfigError, match="different experiment"):
         P.run_progressive(plan, say=lambda *_: None)

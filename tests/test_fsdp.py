@@ -19,6 +19,8 @@ from nexus.growth.training import GrowthHook
 from nexus.train.trainer import Trainer
 from test_distributed import _env  # the same launcher environment as the DDP tests
 
+from tolerance_guard import atol_for
+
 RUN = ["--train.steps", "4", "--train.log_every", "1", "--train.eval_every", "2", "--train.eval_batches", "2",
        "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
        "--model.d_model", "32", "--model.n_layers", "2", "--data.seq_len", "32", "--train.save_every", "2"]
@@ -89,7 +91,8 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     st_c, st_r = load_trainer_state(out), load_trainer_state(ref / "checkpoint")
     assert st_c["step"] == st_r["step"] == 4
     for name, st in st_r["optimizer"]["state"].items():
-        torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"],
+                                   atol=atol_for(st["exp_avg"], 1e-3), rtol=1e-4)  # moments ~1e-5
 
     # a damaged shard: one line, exit 2 (the checksums in meta.json cover the shard files)
     import shutil

@@ -11,6 +11,7 @@ from nexus.checkpoint import load_checkpoint, load_trainer_state, save_checkpoin
 from nexus.growth import grow_checkpoint
 from nexus.growth.training import GrowthHook
 from nexus.presets import get_preset
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 MONITOR_KEYS = ("symmetry_lock_mean", "symmetry_lock_min", "rms_ratio_per_layer", "rms_ratio_max_dev")
@@ -51,7 +52,8 @@ def uninterrupted(tmp_path_factory):
 
 
 def _resume(ckpt, out):
-    trainer = Trainer(_micro(out, lr=1e-2), resume=str(ckpt), quiet=True, hooks=[GrowthHook()])
+    cfg, _ = resume_config(ckpt, out_dir=out)  # the grown model's shape, the run's own training settings
+    trainer = Trainer(cfg, resume=str(ckpt), quiet=True, hooks=[GrowthHook()])
     trainer.fit()
     return trainer
 
@@ -90,17 +92,20 @@ def test_checkpoint_without_monitor_state_resumes_with_a_note(uninterrupted, tmp
     assert sum("post-growth monitor" in n for n in trainer.notes) == 1
 
 
-def test_checkpoint_grown_again_outside_training_drops_the_stale_monitor(uninterrupted, tmp_path):
+def test_checkpoint_grown_again_outside_training_replaces_the_stale_monitor(uninterrupted, tmp_path):
     """`nexus grow` on a grown-in-training checkpoint copies its trainer state; the monitor in it belongs to
-    the first growth (other shapes, other pre-growth model) and must not be rebuilt."""
+    the first growth (other shapes, other pre-growth model): it is replaced by the new growth's, and the
+    continued run logs the new growth's diagnostics."""
     out = tmp_path / "grown_again"
     grow_checkpoint(uninterrupted / f"step_{SAVE_AT:07d}", out, {"family": "width", "hidden": 128, "ffn": 256},
                     probe_verify=False)
-    assert "growth" in load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]
-    assert "growth" not in (load_trainer_state(out).get("hooks") or {})  # the stale monitor is not carried over
+    old = load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]["growth"]
+    new = load_trainer_state(out)["hooks"]["growth"]
+    assert (old["n_growths"], new["n_growths"]) == (1, 2)
+    assert new["monitor"]["base_rms"] != old["monitor"]["base_rms"]  # measured on the model before *this* growth
     trainer = _resume(out, tmp_path / "resumed")
-    assert trainer.model.cfg.d_model == 128 and _monitor_rows(tmp_path / "resumed") == {}
-    assert sum("post-growth monitor" in n for n in trainer.notes) == 1
+    assert trainer.model.cfg.d_model == 128 and _monitor_rows(tmp_path / "resumed") != {}
+    assert not any("post-growth monitor" in n for n in trainer.notes)
 
 
 def test_malformed_monitor_state_is_one_line_exit_2(uninterrupted, tmp_path, capsys):

@@ -98,16 +98,18 @@ def _field_exists(dotted: str) -> bool:
     import dataclasses
     import typing
 
-    from nexus.config import RunConfig
+    from nexus.config import KindOptions, RunConfig
 
     tp = RunConfig
     for part in dotted.split("."):
         if not dataclasses.is_dataclass(tp):
             return False
         fields = {f.name: f for f in dataclasses.fields(tp)}
+        if isinstance(tp, type) and issubclass(tp, KindOptions):  # a kind's section: the options of any of its kinds
+            fields = {f.name: f for kind in tp.kinds().values() for f in dataclasses.fields(kind)}
         if part not in fields or fields[part].metadata.get("set_by_growth"):
             return False
-        tp = typing.get_type_hints(tp)[part]
+        tp = typing.get_type_hints(tp)[part] if part in typing.get_type_hints(tp) else str
     return not dataclasses.is_dataclass(tp)
 
 
@@ -137,10 +139,10 @@ def command_problems(text: str, where: str) -> list[str]:
             problems.append(f"{at}: no subcommand {argv[0]!r}")
             continue
         parser, rest = commands[argv[0]], argv[1:]
-        if argv[0] == "experiment" and rest and not rest[0].startswith("-"):
+        if argv[0] in ("experiment", "data") and rest and not rest[0].startswith("-"):  # commands with actions
             kinds = _subparsers(parser)
             if rest[0] not in kinds:
-                problems.append(f"{at}: no experiment {rest[0]!r}")
+                problems.append(f"{at}: no {argv[0]} {rest[0]!r}")
                 continue
             parser, rest = kinds[rest[0]], rest[1:]
         for i, tok in enumerate(rest):

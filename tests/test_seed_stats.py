@@ -125,3 +125,27 @@ def test_gap_closed_is_unbounded_when_the_gap_itself_is_noise():
     assert gap_closed([3.0], [2.9], [2.8])["estimate"] == pytest.approx(0.5)
     with pytest.raises(ValueError):
         gap_closed([1.0, 2.0], [1.0], [1.0, 2.0])
+
+
+def test_quartiles_and_rank_sum_on_a_bimodal_outcome():
+    """Seven seeds of which three stay at chance and four solve the task (order 1 on MQAR): the median and
+    quartiles are numpy's percentiles; a planted shift that a higher order wins is detected by the rank tests,
+    and a planted null (the same bimodal mix) is not."""
+    import numpy as np
+    from scipy import stats
+
+    from nexus.experiments.stats import quartiles, rank_sum
+
+    rng = random.Random(5)
+    order1 = [0.03 + rng.uniform(0, 0.01) for _ in range(3)] + [0.9 + rng.uniform(0, 0.05) for _ in range(4)]
+    q = quartiles(order1)
+    want = np.percentile(order1, [25, 50, 75])
+    assert (q["q1"], q["median"], q["q3"]) == (pytest.approx(want[0]), pytest.approx(want[1]), pytest.approx(want[2]))
+    assert q["n"] == 7 and quartiles([])["median"] is None
+    better = [0.97 + rng.uniform(0, 0.02) for _ in range(7)]  # every seed solves it
+    assert rank_sum(better, order1) == pytest.approx(stats.mannwhitneyu(better, order1).pvalue)
+    assert rank_sum(better, order1) < 0.05
+    assert paired(better, order1)["wilcoxon_p"] == pytest.approx(2 / 2 ** 7)  # higher in all 7 seeds
+    same_mix = [0.03 + rng.uniform(0, 0.01) for _ in range(3)] + [0.9 + rng.uniform(0, 0.05) for _ in range(4)]
+    assert rank_sum(same_mix, order1) > 0.05 and paired(same_mix, order1)["wilcoxon_p"] > 0.05
+    assert rank_sum([1.0, 1.0], [1.0, 1.0]) is None

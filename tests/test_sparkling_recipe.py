@@ -164,3 +164,21 @@ def test_sparkling_presets_carry_the_recipe_and_land_on_the_wide_shape(preset, a
         wide = get_preset("sparkling-dense-tiny-wide").model
         assert (grown.d_model, grown.ffn, grown.hd) == (wide.d_model, wide.ffn, wide.hd)
     assert grown.ffn == axes.get("ffn", 128) and grown.d_model == axes.get("hidden", 64)
+
+
+def test_tuned_lrs_of_a_method_reach_small_grown_and_scratch(monkeypatch):
+    """A method's tuned lrs: the small model's for small and grown (the paper keeps the pre-expansion lr),
+    scratch's for scratch; --train.lr makes every run untuned again; --scratch-lr wins for scratch."""
+    import dataclasses
+
+    m = dataclasses.replace(P.METHODS["sparkling"], name="tuned-test", lrs={"small": 2e-3, "scratch": 5e-3})
+    monkeypatch.setitem(P.METHODS, m.name, m)
+    lr = lambda plan: {k: v["train"]["lr"] for k, v in plan["configs"]["0"].items()}  # noqa: E731
+    plan = P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0])
+    assert lr(plan) == {"grown": 2e-3, "small": 2e-3, "scratch": 5e-3} and "tuned" in plan["scratch_lr_rule"]
+    user = P.plan_progressive("tuned-test", overrides=["--train.lr", "1e-3"], tokens=2048 * 40, out="unused", seeds=[0])
+    assert lr(user) == {"grown": 1e-3, "small": 1e-3, "scratch": 1e-3} and "untuned" in user["scratch_lr_rule"]
+    given = P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0], scratch_lr=7e-3)
+    assert lr(given)["scratch"] == 7e-3 and lr(given)["small"] == 2e-3
+    with pytest.raises(Exception, match="--scratch-lr"):
+        P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0], scratch_lr=-1.0)

@@ -3,7 +3,7 @@ not without it, live default init, dead all-zero init, bad input."""
 import pytest
 import torch
 
-from nexus.config import ConfigError, ModelConfig, ProjectionConfig, RunConfig
+from nexus.config import ConfigError, ModelConfig, ProjectionOptions, RunConfig
 from nexus.growth import grow
 from nexus.growth.verification import verify
 from nexus.models import build_model
@@ -13,7 +13,7 @@ from nexus.models.reference.nexus_rank_ref import pattention_ref
 
 
 def tf_cfg(freeze=True, act="gelu_l2", targets=("q", "k", "v", "o", "ffn")) -> RunConfig:
-    proj = ProjectionConfig(kind="pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
+    proj = ProjectionOptions.make("pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
                             freeze_scale=freeze, pattention_act=act)
     cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj))
     cfg.data.seq_len = 16
@@ -65,12 +65,18 @@ def test_token_growth_exact_with_frozen_scale_and_not_without(dtype, tol):
 
 
 def test_frozen_scale_survives_a_second_growth():
+    """Both families (attention and FFN parameter tokens) grow twice: each keeps tau = sqrt(its n before
+    the *first* growth), so a rule that froze only one side, or re-froze at the second growth, fails."""
     cfg = tf_cfg(True)
     torch.manual_seed(2)
     model = perturbed(build_model(cfg.model)).double()
-    m1, cfg1, _, _ = grow(model, cfg, {"family": "tokenformer", "add_tokens": 4})
-    m2, cfg2, _, _ = grow(m1, cfg1, {"family": "tokenformer", "add_tokens": 4})
-    assert cfg2.model.growth_state.frozen_n == 12 and cfg2.model.projection.param_tokens == 20
+    ffn_n = cfg.model.projection.ffn_param_tokens
+    spec = {"family": "tokenformer", "add_tokens": 4, "add_ffn_tokens": 3}
+    m1, cfg1, _, _ = grow(model, cfg, spec)
+    m2, cfg2, _, _ = grow(m1, cfg1, spec)
+    gs = cfg2.model.growth_state
+    assert gs.frozen_n == 12 and cfg2.model.projection.param_tokens == 20
+    assert gs.ffn_frozen_n == ffn_n and cfg2.model.projection.ffn_param_tokens == ffn_n + 6
     x = torch.randint(0, 259, (1, 16))
     with torch.no_grad():
         assert (model(x).logits - m2(x).logits).abs().max().item() <= 1e-10
@@ -113,7 +119,7 @@ def test_bad_token_growth_specs(spec, match):
 
 
 def test_token_growth_needs_pattention():
-    proj = ProjectionConfig(kind="nexus_rank", rank_m=24, rank_a=32)
+    proj = ProjectionOptions.make("nexus_rank", rank_m=24, rank_a=32)
     cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, projection=proj))
     with pytest.raises(ConfigError, match="no Pattention"):
         grow(build_model(cfg.model), cfg, {"family": "tokenformer", "add_tokens": 4})

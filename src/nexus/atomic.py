@@ -1,15 +1,18 @@
-"""Crash-safe directory writes: write beside the target, fsync, then rename into place.
+"""Crash-safe writes: write beside the target, fsync, then rename into place.
 
-Replacing an existing directory takes two renames, and a kill between them leaves no directory
-under the final name. The protocol makes every moment recoverable:
+Replacing an existing output takes two renames, and a kill between them leaves nothing under the
+final name. Every temporary name is recorded in the writer's lock journal (nexus.outdir.lock) before
+it is created, so every moment is recoverable from the record:
 
-    .NAME.tmp-PID-N   being written (incomplete; thrown away on recovery)
-    .NAME.new-PID-N   complete and fsynced, about to become NAME
-    .NAME.old-PID-N   the previous NAME, moved aside; deleted once the new one is in place
+    .NAME.tmp-TAG   being written (incomplete; removed on recovery)
+    .NAME.new-TAG   complete and fsynced, about to become NAME
+    .NAME.old-TAG   the previous NAME, moved aside; removed once the new one is in place
+    .NAME.del-TAG   an old step checkpoint being pruned (renamed first, so a half-deleted folder is
+                    never left under a final name)
 
-`recover(parent)` (run by every writer before it writes, by the trainer at start and by checkpoint
-readers) puts a complete `.new` (else the `.old`) back under NAME when NAME is missing, and removes
-leftovers of processes that are no longer alive. Only names of this pattern are ever touched.
+`recover_recorded` finishes or rolls back exactly the names a dead writer recorded: a complete `.new`
+(else the `.old`) goes back under NAME when NAME is missing; the rest is removed. Nothing nexus did
+not record is ever touched.
 """
 from __future__ import annotations
 
@@ -20,19 +23,18 @@ import time
 from pathlib import Path
 
 from .config import ConfigError
+from .outdir.crash import crash_point
+from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
+from .outdir.manifest import manifest_of_tree, ownership_problems, read_manifest, write_manifest
 
-_SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old)-(?P<pid>\d+)(?:-\d+)?$")
+_SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old|del)-(?P<tag>\d+-\d+)$")
 
 
 def fsync_tree(root: Path) -> None:
     """Flush every file and directory below `root` (and root itself) to disk."""
     for dirpath, _, files in os.walk(root):
         for f in files:
-            fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(Path(dirpath) / f)
         fsync_dir(Path(dirpath))
 
 
@@ -53,6 +55,14 @@ def respect_umask(root: Path) -> None:
         os.chmod(f, mode)  # nexus writes no executables
 
 
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(d: Path) -> None:
     fd = os.open(d, os.O_RDONLY)
     try:
@@ -63,7 +73,8 @@ def fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (this one included)."""
     if pid == os.getpid():
         return True
     try:
@@ -75,120 +86,223 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _side_entries(parent: Path) -> list[tuple[Path, re.Match]]:
-    if not parent.is_dir():
-        return []
-    out = []
-    for p in parent.iterdir():
+_alive = pid_alive  # the name nexus.data.prepare imports
+
+
+def new_tag() -> str:
+    return f"{os.getpid()}-{time.monotonic_ns()}"
+
+
+def side_name(final: Path, state: str, tag: str) -> Path:
+    return final.parent / f".{final.name}.{state}-{tag}"
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def recover_recorded(lock: OutputLock) -> list[str]:
+    """Finish or roll back the interrupted swaps whose temporaries a dead holder of `lock` recorded
+    (`lock.taken_over`); returns a line per action. Names that do not follow the pattern are left."""
+    actions = []
+    entries = []
+    for rel in lock.taken_over:
+        p = lock.base / rel
         m = _SIDE.match(p.name)
         if m:
-            out.append((p, m))
-    return out
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except FileNotFoundError:
-        return -1.0
-
-
-def recover(parent, name: str | None = None, include_own: bool = False) -> list[str]:
-    """Finish or roll back interrupted swaps in `parent` (only entry `name` when given); returns a
-    line per action taken. Entries of live processes (this one too unless include_own) are left alone."""
-    parent = Path(parent)
-    actions = []
-    groups: dict[str, list[tuple[Path, re.Match]]] = {}
-    for p, m in _side_entries(parent):
-        pid = int(m["pid"])
-        if (name is None or m["name"] == name) and ((include_own and pid == os.getpid()) or not _alive(pid)):
-            groups.setdefault(m["name"], []).append((p, m))
-    for nm, entries in groups.items():
-        final = parent / nm
-        if not final.exists():
-            for state in ("new", "old"):  # a complete new version wins over the previous one
-                cands = sorted((p for p, m in entries if m["state"] == state), key=_mtime)
-                if cands:
-                    try:
-                        os.replace(cands[-1], final)
-                    except FileNotFoundError:  # another process (a torchrun rank) recovered it first
-                        break
-                    fsync_dir(parent)
-                    actions.append(f"restored {final} from an interrupted save ({state} version)")
-                    entries = [(p, m) for p, m in entries if p != cands[-1]]
-                    break
-        for p, _ in entries:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-            actions.append(f"removed {p.name} left by an interrupted save")
+            entries.append((p, m))
+    for state in ("new", "old", "tmp", "del"):  # a complete new version wins over the previous one
+        for p, m in entries:
+            if m["state"] != state or not (p.exists() or p.is_symlink()):
+                continue
+            final = p.parent / m["name"]
+            if state in ("new", "old") and not final.exists():
+                os.replace(p, final)
+                fsync_dir(p.parent)
+                actions.append(f"restored {final} from an interrupted save ({state} version)")
+            else:
+                _remove(p)
+                actions.append(f"removed {p.name} left by an interrupted save")
+    for rel in lock.taken_over:
+        lock.done(lock.base / rel)
+    lock.taken_over = []
     return actions
 
 
-def atomic_dir_write(final, write_fn, marker_kind: str | None = None) -> Path:
-    """Call write_fn(tmp_dir), fsync it, then move it to `final`, replacing an older nexus output last.
+def recover_interrupted(path) -> list[str]:
+    """Before reading `path` (a checkpoint): when the lock of it, or of the folder holding it, was left
+    by a dead writer, finish that writer's recorded swaps. A live writer's lock is left alone."""
+    p = Path(path)
+    actions = []
+    for target in (p, p.parent):
+        lf = lock_file(target)
+        if not lf.is_file():
+            continue
+        holder, _ = read_lock(lf)
+        if holder and holder_alive(holder) is not False:
+            continue
+        try:
+            with acquire_output_lock(target) as lk:
+                actions += recover_recorded(lk)
+        except (ConfigError, OSError):
+            pass  # another process is recovering it, or the place is read-only: the reader reports what it finds
+    return actions
 
-    An existing `final` that is not a nexus output (see nexus.outdir) is refused, never replaced:
-    commands check this up front with nexus.outdir.check_output; this is the last line of defence.
-    `marker_kind` writes a `.nexus-run` marker of that kind into the new directory."""
-    from .outdir import output_kind, write_marker
 
+def guard_output(path, kind: str, **check):
+    """The one entry of every writer: check the output path (nexus.outdir.check_output, with `check`'s
+    keywords), take its one-writer lock (rank 0 only), finish a dead writer's recorded swaps, and check
+    again under the lock (the path may have changed while waiting). Release the lock when done (it is a
+    context manager); a lock taken over from a dead process is noted on stderr."""
+    import sys
+
+    from .outdir import check_output
+
+    check_output(path, kind, **check)
+    if not is_rank0():
+        import contextlib
+
+        return contextlib.nullcontext()
+    lk = acquire_output_lock(Path(path), check.get("flag", "--out"))
+    try:
+        notes = [lk.note] if lk.note else []
+        if lk.taken_over:
+            notes += recover_recorded(lk)
+        for note in notes:
+            print(f"nexus: note: {note}", file=sys.stderr)
+        check_output(path, kind, **check)
+    except BaseException:
+        lk.release()
+        raise
+    return lk
+
+
+def output_lock(final: Path) -> OutputLock | None:
+    """The lock to journal `final`'s temporaries into: the one this process holds on it (or above it),
+    else a new one for the duration of the write. None on torchrun ranks other than 0."""
+    if not is_rank0():
+        return None
+    lk = acquire_output_lock(final)
+    if lk.taken_over:
+        recover_recorded(lk)
+    return lk
+
+
+def atomic_dir_write(final, write_fn, kind: str, hashes=None) -> Path:
+    """Call write_fn(tmp_dir), write its ownership manifest (of `kind`, listing every file; `hashes`:
+    callable(tmp_dir) -> {relative path: sha256} already known), fsync it, then move it to `final`,
+    replacing an earlier nexus output last.
+
+    An existing `final` nexus cannot prove it wrote entirely (see nexus.outdir.manifest) is refused,
+    never replaced: commands check this up front with nexus.outdir.check_output; this is the last
+    line of defence."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    recover(final.parent, final.name)
-    if final.exists() and (not final.is_dir() or (any(final.iterdir()) and output_kind(final) is None)):
-        raise ConfigError(f"{str(final)!r} exists and is not a nexus output (valid: a new or empty directory; nexus "
-                          "never replaces what it did not write)")
-    tag = f"{os.getpid()}-{time.monotonic_ns()}"
-    tmp = final.parent / f".{final.name}.tmp-{tag}"
-    tmp.mkdir()
+    lk = output_lock(final)
     try:
-        write_fn(tmp)
-        if marker_kind is not None:
-            write_marker(tmp, marker_kind)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return swap_into_place(tmp, final, tag)
+        if final.exists() and (not final.is_dir() or (any(final.iterdir()) and ownership_problems(final))):
+            raise ConfigError(f"{str(final)!r} exists and holds files nexus did not write (valid: a new or empty "
+                              "directory; nexus never replaces what it did not write)")
+        tag = new_tag()
+        tmp = side_name(final, "tmp", tag)
+        if lk:
+            lk.pending(tmp)
+        tmp.mkdir()
+        try:
+            write_fn(tmp)
+            write_manifest(tmp, manifest_of_tree(tmp, kind, hashes(tmp) if hashes else None))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return swap_into_place(tmp, final, tag, lk)
+    finally:
+        if lk:
+            lk.release()
 
 
-def swap_into_place(tmp: Path, final: Path, tag: str) -> Path:
+def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> Path:
     """fsync the finished `tmp` (named .NAME.tmp-TAG) and rename it to `final` by the recoverable
     protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill."""
+    note = lk.pending if lk else (lambda p: None)
     old = None
     try:
         respect_umask(tmp)
         fsync_tree(tmp)
+        crash_point("swap-before-rename")
         if not final.exists():
             os.replace(tmp, final)
             fsync_dir(final.parent)
+            if lk:
+                lk.done(tmp)
             return final
-        ready = final.parent / f".{final.name}.new-{tag}"
+        ready = side_name(final, "new", tag)
+        old = side_name(final, "old", tag)
+        note(ready)
+        note(old)
         os.replace(tmp, ready)
-        old = final.parent / f".{final.name}.old-{tag}"
         fsync_dir(final.parent)
         os.replace(final, old)
+        crash_point("swap-between-renames")
         os.replace(ready, final)
         fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not final.exists():  # failed between the two renames: put the previous version back now
-            recover(final.parent, final.name, include_own=True)
+        if old is not None and not final.exists() and old.exists():  # failed between the renames: put the old one back
+            os.replace(old, final)
         raise
-    if old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        old.unlink(missing_ok=True)
+    _remove(old)
+    if lk:
+        for p in (tmp, ready, old):
+            lk.done(p)
+    return final
+
+
+def remove_recorded(lk: OutputLock | None, path: Path) -> None:
+    """Remove a nexus-owned folder by renaming it aside first (recorded), then deleting: a kill
+    mid-delete leaves only a recorded temporary, never a half-deleted folder under its real name."""
+    aside = side_name(path, "del", new_tag())
+    if lk:
+        lk.pending(aside)
+    os.replace(path, aside)
+    fsync_dir(path.parent)
+    crash_point("prune-after-rename")
+    _remove(aside)
+    if lk:
+        lk.done(aside)
+
+
+def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None) -> Path:
+    """write_fn(tmp_path) writes a file; it is fsynced and renamed to `final` (the temporary is
+    recorded in `lk`'s journal and removed on any failure)."""
+    final = Path(final)
+    tmp = side_name(final, "tmp", new_tag())
+    lk = lk or held_lock(final)
+    if lk:
+        lk.pending(tmp)
+    try:
+        write_fn(tmp)
+        respect_umask(tmp)
+        fsync_file(tmp)
+        crash_point("file-before-rename")
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+        if lk:
+            lk.done(tmp)
     return final
 
 
 def write_text_atomic(path, text: str) -> None:
     """Replace one file's contents atomically (temporary name, fsync, rename)."""
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    def write(tmp: Path) -> None:
+        tmp.write_text(text)
+
+    write_file_atomic(Path(path), write)
+
+
+__all__ = ["atomic_dir_write", "swap_into_place", "recover_recorded", "recover_interrupted", "remove_recorded",
+           "write_file_atomic", "write_text_atomic", "read_manifest", "fsync_tree", "fsync_dir"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -17,8 +18,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_dir_write, recover
+from .atomic import atomic_dir_write, recover_interrupted
 from .config import ConfigError, RunConfig
+from .outdir import CHECKPOINT, read_manifest, record
 
 FORMAT_VERSION = 1
 
@@ -75,7 +77,25 @@ def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: 
         if check is not None:
             check(d)
 
-    return atomic_dir_write(Path(path), write)
+    return record_in_run(atomic_dir_write(Path(path), write, CHECKPOINT, hashes=checksums_in_meta))
+
+
+RUN_CHECKPOINT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
+
+
+def record_in_run(ckpt: Path) -> Path:
+    """A training checkpoint (checkpoint/, step_N/) saved into a folder with a nexus manifest (a run
+    directory, or a grown checkpoint resumed in place) becomes one of that folder's recorded entries."""
+    ckpt = Path(ckpt)
+    m = read_manifest(ckpt.parent)
+    if m is not None and RUN_CHECKPOINT_NAME.match(ckpt.name):
+        record(ckpt.parent, m["kind"], dirs=[ckpt.name])
+    return ckpt
+
+
+def checksums_in_meta(d: Path) -> dict[str, str]:
+    """{file: sha256} a checkpoint's meta.json already holds (reused by its ownership manifest)."""
+    return json.loads((d / "meta.json").read_text()).get("sha256", {})
 
 
 def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> None:
@@ -123,7 +143,7 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
 def read_config(path, flag: str = "--checkpoint") -> RunConfig:
     path = Path(path)
     if not path.is_dir():
-        recover(path.parent, path.name)  # a save killed between its two renames: put the checkpoint back
+        recover_interrupted(path)  # a save killed between its two renames: put the checkpoint back
     if not path.is_dir():
         raise CheckpointError(f"{flag}={str(path)!r} (valid: an existing checkpoint directory)")
     cfg_file = path / "config.json"
@@ -165,10 +185,12 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
 
 
 def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
-                    flag: str = "--checkpoint"):
+                    flag: str = "--checkpoint", model_cfg=None):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
-    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). Weights holding NaN/inf are refused
-    unless `allow_nonfinite` (to inspect a diverged model)."""
+    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
+    builds the model instead of the stored one, for a run that changed fields its weights do not depend
+    on; the returned RunConfig stays the stored one. Weights holding NaN/inf are refused unless
+    `allow_nonfinite` (to inspect a diverged model)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
@@ -181,7 +203,8 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     verify_checksums(path, flag)
     for k, v in (overrides or {}).items():
         apply_override(cfg, f"model.{k}", v)
-    cfg.validate()
+    if model_cfg is None:  # a given model_cfg comes from a config its caller validated
+        cfg.validate()
     weights = path / "model.safetensors"
     if is_sharded(path) and not weights.is_file():
         sd = load_sharded(path, {"model"})["model"]
@@ -194,7 +217,7 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     if bad:
         raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
                               "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)")
-    model = build_model(cfg.model)
+    model = build_model(cfg.model if model_cfg is None else model_cfg)
     load_state_dict_checked(model, sd, str(path))
     return model, cfg, load_tokenizer_from_dir(path)
 

@@ -57,8 +57,7 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..checkpoint import atomic_dir_write
-    from ..outdir import check_output
+    from ..atomic import atomic_dir_write, guard_output
 
     from ..analysis.source import AnalysisSource
 
@@ -67,14 +66,14 @@ def run(args, extra) -> int:
     out = Path(args.out) if args.out else Path("runs") / "analysis" / src.name / args.kind
     runs = args.checkpoints or []  # --checkpoints may be given once per growth run: a list of lists
     sources = [args.checkpoint, *(d for run_dirs in runs for d in run_dirs)]
-    check_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources)
     result: dict = {}
 
     def write(tmp: Path) -> None:
         result.update(analysis.run(src, tmp, args))
         (tmp / f"{args.kind}.json").write_text(json.dumps(result, indent=2))
 
-    atomic_dir_write(out, write, marker_kind=ANALYSIS)
+    with guard_output(out, ANALYSIS, overwrite=args.overwrite, sources=sources):
+        atomic_dir_write(out, write, ANALYSIS)
     files = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))  # what the analysis wrote, as written
     if args.json:
         print(json.dumps({"kind": args.kind, "out": str(out), "files": files, **result}))

@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     q.add_argument("--out", required=True, metavar="DIR", help="the prepared directory (new, empty, or one to resume)")
     q.add_argument("--num-proc", type=positive_int("--num-proc"), default=None,
                    help="worker processes (default: the usable cores, at most 8)")
-    q.add_argument("--shard-mb", type=positive_int("--shard-mb"), default=32,
+    q.add_argument("--shard-mb", type=positive_int("--shard-mb"), default=8,
                    help="characters of text per shard, in millions (the unit of parallel work and of resume)")
     q.add_argument("--val-fraction", type=float, default=None, help="share of documents held out (default 0.05)")
     q.add_argument("--split-seed", type=int, default=None, help="seed of the document-level split (default 1234)")

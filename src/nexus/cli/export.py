@@ -104,10 +104,16 @@ def run(args, extra) -> int:
 
 
 def _run(args) -> int:
-    from ..outdir import CHECKPOINT, HF_EXPORT, TERNARY, check_output
+    from ..atomic import guard_output
+    from ..outdir import CHECKPOINT, HF_EXPORT, TERNARY
 
     kind = {"hf": HF_EXPORT, "ternary": TERNARY, "consolidated": CHECKPOINT}[args.format]
-    check_output(args.out, kind, overwrite=args.overwrite, sources=[args.checkpoint], file=args.format == "ternary")
+    with guard_output(args.out, kind, overwrite=args.overwrite, sources=[args.checkpoint],
+                      file=args.format == "ternary"):
+        return _write(args)
+
+
+def _write(args) -> int:
     if args.format == "consolidated":
         res = consolidate(args.checkpoint, args.out)
         print(json.dumps(res) if args.json else f"consolidated {args.checkpoint} -> {res['out']} "

@@ -29,21 +29,28 @@ def add_parser(sub, detailed: bool = True) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     if detailed:
         add_growth_flags(p)
-    p.set_defaults(func=run)
+    # --train.* overrides (e.g. --train.steps 600) are recorded in the grown checkpoint: how long the continued
+    # run trains, and so the LR schedule after the growth
+    p.set_defaults(func=run, accepts_overrides=True)
 
 
 def run(args, extra) -> int:
     from ..config import ConfigError
     from ..growth import grow_checkpoint, parse_growth_spec
     from ..growth.spec import spec_from_flags
-    from ..outdir import CHECKPOINT, check_output
+    from ..atomic import guard_output
+    from ..outdir import CHECKPOINT
 
     spec = spec_from_flags(args)
     if spec is None:
         raise ConfigError("nothing to grow: give a growth option (see `nexus grow --help`)")
+    bad = next((a for a in extra if a.startswith("--") and not a.startswith("--train.")), None)
+    if bad is not None:
+        raise ConfigError(f"{bad} on nexus grow (valid: --train.* fields for the continued run, e.g. --train.steps "
+                          "600; the model's shape comes from the growth options)")
     parse_growth_spec(spec, "growth")  # fail on bad flags before touching the checkpoint
-    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint])
-    report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify)
+    with guard_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint]):
+        report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify, train_overrides=extra)
     if args.json:
         print(json.dumps(report, default=str))
     else:

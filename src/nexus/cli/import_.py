@@ -24,14 +24,20 @@ def add_parser(sub) -> None:
 
 
 def run(args, extra) -> int:
+    from ..atomic import guard_output
+    from ..outdir import CHECKPOINT
+
+    with guard_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.hf]):
+        return _write(args)
+
+
+def _write(args) -> int:
     from ..checkpoint import save_checkpoint
     from ..hf import import_hf
     from ..hf.convert import STORED_GENERATION_CONFIG, STORED_SPECIAL_IDS
     from ..hf.hub import fetch_hf_model
     from ..models import count_parameters
-    from ..outdir import CHECKPOINT, check_output
 
-    check_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.hf])
     args.hf = fetch_hf_model(args.hf)  # a hub id -> its local snapshot directory
     model, cfg = import_hf(args.hf)
     tok = model.tokenizer

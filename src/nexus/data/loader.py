@@ -20,7 +20,7 @@ import torch
 
 from ..config import ConfigError, DataConfig
 from ..models.output import IGNORE_INDEX
-from .prepare import doc_text, prepare
+from .prepare import Progress, doc_text, prepare
 from .sampler import WindowSampler
 from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
                      windows)
@@ -104,7 +104,6 @@ class DataModule:
                 raise ConfigError(f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
                                   f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)")
         self.sampler = WindowSampler(len(self.train), cfg.seq_len, seed)
-        self._summary()
 
     # ------------------------------------------------------------------ building
     def _make_tokenizer(self):
@@ -135,13 +134,9 @@ class DataModule:
 
         root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
         d = root / self._cache_key()
-        if self.source.kind == "stdlib" and not (d / "manifest.json").is_file():
-            from .stdlib_corpus import describe
-
-            _say(describe())
         nproc = self.cfg.num_proc or default_num_proc()
         prepare(self.source, self.cfg, self.tokenizer, d, num_proc=nproc, shard_bytes=SHARD_BYTES,
-                progress=not self.quiet, label="data")
+                progress=not self.quiet, label="data", quiet_below_s=Progress.EVERY_S)
         return d
 
     def _open_bin(self):
@@ -158,16 +153,20 @@ class DataModule:
                              "no document boundaries, so the split is by position)")
         return TokenStream(joined(train)), TokenStream(joined(val))
 
-    def _summary(self) -> None:
-        """The run's data summary: one line, with any cap the user set."""
-        if self.quiet:
-            return
+    def summary(self) -> str:
+        """The run's data summary: one line, with any cap the user set (the trainer prints it)."""
         cfg = self.cfg
+        if self.task is not None:
+            return f"{cfg.source} (synthetic task, vocab {self.vocab_size:,})"
         cap = f" | capped at data.max_documents={cfg.max_documents:,}" if cfg.max_documents else ""
         kind = self.source.kind
         extra = f" | {self.val_note}" if kind == "bin" else ""
-        _say(f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab {self.vocab_size:,}) | "
-             f"train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}")
+        if kind == "stdlib":
+            from .stdlib_corpus import describe
+
+            extra = f" | {describe()}"
+        return (f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab "
+                f"{self.vocab_size:,}) | train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}")
 
     # ------------------------------------------------------------------ position
     def sample_index(self, step: int, micro: int, global_bs: int, accum: int) -> int:

@@ -10,6 +10,7 @@ the same shard boundaries); `manifest.json` is written last, atomically.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
@@ -20,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_text_atomic
+from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
 from ..outdir import MARKER, PREPARED, write_marker
 from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, token_dtype, tokenizer_identity
 from .split import SPLIT_BLOCK, split_documents
 
-SHARD_BYTES = 32 << 20  # characters of text per shard: the unit of parallel work, resume and memory
+SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
 ENCODE_BATCH = 512  # documents per encode_batch call inside a shard
 STATE = ".prepare-state.json"
 
@@ -39,9 +40,11 @@ def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
 
 
 def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard_bytes: int = SHARD_BYTES,
-            progress: bool = True, label: str = "prepare") -> dict:
+            progress: bool = True, label: str = "prepare", quiet_below_s: float = 0.0) -> dict:
     """Tokenize `source` into `out` (created if missing) and return the manifest. A finished directory
-    with the same fingerprint is returned as it is; an interrupted one is resumed."""
+    with the same fingerprint is returned as it is; an interrupted one is resumed. quiet_below_s: the
+    closing summary line is printed only when preparing took at least this long (the automatic cache
+    of a small corpus stays silent; a long one has shown progress lines and ends with the summary)."""
     out = Path(out)
     fp = fingerprint(source, cfg, tok, shard_bytes)
     if (out / MANIFEST).is_file():
@@ -63,8 +66,10 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                 done = {int(k): v for k, v in st["done"].items()}
         except (OSError, ValueError, KeyError, AttributeError):
             done = {}  # a damaged state file: shards are redone, never trusted
-    for p in out.glob(".*.tmp-*"):  # shard files an interrupted run left half-written
-        p.unlink(missing_ok=True)
+    for p in out.glob(".*.tmp-*"):  # shard files an interrupted run left half-written (not a live process's:
+        pid = p.name.rsplit("-", 1)[-1]  # torchrun ranks may fill one cache directory at once)
+        if not (pid.isdigit() and _alive(int(pid))):
+            p.unlink(missing_ok=True)
     dtype = np.dtype(token_dtype(tok.vocab_size)).name
     t0 = time.perf_counter()
     meter = Progress(source.total_bytes(), label, progress)
@@ -97,9 +102,10 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     state_path.unlink(missing_ok=True)
     dt = time.perf_counter() - t0
     tot = manifest["tokens"]
-    meter.say(f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
-              f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
-              f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
+    if dt >= quiet_below_s:
+            meter.say(f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
+                  f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
+                  f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
     return manifest
 
 
@@ -177,9 +183,7 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
                         arr.astype(dtype).tofile(ft)
                         n += len(arr)
                     continue
-                ids = tok.encode_batch([doc_text(d) for d in batch])
-                arr = np.fromiter((t for doc_ids in ids for t in (*doc_ids, tok.eos_id)), dtype=np.int64,
-                                  count=sum(len(x) + 1 for x in ids))
+                arr = encode_with_eos(tok, [doc_text(d) for d in batch])
                 hi = max(hi, int(arr.max(initial=0)))
                 arr.astype(dtype).tofile(ft)
                 n += len(arr)
@@ -192,6 +196,25 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
             tmp_mask.unlink(missing_ok=True)
     return {"file": f"{stem}.bin", "mask": f"{stem}.mask" if chat else None, "tokens": n, "documents": len(docs),
             "bytes": nbytes, "max_id": hi}
+
+
+def encode_with_eos(tok, texts: list[str]) -> np.ndarray:
+    """The texts' ids, EOS after each, as one int64 array: the tokenizer's own flat encoder when it has
+    one (bytes need no Python list per token), else its encode_batch."""
+    flat_encoder = getattr(tok, "encode_batch_flat", None)
+    if flat_encoder is not None:
+        ids, lens = flat_encoder(texts)
+    else:
+        lists = tok.encode_batch(texts)
+        lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
+        ids = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
+    ends = np.cumsum(lens + 1) - 1  # where each text's EOS goes
+    out = np.empty(len(ids) + len(lens), dtype=np.int64)
+    keep = np.ones(len(out), dtype=bool)
+    keep[ends] = False
+    out[keep] = ids
+    out[ends] = tok.eos_id
+    return out
 
 
 class _Null:

@@ -21,6 +21,13 @@ class ByteTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [list(t.encode("utf-8")) for t in texts]
 
+    def encode_batch_flat(self, texts: list[str]):
+        """(all ids concatenated as uint8, length of each text's ids): no Python int per byte."""
+        raw = [t.encode("utf-8") for t in texts]
+        import numpy as np
+
+        return np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, len(raw))
+
     def decode(self, ids) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 

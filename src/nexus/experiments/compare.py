@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, parse_overrides
-from ..outdir import EXPERIMENT, claim_directory
 from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
@@ -183,10 +182,17 @@ def summarize(values_by_preset: dict[str, list[float]], order: list[str], seeds:
 
 
 def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
+    from .runs import experiment_dir
+
+    with experiment_dir(Path(plan["out_dir"])):
+        return _run_compare(plan, quiet, say)
+
+
+def _run_compare(plan: dict, quiet: bool, say) -> dict:
     from .plots import plot_compare
+    from .runs import record_outputs
 
     out = Path(plan["out_dir"])
-    claim_directory(out, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
     f = out / PLAN_FILE
     if f.is_file() and json.loads(f.read_text()).get("runs") != json.loads(json.dumps(plan["runs"])):
         raise ConfigError(f"--out={str(out)!r} holds a different comparison (valid: the same settings to resume it, "
@@ -200,6 +206,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
         run_dir = Path(run["config"]["train"]["out_dir"])
         res = run_resumable(RunConfig.from_dict(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
+        record_outputs(out, [PLAN_FILE], runs=[run_dir])
         done = read_done(run_dir)
         finals[run["preset"]].append(float(done["val_loss"]))
         tc = run["config"]["train"]
@@ -218,6 +225,7 @@ def run_compare(plan: dict, quiet: bool = True, say=print) -> dict:
     results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "report.md", render_compare_report(results))
+    record_outputs(out, [PLAN_FILE, "results.json", "report.md", results["plot"]])
     return results
 
 

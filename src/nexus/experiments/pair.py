@@ -50,7 +50,15 @@ def plan_pair(name: str, overrides: list[str] | None = None, tokens: int | None 
 
 
 def run_pair(plan: dict, quiet: bool = True, say=print) -> dict:
+    from .runs import experiment_dir
+
+    with experiment_dir(Path(plan["out_dir"])):
+        return _run_pair(plan, quiet, say)
+
+
+def _run_pair(plan: dict, quiet: bool, say) -> dict:
     from .progressive import _check_same_plan
+    from .runs import record_outputs
 
     out_dir = Path(plan["out_dir"])
     for m, p in plan["plans"].items():
@@ -63,10 +71,12 @@ def run_pair(plan: dict, quiet: bool = True, say=print) -> dict:
             say(f"[{m} seed {sd}] grown run")
             cfg = RunConfig.from_dict(copy.deepcopy(p["configs"][str(sd)]["grown"]))
             run_resumable(cfg, Path(p["out_dir"]) / f"seed{sd}" / "grown", quiet=quiet, say=say)
+            record_outputs(out_dir, [Path(p["out_dir"]) / "plan.json"], runs=[Path(p["out_dir"]) / f"seed{sd}" / "grown"])
     results = build_pair_results(plan)
     results["plots"] = [plot_pair(results, out_dir / "pair_loss_vs_flops.png")]
     write_json_atomic(out_dir / "results.json", results)
     write_text_atomic(out_dir / "report.md", render_pair_report(results))
+    record_outputs(out_dir, ["results.json", "report.md", *results["plots"]])
     return results
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, apply_override, parse_overrides
-from ..outdir import EXPERIMENT, claim_directory
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -52,6 +51,9 @@ class Method:
     spec: dict  # growth spec (without "family")
     description: str
     overrides: dict = field(default_factory=dict)  # dotted overrides that make the preset "small"
+    # peak lrs tuned for the method's own shapes at the quick budget: {"small": lr (also the grown run's, as
+    # SPARKLING keeps the pre-expansion lr), "scratch": lr}; empty = untuned (the preset's lr everywhere)
+    lrs: dict = field(default_factory=dict)
 
 
 # One line per method: name, family, small preset, spec, what it is, small-model overrides. Which models a
@@ -124,6 +126,8 @@ DEFAULT_METHOD = "sparkling"
 # so the main job (3 seeds x grown, scratch, small) finishes in about 3 minutes on an idle 2-core CPU;
 # --tokens overrides it.
 QUICK = {"train.steps": 150, "train.warmup_steps": 15}
+# where Method.lrs come from: 5 log-spaced lrs, one seed, the small and the scratch shape at the quick budget
+MAIN_JOB_SWEEP = "sweep: python benchmarks/progressive_regime.py --scale main --data embedded --lr-sweep"
 
 
 def method_table() -> list[dict]:
@@ -152,7 +156,8 @@ def _small_config(m: Method, preset: str | None, overrides: list[str], seed: int
 
     cfg = get_preset(preset or m.preset)
     if preset is None:  # the method's own small shape; a user preset is taken as the small model as is
-        for k, v in {**QUICK, **m.overrides}.items():
+        tuned = {"train.lr": m.lrs["small"]} if m.lrs else {}
+        for k, v in {**QUICK, **m.overrides, **tuned}.items():
             apply_override(cfg, k, v)
     parse_overrides(cfg, overrides)
     if seed is not None:
@@ -294,6 +299,12 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     scratch.model = copy.deepcopy(target_model)
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
+    user_lr = any(o.lstrip("-").split("=")[0] == "train.lr" for o in (overrides or []))
+    scratch_lr_rule = "the small model's lr (untuned)"
+    if scratch_lr is None and preset is None and m.lrs and not user_lr:
+        scratch_lr, scratch_lr_rule = m.lrs["scratch"], f"tuned: {m.lrs['scratch']:.3g} ({MAIN_JOB_SWEEP})"
+    elif scratch_lr is not None:
+        scratch_lr_rule = f"given: {scratch_lr:.3g}"
     if scratch_lr is not None:  # a tuned from-scratch lr (growth keeps the small model's, as the paper does)
         if not (isinstance(scratch_lr, (int, float)) and math.isfinite(scratch_lr) and scratch_lr > 0):
             raise ConfigError(f"--scratch-lr={scratch_lr!r} (valid: a learning rate > 0)")
@@ -319,7 +330,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
             "spec": spec, "seeds": seeds, "recipe": recipe, "tau": tau_steps, "tau_rule": tau_rule,
             "token_budget": steps * tps, "tokens_per_step": tps, "steps": steps, "grow_step": grow_step,
             "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir), "total_params": {"small": n_small, "large": n_large},
-            "scratch_lr_rule": "the small model's lr" if scratch_lr is None else f"given: {scratch_lr:.3g}",
+            "scratch_lr_rule": scratch_lr_rule,
             "schedules": {name: describe_schedule(t.train) + (f" (step law: small lr x (N_large/N_small)^{STEP_LAW_N_EXPONENT}"
                                                                f" = {n_large:,}/{n_small:,} total params)"
                                                                if name == "scratch-steplaw" else "")
@@ -354,19 +365,25 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     from .report import build_progressive_results, render_progressive_report
     from .runs import write_text_atomic
 
-    out_dir = Path(plan["out_dir"])
-    claim_directory(out_dir, EXPERIMENT, resume=True)  # an earlier experiment here resumes; anything else is refused
-    _check_same_plan(out_dir, plan)
-    write_json_atomic(out_dir / PLAN_FILE, plan)
-    for sd in plan["seeds"]:
-        for name, cfg_dict in plan["configs"][str(sd)].items():
-            say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
-            cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
-            run_resumable(cfg, out_dir / f"seed{sd}" / name, quiet=quiet, say=say)
-    results = build_progressive_results(plan, out_dir)
-    results["plots"] = plot_progressive(results, out_dir)
-    write_json_atomic(out_dir / "results.json", results)
-    write_text_atomic(out_dir / "report.md", render_progressive_report(results))
+    from .runs import experiment_dir, record_outputs
+
+    with experiment_dir(Path(plan["out_dir"])) as out_dir:
+        _check_same_plan(out_dir, plan)
+        write_json_atomic(out_dir / PLAN_FILE, plan)
+        record_outputs(out_dir, [PLAN_FILE])
+        runs = []
+        for sd in plan["seeds"]:
+            for name, cfg_dict in plan["configs"][str(sd)].items():
+                say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
+                cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
+                runs.append(out_dir / f"seed{sd}" / name)
+                run_resumable(cfg, runs[-1], quiet=quiet, say=say)
+                record_outputs(out_dir, runs=[runs[-1]])
+        results = build_progressive_results(plan, out_dir)
+        results["plots"] = plot_progressive(results, out_dir)
+        write_json_atomic(out_dir / "results.json", results)
+        write_text_atomic(out_dir / "report.md", render_progressive_report(results))
+        record_outputs(out_dir, ["results.json", "report.md", *results["plots"]])
     return results
 
 

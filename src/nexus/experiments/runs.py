@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
-from ..atomic import write_text_atomic
+from contextlib import contextmanager
+
+from ..atomic import guard_output, remove_recorded, write_text_atomic
 from ..config import RunConfig
+from ..outdir import EXPERIMENT, claim_directory, forget, held_lock, record
 from ..train.run_dir import trim_metrics
 
 DONE = "done.json"
@@ -30,6 +32,26 @@ def read_done(run_dir: Path) -> dict:
 
 def write_json_atomic(path: Path, obj) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, default=str))
+
+
+@contextmanager
+def experiment_dir(out: Path):
+    """Hold an experiment directory while it is written: an earlier experiment there resumes, anything
+    else is refused (nexus.atomic.guard_output), one writer at a time; it gets its manifest at once."""
+    with guard_output(out, EXPERIMENT, resume=True):
+        claim_directory(out, EXPERIMENT, resume=True)
+        yield Path(out)
+
+
+def record_outputs(out: Path, files=(), runs=()) -> None:
+    """Record the experiment's own files (paths relative to `out`) and its run directories."""
+    out = Path(out)
+
+    def rel(f) -> str:  # a name relative to `out`, or a path that starts with `out`
+        p = Path(f)
+        return p.relative_to(out).as_posix() if p.parts[:len(out.parts)] == out.parts else p.as_posix()
+
+    record(out, EXPERIMENT, files=[rel(f) for f in files], dirs=[rel(r) for r in runs])
 
 
 def latest_step_checkpoint(run_dir: Path) -> Path | None:
@@ -55,7 +77,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
+        from ..train.resume import resume_config
+
+        resumed, notes = resume_config(resume, out_dir=run_dir)  # the checkpoint's config: a grown model's shape
+        trainer = Trainer(resumed, resume=str(resume), quiet=quiet, notes=notes)
     else:
         trim_metrics(run_dir, None)
         trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)
@@ -66,8 +91,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     if start_from is not None:
         result["branched_from"] = str(start_from)
     write_json_atomic(run_dir / DONE, result)
-    for p in run_dir.glob("step_*"):  # the final checkpoint supersedes the periodic ones
-        shutil.rmtree(p, ignore_errors=True)
+    steps = list(run_dir.glob("step_*"))  # the final checkpoint supersedes the periodic ones
+    forget(run_dir, [p.name for p in steps])
+    for p in steps:
+        remove_recorded(held_lock(run_dir), p)
     return result
 
 

@@ -5,6 +5,8 @@
   the shared part): mean difference a - b with its 95% t-interval, the paired t-test and the Wilcoxon
   signed-rank test (two-sided; with n seeds Wilcoxon cannot go below p = 2 / 2^n, 0.25 at n = 3).
 * `welch(a, b)`: independent samples (different presets): Welch's t-test.
+* `quartiles(values)`, `rank_sum(a, b)`: median and quartiles, and the Mann-Whitney test, for outcomes
+  that are bimodal over seeds.
 * `gap_closed(small, grown, scratch)`: the share of the small-to-scratch loss gap a grown run closed,
   (small - grown) / (small - scratch), the paper's comparable number (SPARKLING closes 84-90%), as a
   ratio of the mean paired differences with Fieller's 95% interval over seeds (see its docstring).
@@ -103,6 +105,28 @@ def gap_closed(small: list[float], grown: list[float], scratch: list[float], con
     root = math.sqrt(max(b * b - a * c, 0.0))  # >= 0: the estimate itself satisfies the inequality
     out.update(ci_low=(b - root) / a, ci_high=(b + root) / a, bounded=True)
     return out
+
+
+def quartiles(values: list[float]) -> dict:
+    """{"n", "median", "q1", "q3"} (numpy's linear-interpolation percentiles): the summary for outcomes that
+    are bimodal over seeds (a task that some seeds solve and others do not), where mean +- std misleads."""
+    import numpy as np
+
+    v = np.asarray([float(x) for x in values], dtype=np.float64)
+    if v.size == 0:
+        return {"n": 0, "median": None, "q1": None, "q3": None}
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    return {"n": int(v.size), "median": float(med), "q1": float(q1), "q3": float(q3)}
+
+
+def rank_sum(a: list[float], b: list[float]) -> float | None:
+    """Two-sided Mann-Whitney U p-value of a vs b as independent samples (scipy); None below 2 values a side
+    or when every value is the same."""
+    if len(a) < 2 or len(b) < 2 or len({*map(float, a), *map(float, b)}) < 2:
+        return None
+    from scipy import stats
+
+    return _finite(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def fmt_gap(g: dict) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -133,10 +132,11 @@ def ternary_tensors(model, packing: str = "2bit") -> tuple[dict, dict, dict]:
 
 
 def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict:
-    """Write the packed file atomically (temp name + rename) and return its size report."""
+    """Write the packed file atomically (recorded temporary name, fsync, rename) and return its size
+    report. A kill mid-write leaves only the recorded temporary, which the next writer removes."""
     from safetensors.torch import save_file
 
-    from ..atomic import respect_umask
+    from ..atomic import output_lock, write_file_atomic
 
     tensors, shapes, stats = ternary_tensors(model, packing)
     meta = {"format": FORMAT, "version": VERSION, "packing": packing, "config": cfg.to_json(),
@@ -144,14 +144,12 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
             "sha256": _digest(tensors)}
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    lk = output_lock(out)
     try:
-        save_file(tensors, str(tmp), metadata=meta)
-        respect_umask(tmp)
-        os.replace(tmp, out)
+        write_file_atomic(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta), lk)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        if lk is not None:
+            lk.release()
     size = out.stat().st_size
     return {"path": str(out), "format": "ternary", "packing": packing, "file_bytes": size, "file_mb": size / 1e6,
             **stats}

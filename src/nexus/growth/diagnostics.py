@@ -149,3 +149,17 @@ class PostGrowthMonitor:
         monitor = cls(maps, st["probe"], st["base_rms"], int(st["every"]))
         monitor.calls = int(st["calls"])
         return monitor
+
+
+def monitor_after_growth(old_model, new_model, old_max_seq_len: int, new_model_cfg, param_maps: dict,
+                         val_batch) -> tuple[PostGrowthMonitor, dict]:
+    """(the post-growth monitor, the growth-time RMS-ratio report) from one validation batch (x, y): the
+    same for a growth inside training (GrowthHook) and for `nexus grow`, so a run continued from a grown
+    checkpoint logs what the run grown in training logs."""
+    x, y = val_batch
+    probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
+    report = rms_ratio_report(old_model, new_model, new_model_cfg.vocab_size, probe)
+    # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
+    ids = (probe if probe is not None else probe_batch(new_model_cfg.vocab_size))[:4]
+    ids = ids[:, :min(ids.shape[1], new_model_cfg.max_seq_len + 1, old_max_seq_len + 1)]
+    return PostGrowthMonitor(param_maps, ids, residual_rms(old_model, ids)), report

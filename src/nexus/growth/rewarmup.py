@@ -73,3 +73,37 @@ def make_rewarmup(record: dict):
 
     lr_new.t_e, lr_new.rho, lr_new.tau = t_e, rho, tau
     return lr_new
+
+
+def lr_plan(tcfg, start: int, record: dict | None = None) -> tuple[str, bool]:
+    """(one line with the planned lr from step `start` to the run's last step: the first step, the growth
+    step of `record` (old and new entries), the peak and the last step; whether the old entries sit at the
+    schedule's floor on every one of those steps). Printed before training, so the schedule is seen first."""
+    last = max(tcfg.steps - 1, start)
+    rw = (record or {}).get("rewarmup") if isinstance((record or {}).get("rewarmup"), dict) else None
+    t_e = int(record["step"]) if record else None
+
+    def old(t: int) -> float:
+        return tcfg.lr * lr_factor(t, tcfg)
+
+    def new(t: int) -> float:
+        return tcfg.lr * rewarmup_factor(t, t_e, float(rw["rho"]), int(rw["tau"]), tcfg) if rw else old(t)
+
+    # every schedule here is monotone between these steps, so its peak over [start, last] is at one of them
+    marks = {start, last, tcfg.warmup_steps - 1, tcfg.warmup_steps}
+    if t_e is not None:
+        marks |= {t_e, t_e + int(rw["tau"]) - 1, t_e + int(rw["tau"])} if rw else {t_e}
+    marks = sorted(t for t in marks if start <= t <= last)
+    parts = [f"first step {start}: {old(start):.3g}" + (f" (new entries {new(start):.3g})" if rw and start > t_e else "")]
+    if t_e is not None and start <= t_e <= last:
+        parts.append(f"growth step {t_e}: old entries {old(t_e):.3g}, new {new(t_e):.3g}")
+    p_old = max(marks, key=old)
+    parts.append(f"peak {old(p_old):.3g} at step {p_old}")
+    if rw:
+        p_new = max((t for t in marks if t >= t_e), key=new, default=None)
+        if p_new is not None:
+            parts[-1] += f" (new entries {new(p_new):.3g} at step {p_new})"
+    parts.append(f"last step {last}: {old(last):.3g}" + (f" (new entries {new(last):.3g})" if rw else ""))
+    floor = tcfg.lr * tcfg.min_lr_ratio
+    at_floor = tcfg.schedule != "constant" and last > start and all(abs(old(t) - floor) <= 1e-12 * tcfg.lr for t in marks)
+    return "lr plan: " + " | ".join(parts), at_floor

@@ -182,7 +182,7 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
         if verify_tolerance is not None:  # still under the temporary name: a failed check leaves nothing behind
             info["max_logit_diff"] = verified_logit_difference(model, d, verify_tolerance)
 
-    info["out"] = str(atomic_dir_write(Path(out_dir), write, marker_kind=HF_EXPORT))
+    info["out"] = str(atomic_dir_write(Path(out_dir), write, HF_EXPORT))
     return info
 
 

@@ -12,6 +12,8 @@ import numbers
 from pathlib import Path
 
 from ..config import ConfigError
+from ..outdir.crash import crash_point
+from .run_dir import record_run_files
 
 TARGETS = ("jsonl", "tensorboard", "wandb")
 _PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"), "wandb": ("wandb", "pip install wandb")}
@@ -58,6 +60,7 @@ class JsonlSink:
     def write(self, record: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        crash_point("metrics-write")  # the kill tests: a run killed before its first checkpoint
 
     def close(self) -> None:
         pass
@@ -109,6 +112,9 @@ class MetricLog:
             self.sinks.append(TensorBoardSink(out_dir))
         if "wandb" in targets:
             self.sinks.append(WandbSink(out_dir, config or {}, project, resume_step))
+        self.out_dir = out_dir
+        self.sinks[0].path.touch()
+        record_run_files(out_dir)  # metrics.jsonl (and the logger folders) are the run's from the first record on
 
     def write(self, record: dict) -> None:
         for s in self.sinks:
@@ -117,3 +123,4 @@ class MetricLog:
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+        record_run_files(self.out_dir)

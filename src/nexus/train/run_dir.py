@@ -1,5 +1,5 @@
 """A training run's directory: where a resumed run writes, its newest checkpoint, and the start-up
-clean-up (interrupted saves, metrics past the resumed step, the `.nexus-run` marker).
+clean-up (metrics past the resumed step, the manifest of what the run wrote), pruning, the run's lock.
 
 A checkpoint named `checkpoint` or `step_NNNNNNN` inside a run directory belongs to that run, and a
 resumed run continues there. Any other checkpoint (a `nexus grow` / `nexus import` output) is its own
@@ -11,21 +11,27 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
-from ..atomic import recover, write_text_atomic
-from ..outdir import MARKER, TRAIN_RUN, output_kind, write_marker
+from ..atomic import recover_recorded, remove_recorded, write_text_atomic
+from ..config import ConfigError
+from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_manifest, record
+from ..outdir.guard import check_usable, recorded_temporaries
+from ..outdir.lock import is_rank0
+from ..outdir.manifest import entry_unchanged
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
-# What `nexus train` itself writes into a run directory; --overwrite removes these and nothing else.
-RUN_FILES = ("metrics.jsonl", "config.yaml", MARKER, "done.json")
+# What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
+RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json", "loss_curve.png", "loss_curve.csv")
+LOGGER_DIRS = ("tensorboard", "wandb")  # written by the logging libraries a run starts (train.log_to)
 
 
 def owning_run(ckpt) -> Path | None:
-    """The run directory `ckpt` is part of, or None for a stand-alone checkpoint."""
+    """The run directory `ckpt` is part of (its manifest lists it), or None for a stand-alone checkpoint."""
     ckpt = Path(ckpt)
-    if _CKPT_NAME.match(ckpt.name) and output_kind(ckpt.parent) == TRAIN_RUN:
+    m = read_manifest(ckpt.parent)
+    if _CKPT_NAME.match(ckpt.name) and m is not None and isinstance(m["files"].get(ckpt.name), dict) \
+            and m["files"][ckpt.name].get("dir") is True:
         return ckpt.parent
     return None
 
@@ -45,21 +51,60 @@ def checkpoint_step(ckpt: Path) -> int:
 
 
 def training_checkpoints(run_dir) -> list[Path]:
-    """Complete, resumable checkpoints in a run directory (step_* and checkpoint/), oldest step first."""
+    """Complete, resumable checkpoints the run directory's manifest records (step_* and checkpoint/),
+    oldest step first."""
     run = Path(run_dir)
-    if not run.is_dir():
+    m = read_manifest(run)
+    if m is None:
         return []
-    found = [d for d in run.iterdir() if _CKPT_NAME.match(d.name) and (d / "meta.json").is_file()
-             and (d / "trainer_state.pt").is_file()]
+    found = [run / n for n, e in m["files"].items() if _CKPT_NAME.match(n) and isinstance(e, dict) and e.get("dir")]
+    found = [d for d in found if (d / "meta.json").is_file() and (d / "trainer_state.pt").is_file()]
     # the final checkpoint sorts after a step checkpoint of the same step
     return sorted(found, key=lambda d: (checkpoint_step(d), d.name == "checkpoint"))
 
 
 def latest_checkpoint(run_dir) -> Path | None:
-    """Newest checkpoint in a run directory by training step (`--resume auto`)."""
-    recover(run_dir)
+    """Newest checkpoint in a run directory by training step (`--resume auto`). Call it holding the
+    run's lock (`run_lock`): interrupted saves were recovered when it was taken."""
     ckpts = training_checkpoints(run_dir)
     return ckpts[-1] if ckpts else None
+
+
+def run_lock(out_dir, flag: str = "--out"):
+    """The run directory's one-writer lock (torchrun rank 0 only; None elsewhere). A lock left by a dead
+    run is taken over: its recorded interrupted saves are finished first, and `.notes` says so."""
+    if not is_rank0():
+        return None
+    out = Path(out_dir)
+    lk = acquire_output_lock(out, flag)
+    lk.notes = [lk.note] if lk.note else []
+    if lk.taken_over:
+        lk.notes += recover_recorded(lk)
+    return lk
+
+
+def check_in_place(out_dir, flag: str = "--out") -> None:
+    """A run continued in place (a resume) writes config.yaml, metrics.jsonl, checkpoint/ and step_*/ in
+    `out_dir`: refuse (one line) when the folder has no manifest, or when any of those names holds
+    something nexus did not write or that changed since."""
+    out = Path(out_dir)
+    shown = f"{flag}={str(out)!r}"
+    check_usable(out, flag)
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    m = read_manifest(out)
+    if m is None:
+        raise ConfigError(f"{shown} has no nexus manifest, so nexus will not write into it (valid: --out DIR for the "
+                          "resumed run, a new or empty directory)")
+    pending = recorded_temporaries(out)
+    for p in sorted(out.iterdir()):
+        if p.name not in RUN_FILES and not _CKPT_NAME.match(p.name) or p.name in pending:
+            continue
+        entry = m["files"].get(p.name)
+        if entry is None or not entry_unchanged(p, entry):
+            what = "was changed since nexus wrote it" if entry is not None else "was not written by nexus"
+            raise ConfigError(f"{shown}: {p.name!r} {what}, and the resumed run would write it (valid: move it out "
+                              "of the folder, or --out DIR for the resumed run)")
 
 
 def trim_metrics(run_dir, max_step: int | None) -> None:
@@ -84,42 +129,95 @@ def trim_metrics(run_dir, max_step: int | None) -> None:
             line = json.dumps(rec)
         keep.append(line)
     write_text_atomic(f, "".join(k + "\n" for k in keep))
+    record_run_files(run_dir)
 
 
 def prepare_run_dir(out_dir, resumed_step: int | None) -> list[str]:
-    """Start-up of a run directory (main process): restore checkpoints whose save was killed between
-    its renames, remove leftovers of dead processes' saves, mark the directory, and cut metrics.jsonl
-    back to the resumed step. Returns a line per repair made."""
+    """Start-up of a run directory (main process): give it a manifest and cut metrics.jsonl back to the
+    resumed step. Returns a line per repair made."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    actions = recover(out)
-    if not (out / MARKER).is_file():
-        write_marker(out, TRAIN_RUN)
+    if read_manifest(out) is None:
+        record(out, TRAIN_RUN)
     if resumed_step is not None:
         trim_metrics(out, resumed_step)
-    return actions
+    return []
+
+
+def record_run_files(out_dir) -> None:
+    """Refresh the manifest entries of the run files nexus writes (metrics.jsonl grows: its recorded bytes
+    must stay its prefix). Called by the run's writer, which checked up front that these names were
+    absent or its own."""
+    out = Path(out_dir)
+    present = [n for n in RUN_FILES if (out / n).is_file()]
+    record(out, TRAIN_RUN, files=[n for n in present if n != "metrics.jsonl"],
+           grows=[n for n in present if n == "metrics.jsonl"],
+           library_dirs=[n for n in LOGGER_DIRS if (out / n).is_dir()])
+
+
+def record_checkpoint(out_dir, ckpt: Path) -> None:
+    """A checkpoint just saved inside the run directory becomes part of the run (and the run files'
+    entries are refreshed with it)."""
+    record(out_dir, TRAIN_RUN, dirs=[Path(ckpt).name])
+    record_run_files(out_dir)
+
+
+def prune_step_checkpoints(out_dir, step: int, keep_last: int) -> None:
+    """Keep the newest `keep_last` step checkpoints (this step's included). Each older one leaves the
+    manifest, is renamed aside, then deleted: a kill mid-prune never leaves a half-deleted folder under
+    its step name. Every saved checkpoint is finite (save refuses NaN/inf weights), so the newest finite
+    one is always kept."""
+    out = Path(out_dir)
+    older = [d for d in training_checkpoints(out) if d.name.startswith("step_") and checkpoint_step(d) < step]
+    doomed = older[:max(len(older) - (keep_last - 1), 0)]
+    if not doomed:
+        return
+    forget(out, [d.name for d in doomed])
+    lk = held_lock(out)
+    for d in doomed:
+        remove_recorded(lk, d)
 
 
 def clear_run(out_dir) -> None:
-    """--overwrite of a training run: remove what nexus wrote there (metrics, config, marker, step and
-    final checkpoints); files nexus did not write stay."""
+    """--overwrite (or a --resume auto restart) of a training run: remove what the manifest records
+    (checked unchanged up front); anything else in the folder stays."""
     out = Path(out_dir)
-    recover(out)
-    for d in training_checkpoints(out):
-        shutil.rmtree(d)
-    for name in RUN_FILES:
-        (out / name).unlink(missing_ok=True)
+    m = read_manifest(out)
+    if m is None:
+        return
+    names = list(m["files"])
+    forget(out, names)
+    lk = held_lock(out)
+    for name in names:
+        p = out / name
+        if p.is_dir():
+            remove_recorded(lk, p)
+        else:
+            p.unlink(missing_ok=True)
 
 
-def carry_schedule_and_lr(old, new) -> list[str]:
+def carry_schedule_and_lr(old, new, *, grown: bool) -> list[str]:
     """Training fields on resume (old: the checkpoint's TrainConfig, new: this run's). The LR schedule
     keeps the horizon the run started with, so growing train.steps never makes the LR jump (it stays
-    at its floor past the old horizon); an explicit train.schedule_steps re-plans it. Returns notes."""
+    at its floor past the old horizon); an explicit train.schedule_steps re-plans it. A grown checkpoint
+    (`grown`) trained further is the exception: its schedule is re-planned over the new train.steps, so
+    the entries it had continue the base schedule over the new horizon and its new entries re-warm from
+    there (SPARKLING eq. 28), instead of training at the floor. Returns notes."""
     notes = []
     if not new.schedule_steps and new.steps != old.steps:
+        if grown and new.steps > (old.schedule_steps or old.steps):
+            notes.append(f"train.steps {old.steps} -> {new.steps} on a grown checkpoint: the LR schedule is re-planned "
+                         f"over {new.steps} steps (the base {new.schedule} over the new horizon, new entries re-warm "
+                         "as the growth recorded; set --train.schedule_steps to choose the horizon)")
+            return notes + _lr_notes(old, new)
         new.schedule_steps = old.schedule_steps or old.steps
         notes.append(f"train.steps {old.steps} -> {new.steps}: the LR schedule keeps its horizon of "
                      f"{new.schedule_steps} steps (set --train.schedule_steps to re-plan it)")
+    return notes + _lr_notes(old, new)
+
+
+def _lr_notes(old, new) -> list[str]:
+    notes = []
     for field in ("lr", "muon_lr"):
         a, b = getattr(old, field), getattr(new, field)
         if a != b:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ..atomic import recover, swap_into_place
-from ..checkpoint import SHARDED_DIR, write_checkpoint_files
+from ..atomic import output_lock, swap_into_place
+from ..checkpoint import SHARDED_DIR, checksums_in_meta, record_in_run, write_checkpoint_files
+from ..outdir import CHECKPOINT
+from ..outdir.manifest import manifest_of_tree, write_manifest
 
 
 def _rank0_tag() -> str:
@@ -49,9 +51,11 @@ def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) ->
     tag = _rank0_tag()
     tmp = final.parent / f".{final.name}.tmp-{tag}"
     rank = dist.get_rank()
+    lk = None
     if rank == 0:
         final.parent.mkdir(parents=True, exist_ok=True)
-        recover(final.parent, final.name)
+        lk = output_lock(final)  # journals into the run's lock; a dead writer's recorded saves are finished first
+        lk.pending(tmp)
         tmp.mkdir()
     dist.barrier()
     try:
@@ -59,10 +63,14 @@ def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) ->
         if rank == 0:
             state = {k: v for k, v in trainer_state.items() if k != "optimizer"}
             write_checkpoint_files(tmp, cfg, tokenizer, state)
-            swap_into_place(tmp, final, tag)
+            write_manifest(tmp, manifest_of_tree(tmp, CHECKPOINT, checksums_in_meta(tmp)))
+            record_in_run(swap_into_place(tmp, final, tag, lk))
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lk is not None:
+            lk.release()
     dist.barrier()
     return final

@@ -1,0 +1,164 @@
+"""The ownership manifest: the `.nexus-run` file nexus writes into every output directory it creates.
+
+It names the output's kind and every entry nexus wrote there, each with its size and sha256, so what
+nexus owns is proven by the record, never guessed from file names:
+
+    {"kind": "train run", "created": "...", "files": {
+        "config.yaml":   {"size": 812, "sha256": "..."},
+        "metrics.jsonl": {"size": 4096, "sha256": "...", "grows": true},   # nexus appends: the recorded
+                                                                          # bytes must still be its prefix
+        "step_0000100":  {"dir": true},      # a nested nexus output, proven by its own manifest
+        "tb":            {"dir": "library"}  # written by a logging library nexus started (TensorBoard, W&B)
+    }}
+
+Whole-directory outputs (a checkpoint, an analysis, an HF export) list every file below them by its
+relative path. A file that is listed and unchanged is nexus's; a listed file whose bytes changed, and
+anything not listed, is the user's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+MARKER = ".nexus-run"
+MARKER_TMP = ".nexus-run.tmp"  # the manifest's own temporary (a kill mid-write leaves it; the next write reuses it)
+
+
+def sha256_of(path: Path, limit: int | None = None) -> str:
+    """sha256 of a file's bytes (of its first `limit` bytes when given)."""
+    h = hashlib.sha256()
+    left = limit
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            block = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not block:
+                break
+            h.update(block)
+            if left is not None:
+                left -= len(block)
+    return h.hexdigest()
+
+
+def read_manifest(directory) -> dict | None:
+    """The manifest of `directory`, or None when it has none (or an unreadable one: not proof)."""
+    f = Path(directory) / MARKER
+    if not f.is_file():
+        return None
+    try:
+        m = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
+        return None
+    files = m.get("files")
+    m["files"] = files if isinstance(files, dict) else {}
+    return m
+
+
+def write_manifest(directory, manifest: dict) -> None:
+    """Write `manifest` atomically (temporary name in the same directory, fsync, rename)."""
+    d = Path(directory)
+    tmp = d / MARKER_TMP  # only the writer holding the output's lock writes its manifest
+    with open(tmp, "w") as f:
+        f.write(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / MARKER)
+
+
+def file_entry(path: Path, grows: bool = False, sha256: str | None = None) -> dict:
+    entry = {"size": path.stat().st_size, "sha256": sha256 or sha256_of(path)}
+    if grows:
+        entry["grows"] = True
+    return entry
+
+
+def new_manifest(kind: str) -> dict:
+    return {"kind": kind, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "files": {}}
+
+
+def manifest_of_tree(directory, kind: str, hashes: dict[str, str] | None = None) -> dict:
+    """A manifest listing every file below `directory` (a whole-directory output written by nexus);
+    `hashes` reuses digests already computed (a checkpoint's meta.json)."""
+    d = Path(directory)
+    m = new_manifest(kind)
+    for p in sorted(d.rglob("*")):
+        if p.is_file() and p.name not in (MARKER, MARKER_TMP):
+            rel = p.relative_to(d).as_posix()
+            m["files"][rel] = file_entry(p, sha256=(hashes or {}).get(rel))
+    return m
+
+
+def record(directory, kind: str, files=(), grows=(), dirs=(), library_dirs=()) -> None:
+    """Add (or refresh) entries nexus just wrote in `directory`, creating its manifest of `kind` if it
+    has none. files/grows: file names (grows: append-only logs); dirs: nested nexus outputs;
+    library_dirs: directories a logging library writes."""
+    d = Path(directory)
+    m = read_manifest(d) or new_manifest(kind)
+    for name in files:
+        m["files"][name] = file_entry(d / name)
+    for name in grows:
+        m["files"][name] = file_entry(d / name, grows=True)
+    for name in dirs:
+        m["files"][name] = {"dir": True}
+    for name in library_dirs:
+        m["files"][name] = {"dir": "library"}
+    write_manifest(d, m)
+
+
+def forget(directory, names) -> None:
+    """Drop entries from `directory`'s manifest (before nexus removes them)."""
+    m = read_manifest(directory)
+    if m is None:
+        return
+    for name in names:
+        m["files"].pop(name, None)
+    write_manifest(directory, m)
+
+
+def entry_unchanged(path: Path, entry: dict) -> bool:
+    """True when `path` still holds what the manifest entry records."""
+    if not isinstance(entry, dict):
+        return False
+    if entry.get("dir") == "library":
+        return path.is_dir()
+    if entry.get("dir"):
+        return path.is_dir() and read_manifest(path) is not None and not ownership_problems(path)
+    if not path.is_file() or not isinstance(entry.get("size"), int):
+        return False
+    size = path.stat().st_size
+    if entry.get("grows"):
+        return size >= entry["size"] and sha256_of(path, entry["size"]) == entry.get("sha256")
+    return size == entry["size"] and sha256_of(path) == entry.get("sha256")
+
+
+def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
+    """[(relative path, "changed" | "not written by nexus")] for everything in `directory` nexus cannot
+    prove it wrote; empty when it owns all of it. `ignore`: names to leave out (recorded temporaries)."""
+    d = Path(directory)
+    m = read_manifest(d)
+    if m is None:
+        return [(".", "not written by nexus")]
+    listed = m["files"]
+    problems = []
+    for rel, entry in sorted(listed.items()):
+        p = d / rel
+        if p.exists() and not entry_unchanged(p, entry):
+            problems.append((rel, "changed"))
+    covered = {rel for rel, e in listed.items() if isinstance(e, dict) and e.get("dir")}
+    parents = {Path(rel).parent.as_posix() for rel in listed}
+    parents |= {q.as_posix() for rel in listed for q in Path(rel).parents}
+    skip = set(covered) | set(ignore)  # folders whose contents are accounted for (or reported) as a whole
+    for p in sorted(d.rglob("*")):
+        rel = p.relative_to(d).as_posix()
+        if rel in (MARKER, MARKER_TMP) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
+            continue
+        if p.is_dir() and rel in parents:
+            continue  # a folder that holds listed files
+        problems.append((rel, "not written by nexus"))
+        if p.is_dir():
+            skip.add(rel)
+    return problems

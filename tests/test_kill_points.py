@@ -1,0 +1,103 @@
+"""A run killed at any moment continues with the same command plus `--resume auto` (issue 28 item 3).
+
+Each kill is injected at a named point (NEXUS_CRASH_AT=<point>[:<nth time>], nexus/outdir/crash.py):
+the process exits there with code 137, as `kill -9` at that instant would, so no test depends on timing."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nexus
+
+RUN = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
+       "--train.eval_every", "0", "--train.sample_tokens", "4", "--train.log_every", "1", "--quiet"]
+
+
+def nexus_cli(args, tmp_path: Path, crash_at: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(Path(nexus.__file__).parents[1]), OMP_NUM_THREADS="1",
+               NEXUS_CACHE=str(tmp_path / "cache"))
+    env.pop("NEXUS_CRASH_AT", None)
+    if crash_at:
+        env["NEXUS_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-m", "nexus", *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def train_steps(out: Path) -> list[int]:
+    return [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporaries and locks (nexus's bookkeeping names) left in a folder."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") and p.name != ".nexus-run")
+
+
+def assert_finished(out: Path, steps: int) -> None:
+    assert train_steps(out) == list(range(1, steps + 1))  # every step once, in order
+    assert nexus.load(out / "checkpoint") is not None
+    assert leftovers(out) == [] and leftovers(out.parent) == []
+
+
+def crash_then_resume(tmp_path: Path, argv: list, point: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "run"
+    killed = nexus_cli(["train", *argv, "--out", out], tmp_path, crash_at=point)
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    again = nexus_cli(["train", *argv, "--out", out, "--resume", "auto"], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    return again, out
+
+
+def test_killed_before_its_first_checkpoint_the_same_command_starts_it_over(tmp_path):
+    again, out = crash_then_resume(tmp_path, [*RUN, "--train.steps", "6", "--train.save_every", "4"], "metrics-write:2")
+    assert "starting the run over" in again.stderr and "took over the lock" in again.stderr
+    assert_finished(out, 6)
+
+
+def test_killed_while_a_step_checkpoint_is_written_resumes_from_the_one_before(tmp_path):
+    # the 2nd step save dies after its files are complete, before the rename: step 2 is the newest
+    again, out = crash_then_resume(tmp_path, [*RUN, "--train.steps", "6", "--train.save_every", "2"],
+                                   "swap-before-rename:2")
+    assert "resuming from" in again.stderr and "step_0000002" in again.stderr
+    assert_finished(out, 6)
+
+
+def test_killed_between_the_two_renames_of_a_replaced_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    argv = [*RUN, "--train.steps", "4", "--out", out]
+    assert nexus_cli(["train", *argv], tmp_path).returncode == 0
+    more = ["train", *argv, "--train.steps", "6", "--resume", "auto"]
+    killed = nexus_cli(more, tmp_path, crash_at="swap-between-renames")
+    assert killed.returncode == 137
+    assert not (out / "checkpoint").exists()  # the moment a kill leaves behind: no checkpoint under its name
+    again = nexus_cli(more, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "restored" in again.stderr  # the complete new version was put in place from the record
+    assert_finished(out, 6)
+
+
+def test_ternary_export_killed_before_its_rename_leaves_a_recorded_temporary_the_next_export_removes(tmp_path):
+    from nexus.checkpoint import save_checkpoint
+    from nexus.config import ModelConfig, RecurrentConfig, RunConfig
+    from nexus.data.tokenizer import ByteTokenizer
+    from nexus.models import build_model
+
+    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=80,
+                                      recurrent=RecurrentConfig(n_sup=2, t_inner=2)))
+    ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
+    out = tmp_path / "exports" / "model.ternary"
+    argv = ["export", "--checkpoint", ckpt, "--format", "ternary", "--out", out]
+    killed = nexus_cli(argv, tmp_path, crash_at="file-before-rename")
+    assert killed.returncode == 137
+    assert not out.exists() and any(".tmp-" in n for n in leftovers(out.parent))  # the full-size temporary
+    again = nexus_cli(argv, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "took over the lock" in again.stderr and "removed .model.ternary.tmp-" in again.stderr
+    assert leftovers(out.parent) == [] and out.is_file()
+    from nexus.export.ternary import load_ternary
+
+    load_ternary(out)
