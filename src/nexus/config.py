@@ -409,8 +409,8 @@ class TrainConfig:
     max_nonfinite: int = 5  # abort after this many non-finite losses in a row (each skips its step)
     seed: int = 0  # RNG seed for init, data order and sampling
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
-    compile: bool = False  # torch.compile the model
+    dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
+    compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
