@@ -15,7 +15,6 @@ import torch
 from nexus.cli import main
 from nexus.config import parse_overrides
 from nexus.presets import get_preset
-from nexus.growth.training import GrowthHook
 from nexus.train.trainer import Trainer
 from test_distributed import _env  # the same launcher environment as the DDP tests
 
@@ -25,7 +24,7 @@ RUN = ["--train.steps", "4", "--train.log_every", "1", "--train.eval_every", "2"
        "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
        "--model.d_model", "32", "--model.n_layers", "2", "--data.seq_len", "32", "--train.save_every", "2"]
 PER_RANK_BATCH = 2
-GROW = ["--train.grow_at", "2", "--train.growth", "{family: width, hidden: 48, init: [copy, copy], preserve: rms}"]
+GROW = ["--train.hooks", "[{kind: growth, at: 2, spec: {family: width, hidden: 48, init: [copy, copy], preserve: rms}}]"]
 
 
 def _torchrun(tmp_path, args, timeout=300):
@@ -40,7 +39,7 @@ def _single(tmp_path, out, extra=(), resume=None):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH),
                                                               "--train.out_dir", str(out), *extra])
-    return Trainer(cfg.validate(), resume=resume, quiet=True, hooks=[GrowthHook()]).fit()
+    return Trainer(cfg.validate(), resume=resume, quiet=True).fit()
 
 
 def _losses(run_dir):
