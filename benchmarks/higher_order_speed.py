@@ -20,7 +20,7 @@ import time
 import torch
 
 from nexus.analysis.flops import train_flops_per_token
-from nexus.config import ModelConfig, TrainConfig
+from nexus.config import AttentionOptions, ModelConfig, TrainConfig
 from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
 from nexus.optim.param_groups import build_optimizer
@@ -28,7 +28,8 @@ from nexus.optim.param_groups import build_optimizer
 
 def make(args, order: int, max_len: int) -> TransformerLM:
     cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, max_seq_len=max_len)
-    cfg.attention.order, cfg.attention.ho_targets, cfg.attention.ho_shared = order, "qk", True
+    if order > 1:
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
     torch.manual_seed(0)
     return TransformerLM(cfg)
 

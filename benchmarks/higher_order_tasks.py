@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from nexus.config import AttentionOptions
 from nexus.data.synthetic import make_task
 from nexus.eval.synthetic_eval import task_accuracy
 from nexus.experiments.stats import describe, fmt, paired, quartiles, rank_sum
@@ -47,7 +48,8 @@ def chance_accuracy(task_name: str, options: dict) -> float:
 
 def run(task_name: str, order: int, seed: int, steps: int, out_dir: str) -> dict:
     cfg = get_preset(f"{task_name}-baseline")
-    cfg.model.attention.order = order
+    if order > 1:
+        cfg.model.attention = AttentionOptions.make("higher_order", order=order)
     cfg.train.seed, cfg.train.steps, cfg.train.out_dir = seed, steps, out_dir  # the schedule spans `steps`
     cfg.train.eval_every = 0
     cfg.validate()

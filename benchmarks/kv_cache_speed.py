@@ -19,6 +19,7 @@ import time
 import torch
 from _result import emit
 
+from nexus.config import AttentionOptions
 from nexus.models.generate import generate
 from nexus.models import build_model
 from nexus.presets import get_preset
@@ -30,7 +31,7 @@ def build(preset: str, order: int, max_len: int):
     cfg = get_preset(preset).model
     cfg.max_seq_len = max(cfg.max_seq_len, max_len)
     if order > 1:
-        cfg.attention.order, cfg.attention.ho_targets, cfg.attention.ho_shared = order, "qk", True
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
     torch.manual_seed(0)
     return build_model(cfg).eval()
 

@@ -16,13 +16,13 @@ import time
 import torch
 
 from nexus.analysis.flops import train_flops_per_token
-from nexus.config import ModelConfig, ProjectionConfig, TrainConfig
+from nexus.config import ModelConfig, ProjectionOptions, TrainConfig
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
 
 
 def make(args, nexus: bool):
-    proj = ProjectionConfig(kind="nexus_rank", rank_m=args.m, rank_a=args.a, form=args.form) if nexus else ProjectionConfig()
+    proj = ProjectionOptions.make("nexus_rank", rank_m=args.m, rank_a=args.a, form=args.form) if nexus else ProjectionOptions()
     cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, max_seq_len=args.seq, projection=proj)
     torch.manual_seed(0)
     model = build_model(cfg)

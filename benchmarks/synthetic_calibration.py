@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from nexus.config import ModelConfig
+from nexus.config import AttentionOptions, ModelConfig
 from nexus.data.synthetic import make_task
 from nexus.eval.synthetic_eval import task_accuracy
 from nexus.models import build_model
@@ -44,7 +44,7 @@ def main() -> None:
         torch.manual_seed(a.seed)
         cfg = ModelConfig(d_model=a.d, n_layers=a.layers, n_heads=a.heads, max_seq_len=max(128, a.seq),
                           vocab_size=max(64, task.vocab_size))
-        cfg.attention.order, cfg.attention.ho_targets, cfg.attention.ho_shared = order, "qk", True
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
         model = build_model(cfg)
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 30))

@@ -7,7 +7,8 @@ from nexus.presets import get_preset, names
 
 def test_yaml_round_trip(tmp_path):
     cfg = get_preset("baseline-tiny")
-    parse_overrides(cfg, ["--model.n_layers", "3", "--train.betas", "[0.8, 0.9]", "--model.projection.targets", "q,k"])
+    parse_overrides(cfg, ["--model.n_layers", "3", "--train.betas", "[0.8, 0.9]", "--model.projection.kind", "nexus_rank",
+                          "--model.projection.targets", "q,k"])
     path = tmp_path / "c.yaml"
     cfg.save_yaml(path)
     again = RunConfig.load_yaml(path)

@@ -2,14 +2,14 @@
 import pytest
 import torch
 
-from nexus.config import AttentionConfig, ModelConfig
+from nexus.config import AttentionOptions, ModelConfig
 from nexus.models import build_model
 
 VARIANTS = {
     "mha": dict(),
     "gqa_qknorm": dict(n_kv_heads=2, qk_norm=True),
-    "untied_gate": dict(tie_embeddings=False, attention=AttentionConfig(gate="elementwise")),
-    "headwise_gate_bias": dict(attention=AttentionConfig(gate="headwise"), attention_bias=True),
+    "untied_gate": dict(tie_embeddings=False, attention=AttentionOptions(gate="elementwise")),
+    "headwise_gate_bias": dict(attention=AttentionOptions(gate="headwise"), attention_bias=True),
 }
 
 

@@ -13,7 +13,7 @@ import socket
 import pytest
 import torch
 
-from nexus.config import ModelConfig, ProjectionConfig, RecurrentConfig, RunConfig, parse_overrides
+from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RecurrentConfig, RunConfig, parse_overrides
 from nexus.models import build_model
 from nexus.presets import get_preset
 
@@ -127,13 +127,13 @@ def _width_cfg():
 
 
 def _nexus_rank_cfg():
-    proj = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v", "o", "ffn"], rank_m=24, rank_a=32)
+    proj = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v", "o", "ffn"], rank_m=24, rank_a=32)
     return RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj))
 
 
 def _tokenformer_cfg():
-    proj = ProjectionConfig(kind="pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=12,
-                            ffn_param_tokens=20, freeze_scale=True)
+    proj = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=12,
+                                  ffn_param_tokens=20, freeze_scale=True)
     return RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj))
 
 
@@ -195,7 +195,7 @@ def _plain(device):
 def _order2(device):
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, max_seq_len=64, qk_norm=True)
-    cfg.attention.order, cfg.attention.ho_targets = 2, "qk"
+    cfg.attention = AttentionOptions.make("higher_order", order=2, ho_targets="qk")
     return build_model(cfg).to(device)
 
 

@@ -5,7 +5,7 @@ place (the buffer a layer holds keeps its address from the first to the last dec
 import pytest
 import torch
 
-from nexus.config import ModelConfig, RecurrentConfig
+from nexus.config import AttentionOptions, ModelConfig, RecurrentConfig
 from nexus.models.generate import KVCache, generate
 from nexus.models import build_model
 from nexus.models.recurrent import ConvHistory
@@ -43,9 +43,8 @@ def test_seq_buffer_rejects_a_different_batch():
 def _transformer(order=1, form="projected", shared=True):
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, max_seq_len=64, qk_norm=True)
-    cfg.attention.order, cfg.attention.ho_form, cfg.attention.ho_shared = order, form, shared
     if order > 1:
-        cfg.attention.ho_targets = "qk"
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_form=form, ho_shared=shared, ho_targets="qk")
     return build_model(cfg).eval()
 
 

@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import flops_breakdown, forward_flops_per_token, linear_layer_flops
-from nexus.config import AttentionConfig, MixingConfig, ModelConfig, MoEConfig, ProjectionConfig
+from nexus.config import AttentionOptions, MixingConfig, ModelConfig, MoEConfig, ProjectionOptions
 from nexus.models import build_model
 
 T = 24
@@ -34,17 +34,17 @@ def small(**kw) -> ModelConfig:
 EXACT = {
     "baseline": small(),
     "gqa_qknorm_untied": small(n_kv_heads=2, qk_norm=True, tie_embeddings=False),
-    "gated": small(attention=AttentionConfig(gate="elementwise")),
-    "nexus_rank_qkv": small(projection=ProjectionConfig(kind="nexus_rank", rank_m=48, rank_a=64)),
-    "nexus_rank_all_l2norm": small(projection=ProjectionConfig(kind="nexus_rank", rank_m=48, rank_a=64, form="l2norm",
+    "gated": small(attention=AttentionOptions(gate="elementwise")),
+    "nexus_rank_qkv": small(projection=ProjectionOptions.make("nexus_rank", rank_m=48, rank_a=64)),
+    "nexus_rank_all_l2norm": small(projection=ProjectionOptions.make("nexus_rank", rank_m=48, rank_a=64, form="l2norm",
                                                                targets=["q", "k", "v", "o", "ffn"])),
-    "pattention": small(projection=ProjectionConfig(kind="pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=20)),
-    "pattention_softmax": small(projection=ProjectionConfig(kind="pattention", param_tokens=20, pattention_act="softmax")),
-    "higher_order_shared": small(attention=AttentionConfig(order=2)),
+    "pattention": small(projection=ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=20)),
+    "pattention_softmax": small(projection=ProjectionOptions.make("pattention", param_tokens=20, pattention_act="softmax")),
+    "higher_order_shared": small(attention=AttentionOptions.make("higher_order", order=2)),
 }
 APPROX = {
     "moe": small(moe=MoEConfig(n_experts=4, top_k=2)),
-    "exo": small(mixing=MixingConfig(anchor="exo"), attention=AttentionConfig(gate="elementwise")),
+    "exo": small(mixing=MixingConfig(anchor="exo"), attention=AttentionOptions(gate="elementwise")),
 }
 
 

@@ -11,6 +11,7 @@ from nexus.checkpoint import load_checkpoint, load_trainer_state, save_checkpoin
 from nexus.growth import grow_checkpoint
 from nexus.growth.training import GrowthHook
 from nexus.presets import get_preset
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 MONITOR_KEYS = ("symmetry_lock_mean", "symmetry_lock_min", "rms_ratio_per_layer", "rms_ratio_max_dev")
@@ -51,7 +52,8 @@ def uninterrupted(tmp_path_factory):
 
 
 def _resume(ckpt, out):
-    trainer = Trainer(_micro(out, lr=1e-2), resume=str(ckpt), quiet=True, hooks=[GrowthHook()])
+    cfg, _ = resume_config(ckpt, out_dir=out)  # the grown model's shape, the run's own training settings
+    trainer = Trainer(cfg, resume=str(ckpt), quiet=True, hooks=[GrowthHook()])
     trainer.fit()
     return trainer
 

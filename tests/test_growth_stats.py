@@ -210,11 +210,11 @@ def _grown_at_growth_step(init: str, frac: float = 0.1):
     scaled down 10x), returned with its growth record, at the growth step."""
     import torch
 
-    from nexus.config import ModelConfig, ProjectionConfig, RunConfig
+    from nexus.config import ModelConfig, ProjectionOptions, RunConfig
     from nexus.growth import grow
     from nexus.models import build_model
 
-    proj = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v"], rank_m=78, rank_a=96)
+    proj = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=78, rank_a=96)
     cfg = RunConfig(model=ModelConfig(d_model=48, n_layers=1, n_heads=2, max_seq_len=128, projection=proj))
     torch.manual_seed(0)
     model = build_model(cfg.model)

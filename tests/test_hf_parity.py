@@ -126,13 +126,15 @@ def test_export_folds_a_logit_scale_into_an_untied_head(tmp_path, tied):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("attention.gate", "headwise"), ("attention.order", 2), ("projection.kind", "nexus_rank"),
+    ("attention.gate", "headwise"), ("attention.kind", "higher_order"), ("projection.kind", "nexus_rank"),
     ("mixing.anchor", "exo"), ("moe.n_experts", 4), ("arch", "recurrent"),
 ])
 def test_non_baseline_export_is_refused(tmp_path, field, value):
-    mcfg = ModelConfig()
-    obj, attr = (mcfg, field) if "." not in field else (getattr(mcfg, field.split(".")[0]), field.split(".")[1])
-    setattr(obj, attr, value)
+    from nexus.config import apply_override
+
+    cfg = RunConfig()
+    apply_override(cfg, f"model.{field}", value)
+    mcfg = cfg.model
     with pytest.raises(ConfigError, match=field.split(".")[0]):
         check_exportable(mcfg)
 

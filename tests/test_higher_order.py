@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nexus.config import ConfigError, ModelConfig, RunConfig
+from nexus.config import AttentionOptions, ConfigError, ModelConfig, RunConfig
 from nexus.models.higher_order import HigherOrderAttention
 from nexus.models.reference.higher_order_ref import reference_higher_order
 from nexus.models.transformer import TransformerLM
@@ -26,8 +26,8 @@ def make_cfg(form="projected", shared=True, targets="qk", order=2, gate=False, a
                 init_std=0.2)  # a large init so outputs are O(1) and differences are visible
     base.update(model)
     cfg = ModelConfig(**base)
-    a = cfg.attention
-    a.order, a.ho_form, a.ho_shared, a.ho_targets, a.ho_gate, a.gate = order, form, shared, targets, gate, attn_gate
+    cfg.attention = (AttentionOptions.make("higher_order", order=order, ho_form=form, ho_shared=shared, ho_targets=targets,
+                                           ho_gate=gate, gate=attn_gate) if order > 1 else AttentionOptions(gate=attn_gate))
     errors: list[str] = []
     cfg.validate(errors)
     assert not errors, errors
@@ -241,19 +241,22 @@ def test_flops_walker_counts_what_the_forward_does(form, shared, targets, order,
                                                 ("ho_form", "eq9", "ho_form")])
 def test_bad_attention_config_is_one_config_error(field, value, needle):
     cfg = RunConfig()
-    setattr(cfg.model.attention, field, value)
+    cfg.model.attention = AttentionOptions.make("higher_order")
+    setattr(cfg.model.attention, field, value)  # set in Python, past the parser's Literal check: validate catches it
     with pytest.raises(ConfigError, match=needle):
         cfg.validate()
 
 
 def test_self_form_with_separate_weights_is_rejected():
     cfg = RunConfig()
-    cfg.model.attention.order, cfg.model.attention.ho_form, cfg.model.attention.ho_shared = 2, "self", False
+    cfg.model.attention = AttentionOptions.make("higher_order", ho_form="self", ho_shared=False)
     with pytest.raises(ConfigError, match="ho_shared"):
         cfg.validate()
 
 
-@pytest.mark.parametrize("args", [["--model.attention.order", "0"], ["--model.attention.ho_targets", "k"]])
+@pytest.mark.parametrize("args", [["--model.attention.kind", "higher_order", "--model.attention.order", "0"],
+                                  ["--model.attention.kind", "higher_order", "--model.attention.ho_targets", "k"],
+                                  ["--model.attention.order", "2"]])
 def test_cli_rejects_bad_order_and_targets_with_exit_2(args, tmp_path, capsys):
     from nexus.cli import main
 

@@ -7,14 +7,15 @@ import torch
 
 from nexus.models.accounting import param_count_for_config
 from nexus.analysis.attention_maps import record_attention_maps, write_attention_maps
-from nexus.config import ModelConfig
+from nexus.config import AttentionOptions, ModelConfig
 from nexus.models.transformer import TransformerLM
 from nexus.presets import get_preset
 
 
 def _model(order=2, form="projected", **kw):
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, vocab_size=50, max_seq_len=32, init_std=0.2, **kw)
-    cfg.attention.order, cfg.attention.ho_form = order, form
+    if order > 1:
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_form=form)
     torch.manual_seed(0)
     return TransformerLM(cfg)
 
@@ -118,7 +119,7 @@ def test_synthetic_comparison_presets_differ_only_in_attention_order(task):
     base = get_preset(f"{task}-baseline").validate()
     ho = get_preset(f"{task}-order2").validate()
     assert base.data.source == ho.data.source == f"synthetic:{task}"
-    assert base.model.attention.order == 1 and ho.model.attention.order == 2
+    assert base.model.attention.kind == "standard" and ho.model.attention.order == 2
     ho.model.attention = base.model.attention
     ho.train.out_dir = base.train.out_dir
     assert ho.to_dict() | {"preset": ""} == base.to_dict() | {"preset": ""}

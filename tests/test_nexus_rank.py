@@ -4,7 +4,7 @@ paper-literal all-zero mode flagged dead, bad input."""
 import pytest
 import torch
 
-from nexus.config import ConfigError, ModelConfig, ProjectionConfig, RunConfig
+from nexus.config import ConfigError, ModelConfig, ProjectionOptions, RunConfig
 from nexus.growth import grow
 from nexus.growth.nexus_rank_growth import EXACT_CUTS
 from nexus.growth.verification import verify
@@ -19,7 +19,7 @@ D, M0, A0, LAYERS = 16, 24, 32, 1  # tiny: D < M < A
 
 
 def nexus_cfg(form="paper", targets=("q", "k", "v"), m=M0, a=A0, **model_kw) -> RunConfig:
-    proj = ProjectionConfig(kind="nexus_rank", targets=list(targets), rank_m=m, rank_a=a, form=form)
+    proj = ProjectionOptions.make("nexus_rank", targets=list(targets), rank_m=m, rank_a=a, form=form)
     cfg = RunConfig(model=ModelConfig(d_model=D, n_layers=LAYERS, n_heads=2, max_seq_len=64, projection=proj, **model_kw))
     cfg.data.seq_len = 16
     return cfg

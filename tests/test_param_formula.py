@@ -27,9 +27,9 @@ VARIANTS = [
     ["--model.projection.kind", "nexus_rank", "--model.projection.targets", "q,k,v,o"],
     ["--model.projection.kind", "pattention", "--model.projection.targets", "q,k,v,o,ffn",
      "--model.projection.param_tokens", "48", "--model.projection.ffn_param_tokens", "80", "--model.attention_bias", "true"],
-    ["--model.attention.order", "2", "--model.attention.ho_shared", "false", "--model.attention.ho_gate", "true",
-     "--model.attention.ho_targets", "qkv"],
-    ["--model.attention.order", "3", "--model.attention.ho_form", "self"],
+    ["--model.attention.kind", "higher_order", "--model.attention.ho_shared", "false", "--model.attention.ho_gate",
+     "true", "--model.attention.ho_targets", "qkv"],
+    ["--model.attention.kind", "higher_order", "--model.attention.order", "3", "--model.attention.ho_form", "self"],
     ["--model.arch", "recurrent", "--model.recurrent.conv_kernel", "3"],
     ["--model.arch", "recurrent", "--model.recurrent.ternary", "false", "--model.tie_embeddings", "false"],
 ]

@@ -98,16 +98,18 @@ def _field_exists(dotted: str) -> bool:
     import dataclasses
     import typing
 
-    from nexus.config import RunConfig
+    from nexus.config import KindOptions, RunConfig
 
     tp = RunConfig
     for part in dotted.split("."):
         if not dataclasses.is_dataclass(tp):
             return False
         fields = {f.name: f for f in dataclasses.fields(tp)}
+        if isinstance(tp, type) and issubclass(tp, KindOptions):  # a kind's section: the options of any of its kinds
+            fields = {f.name: f for kind in tp.kinds().values() for f in dataclasses.fields(kind)}
         if part not in fields or fields[part].metadata.get("set_by_growth"):
             return False
-        tp = typing.get_type_hints(tp)[part]
+        tp = typing.get_type_hints(tp)[part] if part in typing.get_type_hints(tp) else str
     return not dataclasses.is_dataclass(tp)
 
 

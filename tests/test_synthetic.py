@@ -97,7 +97,7 @@ def test_train_on_mqar_then_eval_task_reports_accuracy(tmp_path, capsys):
     assert _nexus("train", "--preset", "baseline-micro", "--data", "synthetic:mqar",
                   "--data.synthetic", "{vocab: 32, pairs: 4}", "--data.seq_len", "32", "--train.steps", "6",
                   "--train.eval_every", "0", "--train.eval_batches", "1", "--train.sample_tokens", "4",
-                  "--train.out_dir", out, "--model.attention.order", "2") == 0
+                  "--train.out_dir", out, "--model.attention.kind", "higher_order") == 0
     capsys.readouterr()
     assert _nexus("eval", "--checkpoint", out / "checkpoint", "--task", "mqar", "--batches", "2", "--json") == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

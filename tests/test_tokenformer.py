@@ -3,7 +3,7 @@ not without it, live default init, dead all-zero init, bad input."""
 import pytest
 import torch
 
-from nexus.config import ConfigError, ModelConfig, ProjectionConfig, RunConfig
+from nexus.config import ConfigError, ModelConfig, ProjectionOptions, RunConfig
 from nexus.growth import grow
 from nexus.growth.verification import verify
 from nexus.models import build_model
@@ -13,7 +13,7 @@ from nexus.models.reference.nexus_rank_ref import pattention_ref
 
 
 def tf_cfg(freeze=True, act="gelu_l2", targets=("q", "k", "v", "o", "ffn")) -> RunConfig:
-    proj = ProjectionConfig(kind="pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
+    proj = ProjectionOptions.make("pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
                             freeze_scale=freeze, pattention_act=act)
     cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj))
     cfg.data.seq_len = 16
@@ -113,7 +113,7 @@ def test_bad_token_growth_specs(spec, match):
 
 
 def test_token_growth_needs_pattention():
-    proj = ProjectionConfig(kind="nexus_rank", rank_m=24, rank_a=32)
+    proj = ProjectionOptions.make("nexus_rank", rank_m=24, rank_a=32)
     cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, projection=proj))
     with pytest.raises(ConfigError, match="no Pattention"):
         grow(build_model(cfg.model), cfg, {"family": "tokenformer", "add_tokens": 4})

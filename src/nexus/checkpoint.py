@@ -206,10 +206,12 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
 
 
 def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
-                    flag: str = "--checkpoint"):
+                    flag: str = "--checkpoint", model_cfg=None):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
-    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). Weights holding NaN/inf are refused
-    unless `allow_nonfinite` (to inspect a diverged model)."""
+    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
+    builds the model instead of the stored one, for a run that changed fields its weights do not depend
+    on; the returned RunConfig stays the stored one. Weights holding NaN/inf are refused unless
+    `allow_nonfinite` (to inspect a diverged model)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
@@ -222,7 +224,8 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     verify_checksums(path, flag)
     for k, v in (overrides or {}).items():
         apply_override(cfg, f"model.{k}", v)
-    cfg.validate()
+    if model_cfg is None:  # a given model_cfg comes from a config its caller validated
+        cfg.validate()
     weights = path / "model.safetensors"
     if is_sharded(path) and not weights.is_file():
         sd = load_sharded(path, {"model"})["model"]
@@ -235,7 +238,7 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     if bad:
         raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
                               "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)")
-    model = build_model(cfg.model)
+    model = build_model(cfg.model if model_cfg is None else model_cfg)
     load_state_dict_checked(model, sd, str(path))
     return model, cfg, load_tokenizer_from_dir(path)
 

@@ -32,67 +32,134 @@ def _positive(errors, path, value):
            "a finite number > 0")
 
 
+def option(default, reason: str):
+    """A config field with its one-line reason (what `nexus config` prints beside it). A mutable
+    default (list, dict) is copied per instance."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"reason": reason})
+    return field(default=default, metadata={"reason": reason})
+
+
+def _choices(tp) -> tuple | None:
+    """The values a `Literal[...]` annotation (or a list of them) allows, else None."""
+    if typing.get_origin(tp) is list:
+        (tp,) = typing.get_args(tp) or (Any,)
+    return typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+
+
 # ----------------------------------------------------------------------------- model parts
 @dataclass
-class ProjectionConfig:
-    """Which module computes Q/K/V(/O/FFN): plain Linear, Nexus-Rank (Nexusformer) or Pattention."""
+class KindOptions:
+    """A config section whose `kind` picks a registered entry: `{kind: name, **that kind's options}`.
 
-    kind: str = "linear"  # linear | nexus_rank | pattention: the projection family
-    targets: list[str] = field(default_factory=lambda: ["q", "k", "v"])  # which projections use `kind` (q,k,v,o,ffn)
-    rank_m: int = 0  # Nexus-Rank first hidden width M (0 -> 2*d_model)
-    rank_a: int = 0  # Nexus-Rank second hidden width A (0 -> 4*d_model)
-    form: str = "paper"  # paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage h/(||h||+1e-5)*sqrt(D_out) ; l2norm_width: its earlier h/||h||*sqrt(width)
-    relax_order: bool = False  # allow M, A orders other than D < M < A (Table 9 ablation)
-    param_tokens: int = 0  # Pattention parameter tokens per projection (0 -> d_model)
-    pattention_act: str = "gelu_l2"  # gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant
-    freeze_scale: bool = True  # freeze Pattention's sqrt(n) at its pre-growth value so growth is exact
-    ffn_param_tokens: int = 0  # Pattention parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o
+    A kind declares its options in its own file as a subclass, `class XOptions(AttentionOptions,
+    kind="x")`, which registers it; the section's base class is the baseline kind and holds the options
+    every kind of the section shares. Parsing a section looks its kind up here; a kind not registered
+    yet is searched for by importing the modules of `package` and the installed plugins (by name: the
+    config layer depends on no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
+    `check` adds what a kind needs beyond its own fields."""
 
-    KINDS = ("linear", "nexus_rank", "pattention")
-    TARGETS = ("q", "k", "v", "o", "ffn")
+    kind: str = option("", "which registered kind this section builds")
+    section: typing.ClassVar[str] = ""  # the field of ModelConfig that holds it; a section's base class sets it
+    package: typing.ClassVar[str] = "nexus.models"  # imported on a lookup of an unknown kind
+    registered: typing.ClassVar[dict]  # kind -> options class, one table per section
+    kind_name: typing.ClassVar[str] = ""
 
-    def validate(self, errors: list[str], p: str, d_model: int) -> None:
-        _check(errors, self.kind in self.KINDS, f"{p}.kind", self.kind, "|".join(self.KINDS))
-        bad = [t for t in self.targets if t not in self.TARGETS]
-        _check(errors, not bad, f"{p}.targets", self.targets, f"subset of {list(self.TARGETS)}")
-        _check(errors, self.form in ("paper", "l2norm", "l2norm_width"), f"{p}.form", self.form, "paper|l2norm|l2norm_width")
-        _check(errors, self.pattention_act in ("gelu_l2", "softmax"), f"{p}.pattention_act", self.pattention_act, "gelu_l2|softmax")
-        for name in ("rank_m", "rank_a", "param_tokens", "ffn_param_tokens"):
-            v = getattr(self, name)
-            _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0 (0 = default)")
-        if self.kind == "nexus_rank" and not self.relax_order:
-            m, a = self.resolved_m(d_model), self.resolved_a(d_model)
-            _check(errors, d_model < m < a, f"{p}.rank_m/rank_a", (m, a),
-                   f"d_model ({d_model}) < rank_m < rank_a, or set {p}.relax_order=true")
+    def __init_subclass__(cls, kind: str | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if "section" in cls.__dict__:
+            cls.registered = {}  # a section's base class: its own table of kinds
+        if kind is not None:
+            if kind in cls.registered:
+                raise RuntimeError(f"{cls.section}.kind {kind!r} registered twice")
+            cls.registered[kind] = cls
+            cls.kind_name = kind
 
-    def resolved_m(self, d_model: int) -> int:
-        return self.rank_m or 2 * d_model
+    def __post_init__(self):
+        self.kind = type(self).kind_name
 
-    def resolved_a(self, d_model: int) -> int:
-        return self.rank_a or 4 * d_model
+    def __setattr__(self, name: str, value) -> None:
+        # an option another kind has would otherwise be set here and read by nothing
+        names = [f.name for f in dataclasses.fields(self)]
+        if name not in names:
+            raise AttributeError(f"{self.section} kind {self.kind!r} has no option {name!r} "
+                                 f"(valid: {', '.join(n for n in names if n != 'kind')})")
+        super().__setattr__(name, value)
 
-    def uses(self, target: str) -> bool:
-        return self.kind != "linear" and target in self.targets
+    @classmethod
+    def base(cls) -> type["KindOptions"]:
+        """The section's base class (the baseline kind, with the options every kind shares)."""
+        return next(b for b in cls.__mro__ if "section" in b.__dict__)
+
+    @classmethod
+    def kinds(cls) -> dict[str, type["KindOptions"]]:
+        """Every registered kind of this section (importing the kinds' package once)."""
+        base = cls.base()
+        if not getattr(base, "_searched", False):
+            base._searched = True
+            import importlib
+
+            # by name, as registries find their plugins: the config layer imports no layer above it
+            plugins = importlib.import_module("nexus.plugins")
+            plugins.import_submodules(base.package, importlib.import_module(base.package).__path__)
+            plugins.load_plugins()  # a third-party kind declares its options in its plugin module
+        return dict(base.registered)
+
+    @classmethod
+    def options_class(cls, kind, where: str) -> type["KindOptions"]:
+        base = cls.base()
+        if kind in base.registered:
+            return base.registered[kind]
+        kinds = cls.kinds()
+        if kind not in kinds:
+            raise ConfigError(f"{where}.kind={kind!r} (valid: {'|'.join(kinds)})")
+        return kinds[kind]
+
+    @classmethod
+    def make(cls, kind: str, **options) -> "KindOptions":
+        """The options of `kind` from keyword values, parsed and coerced like a config file's section."""
+        return from_dict(cls.options_class(kind, f"model.{cls.section}"), {"kind": kind, **options},
+                         f"model.{cls.section}.")
+
+    def common(self) -> dict:
+        """The values of the options every kind of this section shares (kept across a kind switch)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self.base()) if f.name != "kind"}
+
+    def validate(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            allowed, v = _choices(hints[f.name]), getattr(self, f.name)
+            if allowed is None:
+                continue
+            values = v if isinstance(v, list) else [v]
+            _check(errors, all(x in allowed for x in values), f"{p}.{f.name}", v,
+                   ("a subset of " + str(list(allowed))) if isinstance(v, list) else "|".join(map(str, allowed)))
+        self.check(errors, p, model)
+
+    def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+        """Rules beyond each field's own type and choices (a kind overrides it)."""
 
 
 @dataclass
-class AttentionConfig:
-    """Attention options beyond the baseline: output gate and higher-order (Nexus) refinement."""
+class AttentionOptions(KindOptions, kind="standard"):
+    """Attention of every layer. The baseline kind, `standard`, is causal GQA attention
+    (models/attention.py); other kinds (`higher_order`, ...) register their options in their own files."""
 
-    gate: str = "none"  # none | elementwise | headwise: gated attention, o * sigmoid(g) before W_o
-    order: int = 1  # higher-order attention order m (1 = standard attention)
-    ho_targets: str = "qk"  # q | qk | qkv: which of Q/K/V the inner attention refines
-    ho_form: str = "projected"  # projected: eq.12 inner attention with the layer's W_q/W_k/W_v ; self: eq.7-8 softmax(QQ^T)Q
-    ho_shared: bool = True  # share inner weights with the outer projections (parameters do not grow)
-    ho_gate: bool = False  # zero-initialized gate on the refinement: lossless retrofit
+    section: typing.ClassVar[str] = "attention"
+    gate: typing.Literal["none", "elementwise", "headwise"] = option(
+        "none", "gated attention: o * sigmoid(g) before W_o, per element or per head (every kind takes it)")
 
-    def validate(self, errors: list[str], p: str) -> None:
-        _check(errors, self.gate in ("none", "elementwise", "headwise"), f"{p}.gate", self.gate, "none|elementwise|headwise")
-        _check(errors, isinstance(self.order, int) and self.order >= 1, f"{p}.order", self.order, "an integer >= 1")
-        _check(errors, self.ho_targets in ("q", "qk", "qkv"), f"{p}.ho_targets", self.ho_targets, "q|qk|qkv")
-        _check(errors, self.ho_form in ("projected", "self"), f"{p}.ho_form", self.ho_form, "projected|self")
-        _check(errors, self.ho_shared or self.ho_form != "self", f"{p}.ho_shared", self.ho_shared,
-               "true when ho_form=self (eq. 7-8 has no inner weights to keep separate)")
+
+@dataclass
+class ProjectionOptions(KindOptions, kind="linear"):
+    """The module behind q/k/v(/o/ffn). The baseline kind, `linear`, is nn.Linear everywhere; other kinds
+    (`nexus_rank`, `pattention`) register their options, with the targets they replace, in their own files."""
+
+    section: typing.ClassVar[str] = "projection"
+
+    def uses(self, target: str) -> bool:
+        """Does this kind replace the projection `target` (q, k, v, o, ffn)?"""
+        return target in getattr(self, "targets", ())
 
 
 @dataclass
@@ -222,8 +289,8 @@ class ModelConfig:
     z_loss: float = 0.0  # z-loss weight on log(sum exp logits)^2, added once (PaLM)
     attention_bias: bool = False  # bias in q/k/v projections (Qwen2)
     logit_scale: float = 1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in factor
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
-    projection: ProjectionConfig = field(default_factory=ProjectionConfig)
+    attention: AttentionOptions = field(default_factory=AttentionOptions)  # {kind: standard|<registered>, **its options}
+    projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
     moe: MoEConfig = field(default_factory=MoEConfig)
     recurrent: RecurrentConfig = field(default_factory=RecurrentConfig)
@@ -263,8 +330,8 @@ class ModelConfig:
         _check(errors, isinstance(self.init_std, (int, float)) and self.init_std >= 0, f"{p}.init_std", self.init_std, "a number >= 0")
         _check(errors, isinstance(self.z_loss, (int, float)) and self.z_loss >= 0, f"{p}.z_loss", self.z_loss, "a number >= 0")
         _positive(errors, f"{p}.logit_scale", self.logit_scale)
-        self.attention.validate(errors, f"{p}.attention")
-        self.projection.validate(errors, f"{p}.projection", self.d_model if isinstance(self.d_model, int) else 0)
+        self.attention.validate(errors, f"{p}.attention", self)
+        self.projection.validate(errors, f"{p}.projection", self)
         self.growth_state.validate(errors, f"{p}.growth_state")
         self.mixing.validate(errors, f"{p}.mixing")
         if self.arch == "transformer":
@@ -272,9 +339,9 @@ class ModelConfig:
         self.moe.validate(errors, f"{p}.moe")
         self.recurrent.validate(errors, f"{p}.recurrent")
         if self.arch == "recurrent":
-            non_default = [n for n, sub in (("attention", self.attention), ("projection", self.projection),
-                                            ("mixing", self.mixing), ("moe", self.moe))
-                           if sub != type(sub)()]
+            baseline = ModelConfig()
+            non_default = [n for n in ("attention", "projection", "mixing", "moe")
+                           if getattr(self, n) != getattr(baseline, n)]
             _check(errors, not non_default, f"{p}.arch", self.arch,
                    f"transformer when {', '.join(non_default)} options are set (the recurrent model has no attention)")
 
@@ -451,19 +518,61 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2)
 
 
+# Before each kind owned its options, model.attention and model.projection held every kind's fields.
+LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
+LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
+                     "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
+
+
 def _upgrade(d):
-    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
-    proj = d.get("model", {}).get("projection") if isinstance(d, dict) and isinstance(d.get("model"), dict) else None
-    if not isinstance(proj, dict) or not any(k in proj for k in LEGACY_GROWTH_STATE):
+    """Configs (and checkpoints) written by earlier versions, to the current form:
+    model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
+    model.projection holding every kind's fields -> {kind, **that kind's own fields};
+    model.projection.frozen_* -> model.growth_state.*. A dropped value that was not its default
+    (it had no effect) is named in one line on stderr."""
+    if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
         return d
     d = copy.deepcopy(d)
-    proj = d["model"]["projection"]
-    state = d["model"].setdefault("growth_state", {}) or {}
+    model = d["model"]
+    attn = model.get("attention")
+    if isinstance(attn, dict) and "kind" not in attn:
+        order = attn.get("order", 1)
+        if not (isinstance(order, int) and not isinstance(order, bool) and order > 1):
+            model["attention"] = {"kind": "standard", **_keep(attn, {"gate"}, "model.attention",
+                                                              "order 1 is standard attention")}
+        else:
+            model["attention"] = {"kind": "higher_order", **attn}
+    proj = model.get("projection")
+    if isinstance(proj, dict) and set(LEGACY_PROJECTION) <= set(proj):
+        kind = proj.get("kind", "linear")
+        cls = ProjectionOptions.registered.get(kind) or ProjectionOptions.kinds().get(kind)
+        own = {f.name for f in dataclasses.fields(cls)} if cls is not None else set(proj)
+        model["projection"] = _keep(proj, own | set(LEGACY_GROWTH_STATE), "model.projection",
+                                    f"not an option of projection kind {kind!r}")
+    if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
+        _move_growth_state(model)
+    return d
+
+
+def _keep(section: dict, names: set, where: str, why: str) -> dict:
+    """`section` without the legacy fields outside `names`; one stderr line for each non-default one."""
+    import sys
+
+    legacy = {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
+    for k, v in section.items():
+        if k not in names and k != "kind" and k in legacy and v != legacy[k]:
+            print(f"config: dropped {where}.{k}={v!r} from an old config ({why}; it had no effect)", file=sys.stderr)
+    return {k: v for k, v in section.items() if k in names or k == "kind" or k not in legacy}
+
+
+def _move_growth_state(model: dict) -> None:
+    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
+    proj = model["projection"]
+    state = model.setdefault("growth_state", {}) or {}
     for k in LEGACY_GROWTH_STATE:
         if k in proj:
             state.setdefault(k, proj.pop(k))
-    d["model"]["growth_state"] = state
-    return d
+    model["growth_state"] = state
 
 
 def to_dict(obj) -> dict:
@@ -477,6 +586,11 @@ def to_dict(obj) -> dict:
 def _coerce(value: Any, tp: Any, path: str) -> Any:
     """Coerce a YAML/CLI value to a field's declared type, or raise a ConfigError naming the field."""
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{path}={value!r} (valid: {'|'.join(map(str, allowed))})")
+        return value
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -527,7 +641,13 @@ def from_dict(cls, d: dict, prefix: str):
     kwargs = {}
     for k, v in d.items():
         tp = hints[k]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and issubclass(tp, KindOptions) and "section" in tp.__dict__:
+            v = v or {}
+            if not isinstance(v, dict):
+                raise ConfigError(f"{prefix}{k}={v!r} (valid: a mapping {{kind: ..., options}})")
+            kind_cls = tp.options_class(v.get("kind", tp.kind_name), f"{prefix}{k}")
+            kwargs[k] = from_dict(kind_cls, v, f"{prefix}{k}.")
+        elif dataclasses.is_dataclass(tp):
             kwargs[k] = from_dict(tp, v or {}, f"{prefix}{k}.")
         else:
             kwargs[k] = _coerce(v, tp, prefix + k)
@@ -537,9 +657,22 @@ def from_dict(cls, d: dict, prefix: str):
 def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
     """Set `model.n_layers`-style fields; `raw` strings are parsed as YAML scalars then coerced."""
     parts = dotted.split(".")
-    obj = cfg
+    parent, obj = None, cfg
     for i, part in enumerate(parts):
         names = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
+        if isinstance(obj, KindOptions) and part == "kind" and i == len(parts) - 1:
+            # a new kind: its own defaults, keeping the options every kind of the section shares (the
+            # same kind again changes nothing, so a config file naming its kind keeps a preset's options)
+            if raw == obj.kind:
+                return
+            new = obj.options_class(raw, ".".join(parts[:i]))(**obj.common())
+            setattr(parent, parts[i - 1], new)
+            return
+        if isinstance(obj, KindOptions) and part not in names:
+            owners = [k for k, c in obj.kinds().items() if part in {f.name for f in dataclasses.fields(c)}]
+            if owners:
+                raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
+                                  f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
         if part not in names:
             where = ".".join(parts[:i]) or "top level"
             valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
@@ -561,7 +694,7 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                     value = raw
             setattr(obj, part, _coerce(value, tp, dotted))
         else:
-            obj = getattr(obj, part)
+            parent, obj = obj, getattr(obj, part)
 
 
 def read_config_file(path: str | Path, flag: str = "--config") -> dict:

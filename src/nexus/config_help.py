@@ -1,7 +1,8 @@
 """Every config field with its default and its one-line reason, for `nexus config` and `--help`.
 
-The reason is the comment beside the field in config.py (the project rule: one line per field), read
-from the source with `tokenize`, so the listing can never drift from the code that defines it.
+The reason is the field's `option(default, reason)` (a registered kind's options), or the comment beside
+the field in config.py (the project rule: one line per field), read from the source with `tokenize`, so
+the listing can never drift from the code that defines it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from .config import RunConfig
 
 @lru_cache(maxsize=None)
 def field_reasons(cls) -> dict[str, str]:
-    """{field name: the comment on its line} for a config dataclass."""
+    """{field name: its reason} for a config dataclass: a field declared with `config.option(default,
+    reason)` carries it (a kind's options, inherited fields included), else the comment on its line."""
+    declared = {f.name: f.metadata["reason"] for f in dataclasses.fields(cls) if "reason" in f.metadata}
+    return {**_comment_reasons(cls), **declared}
+
+
+def _comment_reasons(cls) -> dict[str, str]:
     src = inspect.getsource(cls)
     comments = {}
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):

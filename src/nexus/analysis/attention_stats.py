@@ -177,7 +177,7 @@ def attention_kind(src, out_dir: Path, args) -> dict:
     if stats["first_layer_gate"] is not None:
         stats["first_layer_gate_mean"] = stats["first_layer_gate"]["mean"]
         stats["plots"] += plot_gate_selectivity(stats["first_layer_gate"], out_dir, stats["layers"][0])
-    if model.cfg.attention.order > 1:  # higher-order attention: the Nexus paper's outer/inner maps
+    if model.cfg.attention.kind == "higher_order":  # the Nexus paper's outer/inner maps
         from .attention_maps import write_attention_maps
 
         stats["attention_maps"] = write_attention_maps(model, batches[0][0], out_dir)

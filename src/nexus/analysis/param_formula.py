@@ -1,9 +1,12 @@
-"""Parameter counts from a ModelConfig by arithmetic alone: no torch import, no model built.
+"""Parameter counts from a ModelConfig by arithmetic alone: no model built.
 
-`nexus presets` lists ~90 presets; building each (even on the meta device) costs ~0.1-0.7 s and
-importing torch ~1.5 s, so the listing counts here instead. Every term mirrors one module's
-parameters; tests/test_param_formula.py holds the totals to a real build of every preset, so a model
-change that this file does not follow fails there.
+`nexus presets` lists ~100 presets; building each (even on the meta device) costs ~0.1-0.7 s, so the
+listing counts here instead. The baseline (embeddings, standard attention over Linear projections,
+SwiGLU, norms, anchor mixing) is counted here without importing torch; a registered kind counts its
+own layers in its own file (`params` of its registry entry: attention and MLP kinds in models/kinds.py,
+projection kinds in models/projections.py), so counting a model that uses one imports nexus.models
+(and torch, ~1.5 s once). tests/test_param_formula.py holds the totals to a real build of every
+preset, so a model change that these counts do not follow fails there.
 """
 from __future__ import annotations
 
@@ -22,15 +25,12 @@ def _swiglu(d: int, hidden: int) -> int:
 
 
 def _projection(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> int:
-    """models/projections.py: Linear, Nexus-Rank (D->M->A->D_out) or Pattention (n key + n value tokens)."""
-    p = cfg.projection
-    if not p.uses(target):
+    """models/projections.py: Linear, or the projection kind's own count for the targets it replaces."""
+    if not cfg.projection.uses(target):
         return _linear(d_in, d_out, bias)
-    if p.kind == "nexus_rank":
-        m, a = p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model)
-        return d_in * m + m * a + _linear(a, d_out, bias)
-    n = (p.ffn_param_tokens or cfg.ffn) if target == "ffn" else (p.param_tokens or cfg.d_model)
-    return n * d_in + n * d_out + (d_out if bias else 0)
+    from ..models.projections import PROJECTIONS
+
+    return PROJECTIONS.get(cfg.projection.kind).params(cfg, target, d_in, d_out, bias)
 
 
 def _attention(cfg: ModelConfig) -> int:
@@ -47,17 +47,14 @@ def _attention(cfg: ModelConfig) -> int:
     return n
 
 
-def _higher_order_extra(cfg: ModelConfig) -> int:
-    """models/higher_order.py: separate inner attentions (one per refined target) and the zero gates."""
-    a = cfg.attention
-    targets = tuple(a.ho_targets)
-    n = 0
-    if a.ho_form == "projected" and not a.ho_shared:
-        n += len(targets) * _attention(cfg)
-    if a.ho_gate:
-        heads = {"q": cfg.n_heads, "k": cfg.kv_heads, "v": cfg.kv_heads}
-        n += sum(heads[t] for t in targets)
-    return n
+def _attention_layer(cfg: ModelConfig) -> int:
+    """Standard attention, or the count the registered kind `model.attention.kind` declares."""
+    base = _attention(cfg)
+    if cfg.attention.kind == "standard":
+        return base
+    from ..models.kinds import ATTENTION_KINDS
+
+    return ATTENTION_KINDS.get(cfg.attention.kind).params(cfg, base)
 
 
 def _component_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
@@ -105,12 +102,14 @@ def _mixing(cfg: ModelConfig) -> int:
 
 
 def _mlp(cfg: ModelConfig) -> int:
-    if cfg.moe.n_experts > 0:
-        hidden = cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
-        return _linear(cfg.d_model, cfg.moe.n_experts) + cfg.moe.n_experts * _swiglu(cfg.d_model, hidden)
-    if cfg.projection.uses("ffn"):
-        return _projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
-    return _swiglu(cfg.d_model, cfg.ffn)
+    """SwiGLU, or the count of the registered MLP kind the config selects (MoE, a projection FFN)."""
+    base = _swiglu(cfg.d_model, cfg.ffn)
+    if cfg.moe == type(cfg.moe)() and cfg.projection.kind == "linear":  # no MLP kind can be selected
+        return base
+    from ..models.kinds import MLP_KINDS, selected_kind
+
+    kind = selected_kind(MLP_KINDS, cfg)
+    return base if kind is None else kind.params(cfg, base)
 
 
 def _embeddings(cfg: ModelConfig) -> int:
@@ -129,7 +128,7 @@ def count(cfg: ModelConfig) -> dict:
         body = cfg.n_layers * per_layer
         ternary = cfg.n_layers * mlp if rc.ternary else 0
     else:
-        attn = _attention(cfg) + (_higher_order_extra(cfg) if cfg.attention.order > 1 else 0)
+        attn = _attention_layer(cfg)
         body = cfg.n_layers * (2 * d + attn + _mlp(cfg)) + _mixing(cfg)
     total = emb + body + d  # + the final norm gain
     return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": ternary}

@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
+from ..train.hooks import Hook
 from .curves import read_metrics, train_flops_per_token
 
 CSV_COLUMNS = ["run", "series", "step", "tokens", "flops", "wall_s", "loss"]
@@ -50,8 +51,8 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     from ..analysis.param_formula import count
 
     known = [(count(c.model)["total"], train_flops_per_token(c.model, c.data.seq_len)[0]) for c in configs]
-    if params is None:
-        return known[-1][1], True
+    if params is None:  # the run logged no step of that model (grown before this run began)
+        return known[-1][1], False
     n, f = min(known, key=lambda k: abs(k[0] - params))
     if abs(n - params) <= 0.01 * params:
         return f, True
@@ -72,7 +73,9 @@ def read_run(path: str, name: str) -> dict:
     if world is None and last is not None and last["tokens_seen"] > 1.5 * last["step"] * tokens_per_step:
         notes.append(f"{name}: the world size is not recorded and the run trained on more tokens than one process "
                      "takes: tokens and FLOPs assume one process")
-    growth_steps = sorted({int(r["step"]) for r in rows if r.get("event") == "growth"})
+    # growths logged by this run, and those its checkpoint records (a `nexus grow` before this run began)
+    recorded = [int(g["step"]) for c in configs for g in c.growth_history if isinstance(g.get("step"), int)]
+    growth_steps = sorted({int(r["step"]) for r in rows if r.get("event") == "growth"} | set(recorded))
     # FLOPs per token by segment between growths, from the parameter count the records logged there
     seg_params: dict[int, int] = {}
     for r in rows:
@@ -84,8 +87,9 @@ def read_run(path: str, name: str) -> dict:
         f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
-            notes.append(f"{name}: FLOPs between growths {seg} and {seg + 1} scaled from a known model by parameter "
-                         "count (its config is not stored in the run)")
+            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else f"after step {growth_steps[-1]}")
+            notes.append(f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
+                         "config is not stored in this run: it was trained elsewhere, or grown in between)")
     bounds = [0] + growth_steps
 
     def flops_at(step: int) -> float:
@@ -185,3 +189,28 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None) -> None:
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=12)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them
+
+
+class LossCurveHook(Hook):
+    """`nexus train` draws its own curve at the end: loss_curve.png and loss_curve.csv in the run directory,
+    as `nexus plot RUN` draws them (the whole run, earlier resumed parts included)."""
+
+    priority = -50  # after the final evaluation and checkpoint (their records are in), before the console's last lines
+
+    def on_fit_end(self, trainer, result):
+        if not trainer.is_main:
+            return
+        from ..atomic import write_text_atomic
+
+        run = read_run(str(trainer.out_dir), trainer.out_dir.name)
+        png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
+        plot_runs([run], png)
+        write_text_atomic(csv_path, curves_csv([run]))
+        from ..train.run_dir import record_run_files
+
+        record_run_files(trainer.out_dir)  # the run's own files from now on (a resume rewrites, --overwrite removes them)
+        result["curve"] = str(png)
+        trainer.say(f"loss curve: {png} (points in {csv_path.name})")

@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import ConfigError, RunConfig
+from ..config import AttentionOptions, ConfigError, RunConfig
 from . import GrowthResult, register_grower
 from .inherit import inherit
 from .spec import GrowthSpec, check_int, option
@@ -59,23 +59,27 @@ class RetrofitSpec(GrowthSpec):
         if model_cfg.arch != "transformer":
             raise ConfigError(f"model.arch={model_cfg.arch!r} cannot be retrofitted with higher-order attention "
                               f"(valid: a transformer; this one has no attention layers)")
-        if model_cfg.attention.order != 1:
-            raise ConfigError(f"model.attention.order={model_cfg.attention.order} is already higher-order "
-                              f"(valid: a standard-attention checkpoint, order 1)")
+        if model_cfg.attention.kind != "standard":
+            raise ConfigError(f"model.attention.kind={model_cfg.attention.kind!r}: the model is not standard attention, "
+                              f"e.g. already higher-order (valid: a standard-attention checkpoint)")
         retrofit_model_config(model_cfg, self)
 
 
 def retrofit_model_config(model_cfg, spec: RetrofitSpec):
     """The ModelConfig of the retrofitted model (validated by the caller through RunConfig)."""
     new = copy.deepcopy(model_cfg)
+    form = spec.form or "projected"
+    shared = (spec.mode == "lossless" or form == "self") if spec.shared is None else bool(spec.shared)
+    opts = {"order": spec.order, "ho_form": form, "ho_shared": shared, "ho_gate": spec.mode == "lossless"}
+    if spec.targets:
+        opts["ho_targets"] = spec.targets
+    try:
+        new.attention = AttentionOptions.make("higher_order", **model_cfg.attention.common(), **opts)
+    except ConfigError as e:
+        raise ConfigError(f"invalid retrofit: {e}") from None
     a = new.attention
-    a.order = spec.order
-    a.ho_targets = spec.targets or a.ho_targets
-    a.ho_form = spec.form or a.ho_form
-    a.ho_shared = (spec.mode == "lossless" or a.ho_form == "self") if spec.shared is None else bool(spec.shared)
-    a.ho_gate = spec.mode == "lossless"
     errors: list[str] = []
-    a.validate(errors, "model.attention")
+    a.validate(errors, "model.attention", new)
     if errors:
         raise ConfigError("invalid retrofit: " + "; ".join(errors))
     return new

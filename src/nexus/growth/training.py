@@ -63,8 +63,22 @@ class GrowthHook(Hook):
         return {"n_growths": self.monitor_growths, "monitor": self.monitor.state_dict()}
 
     def on_fit_start(self, trainer) -> None:
-        if growth_pending(trainer.cfg):
-            check_growth_applies(trainer.cfg)  # before the run directory is written and before step 0
+        cfg = trainer.cfg
+        if growth_pending(cfg):
+            spec = check_growth_applies(cfg)  # before the run directory is written and before step 0
+            record = {"step": cfg.train.grow_at, "rewarmup": getattr(spec, "rewarmup", None)}
+        elif cfg.growth_history:
+            record = cfg.growth_history[-1]
+        else:
+            return
+        from .rewarmup import lr_plan
+
+        # the lr the run will use around its growth, before any step: a schedule that ended is seen now
+        plan, at_floor = lr_plan(cfg.train, trainer.step, record)
+        trainer.say(plan)
+        if at_floor:
+            trainer.say(f"note: the lr stays at its floor (train.min_lr_ratio={cfg.train.min_lr_ratio} x lr) for every "
+                        f"remaining step: the schedule's horizon ended (valid: --train.schedule_steps N to re-plan it)")
 
     def on_checkpoint_load(self, trainer) -> None:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
@@ -113,9 +127,11 @@ class GrowthHook(Hook):
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
         trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
-        trainer.say(f"grew at step {trainer.step}: {new_cfg.growth_history[-1]}")
-        trainer.say(f"  activation RMS ratio per layer (grown/original) {result.report['rms_ratio_per_layer']}, "
-                    f"validation-batch loss jump {result.report['loss_jump']:+.4f}")
+        from .report import growth_summary
+
+        params_before = sum(p.numel() for p in old_model.parameters())
+        trainer.say(growth_summary(trainer.step, new_cfg.growth_history[-1], result.report, params_before,
+                                   sum(p.numel() for p in new_model.parameters())))
         return result.report
 
 

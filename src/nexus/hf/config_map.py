@@ -95,7 +95,8 @@ def check_exportable(cfg: ModelConfig) -> None:
     """Refuse every architecture HF Llama/Qwen cannot express (one line naming the first offender)."""
     if cfg.arch != "transformer":
         raise ConfigError(f"model.arch={cfg.arch!r} cannot be exported to HF (valid: transformer baseline)")
-    offenders = [name for name in BASELINE_SECTIONS if getattr(cfg, name) != type(getattr(cfg, name))()]
+    baseline = ModelConfig()
+    offenders = [name for name in BASELINE_SECTIONS if getattr(cfg, name) != getattr(baseline, name)]
     if offenders:
         name = offenders[0]
         raise ConfigError(f"model.{name}={getattr(cfg, name)!r} cannot be exported to HF "

@@ -1,12 +1,17 @@
 """Registries of layer kinds: which attention and which MLP a transformer layer is built with.
 
-A variant module registers itself with one line,
+An attention kind is one file: its options (a subclass of `config.AttentionOptions` registered under
+its name, `class XOptions(AttentionOptions, kind="x")`), its module, its parameter count and its
+registration line,
 
-    ATTENTION_KINDS.register("higher_order")(LayerKind(lambda cfg: cfg.attention.order > 1, build))
+    ATTENTION_KINDS.register("higher_order")(LayerKind(build, params))
 
-where `selected(cfg)` says from the ModelConfig whether a layer uses the kind and `build(cfg, **common)`
-makes the module (`common`: the plain arguments every kind takes, see models/transformer.py). A
-layer with no selected kind gets the baseline (Attention, SwiGLU). The modules of nexus.models are
+where `build(cfg, **common)` makes the module (`common`: the plain arguments every kind takes, see
+models/transformer.py) and `params(cfg, base)` counts one layer's parameters given `base`, the count of
+standard attention with the same projections (analysis/param_formula.py adds it up without building a
+model). `model.attention.kind` selects the kind; `standard` is models/attention.py's Attention.
+MLP kinds are selected by their `selected(cfg)` predicate; a layer with none gets SwiGLU. Width growth
+reads the roles the built modules declare (models/width_roles.py). The modules of nexus.models are
 imported on the first lookup, so a new kind is a new file plus its registration line.
 """
 from __future__ import annotations
@@ -22,12 +27,18 @@ from ..plugins import Registry
 
 @dataclass(frozen=True)
 class LayerKind:
-    selected: Callable[[ModelConfig], bool]  # does this config's layer use the kind?
     build: Callable[..., nn.Module]  # build(cfg, **common) -> the module
+    params: Callable[[ModelConfig, int], int]  # (cfg, the baseline layer's count) -> one layer's parameter count
+    selected: Callable[[ModelConfig], bool] | None = None  # MLP kinds: does this config's layer use the kind?
 
 
-ATTENTION_KINDS: Registry[LayerKind] = Registry("attention kind", "nexus.models")
+ATTENTION_KINDS: Registry[LayerKind] = Registry("model.attention.kind", "nexus.models")
 MLP_KINDS: Registry[LayerKind] = Registry("MLP kind", "nexus.models")
+
+
+def attention_kind(cfg: ModelConfig) -> LayerKind | None:
+    """The registered kind `model.attention.kind` names, or None for standard attention."""
+    return None if cfg.attention.kind == "standard" else ATTENTION_KINDS.get(cfg.attention.kind)
 
 
 def selected_kind(registry: Registry[LayerKind], cfg: ModelConfig) -> LayerKind | None:

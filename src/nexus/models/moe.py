@@ -106,4 +106,9 @@ def _build(cfg: ModelConfig, **common) -> MoEMLP:
     return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
 
 
-MLP_KINDS.register("moe")(LayerKind(lambda cfg: cfg.moe.n_experts > 0, _build))
+def _params(cfg: ModelConfig, base: int) -> int:
+    """The router (E, d) and E SwiGLU experts (gate, up, down: 3 * d * expert_hidden each)."""
+    return cfg.d_model * cfg.moe.n_experts + cfg.moe.n_experts * 3 * cfg.d_model * expert_hidden(cfg)
+
+
+MLP_KINDS.register("moe")(LayerKind(_build, _params, lambda cfg: cfg.moe.n_experts > 0))

@@ -1,12 +1,15 @@
 """The projection family: which module maps d_in -> d_out for q, k, v, o (and the FFN).
 
-The baseline uses nn.Linear. Nexusformer's Nexus-Rank and TokenFormer's Pattention register a
-builder `(cfg, target, d_in, d_out, bias) -> nn.Module` here with `@PROJECTIONS.register(kind)`;
-layers never see the config: they get a `ProjectionFactory` (target, d_in, d_out, bias) -> module
+The baseline uses nn.Linear. Nexusformer's Nexus-Rank and TokenFormer's Pattention each declare, in
+their own file, their options (a `config.ProjectionOptions` subclass registered under the kind's name,
+with the targets it replaces) and register a `ProjectionKind`: the builder
+`(cfg, target, d_in, d_out, bias) -> nn.Module` and the parameter count of one projection.
+Layers never see the config: they get a `ProjectionFactory` (target, d_in, d_out, bias) -> module
 made once per model by `projection_factory(cfg)`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch.nn as nn
@@ -17,8 +20,16 @@ from ..plugins import Registry
 # target ("q", "k", "v", "o", "ffn"), d_in, d_out, bias -> the module
 ProjectionFactory = Callable[[str, int, int, bool], nn.Module]
 
-# kind -> builder(cfg, target, d_in, d_out, bias); the modules of nexus.models register themselves
-PROJECTIONS: Registry[Callable[..., nn.Module]] = Registry("model.projection.kind", "nexus.models")
+
+
+@dataclass(frozen=True)
+class ProjectionKind:
+    build: Callable[..., nn.Module]  # (cfg, target, d_in, d_out, bias) -> the module
+    params: Callable[..., int]  # (cfg, target, d_in, d_out, bias) -> its parameter count
+
+
+# kind -> ProjectionKind; the modules of nexus.models register themselves
+PROJECTIONS: Registry[ProjectionKind] = Registry("model.projection.kind", "nexus.models")
 
 
 def linear_projection(target: str, d_in: int, d_out: int, bias: bool = False) -> nn.Module:
@@ -30,7 +41,7 @@ def projection_factory(cfg: ModelConfig) -> ProjectionFactory:
     p = cfg.projection
     if p.kind == "linear" or not p.targets:
         return linear_projection
-    build = PROJECTIONS.get(p.kind)
+    build = PROJECTIONS.get(p.kind).build
 
     def make(target: str, d_in: int, d_out: int, bias: bool = False) -> nn.Module:
         if p.uses(target):

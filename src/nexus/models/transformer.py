@@ -14,10 +14,10 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention, component_shapes
 from .base import LanguageModel
-from .kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind, selected_kind
+from .kinds import MLP_KINDS, LayerKind, attention_kind, selected_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .output import LMOutput, collect_aux_losses, lm_loss
-from .projections import ProjectionFactory, projection_factory
+from .projections import PROJECTIONS, ProjectionFactory, projection_factory
 from .width_roles import port, prefixed
 
 
@@ -27,7 +27,7 @@ def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=
     common = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.kv_heads, head_dim=cfg.hd,
                   make_projection=make_projection, bias=cfg.attention_bias, gate=cfg.attention.gate,
                   qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, mixer=mixer)
-    kind = selected_kind(ATTENTION_KINDS, cfg)
+    kind = attention_kind(cfg)
     return Attention(**common) if kind is None else kind.build(cfg, **common)
 
 
@@ -43,9 +43,13 @@ def _projection_mlp(cfg: ModelConfig, make_projection: ProjectionFactory) -> nn.
     return make_projection("ffn", cfg.d_model, cfg.d_model, False)
 
 
+def _projection_mlp_params(cfg: ModelConfig, base: int) -> int:
+    return PROJECTIONS.get(cfg.projection.kind).params(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+
+
 # the FFN as one projection of the configured kind (TokenFormer's Pattention FFN); experts take precedence
-MLP_KINDS.register("projection")(LayerKind(lambda cfg: cfg.projection.uses("ffn") and not cfg.moe.n_experts,
-                                           _projection_mlp))
+MLP_KINDS.register("projection")(LayerKind(_projection_mlp, _projection_mlp_params,
+                                           lambda cfg: cfg.projection.uses("ffn") and not cfg.moe.n_experts))
 
 
 class Block(nn.Module):

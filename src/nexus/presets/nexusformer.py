@@ -9,7 +9,7 @@ give head counts; we use head size 64 where the width allows (768 -> 12, 1024 ->
 """
 from __future__ import annotations
 
-from ..config import ProjectionConfig, RunConfig
+from ..config import ProjectionOptions, RunConfig
 from . import register
 from .baseline import baseline_micro, baseline_tiny
 
@@ -77,7 +77,7 @@ def _paper_scale(cfg: RunConfig, layers: int, d: int, name: str, growth_target: 
 @register("nexusformer-micro", "Nexusformer 2x64, Nexus-Rank Q/K/V (M=96, A=128): seconds-scale tests and growth demos")
 def nexusformer_micro() -> RunConfig:
     cfg = baseline_micro()
-    cfg.model.projection = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v"], rank_m=96, rank_a=128)
+    cfg.model.projection = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=96, rank_a=128)
     cfg.train.out_dir = "runs/nexusformer-micro"
     return cfg
 
@@ -85,7 +85,7 @@ def nexusformer_micro() -> RunConfig:
 @register("nexusformer-tiny", "Nexusformer 4x128, Nexus-Rank Q/K/V (M=192, A=256): CPU run, grow with --delta-m/--delta-a")
 def nexusformer_tiny() -> RunConfig:
     cfg = baseline_tiny()
-    cfg.model.projection = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v"], rank_m=192, rank_a=256)
+    cfg.model.projection = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=192, rank_a=256)
     cfg.train.out_dir = "runs/nexusformer-tiny"
     return cfg
 
@@ -93,8 +93,8 @@ def nexusformer_tiny() -> RunConfig:
 @register("tokenformer-micro", "TokenFormer 2x64: Pattention q/k/v/o (64 tokens) and FFN (128 tokens), for tests")
 def tokenformer_micro() -> RunConfig:
     cfg = baseline_micro()
-    cfg.model.projection = ProjectionConfig(kind="pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=64,
-                                            ffn_param_tokens=128)
+    cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=64,
+                                                   ffn_param_tokens=128)
     cfg.train.out_dir = "runs/tokenformer-micro"
     return cfg
 
@@ -102,7 +102,7 @@ def tokenformer_micro() -> RunConfig:
 @register("tokenformer-tiny", "TokenFormer 4x128: Pattention q/k/v/o (128 tokens) and FFN (384 tokens), CPU run")
 def tokenformer_tiny() -> RunConfig:
     cfg = baseline_tiny()
-    cfg.model.projection = ProjectionConfig(kind="pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=128,
+    cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=128,
                                             ffn_param_tokens=384)
     cfg.train.out_dir = "runs/tokenformer-tiny"
     return cfg
@@ -113,7 +113,7 @@ def _nexusformer_paper(size: str):
         layers, d, ffn, m, a = NEXUSFORMER_SHAPES[size]
         cfg = _paper_scale(baseline_tiny(), layers, d, f"nexusformer-{size}", size in GROWTH_TARGETS)
         cfg.model.ffn_hidden = ffn
-        cfg.model.projection = ProjectionConfig(kind="nexus_rank", targets=["q", "k", "v"], rank_m=m, rank_a=a)
+        cfg.model.projection = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=m, rank_a=a)
         return cfg
     return fn
 
@@ -122,7 +122,7 @@ def _tokenformer_paper(size: str):
     def fn() -> RunConfig:
         layers, d, ffn, slots = TOKENFORMER_SHAPES[size]
         cfg = _paper_scale(baseline_tiny(), layers, d, f"tokenformer-{size}", size in GROWTH_TARGETS)
-        cfg.model.projection = ProjectionConfig(kind="pattention", targets=["q", "k", "v", "o", "ffn"],
+        cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"],
                                                 param_tokens=slots, ffn_param_tokens=ffn)
         return cfg
     return fn

@@ -118,13 +118,15 @@ class Evaluation(Hook):
     def on_step_end(self, trainer, step, metrics):
         if trainer.due(trainer.cfg.train.eval_every):
             val = trainer.evaluate()
-            trainer.log({"step": step, "val_loss": val, "tokens_seen": trainer.tokens_seen})
+            trainer.log({"step": step, "val_loss": val, "tokens_seen": trainer.tokens_seen,
+                         "elapsed_s": round(trainer.elapsed(), 3)})
             trainer.say(f"step {step}: train loss {metrics['loss']:.4f} | val loss {val:.4f}")
             trainer.call_hooks("on_eval", step, val)
 
     def on_fit_end(self, trainer, result):
         val = trainer.evaluate()
-        trainer.log({"step": trainer.step, "val_loss": val, "tokens_seen": trainer.tokens_seen, "final": True})
+        trainer.log({"step": trainer.step, "val_loss": val, "tokens_seen": trainer.tokens_seen,
+                     "elapsed_s": round(trainer.elapsed(), 3), "final": True})
         result.update(val_loss=val, val_ppl=math.exp(min(val, 50)))
         trainer.call_hooks("on_eval", trainer.step, val)
 
@@ -175,10 +177,13 @@ class ConsoleProgress(Hook):
 
     def on_log(self, trainer, step, m):
         tc = trainer.cfg.train
-        self.bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['tokens_per_s']:.0f}")
+        self.bar.set_postfix(loss=f"{m['loss']:.3f}", lr=f"{m['lr']:.2e}", tok_s=f"{m['processed_tokens_per_s']:.0f}")
         if self.bar.disable and step % max(tc.steps // 10, tc.log_every) < tc.log_every:
-            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {m['tokens_per_s']:.0f} tok/s"
-                        + (f" | epoch {m['epoch']:.3f}" if "epoch" in m else ""))
+            # no terminal (CI, pipes, log files): a plain line that carries what the bar would show
+            eta = trainer.eta()
+            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {throughput(m)}"
+                        + (f" | epoch {m['epoch']:.3f}" if "epoch" in m else "")
+                        + f" | {clock(m['elapsed_s'])} elapsed" + ("" if eta is None else f", ETA {clock(eta)}"))
         if m.get("skipped_since_last_log"):
             trainer.say(f"step {step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
                         f"norm skipped since the last log ({m['nonfinite_total']} so far)")
@@ -234,6 +239,24 @@ class CollectiveTimeouts(Hook):
             from . import distributed as D
 
             D.be_patient()  # the final evaluation, sample and save
+
+
+def throughput(m: dict) -> str:
+    """Tokens per second, saying which tokens: every processed input position, and the loss-bearing ones."""
+    proc, scored = m["processed_tokens_per_s"], m["tokens_per_s"]
+    if abs(proc - scored) <= 0.005 * max(proc, 1.0):
+        return f"{proc:,.0f} tok/s (processed; all bear loss)"
+    return f"{proc:,.0f} tok/s processed, {scored:,.0f} loss-bearing"
+
+
+def clock(seconds: float) -> str:
+    """12s, 3m05s, 1h02m."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def builtin_hooks() -> list[Hook]:

@@ -22,7 +22,7 @@ from ..outdir.manifest import entry_unchanged
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
-RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json")
+RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json", "loss_curve.png", "loss_curve.csv")
 LOGGER_DIRS = ("tensorboard", "wandb")  # written by the logging libraries a run starts (train.log_to)
 
 
@@ -196,7 +196,7 @@ def clear_run(out_dir) -> None:
             p.unlink(missing_ok=True)
 
 
-def carry_schedule_and_lr(old, new, grown: bool = False) -> list[str]:
+def carry_schedule_and_lr(old, new, *, grown: bool) -> list[str]:
     """Training fields on resume (old: the checkpoint's TrainConfig, new: this run's). The LR schedule
     keeps the horizon the run started with, so growing train.steps never makes the LR jump (it stays
     at its floor past the old horizon); an explicit train.schedule_steps re-plans it. A grown checkpoint

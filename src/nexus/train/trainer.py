@@ -18,6 +18,7 @@ import gc
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -65,27 +66,27 @@ def memory_stats(device: torch.device) -> dict:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None, hooks=()):
+    def __init__(self, cfg: RunConfig | None, resume: str | None = None, quiet: bool = False, init_model=None,
+                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=()):
+        """cfg: the finished run config; for `resume` the one `train.resume.resume_config` gives (None:
+        that of the checkpoint unchanged). init_model / init_tokenizer: a new run starts from these
+        weights; a tokenizer of another vocabulary is refused unless `resize_vocab`. notes: what planning
+        the run changed, printed when it starts."""
         self.quiet = quiet
         self.hooks: list[Hook] = []
         self.lr_rule = None
         tstate = None
-        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
+        self.notes: list[str] = list(notes)  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
+            if cfg is None:
+                from .resume import resume_config
+
+                cfg, more = resume_config(resume)
+                self.notes += more
             tstate = load_trainer_state(resume)
             if tstate is None:
                 raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
-            # The checkpoint's model and data define the run; training fields may be changed on resume.
-            # Without a new config the run continues beside the checkpoint, never in the run it records.
-            if cfg is None:
-                cfg = RunConfig(train=ckpt_cfg.train)
-                cfg.train.out_dir = str(R.resume_run_dir(resume))
-            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train, grown=bool(ckpt_cfg.growth_history))
-            ckpt_cfg.train = cfg.train
-            cfg = ckpt_cfg
-            init_model, init_tokenizer = model, tok
+            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model)
         cfg.validate()
         from .loggers import check_log_targets
 
@@ -104,12 +105,10 @@ class Trainer:
         self.data = DataModule(cfg.data, seed=tc.seed, tokenizer=init_tokenizer)
         if init_model is None:
             cfg.model.vocab_size = self.data.vocab_size  # the tokenizer decides the vocabulary
-            cfg.validate()
             torch.manual_seed(tc.seed)
             init_model = build_model(cfg.model)
-        elif init_model.cfg.vocab_size < self.data.vocab_size:
-            raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
-                              f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
+        else:
+            self._fit_vocab(init_model, init_tokenizer is not None, resize_vocab and tstate is None)
         self.mesh = None
         self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
@@ -117,6 +116,8 @@ class Trainer:
         self.health = StepHealth(self.device)
         self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
         self.tokens_seen = 0
+        self.elapsed_before = 0.0  # wall seconds of the run before this process (a resumed run's earlier parts)
+        self._t0 = None  # when this process's fit() began
         self.resumed_step = None
         self.resumed_from = resume  # the checkpoint this run continues (None: a fresh run)
         self.resumed_hook_states: dict = {}  # {hook.state_key: state} read from that checkpoint
@@ -131,6 +132,17 @@ class Trainer:
             self.add_hook(hook)
         for hook in hooks_wanted_by(self.cfg, self.hooks):  # what the config asks for, whoever built the trainer
             self.add_hook(hook)
+
+    def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
+        """A model from a checkpoint and this run's tokenizer: the vocabulary must match, or be resized
+        when asked (`--resize-vocab`)."""
+        from ..models.vocab import needs_resize, resize_vocab
+
+        n_model, n_tok = model.cfg.vocab_size, self.data.vocab_size
+        if needs_resize(n_model, n_tok, self.cfg.data, own_tokenizer, resize):
+            resize_vocab(model, n_tok)
+            self.cfg.model.vocab_size = n_tok
+            self.notes.append(f"--resize-vocab: model.vocab_size {n_model} -> {n_tok} (the tokenizer's)")
 
     # ------------------------------------------------------------------ hooks
     def add_hook(self, hook: Hook) -> None:
@@ -239,7 +251,9 @@ class Trainer:
             np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng}
+        st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng,
+              "elapsed_s": self.elapsed(),
+              "world": self.world}  # a resume at another world size keeps the global batch (train/resume.py)
         tc = self.cfg.train
         st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
@@ -260,6 +274,7 @@ class Trainer:
             self.optimizer.load_state_dict(opt_state)
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
+            self.elapsed_before = float(st.get("elapsed_s", 0.0))  # checkpoints before it was kept: 0
             self.health = StepHealth(self.device, int(st.get("nonfinite_total", 0)))
             self.resumed_hook_states = dict(st.get("hooks") or {})  # checkpoints before hook state have none
             if "data" in st:  # checkpoints before the loader position: the position follows from the step
@@ -479,14 +494,18 @@ class Trainer:
         self.call_hooks("on_fit_start")  # checks that must fail before anything is written
         self._announce()
         result: dict = {"params": self.n_params}
-        self._since_log = (time.perf_counter(), 0)  # (when, tokens) of the last logged step: throughput
+        self._t0, self._start_step = time.perf_counter(), self.step
+        # (when, loss-bearing tokens, processed tokens) since the last logged step: throughput
+        self._since_log = (self._t0, 0, 0)
+        tc = self.cfg.train
         self._skipped_before = int(self.health.total)
         while self.step < self.cfg.train.steps:
             self.call_hooks("on_step_start", self.step)
             m = self.train_step(self.step)
             self.step += 1
             self.tokens_seen += int(m["tokens"])
-            self._since_log = (self._since_log[0], self._since_log[1] + int(m["tokens"]))
+            processed = tc.batch_size * tc.grad_accum * self.world * self.cfg.data.seq_len  # every input position
+            self._since_log = (self._since_log[0], self._since_log[1] + int(m["tokens"]), self._since_log[2] + processed)
             log_now = self.step % self.cfg.train.log_every == 0 or self.step >= self.cfg.train.steps
             if log_now or any(h.needs_host_metrics(self, self.step) for h in self.hooks):
                 m = self._host_metrics(m)  # the only places a step's numbers reach the host
@@ -503,11 +522,13 @@ class Trainer:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
             R.record_run_files(self.out_dir)  # the run's from now on: a restart may replace it, nothing else
-            for note in self.notes:
-                self.say(f"note: {note}")
+            for note in self.notes:  # what changed from what the user asked: shown even with quiet
+                print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
         self._say_epochs(self.cfg.train)
+        if self.cfg.train.compile:  # the first step waits for the compiler: say so instead of looking hung
+            self.say("torch.compile: the first step compiles the model (often a minute or more; later steps are fast)")
 
     def _host_metrics(self, m: dict) -> dict:
         """read_step_metrics, plus how many steps were skipped since the previous read."""
@@ -521,11 +542,25 @@ class Trainer:
     def _log_record(self, m: dict) -> dict:
         """The logged step's record: its metrics plus throughput since the last log, lr, size and memory."""
         dt = time.perf_counter() - self._since_log[0]
+        # tokens_per_s and tokens_seen count loss-bearing tokens (labels scored); processed_tokens_per_s every
+        # input position the model ran on (the two differ on chat, synthetic and padded data)
         m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
+                 processed_tokens_per_s=self._since_log[2] / max(dt, 1e-9), elapsed_s=round(self.elapsed(), 3),
                  epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
                  lr=self.optimizer.param_groups[0]["lr"], params=self.n_params, **memory_stats(self.device))
-        self._since_log = (time.perf_counter(), 0)
+        self._since_log = (time.perf_counter(), 0, 0)
         return m
+
+    def elapsed(self) -> float:
+        """Wall seconds of the run so far, across resumes (this process's part counted from fit())."""
+        return self.elapsed_before + (0.0 if self._t0 is None else time.perf_counter() - self._t0)
+
+    def eta(self) -> float | None:
+        """Seconds to the last step at this process's pace so far (None before a step has finished)."""
+        done = self.step - self._start_step
+        if self._t0 is None or done <= 0:
+            return None
+        return (time.perf_counter() - self._t0) / done * (self.cfg.train.steps - self.step)
 
 
 def _np_state() -> list:

@@ -1,0 +1,121 @@
+"""Configs written before each kind owned its options still load, into the same model.
+
+tests/data/preset_configs_v1.json is every preset's `RunConfig.to_dict()` as the code before this form
+wrote it (generated once from that code, an input, not an expected result): model.attention held every
+attention kind's fields without a kind, model.projection every projection kind's fields. Each must
+migrate to the config the preset builds today, and the model built from the migrated old config must be
+the preset's model: parameter names and order, seeded init, logits, every gradient, greedy generation.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from nexus.config import AttentionOptions, ConfigError, RunConfig, apply_override
+from nexus.models import build_model
+from nexus.presets import get_preset, names
+
+OLD = json.loads((Path(__file__).parent / "data" / "preset_configs_v1.json").read_text())
+
+
+def test_every_presets_old_config_migrates_to_the_presets_config_today():
+    assert set(OLD) <= set(names())  # a renamed preset would silently drop out of this test
+    bad = [n for n, d in OLD.items() if RunConfig.from_dict(d) != get_preset(n)]
+    assert bad == []
+
+
+def test_the_old_form_had_no_kinds_and_the_new_form_names_them():
+    """What the migration moved: the old dicts are the old form, and today's dicts are their own form."""
+    assert all("kind" not in d["model"]["attention"] for d in OLD.values())
+    assert any(d["model"]["attention"]["order"] > 1 for d in OLD.values())
+    for n in OLD:
+        new = get_preset(n).to_dict()["model"]
+        assert new["attention"]["kind"] in ("standard", "higher_order") and "kind" in new["projection"]
+        assert RunConfig.from_dict(get_preset(n).to_dict()) == get_preset(n)
+
+
+def _run(cfg: RunConfig):
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    ids = torch.randint(0, cfg.model.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    gen = model.eval().generate(ids[:1, :4], max_new_tokens=6, temperature=0.0)
+    return model, out.logits.detach(), gen
+
+
+# one small preset per kind the migration touches (standard / higher-order attention, the three projection
+# kinds) and the recurrent architecture
+@pytest.mark.parametrize("name", ["baseline-micro", "mqar-order2", "nexusformer-micro", "tokenformer-micro",
+                                  "nexus-micro"])
+def test_model_from_the_migrated_old_config_is_the_presets_model(name):
+    old_model, old_logits, old_gen = _run(RunConfig.from_dict(OLD[name]))
+    model, logits, gen = _run(get_preset(name))
+    old_params, params = list(old_model.named_parameters()), list(model.named_parameters())
+    assert [n for n, _ in old_params] == [n for n, _ in params]
+    for (n, a), (_, b) in zip(old_params, params):
+        assert torch.equal(a, b), n
+        assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad), n
+    assert torch.equal(old_logits, logits) and torch.equal(old_gen, gen)
+
+
+def test_a_checkpoint_with_an_old_config_loads(tmp_path):
+    from nexus.checkpoint import load_checkpoint, save_checkpoint
+    from nexus.data.tokenizer import ByteTokenizer
+
+    cfg = get_preset("mqar-order2")
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    ckpt = save_checkpoint(tmp_path / "ck", model, cfg, ByteTokenizer())
+    (ckpt / "config.json").write_text(json.dumps(OLD["mqar-order2"]))
+    meta = json.loads((ckpt / "meta.json").read_text())  # the old writer's digest of its own config.json
+    meta["sha256"]["config.json"] = hashlib.sha256((ckpt / "config.json").read_bytes()).hexdigest()
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    loaded, loaded_cfg, _ = load_checkpoint(ckpt)
+    assert loaded_cfg == cfg
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_an_inert_old_value_is_named_when_dropped(capsys):
+    """Order 1 with ho_shared=false: the old code ignored ho_shared; the migration says it drops it."""
+    old = json.loads(json.dumps(OLD["baseline-micro"]))
+    old["model"]["attention"]["ho_shared"] = False
+    cfg = RunConfig.from_dict(old)
+    assert cfg.model.attention == AttentionOptions()
+    assert "dropped model.attention.ho_shared=False" in capsys.readouterr().err
+
+
+def test_an_option_of_another_kind_names_the_kind_that_has_it():
+    cfg = RunConfig()
+    with pytest.raises(ConfigError, match=r"model.attention.order is an option of attention kind higher_order.*"
+                                          r"--model.attention.kind higher_order before it"):
+        apply_override(cfg, "model.attention.order", "2")
+    apply_override(cfg, "model.attention.gate", "headwise")
+    apply_override(cfg, "model.attention.kind", "higher_order")
+    apply_override(cfg, "model.attention.order", "3")
+    assert cfg.model.attention.gate == "headwise" and cfg.model.attention.order == 3  # gate: every kind's option
+    with pytest.raises(ConfigError, match=r"model.attention.kind='nope' \(valid: standard\|higher_order"):
+        apply_override(cfg, "model.attention.kind", "nope")
+    with pytest.raises(ConfigError, match=r"model.attention.ho_targets='k' \(valid: q\|qk\|qkv\)"):
+        apply_override(cfg, "model.attention.ho_targets", "k")
+
+
+def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
+    import yaml
+
+    from nexus.config import config_file_overrides, parse_overrides
+
+    for form, d in (("new", get_preset("nexus-qk-tiny").to_dict()), ("old", OLD["nexus-qk-tiny"])):
+        d = json.loads(json.dumps(d))
+        d["model"].pop("growth_state")  # set by growth only: a config file may not name it
+        del d["preset"], d["growth_history"]  # top-level records, not settings
+        path = tmp_path / f"{form}.yaml"
+        path.write_text(yaml.safe_dump(d, sort_keys=False))
+        cfg = parse_overrides(get_preset("baseline-tiny"), config_file_overrides(path))
+        assert cfg.model == get_preset("nexus-qk-tiny").model and cfg.train == get_preset("nexus-qk-tiny").train
+    partial = tmp_path / "partial.yaml"  # names its kind and one option: the preset's other options stay
+    partial.write_text("model:\n  attention: {kind: higher_order, order: 3}\n")
+    cfg = parse_overrides(get_preset("nexus-qk-tiny"), config_file_overrides(partial))
+    assert cfg.model.attention.order == 3 and cfg.model.attention.ho_shared is False
