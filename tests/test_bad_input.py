@@ -63,7 +63,7 @@ def test_nonfinite_learning_rate(capsys, sandbox, value):
 
 def test_grow_at_beyond_steps(capsys, sandbox):
     one_line_exit_2(capsys, ["train", *MICRO, "--grow-at", "10", "--growth", "{family: width, hidden: 64}",
-                             "--out", sandbox], "train.grow_at=10")
+                             "--out", sandbox], "train.hooks[0].at=10")
     assert not sandbox.exists()
 
 

@@ -159,11 +159,9 @@ def test_the_parallel_wrapper_is_released_before_the_process_group(tmp_path, mon
 
 
 def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
-    """Width growth with re-warmup at step 3 under two DDP ranks (nexus train registers the growth hook;
+    """Width growth with re-warmup at step 3 under two DDP ranks (the config's growth hook;
     Trainer.swap re-wraps DDP around the grown model): the same per-step losses as one process."""
-    from nexus.growth.training import GrowthHook
-
-    grow = ["--train.grow_at", "3", "--train.growth", "{family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}",
+    grow = ["--train.hooks", "[{kind: growth, at: 3, spec: {family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}}]",
             "--model.n_heads", "2"]
     ddp_out, ref_out = tmp_path / "ddp", tmp_path / "ref"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -174,7 +172,7 @@ def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"),
                           RUN + grow + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
-    Trainer(cfg.validate(), quiet=True, hooks=[GrowthHook()]).fit()
+    Trainer(cfg.validate(), quiet=True).fit()
     ddp, ref = _records(ddp_out / "metrics.jsonl"), _records(ref_out / "metrics.jsonl")
     assert [r["step"] for r in ddp if r.get("event") == "growth"] == [3]
     train_ddp, train_ref = [r for r in ddp if "loss" in r], [r for r in ref if "loss" in r]

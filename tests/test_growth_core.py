@@ -17,7 +17,6 @@ from nexus.config import TrainConfig, parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
 from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
-from nexus.growth.training import GrowthHook
 from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
@@ -203,9 +202,9 @@ def test_grown_checkpoint_reloads_and_training_continues(trained, tmp_path):
 
 
 def test_grow_in_training_at_step(tmp_path):
-    cfg = micro(tmp_path / "run", "--train.steps", "14", "--train.grow_at", "6")
-    cfg.train.growth = {"family": "nexus_rank", "delta_m": 8, "delta_a": 8}
-    t = Trainer(cfg, quiet=True, hooks=[GrowthHook()])
+    cfg = micro(tmp_path / "run", "--train.steps", "14")
+    cfg.train.set_hook("growth", at=6, spec={"family": "nexus_rank", "delta_m": 8, "delta_a": 8})
+    t = Trainer(cfg, quiet=True)
     t.fit()
     assert t.cfg.model.projection.rank_m == 104 and t.cfg.growth_history[-1]["step"] == 6
     model, ck_cfg, _ = load_checkpoint(tmp_path / "run" / "checkpoint")

@@ -1,15 +1,15 @@
-"""The NEXUS v4.1 training script's interface (seed 004, `train_nexus.py`): environment variables
+"""The NEXUS v4.1 training script's interface (spec 004, `train_nexus.py`): environment variables
 translated into a `nexus train` command line, run through the same front door (cli/train.py).
 
     MODEL_SIZE=small BATCH_SIZE=4 GRAD_ACCUM=8 TOTAL_STEPS=20000 python -m nexus.cli.env_train
 
-Every environment variable of the seed, with the seed's default, maps onto `nexus train --preset
+Every environment variable of the v4.1 script, with its default, maps onto `nexus train --preset
 nexus-<size>` plus overrides (`train_args` shows the command). A few nexus additions (DATASET,
 TOKENIZER, INIT_CHECKPOINT, DEVICE, SEED) make offline and local runs possible. Bad values print one
 line naming the variable and exit with code 2; errors of the command name the variable behind a flag.
 
 As `nexus train --resume auto`, a run directory that already holds checkpoints is resumed from the
-newest one (crash protection, as in the seed), growth included; INIT_CHECKPOINT is `--init-from` (with
+newest one (crash protection, as in the v4.1 script), growth included; INIT_CHECKPOINT is `--init-from` (with
 `--resize-vocab`: byte pretraining -> chat SFT adds 3 special tokens); HUB_MODEL_ID is `--push-to-hub`.
 Every log line carries memory: CUDA allocated/reserved on GPU, process RSS on CPU.
 """
@@ -26,7 +26,7 @@ from ..runtime import tune_cpu_allocator
 SIZES = ("tiny", "small", "base", "medium", "micro")  # micro: nexus addition for smoke tests (nexus-micro preset)
 PHASES = ("pretrain", "sft")
 HUB_DATA = {"pretrain": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "sft": "hf:HuggingFaceTB/smol-smoltalk"}
-PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the seed's hyper-parameter table
+PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the v4.1 script's hyper-parameter table
 PHASE_WARMUP = {"pretrain": 500, "sft": 100}
 PROMPTS = ("The future of AI is", "Once upon a time", "The most important idea in science is", "def main():")
 CHAT_PROMPTS = ("Hi! Who are you?", "What is the capital of France?", "Write a haiku about rain.",
@@ -61,7 +61,7 @@ VARS = [
     Var("HUB_MODEL_ID", "", "str", help="push the final checkpoint to this HF Hub repo (owner/name)"),
     Var("MAX_SAMPLES", 0, "int", 0, help="limit dataset size in documents (0 = no limit)"),
     # nexus additions
-    Var("DATASET", None, "str", help="embedded | local .txt/.jsonl/.parquet | hf:<name>[:<config>] (default: the seed's hub set for PHASE)"),
+    Var("DATASET", None, "str", help="embedded | local .txt/.jsonl/.parquet | hf:<name>[:<config>] (default: the v4.1 script's hub set for PHASE)"),
     Var("TOKENIZER", "byte", "str", help="byte | bpe | path to tokenizer.json"),
     Var("INIT_CHECKPOINT", "", "str", help="start from this nexus checkpoint (e.g. SFT from a pretrain run)"),
     Var("DEVICE", "auto", "str", help="auto | cpu | cuda | cuda:N"),
@@ -191,7 +191,7 @@ def make_trainer_class():
     from ..train.trainer import Trainer
 
     class EnvTrainer(Trainer):
-        """The nexus Trainer with the seed's console output: memory in every line, 4 samples per eval."""
+        """The nexus Trainer with the v4.1 script's console output: memory in every line, 4 samples per eval."""
 
         def log(self, record: dict) -> None:
             super().log(record)

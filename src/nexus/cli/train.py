@@ -48,9 +48,10 @@ def add_parser(sub, detailed: bool = True) -> None:
                         ".parquet, a prepared directory (nexus data prepare), a .bin token file, hf:<name>[:<config>] "
                         "or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
-                   help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
+                   help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
+                        "--growth, the family flags or the config")
     p.add_argument("--growth", default=None, metavar="SPEC",
-                   help="growth spec as a YAML mapping (= --train.growth), e.g. "
+                   help="growth spec as a YAML mapping (the growth hook's `spec` in train.hooks), e.g. "
                         "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
                         "family's flags below (--width.hidden 192 --rewarmup 1.3,250)")
     if detailed:
@@ -61,12 +62,9 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    extra, flag_spec = flag_overrides(args, extra)
-    plan = plan_run(args, extra)
+    extra, growth = flag_overrides(args, extra)
+    plan = plan_run(args, extra, growth=growth)
     try:
-        if flag_spec is not None and not plan.cfg.train.grow_at:
-            raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add "
-                              "--grow-at STEP, the step at which the model grows)")
         result, trainer = execute(plan, quiet=args.quiet, push_to_hub=args.push_to_hub)
     finally:
         plan.release()
@@ -76,21 +74,14 @@ def run(args, extra) -> int:
 
 
 def flag_overrides(args, extra: list[str]) -> tuple[list[str], dict | None]:
-    """(the dotted overrides with the convenience flags --out, --data, --grow-at, --growth and a growth
-    family's flags written out as the fields they stand for, the spec those family flags give)."""
+    """(the dotted overrides with the convenience flags --out and --data written out as the fields they
+    stand for, the growth hook's options that --grow-at, --growth or a growth family's flags give)."""
     extra = list(extra)
     if args.out is not None:
         extra += ["--train.out_dir", args.out]
     if args.data is not None:
         extra += ["--data.source", args.data]
-    if args.grow_at is not None:
-        extra += ["--train.grow_at", str(args.grow_at)]
-    flag_spec = _growth_from_flags(args)
-    if args.growth is not None:
-        extra += ["--train.growth", args.growth]
-    elif flag_spec is not None:
-        extra += ["--train.growth", json.dumps(flag_spec)]
-    return extra, flag_spec
+    return extra, _growth_from_flags(args)
 
 
 @dataclass
@@ -150,21 +141,30 @@ def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, pu
 
 
 def _growth_from_flags(args) -> dict | None:
+    """--grow-at / --growth / the family flags as the growth hook's options (None: none given)."""
+    import yaml
+
     from ..growth.spec import spec_from_flags
 
     spec = spec_from_flags(args)
     if spec is not None and args.growth is not None:
         raise ConfigError(f"--growth={args.growth!r} and {spec['family']} growth flags both given (valid: one of them)")
-    return spec
+    if args.growth is not None:
+        try:
+            spec = yaml.safe_load(args.growth)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--growth={args.growth!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    options = ({"at": args.grow_at} if args.grow_at is not None else {}) | ({"spec": spec} if spec is not None else {})
+    return options or None
 
 
-def plan_run(args, extra: list[str], say=None) -> Plan:
+def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Plan:
     """The run the arguments ask for, with the output directory checked and locked: a new run needs a
     new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
     checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
     directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
     the output directory, or starts the run over when it holds a run killed before its first one.
-    say: where the --resume auto decision is printed."""
+    say: where the --resume auto decision is printed; growth: the growth hook's options from the flags."""
     from ..train import run_dir as R
 
     resume, init_from = args.resume, args.init_from
@@ -176,8 +176,8 @@ def plan_run(args, extra: list[str], say=None) -> Plan:
         raise ConfigError("--resize-vocab without --init-from (valid: add --init-from CKPT; a resumed run keeps its "
                           "tokenizer)")
     if resume == "auto":
-        return _plan_auto(args, extra, say or _say)
-    plan = _plan_start(args, extra, resume)
+        return _plan_auto(args, extra, say or _say, growth)
+    plan = _plan_start(args, extra, resume, growth=growth)
     out = Path(plan.cfg.train.out_dir)
     own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
 
@@ -193,9 +193,10 @@ def plan_run(args, extra: list[str], say=None) -> Plan:
     return plan
 
 
-def _plan_start(args, extra: list[str], resume, out=None) -> Plan:
+def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None) -> Plan:
     """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
-    of a new run, each merged and validated once; the growth spec checked against it."""
+    of a new run, each merged and validated once; the growth flags written into it and its configured
+    hooks built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at its step)."""
     plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
     if resume:
         from ..train.resume import resume_config
@@ -207,15 +208,20 @@ def _plan_start(args, extra: list[str], resume, out=None) -> Plan:
         plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from)
     else:
         plan.cfg = build_config(args, extra)
-    cfg = plan.cfg
-    if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
-        from ..growth import check_growth_applies
+    from ..train.hooks import configured_hooks
 
-        check_growth_applies(cfg)  # fail now, not after grow_at steps of training
+    if growth is not None:
+        entry = plan.cfg.train.set_hook("growth", **growth)
+        if "spec" in growth and not entry.get("at"):
+            what = (f"--growth={args.growth!r}" if args.growth is not None else
+                    f"growth flags for family {growth['spec'].get('family')!r}")
+            raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+        plan.cfg.validate()
+    configured_hooks(plan.cfg)
     return plan
 
 
-def _plan_auto(args, extra: list[str], say) -> Plan:
+def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
     from ..train import run_dir as R
 
     out = Path(build_config(args, extra).train.out_dir)
@@ -230,11 +236,11 @@ def _plan_auto(args, extra: list[str], say) -> Plan:
                 "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
             if restart:
                 R.check_in_place(out)
-            plan = _plan_start(args, extra, None)
+            plan = _plan_start(args, extra, None, growth=growth)
             plan.replace = restart
         else:
             say(f"--resume auto: resuming from {resume}")
-            plan = _plan_start(args, extra, resume, out)
+            plan = _plan_start(args, extra, resume, out, growth)
             given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
                      if v]
             if given:

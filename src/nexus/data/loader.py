@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, DataConfig
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 from .prepare import Progress, doc_text, prepare
 from .sampler import WindowSampler
 from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .output import LMOutput
+from .lm_loss import LMOutput
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:

@@ -4,21 +4,7 @@ from __future__ import annotations
 import torch
 
 from .bitlinear import hold_quantized_weights
-from .seq_cache import LayerCache
-
-
-class KVCache:
-    """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
-    `pos` is the number of tokens already consumed. `capacity` (positions) lets layers preallocate
-    their histories once for a whole generation (models/seq_cache.py); 0 = grow by doubling."""
-
-    def __init__(self, n_layers: int, capacity: int = 0):
-        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
-        self.pos = 0
-        self.capacity = capacity
-
-    def layer(self, i: int) -> dict:
-        return self.layers[i]
+from .cache import LayerCache
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,

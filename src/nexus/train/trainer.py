@@ -4,8 +4,8 @@ returns, feeds it (input_ids, labels) and minimizes `out.loss`.
 Extension points (the trainer imports none of their users):
   * hooks (`train/hooks.py:Hook`), given as `Trainer(..., hooks=[...])` or `trainer.add_hook(h)`: every
     event of a run besides the optimizer step itself. Console progress, metric writing, evaluation,
-    sampling and checkpointing are built-in hooks; the hook kinds a run config asks for (growth) are
-    found by name in `hooks.HOOK_KINDS` and added here.
+    sampling and checkpointing are built-in hooks; the hooks a run config turns on (`train.hooks`, kinds
+    found by name in `hooks.HOOK_KINDS`) are built here.
   * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
     its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
@@ -29,12 +29,12 @@ from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 from ..optim.param_groups import build_optimizer
 from ..optim.schedule import set_lr
 from . import distributed as D
 from .health import StepHealth
-from .hooks import Hook, builtin_hooks, hooks_wanted_by
+from .hooks import Hook, builtin_hooks, configured_hooks
 from . import run_dir as R
 from .memory import check_training_memory
 
@@ -128,9 +128,8 @@ class Trainer:
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
         self._wrap()
-        for hook in [*builtin_hooks(), *hooks]:
-            self.add_hook(hook)
-        for hook in hooks_wanted_by(self.cfg, self.hooks):  # what the config asks for, whoever built the trainer
+        # what the config turns on, whoever built the trainer; checked before anything is written
+        for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks), *hooks]:
             self.add_hook(hook)
 
     def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
@@ -210,10 +209,9 @@ class Trainer:
 
     def swap(self, model=None, optimizer=None, *, lr_rule=_KEEP, cfg: RunConfig | None = None) -> None:
         """Replace the model and its optimizer, the per-parameter lr rule and/or the run config mid-run:
-        the only way a hook changes them. `cfg` is the config that describes the new model (growth: the
-        grown model config and its growth record). Under FSDP2 `model` is a plain (unsharded) model and
-        `optimizer` its optimizer with full state: the model is sharded here and the state sharded like
-        it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
+        the only way a hook changes them. `cfg` is the config that describes the new model. Under FSDP2
+        `model` is a plain (unsharded) model and `optimizer` its optimizer with full state: the model is
+        sharded here and the state sharded like it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
         if (model is None) != (optimizer is None):
             raise RuntimeError("Trainer.swap: a new model needs its own optimizer (give both or neither)")
         rng = torch.get_rng_state()
@@ -356,10 +354,6 @@ class Trainer:
     @property
     def nonfinite_total(self) -> int:
         return int(self.health.total)
-
-    @property
-    def nonfinite_in_row(self) -> int:
-        return self.health.in_row_now()
 
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":
