@@ -181,6 +181,44 @@ def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
 
 
+STOPPING_RANK = textwrap.dedent("""
+    import os, signal, sys
+    from nexus.train import trainer
+
+    real_step = trainer.Trainer.train_step
+
+    def train_step(self, step):  # rank 1 stops (SIGSTOP: alive, never answering) at step 4, in steady state
+        if self.rank == 1 and step == 3:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return real_step(self, step)
+
+    trainer.Trainer.train_step = train_step
+    from nexus.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
+    """torchrun with its own shutdown setting (--shutdown-timeout, torch's elastic agent) and a short
+    steady-state timeout: rank 0 names the stopped rank in one line and the launcher ends the job. The
+    subprocess timeout only guards against a hang; nothing here is timed."""
+    script = tmp_path / "stop_rank1.py"
+    script.write_text(STOPPING_RANK)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "--shutdown-timeout", "2", str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN,
+           "--train.steps", "8", "--train.batch_size", "2", "--train.dist_timeout_s", "5",
+           "--train.dist_init_timeout_s", "120", "--train.out_dir", str(out)]
+    env = _env(tmp_path)
+    env.pop("NEXUS_DIST_TIMEOUT")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if "stopped answering" in l]
+    assert len(lines) == 1 and "rank 1 stopped answering" in lines[0], proc.stderr[-3000:]
+    assert lines[0].startswith("nexus train: training aborted:")
+    assert "Timed out waiting" not in proc.stderr  # gloo's own traceback is not what the user reads
+
+
 def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, monkeypatch):
     """A 2-rank run (2 sequences per rank x 2 micro-batches = 8 per step) resumed by one process: grad_accum
     doubles so each step still sees 8 sequences; a world size no grad_accum can serve is refused with the

@@ -425,7 +425,8 @@ class TrainConfig:
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
-    dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
+    dist_timeout_s: int = 60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every rank
+    dist_init_timeout_s: int = 600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
 
     def hook(self, kind: str) -> dict | None:
         """The `hooks` entry of `kind` (None: the run does not configure one)."""
@@ -451,13 +452,24 @@ class TrainConfig:
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0")
         _positive(errors, f"{p}.lr", self.lr)
-        _check(errors, isinstance(self.dist_timeout_s, int) and self.dist_timeout_s > 0, f"{p}.dist_timeout_s",
-               self.dist_timeout_s, "an integer > 0 (seconds)")
+        for name in ("dist_timeout_s", "dist_init_timeout_s"):
+            v = getattr(self, name)
+            _check(errors, isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{p}.{name}", v,
+                   "an integer > 0 (seconds)")
         # each kind checks its own options when the trainer builds it (nexus.train.hooks.configured_hooks)
         for i, h in enumerate(self.hooks if isinstance(self.hooks, list) else [self.hooks]):
             _check(errors, isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]), f"{p}.hooks[{i}]",
                    h, "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
+        _positive(errors, f"{p}.eps", self.eps)
+        _check(errors, isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2 ** 32,
+               f"{p}.seed", self.seed, "an integer in [0, 2**32)")  # numpy's seed range
+        _check(errors, isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0, f"{p}.muon_wd", self.muon_wd,
+               "a number >= 0")
+        _check(errors, isinstance(self.muon_momentum, (int, float)) and 0 <= self.muon_momentum < 1,
+               f"{p}.muon_momentum", self.muon_momentum, "a number in [0, 1)")
+        _check(errors, isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0, f"{p}.muon_ns_steps",
+               self.muon_ns_steps, "an integer > 0")
         _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
         _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,
                "cosine|wsd|linear_warmdown|constant")

@@ -236,6 +236,44 @@ class ConsoleProgress(Hook):
         trainer.say(f"checkpoint: {result['checkpoint']}")
 
 
+class CollectiveTimeouts(Hook):
+    """torchrun: the long collective timeout through the first step and around every checkpoint save,
+    the short one in steady-state training (train/distributed.py). Before the checkpointing hook: a save
+    step makes every rank patient, and the next step starts with a barrier that waits for rank 0's save."""
+
+    priority = 40
+
+    def __init__(self):
+        self.steady = False
+        self.saving = False
+
+    def on_step_start(self, trainer, step):
+        if self.saving:
+            from . import distributed as D
+
+            D.barrier()
+            D.enter_steady_state()
+            self.saving = False
+
+    def on_step_end(self, trainer, step, metrics):
+        if trainer.world == 1:
+            return
+        from . import distributed as D
+
+        if not self.steady:  # the first step (and its compilation) is done
+            D.enter_steady_state()
+            self.steady = True
+        if trainer.due(trainer.cfg.train.save_every):
+            D.be_patient()
+            self.saving = True
+
+    def on_fit_end(self, trainer, result):
+        if trainer.world > 1:
+            from . import distributed as D
+
+            D.be_patient()  # the final evaluation, sample and save
+
+
 def throughput(m: dict) -> str:
     """Tokens per second, saying which tokens: every processed input position, and the loss-bearing ones."""
     proc, scored = m["processed_tokens_per_s"], m["tokens_per_s"]
@@ -255,4 +293,4 @@ def clock(seconds: float) -> str:
 
 
 def builtin_hooks() -> list[Hook]:
-    return [MetricsWriter(), Evaluation(), Sampling(), Checkpointing(), ConsoleProgress()]
+    return [MetricsWriter(), Evaluation(), Sampling(), Checkpointing(), ConsoleProgress(), CollectiveTimeouts()]

@@ -18,7 +18,6 @@ import gc
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,7 +95,7 @@ class Trainer:
         tc = cfg.train
         self.device = resolve_device(tc.device)
         check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
-        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s, tc.dist_init_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -439,10 +438,7 @@ class Trainer:
         self.save(self.out_dir / f"step_{self.step:07d}")
         if not self.is_main:
             return
-        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
-                 and R.checkpoint_step(d) < self.step]
-        for old in older[:max(len(older) - (self.cfg.train.keep_last - 1), 0)]:
-            shutil.rmtree(old, ignore_errors=True)
+        R.prune_step_checkpoints(self.out_dir, self.step, self.cfg.train.keep_last)
 
     def due(self, every: int) -> bool:
         """Whether a periodic action (every `every` steps, 0: never) falls on the step just taken. The
@@ -457,10 +453,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
+        """Train to train.steps holding the run directory's one-writer lock (rank 0; re-entrant when the
+        command that built the trainer holds it). A collective that timed out because a rank stopped
+        answering ends the run as TrainingAborted naming that rank."""
+        lock = R.run_lock(self.out_dir) if self.is_main else None
+        self.notes += getattr(lock, "notes", [])  # a dead run's lock taken over, its saves recovered
         try:
             return self._fit()
+        except RuntimeError as e:
+            lost = D.unresponsive_rank_message(e)
+            if lost is None:
+                raise
+            raise TrainingAborted(lost) from None
         finally:
             self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
+            if lock is not None:
+                if self.out_dir.is_dir():
+                    R.record_run_files(self.out_dir)
+                lock.release()
 
     def _say_epochs(self, tc) -> None:
         """The data summary, and how many times the run will read its training tokens (above one, the
@@ -505,6 +515,7 @@ class Trainer:
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
+            R.record_run_files(self.out_dir)  # the run's from now on: a restart may replace it, nothing else
             for note in self.notes:  # what changed from what the user asked: shown even with quiet
                 print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
