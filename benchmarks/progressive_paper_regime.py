@@ -163,7 +163,8 @@ def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
 
     cfg = RunConfig.from_dict(json.loads(json.dumps(cfg_dict)))
     tc = cfg.train
-    tc.steps, tc.grow_at, tc.growth = warm + steps, 0, None
+    tc.steps = warm + steps
+    tc.drop_hook("growth")
     tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10 ** 9
     with tempfile.TemporaryDirectory() as tmp:
         tc.out_dir = tmp
@@ -190,7 +191,8 @@ def estimate(plans: dict, seeds: list[int]) -> dict:
                 seen.add(run_key(cfg))
                 scratch = plan["configs"][str(sd)]["scratch"]
                 big, small = run_key({**scratch, "train": {**scratch["train"], "seed": 0}}), run_key(
-                    {**cfg, "train": {**cfg["train"], "seed": 0, "grow_at": 0, "growth": None}})
+                    {**cfg, "train": {**cfg["train"], "seed": 0,
+                                       "hooks": [h for h in cfg["train"]["hooks"] if h["kind"] != "growth"]}})
                 if small not in cost:
                     cost[small] = step_seconds(cfg)
                 if run == "grown" and big not in cost:

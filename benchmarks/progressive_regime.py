@@ -154,7 +154,7 @@ def describe_run(run: dict, plan: dict) -> dict:
     row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
            "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
     if run["kind"] == "grown":
-        g = tc["growth"]
+        g = next(h for h in tc["hooks"] if h["kind"] == "growth")["spec"]
         row["grows_to"] = {"d_model": g.get("hidden") or m["d_model"], "ffn": g.get("ffn") or m["ffn_hidden"]}
     return row
 
@@ -386,7 +386,8 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
     torch.set_num_threads(threads)
     c = RunConfig.from_dict(copy.deepcopy(cfg))
     tc = c.train
-    tc.steps, tc.grow_at, tc.growth, tc.schedule_steps = steps + 3, 0, None, 0
+    tc.steps, tc.schedule_steps = steps + 3, 0
+    tc.drop_hook("growth")
     tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10 ** 9
     with tempfile.TemporaryDirectory() as tmp:
         tc.out_dir = tmp

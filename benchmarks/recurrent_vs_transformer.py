@@ -10,7 +10,7 @@ effective depth and the width (multiple of 32, heads of 32, the default SwiGLU r
 count is closest to the recurrent model's. Each timed step is forward + backward + torch AdamW on
 the same batch; rounds alternate the two models in one process and print both step times; the
 summary is each model's median tokens/s, their ratio with its range over rounds, and the effective
-layer applications per second (tokens/s x effective depth), the seed's "depth per unit compute".
+layer applications per second (tokens/s x effective depth), the v4.1 script's "depth per unit compute".
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Same token budget for every run: a small dense model trained for half the steps,
     scratch-wide the grown shape trained from step 0
 
 The first half is trained once per seed and checkpointed; every variant resumes it and grows in
-place (the same code path as `train.grow_at`). Prints final validation loss per seed and the mean,
+place (the same code path as a configured growth hook). Prints final validation loss per seed and the mean,
 the loss jump at growth (validation batch), and FLOPs saved per eq. 29 and from measured FLOPs.
 Usage: python benchmarks/width_growth.py [--steps 200 --seeds 0 1 --tau 20]
 """
@@ -41,7 +41,8 @@ def small_config(steps: int, seed: int, out: Path):
     cfg.data.seq_len, cfg.train.batch_size = 64, 8
     t = cfg.train
     t.steps, t.warmup_steps, t.seed, t.lr, t.eval_every, t.eval_batches = steps, steps // 12, seed, 3e-3, 0, 16
-    t.log_every, t.out_dir, t.grow_at, t.growth = 10, str(out), 0, {}
+    t.log_every, t.out_dir = 10, str(out)
+    t.drop_hook("growth")
     return cfg
 
 
@@ -62,7 +63,7 @@ def train_small_until(cfg, step: int, ckpt: Path) -> None:
 
 def grown_run(cfg, ckpt: Path, spec: dict) -> tuple[float, dict]:
     """Resume the small checkpoint, grow in place (the in-training path), train the second half."""
-    from nexus.growth.training import grow_in_training
+    from nexus.growth.hook import grow_in_training
 
     trainer = Trainer(cfg, resume=str(ckpt), quiet=True)
     report = grow_in_training(trainer, spec)

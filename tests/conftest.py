@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+import tolerance_guard
+
 # Tests never touch the user's cache or the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -10,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Test models are tiny: intra-op threads only add contention (up to 10x slower on a busy 2-core machine).
 torch.set_num_threads(1)
+
+# assert_close with an absolute tolerance larger than the quantity compared fails (tests/tolerance_guard.py)
+tolerance_guard.install()
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,8 @@ from nexus.models import build_model
 from nexus.presets import get_preset
 from nexus.train.fsdp import apply_activation_checkpointing
 
+from tolerance_guard import atol_for
+
 CASES = {
     "baseline": ("baseline-micro", []),
     "exo-moe": ("baseline-micro", ["--model.attention.gate", "elementwise", "--model.mixing.anchor", "exo",
@@ -42,7 +44,7 @@ def test_checkpointed_blocks_give_equal_loss_and_grads(case):
         if a.grad is None:
             assert b.grad is None, n
             continue
-        torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=n)
+        torch.testing.assert_close(b.grad, a.grad, atol=atol_for(a.grad), rtol=1e-5, msg=n)  # some grads are ~1e-5
 
 
 def test_checkpointing_saves_activation_memory():

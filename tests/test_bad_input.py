@@ -63,7 +63,7 @@ def test_nonfinite_learning_rate(capsys, sandbox, value):
 
 def test_grow_at_beyond_steps(capsys, sandbox):
     one_line_exit_2(capsys, ["train", *MICRO, "--grow-at", "10", "--growth", "{family: width, hidden: 64}",
-                             "--out", sandbox], "train.grow_at=10")
+                             "--out", sandbox], "train.hooks[0].at=10")
     assert not sandbox.exists()
 
 
@@ -150,12 +150,12 @@ def test_load_of_a_number_is_a_type_error():
 
 
 def test_env_entry_refuses_an_unrelated_output_dir(tmp_path, capsys):
-    from nexus.train import env_entry
+    from nexus.cli import env_train
 
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep")
-    rc = env_entry.main([], {"MODEL_SIZE": "micro", "DATASET": "embedded", "OUTPUT_DIR": str(victim)})
+    rc = env_train.main([], {"MODEL_SIZE": "micro", "DATASET": "embedded", "OUTPUT_DIR": str(victim)})
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "OUTPUT_DIR=" in err, err
     assert sorted(p.name for p in victim.iterdir()) == ["precious.txt"]

@@ -93,6 +93,34 @@ def test_z_loss_added_once():
     torch.testing.assert_close(with_z.ce_loss, base.ce_loss)
 
 
+@pytest.mark.parametrize("preset", ["baseline-micro", "nexus-micro"])
+def test_z_loss_skips_ignored_positions(preset):
+    """z-loss = z * mean over *valid* targets of logsumexp(logits)^2 (ExoFormer recipe). Ignored labels
+    sit where the logits are largest, so counting them (or dividing by all positions) moves the loss.
+    The recurrent model passes its own deep-supervision CE as `main`: the masked z-term is the same."""
+    from nexus.presets import get_preset
+
+    cfg = get_preset(preset).model
+    cfg.z_loss = 0.0
+    cfg.zero_init_head = cfg.zero_init_out = False  # zero logits would give every position the same lse
+    cfg.init_std = 0.5
+    torch.manual_seed(0)
+    m = build_model(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (2, 10))
+    labels = ids.clone()
+    labels[0, :4] = -100
+    labels[1, 7:] = -100
+    base = m(ids, labels=labels)
+    cfg.z_loss = 0.5  # large, so the z-term dominates any rounding in the comparison
+    with_z = m(ids, labels=labels)
+    valid = labels != -100
+    lse = torch.logsumexp(base.logits.double(), -1)
+    z_term = 0.5 * lse[valid].pow(2).mean()
+    assert not torch.isclose(z_term, 0.5 * lse.pow(2).mean(), rtol=1e-3)  # the mask matters here
+    torch.testing.assert_close(with_z.loss.double(), base.loss.double() + z_term, atol=0, rtol=1e-5)
+    torch.testing.assert_close(with_z.ce_loss, base.ce_loss, atol=0, rtol=0)
+
+
 def test_ignore_index_counts_valid_tokens():
     m = build_model(tiny())
     ids = torch.randint(0, 50, (2, 12))

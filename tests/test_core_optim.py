@@ -9,6 +9,8 @@ from nexus.optim.optimizers import AdamW, Muon, orthogonalize
 from nexus.optim.param_groups import build_optimizer, classify
 from nexus.optim.schedule import lr_factor
 
+from tolerance_guard import atol_for
+
 
 def test_adamw_matches_torch():
     torch.manual_seed(0)
@@ -147,7 +149,8 @@ def test_ordinary_runs_use_torch_adamw_fused_and_match_the_hand_written_one():
     assert sa.keys() == sb.keys()
     for name in sa:
         for k in ("step", "exp_avg", "exp_avg_sq"):
-            torch.testing.assert_close(sa[name][k].float(), sb[name][k].float(), atol=1e-7, rtol=1e-5)
+            want = sb[name][k].float()  # second moments are ~1e-9: atol scaled to each, never 1e-7
+            torch.testing.assert_close(sa[name][k].float(), want, atol=atol_for(want, 1e-3), rtol=1e-5)
 
 
 def test_cautious_wd_keeps_the_hand_written_adamw():

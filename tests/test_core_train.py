@@ -85,7 +85,7 @@ def test_nonfinite_loss_skips_then_aborts(tmp_path):
             assert torch.equal(v, state1[name][k]), (name, k)
     assert any(not torch.equal(before[n], after1[n]) for n in before)
     t.train_step(2)
-    assert t.nonfinite_in_row == 0
+    assert int(t.health.in_row) == 0  # a good step ends the streak
     t.train_step(3)
     t.train_step(4)
     m = t.train_step(5)  # the third non-finite step in a row: found when the metrics are read

@@ -161,7 +161,35 @@ def test_leftover_shard_files_of_dead_processes_go_live_ones_stay(tmp_path):
     out.mkdir()
     dead = out / ".train-00007.bin.tmp-4194999"  # above the default pid_max: no such process
     live = out / f".train-00008.bin.tmp-{os.getppid()}"
-    dead.write_bytes(b"x")
-    live.write_bytes(b"x")
+    state_tmp = out / f".prepare-state.json.tmp-{os.getppid()}-123456789"  # another writer's atomic write
+    for p in (dead, live, state_tmp):
+        p.write_bytes(b"x")
     P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1, progress=False)
-    assert not dead.exists() and live.exists()
+    assert not dead.exists() and live.exists() and state_tmp.exists()
+
+
+def _prepare_into(src, out, q):
+    try:
+        m = P.prepare(resolve_source(src), DataConfig(), ByteTokenizer(), out, num_proc=1, shard_bytes=1500,
+                      progress=False)
+        q.put(json.dumps(m["shards"]))
+    except BaseException as e:  # report, so the test shows what broke
+        q.put(f"error: {type(e).__name__}: {e}")
+
+
+def test_two_processes_preparing_one_directory_at_once_agree(tmp_path):
+    """What two torchrun ranks do with a cold cache: both fill the same directory, both succeed."""
+    import multiprocessing
+
+    corpus(tmp_path, 400)
+    ctx = multiprocessing.get_context("forkserver")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_prepare_into, args=(str(tmp_path / "c.txt"), tmp_path / "prep", q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert not any(g.startswith("error") for g in got), got
+    assert got[0] == got[1]
+    assert read_split(tmp_path / "prep", "train") == reference(corpus(tmp_path, 400), ByteTokenizer(), 0.05, 1234)["train"]

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from nexus.config import AttentionOptions, ModelConfig, RecurrentConfig
-from nexus.models.generate import KVCache, generate
+from nexus.models.cache import KVCache
+from nexus.models.generate import generate
 from nexus.models import build_model
 from nexus.models.recurrent import ConvHistory
-from nexus.models.seq_cache import LayerCache, SeqBuffer, append_history
+from nexus.models.cache import LayerCache, SeqBuffer, append_history
 
 
 def test_seq_buffer_equals_concatenation_and_reuses_storage():

@@ -154,18 +154,16 @@ def test_the_parallel_wrapper_is_released_before_the_process_group(tmp_path, mon
         assert main(["train", "--preset", "baseline-micro", "--train.steps", "2", "--out", str(tmp_path / "run"),
                      "--quiet"]) == 0
     else:
-        from nexus.train import env_entry
+        from nexus.cli import env_train
 
-        env_entry.run({"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "2", "OUTPUT_DIR": str(tmp_path / "env")})
+        env_train.run({"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "2", "OUTPUT_DIR": str(tmp_path / "env")})
     assert seen["wrapper_at_shutdown"] is False
 
 
 def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
-    """Width growth with re-warmup at step 3 under two DDP ranks (nexus train registers the growth hook;
+    """Width growth with re-warmup at step 3 under two DDP ranks (the config's growth hook;
     Trainer.swap re-wraps DDP around the grown model): the same per-step losses as one process."""
-    from nexus.growth.training import GrowthHook
-
-    grow = ["--train.grow_at", "3", "--train.growth", "{family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}",
+    grow = ["--train.hooks", "[{kind: growth, at: 3, spec: {family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}}]",
             "--model.n_heads", "2"]
     ddp_out, ref_out = tmp_path / "ddp", tmp_path / "ref"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -176,10 +174,84 @@ def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"),
                           RUN + grow + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
-    Trainer(cfg.validate(), quiet=True, hooks=[GrowthHook()]).fit()
+    Trainer(cfg.validate(), quiet=True).fit()
     ddp, ref = _records(ddp_out / "metrics.jsonl"), _records(ref_out / "metrics.jsonl")
     assert [r["step"] for r in ddp if r.get("event") == "growth"] == [3]
     train_ddp, train_ref = [r for r in ddp if "loss" in r], [r for r in ref if "loss" in r]
     assert [r["step"] for r in train_ddp] == list(range(1, 7)) and [r["params"] for r in train_ddp][-1] > train_ddp[0]["params"]
     for a, b in zip(train_ddp, train_ref):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+
+
+STOPPING_RANK = textwrap.dedent("""
+    import os, signal, sys
+    from nexus.train import trainer
+
+    real_step = trainer.Trainer.train_step
+
+    def train_step(self, step):  # rank 1 stops (SIGSTOP: alive, never answering) at step 4, in steady state
+        if self.rank == 1 and step == 3:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return real_step(self, step)
+
+    trainer.Trainer.train_step = train_step
+    from nexus.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
+    """torchrun with its own shutdown setting (--shutdown-timeout, torch's elastic agent) and a short
+    steady-state timeout: rank 0 names the stopped rank in one line and the launcher ends the job. The
+    subprocess timeout only guards against a hang; nothing here is timed."""
+    script = tmp_path / "stop_rank1.py"
+    script.write_text(STOPPING_RANK)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "--shutdown-timeout", "2", str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN,
+           "--train.steps", "8", "--train.batch_size", "2", "--train.dist_timeout_s", "5",
+           "--train.dist_init_timeout_s", "120", "--train.out_dir", str(out)]
+    env = _env(tmp_path)
+    env.pop("NEXUS_DIST_TIMEOUT")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if "stopped answering" in l]
+    assert len(lines) == 1 and "rank 1 stopped answering" in lines[0], proc.stderr[-3000:]
+    assert lines[0].startswith("nexus train: training aborted:")
+    assert "Timed out waiting" not in proc.stderr  # gloo's own traceback is not what the user reads
+
+
+def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, monkeypatch):
+    """A 2-rank run (2 sequences per rank x 2 micro-batches = 8 per step) resumed by one process: grad_accum
+    doubles so each step still sees 8 sequences; a world size no grad_accum can serve is refused with the
+    values that keep it."""
+    import yaml
+
+    from nexus.cli import main
+
+    ddp = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.save_every", "3",
+           "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(ddp)]
+    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    one = tmp_path / "one"
+    assert main(["train", "--resume", str(ddp / "step_0000003"), "--out", str(one), "--quiet"]) == 0
+    assert "world size 2 -> 1: train.grad_accum 2 -> 4 keeps the global batch of 8 sequences" in capsys.readouterr().err
+    assert yaml.safe_load((one / "config.yaml").read_text())["train"]["grad_accum"] == 4
+    tokens_ddp = {r["step"]: r["tokens"] for r in _records(ddp / "metrics.jsonl") if "loss" in r}
+    tokens_one = {r["step"]: r["tokens"] for r in _records(one / "metrics.jsonl") if "loss" in r}
+    assert sorted(tokens_one) == [4, 5, 6] and all(tokens_one[s] == tokens_ddp[s] for s in tokens_one)
+    # the same 8 sequences per step (the loader's position advances by the global batch): the same losses
+    loss_ddp = {r["step"]: r["loss"] for r in _records(ddp / "metrics.jsonl") if "loss" in r}
+    loss_one = {r["step"]: r["loss"] for r in _records(one / "metrics.jsonl") if "loss" in r}
+    assert all(abs(loss_one[s] - loss_ddp[s]) < 1e-5 for s in loss_one), (loss_one, loss_ddp)
+
+    # 8 ranks of 2 sequences overshoot a global batch of 8: refused, naming the per-rank batch that keeps it
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert main(["train", "--resume", str(ddp / "step_0000003"), "--out", str(tmp_path / "eight"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "world size 2 -> 8" in err, err
+    assert "--train.batch_size 1 --train.grad_accum 1 keeps it" in err and not (tmp_path / "eight").exists()

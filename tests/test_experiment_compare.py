@@ -155,7 +155,7 @@ def test_compare_refuses_a_bad_growth_spec_of_any_preset_before_the_first_run(tm
 
     def bad():
         cfg = presets.get_preset("baseline-micro")
-        cfg.train.grow_at, cfg.train.growth = 2, {"family": "nexus_rank", "delta_mm": 8}
+        cfg.train.set_hook("growth", at=2, spec={"family": "nexus_rank", "delta_mm": 8})
         return cfg
     presets.PRESETS.load()
     monkeypatch.setitem(presets.PRESETS._entries, "test-bad-growth", (bad, "test: a misspelled growth spec"))

@@ -22,6 +22,7 @@ def test_every_method_plans_a_bigger_target(name):
     plan = P.plan_progressive(name, tokens=8192, out="unused")
     small = RunConfig.from_dict(plan["configs"]["0"]["grown"])
     large = RunConfig.from_dict(plan["configs"]["0"]["scratch"])
-    assert small.train.grow_at == plan["grow_step"] and small.train.growth["family"] == P.METHODS[name].family
-    assert large.train.grow_at == 0 and large.growth_history == []
+    grow = small.train.hook("growth")
+    assert grow["at"] == plan["grow_step"] and grow["spec"]["family"] == P.METHODS[name].family
+    assert large.train.hook("growth") is None and large.growth_history == []
     assert train_flops_per_token(large.model, 128) > train_flops_per_token(small.model, 128)

@@ -305,9 +305,9 @@ def test_paper_recipe_and_tau(methods):
     plan = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0])
     tc = plan["configs"]["0"]["grown"]["train"]
     assert (tc["schedule"], tc["warmup_steps"], tc["min_lr_ratio"]) == ("cosine", 6, 0.01)  # 3% of 200 steps
-    assert plan["grow_step"] == 100 and tc["growth"]["rewarmup"] == "1.3,1"  # round(250/31800 * 100) = 1
+    assert plan["grow_step"] == 100 and tc["hooks"][0]["spec"]["rewarmup"] == "1.3,1"  # round(250/31800 * 100) = 1
     lit = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], tau="250")
-    assert lit["configs"]["0"]["grown"]["train"]["growth"]["rewarmup"] == "1.3,250"
+    assert lit["configs"]["0"]["grown"]["train"]["hooks"][0]["spec"]["rewarmup"] == "1.3,250"
     pre = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], recipe="preset")
     assert pre["configs"]["0"]["grown"]["train"]["min_lr_ratio"] != 0.01
     sl = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], steplaw_scratch=True)

@@ -50,14 +50,14 @@ def test_train_overwrite_never_takes_a_folder_of_run_like_file_names(capsys, tmp
 
 
 def test_env_entry_never_writes_into_a_folder_of_run_like_file_names(capsys, tmp_path, monkeypatch):
-    from nexus.train import env_entry
+    from nexus.cli import env_train
 
     v = user_run_lookalike(tmp_path)
     before = snapshot(v)
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
     env = {"MODEL_SIZE": "micro", "TOTAL_STEPS": "2", "DATASET": "embedded", "MAX_SAMPLES": "20", "SEQ_LEN": "16",
            "BATCH_SIZE": "2", "OUTPUT_DIR": str(v)}
-    assert env_entry.main([], env) == 2
+    assert env_train.main([], env) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a nexus output" in err, err
     assert snapshot(v) == before

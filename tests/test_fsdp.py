@@ -15,15 +15,16 @@ import torch
 from nexus.cli import main
 from nexus.config import parse_overrides
 from nexus.presets import get_preset
-from nexus.growth.training import GrowthHook
 from nexus.train.trainer import Trainer
 from test_distributed import _env  # the same launcher environment as the DDP tests
+
+from tolerance_guard import atol_for
 
 RUN = ["--train.steps", "4", "--train.log_every", "1", "--train.eval_every", "2", "--train.eval_batches", "2",
        "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
        "--model.d_model", "32", "--model.n_layers", "2", "--data.seq_len", "32", "--train.save_every", "2"]
 PER_RANK_BATCH = 2
-GROW = ["--train.grow_at", "2", "--train.growth", "{family: width, hidden: 48, init: [copy, copy], preserve: rms}"]
+GROW = ["--train.hooks", "[{kind: growth, at: 2, spec: {family: width, hidden: 48, init: [copy, copy], preserve: rms}}]"]
 
 
 def _torchrun(tmp_path, args, timeout=300):
@@ -38,7 +39,7 @@ def _single(tmp_path, out, extra=(), resume=None):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
     cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH),
                                                               "--train.out_dir", str(out), *extra])
-    return Trainer(cfg.validate(), resume=resume, quiet=True, hooks=[GrowthHook()]).fit()
+    return Trainer(cfg.validate(), resume=resume, quiet=True).fit()
 
 
 def _losses(run_dir):
@@ -89,7 +90,8 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     st_c, st_r = load_trainer_state(out), load_trainer_state(ref / "checkpoint")
     assert st_c["step"] == st_r["step"] == 4
     for name, st in st_r["optimizer"]["state"].items():
-        torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"],
+                                   atol=atol_for(st["exp_avg"], 1e-3), rtol=1e-4)  # moments ~1e-5
 
     # a damaged shard: one line, exit 2 (the checksums in meta.json cover the shard files)
     import shutil

@@ -17,7 +17,7 @@ from nexus.config import TrainConfig, parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
 from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
-from nexus.growth.training import GrowthHook
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 
@@ -187,8 +187,10 @@ def test_grown_checkpoint_reloads_and_training_continues(trained, tmp_path):
     st = load_trainer_state(out)["optimizer"]["state"]["layers.0.attn.q_proj.w_a.weight"]["step"]
     assert st.shape == (160, 112) and st[:128, :96].eq(12).all() and st[128:].eq(0).all()
 
-    src_eval = Trainer(micro(tmp_path / "e1", "--train.steps", "12"), resume=str(trained), quiet=True).evaluate()
-    t = Trainer(micro(tmp_path / "cont", "--train.steps", "26", "--train.lr", "3e-3"), resume=str(out), quiet=True)
+    src_eval = Trainer(resume_config(trained, ["--train.steps", "12"], out_dir=tmp_path / "e1")[0], resume=str(trained),
+                       quiet=True).evaluate()
+    cont, _ = resume_config(out, ["--train.steps", "26", "--train.lr", "3e-3"], out_dir=tmp_path / "cont")
+    t = Trainer(cont, resume=str(out), quiet=True)
     assert t.step == 12
     at_growth = t.evaluate()
     assert at_growth == pytest.approx(src_eval, abs=1e-4)  # the function survived the checkpoint round trip
@@ -200,9 +202,9 @@ def test_grown_checkpoint_reloads_and_training_continues(trained, tmp_path):
 
 
 def test_grow_in_training_at_step(tmp_path):
-    cfg = micro(tmp_path / "run", "--train.steps", "14", "--train.grow_at", "6")
-    cfg.train.growth = {"family": "nexus_rank", "delta_m": 8, "delta_a": 8}
-    t = Trainer(cfg, quiet=True, hooks=[GrowthHook()])
+    cfg = micro(tmp_path / "run", "--train.steps", "14")
+    cfg.train.set_hook("growth", at=6, spec={"family": "nexus_rank", "delta_m": 8, "delta_a": 8})
+    t = Trainer(cfg, quiet=True)
     t.fit()
     assert t.cfg.model.projection.rank_m == 104 and t.cfg.growth_history[-1]["step"] == 6
     model, ck_cfg, _ = load_checkpoint(tmp_path / "run" / "checkpoint")
@@ -240,8 +242,9 @@ def test_cli_inexact_cut_for_l2norm_form_is_refused(tmp_path, capsys):
 def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsys):
     grown = tmp_path / "grown"
     grow_checkpoint(trained, grown, {"family": "nexus_rank", "delta_m": 16, "delta_a": 32})
-    Trainer(micro(tmp_path / "cont", "--train.steps", "18", "--train.save_every", "2", "--train.keep_last", "5"),
-            resume=str(grown), quiet=True).fit()
+    cont, _ = resume_config(grown, ["--train.steps", "18", "--train.save_every", "2", "--train.keep_last", "5"],
+                            out_dir=tmp_path / "cont")
+    Trainer(cont, resume=str(grown), quiet=True).fit()
     snaps = [str(grown)] + sorted(str(p) for p in (tmp_path / "cont").glob("step_*")) + [str(tmp_path / "cont" / "checkpoint")]
     assert len(snaps) == 4
     out = tmp_path / "ana"

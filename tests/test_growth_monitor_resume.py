@@ -9,8 +9,8 @@ import pytest
 
 from nexus.checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
 from nexus.growth import grow_checkpoint
-from nexus.growth.training import GrowthHook
 from nexus.presets import get_preset
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 MONITOR_KEYS = ("symmetry_lock_mean", "symmetry_lock_min", "rms_ratio_per_layer", "rms_ratio_max_dev")
@@ -45,13 +45,14 @@ def uninterrupted(tmp_path_factory):
     """Grows at step 4 (copy init: the symmetry lock is defined), runs to step 8, saves at step 6."""
     run = tmp_path_factory.mktemp("uninterrupted")
     growth = {"family": "width", "hidden": 96, "ffn": 256, "init": "copy,copy", "rewarmup": [1.3, 4]}
-    Trainer(_micro(run, grow_at=GROW_AT, growth=growth, lr=1e-2, save_every=SAVE_AT, keep_last=5), quiet=True,
-            hooks=[GrowthHook()]).fit()
+    Trainer(_micro(run, hooks=[{"kind": "growth", "at": GROW_AT, "spec": growth}], lr=1e-2, save_every=SAVE_AT,
+                   keep_last=5), quiet=True).fit()
     return run
 
 
 def _resume(ckpt, out):
-    trainer = Trainer(_micro(out, lr=1e-2), resume=str(ckpt), quiet=True, hooks=[GrowthHook()])
+    cfg, _ = resume_config(ckpt, out_dir=out)  # the grown model's shape, the run's own training settings
+    trainer = Trainer(cfg, resume=str(ckpt), quiet=True)
     trainer.fit()
     return trainer
 

@@ -62,17 +62,16 @@ def test_bad_spec_of_every_family_fails_before_step_0_with_exit_2(tmp_path, caps
 
 @pytest.mark.parametrize("family,spec,needle", BAD_SPECS[::3], ids=[f for f, _, _ in BAD_SPECS[::3]])
 def test_bad_spec_fails_before_step_0_through_the_python_trainer(tmp_path, no_training_step, family, spec, needle):
-    """The same check without the CLI: GrowthHook.on_fit_start refuses before the run directory is written."""
+    """The same check without the CLI: the config's growth hook refuses before the run directory is written."""
     import yaml
 
-    from nexus.growth.training import GrowthHook
     from nexus.train.trainer import Trainer
 
     cfg = parse_overrides(get_preset("baseline-micro"), [a for a in MICRO[2:]] + MODEL_OF[family] +
-                          ["--train.out_dir", str(tmp_path / "run"), "--train.grow_at", "2"])
-    cfg.train.growth = yaml.safe_load(spec)
+                          ["--train.out_dir", str(tmp_path / "run")])
+    cfg.train.set_hook("growth", at=2, spec=yaml.safe_load(spec))
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("[", r"\[")):
-        Trainer(cfg.validate(), quiet=True, hooks=[GrowthHook()]).fit()
+        Trainer(cfg.validate(), quiet=True).fit()
     assert not (tmp_path / "run").exists()
 
 
@@ -121,7 +120,7 @@ def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):
     cfg = json.loads((out / "checkpoint" / "config.json").read_text())
     rec = cfg["growth_history"][-1]
     assert cfg["model"]["projection"]["rank_m"] == 56 and rec["family"] == "nexus_rank" and rec["seed"] == 3
-    assert cfg["train"]["growth"] == {"family": "nexus_rank", "delta_m": 8, "seed": 3}
+    assert cfg["train"]["hooks"] == [{"kind": "growth", "at": 2, "spec": {"family": "nexus_rank", "delta_m": 8, "seed": 3}}]
     capsys.readouterr()
     code = main(["train", *MICRO, "--delta-m", "8", "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err
@@ -142,21 +141,20 @@ def _losses(run_dir: Path) -> dict:
 
 def test_grown_run_resumes_bit_exactly_with_its_rewarmup_rule(tmp_path):
     """Grow at step 3 with re-warmup; resuming from the step-4 checkpoint (into its own run) gives the
-    same losses as the uninterrupted run, bit for bit: swap kept step, data cursor and RNG, and on_resume
-    brought back the re-warmup rule (without it the new entries would take the baseline lr)."""
-    from nexus.growth.training import GrowthHook
+    same losses as the uninterrupted run, bit for bit: swap kept step, data cursor and RNG, and
+    on_checkpoint_load brought back the re-warmup rule (without it the new entries would take the baseline lr)."""
     from nexus.train.trainer import Trainer
 
     run = tmp_path / "run"
     cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:] + [
         "--train.out_dir", str(run), "--train.steps", "8", "--train.save_every", "2", "--train.keep_last", "9",
-        "--train.log_every", "1", "--train.lr", "1e-2", "--train.grow_at", "3", "--model.n_heads", "2"])
-    cfg.train.growth = {"family": "width", "hidden": 48, "ffn": 128, "rewarmup": [1.5, 3]}
-    full = Trainer(cfg.validate(), quiet=True, hooks=[GrowthHook()])
+        "--train.log_every", "1", "--train.lr", "1e-2", "--model.n_heads", "2"])
+    cfg.train.set_hook("growth", at=3, spec={"family": "width", "hidden": 48, "ffn": 128, "rewarmup": [1.5, 3]})
+    full = Trainer(cfg.validate(), quiet=True)
     full.fit()
     assert full.lr_rule is not None and full.lr_rule.t_e == 3 and full.model.cfg.d_model == 48
     ref = _losses(run)
-    resumed = Trainer(None, resume=str(run / "step_0000004"), quiet=True, hooks=[GrowthHook()])
+    resumed = Trainer(None, resume=str(run / "step_0000004"), quiet=True)
     assert resumed.resumed_step == 4 and resumed.lr_rule is not None and resumed.lr_rule.t_e == 3
     resumed.fit()
     again = _losses(run)  # the resumed run rewrote the records after step 4 in the same run directory

@@ -66,6 +66,20 @@ def test_killed_while_a_step_checkpoint_is_written_resumes_from_the_one_before(t
     assert_finished(out, 6)
 
 
+def test_killed_while_pruning_never_leaves_a_half_deleted_checkpoint_under_its_name(tmp_path):
+    argv = [*RUN, "--train.steps", "8", "--train.save_every", "2", "--train.keep_last", "1"]
+    out = tmp_path / "run"
+    killed = nexus_cli(["train", *argv, "--out", out], tmp_path, crash_at="prune-after-rename")
+    assert killed.returncode == 137
+    # step 2 was renamed aside before its deletion began; step 4, just saved, is whole
+    assert not (out / "step_0000002").exists() and any(".step_0000002.del-" in n for n in leftovers(out))
+    assert nexus.load(out / "step_0000004") is not None
+    again = nexus_cli(["train", *argv, "--out", out, "--resume", "auto"], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "step_0000004" in again.stderr and "removed .step_0000002.del-" in again.stderr
+    assert_finished(out, 8)
+
+
 def test_killed_between_the_two_renames_of_a_replaced_checkpoint(tmp_path):
     out = tmp_path / "run"
     argv = [*RUN, "--train.steps", "4", "--out", out]

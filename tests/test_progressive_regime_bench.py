@@ -38,7 +38,7 @@ def test_full_plan_is_the_issue_regime(bench, tmp_path):
     for r in runs.values():  # one schedule horizon for every run: the prefix is the first half of the others
         assert r["cfg"]["train"]["schedule_steps"] == plan["steps"]
         assert r["cfg"]["train"]["decay_all"] and r["cfg"]["model"]["qk_norm"]
-    assert runs["seed2/naive-copy"]["cfg"]["train"]["growth"]["optimizer_state"] == "copy"
+    assert runs["seed2/naive-copy"]["cfg"]["train"]["hooks"][0]["spec"]["optimizer_state"] == "copy"
     assert plan["small_params"] * 40 == pytest.approx(7.2e6, rel=0.01)
 
 

@@ -1,5 +1,5 @@
 """NEXUS v4.1 RecurrentLM: the recurrence, deep supervision with a one-step gradient, causality,
-cached decoding, test-time depth scaling, presets and the seed-style Python API."""
+cached decoding, test-time depth scaling, presets and the v4.1-style Python API."""
 import pytest
 import torch
 
@@ -69,7 +69,7 @@ def test_depth_below_one_is_rejected_not_replaced_by_the_config(field, bad):
     assert errors and f"model.recurrent.{field}={bad}" in errors[0]
 
 
-def test_deep_supervision_loss_and_gradients_match_seed_listing():
+def test_deep_supervision_loss_and_gradients_match_v41_listing():
     model = make(n_sup=3, t_inner=3).train()
     x, y = ids(), ids(seed=7)
     out = model(x, labels=y)
@@ -105,7 +105,7 @@ def test_only_last_iteration_of_each_supervision_step_carries_gradient():
 def test_state_is_detached_between_supervision_steps(n_sup):
     """At T_inner = 1 there is no no-grad iteration to cut the graph, so only the detach between
     supervision steps keeps step s's loss from flowing back into step s-1's iteration. Gradients must
-    equal the seed's listing (which detaches) and differ from backprop through every step."""
+    equal the v4.1 script's listing (which detaches) and differ from backprop through every step."""
     x, y = ids(), ids(seed=5)
     model = make(n_sup=n_sup, t_inner=1).train()
     out = model(x, labels=y)
@@ -194,7 +194,7 @@ def test_flops_account_for_every_application():
     assert forward_flops_per_token(model, 8) == pytest.approx(2 * 3 * per_app + head)
 
 
-def test_presets_match_the_seed_table():
+def test_presets_match_the_v41_table():
     from nexus.models.accounting import param_count_for_config
     from nexus.presets import get_preset
 
@@ -222,7 +222,7 @@ def test_nexus_config_and_model_api():
     model = NexusModel(cfg)
     assert model.depth() == (2, 2)
     sd = model.state_dict()
-    cfg.T_inner = 4  # the seed's test-time scaling recipe: change the config, rebuild, load weights
+    cfg.T_inner = 4  # the v4.1 script's test-time scaling recipe: change the config, rebuild, load weights
     deeper = NexusModel(cfg)
     deeper.load_state_dict(sd)
     assert deeper.depth() == (2, 4)

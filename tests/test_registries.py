@@ -35,13 +35,14 @@ def test_every_extension_point_is_a_registry_with_its_entries():
     from nexus.models.kinds import ATTENTION_KINDS, MLP_KINDS
     from nexus.models.projections import PROJECTIONS
     from nexus.presets import PRESETS
+    from nexus.train.hooks import HOOK_KINDS
 
     expect = {PRESETS: {"baseline-tiny", "exo-dynamic-e-tiny", "nexus-micro"}, PROJECTIONS: {"nexus_rank", "pattention"},
               ATTENTION_KINDS: {"higher_order"}, MLP_KINDS: {"moe", "projection"},
               ANALYSES: {"attention", "mixing", "representations", "params", "flops", "growth"},
               COMMANDS: {"train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment",
                          "config"},
-              GROWERS: {"width", "nexus_rank", "tokenformer", "retrofit"}}
+              GROWERS: {"width", "nexus_rank", "tokenformer", "retrofit"}, HOOK_KINDS: {"growth"}}
     for registry, names in expect.items():
         assert isinstance(registry, Registry)
         assert names <= set(registry.names()), registry.what

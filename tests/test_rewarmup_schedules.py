@@ -71,3 +71,63 @@ def test_new_entries_follow_the_schedule_horizon_not_the_step_count(schedule):
     ref = TrainConfig(steps=1000, warmup_steps=30, schedule=schedule, min_lr_ratio=0.01)
     for t in (520, 600, 800, 950):
         assert fn(t, 1.0, None, tcfg) == pytest.approx(paper_new_lr(t, 500, 1.3, 50, ref, lr_factor(500, ref)))
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd", "linear_warmdown"])
+def test_new_entries_stay_on_the_floor_past_the_horizon(schedule):
+    """A run resumed with more steps than its schedule: the baseline stays at its final lr, and so do the
+    new entries (eq. 28 ends at eta_min on T_last; nothing rises or falls after it)."""
+    tcfg = TrainConfig(steps=100, warmup_steps=5, schedule=schedule, min_lr_ratio=0.05, decay_fraction=0.2)
+    fn = make_rewarmup({"step": 40, "rewarmup": {"rho": 1.3, "tau": 10}})
+    for t in (99, 100, 130, 199, 250):
+        assert fn(t, 1.0, None, tcfg) == pytest.approx(0.05, rel=1e-12), f"step {t}"
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_new_entries_reach_the_floor_on_the_last_step_of_a_tight_horizon(schedule):
+    """The re-warmup ends one step before T_last (a one-step decay window) and the baseline's decay
+    fraction rounds to a single step: the new entries are still at eta_min exactly on T_last, from
+    rho*eta_e one step earlier."""
+    tcfg = TrainConfig(steps=20, warmup_steps=0, schedule=schedule, min_lr_ratio=0.1, decay_fraction=0.04)
+    t_e, tau, rho = 10, 8, 1.3  # warmup ends at 18 = T_last - 1
+    fn = make_rewarmup({"step": t_e, "rewarmup": {"rho": rho, "tau": tau}})
+    eta_e = lr_factor(t_e, tcfg)
+    assert fn(18, 1.0, None, tcfg) == pytest.approx(rho * eta_e, rel=1e-12)
+    assert fn(19, 1.0, None, tcfg) == pytest.approx(0.1, rel=1e-12)
+    assert lr_factor(19, tcfg) == pytest.approx(0.1, rel=1e-12)  # the same end as the old entries
+
+
+def test_wsd_one_step_decay_window_is_the_baselines():
+    """decay_fraction rounding to one step: the baseline is flat through T_last - 1 and at eta_min on
+    T_last; new entries whose re-warmup ended long before follow the same window."""
+    tcfg = TrainConfig(steps=50, warmup_steps=0, schedule="wsd", min_lr_ratio=0.0, decay_fraction=0.01)
+    fn = make_rewarmup({"step": 10, "rewarmup": {"rho": 1.5, "tau": 5}})
+    assert [lr_factor(t, tcfg) for t in (48, 49)] == [1.0, 0.0]
+    assert fn(48, 1.0, None, tcfg) == pytest.approx(1.5) and fn(49, 1.0, None, tcfg) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_before_the_growth_step_the_factor_is_the_baseline_schedule():
+    """rewarmup_factor for t < t_e is the baseline cosine-with-warmup written from its definition."""
+    from nexus.growth.rewarmup import rewarmup_factor
+
+    tcfg = TrainConfig(steps=100, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    for t in (0, 4, 9, 10, 37, 59):
+        want = (t + 1) / 10 if t < 10 else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (t - 10) / 89))
+        assert rewarmup_factor(t, 60, 1.3, 20, tcfg) == pytest.approx(want, rel=1e-12), t
+
+
+@pytest.mark.parametrize("rw", [None, {"rho": 1.3}, {"tau": 250}, [1.3, 250]])
+def test_a_record_without_rho_and_tau_is_refused(rw):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rewarmup"):
+        make_rewarmup({"step": 10, "rewarmup": rw})
+
+
+def test_a_record_without_its_growth_step_is_refused():
+    """The re-warmup restarts at the growth step t_e: a record that lost it cannot be placed (it used to
+    default to step 0, re-warming from the start of training)."""
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match="step"):
+        make_rewarmup({"rewarmup": {"rho": 1.3, "tau": 250}})

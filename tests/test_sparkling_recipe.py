@@ -157,7 +157,7 @@ def test_sparkling_presets_carry_the_recipe_and_land_on_the_wide_shape(preset, a
 
     cfg = get_preset(preset)
     assert cfg.model.qk_norm and cfg.train.decay_all and cfg.train.weight_decay == 0.1
-    spec = cfg.train.growth
+    spec = cfg.train.hook("growth")["spec"]
     assert {a: spec[a] for a in ("hidden", "ffn") if spec.get(a)} == axes
     grown = P.dry_run_growth(cfg, P.METHODS["sparkling"], spec)
     if preset == "sparkling-dense-tiny":

@@ -65,12 +65,18 @@ def test_token_growth_exact_with_frozen_scale_and_not_without(dtype, tol):
 
 
 def test_frozen_scale_survives_a_second_growth():
+    """Both families (attention and FFN parameter tokens) grow twice: each keeps tau = sqrt(its n before
+    the *first* growth), so a rule that froze only one side, or re-froze at the second growth, fails."""
     cfg = tf_cfg(True)
     torch.manual_seed(2)
     model = perturbed(build_model(cfg.model)).double()
-    m1, cfg1, _, _ = grow(model, cfg, {"family": "tokenformer", "add_tokens": 4})
-    m2, cfg2, _, _ = grow(m1, cfg1, {"family": "tokenformer", "add_tokens": 4})
-    assert cfg2.model.growth_state.frozen_n == 12 and cfg2.model.projection.param_tokens == 20
+    ffn_n = cfg.model.projection.ffn_param_tokens
+    spec = {"family": "tokenformer", "add_tokens": 4, "add_ffn_tokens": 3}
+    m1, cfg1, _, _ = grow(model, cfg, spec)
+    m2, cfg2, _, _ = grow(m1, cfg1, spec)
+    gs = cfg2.model.growth_state
+    assert gs.frozen_n == 12 and cfg2.model.projection.param_tokens == 20
+    assert gs.ffn_frozen_n == ffn_n and cfg2.model.projection.ffn_param_tokens == ffn_n + 6
     x = torch.randint(0, 259, (1, 16))
     with torch.no_grad():
         assert (model(x).logits - m2(x).logits).abs().max().item() <= 1e-10

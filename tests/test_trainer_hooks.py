@@ -1,8 +1,11 @@
 """The trainer hook API (train/hooks.py): event order, hook state through a checkpoint, and hook kinds the
 run config asks for being added by the trainer itself."""
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
+from nexus.config import ConfigError, RunConfig
 
 from nexus.train.hooks import Hook
 from nexus.train.trainer import Trainer
@@ -101,18 +104,110 @@ def test_a_hook_must_subclass_hook(tmp_path):
 
 
 def _growing_cfg(out):
-    cfg = micro_cfg(out, "--train.steps", "6", "--train.grow_at", "3")
-    cfg.train.growth = {"family": "width", "hidden": 64}
+    cfg = micro_cfg(out, "--train.steps", "6")
+    cfg.train.set_hook("growth", at=3, spec={"family": "width", "hidden": 64})
     return cfg
 
 
 @pytest.mark.parametrize("hooks", [[], [Recorder()]], ids=["no hooks", "another hook"])
 def test_a_configured_growth_happens_whatever_hooks_the_caller_passed(tmp_path, hooks):
-    """A run with train.grow_at grows even when the caller registered no growth hook, or only other hooks
-    (it used to grow only when the hook list was empty, and then refuse; with another hook it trained on
-    without growing and said nothing)."""
+    """A run whose config grows does so when the caller passed no growth hook, or only other hooks (with
+    another hook it used to train on without growing and say nothing: the trainer checked `not self.hooks`)."""
     t = Trainer(_growing_cfg(tmp_path / "run"), quiet=True, hooks=hooks)
     t.fit()
     assert [r["step"] for r in t.cfg.growth_history] == [3]
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e.get("event") == "growth"] == [3]
+
+
+def test_the_trainer_knows_no_growth():
+    import nexus.train.trainer as T
+
+    assert "grow" not in Path(T.__file__).read_text().lower()
+
+
+@pytest.mark.parametrize("entry,needle", [
+    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: growth)"),
+    ({"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}, "when": 3}, "train.hooks[0].when=3"),
+    ({"kind": "growth", "at": 6, "spec": {"family": "width", "hidden": 64}}, "train.hooks[0].at=6"),
+    ({"kind": "growth", "at": 3}, "train.hooks[0].spec is missing"),
+    ({"kind": "growth", "at": 3, "spec": {"family": "width", "hiden": 64}}, "train.hooks[0].spec.hiden=64"),
+    ({"kind": "growth", "at": 3, "spec": {"family": "nexus_rank", "delta_m": 8}}, "nexus_rank"),
+])
+def test_a_bad_hook_entry_is_one_config_error_before_anything_is_written(tmp_path, entry, needle):
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "6")
+    cfg.train.hooks = [entry]
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg.validate(), quiet=True).fit()
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_configured_kind_passed_again_by_the_caller_is_refused(tmp_path):
+    from nexus.growth.hook import GrowthHook
+
+    with pytest.raises(RuntimeError, match=r"train.hooks\[0\] configures a 'growth' hook and the trainer was given one"):
+        Trainer(_growing_cfg(tmp_path / "run"), quiet=True, hooks=[GrowthHook()])
+
+
+# ---- configs written before growth was a hook ------------------------------------------------------------------
+OLD_TRAIN = {"steps": 6, "grow_at": 3, "growth": {"family": "width", "hidden": 64}}
+
+
+def test_old_grow_at_and_growth_fields_load_as_a_growth_hook_entry():
+    old = {"train": dict(OLD_TRAIN)}
+    cfg = RunConfig.from_dict(old)
+    assert cfg.train.hooks == [{"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}}]
+    assert old == {"train": OLD_TRAIN}  # the caller's dict is not changed
+    assert RunConfig.from_dict({"train": {"grow_at": 0, "growth": {}}}).train.hooks == []
+
+
+def test_a_checkpoint_written_with_the_old_fields_resumes_and_grows(tmp_path):
+    """A step-2 checkpoint whose config still says train.grow_at=3 / train.growth: resumed, it grows at 3."""
+    from nexus.checkpoint import read_config
+
+    Trainer(micro_cfg(tmp_path / "a", "--train.steps", "6", "--train.save_every", "2"), quiet=True).fit()
+    ckpt = tmp_path / "a" / "step_0000002"
+    d = json.loads((ckpt / "config.json").read_text())
+    del d["train"]["hooks"]
+    d["train"].update(grow_at=3, growth=OLD_TRAIN["growth"])
+    (ckpt / "config.json").write_text(json.dumps(d))
+    meta = json.loads((ckpt / "meta.json").read_text())  # as the older nexus wrote it, checksum included
+    meta["sha256"]["config.json"] = hashlib.sha256((ckpt / "config.json").read_bytes()).hexdigest()
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    assert read_config(ckpt).train.hook("growth")["at"] == 3
+    t = Trainer(None, resume=str(ckpt), quiet=True)
+    t.fit()
+    assert [r["step"] for r in t.cfg.growth_history] == [3]
+
+
+def test_an_override_of_a_moved_field_names_where_it_went(capsys, tmp_path):
+    from nexus.cli import main
+
+    rc = main(["train", "--preset", "baseline-micro", "--train.grow_at", "3", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "train.grow_at moved into train.hooks" in err[0] and "--grow-at" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_growth_without_grow_at_is_refused(capsys, tmp_path):
+    from nexus.cli import main
+
+    rc = main(["train", "--preset", "baseline-micro", "--growth", "{family: width, hidden: 64}", "--out",
+               str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "without --grow-at" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_grow_at_moves_a_preset_growth_and_keeps_its_spec():
+    from nexus.cli import build_parser
+    from nexus.cli.train import _plan_start, flag_overrides
+    from nexus.presets import get_preset
+
+    args, extra = build_parser("train").parse_known_args(["train", "--preset", "sparkling-dense-tiny",
+                                                                  "--grow-at", "7"])
+    extra, growth = flag_overrides(args, extra)
+    plan = _plan_start(args, extra, None, growth=growth)
+    spec = get_preset("sparkling-dense-tiny").train.hook("growth")["spec"]
+    assert plan.cfg.train.hooks == [{"kind": "growth", "at": 7, "spec": spec}]

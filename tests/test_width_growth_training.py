@@ -9,7 +9,7 @@ import pytest
 from nexus.checkpoint import load_checkpoint, read_config
 from nexus.cli import main
 from nexus.presets import get_preset
-from nexus.growth.training import GrowthHook
+from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 
 
@@ -40,8 +40,8 @@ def small_ckpt(tmp_path_factory):
 
 def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
     growth = {"family": "width", "hidden": 96, "ffn": 256, "init": "copy,copy", "rewarmup": [1.3, 4]}
-    trainer = Trainer(_micro(tmp_path / "run", steps=16, grow_at=8, growth=growth, lr=1e-2), quiet=True,
-                      hooks=[GrowthHook()])
+    trainer = Trainer(_micro(tmp_path / "run", steps=16, hooks=[{"kind": "growth", "at": 8, "spec": growth}], lr=1e-2),
+                      quiet=True)
     trainer.fit()
     rows = _metrics(tmp_path / "run")
     event = next(r for r in rows if r.get("event") == "growth")
@@ -53,8 +53,8 @@ def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
     cfg = read_config(tmp_path / "run" / "checkpoint")
     assert cfg.growth_history[-1]["step"] == 8 and cfg.growth_history[-1]["axes"]["hidden"] == [64, 96]
     # resume the grown checkpoint: shapes from config.json, re-warmup restored, loss keeps falling
-    resumed = Trainer(_micro(tmp_path / "more", steps=28, lr=1e-2), resume=str(tmp_path / "run" / "checkpoint"),
-                      quiet=True, hooks=[GrowthHook()])
+    more, _ = resume_config(tmp_path / "run" / "checkpoint", ["--train.steps", "28"], out_dir=tmp_path / "more")
+    resumed = Trainer(more, resume=str(tmp_path / "run" / "checkpoint"), quiet=True)
     assert resumed.lr_rule is not None and resumed.lr_rule.t_e == 8
     resumed.fit()
     losses = [r["loss"] for r in _metrics(tmp_path / "more") if "loss" in r]
@@ -70,7 +70,8 @@ def test_cli_grow_checkpoint_then_train_continues(small_ckpt, tmp_path, capsys):
     assert rc == 0 and "hidden 64->128" in printed and "rms_ratio_per_layer" in printed
     model, cfg, _ = load_checkpoint(out)
     assert model.cfg.d_model == 128 and cfg.growth_history[-1]["rewarmup"] == {"rho": 1.3, "tau": 5}
-    t = Trainer(_micro(tmp_path / "cont", steps=22), resume=str(out), quiet=True, hooks=[GrowthHook()])
+    cont, _ = resume_config(out, ["--train.steps", "22"], out_dir=tmp_path / "cont")
+    t = Trainer(cont, resume=str(out), quiet=True)
     assert t.lr_rule is not None and (t.lr_rule.rho, t.lr_rule.tau) == (1.3, 5)
     first = t.evaluate(1)
     t.fit()

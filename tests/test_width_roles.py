@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from nexus.config import ConfigError, RunConfig, apply_override
-from nexus.growth import check_growth_applies, grow
+from nexus.growth import grow, parse_growth_spec
 from nexus.growth.diagnostics import probe_batch
 from nexus.models import build_model
 
@@ -51,9 +51,8 @@ def test_width_growth_either_applies_and_grows_exactly_or_is_refused_before_step
     spec = {"family": "width", "hidden": hidden, "init": init, "preserve": "exact"}
     if cfg.model.moe.n_experts == 0:
         spec["ffn"] = 128
-    cfg.train.growth = spec
     try:
-        check_growth_applies(cfg)
+        parse_growth_spec(spec).applies_to(cfg.model)
     except ConfigError as e:
         assert "width" in str(e) and "valid:" in str(e)
         return
@@ -70,19 +69,18 @@ def test_higher_order_unshared_is_grown_through_its_inner_attentions_roles():
     """The bug: applies_to accepted ho_shared=false and the grower then met 'layers.0.attn.inner.q.q_proj.weight'
     with no role. The inner attentions are Attention modules and declare their roles like any other."""
     cfg = _cfg(KIND_CASES["higher-order-unshared"])
-    cfg.train.growth = {"family": "width", "hidden": 64}
-    check_growth_applies(cfg)
+    spec = {"family": "width", "hidden": 64}
+    parse_growth_spec(spec).applies_to(cfg.model)
     model = build_model(cfg.model)
-    new_model, _, _, _ = grow(model, cfg, cfg.train.growth)
+    new_model, _, _, _ = grow(model, cfg, spec)
     assert new_model.layers[0].attn.inner["q"].q_proj.weight.shape == (32, 64)  # heads stay, d_model grows
 
 
 @pytest.mark.parametrize("case", ["pattention", "exo-mixing", "nures-mixing", "recurrent"])
 def test_a_module_that_refuses_width_growth_is_named_by_applies_to(case):
     cfg = _cfg(KIND_CASES[case])
-    cfg.train.growth = {"family": "width", "hidden": 64}
     with pytest.raises(ConfigError, match=r"width growth of .*\(valid: "):
-        check_growth_applies(cfg)
+        parse_growth_spec({"family": "width", "hidden": 64}).applies_to(cfg.model)
 
 
 def test_a_tensor_no_module_declares_a_role_for_is_refused_by_applies_to(monkeypatch):
@@ -93,6 +91,5 @@ def test_a_tensor_no_module_declares_a_role_for_is_refused_by_applies_to(monkeyp
     monkeypatch.setattr(Attention, "width_roles", lambda self: {k: v for k, v in declared(self).items()
                                                                 if not k.startswith("v_proj")})
     cfg = _cfg({})
-    cfg.train.growth = {"family": "width", "hidden": 64}
     with pytest.raises(ConfigError, match=r"no role for 'layers\.0\.attn\.v_proj\.weight'"):
-        check_growth_applies(cfg)
+        parse_growth_spec({"family": "width", "hidden": 64}).applies_to(cfg.model)

@@ -95,7 +95,7 @@ def record_in_run(ckpt: Path) -> Path:
 
 def checksums_in_meta(d: Path) -> dict[str, str]:
     """{file: sha256} a checkpoint's meta.json already holds (reused by its ownership manifest)."""
-    return json.loads((d / "meta.json").read_text()).get("sha256", {})
+    return _json_object(d / "meta.json").get("sha256", {})
 
 
 def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None) -> None:
@@ -149,22 +149,39 @@ def read_config(path, flag: str = "--checkpoint") -> RunConfig:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise CheckpointError(f"{flag}={str(path)!r} has no config.json (valid: a directory written by nexus)")
+    d = _json_object(cfg_file)
     try:
-        d = json.loads(cfg_file.read_text())
+        return RunConfig.from_dict(d)
+    except ConfigError as e:  # a field of the wrong type: say which file holds it
+        raise CheckpointError(f"{cfg_file}: {e}") from None
+    except (AttributeError, TypeError, KeyError) as e:  # a section of the wrong JSON type
+        raise CheckpointError(f"{cfg_file} does not hold a nexus config ({type(e).__name__}: {str(e)[:100]}) "
+                              "(valid: the config.json nexus writes)") from None
+
+
+def _json_object(f: Path) -> dict:
+    """A checkpoint's JSON file that must hold an object: one CheckpointError line otherwise."""
+    try:
+        d = json.loads(f.read_text())
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{f} is corrupted (not text)") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_file} is corrupted (not JSON: {e.msg} at line {e.lineno})") from None
-    return RunConfig.from_dict(d)
+        raise CheckpointError(f"{f} is corrupted (not JSON: {e.msg} at line {e.lineno})") from None
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{f} holds a JSON {type(d).__name__}, not an object (valid: the {f.name} nexus writes)")
+    return d
 
 
 def verify_checksums(path: Path, flag: str = "--checkpoint") -> None:
     meta_file = path / "meta.json"
     if not meta_file.is_file():
         raise CheckpointError(f"{flag}={str(path)!r} has no meta.json (valid: a complete nexus checkpoint)")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{meta_file} is corrupted (not JSON)") from None
-    for name, digest in meta.get("sha256", {}).items():
+    meta = _json_object(meta_file)
+    sums = meta.get("sha256", {})
+    if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+        raise CheckpointError(f"{meta_file}: sha256 is a JSON {type(sums).__name__} (valid: an object of file name -> "
+                              "hex digest, as nexus writes it)")
+    for name, digest in sums.items():
         f = path / name
         if not f.is_file():
             raise CheckpointError(f"checkpoint {str(path)!r} is missing {name} (truncated copy?)")
@@ -177,6 +194,10 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
     missing = [k for k in own if k not in sd]
     extra = [k for k in sd if k not in own]
     bad = [k for k in own if k in sd and tuple(own[k].shape) != tuple(sd[k].shape)]
+    cast = [k for k in own if k in sd and own[k].is_floating_point() and not sd[k].is_floating_point()]
+    if cast:  # load_state_dict would silently cast integer weights to floats
+        raise CheckpointError(f"checkpoint {where!r}: {cast[0]} has dtype {str(sd[cast[0]].dtype).removeprefix('torch.')} "
+                              "(valid: floating-point weights, as nexus saves them)")
     if missing or extra or bad:
         detail = (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}" if extra else
                   f"{bad[0]} has shape {tuple(sd[bad[0]].shape)} but config.json implies {tuple(own[bad[0]].shape)}")
@@ -185,10 +206,12 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
 
 
 def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
-                    flag: str = "--checkpoint"):
+                    flag: str = "--checkpoint", model_cfg=None):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
-    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). Weights holding NaN/inf are refused
-    unless `allow_nonfinite` (to inspect a diverged model)."""
+    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
+    builds the model instead of the stored one, for a run that changed fields its weights do not depend
+    on; the returned RunConfig stays the stored one. Weights holding NaN/inf are refused unless
+    `allow_nonfinite` (to inspect a diverged model)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
@@ -201,7 +224,8 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     verify_checksums(path, flag)
     for k, v in (overrides or {}).items():
         apply_override(cfg, f"model.{k}", v)
-    cfg.validate()
+    if model_cfg is None:  # a given model_cfg comes from a config its caller validated
+        cfg.validate()
     weights = path / "model.safetensors"
     if is_sharded(path) and not weights.is_file():
         sd = load_sharded(path, {"model"})["model"]
@@ -214,7 +238,7 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     if bad:
         raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
                               "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)")
-    model = build_model(cfg.model)
+    model = build_model(cfg.model if model_cfg is None else model_cfg)
     load_state_dict_checked(model, sd, str(path))
     return model, cfg, load_tokenizer_from_dir(path)
 

@@ -236,7 +236,7 @@ class RecurrentConfig:
     ternary: bool = True  # BitNet b1.58 absmean ternary weights in every block linear
     act_quant: bool = False  # 8-bit per-token absmax activation quantization in BitLinear
     subln: bool = True  # parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm before quantization)
-    sup_loss: str = "sum"  # sum (the seed: loss += CE per supervision step) | mean (divide by n_sup)
+    sup_loss: str = "sum"  # sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)
     full_backprop: bool = False  # ablation/control: backprop through every iteration (memory grows with t_inner)
 
     def validate(self, errors: list[str], p: str) -> None:
@@ -409,8 +409,8 @@ class TrainConfig:
     max_nonfinite: int = 5  # abort after this many non-finite losses in a row (each skips its step)
     seed: int = 0  # RNG seed for init, data order and sampling
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
-    compile: bool = False  # torch.compile the model
+    dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
+    compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
@@ -424,24 +424,52 @@ class TrainConfig:
     log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
-    grow_at: int = 0  # grow the model at this step (0 = never); the growth spec is in `growth`
-    growth: dict = field(default_factory=dict)  # growth spec applied at grow_at: a mapping whose "family" picks the spec dataclass (nexus.growth.spec)
-    dist_timeout_s: int = 60  # torchrun: a collective waiting this long (a hung or dead rank) ends every rank
+    hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
+    dist_timeout_s: int = 60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every rank
+    dist_init_timeout_s: int = 600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
+
+    def hook(self, kind: str) -> dict | None:
+        """The `hooks` entry of `kind` (None: the run does not configure one)."""
+        return next((h for h in self.hooks if isinstance(h, dict) and h.get("kind") == kind), None)
+
+    def set_hook(self, kind: str, **options) -> dict:
+        """Configure the `kind` hook: its entry's options are updated, or the entry is added."""
+        entry = self.hook(kind)
+        if entry is None:
+            entry = {"kind": kind}
+            self.hooks.append(entry)
+        entry.update(options)
+        return entry
+
+    def drop_hook(self, kind: str) -> None:
+        self.hooks = [h for h in self.hooks if not (isinstance(h, dict) and h.get("kind") == kind)]
 
     def validate(self, errors: list[str], p: str = "train") -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens", "keep_last", "log_every", "max_nonfinite"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
-        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "grow_at", "schedule_steps"):
+        for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "schedule_steps"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0")
         _positive(errors, f"{p}.lr", self.lr)
-        _check(errors, isinstance(self.dist_timeout_s, int) and self.dist_timeout_s > 0, f"{p}.dist_timeout_s",
-               self.dist_timeout_s, "an integer > 0 (seconds)")
-        if isinstance(self.grow_at, int) and isinstance(self.steps, int) and self.grow_at:
-            _check(errors, self.grow_at < self.steps, f"{p}.grow_at", self.grow_at,
-                   f"a step below train.steps ({self.steps}), or 0 for no growth")
+        for name in ("dist_timeout_s", "dist_init_timeout_s"):
+            v = getattr(self, name)
+            _check(errors, isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{p}.{name}", v,
+                   "an integer > 0 (seconds)")
+        # each kind checks its own options when the trainer builds it (nexus.train.hooks.configured_hooks)
+        for i, h in enumerate(self.hooks if isinstance(self.hooks, list) else [self.hooks]):
+            _check(errors, isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]), f"{p}.hooks[{i}]",
+                   h, "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
+        _positive(errors, f"{p}.eps", self.eps)
+        _check(errors, isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2 ** 32,
+               f"{p}.seed", self.seed, "an integer in [0, 2**32)")  # numpy's seed range
+        _check(errors, isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0, f"{p}.muon_wd", self.muon_wd,
+               "a number >= 0")
+        _check(errors, isinstance(self.muon_momentum, (int, float)) and 0 <= self.muon_momentum < 1,
+               f"{p}.muon_momentum", self.muon_momentum, "a number in [0, 1)")
+        _check(errors, isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0, f"{p}.muon_ns_steps",
+               self.muon_ns_steps, "an integer > 0")
         _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
         _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,
                "cosine|wsd|linear_warmdown|constant")
@@ -516,12 +544,16 @@ def _upgrade(d):
     """Configs (and checkpoints) written by earlier versions, to the current form:
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*. A dropped value that was not its default
-    (it had no effect) is named in one line on stderr."""
-    if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
+    model.projection.frozen_* -> model.growth_state.*; train.grow_at / train.growth -> a train.hooks
+    growth entry. A dropped value that was not its default (it had no effect) is named in one line on
+    stderr."""
+    if not isinstance(d, dict):
         return d
     d = copy.deepcopy(d)
-    model = d["model"]
+    _upgrade_train_growth(d)
+    model = d.get("model")
+    if not isinstance(model, dict):
+        return d
     attn = model.get("attention")
     if isinstance(attn, dict) and "kind" not in attn:
         order = attn.get("order", 1)
@@ -561,6 +593,28 @@ def _move_growth_state(model: dict) -> None:
         if k in proj:
             state.setdefault(k, proj.pop(k))
     model["growth_state"] = state
+
+
+def _upgrade_train_growth(d: dict) -> None:
+    """Written before growth was a configured hook: train.grow_at / train.growth -> a train.hooks entry
+    {kind: growth, at, spec} (none when both were empty: no growth)."""
+    train = d.get("train")
+    if not isinstance(train, dict) or not ({"grow_at", "growth"} & set(train)):
+        return
+    at, spec = train.pop("grow_at", 0), train.pop("growth", None)
+    if at or spec:
+        hooks = train.setdefault("hooks", [])
+        if isinstance(hooks, list) and not any(isinstance(h, dict) and h.get("kind") == "growth" for h in hooks):
+            hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
+
+
+# Fields that moved, for the one-line answer to an override that still names them.
+MOVED_FIELDS = {
+    "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
+                     "spec: {family: width, hidden: 128}}]')",
+    "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
+                    "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
+}
 
 
 def to_dict(obj) -> dict:
@@ -662,6 +716,8 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                 raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
                                   f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
         if part not in names:
+            if dotted in MOVED_FIELDS:
+                raise ConfigError(f"{dotted} moved into {MOVED_FIELDS[dotted]}")
             where = ".".join(parts[:i]) or "top level"
             valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")

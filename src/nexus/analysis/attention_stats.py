@@ -157,10 +157,12 @@ def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
 
 # ----------------------------------------------------------------------------- nexus analyze kinds
 def summarize_attention(result: dict) -> str:
-    rows = ["layer  entropy  sink_share  gate_act"]
-    for i, l in enumerate(result["layers"]):
-        rows.append(f"{l:>5}  {format_value(result['entropy'][i]):>7}  {format_value(result['sink_share'][i]):>10}  "
-                    f"{format_value(result['gate_activation'][i]):>8}")
+    from tabulate import tabulate
+
+    table = [(l, *(format_value(result[k][i]) for k in ("entropy", "sink_share", "gate_activation")))
+             for i, l in enumerate(result["layers"])]
+    rows = [tabulate(table, headers=("layer", "entropy", "sink_share", "gate_act"), tablefmt="plain",
+                     colalign=("right",) * 4, disable_numparse=True)]
     sel = result.get("first_layer_gate")
     if sel:
         rows.append(f"first-layer gate: mean {sel['mean']:.4f}, share < 0.1 {sel['share_below_0.1']:.3f}, "
@@ -187,11 +189,12 @@ def attention_kind(src, out_dir: Path, args) -> dict:
 def summarize_mixing(result: dict) -> str:
     if not result["components"]:
         return "no anchor mixing in this model (model.mixing.anchor is none)"
-    rows = ["component  layer  mean(lambda1)  mean(lambda2)  mean(lambda1/lambda2)"]
-    for c, d in result["ratio_by_layer"].items():
-        for i, l in enumerate(d["layers"]):
-            rows.append(f"{c:>9}  {l:>5}  {d['mean_lambda1'][i]:>13.4f}  {d['mean_lambda2'][i]:>13.4f}  "
-                        f"{d['mean_ratio'][i]:>21.4f}")
+    from tabulate import tabulate
+
+    table = [(c, l, d["mean_lambda1"][i], d["mean_lambda2"][i], d["mean_ratio"][i])
+             for c, d in result["ratio_by_layer"].items() for i, l in enumerate(d["layers"])]
+    rows = [tabulate(table, headers=("component", "layer", "mean(lambda1)", "mean(lambda2)", "mean(lambda1/lambda2)"),
+                     tablefmt="plain", floatfmt=".4f", colalign=("right",) * 5)]
     nz = result["near_zero_lambda1"]
     rows.append(f"near-zero lambda1 (|lambda1| < {nz['threshold']}): {nz['all']:.4f} of all; "
                 + ", ".join(f"{c} {v:.4f}" for c, v in nz["per_component"].items()))

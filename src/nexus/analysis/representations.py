@@ -132,10 +132,12 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
 
 # ----------------------------------------------------------------------------- nexus analyze kind
 def summarize_representations(result: dict) -> str:
-    fmt = format_value
-    rows = ["layer  token_sim  eff_rank"]
-    for i, l in enumerate(result["layers"]):
-        rows.append(f"{l:>5}  {fmt(result['token_similarity'][i]):>9}  {fmt(result['effective_rank'][i]):>8}")
+    from tabulate import tabulate
+
+    table = [(l, format_value(result["token_similarity"][i]), format_value(result["effective_rank"][i]))
+             for i, l in enumerate(result["layers"])]
+    rows = [tabulate(table, headers=("layer", "token_sim", "eff_rank"), tablefmt="plain", colalign=("right",) * 3,
+                     disable_numparse=True)]
     ref = result.get("refinement_stage", {})
     if ref.get("share") is not None:
         rows.append(f"refinement stage: token-similarity minimum after layer {ref['onset_layer']}, "

@@ -56,22 +56,33 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         args, extra = parser.parse_known_args(["train"])  # `nexus` alone runs the main job
-    try:
+
+    def command() -> int:
         if extra and not getattr(args, "accepts_overrides", False):
             raise ConfigError(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args, extra) or 0)
+
+    return run_guarded(f"nexus {args.command}", command)
+
+
+def run_guarded(prog: str, command) -> int:
+    """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
+    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130. Any other exception is
+    an internal fault and keeps its traceback."""
+    try:
+        return int(command() or 0)
     except ConfigError as e:
-        print(f"nexus {args.command}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("nexus: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:
         from ..train.trainer import TrainingAborted
 
         if not isinstance(e, TrainingAborted):
             raise  # an internal fault: keep its traceback
-        print(f"nexus {args.command}: training aborted: {e}", file=sys.stderr)
+        print(f"{prog}: training aborted: {e}", file=sys.stderr)
         return 1
 
 

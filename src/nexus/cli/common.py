@@ -44,15 +44,21 @@ def with_config_file(args, extra: list[str]) -> list[str]:
 def build_config(args, extra: list[str]) -> RunConfig:
     """--config alone: the file's config (defaults for what it leaves out); with --preset (or without
     either): the preset with the file's fields on top; then the dotted overrides."""
+    return parse_overrides(base_config(args), extra).validate()
+
+
+def base_config(args) -> RunConfig:
+    """The config --preset / --config describe (file over preset), before the command line's overrides."""
     from ..presets import get_preset
 
     if args.config and not args.preset:
-        cfg = RunConfig.load_yaml(args.config)
-    else:
-        cfg = get_preset(args.preset or args.default_preset)
-        extra = with_config_file(args, extra)
-    parse_overrides(cfg, extra)
-    return cfg.validate()
+        return RunConfig.load_yaml(args.config)
+    return parse_overrides(get_preset(args.preset or args.default_preset), with_config_file(args, []))
+
+
+def override_keys(extra: list[str]) -> set[str]:
+    """The dotted fields a list of `--section.field VALUE` / `--section.field=VALUE` arguments sets."""
+    return {a[2:].split("=", 1)[0] for a in extra if a.startswith("--") and "." in a.split("=", 1)[0]}
 
 
 def positive_int(name: str):

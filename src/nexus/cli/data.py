@@ -62,7 +62,7 @@ def run(args, extra) -> int:
 
         print(f"nexus data: {describe()}", file=sys.stderr)
     m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(), shard_bytes=args.shard_mb << 20,
-                progress=not args.quiet, label="data prepare")
+                progress=not args.quiet, label="data prepare", mark_output=True)
     if args.quiet:
         print(json.dumps({"out": str(out), "tokens": m["tokens"], "documents": m["documents"]}))
     return 0

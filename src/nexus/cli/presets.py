@@ -9,6 +9,8 @@ def add_parser(sub) -> None:
 
 
 def run(args, extra) -> int:
+    from tabulate import tabulate
+
     from ..analysis.param_formula import sizes  # arithmetic only: no torch import, no model built
     from ..presets import PRESETS, describe, get_preset, names
 
@@ -19,12 +21,11 @@ def run(args, extra) -> int:
         cfg = get_preset(name)
         info = sizes(cfg.model)
         origin = f" [plugin {PRESETS.origins[name]}]" if name in PRESETS.origins else ""
-        rows.append((name, info["total"], info.get("fp16_mb"), info.get("ternary_mb"), describe(name) + origin))
-    w = max((len(r[0]) for r in rows), default=10)
-    print(f"{'preset':<{w}}  {'params':>9}  {'fp16':>9}  {'ternary':>9}  description")
-    for name, n, fp16, ter, desc in rows:
-        ter_s = f"{ter:8.1f}M" if ter is not None else "        -"
-        print(f"{name:<{w}}  {n / 1e6:8.2f}M  {fp16:8.1f}M  {ter_s}  {desc}")
+        ter = info.get("ternary_mb")
+        rows.append((name, f"{info['total'] / 1e6:.2f}M", f"{info.get('fp16_mb'):.1f}M",
+                     "-" if ter is None else f"{ter:.1f}M", describe(name) + origin))
+    print(tabulate(rows, headers=("preset", "params", "fp16", "ternary", "description"), tablefmt="plain",
+                   colalign=("left", "right", "right", "right", "left"), disable_numparse=True))
     return 0
 
 

@@ -1,10 +1,17 @@
-"""`nexus train`: train a preset / config, or resume a checkpoint."""
+"""`nexus train`: train a preset / config, resume a run, or start a new run from a model's weights.
+
+The front door of training: `nexus train` and `nexus-train-env` (cli/env_train.py, a translator onto
+this command) both go through `plan_run` and `execute`. The run's config is merged and validated here
+once (a resume through `train.resume.resume_config`, --init-from through `cli/init_from.py`), the
+output directory is checked before anything is written, and the trainer gets the finished config.
+"""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config import ConfigError, RunConfig
 from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import add_config_args, build_config
 
@@ -19,8 +26,19 @@ def add_parser(sub, detailed: bool = True) -> None:
                                    "(`nexus config --preset NAME` shows a preset's values).")
     add_config_args(p)
     p.add_argument("--resume", default=None, metavar="DIR|auto",
-                   help="continue from a checkpoint directory (its model/data config wins), writing into its run "
-                        "directory (or --out); auto: the newest checkpoint in the output directory, or a new run")
+                   help="continue from a checkpoint directory with its optimizer state, writing into its run "
+                        "directory (or --out); auto: the newest checkpoint in the output directory, or a new run. "
+                        "Overrides of data, steps, LR and schedule, cadence and batch are honoured; a new model shape "
+                        "or tokenizer is refused (nexus grow, or --init-from)")
+    p.add_argument("--init-from", default=None, metavar="CKPT|HF_DIR",
+                   help="start a new run from the weights of a nexus checkpoint (grown ones too) or a HF model "
+                        "directory: fresh optimizer and LR schedule, data and training from the preset/config/"
+                        "overrides, the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
+    p.add_argument("--resize-vocab", action="store_true",
+                   help="with --init-from: resize the embedding (and head) to the tokenizer's vocabulary when it "
+                        "differs from the model's (new rows drawn like a fresh init; without it a mismatch is refused)")
+    p.add_argument("--push-to-hub", default=None, metavar="REPO",
+                   help="upload the final checkpoint to this HF Hub model repo (checked before training starts)")
     p.add_argument("--out", default=None, metavar="DIR", help="run directory (= --train.out_dir)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier nexus training run in the output directory (its files only)")
@@ -30,9 +48,10 @@ def add_parser(sub, detailed: bool = True) -> None:
                         ".parquet, a prepared directory (nexus data prepare), a .bin token file, hf:<name>[:<config>] "
                         "or synthetic:mqar|khop|induction")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
-                   help="grow the model at this step (= --train.grow_at); the spec comes from --growth")
+                   help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
+                        "--growth, the family flags or the config")
     p.add_argument("--growth", default=None, metavar="SPEC",
-                   help="growth spec as a YAML mapping (= --train.growth), e.g. "
+                   help="growth spec as a YAML mapping (the growth hook's `spec` in train.hooks), e.g. "
                         "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
                         "family's flags below (--width.hidden 192 --rewarmup 1.3,250)")
     if detailed:
@@ -43,103 +62,169 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..train.trainer import Trainer
+    extra, growth = flag_overrides(args, extra)
+    plan = plan_run(args, extra, growth=growth)
+    try:
+        result, trainer = execute(plan, quiet=args.quiet, push_to_hub=args.push_to_hub)
+    finally:
+        plan.release()
+    if args.quiet and trainer.is_main:
+        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
+    return 0
 
+
+def flag_overrides(args, extra: list[str]) -> tuple[list[str], dict | None]:
+    """(the dotted overrides with the convenience flags --out and --data written out as the fields they
+    stand for, the growth hook's options that --grow-at, --growth or a growth family's flags give)."""
     extra = list(extra)
     if args.out is not None:
         extra += ["--train.out_dir", args.out]
     if args.data is not None:
         extra += ["--data.source", args.data]
-    if args.grow_at is not None:
-        extra += ["--train.grow_at", str(args.grow_at)]
-    flag_spec = _growth_from_flags(args)
-    if args.growth is not None:
-        extra += ["--train.growth", args.growth]
-    elif flag_spec is not None:
-        extra += ["--train.growth", json.dumps(flag_spec)]
-    cfg, resume, replace, lock = plan_run(args, extra)
-    try:
-        if flag_spec is not None and not cfg.train.grow_at:
-            raise ConfigError(f"growth flags for family {flag_spec['family']!r} without --grow-at (valid: add "
-                              "--grow-at STEP, the step at which the model grows)")
-        result = _train(cfg, resume, replace, args.quiet, Trainer)
-    finally:
-        if lock is not None:
-            from ..train.run_dir import record_run_files
-
-            if Path(cfg.train.out_dir).is_dir():
-                record_run_files(cfg.train.out_dir)
-            lock.release()
-    if args.quiet and result is not None:
-        print(json.dumps({k: v for k, v in result.items() if k != "sample"}))
-    return 0
+    return extra, _growth_from_flags(args)
 
 
-def _train(cfg, resume, replace: bool, quiet: bool, Trainer) -> dict | None:
-    """Build the trainer, then (only now: a run that fails to start must not cost the old one) clear the
-    run it replaces, and train. Returns the result on the main process, None elsewhere."""
+@dataclass
+class Plan:
+    """A training run ready to start: its finished config and where its weights come from."""
+
+    cfg: RunConfig
+    resume: str | None = None  # checkpoint continued with its optimizer state
+    init_model: object = None  # --init-from: the model whose weights a new run starts from
+    init_tokenizer: object = None  # that model's tokenizer (None: built from cfg.data)
+    resize_vocab: bool = False  # --resize-vocab: fit the embedding to the tokenizer
+    replace: bool = False  # --overwrite of an earlier run (or --resume auto of one killed before its first checkpoint)
+    notes: list[str] = field(default_factory=list)  # what planning changed, printed when the run starts
+    lock: object = None  # the output directory's one-writer lock (rank 0), held until the run ends
+
+    def release(self) -> None:
+        """Record the files the run wrote and let go of the output directory."""
+        if self.lock is None:
+            return
+        from ..train.run_dir import record_run_files
+
+        if Path(self.cfg.train.out_dir).is_dir():
+            record_run_files(self.cfg.train.out_dir)
+        self.lock.release()
+        self.lock = None
+
+
+def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, push_to_hub: str | None = None):
+    """Build the trainer for `plan`, train, and push the final checkpoint -> (result, trainer). Every
+    rank calls this; only the main process writes."""
     from ..experiments.run_plot import LossCurveHook
+    from ..train.distributed import shutdown
+    from ..train.trainer import Trainer
 
-    trainer = Trainer(cfg, resume=resume, quiet=quiet, hooks=[LossCurveHook()])  # the run draws its own curve
-    if replace and trainer.is_main:
+    if push_to_hub:
+        from ..hf.hub import check_hub_reachable
+
+        check_hub_reachable(push_to_hub)  # offline or a bad repo id: fail now, not after training
+    trainer = (trainer_class or Trainer)(plan.cfg, resume=plan.resume, quiet=quiet, init_model=plan.init_model,
+                                         init_tokenizer=plan.init_tokenizer, resize_vocab=plan.resize_vocab,
+                                         notes=plan.notes, hooks=[LossCurveHook(), *hooks])  # the run draws its own curve
+    if plan.replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
-        clear_run(cfg.train.out_dir)
+        clear_run(plan.cfg.train.out_dir)
     try:
         result = trainer.fit()
     finally:
-        from ..train.distributed import shutdown
-
         trainer.release_parallel_wrapper()
         shutdown()
-    return result if trainer.is_main else None
+    if push_to_hub and trainer.is_main:
+        from ..hf.hub import push_folder
+
+        result["pushed"] = push_folder(Path(result["checkpoint"]), push_to_hub, what="checkpoint")
+        trainer.say(f"pushed to {result['pushed']}")
+    return result, trainer
 
 
 def _growth_from_flags(args) -> dict | None:
+    """--grow-at / --growth / the family flags as the growth hook's options (None: none given)."""
+    import yaml
+
     from ..growth.spec import spec_from_flags
 
     spec = spec_from_flags(args)
     if spec is not None and args.growth is not None:
         raise ConfigError(f"--growth={args.growth!r} and {spec['family']} growth flags both given (valid: one of them)")
-    return spec
+    if args.growth is not None:
+        try:
+            spec = yaml.safe_load(args.growth)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--growth={args.growth!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    options = ({"at": args.grow_at} if args.grow_at is not None else {}) | ({"spec": spec} if spec is not None else {})
+    return options or None
 
 
-def plan_run(args, extra: list[str]):
-    """-> (RunConfig, checkpoint to resume or None, whether the run in the output directory is to be
-    replaced, the output's lock or None), with the output directory checked and locked: a new run needs
-    a new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
+def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Plan:
+    """The run the arguments ask for, with the output directory checked and locked: a new run needs a
+    new or empty directory (or --overwrite of an earlier run); a resumed run writes into the run its
     checkpoint belongs to, into --out, or into the checkpoint's own directory, never into the run
     directory recorded in the checkpoint's config. `--resume auto` continues the newest checkpoint in
-    the output directory, or starts the run over when it holds a run killed before its first one."""
+    the output directory, or starts the run over when it holds a run killed before its first one.
+    say: where the --resume auto decision is printed; growth: the growth hook's options from the flags."""
     from ..train import run_dir as R
 
-    resume = args.resume
-    if resume and resume != "auto" and (args.preset or args.config):
-        raise ConfigError(f"--resume={resume!r} with --{'preset' if args.preset else 'config'} (valid: one of them; "
-                          "a resumed run takes its model and data from the checkpoint)")
+    resume, init_from = args.resume, args.init_from
+    if resume and resume != "auto" and (args.preset or args.config or init_from):
+        other = "--preset" if args.preset else "--config" if args.config else "--init-from"
+        raise ConfigError(f"--resume={resume!r} with {other} (valid: one of them; a resumed run takes its model and "
+                          "data from the checkpoint, --init-from starts a new run from weights)")
+    if args.resize_vocab and not init_from:
+        raise ConfigError("--resize-vocab without --init-from (valid: add --init-from CKPT; a resumed run keeps its "
+                          "tokenizer)")
     if resume == "auto":
-        return _plan_auto(args, extra)
-    cfg = _resumed_config(resume, extra, _explicit_out(extra)) if resume else build_config(args, extra)
-    _check_growth(cfg)
-    out = Path(cfg.train.out_dir)
+        return _plan_auto(args, extra, say or _say, growth)
+    plan = _plan_start(args, extra, resume, growth=growth)
+    out = Path(plan.cfg.train.out_dir)
     own = resume is not None and R.resume_run_dir(resume).resolve() == out.resolve()
 
     def check():
         if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
             R.check_in_place(out)
-        else:  # every torchrun rank refuses alike; a new run inside (or around) the checkpoint it resumes is refused
-            check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[resume] if resume else ())
+        else:  # every torchrun rank refuses alike; a new run inside (or around) its source checkpoint is refused
+            source = resume or init_from
+            check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[source] if source else ())
 
-    lock = _locked(out, check)
-    replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
-    return cfg, (str(resume) if resume else None), replace, lock
+    plan.lock = _locked(out, check)
+    plan.replace = bool(args.overwrite and not own and out.is_dir() and any(out.iterdir()))
+    return plan
 
 
-def _plan_auto(args, extra: list[str]):
+def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None) -> Plan:
+    """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
+    of a new run, each merged and validated once; the growth flags written into it and its configured
+    hooks built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at its step)."""
+    plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
+    if resume:
+        from ..train.resume import resume_config
+
+        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra))
+    elif args.init_from:
+        from .init_from import plan_init_from
+
+        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from)
+    else:
+        plan.cfg = build_config(args, extra)
+    from ..train.hooks import configured_hooks
+
+    if growth is not None:
+        entry = plan.cfg.train.set_hook("growth", **growth)
+        if "spec" in growth and not entry.get("at"):
+            what = (f"--growth={args.growth!r}" if args.growth is not None else
+                    f"growth flags for family {growth['spec'].get('family')!r}")
+            raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+        plan.cfg.validate()
+    configured_hooks(plan.cfg)
+    return plan
+
+
+def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
     from ..train import run_dir as R
 
-    cfg = build_config(args, extra)
-    out = Path(cfg.train.out_dir)
+    out = Path(build_config(args, extra).train.out_dir)
     # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
     # the recovery of interrupted saves (which happens when the lock is taken)
     lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))
@@ -147,39 +232,27 @@ def _plan_auto(args, extra: list[str]):
         resume = R.latest_checkpoint(out)
         if resume is None:
             restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
-            _say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
-                 "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
+            say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
+                "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
             if restart:
                 R.check_in_place(out)
-            return cfg, None, restart, lock
-        _say(f"--resume auto: resuming from {resume}")
-        cfg = _resumed_config(resume, extra, out)
-        _check_growth(cfg)
-        R.check_in_place(out)
+            plan = _plan_start(args, extra, None, growth=growth)
+            plan.replace = restart
+        else:
+            say(f"--resume auto: resuming from {resume}")
+            plan = _plan_start(args, extra, resume, out, growth)
+            given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
+                     if v]
+            if given:
+                plan.notes.insert(0, f"{'/'.join(given)} not used: the run continues from {resume} (its model, "
+                                     "tokenizer and weights)")
+            R.check_in_place(out)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    return cfg, str(resume), False, lock
-
-
-def _resumed_config(resume, extra: list[str], out):
-    from ..checkpoint import read_config
-    from ..config import parse_overrides
-    from ..train import run_dir as R
-
-    cfg = read_config(resume, flag="--resume")
-    parse_overrides(cfg, extra)
-    cfg.train.out_dir = str(out or R.resume_run_dir(resume))
-    cfg.validate()
-    return cfg
-
-
-def _check_growth(cfg) -> None:
-    if cfg.train.grow_at and not any(r.get("step") == cfg.train.grow_at for r in cfg.growth_history):
-        from ..growth import check_growth_applies
-
-        check_growth_applies(cfg)  # fail now, not after grow_at steps of training
+    plan.lock = lock
+    return plan
 
 
 def _locked(out: Path, check):

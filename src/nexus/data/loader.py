@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, DataConfig
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 from .prepare import Progress, doc_text, prepare
 from .sampler import WindowSampler
 from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
@@ -28,6 +28,13 @@ from .sources import resolve_source
 from .split import split_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
 from .tokenizer_files import load_tokenizer_json
+
+
+def check_cache_dir(root: Path, flag: str) -> None:
+    """One line when the cache directory is a file, lies below a file, or cannot be written."""
+    from ..outdir.guard import check_usable
+
+    check_usable(root, flag)
 
 
 def default_cache_dir() -> Path:
@@ -133,6 +140,8 @@ class DataModule:
         from .prepare import SHARD_BYTES
 
         root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
+        check_cache_dir(root, "data.cache_dir" if self.cfg.cache_dir else
+                        "NEXUS_CACHE" if os.environ.get("NEXUS_CACHE") else "the cache directory")
         d = root / self._cache_key()
         nproc = self.cfg.num_proc or default_num_proc()
         prepare(self.source, self.cfg, self.tokenizer, d, num_proc=nproc, shard_bytes=SHARD_BYTES,

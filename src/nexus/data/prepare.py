@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import pickle
+import re
 import sys
 import time
 from collections import deque
@@ -23,13 +24,14 @@ import numpy as np
 
 from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
-from ..outdir import MARKER, PREPARED, write_marker
+from ..outdir import PREPARED, write_marker
 from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, token_dtype, tokenizer_identity
 from .split import SPLIT_BLOCK, split_documents
 
 SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
 ENCODE_BATCH = 512  # documents per encode_batch call inside a shard
 STATE = ".prepare-state.json"
+_SHARD_TMP = re.compile(r"^\.(?:train|val)-\d+\.(?:bin|mask)\.tmp-(\d+)$")  # what _write_split writes first
 
 
 def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
@@ -40,11 +42,13 @@ def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
 
 
 def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard_bytes: int = SHARD_BYTES,
-            progress: bool = True, label: str = "prepare", quiet_below_s: float = 0.0) -> dict:
+            progress: bool = True, label: str = "prepare", quiet_below_s: float = 0.0, mark_output: bool = False) -> dict:
     """Tokenize `source` into `out` (created if missing) and return the manifest. A finished directory
     with the same fingerprint is returned as it is; an interrupted one is resumed. quiet_below_s: the
     closing summary line is printed only when preparing took at least this long (the automatic cache
-    of a small corpus stays silent; a long one has shown progress lines and ends with the summary)."""
+    of a small corpus stays silent; a long one has shown progress lines and ends with the summary).
+    mark_output: mark `out` as a nexus output (`nexus data prepare --out`); the cache, which torchrun
+    ranks may fill at once, is not marked."""
     out = Path(out)
     fp = fingerprint(source, cfg, tok, shard_bytes)
     if (out / MANIFEST).is_file():
@@ -55,7 +59,7 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                           "directory, or the same source, tokenizer and split options)")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / MARKER).is_file():
+    if mark_output:
         write_marker(out, PREPARED)  # at once: an interrupted directory is still recognised as ours to resume
     done: dict[int, dict] = {}
     state_path = out / STATE
@@ -66,9 +70,9 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                 done = {int(k): v for k, v in st["done"].items()}
         except (OSError, ValueError, KeyError, AttributeError):
             done = {}  # a damaged state file: shards are redone, never trusted
-    for p in out.glob(".*.tmp-*"):  # shard files an interrupted run left half-written (not a live process's:
-        pid = p.name.rsplit("-", 1)[-1]  # torchrun ranks may fill one cache directory at once)
-        if not (pid.isdigit() and _alive(int(pid))):
+    for p in out.iterdir():  # shard files an interrupted run left half-written; not a live process's
+        m = _SHARD_TMP.match(p.name)  # (torchrun ranks may fill one cache directory at once)
+        if m and not _alive(int(m.group(1))):
             p.unlink(missing_ok=True)
     dtype = np.dtype(token_dtype(tok.vocab_size)).name
     t0 = time.perf_counter()

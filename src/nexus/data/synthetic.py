@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..config import ConfigError
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 
 
 def _options(task_cls, name: str, options: dict, seq_len: int):

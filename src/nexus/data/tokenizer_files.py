@@ -42,6 +42,14 @@ def load_tokenizer_from_dir(directory: str | Path):
     if (directory / "hf_tokenizer.json").is_file():  # imported HF tokenizer whose specials are not <eos>...
         return HFTokenizer.load_dir(directory)
     txt = directory / "tokenizer.txt"
-    if txt.is_file() and txt.read_text().strip() == "byte_chat":  # byte tokenizer + chat specials (SFT)
+    if txt.is_file() and _text_of(txt).strip() == "byte_chat":  # byte tokenizer + chat specials (SFT)
         return ChatByteTokenizer()
     return ByteTokenizer()
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{str(path)!r} is not a text file (valid: the tokenizer.txt nexus writes, 'byte' or "
+                          "'byte_chat')") from None

@@ -64,17 +64,12 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             tc = c.train
             tc.steps, tc.seed, tc.eval_every, tc.sample_every = steps, seed, 0, 0
             tc.save_every, tc.keep_last, tc.log_every = max(1, steps // 4), 1, max(1, steps // 20)
-            tc.grow_at = 0 if not tc.growth else tc.grow_at
-            if tc.grow_at >= steps:
-                raise ConfigError(f"preset {name!r}: train.grow_at={tc.grow_at} is outside the {steps}-step budget "
-                                  f"(valid: 0 < grow_at < {steps})")
-            if tc.grow_at:  # a bad growth spec of any preset fails before the first run trains
-                from ..growth import check_growth_applies
+            from ..train.hooks import configured_hooks
 
-                try:
-                    check_growth_applies(c)
-                except ConfigError as e:
-                    raise ConfigError(f"preset {name!r}: {e}") from None
+            try:  # a bad hook entry (a growth outside the budget, a spec that does not apply) fails before any run trains
+                configured_hooks(c)
+            except ConfigError as e:
+                raise ConfigError(f"preset {name!r}: {e}") from None
             tc.out_dir = str(Path(out) / name / f"seed{seed}")
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})

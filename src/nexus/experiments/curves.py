@@ -11,6 +11,8 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..config import ModelConfig
 
 FALLBACK_SOURCE = "6N fallback (N = active params)"
@@ -88,20 +90,19 @@ def first_crossing(xs: list[float], losses: list[float], target: float) -> float
 
     None when it never does. Linear interpolation between the two bracketing points.
     """
-    for i, (x, y) in enumerate(zip(xs, losses)):
-        if y <= target:
-            if i == 0:
-                return float(x)
-            x0, y0 = xs[i - 1], losses[i - 1]
-            return float(x0 + (x - x0) * (y0 - target) / (y0 - y))
-    return None
+    ys = np.asarray(losses, dtype=float)
+    reached = np.flatnonzero(ys <= target)
+    if reached.size == 0:
+        return None
+    i = int(reached[0])
+    if i == 0:
+        return float(xs[0])
+    # the segment where the loss falls through target; np.interp wants its sample points increasing
+    return float(np.interp(target, [ys[i], ys[i - 1]], [xs[i], xs[i - 1]]))
 
 
 def value_at(xs: list[float], ys: list[float], x: float) -> float | None:
     """Piecewise-linear interpolation of the curve (xs, ys) at x; None outside [xs[0], xs[-1]]."""
-    for i in range(1, len(xs)):
-        if xs[i - 1] <= x <= xs[i]:
-            if xs[i] == xs[i - 1]:
-                return float(ys[i])
-            return float(ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
-    return float(ys[0]) if xs and x == xs[0] else None
+    if not len(xs) or not xs[0] <= x <= xs[-1]:
+        return None
+    return float(np.interp(x, xs, ys))

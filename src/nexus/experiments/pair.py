@@ -93,7 +93,7 @@ def build_pair_results(plan: dict) -> dict:
         cfg = RunConfig.from_dict(first)
         meth = _resolve_method(m)
         small = _model_summary(cfg.model, cfg.data.seq_len)
-        large = _model_summary(dry_run_growth(cfg, meth, cfg.train.growth), cfg.data.seq_len)
+        large = _model_summary(dry_run_growth(cfg, meth, cfg.train.hook("growth")["spec"]), cfg.data.seq_len)
         d_e = p["grow_step"] * p["tokens_per_step"]
         segs = [{"start_tokens": 0.0, "flops_per_token": small["train_flops_per_token"]},
                 {"start_tokens": d_e, "flops_per_token": large["train_flops_per_token"]}]

@@ -2,7 +2,7 @@
 
 Per seed, runs that share one token budget D and one data stream (SPARKLING Table 1's rows):
   grown:   the small model trains for D_e tokens, grows with a named method at step grow_at
-           (`nexus.growth.training.GrowthHook` on the trainer, optimizer state and schedule carried), then continues;
+           (`nexus.growth.hook.GrowthHook`, the growth hook, optimizer state and schedule carried), then continues;
   scratch: the target-size model (the grown model's own config) trains from scratch for D tokens;
   small:   the small model alone for all D tokens ("Baseline (small)": how much of the gap growth closed);
   scratch-steplaw (optional): scratch at its own step-law learning rate, as SPARKLING trains its
@@ -310,7 +310,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
             raise ConfigError(f"--scratch-lr={scratch_lr!r} (valid: a learning rate > 0)")
         scratch.train.lr = float(scratch_lr)
     templates = {"grown": copy.deepcopy(small), "scratch": scratch, "small": copy.deepcopy(small)}
-    templates["grown"].train.grow_at, templates["grown"].train.growth = grow_step, spec
+    templates["grown"].train.set_hook("growth", at=grow_step, spec=spec)
     n_small, n_large = _total_params(small.model), _total_params(scratch.model)
     if steplaw_scratch:
         sl = copy.deepcopy(scratch)

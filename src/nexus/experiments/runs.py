@@ -77,7 +77,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         step = _ckpt_step(resume)
         trim_metrics(run_dir, step)
         say(f"  {run_dir.name}: resuming from {resume.name}")
-        trainer = Trainer(cfg, resume=str(resume), quiet=quiet)
+        from ..train.resume import resume_config
+
+        resumed, notes = resume_config(resume, out_dir=run_dir)  # the checkpoint's config: a grown model's shape
+        trainer = Trainer(resumed, resume=str(resume), quiet=quiet, notes=notes)
     else:
         trim_metrics(run_dir, None)
         trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)

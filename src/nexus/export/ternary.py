@@ -54,10 +54,6 @@ def unpack_codes(packed: np.ndarray, n: int, packing: str, where: str) -> np.nda
     return (flat[:n] - 1).astype(np.int8)
 
 
-def bits_per_code(packing: str) -> float:
-    return 2.0 if packing == "2bit" else 8.0 / 5.0
-
-
 # ----------------------------------------------------------------------------- tokenizer in metadata
 def _tokenizer_meta(tok) -> dict:
     if tok is None:

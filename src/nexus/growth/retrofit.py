@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import AttentionOptions, ConfigError, RunConfig
-from . import GrowthResult, register_grower
+from .registry import GrowthResult, register_grower
 from .inherit import inherit
 from .spec import GrowthSpec, check_int, option
 

@@ -26,6 +26,7 @@ entry marked new (done by `nexus.growth.grow` when the record says `rewarmup_all
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..config import ConfigError
 from ..optim.schedule import lr_factor
@@ -66,7 +67,9 @@ def make_rewarmup(record: dict):
     rw = record.get("rewarmup")
     if not isinstance(rw, dict) or "rho" not in rw or "tau" not in rw:
         raise ConfigError(f"growth record rewarmup={rw!r} (valid: a mapping with rho and tau)")
-    t_e, rho, tau = int(record.get("step", 0)), float(rw["rho"]), int(rw["tau"])
+    if not isinstance(record.get("step"), numbers.Integral) or isinstance(record.get("step"), bool):
+        raise ConfigError(f"growth record step={record.get('step')!r} (valid: the integer step the growth happened at)")
+    t_e, rho, tau = int(record["step"]), float(rw["rho"]), int(rw["tau"])
 
     def lr_new(step: int, base_lr: float, factor: float, tcfg) -> float:
         return base_lr * rewarmup_factor(step, t_e, rho, tau, tcfg)

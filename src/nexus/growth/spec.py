@@ -1,12 +1,12 @@
-"""Typed growth specs: one dataclass per growth family, the union `train.growth` is parsed into, and the
+"""Typed growth specs: one dataclass per growth family, the union a growth hook's `spec` is parsed into, and the
 command-line flags generated from the dataclasses' fields.
 
 A family's spec subclasses `GrowthSpec`, declares each field with `option(default, reason, flag)` and
 implements two checks:
   validate()            the spec alone (sizes > 0, known inits, ...): ConfigError naming field, value, valid
   applies_to(model_cfg) the spec against the model it would grow: ConfigError when it cannot apply
-Both run before any training step (`nexus train`, the experiments, `GrowthHook.on_fit_start`), so a bad
-spec of any family fails with exit 2 before step 0, not at `train.grow_at`.
+Both run before any training step (`nexus train`, the experiments, `GrowthHook.check` when the trainer is
+built), so a bad spec of any family fails with exit 2 before step 0, not at the growth step.
 
 `spec_from_dict` is the union parser: the "family" key picks the dataclass. `add_spec_flags` /
 `spec_from_flags` give `nexus grow` and `nexus train` one flag per field, with the field's reason as its
@@ -55,7 +55,7 @@ class GrowthSpec:
         which models the family applies to)."""
 
     def to_dict(self) -> dict:
-        """{"family": ..., every field}: what a growth record and train.growth store."""
+        """{"family": ..., every field}: what a growth record and a growth hook's `spec` store."""
         return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
@@ -94,7 +94,7 @@ def spec_classes() -> dict[str, type[GrowthSpec]]:
     return dict(_SPECS)
 
 
-def spec_from_dict(d, where: str = "train.growth") -> GrowthSpec:
+def spec_from_dict(d, where: str = "growth spec") -> GrowthSpec:
     """The union parser: a mapping with "family" -> that family's validated spec dataclass."""
     if isinstance(d, GrowthSpec):
         return d.validate()

@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 
 from ..config import ConfigError, RunConfig
-from . import GrowthResult, register_grower
+from .registry import GrowthResult, register_grower
 from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
 

@@ -45,7 +45,8 @@ import torch
 from ..config import ConfigError, ModelConfig, RunConfig
 from ..models.accounting import build_on_meta
 from ..models.width_roles import Roles, collect_refusals, collect_roles
-from . import GrowthResult, ParamMap, register_grower
+from .param_map import ParamMap
+from .registry import GrowthResult, register_grower
 from .inherit import inherit
 from .spec import GrowthSpec, option
 

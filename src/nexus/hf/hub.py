@@ -1,5 +1,6 @@
 """The Hugging Face Hub through huggingface_hub: `nexus import --hf OWNER/NAME` fetches a model
-(`fetch_hf_model`), `nexus export --push-to-hub REPO` uploads an export.
+(`fetch_hf_model`), `nexus export --push-to-hub REPO` uploads an export and `nexus train --push-to-hub
+REPO` a final checkpoint.
 
 `check_hub_reachable` runs before any export work, so an offline machine (or HF_HUB_OFFLINE=1, or a
 malformed repo id) fails in a second with one line instead of after converting the weights.
@@ -36,18 +37,19 @@ def check_hub_reachable(repo: str) -> None:
                           "(valid: run online, or drop --push-to-hub)") from None
 
 
-def push_folder(folder: Path, repo: str) -> str:
-    """Create the model repo if needed and upload every file of `folder`; returns the repo URL."""
+def push_folder(folder: Path, repo: str, what: str = "export") -> str:
+    """Create the model repo if needed and upload every file of `folder` (a nexus `what`: export,
+    checkpoint); returns the repo URL."""
     from huggingface_hub import HfApi
 
     api = HfApi()
     try:
         url = api.create_repo(repo, repo_type="model", exist_ok=True)
         api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
-                          commit_message="Upload nexus export")
+                          commit_message=f"Upload nexus {what}")
     except Exception as e:  # auth, permissions, quota: huggingface_hub raises many HTTP error types
         raise ConfigError(f"--push-to-hub={repo!r} failed ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
-                          f"; the export itself is complete in {str(folder)!r}") from None
+                          f"; the {what} itself is complete in {str(folder)!r}") from None
     return str(url)
 
 

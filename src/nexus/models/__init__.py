@@ -4,10 +4,14 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .output import LMOutput
+from .lm_loss import LMOutput
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
+    """ModelConfig -> the model it describes."""
+    if not isinstance(cfg, ModelConfig):
+        hint = " (a RunConfig: pass cfg.model)" if type(cfg).__name__ == "RunConfig" else ""
+        raise TypeError(f"build_model(cfg): cfg is a {type(cfg).__name__}{hint} (valid: a nexus.ModelConfig)")
     if cfg.arch == "recurrent":
         from .recurrent import RecurrentLM
 

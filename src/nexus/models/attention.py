@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .layers import HookPoint, RMSNorm, apply_rope
 from .projections import ProjectionFactory, linear_projection
-from .seq_cache import append_history
+from .cache import append_history
 from .width_roles import port, prefixed
 
 
@@ -112,7 +112,7 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, cache: dict | None) -> torch.Tensor:
         """q (B,H,T,hd), k/v (B,KV,T,hd), RoPE applied. Returns (B,H,T,hd)."""
-        if cache is not None:  # preallocated history, written in place (models/seq_cache.py)
+        if cache is not None:  # preallocated history, written in place (models/cache.py)
             k, v = append_history(cache, "k", k), append_history(cache, "v", v)
         return sdpa_causal(q, k, v)
 

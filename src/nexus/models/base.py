@@ -72,7 +72,7 @@ class LanguageModel(nn.Module):
 
     # ------------------------------------------------------------------ generation
     def new_cache(self):
-        from .generate import KVCache
+        from .cache import KVCache
 
         return KVCache(len(self.layers))
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .attention import Attention
 from .layers import RMSNorm, SwiGLU
-from .seq_cache import LayerCache, SeqBuffer
+from .cache import LayerCache, SeqBuffer
 
 
 def _hooked(model: nn.Module) -> bool:

@@ -4,21 +4,7 @@ from __future__ import annotations
 import torch
 
 from .bitlinear import hold_quantized_weights
-from .seq_cache import LayerCache
-
-
-class KVCache:
-    """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
-    `pos` is the number of tokens already consumed. `capacity` (positions) lets layers preallocate
-    their histories once for a whole generation (models/seq_cache.py); 0 = grow by doubling."""
-
-    def __init__(self, n_layers: int, capacity: int = 0):
-        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
-        self.pos = 0
-        self.capacity = capacity
-
-    def layer(self, i: int) -> dict:
-        return self.layers[i]
+from .cache import LayerCache
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
@@ -46,6 +32,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
              top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
              use_cache: bool = True) -> torch.Tensor:
     """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step."""
+    check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id)
     was_training = model.training
     model.eval()
     try:
@@ -54,6 +41,38 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
             return _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache)
     finally:
         model.train(was_training)
+
+
+def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id) -> None:
+    """What `nexus generate` checks on its flags, for the Python API: a ValueError/TypeError naming the argument."""
+    import math
+    import numbers
+
+    def bad(name, value, valid, kind=ValueError):
+        raise kind(f"generate: {name}={value!r} (valid: {valid})")
+
+    if not torch.is_tensor(input_ids):
+        bad("input_ids", type(input_ids).__name__, "a tensor of token ids, shape (batch, length)", TypeError)
+    if input_ids.dim() != 2:
+        bad("input_ids", f"a {input_ids.dim()}-D tensor", "a 2-D tensor (batch, length); a single prompt is ids[None]")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        bad("input_ids", f"dtype {input_ids.dtype}", "an integer tensor of token ids")
+    if input_ids.numel() == 0:
+        bad("input_ids", f"shape {tuple(input_ids.shape)}", "a non-empty prompt (at least one token per row)")
+    vocab = getattr(getattr(model, "cfg", None), "vocab_size", None)
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        bad("input_ids", f"ids in [{lo}, {hi}]", f"ids in the vocabulary [0, {vocab})")
+    if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        bad("max_new_tokens", max_new_tokens, "an integer >= 0")
+    if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
+        bad("temperature", temperature, "a finite number >= 0 (0 = greedy)")
+    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 0:
+        bad("top_k", top_k, "an integer >= 0 (0 = off)")
+    if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
+        bad("top_p", top_p, "a number in (0, 1]")
+    if eos_id is not None and (not isinstance(eos_id, numbers.Integral) or eos_id < 0):
+        bad("eos_id", eos_id, "None or a token id >= 0")
 
 
 def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache):

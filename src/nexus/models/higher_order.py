@@ -37,7 +37,7 @@ from ..config import AttentionOptions, ModelConfig, option
 from .attention import Attention, sdpa_causal
 from .kinds import ATTENTION_KINDS, LayerKind
 from .layers import HookPoint, apply_rope
-from .seq_cache import append_history, child_cache
+from .cache import append_history, child_cache
 
 
 @dataclass

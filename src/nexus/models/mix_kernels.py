@@ -140,14 +140,6 @@ def available() -> bool:
     return _kernels() is not None
 
 
-def forward_kernel():
-    return _kernels()[0]
-
-
-def backward_kernel():
-    return _kernels()[1]
-
-
 def gate_backward_kernel():
     return _kernels()[2]
 

@@ -22,7 +22,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
-from .output import AuxLossModule
+from .lm_loss import AuxLossModule
 from .width_roles import port, prefixed
 
 

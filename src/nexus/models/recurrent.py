@@ -1,4 +1,4 @@
-"""RecurrentLM: the NEXUS v4.1 depth-recurrent language model (seed 004).
+"""RecurrentLM: the NEXUS v4.1 depth-recurrent language model (the v4.1 script, spec 004).
 
     x = embed(tokens); z = 0
     for sup in range(N_sup):                       # deep supervision
@@ -12,7 +12,7 @@ f is a stack of `n_layers` physical blocks, each
     x = x + SwiGLU(RMSNorm(x))           BitLinear (ternary) gate/up/down, embeddings full precision
 
 Inference runs the whole recurrence (N_sup * T_inner applications of f); raising T_inner or N_sup at
-load or generation time is the seed's test-time scaling. Cached decoding keeps, for every
+load or generation time is the v4.1 script's test-time scaling. Cached decoding keeps, for every
 (supervision step, iteration, layer) application, the last k-1 conv inputs: the recurrence runs
 over depth, so each application is a different causal conv over time with its own history.
 """
@@ -30,7 +30,7 @@ from ..config import ConfigError, ModelConfig, RecurrentConfig
 from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
 from .layers import RMSNorm
-from .output import LMOutput, cross_entropy_mean, lm_loss
+from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -251,7 +251,7 @@ class RecurrentLM(LanguageModel):
 
     # ------------------------------------------------------------------ accounting
     def effective_depth(self) -> int:
-        """Layer applications per forward: physical layers x T_inner x N_sup (the seed's table)."""
+        """Layer applications per forward: physical layers x T_inner x N_sup (the v4.1 script's table)."""
         n, t = self.depth()
         return len(self.layers) * n * t
 
@@ -270,10 +270,10 @@ class RecurrentLM(LanguageModel):
         return (n * t - 1) * per_application + self.tied_head_flops()
 
 
-# ----------------------------------------------------------------------------- seed-style Python API
+# ----------------------------------------------------------------------------- v4.1-style Python API
 @dataclasses.dataclass
 class NexusConfig:
-    """The seed's `NexusConfig` (nexus_model.py): flat fields, `from_dict`, `T_inner` spelled as there."""
+    """The v4.1 script's `NexusConfig` (nexus_model.py): flat fields, `from_dict`, `T_inner` spelled as there."""
 
     vocab_size: int = 259  # tokenizer size (byte tokenizer by default)
     d_model: int = 512  # residual width
@@ -318,7 +318,7 @@ class NexusConfig:
 
 
 class NexusModel(RecurrentLM):
-    """`NexusModel(NexusConfig)` as in the seed; also accepts a nexus ModelConfig. Same weights/keys as
+    """`NexusModel(NexusConfig)` as in the v4.1 script; also accepts a nexus ModelConfig. Same weights/keys as
     RecurrentLM, so a nexus checkpoint's model.safetensors loads into it."""
 
     def __init__(self, cfg: NexusConfig | ModelConfig):

@@ -29,7 +29,7 @@ import torch.nn as nn
 from ..config import AttentionOptions, ModelConfig, option
 from .attention import Attention, causal_mask
 from .kinds import ATTENTION_KINDS, LayerKind
-from .seq_cache import append_history
+from .cache import append_history
 
 
 @dataclass

@@ -16,7 +16,7 @@ from .attention import Attention, component_shapes
 from .base import LanguageModel
 from .kinds import MLP_KINDS, LayerKind, attention_kind, selected_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
-from .output import LMOutput, collect_aux_losses, lm_loss
+from .lm_loss import LMOutput, collect_aux_losses, lm_loss
 from .projections import PROJECTIONS, ProjectionFactory, projection_factory
 from .width_roles import port, prefixed
 

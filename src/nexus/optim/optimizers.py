@@ -185,6 +185,11 @@ def orthogonalize(g: torch.Tensor, steps: int = 5, method: str = "newton_schulz"
     return x.to(g.dtype)
 
 
+# Hand-written rather than torch.optim.Muon (torch 2.13, torch/optim/_muon.py): that one applies one scalar lr
+# per group (`param.add_(update, alpha=-adjusted_lr)`), so it cannot carry the per-element re-warmup lr of
+# the entries growth marks new (`new_mask`); it also has no device-side skip of a non-finite step
+# (found_inf), no per-block orthogonalization of fused matrices, no polar-express iteration and no
+# cautious weight decay.
 class Muon(torch.optim.Optimizer):
     """Momentum + orthogonalized update for 2-D hidden matrices. A parameter with attribute
     `_muon_blocks = n` (a fused matrix) is split along dim 0 into n blocks orthogonalized separately."""

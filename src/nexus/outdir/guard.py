@@ -173,15 +173,21 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
                               "of at most 255 bytes)")
     try:
         resolved = p.resolve(strict=False)
-        os.stat(p) if p.is_symlink() else None
+        for q in (p, *p.parents):  # a dangling link anywhere on the way would be written through
+            if q.is_symlink():
+                os.stat(q)
+        if len(os.fsencode(str(resolved))) >= 4096:  # PATH_MAX on Linux
+            raise OSError(errno.ENAMETOOLONG, "path too long")
     except RuntimeError:  # Path.resolve on a symlink loop (Python < 3.13)
         raise ConfigError(f"{shown} is a symlink loop (valid: a path that resolves to a directory)") from None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise ConfigError(f"{shown} is a symlink loop (valid: a path that resolves to a directory)") from None
         if e.errno == errno.ENOENT:
-            raise ConfigError(f"{shown} is a symlink to {os.readlink(p)!r}, which does not exist (valid: a path "
-                              "that exists or can be created; nexus does not write through dangling symlinks)") from None
+            link = next(q for q in (p, *p.parents) if q.is_symlink() and not q.exists())
+            where = "is" if link == p else f"lies below {str(link)!r},"
+            raise ConfigError(f"{shown} {where} a symlink to {os.readlink(link)!r}, which does not exist (valid: a "
+                              "path that exists or can be created; nexus does not write through dangling symlinks)") from None
         if e.errno == errno.ENAMETOOLONG:
             raise ConfigError(f"{shown} is too long for the filesystem (valid: a shorter path)") from None
         raise

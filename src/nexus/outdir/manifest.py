@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 MARKER = ".nexus-run"
-MARKER_TMP = ".nexus-run.tmp"  # the manifest's own temporary (a kill mid-write leaves it; the next write reuses it)
+MARKER_TMP = ".nexus-run.tmp-"  # + pid: the manifest's own temporary (per process: torchrun ranks may mark
+# one shared cache directory at once); a kill mid-write can leave one, which is never taken for a user's file
 
 
 def sha256_of(path: Path, limit: int | None = None) -> str:
@@ -40,6 +41,10 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
             if left is not None:
                 left -= len(block)
     return h.hexdigest()
+
+
+def _is_marker_tmp(name: str) -> bool:
+    return name.startswith(MARKER_TMP) and name[len(MARKER_TMP):].isdigit()
 
 
 def read_manifest(directory) -> dict | None:
@@ -61,7 +66,7 @@ def read_manifest(directory) -> dict | None:
 def write_manifest(directory, manifest: dict) -> None:
     """Write `manifest` atomically (temporary name in the same directory, fsync, rename)."""
     d = Path(directory)
-    tmp = d / MARKER_TMP  # only the writer holding the output's lock writes its manifest
+    tmp = d / f"{MARKER_TMP}{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         f.flush()
@@ -86,7 +91,7 @@ def manifest_of_tree(directory, kind: str, hashes: dict[str, str] | None = None)
     d = Path(directory)
     m = new_manifest(kind)
     for p in sorted(d.rglob("*")):
-        if p.is_file() and p.name not in (MARKER, MARKER_TMP):
+        if p.is_file() and p.name != MARKER and not _is_marker_tmp(p.name):
             rel = p.relative_to(d).as_posix()
             m["files"][rel] = file_entry(p, sha256=(hashes or {}).get(rel))
     return m
@@ -154,7 +159,7 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     skip = set(covered) | set(ignore)  # folders whose contents are accounted for (or reported) as a whole
     for p in sorted(d.rglob("*")):
         rel = p.relative_to(d).as_posix()
-        if rel in (MARKER, MARKER_TMP) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
+        if rel == MARKER or _is_marker_tmp(rel) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
             continue
         if p.is_dir() and rel in parents:
             continue  # a folder that holds listed files

@@ -1,4 +1,4 @@
-"""NEXUS v4.1 depth-recurrent ternary presets (seed 004's table).
+"""NEXUS v4.1 depth-recurrent ternary presets (the v4.1 script's size table, spec 004).
 
 | preset       | params | N_sup | T_inner | layers | effective depth = layers x T_inner x N_sup |
 | nexus-tiny   | ~10M   | 4     | 4       | 2      | 32  |
@@ -10,12 +10,12 @@ Sizes: a conventional SwiGLU ratio (hidden = 8/3 d_model, rounded up to a multip
 widths that then give the table's parameter counts. The table's ternary sizes (params x ~1.6 bits)
 only hold if nearly every parameter is ternary, i.e. a small vocabulary: the presets use the byte
 tokenizer (offline, no download), so the parameters sit in the ternary SwiGLU blocks. The price is
-width: the seed's pseudo-code shows width 512 for nexus-small, and 2 layers of width 512 with an 8/3
+width: the v4.1 script's pseudo-code shows width 512 for nexus-small, and 2 layers of width 512 with an 8/3
 SwiGLU hold only 4.3M parameters, not 40M; the table and that width cannot both hold at a
 conventional ratio with a small vocabulary. We keep the table (params, ternary MB, depth) and widen:
-768 / 1536 / 2048 / 2880. For the seed's literal width run
+768 / 1536 / 2048 / 2880. For the v4.1 script's literal width run
 `--model.d_model 512 --model.ffn_hidden 1408`.
-Training recipe of the seed: AdamW (0.9, 0.95), wd 0.01, clip 1.0, cosine with 500 warmup steps,
+Training recipe of the v4.1 script: AdamW (0.9, 0.95), wd 0.01, clip 1.0, cosine with 500 warmup steps,
 lr 3e-4 (1e-4 for SFT, set by the env-var entry point), micro-batch 4 x accumulation 8, seq 256.
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ def nexus_tiny() -> RunConfig:
     return _nexus(768, 2, n_sup=4, t_inner=4, name="nexus-tiny")
 
 
-@register("nexus-small", f"NEXUS v4.1 ~40M (seed default), 2x1536, SwiGLU 4096: T_inner 6 x N_sup 4 = depth 48 "
-                         f"({_SIZES}; the seed's width 512 would hold 4.3M)")
+@register("nexus-small", f"NEXUS v4.1 ~40M (v4.1 default), 2x1536, SwiGLU 4096: T_inner 6 x N_sup 4 = depth 48 "
+                         f"({_SIZES}; the v4.1 script's width 512 would hold 4.3M)")
 def nexus_small() -> RunConfig:
     return _nexus(1536, 2, n_sup=4, t_inner=6, name="nexus-small")
 

@@ -16,8 +16,8 @@ SPARKLING_GROWTH = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "
 
 
 def _with_growth(cfg: RunConfig, tau: int, **axes) -> RunConfig:
-    cfg.train.grow_at = cfg.train.steps // 2
-    cfg.train.growth = {"family": "width", **axes, **SPARKLING_GROWTH, "rewarmup": [1.3, tau]}
+    cfg.train.set_hook("growth", at=cfg.train.steps // 2,
+                       spec={"family": "width", **axes, **SPARKLING_GROWTH, "rewarmup": [1.3, tau]})
     return cfg
 
 
@@ -90,7 +90,7 @@ def sparkling_moe_tiny() -> RunConfig:
 def sparkling_moe_tiny_wide() -> RunConfig:
     cfg = sparkling_moe_tiny()
     cfg.model.moe.expert_hidden = 128
-    cfg.train.grow_at, cfg.train.growth = 0, {}
+    cfg.train.drop_hook("growth")
     cfg.train.out_dir = "runs/sparkling-moe-tiny-wide"
     return cfg
 

@@ -26,6 +26,3 @@ class StepHealth:
         total, worst = torch.stack([self.total, self.worst]).tolist()
         self.worst.copy_(self.in_row)
         return int(total), int(worst)
-
-    def in_row_now(self) -> int:
-        return int(self.in_row)

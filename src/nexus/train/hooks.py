@@ -21,15 +21,19 @@ on the device otherwise: reading them waits for the step). A hook with a `state_
 dicts: it is loaded weights_only); on resume `load_state_dict(state)` gets it back, None when the
 checkpoint holds none for it, before `on_checkpoint_load`.
 
-Hooks that a run config asks for are hook kinds, registered in `HOOK_KINDS` by the module that defines
-them; the trainer builds the ones `wanted(cfg)` itself, so a configured feature never depends on the
-caller remembering its hook.
+A run config turns hooks on by kind: `train.hooks: [{kind: growth, at: 150, spec: {...}}, ...]`. The
+kinds are registered in `HOOK_KINDS` by the module that defines them; `from_config` parses an entry's
+options once, `check` refuses a config the hook cannot serve (before anything is written), and the
+trainer builds them itself (`configured_hooks`), so a configured feature never depends on the caller
+remembering its hook. A kind may also be implied by the config without an entry (`implied_by`: a grown
+model needs its re-warmup back on resume).
 """
 from __future__ import annotations
 
 import math
 import sys
 
+from ..config import ConfigError
 from ..plugins import Registry
 
 
@@ -42,9 +46,21 @@ class Hook:
     state_key: str | None = None  # where state_dict() is kept in trainer_state.pt (None: stateless)
 
     @classmethod
-    def wanted(cls, cfg) -> bool:
-        """For a registered hook kind: does this run config ask for it (the trainer then adds one)?"""
+    def from_config(cls, entry: dict, cfg, where: str) -> "Hook":
+        """A registered kind's hook from its `train.hooks` entry ({kind, **options}); `where` names the
+        entry in errors. A kind without options takes none."""
+        extra = sorted(set(entry) - {"kind"})
+        if extra:
+            raise ConfigError(f"{where}.{extra[0]}={entry[extra[0]]!r} (valid: hook kind {entry['kind']!r} takes no options)")
+        return cls()
+
+    @classmethod
+    def implied_by(cls, cfg) -> bool:
+        """For a registered kind: whether this run config needs one even without a `train.hooks` entry."""
         return False
+
+    def check(self, cfg) -> None:
+        """Raise ConfigError when this hook cannot serve `cfg`; runs when the trainer is built."""
 
     def state_dict(self) -> dict | None:
         return None
@@ -88,13 +104,30 @@ class Hook:
 
 # Hook kinds a run config can ask for. Their modules live in these packages, imported on first lookup
 # by name (the trainer never imports them: growth sits above it).
-HOOK_KINDS: Registry[type[Hook]] = Registry("hook kind", "nexus.growth")
+HOOK_KINDS: Registry[type[Hook]] = Registry("train.hooks[].kind", "nexus.growth")
 
 
-def hooks_wanted_by(cfg, present: list[Hook]) -> list[Hook]:
-    """One new hook of every registered kind the config asks for and `present` lacks."""
-    return [kind() for _, kind in HOOK_KINDS.items()
-            if kind.wanted(cfg) and not any(isinstance(h, kind) for h in present)]
+def configured_hooks(cfg, present=()) -> list[Hook]:
+    """The hooks `cfg` turns on (its `train.hooks` entries, then the kinds it implies and `present` lacks),
+    built and checked: a bad entry is a ConfigError before anything is written. An entry of a kind the
+    caller also passed in `present` is refused: one of the two would be ignored."""
+    hooks: list[Hook] = []
+    for i, entry in enumerate(cfg.train.hooks):
+        where = f"train.hooks[{i}]"
+        kind = HOOK_KINDS.get(entry["kind"]) if isinstance(entry, dict) else None
+        if kind is None:
+            raise ConfigError(f"{where}={entry!r} (valid: a mapping with a kind, e.g. {{kind: growth, at: 150, spec: ...}})")
+        if any(type(h) is kind for h in hooks):
+            raise ConfigError(f"{where}: a second {entry['kind']!r} hook (valid: one entry per kind)")
+        if any(type(h) is kind for h in present):
+            raise RuntimeError(f"{where} configures a {entry['kind']!r} hook and the trainer was given one too "
+                               "(valid: one of them)")
+        hooks.append(kind.from_config(entry, cfg, where))
+    hooks += [kind() for _, kind in HOOK_KINDS.items()
+              if kind.implied_by(cfg) and not any(type(h) is kind for h in [*present, *hooks])]
+    for h in hooks:
+        h.check(cfg)
+    return hooks
 
 
 # ----------------------------------------------------------------------------- built-in hooks
@@ -203,6 +236,44 @@ class ConsoleProgress(Hook):
         trainer.say(f"checkpoint: {result['checkpoint']}")
 
 
+class CollectiveTimeouts(Hook):
+    """torchrun: the long collective timeout through the first step and around every checkpoint save,
+    the short one in steady-state training (train/distributed.py). Before the checkpointing hook: a save
+    step makes every rank patient, and the next step starts with a barrier that waits for rank 0's save."""
+
+    priority = 40
+
+    def __init__(self):
+        self.steady = False
+        self.saving = False
+
+    def on_step_start(self, trainer, step):
+        if self.saving:
+            from . import distributed as D
+
+            D.barrier()
+            D.enter_steady_state()
+            self.saving = False
+
+    def on_step_end(self, trainer, step, metrics):
+        if trainer.world == 1:
+            return
+        from . import distributed as D
+
+        if not self.steady:  # the first step (and its compilation) is done
+            D.enter_steady_state()
+            self.steady = True
+        if trainer.due(trainer.cfg.train.save_every):
+            D.be_patient()
+            self.saving = True
+
+    def on_fit_end(self, trainer, result):
+        if trainer.world > 1:
+            from . import distributed as D
+
+            D.be_patient()  # the final evaluation, sample and save
+
+
 def throughput(m: dict) -> str:
     """Tokens per second, saying which tokens: every processed input position, and the loss-bearing ones."""
     proc, scored = m["processed_tokens_per_s"], m["tokens_per_s"]
@@ -222,4 +293,4 @@ def clock(seconds: float) -> str:
 
 
 def builtin_hooks() -> list[Hook]:
-    return [MetricsWriter(), Evaluation(), Sampling(), Checkpointing(), ConsoleProgress()]
+    return [MetricsWriter(), Evaluation(), Sampling(), Checkpointing(), ConsoleProgress(), CollectiveTimeouts()]

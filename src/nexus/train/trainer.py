@@ -4,8 +4,8 @@ returns, feeds it (input_ids, labels) and minimizes `out.loss`.
 Extension points (the trainer imports none of their users):
   * hooks (`train/hooks.py:Hook`), given as `Trainer(..., hooks=[...])` or `trainer.add_hook(h)`: every
     event of a run besides the optimizer step itself. Console progress, metric writing, evaluation,
-    sampling and checkpointing are built-in hooks; the hook kinds a run config asks for (growth) are
-    found by name in `hooks.HOOK_KINDS` and added here.
+    sampling and checkpointing are built-in hooks; the hooks a run config turns on (`train.hooks`, kinds
+    found by name in `hooks.HOOK_KINDS`) are built here.
   * `trainer.swap(model, optimizer, lr_rule=..., cfg=...)`: the only way a hook replaces the model,
     its optimizer or the per-parameter lr rule mid-run (re-wraps DDP/FSDP2; step, data cursor and RNG stay)
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
@@ -18,7 +18,7 @@ import gc
 import json
 import os
 import random
-import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -29,12 +29,12 @@ from ..checkpoint import CheckpointError, NonFiniteWeightsError, load_checkpoint
 from ..config import ConfigError, RunConfig
 from ..data.loader import DataModule
 from ..models import build_model, count_parameters
-from ..models.output import IGNORE_INDEX
+from ..models.lm_loss import IGNORE_INDEX
 from ..optim.param_groups import build_optimizer
 from ..optim.schedule import set_lr
 from . import distributed as D
 from .health import StepHealth
-from .hooks import Hook, builtin_hooks, hooks_wanted_by
+from .hooks import Hook, builtin_hooks, configured_hooks
 from . import run_dir as R
 from .memory import check_training_memory
 
@@ -66,27 +66,27 @@ def memory_stats(device: torch.device) -> dict:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None, hooks=()):
+    def __init__(self, cfg: RunConfig | None, resume: str | None = None, quiet: bool = False, init_model=None,
+                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=()):
+        """cfg: the finished run config; for `resume` the one `train.resume.resume_config` gives (None:
+        that of the checkpoint unchanged). init_model / init_tokenizer: a new run starts from these
+        weights; a tokenizer of another vocabulary is refused unless `resize_vocab`. notes: what planning
+        the run changed, printed when it starts."""
         self.quiet = quiet
         self.hooks: list[Hook] = []
         self.lr_rule = None
         tstate = None
-        self.notes: list[str] = []  # what start-up changed or repaired, printed by fit()
+        self.notes: list[str] = list(notes)  # what start-up changed or repaired, printed by fit()
         if resume:
-            model, ckpt_cfg, tok = load_checkpoint(resume, flag="--resume")
+            if cfg is None:
+                from .resume import resume_config
+
+                cfg, more = resume_config(resume)
+                self.notes += more
             tstate = load_trainer_state(resume)
             if tstate is None:
                 raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
-            # The checkpoint's model and data define the run; training fields may be changed on resume.
-            # Without a new config the run continues beside the checkpoint, never in the run it records.
-            if cfg is None:
-                cfg = RunConfig(train=ckpt_cfg.train)
-                cfg.train.out_dir = str(R.resume_run_dir(resume))
-            self.notes += R.carry_schedule_and_lr(ckpt_cfg.train, cfg.train, grown=bool(ckpt_cfg.growth_history))
-            ckpt_cfg.train = cfg.train
-            cfg = ckpt_cfg
-            init_model, init_tokenizer = model, tok
+            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model)
         cfg.validate()
         from .loggers import check_log_targets
 
@@ -95,7 +95,7 @@ class Trainer:
         tc = cfg.train
         self.device = resolve_device(tc.device)
         check_training_memory(cfg, self.device)  # refuse a run that cannot fit before allocating any of it
-        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s)
+        self.rank, self.world = D.init_if_launched(self.device, tc.dist_timeout_s, tc.dist_init_timeout_s)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
@@ -105,12 +105,10 @@ class Trainer:
         self.data = DataModule(cfg.data, seed=tc.seed, tokenizer=init_tokenizer)
         if init_model is None:
             cfg.model.vocab_size = self.data.vocab_size  # the tokenizer decides the vocabulary
-            cfg.validate()
             torch.manual_seed(tc.seed)
             init_model = build_model(cfg.model)
-        elif init_model.cfg.vocab_size < self.data.vocab_size:
-            raise ConfigError(f"model.vocab_size={init_model.cfg.vocab_size} is smaller than the tokenizer's "
-                              f"{self.data.vocab_size} (valid: a checkpoint trained with this tokenizer)")
+        else:
+            self._fit_vocab(init_model, init_tokenizer is not None, resize_vocab and tstate is None)
         self.mesh = None
         self.model = self._prepare(init_model)
         self.optimizer = build_optimizer(self.model, tc)
@@ -130,10 +128,20 @@ class Trainer:
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
         self._wrap()
-        for hook in [*builtin_hooks(), *hooks]:
+        # what the config turns on, whoever built the trainer; checked before anything is written
+        for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks), *hooks]:
             self.add_hook(hook)
-        for hook in hooks_wanted_by(self.cfg, self.hooks):  # what the config asks for, whoever built the trainer
-            self.add_hook(hook)
+
+    def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
+        """A model from a checkpoint and this run's tokenizer: the vocabulary must match, or be resized
+        when asked (`--resize-vocab`)."""
+        from ..models.vocab import needs_resize, resize_vocab
+
+        n_model, n_tok = model.cfg.vocab_size, self.data.vocab_size
+        if needs_resize(n_model, n_tok, self.cfg.data, own_tokenizer, resize):
+            resize_vocab(model, n_tok)
+            self.cfg.model.vocab_size = n_tok
+            self.notes.append(f"--resize-vocab: model.vocab_size {n_model} -> {n_tok} (the tokenizer's)")
 
     # ------------------------------------------------------------------ hooks
     def add_hook(self, hook: Hook) -> None:
@@ -201,10 +209,9 @@ class Trainer:
 
     def swap(self, model=None, optimizer=None, *, lr_rule=_KEEP, cfg: RunConfig | None = None) -> None:
         """Replace the model and its optimizer, the per-parameter lr rule and/or the run config mid-run:
-        the only way a hook changes them. `cfg` is the config that describes the new model (growth: the
-        grown model config and its growth record). Under FSDP2 `model` is a plain (unsharded) model and
-        `optimizer` its optimizer with full state: the model is sharded here and the state sharded like
-        it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
+        the only way a hook changes them. `cfg` is the config that describes the new model. Under FSDP2
+        `model` is a plain (unsharded) model and `optimizer` its optimizer with full state: the model is
+        sharded here and the state sharded like it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
         if (model is None) != (optimizer is None):
             raise RuntimeError("Trainer.swap: a new model needs its own optimizer (give both or neither)")
         rng = torch.get_rng_state()
@@ -243,7 +250,8 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng,
-              "elapsed_s": self.elapsed()}
+              "elapsed_s": self.elapsed(),
+              "world": self.world}  # a resume at another world size keeps the global batch (train/resume.py)
         tc = self.cfg.train
         st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
@@ -347,10 +355,6 @@ class Trainer:
     def nonfinite_total(self) -> int:
         return int(self.health.total)
 
-    @property
-    def nonfinite_in_row(self) -> int:
-        return self.health.in_row_now()
-
     def _autocast(self):
         if self.cfg.train.dtype == "bfloat16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
@@ -434,10 +438,7 @@ class Trainer:
         self.save(self.out_dir / f"step_{self.step:07d}")
         if not self.is_main:
             return
-        older = [d for d in R.training_checkpoints(self.out_dir) if d.name.startswith("step_")
-                 and R.checkpoint_step(d) < self.step]
-        for old in older[:max(len(older) - (self.cfg.train.keep_last - 1), 0)]:
-            shutil.rmtree(old, ignore_errors=True)
+        R.prune_step_checkpoints(self.out_dir, self.step, self.cfg.train.keep_last)
 
     def due(self, every: int) -> bool:
         """Whether a periodic action (every `every` steps, 0: never) falls on the step just taken. The
@@ -452,10 +453,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> dict:
+        """Train to train.steps holding the run directory's one-writer lock (rank 0; re-entrant when the
+        command that built the trainer holds it). A collective that timed out because a rank stopped
+        answering ends the run as TrainingAborted naming that rank."""
+        lock = R.run_lock(self.out_dir) if self.is_main else None
+        self.notes += getattr(lock, "notes", [])  # a dead run's lock taken over, its saves recovered
         try:
             return self._fit()
+        except RuntimeError as e:
+            lost = D.unresponsive_rank_message(e)
+            if lost is None:
+                raise
+            raise TrainingAborted(lost) from None
         finally:
             self.close_logs()  # flush TensorBoard / finish the W&B run, also when training fails
+            if lock is not None:
+                if self.out_dir.is_dir():
+                    R.record_run_files(self.out_dir)
+                lock.release()
 
     def _say_epochs(self, tc) -> None:
         """The data summary, and how many times the run will read its training tokens (above one, the
@@ -500,8 +515,9 @@ class Trainer:
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
             self.cfg.save_yaml(self.out_dir / "config.yaml")
-            for note in self.notes:
-                self.say(f"note: {note}")
+            R.record_run_files(self.out_dir)  # the run's from now on: a restart may replace it, nothing else
+            for note in self.notes:  # what changed from what the user asked: shown even with quiet
+                print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
                  f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
         self._say_epochs(self.cfg.train)

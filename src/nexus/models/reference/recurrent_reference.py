@@ -1,8 +1,8 @@
 """Slow, obviously-correct NEXUS v4.1 forward used only by tests.
 
-Written from the seed's pseudo-code with explicit loops: the causal conv is a sum over past tokens
+Written from the v4.1 script's pseudo-code with explicit loops: the causal conv is a sum over past tokens
 per position, the ternary quantizer is spelled out element by element in numpy-free torch, and the
-recurrence / deep supervision follow the seed's listing line by line. It reads the weights of a
+recurrence / deep supervision follow the v4.1 script's listing line by line. It reads the weights of a
 RecurrentLM but none of its methods, so a bug in the fast path cannot hide here too.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..output import IGNORE_INDEX
+from ..lm_loss import IGNORE_INDEX
 
 
 def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -91,7 +91,7 @@ def ref_logits(model, ids: torch.Tensor, n_sup: int, t_inner: int) -> torch.Tens
 
 
 def ref_deep_supervision_loss(model, ids: torch.Tensor, labels: torch.Tensor, n_sup: int, t_inner: int) -> torch.Tensor:
-    """The seed's training listing, verbatim in structure."""
+    """The v4.1 script's training listing, verbatim in structure."""
     x = model.embed.weight[ids]
     z = torch.zeros_like(x)
     loss = 0.0

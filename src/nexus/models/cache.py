@@ -1,4 +1,5 @@
-"""Decode-time histories written in place into preallocated storage (no torch.cat per token).
+"""Decode-time caches: the model's `KVCache`, one `LayerCache` per layer, and the histories inside them,
+written in place into preallocated storage (no torch.cat per token).
 
 A KV cache grows by one position per decoded token. Concatenating the history with the new entry
 copies the whole history every step (quadratic bytes over a generation); writing into a buffer
@@ -80,3 +81,17 @@ def child_cache(cache: dict, key) -> dict:
     if isinstance(cache, LayerCache):
         return cache.child(key)
     return cache.setdefault(key, LayerCache())
+
+
+class KVCache:
+    """Per-layer dicts that each attention (or recurrent block) fills with whatever it must keep;
+    `pos` is the number of tokens already consumed. `capacity` (positions) lets layers preallocate
+    their histories once for a whole generation (`SeqBuffer`); 0 = grow by doubling."""
+
+    def __init__(self, n_layers: int, capacity: int = 0):
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
+        self.pos = 0
+        self.capacity = capacity
+
+    def layer(self, i: int) -> dict:
+        return self.layers[i]

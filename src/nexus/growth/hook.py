@@ -1,11 +1,13 @@
 """Growth inside a training run, as a trainer hook: the trainer knows nothing about growth.
 
-It is the hook kind "growth": the trainer adds one whenever its run config has a growth ahead or
-behind (`GrowthHook.wanted`), so no caller has to remember it. At `train.grow_at` (`on_step_start`) the hook grows the model with `train.growth` and hands the grown
-model, its optimizer (state transplanted), the re-warmup rule and the grown config to `trainer.swap`,
-the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data cursor and
-RNG. On resume (`on_checkpoint_load`) it rebuilds the re-warmup rule the checkpoint's growth record asks for.
-Before step 0 (`on_fit_start`) it checks the spec against the model, so a bad spec of any family fails
+A run config turns it on with a `train.hooks` entry, `{kind: growth, at: 150, spec: {family: width,
+hidden: 128}}`, and the trainer builds it (the spec is parsed once, here); `nexus train --grow-at
+--growth` writes that entry. At step `at` (`on_step_start`) the hook grows the model with its spec and
+hands the grown model, its optimizer (state transplanted), the re-warmup rule and the grown config to
+`trainer.swap`, the one way a hook replaces them; the trainer re-wraps DDP/FSDP2 and keeps its step, data
+cursor and RNG. A grown model's config implies the hook even without an entry: on resume
+(`on_checkpoint_load`) it rebuilds the re-warmup rule the checkpoint's growth record asks for. When the
+trainer is built (`check`) it checks the spec against the model, so a bad spec of any family fails
 before any training step. After a growth it logs the post-growth diagnostics (`on_log`); their monitor
 (probe ids, pre-growth RMS, copy sources) is saved with every checkpoint (`state_dict`) and rebuilt on
 resume, so a resumed run logs the values the uninterrupted run would have.
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 import torch
 
+from ..config import ConfigError
 from ..train.hooks import HOOK_KINDS, Hook
-from . import _jsonable, check_growth_applies, grow
+from .generic_grow import grow, jsonable
+from .registry import parse_growth_spec
+from .spec import GrowthSpec
 
 
 def rewarmup_rule(cfg):
@@ -33,26 +38,43 @@ def already_grown(cfg, step: int) -> bool:
     return any(rec.get("step") == step for rec in cfg.growth_history)
 
 
-def growth_pending(cfg) -> bool:
-    tc = cfg.train
-    return bool(tc.grow_at) and not already_grown(cfg, tc.grow_at)
-
-
 @HOOK_KINDS.register("growth")
 class GrowthHook(Hook):
-    """Grows the trainer's model at train.grow_at; restores the re-warmup rule of a grown run on resume."""
+    """Grows the trainer's model at step `at`; restores the re-warmup rule of a grown run on resume."""
 
     state_key = "growth"  # where the trainer keeps state_dict() in trainer_state.pt
 
-    def __init__(self):
+    def __init__(self, at: int = 0, spec: GrowthSpec | None = None):
+        self.at, self.spec = at, spec  # grow at step `at` (0: never) with the parsed spec
         self.monitor = None  # PostGrowthMonitor of the latest growth (in this process or restored on resume)
         self.monitor_growths = 0  # len(growth_history) when the monitor was built: it belongs to that growth
         self.report: dict | None = None
         self.loaded: dict | None = None  # the state a resumed checkpoint held for this hook
 
     @classmethod
-    def wanted(cls, cfg) -> bool:
-        return bool(cfg.train.grow_at or cfg.growth_history)
+    def from_config(cls, entry: dict, cfg, where: str) -> "GrowthHook":
+        extra = sorted(set(entry) - {"kind", "at", "spec"})
+        if extra:
+            raise ConfigError(f"{where}.{extra[0]}={entry[extra[0]]!r} (valid options of the growth hook: at, spec)")
+        at, spec = entry.get("at", 0), entry.get("spec") or None
+        steps = cfg.train.steps
+        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < steps:
+            raise ConfigError(f"{where}.at={at!r} (valid: the step at which the model grows, below train.steps "
+                              f"({steps}), or 0 for no growth)")
+        if at and spec is None:
+            raise ConfigError(f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})")
+        return cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
+
+    @classmethod
+    def implied_by(cls, cfg) -> bool:
+        return bool(cfg.growth_history)  # a grown model: its re-warmup and monitor come back on resume
+
+    def pending(self, cfg) -> bool:
+        return bool(self.at) and not already_grown(cfg, self.at)
+
+    def check(self, cfg) -> None:
+        if self.pending(cfg):
+            self.spec.applies_to(cfg.model)  # before the run directory is written and before step 0
 
     def load_state_dict(self, state: dict | None) -> None:
         self.loaded = state
@@ -64,9 +86,8 @@ class GrowthHook(Hook):
 
     def on_fit_start(self, trainer) -> None:
         cfg = trainer.cfg
-        if growth_pending(cfg):
-            spec = check_growth_applies(cfg)  # before the run directory is written and before step 0
-            record = {"step": cfg.train.grow_at, "rewarmup": getattr(spec, "rewarmup", None)}
+        if self.pending(cfg):  # the spec was checked against the model when the trainer was built
+            record = {"step": self.at, "rewarmup": getattr(self.spec, "rewarmup", None)}
         elif cfg.growth_history:
             record = cfg.growth_history[-1]
         else:
@@ -103,8 +124,8 @@ class GrowthHook(Hook):
         self.monitor_growths = n
 
     def on_step_start(self, trainer, step: int) -> None:
-        if step == trainer.cfg.train.grow_at and growth_pending(trainer.cfg):
-            self.report = self.grow(trainer, trainer.cfg.train.growth)
+        if step == self.at and self.pending(trainer.cfg):
+            self.report = self.grow(trainer, self.spec)
 
     def on_log(self, trainer, step: int, metrics: dict) -> None:
         if self.monitor is not None:
@@ -126,7 +147,7 @@ class GrowthHook(Hook):
         result.report.update(rms_report)
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
-        trainer.log({"step": trainer.step, "event": "growth", **_jsonable(result.report)})
+        trainer.log({"step": trainer.step, "event": "growth", **jsonable(result.report)})
         from .report import growth_summary
 
         params_before = sum(p.numel() for p in old_model.parameters())
@@ -136,7 +157,7 @@ class GrowthHook(Hook):
 
 
 def grow_in_training(trainer, spec) -> dict:
-    """Grow `trainer`'s model now with `spec` (outside train.grow_at, e.g. a benchmark that resumes a
+    """Grow `trainer`'s model now with `spec` (outside a configured growth step, e.g. a benchmark that resumes a
     checkpoint and grows it): the trainer's GrowthHook (added if missing) keeps the post-growth diagnostics.
     Returns the report."""
     hook = next((h for h in trainer.hooks if isinstance(h, GrowthHook)), None)
@@ -146,4 +167,4 @@ def grow_in_training(trainer, spec) -> dict:
     return hook.grow(trainer, spec)
 
 
-__all__ = ["GrowthHook", "grow_in_training", "rewarmup_rule", "growth_pending"]
+__all__ = ["GrowthHook", "grow_in_training", "rewarmup_rule"]

@@ -1,14 +1,17 @@
-"""The NEXUS v4.1 training script's interface (seed 004, `train_nexus.py`) on top of the nexus Trainer.
+"""The NEXUS v4.1 training script's interface (spec 004, `train_nexus.py`): environment variables
+translated into a `nexus train` command line, run through the same front door (cli/train.py).
 
-    MODEL_SIZE=small BATCH_SIZE=4 GRAD_ACCUM=8 TOTAL_STEPS=20000 python -m nexus.train.env_entry
+    MODEL_SIZE=small BATCH_SIZE=4 GRAD_ACCUM=8 TOTAL_STEPS=20000 python -m nexus.cli.env_train
 
-Every environment variable of the seed, with the seed's default, maps onto a `nexus-<size>` preset
-plus overrides (the same run as `nexus train --preset nexus-small --train.batch_size 4 ...`). A few
-nexus additions (DATASET, TOKENIZER, INIT_CHECKPOINT, DEVICE, SEED) make offline and local runs
-possible. Bad values print one line naming the variable and exit with code 2.
+Every environment variable of the v4.1 script, with its default, maps onto `nexus train --preset
+nexus-<size>` plus overrides (`train_args` shows the command). A few nexus additions (DATASET,
+TOKENIZER, INIT_CHECKPOINT, DEVICE, SEED) make offline and local runs possible. Bad values print one
+line naming the variable and exit with code 2; errors of the command name the variable behind a flag.
 
-Every log line carries memory: CUDA allocated/reserved on GPU, process RSS on CPU. A run directory
-that already holds checkpoints is resumed from the newest one (crash protection, as in the seed).
+As `nexus train --resume auto`, a run directory that already holds checkpoints is resumed from the
+newest one (crash protection, as in the v4.1 script), growth included; INIT_CHECKPOINT is `--init-from` (with
+`--resize-vocab`: byte pretraining -> chat SFT adds 3 special tokens); HUB_MODEL_ID is `--push-to-hub`.
+Every log line carries memory: CUDA allocated/reserved on GPU, process RSS on CPU.
 """
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..config import ConfigError
 from ..runtime import tune_cpu_allocator
@@ -24,7 +26,7 @@ from ..runtime import tune_cpu_allocator
 SIZES = ("tiny", "small", "base", "medium", "micro")  # micro: nexus addition for smoke tests (nexus-micro preset)
 PHASES = ("pretrain", "sft")
 HUB_DATA = {"pretrain": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "sft": "hf:HuggingFaceTB/smol-smoltalk"}
-PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the seed's hyper-parameter table
+PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the v4.1 script's hyper-parameter table
 PHASE_WARMUP = {"pretrain": 500, "sft": 100}
 PROMPTS = ("The future of AI is", "Once upon a time", "The most important idea in science is", "def main():")
 CHAT_PROMPTS = ("Hi! Who are you?", "What is the capital of France?", "Write a haiku about rain.",
@@ -59,7 +61,7 @@ VARS = [
     Var("HUB_MODEL_ID", "", "str", help="push the final checkpoint to this HF Hub repo (owner/name)"),
     Var("MAX_SAMPLES", 0, "int", 0, help="limit dataset size in documents (0 = no limit)"),
     # nexus additions
-    Var("DATASET", None, "str", help="embedded | local .txt/.jsonl/.parquet | hf:<name>[:<config>] (default: the seed's hub set for PHASE)"),
+    Var("DATASET", None, "str", help="embedded | local .txt/.jsonl/.parquet | hf:<name>[:<config>] (default: the v4.1 script's hub set for PHASE)"),
     Var("TOKENIZER", "byte", "str", help="byte | bpe | path to tokenizer.json"),
     Var("INIT_CHECKPOINT", "", "str", help="start from this nexus checkpoint (e.g. SFT from a pretrain run)"),
     Var("DEVICE", "auto", "str", help="auto | cpu | cuda | cuda:N"),
@@ -117,35 +119,67 @@ def read_env(environ=None) -> dict:
     return out
 
 
-def build_run_config(env: dict):
-    """The RunConfig the variables describe (preset nexus-<MODEL_SIZE> plus overrides)."""
-    from ..presets import get_preset
+# a flag of `nexus train` -> the variable that sets it, for error messages
+FLAG_VARS = {"--push-to-hub": "HUB_MODEL_ID", "--init-from": "INIT_CHECKPOINT", "--out": "OUTPUT_DIR"}
 
-    cfg = get_preset(f"nexus-{env['MODEL_SIZE']}")
+
+def train_args(env: dict, given=()) -> list[str]:
+    """The `nexus train` arguments the variables describe. given: the variables set in the environment
+    (an INIT_CHECKPOINT keeps its own tokenizer unless TOKENIZER is given)."""
+    size = env["MODEL_SIZE"]
+    args = ["train", "--preset", f"nexus-{size}", "--resume", "auto", "--quiet", "--out", env["OUTPUT_DIR"]]
+    if env["INIT_CHECKPOINT"]:
+        args += ["--init-from", env["INIT_CHECKPOINT"], "--resize-vocab"]
+    if env["HUB_MODEL_ID"]:
+        args += ["--push-to-hub", env["HUB_MODEL_ID"]]
+    fields = {"data.source": env["DATASET"], "data.seq_len": env["SEQ_LEN"], "data.chat": env["PHASE"] == "sft",
+              "data.max_documents": env["MAX_SAMPLES"], "train.batch_size": env["BATCH_SIZE"],
+              "train.grad_accum": env["GRAD_ACCUM"], "train.lr": env["LR"], "train.warmup_steps": env["WARMUP_STEPS"],
+              "train.steps": env["TOTAL_STEPS"], "train.log_every": env["LOG_EVERY"], "train.save_every": env["SAVE_EVERY"],
+              "train.eval_every": env["EVAL_EVERY"], "train.sample_every": env["EVAL_EVERY"], "train.eval_batches": 4,
+              "train.device": env["DEVICE"], "train.seed": env["SEED"], "train.sample_tokens": env["SAMPLE_TOKENS"]}
+    if not env["INIT_CHECKPOINT"] or "TOKENIZER" in given:
+        fields["data.tokenizer"] = env["TOKENIZER"]
+    if env["N_SUP"]:
+        fields["model.recurrent.n_sup"] = env["N_SUP"]
+    if env["T_INNER"]:
+        fields["model.recurrent.t_inner"] = env["T_INNER"]
+    if env["SEQ_LEN"] > _base_model(env).max_seq_len:
+        fields["model.max_seq_len"] = env["SEQ_LEN"]
+    for k, v in fields.items():
+        args += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    return args
+
+
+def _base_model(env: dict):
+    """The model config the run starts from: INIT_CHECKPOINT's, else the preset's."""
     if env["INIT_CHECKPOINT"]:
         from ..checkpoint import read_config
 
-        cfg.model = read_config(env["INIT_CHECKPOINT"]).model  # the checkpoint's shapes win over MODEL_SIZE
-    m, d, t = cfg.model, cfg.data, cfg.train
-    if env["N_SUP"]:
-        m.recurrent.n_sup = env["N_SUP"]
-    if env["T_INNER"]:
-        m.recurrent.t_inner = env["T_INNER"]
-    m.max_seq_len = max(m.max_seq_len, env["SEQ_LEN"])
-    d.source, d.tokenizer, d.seq_len = env["DATASET"], env["TOKENIZER"], env["SEQ_LEN"]
-    d.chat = env["PHASE"] == "sft"
-    d.max_documents = env["MAX_SAMPLES"]
-    t.batch_size, t.grad_accum, t.lr, t.warmup_steps = env["BATCH_SIZE"], env["GRAD_ACCUM"], env["LR"], env["WARMUP_STEPS"]
-    t.steps, t.log_every, t.save_every = env["TOTAL_STEPS"], env["LOG_EVERY"], env["SAVE_EVERY"]
-    t.eval_every = t.sample_every = env["EVAL_EVERY"]
-    t.eval_batches = 4
-    t.out_dir, t.device, t.seed, t.sample_tokens = env["OUTPUT_DIR"], env["DEVICE"], env["SEED"], env["SAMPLE_TOKENS"]
-    cfg.preset = f"nexus-{env['MODEL_SIZE']}" + ("-sft" if d.chat else "")
-    return cfg.validate()
+        return read_config(env["INIT_CHECKPOINT"], flag="INIT_CHECKPOINT").model
+    from ..presets import get_preset
+
+    return get_preset(f"nexus-{env['MODEL_SIZE']}").model
+
+
+def parse_train_args(argv: list[str]):
+    """(argparse namespace, dotted overrides) of a `nexus train` command line, as `nexus` parses it."""
+    from . import build_parser
+    from .train import flag_overrides
+
+    args, extra = build_parser("train").parse_known_args(argv)
+    return args, flag_overrides(args, extra)[0]
+
+
+def build_run_config(env: dict):
+    """The RunConfig of a new run the variables describe (preset nexus-<MODEL_SIZE> plus overrides)."""
+    from .common import build_config
+
+    return build_config(*parse_train_args(train_args(env)))
 
 
 def memory_text(device) -> str:
-    from .trainer import memory_stats
+    from ..train.trainer import memory_stats
 
     mem = memory_stats(device)
     if "cuda_alloc_mb" in mem:
@@ -153,29 +187,11 @@ def memory_text(device) -> str:
     return f"mem rss {mem['rss_mb']:.0f} MB"
 
 
-def _resize_vocab(model, vocab_size: int) -> None:
-    """Grow the (tied) embedding for new special tokens: byte pretrain (259) -> byte chat SFT (262)."""
-    import torch
-
-    old = model.embed.weight.data
-    if old.shape[0] >= vocab_size:
-        return
-    new = torch.empty(vocab_size, old.shape[1], dtype=old.dtype).normal_(0, model.cfg.init_std)
-    new[: old.shape[0]] = old
-    model.embed = torch.nn.Embedding.from_pretrained(new, freeze=False)
-    if model.lm_head is not None:
-        head = torch.empty(vocab_size, old.shape[1], dtype=old.dtype).normal_(0, model.cfg.init_std)
-        head[: model.lm_head.weight.shape[0]] = model.lm_head.weight.data
-        model.lm_head = torch.nn.Linear(old.shape[1], vocab_size, bias=False)
-        model.lm_head.weight.data.copy_(head)
-    model.cfg.vocab_size = vocab_size
-
-
 def make_trainer_class():
-    from .trainer import Trainer
+    from ..train.trainer import Trainer
 
     class EnvTrainer(Trainer):
-        """The nexus Trainer with the seed's console output: memory in every line, 4 samples per eval."""
+        """The nexus Trainer with the v4.1 script's console output: memory in every line, 4 samples per eval."""
 
         def log(self, record: dict) -> None:
             super().log(record)
@@ -185,7 +201,9 @@ def make_trainer_class():
             if "val_loss" in record:
                 print(f"step {record['step']:>6} | val loss {record['val_loss']:.4f} "
                       f"(ppl {math.exp(min(record['val_loss'], 50)):.2f}) | {mem}", flush=True)
-            else:
+            elif record.get("event") == "growth":
+                print(f"step {record['step']:>6} | grew: {self.cfg.growth_history[-1]} | {mem}", flush=True)
+            elif "loss" in record:  # other records (post-growth diagnostics) are in metrics.jsonl only
                 gn = f" | grad {record['grad_norm']:.3f}" if "grad_norm" in record else ""
                 print(f"step {record['step']:>6}/{self.cfg.train.steps} | loss {record['loss']:.4f}{gn} | "
                       f"lr {record['lr']:.2e} | {record['tokens_per_s']:.0f} tok/s | {mem}", flush=True)
@@ -217,110 +235,39 @@ def make_trainer_class():
     return EnvTrainer
 
 
-def check_hub_access(repo_id: str) -> None:
-    """Fail before training, not after hours of it, when the Hub cannot be reached or we are not logged in."""
-    try:
-        from huggingface_hub import HfApi
-
-        HfApi().whoami()
-    except Exception as e:  # offline, no token, HTTP errors: one line each
-        raise EnvError(f"HUB_MODEL_ID={repo_id!r}: cannot push ({type(e).__name__}: {_first_line(e)}); offline or not "
-                       "logged in? unset HUB_MODEL_ID to train without pushing") from None
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:120] if text else "no details"
-
-
-def push_to_hub(checkpoint: str, repo_id: str) -> str:
-    """Upload a checkpoint directory; any failure (offline, no token) becomes one EnvError line."""
-    try:
-        from huggingface_hub import HfApi
-
-        api = HfApi()
-        api.create_repo(repo_id, exist_ok=True)
-        api.upload_folder(folder_path=checkpoint, repo_id=repo_id)
-    except Exception as e:  # huggingface_hub raises many types (offline, auth, HTTP); one line each
-        raise EnvError(f"HUB_MODEL_ID={repo_id!r}: push failed ({type(e).__name__}: {_first_line(e)}); "
-                       f"offline or not logged in? the checkpoint is kept at {checkpoint}") from None
-    return f"https://huggingface.co/{repo_id}"
-
-
-def _refuse_grown_run(checkpoint) -> None:
-    """This script trains without growth hooks (the train package cannot import growth), so a run that
-    grew or still has a growth ahead would lose its re-warmup or its growth: send it to `nexus train`."""
-    from ..checkpoint import read_config
-
-    ckpt_cfg = read_config(checkpoint, flag="OUTPUT_DIR")
-    if ckpt_cfg.growth_history or ckpt_cfg.train.growth:
-        raise ConfigError(f"OUTPUT_DIR={str(Path(checkpoint).parent)!r} holds a run with growth (its checkpoint "
-                          f"{str(checkpoint)!r} records a growth or a growth ahead), which this script does not "
-                          f"carry (valid: an OUTPUT_DIR of a run without growth; resume this one with "
-                          f"`nexus train --resume {checkpoint}`)")
-
-
 def run(environ=None) -> dict:
-    env = read_env(environ)
-    cfg = build_run_config(env)
-    if env["HUB_MODEL_ID"]:
-        check_hub_access(env["HUB_MODEL_ID"])
-    Trainer = make_trainer_class()
-    from ..outdir import TRAIN_RUN, check_output
-    from .run_dir import latest_checkpoint
+    from .train import execute, plan_run
 
-    # An earlier run here is resumed from its newest checkpoint (the seed's crash protection); a
-    # directory holding anything else is refused, never written into.
-    check_output(cfg.train.out_dir, TRAIN_RUN, flag="OUTPUT_DIR", resume=True)
-    resume = latest_checkpoint(cfg.train.out_dir)
+    environ = os.environ if environ is None else environ
+    env = read_env(environ)
+    args, extra = parse_train_args(train_args(env, given=[k for k, v in environ.items() if v.strip()]))
+    plan = plan_run(args, extra, say=lambda msg: None)  # the line below says whether it resumes
+    cfg = plan.cfg
     print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
           f"N_SUP={cfg.model.recurrent.n_sup} T_INNER={cfg.model.recurrent.t_inner} "
-          f"effective batch={env['BATCH_SIZE'] * env['GRAD_ACCUM']} OUTPUT_DIR={env['OUTPUT_DIR']}"
-          + (f" | resuming from {resume}" if resume else ""), flush=True)
-    if resume:
-        _refuse_grown_run(resume)
-        trainer = Trainer(cfg, resume=str(resume), quiet=True)
-    elif env["INIT_CHECKPOINT"]:
-        from ..checkpoint import load_checkpoint
-
-        model, _, tok = load_checkpoint(env["INIT_CHECKPOINT"])
-        model.cfg = cfg.model  # n_sup / t_inner overrides apply to the loaded weights
-        init_tok = tok if tok.kind == "bpe" else None  # byte models switch to the chat byte tokenizer for SFT
-        vocab = _chat_vocab(cfg, init_tok)
-        _resize_vocab(model, vocab)
-        cfg.model.vocab_size = model.embed.weight.shape[0]
-        trainer = Trainer(cfg, quiet=True, init_model=model, init_tokenizer=init_tok)
-    else:
-        trainer = Trainer(cfg, quiet=True)
-    from .distributed import shutdown
-
+          f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
+          + (f" | resuming from {plan.resume}" if plan.resume else ""), flush=True)
     try:
-        result = trainer.fit()
+        result, trainer = execute(plan, quiet=True, trainer_class=make_trainer_class(), push_to_hub=args.push_to_hub)
     finally:
-        trainer.release_parallel_wrapper()
-        shutdown()
+        plan.release()
     if trainer.is_main:
         print(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "
-              f"| {memory_text(trainer.device)}", flush=True)
-        if env["HUB_MODEL_ID"]:
-            url = push_to_hub(result["checkpoint"], env["HUB_MODEL_ID"])
-            print(f"pushed to {url}", flush=True)
+              f"| {memory_text(trainer.device)}" + (f" | pushed to {result['pushed']}" if "pushed" in result else ""),
+              flush=True)
     return result
 
 
-def _chat_vocab(cfg, tok) -> int:
-    if tok is not None:
-        return tok.vocab_size
-    if cfg.data.tokenizer == "byte":
-        from ..data.chat import ChatByteTokenizer
-        from ..data.tokenizer import ByteTokenizer
-
-        return (ChatByteTokenizer() if cfg.data.chat else ByteTokenizer()).vocab_size
-    return cfg.model.vocab_size
+def env_error(e: ConfigError) -> EnvError:
+    """A `nexus train` error with each flag named by the variable that set it."""
+    text = str(e)
+    for flag, var in FLAG_VARS.items():
+        text = text.replace(f"{flag}=", f"{var}=").replace(f"drop {flag}", f"unset {var}")
+    return EnvError(text)
 
 
 def usage() -> str:
-    lines = ["usage: [VAR=value ...] python -m nexus.train.env_entry   (or: nexus-train-env)", "", "variables:"]
+    lines = ["usage: [VAR=value ...] python -m nexus.cli.env_train   (or: nexus-train-env)", "", "variables:"]
     for v in VARS:
         default = {"LR": "3e-4 / 1e-4 (sft)", "WARMUP_STEPS": "500 / 100 (sft)", "DATASET": "hub set of PHASE"}.get(v.name, v.default)
         lines.append(f"  {v.name:<16} default {str(default)!r:<22} {v.help}")
@@ -328,6 +275,8 @@ def usage() -> str:
 
 
 def main(argv=None, environ=None) -> int:
+    from . import run_guarded
+
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
     if argv and argv[0] in ("-h", "--help"):
@@ -337,20 +286,17 @@ def main(argv=None, environ=None) -> int:
         print(f"nexus-train-env: error: unexpected arguments {argv!r} (valid: none; configure with environment "
               "variables, see --help)", file=sys.stderr)
         return 2
-    from .trainer import TrainingAborted
 
-    try:
-        run(environ)
-    except ConfigError as e:
-        print(f"nexus-train-env: error: {e}", file=sys.stderr)
-        return 2
-    except TrainingAborted as e:
-        print(f"nexus-train-env: training aborted: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("nexus-train-env: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    def train() -> int:
+        try:
+            run(environ)
+        except EnvError:
+            raise
+        except ConfigError as e:
+            raise env_error(e) from None
+        return 0
+
+    return run_guarded("nexus-train-env", train)
 
 
 def entry() -> None:

@@ -9,7 +9,7 @@ import torch
 
 from nexus.data.chat import ChatByteTokenizer, chat_prompt_ids, encode_conversation
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
-from nexus.train import env_entry
+from nexus.cli import env_train
 
 CONV = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                      {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"},
@@ -54,14 +54,14 @@ def test_bad_chat_rows_are_config_errors():
 
 # ----------------------------------------------------------------------------- env vars
 def test_defaults_are_the_seeds():
-    env = env_entry.read_env({})
+    env = env_train.read_env({})
     assert (env["MODEL_SIZE"], env["BATCH_SIZE"], env["GRAD_ACCUM"], env["SEQ_LEN"], env["LR"], env["WARMUP_STEPS"],
             env["TOTAL_STEPS"], env["LOG_EVERY"], env["SAVE_EVERY"], env["EVAL_EVERY"], env["N_SUP"], env["T_INNER"],
             env["PHASE"], env["OUTPUT_DIR"], env["HUB_MODEL_ID"], env["MAX_SAMPLES"]) == \
         ("small", 4, 8, 256, 3e-4, 500, 20000, 10, 1000, 500, 0, 0, "pretrain", "./nexus-out", "", 0)
-    sft = env_entry.read_env({"PHASE": "sft"})
+    sft = env_train.read_env({"PHASE": "sft"})
     assert (sft["LR"], sft["WARMUP_STEPS"], sft["DATASET"]) == (1e-4, 100, "hf:HuggingFaceTB/smol-smoltalk")
-    cfg = env_entry.build_run_config(env_entry.read_env({"MODEL_SIZE": "tiny", "N_SUP": "2", "T_INNER": "7"}))
+    cfg = env_train.build_run_config(env_train.read_env({"MODEL_SIZE": "tiny", "N_SUP": "2", "T_INNER": "7"}))
     assert cfg.preset == "nexus-tiny" and (cfg.model.recurrent.n_sup, cfg.model.recurrent.t_inner) == (2, 7)
     assert (cfg.train.batch_size, cfg.train.grad_accum, cfg.train.betas, cfg.train.weight_decay) == (4, 8, [0.9, 0.95], 0.01)
 
@@ -70,15 +70,15 @@ def test_defaults_are_the_seeds():
                                        ("LR", "-1e-3"), ("TOTAL_STEPS", "0"), ("T_INNER", "-2"), ("SEQ_LEN", "1.5"),
                                        ("LR", "nan"), ("HUB_MODEL_ID", "no-slash")])
 def test_bad_values_name_the_variable(var, value):
-    with pytest.raises(env_entry.EnvError) as e:
-        env_entry.read_env({var: value})
+    with pytest.raises(env_train.EnvError) as e:
+        env_train.read_env({var: value})
     assert str(e.value).startswith(f"{var}=") and "valid" in str(e.value)
 
 
 def _run_cli(env_vars, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {v.name for v in env_entry.VARS}}
+    env = {k: v for k, v in os.environ.items() if k not in {v.name for v in env_train.VARS}}
     env.update(env_vars, NEXUS_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "nexus.train.env_entry"], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nexus.cli.env_train"], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
 
 
@@ -105,7 +105,7 @@ def _train(tmp_path, capsys, monkeypatch, **extra):
            "LOG_EVERY": "1", "SAVE_EVERY": "2", "EVAL_EVERY": "2", "N_SUP": "2", "T_INNER": "2", "WARMUP_STEPS": "1",
            "DATASET": "embedded", "MAX_SAMPLES": "40", "SAMPLE_TOKENS": "4", "OUTPUT_DIR": str(tmp_path / "run")}
     env.update(extra)
-    rc = env_entry.main([], env)
+    rc = env_train.main([], env)
     return rc, capsys.readouterr().out
 
 
@@ -145,21 +145,29 @@ def test_sft_phase_from_pretrained_byte_model(tmp_path, capsys, monkeypatch):
     assert model.embed.weight.shape[1] == pre.embed.weight.shape[1]
 
 
-def test_a_grown_run_in_output_dir_is_refused_not_resumed_without_its_rewarmup(tmp_path, capsys, monkeypatch):
-    # The script trains without growth hooks; resuming a grown run would silently drop its re-warmup.
-    rc, _ = _train(tmp_path, capsys, monkeypatch)
-    assert rc == 0
+def test_a_grown_run_in_output_dir_resumes_with_its_growth(tmp_path, capsys, monkeypatch):
+    """The variables go through `nexus train`'s front door, growth hook included: a run that grew resumes with
+    its re-warmup and keeps logging the post-growth diagnostics (this interface refused such runs before)."""
+    from nexus.cli import main
+
+    monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
-    for cfg_path in run.glob("*/config.json"):
-        cfg = json.loads(cfg_path.read_text())
-        cfg["growth_history"] = [{"family": "width", "step": 2, "rewarmup": [1.3, 10]}]
-        cfg_path.write_text(json.dumps(cfg))
-    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    rc = env_entry.main([], {"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "4", "OUTPUT_DIR": str(run)})
-    err_lines = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err_lines) == 1 and "holds a run with growth" in err_lines[0] and "nexus train --resume" in err_lines[0]
-    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    growth = "{family: width, hidden: 48, ffn: 128, init: [copy, copy], rewarmup: [1.3, 4]}"
+    assert main(["train", "--preset", "baseline-micro", "--quiet", "--out", str(run), "--train.steps", "4",
+                 "--data.seq_len", "16", "--train.batch_size", "2", "--train.eval_every", "0", "--train.log_every", "1",
+                 "--model.d_model", "32", "--model.n_heads", "2", "--grow-at", "2", "--growth", growth]) == 0
+    capsys.readouterr()
+    rc, out = _train(tmp_path, capsys, monkeypatch, TOTAL_STEPS="6", N_SUP="0", T_INNER="0")
+    assert rc == 0, out
+    assert f"resuming from {run / 'checkpoint'}" in out
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
+    assert any("symmetry_lock_mean" in r for r in rows if r["step"] > 4)  # the growth hook ran after the resume
+    import yaml
+
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["model"]["d_model"] == 48 and recorded["growth_history"][0]["step"] == 2
+    assert recorded["train"]["steps"] == 6 and recorded["train"]["grad_accum"] == 2  # the variables were honoured
 
 
 def test_last_step_is_sampled_evaluated_and_logged_once(tmp_path, capsys, monkeypatch):

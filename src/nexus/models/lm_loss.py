@@ -1,4 +1,5 @@
-"""Model output and the language-model loss shared by every architecture."""
+"""The language-model loss shared by every architecture (cross-entropy, z-loss, auxiliary losses) and the
+output it fills in."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,0 +1,101 @@
+"""`nexus train --init-from SOURCE`: a new run that starts from a model's weights only (continued
+pretraining on new data, SFT of a pretrained or grown model). The optimizer and the LR schedule start
+fresh; data, training and tokenizer settings come from --preset / --config / overrides as for any new
+run. The model's shape comes from SOURCE: a nexus checkpoint (grown ones included) or a HF model
+directory (imported as `nexus import` does). The tokenizer is SOURCE's unless one is given; a
+tokenizer whose vocabulary differs from the model's needs --resize-vocab (checked by the trainer
+before anything is written)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig, parse_overrides
+from .common import base_config, override_keys
+
+TOKENIZER_KEYS = ("data.tokenizer", "data.bpe_vocab_size")  # given: a new tokenizer; absent: SOURCE's
+BYTE_KINDS = ("byte", "byte_chat")  # byte tokenizers: data.chat picks the plain or the chat one
+
+
+def plan_init_from(args, extra: list[str], source: str):
+    """-> (validated RunConfig, model with SOURCE's weights, tokenizer to train with or None, notes)."""
+    from ..train.resume import changed_fields, param_shapes
+
+    src = Path(source)
+    src_cfg, load = _read_source(src)
+    cfg = base_config(args)
+    cfg.model = copy.deepcopy(src_cfg.model)
+    new_tokenizer = bool(override_keys(extra) & set(TOKENIZER_KEYS))
+    if not new_tokenizer:
+        cfg.data.tokenizer, cfg.data.bpe_vocab_size = src_cfg.data.tokenizer, src_cfg.data.bpe_vocab_size
+    parse_overrides(cfg, extra)
+    model_changes = changed_fields(_model_dict(src_cfg), _model_dict(cfg), "model.")
+    if model_changes and param_shapes(src_cfg.model) != param_shapes(cfg.model):
+        shown = ", ".join(f"{p}={b!r} (source: {a!r})" for p, a, b in model_changes)
+        raise ConfigError(f"--init-from={source!r}: {shown} changes the model's shape (valid: drop it; grow the "
+                          f"weights first with `nexus grow --checkpoint {source} --out DIR ...`)")
+    cfg.validate()
+    model, tok = load(cfg)
+    notes = [f"--init-from={source!r}: its weights only; a fresh optimizer and LR schedule"
+             + (f" (grown at steps {[r.get('step') for r in src_cfg.growth_history]}; its re-warmup is not carried)"
+                if src_cfg.growth_history else "")]
+    notes += [f"--init-from: {p} {a!r} -> {b!r}" for p, a, b in model_changes]
+    cfg.growth_history = []  # the growth records describe the source run's optimizer and schedule, not this run's
+    if new_tokenizer or getattr(tok, "kind", "byte") in BYTE_KINDS:
+        tok = None  # built from data.tokenizer / data.chat by the trainer's data module
+    n_tok = known_vocab(cfg.data, tok)
+    if n_tok is not None:  # else a BPE trained on the corpus: the trainer checks once it exists
+        from ..models.vocab import needs_resize
+
+        needs_resize(model.cfg.vocab_size, n_tok, cfg.data, tok is not None, args.resize_vocab)
+    return cfg, model, tok, notes
+
+
+def known_vocab(data_cfg, tok) -> int | None:
+    """The vocabulary of the tokenizer the run will use, when known before reading any data."""
+    if tok is not None:
+        return tok.vocab_size
+    if data_cfg.source.startswith("synthetic:") or data_cfg.tokenizer == "bpe":
+        return None
+    if data_cfg.tokenizer == "byte":
+        from ..data.chat import ChatByteTokenizer
+        from ..data.tokenizer import ByteTokenizer
+
+        return (ChatByteTokenizer() if data_cfg.chat else ByteTokenizer()).vocab_size
+    from ..data.tokenizer_files import load_tokenizer_json
+
+    return load_tokenizer_json(data_cfg.tokenizer).vocab_size
+
+
+def _model_dict(cfg: RunConfig) -> dict:
+    return cfg.to_dict()["model"]
+
+
+def _read_source(src: Path):
+    """-> (SOURCE's RunConfig, load(cfg) -> (model with SOURCE's weights built for cfg.model, tokenizer))."""
+    flag = f"--init-from={str(src)!r}"
+    if (src / "meta.json").is_file():
+        from ..checkpoint import load_checkpoint, read_config
+
+        def load_nexus(cfg):
+            model, _, tok = load_checkpoint(src, flag="--init-from", model_cfg=cfg.model)
+            return model, tok
+
+        return read_config(src, flag="--init-from"), load_nexus
+    if (src / "config.json").is_file():
+        from ..hf import import_hf
+
+        model, src_cfg = import_hf(src)
+
+        def load_hf(cfg):
+            if cfg.model == src_cfg.model:
+                return model, model.tokenizer
+            from ..checkpoint import load_state_dict_checked
+            from ..models import build_model
+
+            rebuilt = build_model(cfg.model)
+            load_state_dict_checked(rebuilt, model.state_dict(), str(src))
+            return rebuilt, model.tokenizer
+
+        return src_cfg, load_hf
+    raise ConfigError(f"{flag} (valid: a nexus checkpoint directory, or a HF model directory with config.json)")
