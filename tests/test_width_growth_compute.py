@@ -44,3 +44,32 @@ def test_paper_testbed_table2(change, active_m, saved):
     assert r["saved_eq29"] == pytest.approx(saved, abs=0.005)
     # measured FLOPs include attention products (unchanged by width), so they save a bit less
     assert 0 < r["saved_measured"] < r["saved_eq29"]
+
+
+def test_eq29_accepts_its_whole_domain_and_refuses_the_rest():
+    """0 <= D_e <= D with D > 0 and positive parameter counts, fractions included (counts in millions)."""
+    assert flops_saved(1.0, 2.0, 100, 100)["saved"] == pytest.approx(0.5)  # grown at the very end: 1 - N_s/N_l
+    assert flops_saved(0.25, 0.5, 0.5, 0.75)["saved"] == pytest.approx(1 - (0.25 * 0.5 + 0.5 * 0.25) / (0.5 * 0.75))
+    for bad in [(1.0, 2.0, -1, 100), (1.0, 2.0, 0, 0), (0.0, 2.0, 10, 100), (1.0, 0.0, 10, 100),
+                (-1.0, 2.0, 10, 100), (1.0, -2.0, 10, 100)]:
+        with pytest.raises(ValueError):
+            flops_saved(*bad)
+
+
+def test_growth_compute_combines_active_params_and_measured_flops_by_eq29():
+    """Both readings of eq. 29 on a dense FFN-2x pair, each recomputed from the counts it reports."""
+    from nexus.analysis.flops import train_flops_per_token
+
+    small = get_preset("sparkling-dense-tiny").model
+    large = copy.deepcopy(small)
+    large.ffn_hidden = 2 * small.ffn
+    r = growth_compute(small, large, d_e=300.0, d_total=1000.0, seq_len=64)
+    ns, nl = active_params(small), active_params(large)
+    assert (r["active_params_small"], r["active_params_large"]) == (ns, nl) and ns < nl
+    assert r["c_star_eq29"] == 6 * (ns * 300 + nl * 700) and r["c_scratch_eq29"] == 6 * nl * 1000
+    assert r["saved_eq29"] == pytest.approx(1 - (ns * 300 + nl * 700) / (nl * 1000), rel=1e-12)
+    fs, fl = train_flops_per_token(small, 64), train_flops_per_token(large, 64)
+    assert (r["train_flops_per_token_small"], r["train_flops_per_token_large"]) == (fs, fl)
+    assert r["c_star_measured"] == pytest.approx(fs * 300 + fl * 700, rel=1e-12)
+    assert r["c_scratch_measured"] == pytest.approx(fl * 1000, rel=1e-12)
+    assert r["saved_measured"] == pytest.approx(1 - (fs * 300 + fl * 700) / (fl * 1000), rel=1e-12)
