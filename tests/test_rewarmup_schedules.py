@@ -131,3 +131,41 @@ def test_a_record_without_its_growth_step_is_refused():
 
     with pytest.raises(ConfigError, match="step"):
         make_rewarmup({"rewarmup": {"rho": 1.3, "tau": 250}})
+
+
+def _cosine(t, tcfg):
+    """The baseline's factor from its definition: linear warmup to 1, then cosine to min_lr_ratio on T_last."""
+    w, floor, last = tcfg.warmup_steps, tcfg.min_lr_ratio, (tcfg.schedule_steps or tcfg.steps) - 1
+    if t < w:
+        return (t + 1) / w
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min((t - w) / (last - w), 1.0)))
+
+
+def test_lr_plan_names_the_steps_that_matter_with_their_lrs():
+    """The plan printed before training: first step, growth step (old and new), peak of each, last step,
+    every value from the schedule's and eq. 28's definitions."""
+    from nexus.growth.rewarmup import lr_plan
+
+    tcfg = TrainConfig(steps=100, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1, lr=2e-3)
+    rec = {"step": 40, "rewarmup": {"rho": 1.3, "tau": 20}}
+    old = lambda t: 2e-3 * _cosine(t, tcfg)  # noqa: E731
+    new = lambda t: 2e-3 * paper_new_lr(t, 40, 1.3, 20, tcfg, _cosine(40, tcfg))  # noqa: E731
+    line, at_floor = lr_plan(tcfg, 0, rec)
+    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
+                    f"{new(40):.3g} | peak {old(9):.3g} at step 9 (new entries {new(60):.3g} at step 60) | "
+                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})") and not at_floor
+    resumed, _ = lr_plan(tcfg, 50, rec)  # a grown run resumed after its growth step
+    assert resumed.startswith(f"lr plan: first step 50: {old(50):.3g} (new entries {new(50):.3g}) | peak "
+                              f"{old(50):.3g} at step 50 (new entries {new(60):.3g} at step 60) | last step 99")
+    plain, _ = lr_plan(tcfg, 0)
+    assert plain == f"lr plan: first step 0: {old(0):.3g} | peak {old(9):.3g} at step 9 | last step 99: {old(99):.3g}"
+
+
+def test_lr_plan_flags_a_run_that_would_train_at_the_floor():
+    from nexus.growth.rewarmup import lr_plan
+
+    past = TrainConfig(steps=160, schedule_steps=100, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    assert lr_plan(past, 120)[1] is True  # resumed past its schedule's horizon: every step at the floor
+    assert lr_plan(past, 90)[1] is False  # still decaying at the first step
+    assert lr_plan(TrainConfig(steps=100, schedule_steps=50, schedule="constant"), 60)[1] is False
+    assert lr_plan(TrainConfig(steps=100, schedule_steps=50, schedule="cosine"), 99)[1] is False  # one step
