@@ -159,10 +159,10 @@ def test_damaged_sharded_checkpoint_is_a_one_line_error(tmp_path, capsys):
 
 NAN_AT_STEP_2 = """
 import sys
-from nexus.models import output
+from nexus.models import lm_loss as loss_module
 from nexus.train import trainer
 
-real_loss, real_step, state = output.lm_loss, trainer.Trainer.train_step, {"poison": False}
+real_loss, real_step, state = loss_module.lm_loss, trainer.Trainer.train_step, {"poison": False}
 
 def lm_loss(out, labels, z_loss):
     out = real_loss(out, labels, z_loss)
@@ -177,7 +177,7 @@ def train_step(self, step):  # every rank's loss is NaN at step 2: the step must
     finally:
         state["poison"] = False
 
-output.lm_loss = lm_loss
+loss_module.lm_loss = lm_loss
 trainer.Trainer.train_step = train_step
 import nexus.models.transformer as T
 T.lm_loss = lm_loss
