@@ -30,6 +30,8 @@ def test_undefined_p_values_are_none_not_nan():
     p = stats.welch([1.0, 2.0, 3.5], [2.0, 4.0, 4.5])
     assert p == pytest.approx(sps.ttest_ind([1.0, 2.0, 3.5], [2.0, 4.0, 4.5], equal_var=False).pvalue, rel=1e-12)
     assert p != pytest.approx(sps.ttest_ind([1.0, 2.0, 3.5], [2.0, 4.0, 4.5], equal_var=True).pvalue, rel=1e-6)
+    two = stats.welch([1.0, 2.0], [3.0, 5.0])  # two values a side is the smallest defined case
+    assert two == pytest.approx(sps.ttest_ind([1.0, 2.0], [3.0, 5.0], equal_var=False).pvalue, rel=1e-12)
 
 
 def test_paired_keys_and_where_each_test_is_defined():
