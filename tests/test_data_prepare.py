@@ -193,3 +193,20 @@ def test_two_processes_preparing_one_directory_at_once_agree(tmp_path):
     assert not any(g.startswith("error") for g in got), got
     assert got[0] == got[1]
     assert read_split(tmp_path / "prep", "train") == reference(corpus(tmp_path, 400), ByteTokenizer(), 0.05, 1234)["train"]
+
+
+def test_prepared_output_records_every_file_it_wrote(tmp_path):
+    """`nexus data prepare --out` owns exactly what it wrote: each shard, the tokenizer and the manifest are
+    in its ownership manifest with their sizes, so --overwrite can tell them from a user's file."""
+    from nexus.outdir.manifest import ownership_problems, read_manifest
+
+    (tmp_path / "c.txt").write_text("\n\n".join(f"document {i} " + "text " * 40 for i in range(60)))
+    out = tmp_path / "prep"
+    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
+                 "--quiet"]) == 0
+    on_disk = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file() and p.name != ".nexus-run"}
+    assert sum(n.endswith(".bin") for n in on_disk) >= 2  # train and validation shards, each recorded
+    assert {k: v["size"] for k, v in read_manifest(out)["files"].items()} == on_disk
+    assert ownership_problems(out) == []
+    (out / "NOTES.md").write_text("mine")
+    assert [name for name, _ in ownership_problems(out)] == ["NOTES.md"]

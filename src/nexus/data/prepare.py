@@ -101,9 +101,16 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
         runner.close()
         meter.close()
     manifest = _manifest(done, fp, source.spec, dtype, tok, cfg)
+    before = {p.name for p in out.iterdir()}
     tok.save(out)
+    tokenizer_files = sorted({p.name for p in out.iterdir()} - before)
     write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     state_path.unlink(missing_ok=True)
+    if mark_output:  # nexus owns exactly what it wrote here: every shard, the tokenizer, the manifest
+        from ..outdir.manifest import record
+
+        written = [e[k] for s in SPLITS for e in manifest["shards"][s] for k in ("file", "mask") if e.get(k)]
+        record(out, PREPARED, files=[*written, *tokenizer_files, MANIFEST])
     dt = time.perf_counter() - t0
     tot = manifest["tokens"]
     if dt >= quiet_below_s:
