@@ -207,3 +207,16 @@ def test_a_nonfinite_step_is_skipped_on_the_device_under_fsdp2(tmp_path):
     lf = {r["step"]: r["loss"] for r in rows_f if "loss" in r and not r.get("skipped")}
     lr = {r["step"]: r["loss"] for r in rows_r if "loss" in r and not r.get("skipped")}
     _close(lf, lr, (1, 3, 4))
+
+
+def test_fsdp2_asked_at_world_size_one_says_it_trains_unsharded(tmp_path, monkeypatch):
+    """FSDP2 needs ranks to shard across: one process trains plain, and says so instead of silently."""
+    monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
+    cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.out_dir", str(tmp_path / "o")])
+    assert not any("fsdp2" in n for n in Trainer(cfg.validate(), quiet=True).notes)
+    cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.out_dir", str(tmp_path / "p"),
+                                                              "--train.parallel", "fsdp2"])
+    t = Trainer(cfg.validate(), quiet=True)
+    assert [n for n in t.notes if "fsdp2" in n] == [
+        "train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; launch with torchrun "
+        "--nproc_per_node N to shard)"]

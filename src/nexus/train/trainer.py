@@ -128,6 +128,9 @@ class Trainer:
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
         self._wrap()
+        if self.cfg.train.parallel == "fsdp2" and self.world == 1:  # asked for, not done: say so
+            self.notes.append("train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; "
+                              "launch with torchrun --nproc_per_node N to shard)")
         # what the config turns on, whoever built the trainer; checked before anything is written
         for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks), *hooks]:
             self.add_hook(hook)
