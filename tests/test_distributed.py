@@ -200,6 +200,7 @@ STOPPING_RANK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # waits out a real collective timeout (~50 s); run with -m slow
 def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
     """torchrun with its own shutdown setting (--shutdown-timeout, torch's elastic agent) and a short
     steady-state timeout: rank 0 names the stopped rank in one line and the launcher ends the job. The

@@ -239,6 +239,7 @@ def test_cli_inexact_cut_for_l2norm_form_is_refused(tmp_path, capsys):
     assert rc == 0 and "max |dlogits|" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the statistics over every checkpoint of a grown run (~35 s); run with -m slow
 def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsys):
     grown = tmp_path / "grown"
     grow_checkpoint(trained, grown, {"family": "nexus_rank", "delta_m": 16, "delta_a": 32})
