@@ -3,21 +3,17 @@ per active parameter before growth, 2x growth, *-matched bases equal in paramete
 cache shares only runs whose whole configuration is identical."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_module import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("paper_regime_bench", ROOT / "benchmarks" / "progressive_paper_regime.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("progressive_paper_regime.py")
 
 
 @pytest.fixture

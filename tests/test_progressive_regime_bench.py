@@ -5,21 +5,16 @@ result, and bad input (a corpus that would repeat, a missing or foreign lr sweep
 line with exit code 2."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_module import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("progressive_regime_bench", ROOT / "benchmarks" / "progressive_regime.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("progressive_regime.py")
 
 
 def test_full_plan_is_the_issue_regime(bench, tmp_path):
