@@ -30,12 +30,13 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-KILLED = {1: "killed", 3: "killed", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
-NAMED = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", None: "not checked", 37: "type check"}
 
 
 def status(code) -> str:
-    return KILLED.get(code) or NAMED.get(code) or "suspicious"
+    """mutmut's own reading of a mutant's exit code (killed, timeout, survived, no tests, ...)."""
+    from mutmut.stats import status_by_exit_code
+
+    return status_by_exit_code[code]
 
 
 def load_plan() -> tuple[dict, dict[str, list[str]]]:
@@ -95,7 +96,10 @@ def survivor_diffs(work: Path, names: list[str]) -> dict[str, str]:
         return {}
     r = subprocess.run([sys.executable, "-c", _DIFFS], cwd=work, input=json.dumps(names), text=True,
                        capture_output=True)
-    return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    if r.returncode != 0:
+        print(f"mutation: survivor diffs unavailable ({r.stderr.strip().splitlines()[-1:]}); names only", file=sys.stderr)
+        return {}
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def run_module(module: str, tests: list[str], shared: dict, out: Path, children: int) -> dict:
