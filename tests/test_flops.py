@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import flops_breakdown, forward_flops_per_token, linear_layer_flops
-from nexus.config import AttentionOptions, MixingConfig, ModelConfig, MoEConfig, ProjectionOptions
+from nexus.config import AttentionOptions, MixingConfig, MLPOptions, ModelConfig, ProjectionOptions
 from nexus.models import build_model
 
 T = 24
@@ -43,7 +43,7 @@ EXACT = {
     "higher_order_shared": small(attention=AttentionOptions.make("higher_order", order=2)),
 }
 APPROX = {
-    "moe": small(moe=MoEConfig(n_experts=4, top_k=2)),
+    "moe": small(mlp=MLPOptions.make("moe", n_experts=4, top_k=2)),
     "exo": small(mixing=MixingConfig(anchor="exo"), attention=AttentionOptions(gate="elementwise")),
 }
 

@@ -23,7 +23,7 @@ VARIANTS = [
     ["--model.mixing.anchor", "value_residual", "--model.mixing.components", "v", "--model.mixing.norm", "none",
      "--model.mixing.learnable", "false"],
     ["--model.mixing.anchor", "exo", "--model.mixing.components", "q,k,v", "--model.mixing.granularity", "scalar"],
-    ["--model.moe.n_experts", "4", "--model.moe.top_k", "2"],
+    ["--model.mlp.kind", "moe", "--model.mlp.n_experts", "4", "--model.mlp.top_k", "2"],
     ["--model.projection.kind", "nexus_rank", "--model.projection.targets", "q,k,v,o"],
     ["--model.projection.kind", "pattention", "--model.projection.targets", "q,k,v,o,ffn",
      "--model.projection.param_tokens", "48", "--model.projection.ffn_param_tokens", "80", "--model.attention_bias", "true"],

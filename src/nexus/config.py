@@ -163,6 +163,23 @@ class ProjectionOptions(KindOptions, kind="linear"):
 
 
 @dataclass
+class MLPOptions(KindOptions, kind="dense"):
+    """The MLP of every layer. The baseline kind, `dense`, is SwiGLU of inner size model.ffn_hidden, or one
+    projection of model.projection's kind when its targets include ffn (TokenFormer's FFN); other kinds
+    (`moe`) register their options in their own files."""
+
+    section: typing.ClassVar[str] = "mlp"
+
+    def width_axes(self, model: "ModelConfig") -> dict[str, int]:
+        """The inner axes width growth may grow in this MLP, with their sizes (growth/width.py)."""
+        return {"ffn": model.ffn}
+
+    def set_width_axes(self, model: "ModelConfig", sizes: dict[str, int]) -> None:
+        """Write grown sizes of `width_axes` into `model` (this section belongs to it)."""
+        model.ffn_hidden = sizes["ffn"]  # explicit: the default would follow d_model
+
+
+@dataclass
 class MixingConfig:
     """Anchor mixing across layers (ResFormer value residual, NuResFormer, ExoFormer)."""
 
@@ -205,25 +222,6 @@ class MixingConfig:
         if self.anchor != "none" and "g" in self.components and model.attention.gate == "none":
             errors.append(f"{p}.components={self.components!r} (valid: drop 'g', or set "
                           f"{p.rsplit('.', 1)[0]}.attention.gate=elementwise|headwise: mixing g needs gate logits)")
-
-
-@dataclass
-class MoEConfig:
-    """OLMoE-style token-choice mixture of experts in place of the dense MLP."""
-
-    n_experts: int = 0  # number of experts (0 = dense SwiGLU MLP)
-    top_k: int = 2  # experts per token
-    expert_hidden: int = 0  # inner size of each SwiGLU expert (0 -> ffn_hidden // top_k)
-    lb_loss_coef: float = 0.01  # load-balancing loss weight (Switch/OLMoE form)
-    router_z_coef: float = 0.001  # router z-loss weight
-
-    def validate(self, errors: list[str], p: str) -> None:
-        _check(errors, isinstance(self.n_experts, int) and self.n_experts >= 0, f"{p}.n_experts", self.n_experts, "an integer >= 0")
-        if self.n_experts:
-            _check(errors, isinstance(self.top_k, int) and 1 <= self.top_k <= self.n_experts, f"{p}.top_k", self.top_k,
-                   f"1..n_experts ({self.n_experts})")
-        _check(errors, isinstance(self.expert_hidden, int) and self.expert_hidden >= 0, f"{p}.expert_hidden", self.expert_hidden,
-               "an integer >= 0 (0 = default)")
 
 
 @dataclass
@@ -292,7 +290,7 @@ class ModelConfig:
     attention: AttentionOptions = field(default_factory=AttentionOptions)  # {kind: standard|<registered>, **its options}
     projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
-    moe: MoEConfig = field(default_factory=MoEConfig)
+    mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
     recurrent: RecurrentConfig = field(default_factory=RecurrentConfig)
     growth_state: GrowthState = field(default_factory=GrowthState, metadata={"set_by_growth": True})  # scales growth pinned (not a user setting)
 
@@ -336,11 +334,11 @@ class ModelConfig:
         self.mixing.validate(errors, f"{p}.mixing")
         if self.arch == "transformer":
             self.mixing.validate_with_model(errors, f"{p}.mixing", self)
-        self.moe.validate(errors, f"{p}.moe")
+        self.mlp.validate(errors, f"{p}.mlp", self)
         self.recurrent.validate(errors, f"{p}.recurrent")
         if self.arch == "recurrent":
             baseline = ModelConfig()
-            non_default = [n for n in ("attention", "projection", "mixing", "moe")
+            non_default = [n for n in ("attention", "projection", "mixing", "mlp")
                            if getattr(self, n) != getattr(baseline, n)]
             _check(errors, not non_default, f"{p}.arch", self.arch,
                    f"transformer when {', '.join(non_default)} options are set (the recurrent model has no attention)")
@@ -538,14 +536,16 @@ class RunConfig:
 LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
 LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
                      "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
+# Before the MLP was a kind, model.moe held the experts' options; n_experts 0 meant the dense MLP.
+LEGACY_MOE = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
 
 
 def _upgrade(d):
     """Configs (and checkpoints) written by earlier versions, to the current form:
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*; train.grow_at / train.growth -> a train.hooks
-    growth entry. A dropped value that was not its default (it had no effect) is named in one line on
+    model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
+    or {kind: dense} when it had no experts; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was not its default (it had no effect) is named in one line on
     stderr."""
     if not isinstance(d, dict):
         return d
@@ -571,14 +571,30 @@ def _upgrade(d):
                                     f"not an option of projection kind {kind!r}")
     if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
         _move_growth_state(model)
+    if isinstance(model.get("moe"), dict):
+        _move_moe(model)
     return d
 
 
-def _keep(section: dict, names: set, where: str, why: str) -> dict:
-    """`section` without the legacy fields outside `names`; one stderr line for each non-default one."""
+def _move_moe(model: dict) -> None:
+    """model.moe (written before the MLP was a kind) -> model.mlp."""
+    if "mlp" in model:
+        raise ConfigError("model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
+                          "old form of model.mlp: {kind: moe, n_experts: N, ...})")
+    moe = model.pop("moe")
+    n = moe.get("n_experts", 0)
+    if isinstance(n, int) and not isinstance(n, bool) and n == 0:
+        model["mlp"] = {"kind": "dense", **_keep(moe, set(), "model.moe", "no experts: the dense MLP", LEGACY_MOE)}
+    else:  # a bad n_experts is refused by the moe kind's own check, naming model.mlp.n_experts
+        model["mlp"] = {"kind": "moe", **moe}
+
+
+def _keep(section: dict, names: set, where: str, why: str, legacy: dict | None = None) -> dict:
+    """`section` without the `legacy` fields (default: the old attention and projection ones) outside `names`;
+    one stderr line for each non-default one."""
     import sys
 
-    legacy = {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
+    legacy = legacy if legacy is not None else {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
     for k, v in section.items():
         if k not in names and k != "kind" and k in legacy and v != legacy[k]:
             print(f"config: dropped {where}.{k}={v!r} from an old config ({why}; it had no effect)", file=sys.stderr)
@@ -608,8 +624,9 @@ def _upgrade_train_growth(d: dict) -> None:
             hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
 
 
-# Fields that moved, for the one-line answer to an override that still names them.
+# Fields (and whole sections) that moved, for the one-line answer to an override that still names them.
 MOVED_FIELDS = {
+    "model.moe": "model.mlp (valid: --model.mlp.kind moe, then --model.mlp.n_experts N, --model.mlp.top_k K, ...)",
     "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
                      "spec: {family: width, hidden: 128}}]')",
     "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
@@ -716,8 +733,9 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                 raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
                                   f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
         if part not in names:
-            if dotted in MOVED_FIELDS:
-                raise ConfigError(f"{dotted} moved into {MOVED_FIELDS[dotted]}")
+            moved = next((v for k, v in MOVED_FIELDS.items() if dotted == k or dotted.startswith(k + ".")), None)
+            if moved:
+                raise ConfigError(f"{dotted} moved into {moved}")
             where = ".".join(parts[:i]) or "top level"
             valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")

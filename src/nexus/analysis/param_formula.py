@@ -105,14 +105,15 @@ def _mixing(cfg: ModelConfig) -> int:
 
 
 def _mlp(cfg: ModelConfig) -> int:
-    """SwiGLU, or the count of the registered MLP kind the config selects (MoE, a projection FFN)."""
-    base = _swiglu(cfg.d_model, cfg.ffn)
-    if cfg.moe == type(cfg.moe)() and cfg.projection.kind == "linear":  # no MLP kind can be selected
+    """The dense baseline (SwiGLU, or one projection of the configured kind when it targets ffn), or the
+    count the registered kind `model.mlp.kind` declares."""
+    base = (_projection(cfg, "ffn", cfg.d_model, cfg.d_model, False) if cfg.projection.uses("ffn")
+            else _swiglu(cfg.d_model, cfg.ffn))
+    if cfg.mlp.kind == "dense":
         return base
-    from ..models.kinds import MLP_KINDS, selected_kind
+    from ..models.kinds import MLP_KINDS
 
-    kind = selected_kind(MLP_KINDS, cfg)
-    return base if kind is None else kind.params(cfg, base)
+    return MLP_KINDS.get(cfg.mlp.kind).params(cfg, base)
 
 
 def _embeddings(cfg: ModelConfig) -> int:

@@ -126,9 +126,8 @@ class WidthSpec(GrowthSpec):
         return self
 
     def current_sizes(self, m) -> dict[str, int]:
-        from ..models.moe import expert_hidden
-
-        return {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
+        """Every axis's size; an axis the model's MLP kind does not have (`width_axes`) is 0."""
+        return {"hidden": m.d_model, "ffn": 0, "expert_inner": 0, **m.mlp.width_axes(m)}
 
     def applies_to(self, m) -> None:
         """A model no module of which refuses width growth (`width_refusal`), every target at least the
@@ -142,11 +141,12 @@ class WidthSpec(GrowthSpec):
             raise ConfigError(f"width growth of {where}: {why}")
         if m.projection.kind == "nexus_rank":
             _check_nexus_rank(m, self)
-        if self.expert_inner and not m.moe.n_experts:
-            raise ConfigError(f"width.expert_inner={self.expert_inner} on a dense model (valid: only when "
-                              "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
-        if self.ffn and m.moe.n_experts:
-            raise ConfigError(f"width.ffn={self.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
+        mlp_axes = m.mlp.width_axes(m)
+        for axis in ("ffn", "expert_inner"):
+            if getattr(self, axis) and axis not in mlp_axes:
+                raise ConfigError(f"width.{axis}={getattr(self, axis)} on a model whose MLP (model.mlp.kind="
+                                  f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
+                                  "its inner size)")
         current = self.current_sizes(m)
         targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
         for axis, new in targets.items():
@@ -360,9 +360,8 @@ def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
     new_mcfg = copy.deepcopy(m)
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
-    new_mcfg.ffn_hidden = targets.get("ffn", m.ffn)  # explicit: the default would follow d_model
-    if m.moe.n_experts:
-        new_mcfg.moe.expert_hidden = targets.get("expert_inner", current["expert_inner"])
+    new_mcfg.ffn_hidden = m.ffn  # explicit: the default would follow d_model
+    new_mcfg.mlp.set_width_axes(new_mcfg, {a: targets.get(a, current[a]) for a in m.mlp.width_axes(m)})
     if m.projection.kind == "nexus_rank":  # M and A stay; their defaults (2d, 4d) would follow D otherwise
         new_mcfg.projection.rank_m = m.projection.resolved_m(m.d_model)
         new_mcfg.projection.rank_a = m.projection.resolved_a(m.d_model)

@@ -88,7 +88,7 @@ def model_config_from_hf(hf_cfg) -> tuple[ModelConfig, str]:
 
 
 # Sub-configs that must keep their defaults: each switches on a mechanism HF Llama/Qwen lack.
-BASELINE_SECTIONS = ("attention", "projection", "mixing", "moe")
+BASELINE_SECTIONS = ("attention", "projection", "mixing", "mlp")
 
 
 def check_exportable(cfg: ModelConfig) -> None:

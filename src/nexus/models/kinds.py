@@ -10,8 +10,9 @@ where `build(cfg, **common)` makes the module (`common`: the plain arguments eve
 models/transformer.py) and `params(cfg, base)` counts one layer's parameters given `base`, the count of
 standard attention with the same projections (analysis/param_formula.py adds it up without building a
 model). `model.attention.kind` selects the kind; `standard` is models/attention.py's Attention.
-MLP kinds are selected by their `selected(cfg)` predicate; a layer with none gets SwiGLU. Width growth
-reads the roles the built modules declare (models/width_roles.py). The modules of nexus.models are
+An MLP kind works the same way (`class XOptions(MLPOptions, kind="x")`, `MLP_KINDS.register("x")`,
+models/moe.py); `model.mlp.kind` selects it, `dense` (SwiGLU, or the projection kind's FFN) is the
+baseline. Width growth reads the roles the built modules declare (models/width_roles.py). The modules of nexus.models are
 imported on the first lookup, so a new kind is a new file plus its registration line.
 """
 from __future__ import annotations
@@ -29,11 +30,10 @@ from ..plugins import Registry
 class LayerKind:
     build: Callable[..., nn.Module]  # build(cfg, **common) -> the module
     params: Callable[[ModelConfig, int], int]  # (cfg, the baseline layer's count) -> one layer's parameter count
-    selected: Callable[[ModelConfig], bool] | None = None  # MLP kinds: does this config's layer use the kind?
 
 
 ATTENTION_KINDS: Registry[LayerKind] = Registry("model.attention.kind", "nexus.models")
-MLP_KINDS: Registry[LayerKind] = Registry("MLP kind", "nexus.models")
+MLP_KINDS: Registry[LayerKind] = Registry("model.mlp.kind", "nexus.models")
 
 
 def attention_kind(cfg: ModelConfig) -> LayerKind | None:
@@ -41,9 +41,7 @@ def attention_kind(cfg: ModelConfig) -> LayerKind | None:
     return None if cfg.attention.kind == "standard" else ATTENTION_KINDS.get(cfg.attention.kind)
 
 
-def selected_kind(registry: Registry[LayerKind], cfg: ModelConfig) -> LayerKind | None:
-    """The one registered kind the config selects, or None for the baseline."""
-    chosen = [(name, kind) for name, kind in registry.items() if kind.selected(cfg)]
-    if len(chosen) > 1:
-        raise RuntimeError(f"{registry.what}s {', '.join(n for n, _ in chosen)} all claim this model config")
-    return chosen[0][1] if chosen else None
+
+def mlp_kind(cfg: ModelConfig) -> LayerKind | None:
+    """The registered kind `model.mlp.kind` names, or None for the dense baseline."""
+    return None if cfg.mlp.kind == "dense" else MLP_KINDS.get(cfg.mlp.kind)
