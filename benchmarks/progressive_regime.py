@@ -78,7 +78,7 @@ def small_params(method: str, overrides: list[str]) -> int:
     from nexus.experiments import progressive as P
     from nexus.experiments.curves import active_params
 
-    return active_params(P._small_config(P.METHODS[method], None, overrides, None).model)
+    return active_params(P._small_config(P.methods()[method], None, overrides, None).model)
 
 
 def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
@@ -495,7 +495,7 @@ def _main(argv: list[str] | None) -> int:
 
     methods = a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
     for m in methods:
-        if m not in P.METHODS or P.METHODS[m].family != "width":
+        if m not in P.methods() or P.methods()[m].family != "width":
             raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
                           f"{', '.join(DEFAULT_METHODS + ABLATIONS)})")
     out = Path(a.out) / scale
