@@ -3,7 +3,8 @@
 tests/data/preset_configs_v1.json is every preset's `RunConfig.to_dict()` as the code before this form
 wrote it (generated once from that code, an input, not an expected result): model.attention held every
 attention kind's fields without a kind, model.projection every projection kind's fields, model.moe the
-experts' options (n_experts 0: the dense MLP). Each must
+experts' options (n_experts 0: the dense MLP), model.arch a bare name and model.recurrent the recurrent
+architecture's options. Each must
 migrate to the config the preset builds today, and the model built from the migrated old config must be
 the preset's model: parameter names and order, seeded init, logits, every gradient, greedy generation.
 """
@@ -35,6 +36,7 @@ def test_the_old_form_had_no_kinds_and_the_new_form_names_them():
         new = get_preset(n).to_dict()["model"]
         assert new["attention"]["kind"] in ("standard", "higher_order") and "kind" in new["projection"]
         assert "moe" not in new and new["mlp"]["kind"] == ("moe" if OLD[n]["model"]["moe"]["n_experts"] else "dense")
+        assert "recurrent" not in new and new["arch"]["kind"] == OLD[n]["model"]["arch"]
         assert RunConfig.from_dict(get_preset(n).to_dict()) == get_preset(n)
 
 
@@ -105,6 +107,30 @@ def test_an_old_moe_section_without_experts_is_the_dense_mlp_and_names_what_it_d
 def test_an_override_of_the_old_moe_section_names_where_it_moved():
     with pytest.raises(ConfigError, match=r"model.moe.n_experts moved into model.mlp \(valid: --model.mlp.kind moe"):
         apply_override(RunConfig(), "model.moe.n_experts", "8")
+
+
+def test_an_old_architecture_section_moves_into_model_arch_or_is_named_when_dropped(capsys):
+    old = json.loads(json.dumps(OLD["nexus-micro"]))
+    assert old["model"]["arch"] == "recurrent" and old["model"]["recurrent"]["t_inner"] == 3
+    assert RunConfig.from_dict(old).model.arch.t_inner == 3
+    old = json.loads(json.dumps(OLD["baseline-micro"]))
+    old["model"]["recurrent"]["t_inner"] = 9  # a transformer ignored it
+    assert RunConfig.from_dict(old).model == get_preset("baseline-micro").model
+    assert "dropped model.recurrent.t_inner=9" in capsys.readouterr().err
+
+
+def test_the_old_spelling_of_an_architecture_option_still_sets_it():
+    """`--set recurrent.t_inner=20` at load, `--model.recurrent.n_sup` on a command line: written before
+    model.arch held the options, they address model.arch while it is that architecture."""
+    cfg = get_preset("nexus-micro")
+    apply_override(cfg, "model.recurrent.t_inner", "7")
+    assert cfg.model.arch.t_inner == 7
+    cfg = RunConfig()
+    with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent, not of "
+                                          r"'transformer' \(valid: --model.arch recurrent before it\)"):
+        apply_override(cfg, "model.recurrent.t_inner", "7")
+    apply_override(cfg, "model.arch", "recurrent")  # a bare name is the kind
+    assert cfg.model.arch.kind == "recurrent" and cfg.model.arch.t_inner == 6
 
 
 def test_an_option_of_another_kind_names_the_kind_that_has_it():

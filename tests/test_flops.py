@@ -92,10 +92,10 @@ def test_every_small_preset_matches_flop_counter():
         torch.manual_seed(0)
         model = build_model(cfg)
         counted = counted_per_token(model, cfg.vocab_size, 32)
-        if cfg.arch == "recurrent":
+        if cfg.arch.kind == "recurrent":
             # FlopCounterMode sees only matmuls; the recurrent block's conv taps and SwiGLU products are
             # elementwise work that the analytic count includes once per application of f.
-            rc = cfg.recurrent
+            rc = cfg.arch
             own = sum(m.flops_per_token(32) for layer in model.layers for m in layer.modules()
                       if m is not layer and hasattr(m, "flops_per_token"))
             counted += rc.n_sup * rc.t_inner * own

@@ -1,14 +1,15 @@
-"""Every registered kind declares, in its own file, what the rest of nexus asks of it: its options (a
-registered options dataclass), its parameter count (held to a real build) and its width-growth roles
-(every tensor width growth reshapes has one, or a module says why it refuses). A kind that forgets
-one fails here, not in a user's run."""
+"""Every registered kind (attention, projection, MLP, architecture) declares, in its own file, what the rest
+of nexus asks of it: its options (a registered options dataclass), its parameter count (held to a real
+build) and its width-growth roles (every tensor width growth reshapes has one, or a module says why it
+refuses). A kind that forgets one fails here, not in a user's run."""
 import pytest
 
 from nexus.analysis.param_formula import count
-from nexus.config import AttentionOptions, ConfigError, MLPOptions, ModelConfig, ProjectionOptions, RunConfig
+from nexus.config import (ArchitectureOptions, AttentionOptions, ConfigError, MLPOptions, ModelConfig,
+                          ProjectionOptions, RunConfig)
 from nexus.growth.width import WidthSpec
 from nexus.models.accounting import param_count_for_config
-from nexus.models.kinds import ATTENTION_KINDS, MLP_KINDS
+from nexus.models.kinds import ARCHITECTURES, ATTENTION_KINDS, MLP_KINDS
 from nexus.models.projections import PROJECTIONS
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=32)
@@ -32,7 +33,8 @@ def _cases():
     attention = [("attention", k) for k in ATTENTION_KINDS.names()] + [("attention", "standard")]
     projection = [("projection", k) for k in PROJECTIONS.names()]
     mlp = [("mlp", k) for k in MLP_KINDS.names()] + [("mlp", "dense")]
-    return attention + projection + mlp
+    arch = [("arch", k) for k in ARCHITECTURES.names()] + [("arch", "transformer")]
+    return attention + projection + mlp + arch
 
 
 def test_the_registries_and_the_options_tables_name_the_same_kinds():
@@ -42,11 +44,14 @@ def test_the_registries_and_the_options_tables_name_the_same_kinds():
     assert all(callable(k.params) and callable(k.build) for _, k in PROJECTIONS.items())
     assert set(MLPOptions.kinds()) == set(MLP_KINDS.names()) | {"dense"}
     assert all(callable(k.params) and callable(k.build) for _, k in MLP_KINDS.items())
+    assert set(ArchitectureOptions.kinds()) == set(ARCHITECTURES.names()) | {"transformer"}
+    assert all(callable(k.params) and callable(k.build) for _, k in ARCHITECTURES.items())
 
 
 @pytest.mark.parametrize("section,kind", _cases())
 def test_each_kind_counts_its_parameters_and_declares_its_width_roles(section, kind):
-    base = {"attention": AttentionOptions, "projection": ProjectionOptions, "mlp": MLPOptions}[section]
+    base = {"attention": AttentionOptions, "projection": ProjectionOptions, "mlp": MLPOptions,
+            "arch": ArchitectureOptions}[section]
     opts = {"targets": ["q", "k", "v", "o", "ffn"]} if section == "projection" else {}
     m = _model(**{section: base.make(kind, **opts)})
     assert count(m)["total"] == param_count_for_config(m)["total"]

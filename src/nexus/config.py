@@ -64,6 +64,9 @@ class KindOptions:
     package: typing.ClassVar[str] = "nexus.models"  # imported on a lookup of an unknown kind
     registered: typing.ClassVar[dict]  # kind -> options class, one table per section
     kind_name: typing.ClassVar[str] = ""
+    # the old spelling `model.<kind>.<option>` (a section per kind, written before the kind owned its options)
+    # still addresses this section's options when that kind is selected
+    addressed_by_kind: typing.ClassVar[bool] = False
 
     def __init_subclass__(cls, kind: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -138,6 +141,20 @@ class KindOptions:
 
     def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
         """Rules beyond each field's own type and choices (a kind overrides it)."""
+
+
+@dataclass
+class ArchitectureOptions(KindOptions, kind="transformer"):
+    """The model's architecture, `model.arch: {kind, **its options}` (a bare name is its kind). The baseline,
+    `transformer`, has no options here: its parts are model.attention, .projection, .mixing and .mlp. Another
+    architecture registers its options in its own file (models/recurrent.py)."""
+
+    section: typing.ClassVar[str] = "arch"
+    addressed_by_kind: typing.ClassVar[bool] = True  # model.<arch>.<option>: the form before model.arch held options
+
+    def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+        """The transformer's rule across its parts: mixing g needs gate logits."""
+        model.mixing.validate_with_model(errors, f"{p.rsplit('.', 1)[0]}.mixing", model)
 
 
 @dataclass
@@ -225,26 +242,6 @@ class MixingConfig:
 
 
 @dataclass
-class RecurrentConfig:
-    """NEXUS v4.1 depth recurrence (used when model.arch == 'recurrent')."""
-
-    n_sup: int = 4  # deep-supervision steps, each adds a loss term and detaches the state
-    t_inner: int = 6  # iterations of f per supervision step; only the last carries gradient
-    conv_kernel: int = 4  # depthwise causal conv kernel size (left padding only)
-    ternary: bool = True  # BitNet b1.58 absmean ternary weights in every block linear
-    act_quant: bool = False  # 8-bit per-token absmax activation quantization in BitLinear
-    subln: bool = True  # parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm before quantization)
-    sup_loss: str = "sum"  # sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)
-    full_backprop: bool = False  # ablation/control: backprop through every iteration (memory grows with t_inner)
-
-    def validate(self, errors: list[str], p: str) -> None:
-        for name in ("n_sup", "t_inner", "conv_kernel"):
-            v = getattr(self, name)
-            _check(errors, isinstance(v, int) and v >= 1, f"{p}.{name}", v, "an integer >= 1")
-        _check(errors, self.sup_loss in ("sum", "mean"), f"{p}.sup_loss", self.sup_loss, "sum|mean")
-
-
-@dataclass
 class GrowthState:
     """Scales a growth pinned so the grown model computes what the model before it did. Only growth sets
     them (never a user): `nexus config` does not list them and an override is refused. Configs written
@@ -268,10 +265,10 @@ LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # on
 class ModelConfig:
     """Architecture. The baseline is a Llama-style Transformer++; sub-configs switch mechanisms on."""
 
-    arch: str = "transformer"  # transformer | recurrent (NEXUS v4.1)
+    arch: ArchitectureOptions = field(default_factory=ArchitectureOptions)  # {kind: transformer|<registered>, **its options}; a bare name is its kind
     vocab_size: int = 259  # tokenizer size; byte tokenizer = 256 bytes + bos/eos/pad
     d_model: int = 128  # residual stream width
-    n_layers: int = 4  # number of blocks (physical layers for the recurrent model)
+    n_layers: int = 4  # number of blocks (physical layers of a depth-recurrent architecture)
     n_heads: int = 4  # query heads
     n_kv_heads: int = 0  # key/value heads for GQA (0 -> n_heads)
     head_dim: int = 0  # per-head size (0 -> d_model // n_heads); decoupled so width growth keeps heads
@@ -291,8 +288,12 @@ class ModelConfig:
     projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
     mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
-    recurrent: RecurrentConfig = field(default_factory=RecurrentConfig)
     growth_state: GrowthState = field(default_factory=GrowthState, metadata={"set_by_growth": True})  # scales growth pinned (not a user setting)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
+            value = ArchitectureOptions.make(value)
+        super().__setattr__(name, value)
 
     @property
     def kv_heads(self) -> int:
@@ -309,7 +310,6 @@ class ModelConfig:
         return ((8 * self.d_model // 3) + 31) // 32 * 32
 
     def validate(self, errors: list[str], p: str = "model") -> None:
-        _check(errors, self.arch in ("transformer", "recurrent"), f"{p}.arch", self.arch, "transformer|recurrent")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
@@ -332,16 +332,8 @@ class ModelConfig:
         self.projection.validate(errors, f"{p}.projection", self)
         self.growth_state.validate(errors, f"{p}.growth_state")
         self.mixing.validate(errors, f"{p}.mixing")
-        if self.arch == "transformer":
-            self.mixing.validate_with_model(errors, f"{p}.mixing", self)
         self.mlp.validate(errors, f"{p}.mlp", self)
-        self.recurrent.validate(errors, f"{p}.recurrent")
-        if self.arch == "recurrent":
-            baseline = ModelConfig()
-            non_default = [n for n in ("attention", "projection", "mixing", "mlp")
-                           if getattr(self, n) != getattr(baseline, n)]
-            _check(errors, not non_default, f"{p}.arch", self.arch,
-                   f"transformer when {', '.join(non_default)} options are set (the recurrent model has no attention)")
+        self.arch.validate(errors, f"{p}.arch", self)  # last: an architecture's rules read the other sections
 
 
 # ----------------------------------------------------------------------------- data
@@ -573,7 +565,39 @@ def _upgrade(d):
         _move_growth_state(model)
     if isinstance(model.get("moe"), dict):
         _move_moe(model)
+    _move_kind_sections(model)
     return d
+
+
+def _move_kind_sections(model: dict) -> None:
+    """Written before a section's kinds owned their options: `model.<kind>: {options}` beside
+    `model.<section>: <kind>` (model.arch: <kind>, model.<kind>: {options}) -> model.<section>:
+    {kind, **options}. The sections of kinds not selected had no effect: dropped, a non-default value named
+    in one line on stderr."""
+    import sys
+
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    stray = [k for k in model if k not in names and isinstance(model[k], dict)]
+    if not stray:
+        return
+    hints = typing.get_type_hints(ModelConfig)
+    for section, tp in hints.items():
+        if not (isinstance(tp, type) and issubclass(tp, KindOptions) and tp.addressed_by_kind):
+            continue
+        kinds = tp.kinds()
+        chosen = model.get(section, tp.kind_name)
+        chosen = chosen if isinstance(chosen, dict) else {"kind": chosen}
+        for k in [k for k in stray if k in kinds]:
+            options = model.pop(k)
+            if k == chosen.get("kind", tp.kind_name):
+                chosen = {**options, **chosen}
+                continue
+            defaults = dataclasses.asdict(kinds[k]())
+            for name, v in options.items():
+                if name in defaults and v != defaults[name]:
+                    print(f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
+                          f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)", file=sys.stderr)
+        model[section] = {"kind": chosen.pop("kind", tp.kind_name), **chosen}
 
 
 def _move_moe(model: dict) -> None:
@@ -702,8 +726,10 @@ def from_dict(cls, d: dict, prefix: str):
         tp = hints[k]
         if isinstance(tp, type) and issubclass(tp, KindOptions) and "section" in tp.__dict__:
             v = v or {}
+            if isinstance(v, str):  # a bare name is the kind with its default options
+                v = {"kind": v}
             if not isinstance(v, dict):
-                raise ConfigError(f"{prefix}{k}={v!r} (valid: a mapping {{kind: ..., options}})")
+                raise ConfigError(f"{prefix}{k}={v!r} (valid: a kind name or a mapping {{kind: ..., options}})")
             kind_cls = tp.options_class(v.get("kind", tp.kind_name), f"{prefix}{k}")
             kwargs[k] = from_dict(kind_cls, v, f"{prefix}{k}.")
         elif dataclasses.is_dataclass(tp):
@@ -727,6 +753,16 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             new = obj.options_class(raw, ".".join(parts[:i]))(**obj.common())
             setattr(parent, parts[i - 1], new)
             return
+        old_form = _section_named_by_kind(obj, part) if part not in names else None
+        if old_form is not None:  # model.<kind>.<option>: the form before the kind owned its options
+            section, kind = old_form
+            if getattr(obj, section).kind != kind:
+                raise ConfigError(f"{dotted} is an option of {section} kind {kind}, not of "
+                                  f"{getattr(obj, section).kind!r} (valid: --{'.'.join(parts[:i])}.{section} {kind} before it)")
+            if i == len(parts) - 1:
+                raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
+            parent, obj = obj, getattr(obj, section)
+            continue
         if isinstance(obj, KindOptions) and part not in names:
             owners = [k for k, c in obj.kinds().items() if part in {f.name for f in dataclasses.fields(c)}]
             if owners:
@@ -744,6 +780,8 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                               "--grow-at; it records the scales the growth pinned)")
         if i == len(parts) - 1:
             tp = typing.get_type_hints(type(obj))[part]
+            if isinstance(getattr(obj, part), KindOptions):  # --model.arch recurrent: the section's kind
+                return apply_override(cfg, f"{dotted}.kind", raw)
             if dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
             value = raw
@@ -757,6 +795,18 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             setattr(obj, part, _coerce(value, tp, dotted))
         else:
             parent, obj = obj, getattr(obj, part)
+
+
+def _section_named_by_kind(obj, name: str) -> tuple[str, str] | None:
+    """(section, kind) when `name` is a kind of one of `obj`'s sections that takes the old spelling
+    `<kind>.<option>` (`addressed_by_kind`), else None. Looks kinds up only for a name that is no field."""
+    if not dataclasses.is_dataclass(obj):
+        return None
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, KindOptions) and v.addressed_by_kind and name in v.kinds():
+            return f.name, name
+    return None
 
 
 def read_config_file(path: str | Path, flag: str = "--config") -> dict:

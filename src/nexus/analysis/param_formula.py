@@ -3,8 +3,8 @@
 `nexus presets` lists ~100 presets; building each (even on the meta device) costs ~0.1-0.7 s, so the
 listing counts here instead. The baseline (embeddings, standard attention over Linear projections,
 SwiGLU, norms, anchor mixing) is counted here without importing torch; a registered kind counts its
-own layers in its own file (`params` of its registry entry: attention and MLP kinds in models/kinds.py,
-projection kinds in models/projections.py), so counting a model that uses one imports nexus.models
+own layers in its own file (`params` of its registry entry: attention and MLP kinds and architectures in
+models/kinds.py, projection kinds in models/projections.py), so counting a model that uses one imports nexus.models
 (and torch, once). That is the cost of a kind owning its count in its own file: `nexus presets` (all
 presets) took 1.5 s before and 22 s after on 2026-11-26 (2 runs each, alternating, on the 2-core
 shared CPU at load average ~17, where importing torch is most of it; `--filter baseline` still imports
@@ -122,20 +122,15 @@ def _embeddings(cfg: ModelConfig) -> int:
 
 def count(cfg: ModelConfig) -> dict:
     """{'total', 'embedding', 'non_embedding', 'ternary'} parameter counts (ternary: BitLinear weights)."""
+    if cfg.arch.kind != "transformer":  # another architecture counts itself in its own file
+        from ..models.kinds import ARCHITECTURES
+
+        return ARCHITECTURES.get(cfg.arch.kind).params(cfg)
     d = cfg.d_model
     emb = _embeddings(cfg)
-    ternary = 0
-    if cfg.arch == "recurrent":
-        rc = cfg.recurrent
-        mlp = _swiglu(d, cfg.ffn)
-        per_layer = 2 * d + d * rc.conv_kernel + d + mlp  # two norm gains, depthwise conv (+bias), SwiGLU
-        body = cfg.n_layers * per_layer
-        ternary = cfg.n_layers * mlp if rc.ternary else 0
-    else:
-        attn = _attention_layer(cfg)
-        body = cfg.n_layers * (2 * d + attn + _mlp(cfg)) + _mixing(cfg)
+    body = cfg.n_layers * (2 * d + _attention_layer(cfg) + _mlp(cfg)) + _mixing(cfg)
     total = emb + body + d  # + the final norm gain
-    return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": ternary}
+    return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": 0}
 
 
 def sizes(cfg: ModelConfig) -> dict:

@@ -57,8 +57,8 @@ class RetrofitSpec(GrowthSpec):
 
     def applies_to(self, model_cfg) -> None:
         """A standard-attention (order 1) transformer whose retrofitted attention config is valid."""
-        if model_cfg.arch != "transformer":
-            raise ConfigError(f"model.arch={model_cfg.arch!r} cannot be retrofitted with higher-order attention "
+        if model_cfg.arch.kind != "transformer":
+            raise ConfigError(f"model.arch.kind={model_cfg.arch.kind!r} cannot be retrofitted with higher-order attention "
                               f"(valid: a transformer; this one has no attention layers)")
         if model_cfg.attention.kind != "standard":
             raise ConfigError(f"model.attention.kind={model_cfg.attention.kind!r}: the model is not standard attention, "

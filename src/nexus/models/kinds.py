@@ -10,6 +10,9 @@ where `build(cfg, **common)` makes the module (`common`: the plain arguments eve
 models/transformer.py) and `params(cfg, base)` counts one layer's parameters given `base`, the count of
 standard attention with the same projections (analysis/param_formula.py adds it up without building a
 model). `model.attention.kind` selects the kind; `standard` is models/attention.py's Attention.
+An architecture other than the transformer (models/recurrent.py) declares its options the same way
+(`class XOptions(ArchitectureOptions, kind="x")`, selected by `model.arch`) and registers its builder and
+its parameter count: `ARCHITECTURES.register("x")(Architecture(build, params))`.
 An MLP kind works the same way (`class XOptions(MLPOptions, kind="x")`, `MLP_KINDS.register("x")`,
 models/moe.py); `model.mlp.kind` selects it, `dense` (SwiGLU, or the projection kind's FFN) is the
 baseline. Width growth reads the roles the built modules declare (models/width_roles.py). The modules of nexus.models are
@@ -32,8 +35,21 @@ class LayerKind:
     params: Callable[[ModelConfig, int], int]  # (cfg, the baseline layer's count) -> one layer's parameter count
 
 
+@dataclass(frozen=True)
+class Architecture:
+    build: Callable[[ModelConfig], nn.Module]  # the whole model from its config
+    params: Callable[[ModelConfig], dict]  # {'total', 'embedding', 'non_embedding', 'ternary'} by arithmetic alone
+
+
 ATTENTION_KINDS: Registry[LayerKind] = Registry("model.attention.kind", "nexus.models")
 MLP_KINDS: Registry[LayerKind] = Registry("model.mlp.kind", "nexus.models")
+# architectures other than the baseline transformer (models/transformer.py, counted in analysis/param_formula.py)
+ARCHITECTURES: Registry[Architecture] = Registry("model.arch.kind", "nexus.models")
+
+
+def architecture(cfg: ModelConfig) -> Architecture | None:
+    """The registered architecture `model.arch.kind` names, or None for the baseline transformer."""
+    return None if cfg.arch.kind == "transformer" else ARCHITECTURES.get(cfg.arch.kind)
 
 
 def attention_kind(cfg: ModelConfig) -> LayerKind | None:

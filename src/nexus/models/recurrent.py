@@ -21,16 +21,45 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import typing
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ConfigError, ModelConfig, RecurrentConfig
+from ..config import ArchitectureOptions, ConfigError, ModelConfig, option
 from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
+from .kinds import ARCHITECTURES, Architecture
 from .layers import RMSNorm
 from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
+
+
+@dataclasses.dataclass
+class RecurrentOptions(ArchitectureOptions, kind="recurrent"):
+    """NEXUS v4.1 depth recurrence: `model.arch: {kind: recurrent, **these}`."""
+
+    n_sup: int = option(4, "deep-supervision steps, each adds a loss term and detaches the state")
+    t_inner: int = option(6, "iterations of f per supervision step; only the last carries gradient")
+    conv_kernel: int = option(4, "depthwise causal conv kernel size (left padding only)")
+    ternary: bool = option(True, "BitNet b1.58 absmean ternary weights in every block linear")
+    act_quant: bool = option(False, "8-bit per-token absmax activation quantization in BitLinear")
+    subln: bool = option(True, "parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm "
+                               "before quantization)")
+    sup_loss: typing.Literal["sum", "mean"] = option(
+        "sum", "sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)")
+    full_backprop: bool = option(False, "ablation/control: backprop through every iteration (memory grows with t_inner)")
+
+    def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
+        for name in ("n_sup", "t_inner", "conv_kernel"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                errors.append(f"{p}.{name}={v!r} (valid: an integer >= 1)")
+        baseline = ModelConfig()
+        non_default = [n for n in ("attention", "projection", "mixing", "mlp") if getattr(model, n) != getattr(baseline, n)]
+        if non_default:
+            errors.append(f"{p}.kind={self.kind!r} (valid: transformer when {', '.join(non_default)} options are set "
+                          "(the recurrent model has no attention))")
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -130,7 +159,7 @@ class RecurrentBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        rc = cfg.recurrent
+        rc = cfg.arch
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
@@ -147,15 +176,15 @@ class RecurrentBlock(nn.Module):
 
 class RecurrentLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        if cfg.arch != "recurrent":
-            raise ConfigError(f"model.arch={cfg.arch!r} (valid: recurrent for RecurrentLM)")
+        if cfg.arch.kind != "recurrent":
+            raise ConfigError(f"model.arch.kind={cfg.arch.kind!r} (valid: recurrent for RecurrentLM)")
         # the embedding stays full precision (BitNet keeps embeddings)
         super().__init__(cfg, nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers)))
         self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
         self.init_weights()
 
     def width_refusal(self, spec) -> str:
-        return "the recurrent model (model.arch='recurrent') has no width-growth rule (valid: model.arch=transformer)"
+        return "the recurrent model (model.arch.kind='recurrent') has no width-growth rule (valid: model.arch.kind=transformer)"
 
     def init_module(self, m: nn.Module) -> None:
         if isinstance(m, nn.Conv1d):
@@ -171,14 +200,14 @@ class RecurrentLM(LanguageModel):
         """(N_sup, T_inner) for this call: explicit argument > generate() override > config.
         Only None means "not given": 0 is a value, and an invalid one (an `or` chain would run the
         configured depth instead)."""
-        rc = self.cfg.recurrent
+        rc = self.cfg.arch
         out = []
         for name, arg, override, configured in (("n_sup", n_sup, self._depth_override[0], rc.n_sup),
                                                 ("t_inner", t_inner, self._depth_override[1], rc.t_inner)):
             v = arg if arg is not None else override if override is not None else configured
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} (valid: an integer >= 1, or None for the configured "
-                                  f"model.recurrent.{name}={configured})")
+                                  f"model.arch.{name}={configured})")
             out.append(v)
         return out[0], out[1]
 
@@ -209,7 +238,7 @@ class RecurrentLM(LanguageModel):
             return self._forward(input_ids, labels, cache, return_hidden, *self.depth(n_sup, t_inner))
 
     def _forward(self, input_ids, labels, cache, return_hidden, N: int, T: int) -> LMOutput:
-        rc = self.cfg.recurrent
+        rc = self.cfg.arch
         deep = self.training and labels is not None
         grad_on = torch.is_grad_enabled()
         x = self.embed(input_ids)
@@ -270,6 +299,22 @@ class RecurrentLM(LanguageModel):
         return (n * t - 1) * per_application + self.tied_head_flops()
 
 
+def _params(cfg: ModelConfig) -> dict:
+    """Parameter counts by arithmetic: per layer two norm gains, the depthwise conv (+ bias) and the SwiGLU
+    (its three matrices BitLinear, i.e. ternary, when arch.ternary); the embedding (and untied head) and the
+    final norm gain outside."""
+    d, rc = cfg.d_model, cfg.arch
+    mlp = 3 * d * cfg.ffn
+    body = cfg.n_layers * (2 * d + d * rc.conv_kernel + d + mlp)
+    emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+    total = emb + body + d
+    return {"total": total, "embedding": emb, "non_embedding": total - emb,
+            "ternary": cfg.n_layers * mlp if rc.ternary else 0}
+
+
+ARCHITECTURES.register("recurrent")(Architecture(RecurrentLM, _params))
+
+
 # ----------------------------------------------------------------------------- v4.1-style Python API
 @dataclasses.dataclass
 class NexusConfig:
@@ -305,11 +350,11 @@ class NexusConfig:
         return dataclasses.asdict(self)
 
     def to_model_config(self) -> ModelConfig:
-        mc = ModelConfig(arch="recurrent", vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+        mc = ModelConfig(arch=RecurrentOptions(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
+                                               ternary=self.ternary, act_quant=self.act_quant),
+                         vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                          n_heads=1, ffn_hidden=self.ffn_hidden, max_seq_len=self.max_seq_len,
-                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std,
-                         recurrent=RecurrentConfig(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
-                                                   ternary=self.ternary, act_quant=self.act_quant))
+                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std)
         errors: list[str] = []
         mc.validate(errors)
         if errors:
