@@ -52,8 +52,9 @@ def _choices(tp) -> tuple | None:
 class KindOptions:
     """A config section whose `kind` picks a registered entry: `{kind: name, **that kind's options}`.
 
-    A kind declares its options in its own file as a subclass, `class XOptions(AttentionOptions,
-    kind="x")`, which registers it; the section's base class is the baseline kind and holds the options
+    A kind declares its options, with its parameter count (`params`), in its own torch-free file
+    (`nexus/kind_options/<kind>.py`) as a subclass, `class XOptions(AttentionOptions, kind="x")`, which
+    registers it; the section's base class is the baseline kind and holds the options
     every kind of the section shares. Parsing a section looks its kind up here; a kind not registered
     yet is searched for by importing the modules of `package` and the installed plugins (by name: the
     config layer depends on no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
@@ -61,7 +62,7 @@ class KindOptions:
 
     kind: str = option("", "which registered kind this section builds")
     section: typing.ClassVar[str] = ""  # the field of ModelConfig that holds it; a section's base class sets it
-    package: typing.ClassVar[str] = "nexus.models"  # imported on a lookup of an unknown kind
+    package: typing.ClassVar[str] = "nexus.kind_options"  # imported on a lookup of an unknown kind (no torch)
     registered: typing.ClassVar[dict]  # kind -> options class, one table per section
     kind_name: typing.ClassVar[str] = ""
     # the old spelling `model.<kind>.<option>` (a section per kind, written before the kind owned its options)
@@ -147,7 +148,7 @@ class KindOptions:
 class ArchitectureOptions(KindOptions, kind="transformer"):
     """The model's architecture, `model.arch: {kind, **its options}` (a bare name is its kind). The baseline,
     `transformer`, has no options here: its parts are model.attention, .projection, .mixing and .mlp. Another
-    architecture registers its options in its own file (models/recurrent.py)."""
+    architecture registers its options, and its parameter count, in its own file (nexus/kind_options/)."""
 
     section: typing.ClassVar[str] = "arch"
     addressed_by_kind: typing.ClassVar[bool] = True  # model.<arch>.<option>: the form before model.arch held options
@@ -780,7 +781,7 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                               "--grow-at; it records the scales the growth pinned)")
         if i == len(parts) - 1:
             tp = typing.get_type_hints(type(obj))[part]
-            if isinstance(getattr(obj, part), KindOptions):  # --model.arch recurrent: the section's kind
+            if isinstance(getattr(obj, part), KindOptions):  # --model.arch <kind>: the section's kind
                 return apply_override(cfg, f"{dotted}.kind", raw)
             if dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")

@@ -21,45 +21,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import typing
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ArchitectureOptions, ConfigError, ModelConfig, option
+from ..config import ConfigError, ModelConfig
+from ..kind_options.recurrent import RecurrentOptions
 from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
 from .kinds import ARCHITECTURES, Architecture
 from .layers import RMSNorm
 from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
-
-
-@dataclasses.dataclass
-class RecurrentOptions(ArchitectureOptions, kind="recurrent"):
-    """NEXUS v4.1 depth recurrence: `model.arch: {kind: recurrent, **these}`."""
-
-    n_sup: int = option(4, "deep-supervision steps, each adds a loss term and detaches the state")
-    t_inner: int = option(6, "iterations of f per supervision step; only the last carries gradient")
-    conv_kernel: int = option(4, "depthwise causal conv kernel size (left padding only)")
-    ternary: bool = option(True, "BitNet b1.58 absmean ternary weights in every block linear")
-    act_quant: bool = option(False, "8-bit per-token absmax activation quantization in BitLinear")
-    subln: bool = option(True, "parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm "
-                               "before quantization)")
-    sup_loss: typing.Literal["sum", "mean"] = option(
-        "sum", "sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)")
-    full_backprop: bool = option(False, "ablation/control: backprop through every iteration (memory grows with t_inner)")
-
-    def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
-        for name in ("n_sup", "t_inner", "conv_kernel"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                errors.append(f"{p}.{name}={v!r} (valid: an integer >= 1)")
-        baseline = ModelConfig()
-        non_default = [n for n in ("attention", "projection", "mixing", "mlp") if getattr(model, n) != getattr(baseline, n)]
-        if non_default:
-            errors.append(f"{p}.kind={self.kind!r} (valid: transformer when {', '.join(non_default)} options are set "
-                          "(the recurrent model has no attention))")
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -299,20 +272,8 @@ class RecurrentLM(LanguageModel):
         return (n * t - 1) * per_application + self.tied_head_flops()
 
 
-def _params(cfg: ModelConfig) -> dict:
-    """Parameter counts by arithmetic: per layer two norm gains, the depthwise conv (+ bias) and the SwiGLU
-    (its three matrices BitLinear, i.e. ternary, when arch.ternary); the embedding (and untied head) and the
-    final norm gain outside."""
-    d, rc = cfg.d_model, cfg.arch
-    mlp = 3 * d * cfg.ffn
-    body = cfg.n_layers * (2 * d + d * rc.conv_kernel + d + mlp)
-    emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
-    total = emb + body + d
-    return {"total": total, "embedding": emb, "non_embedding": total - emb,
-            "ternary": cfg.n_layers * mlp if rc.ternary else 0}
-
-
-ARCHITECTURES.register("recurrent")(Architecture(RecurrentLM, _params))
+# its options and parameter count: kind_options/recurrent.py
+ARCHITECTURES.register("recurrent")(Architecture(RecurrentLM))
 
 
 # ----------------------------------------------------------------------------- v4.1-style Python API
