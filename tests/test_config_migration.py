@@ -133,6 +133,17 @@ def test_the_old_spelling_of_an_architecture_option_still_sets_it():
     assert cfg.model.arch.kind == "recurrent" and cfg.model.arch.t_inner == 6
 
 
+def test_a_partial_config_file_in_the_old_architecture_form_applies_to_the_presets_architecture(tmp_path):
+    from nexus.config import config_file_overrides, parse_overrides
+
+    path = tmp_path / "depth.yaml"
+    path.write_text("model:\n  recurrent: {t_inner: 5}\n")
+    cfg = parse_overrides(get_preset("nexus-micro"), config_file_overrides(path))
+    assert cfg.model.arch.t_inner == 5 and cfg.model.arch.n_sup == get_preset("nexus-micro").model.arch.n_sup
+    with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent"):
+        parse_overrides(get_preset("baseline-micro"), config_file_overrides(path))
+
+
 def test_an_option_of_another_kind_names_the_kind_that_has_it():
     cfg = RunConfig()
     with pytest.raises(ConfigError, match=r"model.attention.order is an option of attention kind higher_order.*"

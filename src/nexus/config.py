@@ -585,6 +585,8 @@ def _move_kind_sections(model: dict) -> None:
     for section, tp in hints.items():
         if not (isinstance(tp, type) and issubclass(tp, KindOptions) and tp.addressed_by_kind):
             continue
+        if section not in model:  # a partial config file: its model.<kind>.<option> apply as overrides do
+            continue
         kinds = tp.kinds()
         chosen = model.get(section, tp.kind_name)
         chosen = chosen if isinstance(chosen, dict) else {"kind": chosen}
@@ -833,6 +835,8 @@ def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]
     def walk(section, d: dict, prefix: str) -> None:
         for k, v in d.items():
             sub = getattr(section, str(k), None)
+            if sub is None and isinstance(v, dict) and _section_named_by_kind(section, str(k)):
+                sub = getattr(section, _section_named_by_kind(section, str(k))[0])  # the old model.<kind> form
             if dataclasses.is_dataclass(sub) and isinstance(v, dict):
                 walk(sub, v, f"{prefix}{k}.")
             else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads

@@ -244,7 +244,7 @@ def run(environ=None) -> dict:
     plan = plan_run(args, extra, say=lambda msg: None)  # the line below says whether it resumes
     cfg = plan.cfg
     print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
-          f"N_SUP={cfg.model.arch.n_sup} T_INNER={cfg.model.arch.t_inner} "
+          f"N_SUP={getattr(cfg.model.arch, 'n_sup', '-')} T_INNER={getattr(cfg.model.arch, 't_inner', '-')} "
           f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
           + (f" | resuming from {plan.resume}" if plan.resume else ""), flush=True)
     try:
