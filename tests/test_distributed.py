@@ -257,14 +257,16 @@ STOPPING_RANK = textwrap.dedent("""
 
 @pytest.mark.slow  # waits out a real collective timeout (~50 s); run with -m slow
 def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
-    """torchrun with its own shutdown setting (--shutdown-timeout, torch's elastic agent) and a short
-    steady-state timeout: rank 0 names the stopped rank in one line and the launcher ends the job. The
-    subprocess timeout only guards against a hang; nothing here is timed."""
+    """A short steady-state timeout under a plain torchrun: rank 0 names the stopped rank in one line and
+    the job ends without the launcher waiting out its shutdown grace for a rank that cannot act on
+    SIGTERM (on a failed worker torchrun waits a fixed 30 s, whatever --shutdown-timeout says, then
+    logs "Unable to shutdown process ... forcefully exiting"): nexus ends the stopped rank itself.
+    Nothing here is timed (benchmarks/stopped_rank.py measures how long the job takes)."""
     script = tmp_path / "stop_rank1.py"
     script.write_text(STOPPING_RANK)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--shutdown-timeout", "2", str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN,
+           str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN,
            "--train.steps", "8", "--train.batch_size", "2", "--train.dist_timeout_s", "5",
            "--train.dist_init_timeout_s", "120", "--train.out_dir", str(out)]
     env = _env(tmp_path)
@@ -275,6 +277,7 @@ def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
     assert len(lines) == 1 and "rank 1 stopped answering" in lines[0], proc.stderr[-3000:]
     assert lines[0].startswith("nexus train: training aborted:")
     assert "Timed out waiting" not in proc.stderr  # gloo's own traceback is not what the user reads
+    assert "forcefully exiting" not in proc.stderr  # the launcher never waited on the stopped rank
 
 
 def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, monkeypatch):
