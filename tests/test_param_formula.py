@@ -70,14 +70,23 @@ def test_formula_equals_the_meta_build_for_every_preset():
     assert bad == []
 
 
-def test_listing_baseline_presets_does_not_import_torch():
-    """Baseline kinds are counted in param_formula itself; a preset using a registered kind imports
-    nexus.models (and torch) once, because the kind's options and count live in its model file."""
-    code = ("import sys; from nexus.cli import main; rc = main(['presets', '--filter', 'baseline']); "
-            "assert rc == 0; assert 'torch' not in sys.modules, 'torch imported'")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+TORCH_FREE = ("import sys, io, contextlib; from nexus.cli import main\n"
+              "out = io.StringIO()\n"
+              "with contextlib.redirect_stdout(out): rc = main(sys.argv[1:])\n"
+              "print(rc, 'torch' in sys.modules); print(out.getvalue(), end='')")
+
+
+@pytest.mark.parametrize("argv", [["presets"], ["--help"], ["config", "--preset", "khop-order2"],
+                                  ["config", "--preset", "tokenformer-tiny"]])
+def test_listing_and_config_commands_do_not_import_torch(argv):
+    """Every preset, registered kinds included (their options and counts are torch-free: nexus/kind_options/),
+    is listed and counted without importing torch, and so are the top-level help and a kind preset's config."""
+    proc = subprocess.run([sys.executable, "-c", TORCH_FREE, *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = proc.stdout.splitlines()
-    assert rows[0].startswith("preset") and any(r.startswith("baseline-tiny ") for r in rows)
-    tiny = next(r for r in rows if r.startswith("baseline-tiny "))
-    assert f"{sizes(get_preset('baseline-tiny').model)['total'] / 1e6:.2f}M" in tiny
+    status, *rows = proc.stdout.splitlines()
+    assert status == "0 False", f"nexus {' '.join(argv)}: exit code and 'torch imported' = {status}"
+    if argv == ["presets"]:
+        assert rows[0].startswith("preset") and len(rows) == 1 + len(names())
+        for name in ("baseline-tiny", "khop-order2", "nexus-tiny", "tokenformer-tiny", "sparkling-moe-tiny"):
+            row = next(r for r in rows if r.startswith(name + " "))
+            assert f"{sizes(get_preset(name).model)['total'] / 1e6:.2f}M" in row

@@ -52,8 +52,9 @@ def _choices(tp) -> tuple | None:
 class KindOptions:
     """A config section whose `kind` picks a registered entry: `{kind: name, **that kind's options}`.
 
-    A kind declares its options in its own file as a subclass, `class XOptions(AttentionOptions,
-    kind="x")`, which registers it; the section's base class is the baseline kind and holds the options
+    A kind declares its options, with its parameter count (`params`), in its own torch-free file
+    (`nexus/kind_options/<kind>.py`) as a subclass, `class XOptions(AttentionOptions, kind="x")`, which
+    registers it; the section's base class is the baseline kind and holds the options
     every kind of the section shares. Parsing a section looks its kind up here; a kind not registered
     yet is searched for by importing the modules of `package` and the installed plugins (by name: the
     config layer depends on no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
@@ -61,7 +62,7 @@ class KindOptions:
 
     kind: str = option("", "which registered kind this section builds")
     section: typing.ClassVar[str] = ""  # the field of ModelConfig that holds it; a section's base class sets it
-    package: typing.ClassVar[str] = "nexus.models"  # imported on a lookup of an unknown kind
+    package: typing.ClassVar[str] = "nexus.kind_options"  # imported on a lookup of an unknown kind (no torch)
     registered: typing.ClassVar[dict]  # kind -> options class, one table per section
     kind_name: typing.ClassVar[str] = ""
 
@@ -513,7 +514,14 @@ class RunConfig:
                    f"<= model.max_seq_len ({self.model.max_seq_len})")
         if errors:
             raise ConfigError("invalid config: " + "; ".join(errors))
+        self.__dict__["_passed"] = self.to_dict()  # not a field: never saved or compared
         return self
+
+    def validated(self) -> "RunConfig":
+        """This config, validated unless `validate()` already passed it and it has not changed since: the
+        front door (cli/train.py) validates a run's config once and the trainer it hands it to does not
+        repeat that, while `Trainer(cfg)` with a config built or edited by hand is still checked."""
+        return self if self.__dict__.get("_passed") == self.to_dict() else self.validate()
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict:

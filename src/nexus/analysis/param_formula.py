@@ -1,19 +1,16 @@
-"""Parameter counts from a ModelConfig by arithmetic alone: no model built.
+"""Parameter counts from a ModelConfig by arithmetic alone: no model built, no torch imported.
 
-`nexus presets` lists ~100 presets; building each (even on the meta device) costs ~0.1-0.7 s, so the
-listing counts here instead. The baseline (embeddings, standard attention over Linear projections,
-SwiGLU, norms, anchor mixing) is counted here without importing torch; a registered kind counts its
-own layers in its own file (`params` of its registry entry: attention and MLP kinds in models/kinds.py,
-projection kinds in models/projections.py), so counting a model that uses one imports nexus.models
-(and torch, once). That is the cost of a kind owning its count in its own file: `nexus presets` (all
-presets) took 1.5 s before and 22 s after on 2026-11-26 (2 runs each, alternating, on the 2-core
-shared CPU at load average ~17, where importing torch is most of it; `--filter baseline` still imports
-no torch). tests/test_param_formula.py holds the totals to a real build of every preset, so a model
-change that these counts do not follow fails there.
+`nexus presets` lists ~100 presets; building each (even on the meta device) costs ~0.1-0.7 s, and
+importing torch ~2 s (~20 s on a loaded 2-core machine), so the listing counts here instead. The baseline
+(embeddings, standard attention over Linear projections, SwiGLU, norms, anchor mixing) is counted here; a
+registered kind counts its own layers in its torch-free options file (`params` of its options in
+nexus/kind_options/). tests/test_param_formula.py holds the totals to a real build of every preset, so a
+model change that these counts do not follow fails there, and holds the listing to importing no torch.
 """
 from __future__ import annotations
 
 from ..config import ModelConfig
+from ..kind_options import moe
 from . import register_analysis
 
 _COMPONENTS = ("q", "k", "v", "g")  # models/mixing.py order
@@ -31,9 +28,7 @@ def _projection(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool
     """models/projections.py: Linear, or the projection kind's own count for the targets it replaces."""
     if not cfg.projection.uses(target):
         return _linear(d_in, d_out, bias)
-    from ..models.projections import PROJECTIONS
-
-    return PROJECTIONS.get(cfg.projection.kind).params(cfg, target, d_in, d_out, bias)
+    return cfg.projection.params(cfg, target, d_in, d_out, bias)
 
 
 def _attention(cfg: ModelConfig) -> int:
@@ -53,11 +48,7 @@ def _attention(cfg: ModelConfig) -> int:
 def _attention_layer(cfg: ModelConfig) -> int:
     """Standard attention, or the count the registered kind `model.attention.kind` declares."""
     base = _attention(cfg)
-    if cfg.attention.kind == "standard":
-        return base
-    from ..models.kinds import ATTENTION_KINDS
-
-    return ATTENTION_KINDS.get(cfg.attention.kind).params(cfg, base)
+    return base if cfg.attention.kind == "standard" else cfg.attention.params(cfg, base)
 
 
 def _component_shape(cfg: ModelConfig, comp: str) -> tuple[int, int]:
@@ -105,14 +96,13 @@ def _mixing(cfg: ModelConfig) -> int:
 
 
 def _mlp(cfg: ModelConfig) -> int:
-    """SwiGLU, or the count of the registered MLP kind the config selects (MoE, a projection FFN)."""
-    base = _swiglu(cfg.d_model, cfg.ffn)
-    if cfg.moe == type(cfg.moe)() and cfg.projection.kind == "linear":  # no MLP kind can be selected
-        return base
-    from ..models.kinds import MLP_KINDS, selected_kind
-
-    kind = selected_kind(MLP_KINDS, cfg)
-    return base if kind is None else kind.params(cfg, base)
+    """SwiGLU, or the count of the MLP kind the config selects (models/transformer.py `_mlp`: MoE when it
+    has experts, else one projection of model.projection's kind when its targets include ffn)."""
+    if cfg.moe.n_experts > 0:
+        return moe.params(cfg, _swiglu(cfg.d_model, cfg.ffn))
+    if cfg.projection.uses("ffn"):
+        return _projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+    return _swiglu(cfg.d_model, cfg.ffn)
 
 
 def _embeddings(cfg: ModelConfig) -> int:

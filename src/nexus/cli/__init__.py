@@ -32,7 +32,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """All subcommands; only `command` (or every one when None) gets options that need heavy imports
-    (grow's family options import torch), so `nexus presets` starts without torch."""
+    (grow's family options import torch), so `nexus presets` and `nexus --help` start without torch."""
     p = OneLineParser(prog="nexus", description="Train, grow, evaluate, analyse and export progressive-training LMs.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, mod in COMMANDS.items():
@@ -46,7 +46,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), "train" if not argv else None))
+    # no command word (`nexus --help`): the top-level help lists commands, not their options
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), "" if argv else "train"))
     try:
         args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse errors and --help end here; keep main() callable in-process

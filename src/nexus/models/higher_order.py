@@ -27,36 +27,14 @@ level directly below it at `hook_inner["inner_<target>"]`, called with that leve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 import torch.nn as nn
 
-from ..config import AttentionOptions, ModelConfig, option
+from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
 from .kinds import ATTENTION_KINDS, LayerKind
 from .layers import HookPoint, apply_rope
 from .cache import append_history, child_cache
-
-
-@dataclass
-class HigherOrderOptions(AttentionOptions, kind="higher_order"):
-    """Nexus higher-order attention: q/k (optionally v) refined by inner attention of order m - 1."""
-
-    order: int = option(2, "higher-order attention order m (2 = one inner level)")
-    ho_targets: Literal["q", "qk", "qkv"] = option("qk", "which of Q/K/V the inner attention refines")
-    ho_form: Literal["projected", "self"] = option(
-        "projected", "projected: eq.12 inner attention with the layer's W_q/W_k/W_v ; self: eq.7-8 softmax(QQ^T)Q")
-    ho_shared: bool = option(True, "share inner weights with the outer projections (parameters do not grow)")
-    ho_gate: bool = option(False, "zero-initialized gate on the refinement: lossless retrofit")
-
-    def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
-        if not (isinstance(self.order, int) and not isinstance(self.order, bool) and self.order >= 2):
-            errors.append(f"{p}.order={self.order!r} (valid: an integer >= 2; order 1 is {p}.kind=standard)")
-        if not self.ho_shared and self.ho_form == "self":
-            errors.append(f"{p}.ho_shared={self.ho_shared!r} (valid: true when ho_form=self (eq. 7-8 has no inner "
-                          "weights to keep separate))")
 
 
 class HigherOrderAttention(Attention):
@@ -228,15 +206,4 @@ def _build(cfg: ModelConfig, **common) -> HigherOrderAttention:
                                 ho_gate=a.ho_gate, **common)
 
 
-def _params(cfg: ModelConfig, base: int) -> int:
-    """The layer's own attention, one separate inner attention per refined target (projected, unshared)
-    and one zero gate per refined target's heads."""
-    a = cfg.attention
-    n = base + (len(a.ho_targets) * base if a.ho_form == "projected" and not a.ho_shared else 0)
-    if a.ho_gate:
-        heads = {"q": cfg.n_heads, "k": cfg.kv_heads, "v": cfg.kv_heads}
-        n += sum(heads[t] for t in a.ho_targets)
-    return n
-
-
-ATTENTION_KINDS.register("higher_order")(LayerKind(_build, _params))
+ATTENTION_KINDS.register("higher_order")(LayerKind(_build))

@@ -1,18 +1,20 @@
 """Registries of layer kinds: which attention and which MLP a transformer layer is built with.
 
-An attention kind is one file: its options (a subclass of `config.AttentionOptions` registered under
-its name, `class XOptions(AttentionOptions, kind="x")`), its module, its parameter count and its
+An attention kind is two files. `nexus/kind_options/<kind>.py` holds what needs no torch: its options (a
+subclass of `config.AttentionOptions` registered under its name, `class XOptions(AttentionOptions,
+kind="x")`) and its parameter count, `XOptions.params(model_cfg, base)`: one layer's parameters given
+`base`, the count of standard attention with the same projections (analysis/param_formula.py adds the
+model up without building it, or importing torch). `nexus/models/<kind>.py` holds its module and its
 registration line,
 
-    ATTENTION_KINDS.register("higher_order")(LayerKind(build, params))
+    ATTENTION_KINDS.register("higher_order")(LayerKind(build))
 
 where `build(cfg, **common)` makes the module (`common`: the plain arguments every kind takes, see
-models/transformer.py) and `params(cfg, base)` counts one layer's parameters given `base`, the count of
-standard attention with the same projections (analysis/param_formula.py adds it up without building a
-model). `model.attention.kind` selects the kind; `standard` is models/attention.py's Attention.
-MLP kinds are selected by their `selected(cfg)` predicate; a layer with none gets SwiGLU. Width growth
-reads the roles the built modules declare (models/width_roles.py). The modules of nexus.models are
-imported on the first lookup, so a new kind is a new file plus its registration line.
+models/transformer.py). `model.attention.kind` selects the kind; `standard` is models/attention.py's
+Attention. MLP kinds are selected by their `selected(cfg)` predicate and count themselves with
+`params(cfg, base)`; a layer with none gets SwiGLU. Width growth reads the roles the built modules declare
+(models/width_roles.py). The modules of nexus.models are imported on the first lookup, so a new kind
+needs no central list.
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from ..plugins import Registry
 @dataclass(frozen=True)
 class LayerKind:
     build: Callable[..., nn.Module]  # build(cfg, **common) -> the module
-    params: Callable[[ModelConfig, int], int]  # (cfg, the baseline layer's count) -> one layer's parameter count
-    selected: Callable[[ModelConfig], bool] | None = None  # MLP kinds: does this config's layer use the kind?
+    # MLP kinds only (an attention kind counts itself in its options: cfg.attention.params):
+    params: Callable[[ModelConfig, int], int] | None = None  # (cfg, the baseline layer's count) -> one layer's count
+    selected: Callable[[ModelConfig], bool] | None = None  # does this config's layer use the kind?
 
 
 ATTENTION_KINDS: Registry[LayerKind] = Registry("model.attention.kind", "nexus.models")

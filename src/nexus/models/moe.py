@@ -20,15 +20,12 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
+from ..kind_options import moe as moe_count
+from ..kind_options.moe import expert_hidden
 from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
 from .lm_loss import AuxLossModule
 from .width_roles import port, prefixed
-
-
-def expert_hidden(cfg: ModelConfig) -> int:
-    """Inner size of one expert (moe.expert_hidden, default ffn // top_k so active FFN size matches dense)."""
-    return cfg.moe.expert_hidden or max(cfg.ffn // cfg.moe.top_k, 1)
 
 
 class MoEMLP(AuxLossModule):
@@ -106,9 +103,4 @@ def _build(cfg: ModelConfig, **common) -> MoEMLP:
     return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
 
 
-def _params(cfg: ModelConfig, base: int) -> int:
-    """The router (E, d) and E SwiGLU experts (gate, up, down: 3 * d * expert_hidden each)."""
-    return cfg.d_model * cfg.moe.n_experts + cfg.moe.n_experts * 3 * cfg.d_model * expert_hidden(cfg)
-
-
-MLP_KINDS.register("moe")(LayerKind(_build, _params, lambda cfg: cfg.moe.n_experts > 0))
+MLP_KINDS.register("moe")(LayerKind(_build, moe_count.params, lambda cfg: cfg.moe.n_experts > 0))

@@ -17,46 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ModelConfig, ProjectionOptions, option
+from ..config import ModelConfig
 from .projections import PROJECTIONS, ProjectionKind
-
-Target = Literal["q", "k", "v", "o", "ffn"]
-
-
-@dataclass
-class NexusRankOptions(ProjectionOptions, kind="nexus_rank"):
-    """Nexus-Rank projections (Nexusformer): D -> M -> A -> D_out with two nonlinear stages."""
-
-    targets: list[Target] = option(["q", "k", "v"], "which projections are Nexus-Rank (q,k,v,o,ffn)")
-    rank_m: int = option(0, "first hidden width M (0 -> 2*d_model)")
-    rank_a: int = option(0, "second hidden width A (0 -> 4*d_model)")
-    form: Literal["paper", "l2norm", "l2norm_width"] = option(
-        "paper", "paper: sigma(sigma(XW_M)W_A)W_D ; l2norm: public code's per-stage h/(||h||+1e-5)*sqrt(D_out) ; "
-        "l2norm_width: its earlier h/||h||*sqrt(width)")
-    relax_order: bool = option(False, "allow M, A orders other than D < M < A (Table 9 ablation)")
-
-    def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
-        for name in ("rank_m", "rank_a"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 0):
-                errors.append(f"{p}.{name}={v!r} (valid: an integer >= 0 (0 = default))")
-        d = model.d_model if isinstance(model.d_model, int) else 0
-        m, a = self.resolved_m(d), self.resolved_a(d)
-        if not self.relax_order and not d < m < a:
-            errors.append(f"{p}.rank_m/rank_a={(m, a)!r} (valid: d_model ({d}) < rank_m < rank_a, or set "
-                          f"{p}.relax_order=true)")
-
-    def resolved_m(self, d_model: int) -> int:
-        return self.rank_m or 2 * d_model
-
-    def resolved_a(self, d_model: int) -> int:
-        return self.rank_a or 4 * d_model
 
 L2_EPS = 1e-5  # the public code's eps, added to the norm (l2norm form)
 L2_WIDTH_EPS = 1e-6  # l2norm_width: keeps an all-zero pre-activation (e.g. right after an all-zero growth) finite
@@ -117,13 +84,7 @@ def make_nexus_rank(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: 
                      cfg.growth_state.frozen_m, cfg.growth_state.frozen_a)
 
 
-def nexus_rank_params(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> int:
-    """W_M (M, d_in), W_A (A, M), W_D (d_out, A) and W_D's bias."""
-    m, a = cfg.projection.resolved_m(cfg.d_model), cfg.projection.resolved_a(cfg.d_model)
-    return d_in * m + m * a + a * d_out + (d_out if bias else 0)
-
-
-PROJECTIONS.register("nexus_rank")(ProjectionKind(make_nexus_rank, nexus_rank_params))
+PROJECTIONS.register("nexus_rank")(ProjectionKind(make_nexus_rank))
 
 
 def nexus_rank_modules(model: nn.Module) -> dict[str, NexusRank]:

@@ -1,9 +1,10 @@
 """The projection family: which module maps d_in -> d_out for q, k, v, o (and the FFN).
 
-The baseline uses nn.Linear. Nexusformer's Nexus-Rank and TokenFormer's Pattention each declare, in
-their own file, their options (a `config.ProjectionOptions` subclass registered under the kind's name,
-with the targets it replaces) and register a `ProjectionKind`: the builder
-`(cfg, target, d_in, d_out, bias) -> nn.Module` and the parameter count of one projection.
+The baseline uses nn.Linear. Nexusformer's Nexus-Rank and TokenFormer's Pattention each declare their
+options, with the targets they replace, and the parameter count of one projection in
+`nexus.kind_options.<kind>` (a `config.ProjectionOptions` subclass registered under the kind's name: no
+torch, so configs are parsed and counted without it), and register here, in their own file, a
+`ProjectionKind`: the builder `(cfg, target, d_in, d_out, bias) -> nn.Module`.
 Layers never see the config: they get a `ProjectionFactory` (target, d_in, d_out, bias) -> module
 made once per model by `projection_factory(cfg)`.
 """
@@ -24,8 +25,7 @@ ProjectionFactory = Callable[[str, int, int, bool], nn.Module]
 
 @dataclass(frozen=True)
 class ProjectionKind:
-    build: Callable[..., nn.Module]  # (cfg, target, d_in, d_out, bias) -> the module
-    params: Callable[..., int]  # (cfg, target, d_in, d_out, bias) -> its parameter count
+    build: Callable[..., nn.Module]  # (cfg, target, d_in, d_out, bias) -> the module (its count: cfg.projection.params)
 
 
 # kind -> ProjectionKind; the modules of nexus.models register themselves

@@ -21,23 +21,13 @@ the base Attention's; P_l and P_w are h x h, so width growth leaves them alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 
-from ..config import AttentionOptions, ModelConfig, option
+from ..config import ModelConfig
 from .attention import Attention, causal_mask
 from .kinds import ATTENTION_KINDS, LayerKind
 from .cache import append_history
-
-
-@dataclass
-class TalkingHeadsOptions(AttentionOptions, kind="talking_heads"):
-    """Talking-heads attention: learned mixing of the heads' logits and weights."""
-
-    mix_logits: bool = option(True, "mix the heads' logits before the softmax with P_l (the paper's pre-softmax projection)")
-    mix_weights: bool = option(True, "mix the heads' weights after the softmax with P_w (the paper's post-softmax projection)")
 
 
 class TalkingHeadsAttention(Attention):
@@ -81,9 +71,4 @@ def _build(cfg: ModelConfig, **common) -> TalkingHeadsAttention:
     return TalkingHeadsAttention(mix_logits=cfg.attention.mix_logits, mix_weights=cfg.attention.mix_weights, **common)
 
 
-def _params(cfg: ModelConfig, base: int) -> int:
-    """Standard attention plus one h x h matrix per mixing."""
-    return base + (cfg.attention.mix_logits + cfg.attention.mix_weights) * cfg.n_heads * cfg.n_heads
-
-
-ATTENTION_KINDS.register("talking_heads")(LayerKind(_build, _params))
+ATTENTION_KINDS.register("talking_heads")(LayerKind(_build))

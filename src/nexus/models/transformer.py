@@ -17,7 +17,7 @@ from .base import LanguageModel
 from .kinds import MLP_KINDS, LayerKind, attention_kind, selected_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .lm_loss import LMOutput, collect_aux_losses, lm_loss
-from .projections import PROJECTIONS, ProjectionFactory, projection_factory
+from .projections import ProjectionFactory, projection_factory
 from .width_roles import port, prefixed
 
 
@@ -44,7 +44,7 @@ def _projection_mlp(cfg: ModelConfig, make_projection: ProjectionFactory) -> nn.
 
 
 def _projection_mlp_params(cfg: ModelConfig, base: int) -> int:
-    return PROJECTIONS.get(cfg.projection.kind).params(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+    return cfg.projection.params(cfg, "ffn", cfg.d_model, cfg.d_model, False)
 
 
 # the FFN as one projection of the configured kind (TokenFormer's Pattention FFN); experts take precedence

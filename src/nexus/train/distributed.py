@@ -4,12 +4,17 @@ Collective timeouts follow torchtitan's split: `train.dist_init_timeout_s` (long
 first step (which compiles) and every checkpoint save, `train.dist_timeout_s` (short) in steady-state
 training, set on the process group with torch's own `_set_pg_timeout`. When a collective times out
 (a rank stopped, hung or died), `unresponsive_rank_message` names the ranks that stopped answering,
-found through the launcher's key-value store, so the job ends with one readable line.
+found through the launcher's key-value store, so the job ends with one readable line; at exit, silent
+ranks on the same host are killed, since a stopped process never acts on the launcher's SIGTERM.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
+import signal
+import socket
+import sys
 import time
 
 import torch
@@ -71,7 +76,25 @@ def init_if_launched(device: torch.device, timeout_s: int = 60, init_timeout_s: 
     steady = _env_int(os.environ, "NEXUS_DIST_TIMEOUT", str(timeout_s), low=1)
     _TIMEOUTS.update(steady=steady, patient=max(init_timeout_s, steady))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=_TIMEOUTS["patient"]))
+    _record_where_this_rank_runs()
     return world()
+
+
+def _process_identity(pid: int) -> str | None:
+    """host:pid:start-time, which tells this process from a later one that reuses its pid (Linux /proc)."""
+    try:
+        start = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def _record_where_this_rank_runs() -> None:
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    ident = _process_identity(os.getpid())
+    if ident is not None:
+        _get_default_store().set(f"nexus/where/{world()[0]}", ident)
 
 
 def _set_timeout(seconds: int) -> None:
@@ -127,10 +150,38 @@ def _ranks_not_answering(rank: int, ws: int, wait_s: float = 3.0) -> list[int]:
         while True:
             silent = [r for r in range(ws) if not store.check([f"nexus/answering/{r}"])]
             if not silent or time.monotonic() > deadline:
-                return silent
+                break
             time.sleep(0.1)
     except Exception:  # the store lived in the stopped process, or is gone: say so without a name
         return []
+    if silent:  # at exit, once this rank has said which ranks stopped: ending them first would let the
+        # launcher tear this rank down before its line is out
+        atexit.register(_end_silent_ranks_on_this_host, store, silent)
+    return silent
+
+
+def _end_silent_ranks_on_this_host(store, silent: list[int]) -> None:
+    """SIGKILL the silent ranks that run on this host. A stopped process cannot act on the launcher's
+    SIGTERM, so torchrun would wait its --shutdown-timeout (30 s by default) before killing it; the job
+    is ending anyway, and ending the peer now keeps the whole job within the steady timeout plus a few
+    seconds under a plain `torchrun`. Only a process whose host, pid and start time match what the rank
+    recorded at set-up is signalled, never a later process that reuses the pid."""
+    sys.stderr.flush()
+    host = socket.gethostname()
+    for r in silent:
+        try:
+            key = f"nexus/where/{r}"
+            recorded = store.get(key).decode() if store.check([key]) else None
+        except Exception:  # the store is gone
+            recorded = None
+        if recorded is None:  # the rank recorded nothing (no /proc)
+            continue
+        rec_host, pid, _ = recorded.rsplit(":", 2)
+        if rec_host == host and _process_identity(int(pid)) == recorded:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:  # it ended on its own meanwhile
+                pass
 
 
 def all_reduce_sum(x: float | int, device) -> float:
