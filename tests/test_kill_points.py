@@ -43,6 +43,12 @@ def assert_finished(out: Path, steps: int) -> None:
     assert leftovers(out) == [] and leftovers(out.parent) == []
 
 
+def saved_step(ckpt: Path) -> int:
+    from nexus.checkpoint import load_trainer_state
+
+    return load_trainer_state(ckpt, with_optimizer=False)["step"]
+
+
 def crash_then_resume(tmp_path: Path, argv: list, point: str) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "run"
     killed = nexus_cli(["train", *argv, "--out", out], tmp_path, crash_at=point)
@@ -85,12 +91,17 @@ def test_killed_between_the_two_renames_of_a_replaced_checkpoint(tmp_path):
     argv = [*RUN, "--train.steps", "4", "--out", out]
     assert nexus_cli(["train", *argv], tmp_path).returncode == 0
     more = ["train", *argv, "--train.steps", "6", "--resume", "auto"]
+    assert saved_step(out / "checkpoint") == 4
     killed = nexus_cli(more, tmp_path, crash_at="swap-between-renames")
     assert killed.returncode == 137
     assert not (out / "checkpoint").exists()  # the moment a kill leaves behind: no checkpoint under its name
+    # both versions sit beside it, and they differ (step 4 and step 6), so the test can tell which survives
+    sides = {n.split(".")[2].split("-")[0]: out / n for n in leftovers(out) if n.startswith(".checkpoint.")}
+    assert saved_step(sides["old"]) == 4 and saved_step(sides["new"]) == 6
     again = nexus_cli(more, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "restored" in again.stderr  # the complete new version was put in place from the record
+    assert "restored" in again.stderr and "(new version)" in again.stderr
+    assert saved_step(out / "checkpoint") == 6  # the complete new version was put in place, not the old one
     assert_finished(out, 6)
 
 

@@ -504,7 +504,14 @@ class RunConfig:
                    f"<= model.max_seq_len ({self.model.max_seq_len})")
         if errors:
             raise ConfigError("invalid config: " + "; ".join(errors))
+        self.__dict__["_passed"] = self.to_dict()  # not a field: never saved or compared
         return self
+
+    def validated(self) -> "RunConfig":
+        """This config, validated unless `validate()` already passed it and it has not changed since: the
+        front door (cli/train.py) validates a run's config once and the trainer it hands it to does not
+        repeat that, while `Trainer(cfg)` with a config built or edited by hand is still checked."""
+        return self if self.__dict__.get("_passed") == self.to_dict() else self.validate()
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict:

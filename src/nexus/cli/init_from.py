@@ -17,8 +17,9 @@ TOKENIZER_KEYS = ("data.tokenizer", "data.bpe_vocab_size")  # given: a new token
 BYTE_KINDS = ("byte", "byte_chat")  # byte tokenizers: data.chat picks the plain or the chat one
 
 
-def plan_init_from(args, extra: list[str], source: str):
-    """-> (validated RunConfig, model with SOURCE's weights, tokenizer to train with or None, notes)."""
+def plan_init_from(args, extra: list[str], source: str, amend=None):
+    """-> (validated RunConfig, model with SOURCE's weights, tokenizer to train with or None, notes).
+    amend: a last change to the merged config, before its one validation (the growth flags)."""
     from ..train.resume import changed_fields, param_shapes
 
     src = Path(source)
@@ -34,6 +35,8 @@ def plan_init_from(args, extra: list[str], source: str):
         shown = ", ".join(f"{p}={b!r} (source: {a!r})" for p, a, b in model_changes)
         raise ConfigError(f"--init-from={source!r}: {shown} changes the model's shape (valid: drop it; grow the "
                           f"weights first with `nexus grow --checkpoint {source} --out DIR ...`)")
+    if amend is not None:
+        amend(cfg)
     cfg.validate()
     model, tok = load(cfg)
     notes = [f"--init-from={source!r}: its weights only; a fresh optimizer and LR schedule"

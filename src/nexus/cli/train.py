@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, parse_overrides
 from ..outdir import MARKER, TRAIN_RUN, check_output
-from .common import add_config_args, build_config
+from .common import add_config_args, base_config
 
 
 HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch): added only when `train` runs
@@ -96,6 +96,7 @@ class Plan:
     replace: bool = False  # --overwrite of an earlier run (or --resume auto of one killed before its first checkpoint)
     notes: list[str] = field(default_factory=list)  # what planning changed, printed when the run starts
     lock: object = None  # the output directory's one-writer lock (rank 0), held until the run ends
+    hooks: list | None = None  # the hooks cfg configures (train.hooks), built and checked once; None: by the trainer
 
     def release(self) -> None:
         """Record the files the run wrote and let go of the output directory."""
@@ -122,7 +123,8 @@ def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, pu
         check_hub_reachable(push_to_hub)  # offline or a bad repo id: fail now, not after training
     trainer = (trainer_class or Trainer)(plan.cfg, resume=plan.resume, quiet=quiet, init_model=plan.init_model,
                                          init_tokenizer=plan.init_tokenizer, resize_vocab=plan.resize_vocab,
-                                         notes=plan.notes, hooks=[LossCurveHook(), *hooks])  # the run draws its own curve
+                                         notes=plan.notes, hooks=[LossCurveHook(), *hooks],  # the run draws its own curve
+                                         configured=plan.hooks)
     if plan.replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
@@ -195,36 +197,43 @@ def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Pl
 
 def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None) -> Plan:
     """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
-    of a new run, each merged and validated once; the growth flags written into it and its configured
-    hooks built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at its step)."""
+    of a new run, each merged with the growth flags' entry and validated once, and its configured hooks
+    built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at its step)."""
     plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
-    if resume:
-        from ..train.resume import resume_config
 
-        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra))
-    elif args.init_from:
-        from .init_from import plan_init_from
-
-        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from)
-    else:
-        plan.cfg = build_config(args, extra)
-    from ..train.hooks import configured_hooks
-
-    if growth is not None:
-        entry = plan.cfg.train.set_hook("growth", **growth)
+    def add_growth(cfg: RunConfig) -> None:
+        if growth is None:
+            return
+        entry = cfg.train.set_hook("growth", **growth)
         if "spec" in growth and not entry.get("at"):
             what = (f"--growth={args.growth!r}" if args.growth is not None else
                     f"growth flags for family {growth['spec'].get('family')!r}")
             raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+
+    if resume:
+        from ..train.resume import resume_config
+
+        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra), amend=add_growth)
+    elif args.init_from:
+        from .init_from import plan_init_from
+
+        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from,
+                                                                                    amend=add_growth)
+    else:
+        plan.cfg = parse_overrides(base_config(args), extra)
+        add_growth(plan.cfg)
         plan.cfg.validate()
-    configured_hooks(plan.cfg)
+    from ..train.hooks import configured_hooks
+
+    plan.hooks = configured_hooks(plan.cfg)
     return plan
 
 
 def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
     from ..train import run_dir as R
 
-    out = Path(build_config(args, extra).train.out_dir)
+    # only where the run writes: the config itself is validated once, by whichever plan follows
+    out = Path(parse_overrides(base_config(args), extra).train.out_dir)
     # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
     # the recovery of interrupted saves (which happens when the lock is taken)
     lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))

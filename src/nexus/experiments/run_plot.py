@@ -50,7 +50,10 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     several) is scaled from the nearest by the parameter ratio, and marked inexact."""
     from ..analysis.param_formula import count
 
-    known = [(count(c.model)["total"], train_flops_per_token(c.model, c.data.seq_len)[0]) for c in configs]
+    known = []
+    for c in configs:  # an ungrown run's two configs hold one model: measured once (a meta-device build)
+        same = next((k for k, m in zip(known, configs) if (m.model, m.data.seq_len) == (c.model, c.data.seq_len)), None)
+        known.append(same or (count(c.model)["total"], train_flops_per_token(c.model, c.data.seq_len)[0]))
     if params is None:  # the run logged no step of that model (grown before this run began)
         return known[-1][1], False
     n, f = min(known, key=lambda k: abs(k[0] - params))
@@ -87,7 +90,8 @@ def read_run(path: str, name: str) -> dict:
         f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
-            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else f"after step {growth_steps[-1]}")
+            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else
+                     f"after step {growth_steps[-1]}" if growth_steps else "throughout")
             notes.append(f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
                          "config is not stored in this run: it was trained elsewhere, or grown in between)")
     bounds = [0] + growth_steps

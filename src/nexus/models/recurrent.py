@@ -105,18 +105,18 @@ class ConvHistory:
 class RecurrentMLP(nn.Module):
     """SwiGLU with ternary BitLinear projections (plain nn.Linear when ternary is off)."""
 
-    def __init__(self, d_model: int, hidden: int, ternary: bool = True, act_quant: bool = False,
-                 subln: bool = False, norm_eps: float = 1e-5):
+    def __init__(self, d_model: int, hidden: int, *, ternary: bool, act_quant: bool, subln: bool, norm_eps: float):
+        # no defaults: RecurrentBlock passes every option from the config (a default here could disagree)
         super().__init__()
         d, h = d_model, hidden
 
-        def lin(i, o, subln=False):
+        def lin(i, o, subln):
             if ternary:
                 return BitLinear(i, o, bias=False, act_quant=act_quant, input_norm=subln, norm_eps=norm_eps)
             return nn.Linear(i, o, bias=False)
 
-        self.gate_proj = lin(d, h)
-        self.up_proj = lin(d, h)
+        self.gate_proj = lin(d, h, False)
+        self.up_proj = lin(d, h, False)
         self.down_proj = lin(h, d, subln=subln)  # SubLN: norm the inner activation before quantizing it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,7 +136,8 @@ class RecurrentBlock(nn.Module):
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, rc.ternary, rc.act_quant, rc.subln, cfg.norm_eps)
+        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, ternary=rc.ternary, act_quant=rc.act_quant, subln=rc.subln,
+                                norm_eps=cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None

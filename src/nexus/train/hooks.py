@@ -107,22 +107,27 @@ class Hook:
 HOOK_KINDS: Registry[type[Hook]] = Registry("train.hooks[].kind", "nexus.growth")
 
 
-def configured_hooks(cfg, present=()) -> list[Hook]:
+def configured_hooks(cfg, present=(), built=None) -> list[Hook]:
     """The hooks `cfg` turns on (its `train.hooks` entries, then the kinds it implies and `present` lacks),
     built and checked: a bad entry is a ConfigError before anything is written. An entry of a kind the
-    caller also passed in `present` is refused: one of the two would be ignored."""
-    hooks: list[Hook] = []
+    caller also passed in `present` is refused: one of the two would be ignored. built: what an earlier
+    call made from this same config (the front door's, cli/train.py), taken as it is instead of parsing
+    and checking the entries again."""
+    kinds = []
     for i, entry in enumerate(cfg.train.hooks):
         where = f"train.hooks[{i}]"
         kind = HOOK_KINDS.get(entry["kind"]) if isinstance(entry, dict) else None
         if kind is None:
             raise ConfigError(f"{where}={entry!r} (valid: a mapping with a kind, e.g. {{kind: growth, at: 150, spec: ...}})")
-        if any(type(h) is kind for h in hooks):
+        if kind in kinds:
             raise ConfigError(f"{where}: a second {entry['kind']!r} hook (valid: one entry per kind)")
         if any(type(h) is kind for h in present):
             raise RuntimeError(f"{where} configures a {entry['kind']!r} hook and the trainer was given one too "
                                "(valid: one of them)")
-        hooks.append(kind.from_config(entry, cfg, where))
+        kinds.append(kind)
+    if built is not None:
+        return [h for h in built if not any(type(p) is type(h) for p in present)]
+    hooks = [kind.from_config(entry, cfg, f"train.hooks[{i}]") for i, (kind, entry) in enumerate(zip(kinds, cfg.train.hooks))]
     hooks += [kind() for _, kind in HOOK_KINDS.items()
               if kind.implied_by(cfg) and not any(type(h) is kind for h in [*present, *hooks])]
     for h in hooks:

@@ -32,12 +32,13 @@ def launched_world_size() -> int:
 
 
 def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
-                  flag: str = "--resume") -> tuple[RunConfig, list[str]]:
+                  flag: str = "--resume", amend=None) -> tuple[RunConfig, list[str]]:
     """(the validated config a run resumed from `ckpt` trains with, a note per change it makes).
 
     overrides: dotted `--section.field VALUE` arguments, applied on top of the checkpoint's config.
     out_dir: where the resumed run writes (default: the checkpoint's run directory, else the
-    checkpoint's own). world: the world size it will run at (default: the launcher's)."""
+    checkpoint's own). world: the world size it will run at (default: the launcher's). amend: a last
+    change to the merged config, before its one validation (`nexus train`'s growth flags)."""
     from ..checkpoint import load_trainer_state, read_config
     from .run_dir import carry_schedule_and_lr, resume_run_dir
 
@@ -53,6 +54,8 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
                                launched_world_size() if world is None else world, where)
     cfg.train.out_dir = str(out_dir or resume_run_dir(ckpt))
+    if amend is not None:
+        amend(cfg)
     return cfg.validate(), notes
 
 

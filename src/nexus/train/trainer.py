@@ -67,11 +67,12 @@ def memory_stats(device: torch.device) -> dict:
 
 class Trainer:
     def __init__(self, cfg: RunConfig | None, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=()):
+                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=(), configured=None):
         """cfg: the finished run config; for `resume` the one `train.resume.resume_config` gives (None:
-        that of the checkpoint unchanged). init_model / init_tokenizer: a new run starts from these
-        weights; a tokenizer of another vocabulary is refused unless `resize_vocab`. notes: what planning
-        the run changed, printed when it starts."""
+        that of the checkpoint unchanged); validated here unless it was validated unchanged before.
+        init_model / init_tokenizer: a new run starts from these weights; a tokenizer of another
+        vocabulary is refused unless `resize_vocab`. notes: what planning the run changed, printed when it
+        starts. configured: the hooks the front door built from cfg (`configured_hooks`; None: built here)."""
         self.quiet = quiet
         self.hooks: list[Hook] = []
         self.lr_rule = None
@@ -87,7 +88,7 @@ class Trainer:
             if tstate is None:
                 raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
             init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model)
-        cfg.validate()
+        cfg.validated()  # a config from the front door (cli/train.py) or resume_config is not checked twice
         from .loggers import check_log_targets
 
         check_log_targets(cfg.train.log_to)  # a missing tensorboard / wandb fails before anything is written
@@ -132,7 +133,7 @@ class Trainer:
             self.notes.append("train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; "
                               "launch with torchrun --nproc_per_node N to shard)")
         # what the config turns on, whoever built the trainer; checked before anything is written
-        for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks), *hooks]:
+        for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks, built=configured), *hooks]:
             self.add_hook(hook)
 
     def _fit_vocab(self, model, own_tokenizer: bool, resize: bool) -> None:
