@@ -2,6 +2,7 @@
 cached decoding, test-time depth scaling, presets and the v4.1-style Python API."""
 import pytest
 import torch
+from tolerance_guard import atol_for
 
 from nexus.config import ConfigError, ModelConfig
 from nexus.models import build_model
@@ -78,8 +79,8 @@ def test_deep_supervision_loss_and_gradients_match_v41_listing():
     ref = ref_deep_supervision_loss(model, x, y, 3, 3)
     ref.backward()
     assert torch.allclose(out.loss, ref, atol=1e-4)
-    for n, p in model.named_parameters():
-        assert torch.allclose(fast[n], p.grad, atol=1e-5, rtol=1e-3), n
+    for n, p in model.named_parameters():  # some gradients are ~4e-4 (norm gains): atol scaled per tensor
+        torch.testing.assert_close(fast[n], p.grad, atol=atol_for(p.grad, 1e-3), rtol=1e-3, msg=n)
     # ce_loss is the final supervision step's CE, the quantity validation reports
     model.eval()
     with torch.no_grad():
@@ -112,8 +113,8 @@ def test_state_is_detached_between_supervision_steps(n_sup):
     ref = torch.autograd.grad(ref_deep_supervision_loss(model, x, y, n_sup, 1), list(model.parameters()))
     assert torch.allclose(out.loss, ref_deep_supervision_loss(model, x, y, n_sup, 1).detach(), atol=1e-5)
     names = [n for n, _ in model.named_parameters()]
-    for name, g, r in zip(names, fast, ref):
-        assert torch.allclose(g, r, atol=1e-5, rtol=1e-3), name
+    for name, g, r in zip(names, fast, ref):  # some gradients are ~4e-4 (norm gains): atol scaled per tensor
+        torch.testing.assert_close(g, r, atol=atol_for(r, 1e-3), rtol=1e-3, msg=name)
     # the setting is sensitive: without the detach (the full-backprop control) the gradients change
     undetached = make(n_sup=n_sup, t_inner=1, full_backprop=True).train()
     undetached.load_state_dict(model.state_dict())
