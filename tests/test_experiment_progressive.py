@@ -294,6 +294,25 @@ def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
         P.run_progressive(plan, say=lambda *_: None)
 
 
+def test_an_experiment_planned_with_the_old_config_form_is_the_same_experiment(tmp_path, methods):
+    """plan.json written before model.moe / model.recurrent became model.mlp / model.arch: the same plan."""
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
+    old = json.loads(json.dumps(plan))
+    for per in old["configs"].values():
+        for cfg in per.values():
+            m = cfg["model"]
+            assert m.pop("mlp") == {"kind": "dense"} and m.pop("arch") == {"kind": "transformer"}
+            m["moe"] = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
+            m["arch"], m["recurrent"] = "transformer", {"n_sup": 4, "t_inner": 6}
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps(old))
+    P._check_same_plan(tmp_path / "exp", plan)  # no "different experiment"
+    old["configs"]["0"]["grown"]["model"]["moe"]["n_experts"] = 4
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match="different experiment"):
+        P._check_same_plan(tmp_path / "exp", plan)
+
+
 def test_seed_summary_is_the_statistics_of_the_per_seed_numbers(tmp_path, methods):
     """Two seeds: the summary's mean/std/interval/paired test are those of the per-seed values (scipy)."""
     from scipy import stats

@@ -285,9 +285,19 @@ def _check_same_plan(out_dir: Path, plan: dict) -> None:
     if not f.is_file():
         return
     old = json.loads(f.read_text())
-    if old.get("configs") != json.loads(json.dumps(plan["configs"])):
+    if _current_form(old.get("configs")) != json.loads(json.dumps(plan["configs"])):
         raise ConfigError(f"--out={str(out_dir)!r} holds a different experiment ({old.get('method')}, "
                           f"{old.get('token_budget')} tokens) (valid: the same settings to resume it, or another --out)")
+
+
+def _current_form(configs):
+    """A stored plan's run configs as today's code writes them: a plan.json written before a config section
+    changed form (model.moe -> model.mlp, ...) still names the same experiment. Unreadable ones stay as
+    they are (and differ)."""
+    try:
+        return {sd: {name: RunConfig.from_dict(c).to_dict() for name, c in per.items()} for sd, per in configs.items()}
+    except (ConfigError, AttributeError, TypeError):
+        return configs
 
 
 def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
