@@ -548,7 +548,14 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
     from nexus.experiments.runs import read_done, write_json_atomic
 
     plan = plan_sweep(methods, scale, data, out, lrs)
-    corpus = corpus_check(plan)
+    corpus = corpus_check(plan, refuse=not a.estimate)
+    if a.estimate:  # the sweep's plan and time; trains nothing
+        est = estimate(plan, a.threads, a.workers, a.timing_steps)
+        print_plan(plan, est, corpus, print)
+        print(f"estimate (per-step and per-eval CPU time measured here x steps, one thread per process; load now "
+              f"{os.getloadavg()[0]:.1f}): lr sweep {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} "
+              f"min wall with {a.workers} worker(s)", flush=True)
+        return 0
     print_plan(plan, None, corpus, print)
     t0 = time.perf_counter()
     execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
