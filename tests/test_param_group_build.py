@@ -15,13 +15,13 @@ from nexus.optim.param_groups import build_optimizer, classify, is_embedding_lik
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
+        self.frozen = nn.Linear(4, 4, bias=False)  # first: skipping it must not stop the walk
+        self.frozen.weight.requires_grad_(False)
         self.embed = nn.Embedding(10, 4)  # "embed.weight"
         self.wte = nn.Embedding(10, 4)  # "wte.weight" (GPT-2 naming)
         self.proj = nn.Linear(4, 4)  # a hidden matrix and its bias
         self.lm_head = nn.Linear(4, 10, bias=False)
         self.norm_gain = nn.Parameter(torch.ones(4))
-        self.frozen = nn.Linear(4, 4, bias=False)
-        self.frozen.weight.requires_grad_(False)
 
 
 def _groups(opt) -> dict[str, tuple[str, set[str], dict]]:
