@@ -210,3 +210,28 @@ def test_scaled_policy_leaves_state_of_unknown_scaling_as_is():
     st = new_opt.state_for("lin.weight")
     assert torch.equal(st["grad_ema"][:4, :3], extra) and not st["grad_ema"][4:].any()
     torch.testing.assert_close(st["exp_avg"][:4, :3], 0.5 * old_opt.state_for("lin.weight")["exp_avg"], atol=0, rtol=1e-6)
+
+
+class Gain(nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        self.g = nn.Parameter(torch.ones(n))  # a 1-D parameter (an RMSNorm gain) grown along its only dim
+
+
+@pytest.mark.parametrize("policy", ["asymmetric", "copy"])
+def test_a_one_dimensional_parameter_grown_twice_keeps_per_entry_steps(policy):
+    """The per-element step of a 1-D tensor after two growths: 2 + 3 steps for the first entries, 3 for
+    the first growth's, and 0 (asymmetric) or the source's count (copy) for the second growth's."""
+    opt = build_optimizer(Gain(2), TCFG)
+    _train(opt, 2, seed=12)
+    o3 = build_optimizer(Gain(3), TCFG)
+    transplant_optimizer_state(opt.state_dict(), o3, {"g": ParamMap("g", (slice(0, 2),))}, "asymmetric")
+    _train(o3, 3, seed=13)
+    src = torch.tensor([0, 1, 2, 2, 0])
+    o5 = build_optimizer(Gain(5), TCFG)
+    pm = ParamMap("g", (slice(0, 3),), copy_source={0: src} if policy == "copy" else None)
+    transplant_optimizer_state(o3.state_dict(), o5, {"g": pm}, policy)
+    before = o3.state_for("g")["step"]
+    assert torch.equal(before, torch.tensor([5.0, 5.0, 3.0]))
+    want = before[src] if policy == "copy" else torch.tensor([5.0, 5.0, 3.0, 0.0, 0.0])
+    assert torch.equal(o5.state_for("g")["step"], want)

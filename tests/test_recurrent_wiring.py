@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from tolerance_guard import atol_for
 
-from nexus.config import ConfigError, ModelConfig, RecurrentConfig
+from nexus.config import ConfigError, ModelConfig
+from nexus.kind_options.recurrent import RecurrentOptions
 from nexus.models import build_model
 from nexus.models.bitlinear import BitLinear
 from nexus.models.lm_loss import IGNORE_INDEX
@@ -28,8 +29,8 @@ V = 40
 
 def make(n_sup=2, t_inner=2, d=12, ffn=24, layers=2, seed=0, double=True, model=None, **rec):
     torch.manual_seed(seed)
-    cfg = ModelConfig(arch="recurrent", vocab_size=V, d_model=d, n_layers=layers, n_heads=1, ffn_hidden=ffn,
-                      **(model or {}), recurrent=RecurrentConfig(n_sup=n_sup, t_inner=t_inner, **rec))
+    cfg = ModelConfig(arch=RecurrentOptions(n_sup=n_sup, t_inner=t_inner, **rec), vocab_size=V, d_model=d,
+                      n_layers=layers, n_heads=1, ffn_hidden=ffn, **(model or {}))
     m = build_model(cfg)
     return m.double() if double else m
 
@@ -190,9 +191,9 @@ def test_nexus_config_api_field_by_field():
                        max_seq_len=99, ternary=False, act_quant=True, tie_embeddings=False, norm_eps=1e-3,
                        init_std=0.07)
     mc = full.to_model_config()
-    assert (mc.arch, mc.vocab_size, mc.d_model, mc.n_layers, mc.ffn_hidden, mc.max_seq_len, mc.tie_embeddings,
+    assert (mc.arch.kind, mc.vocab_size, mc.d_model, mc.n_layers, mc.ffn_hidden, mc.max_seq_len, mc.tie_embeddings,
             mc.norm_eps, mc.init_std) == ("recurrent", 70, 24, 3, 40, 99, False, 1e-3, 0.07)
-    rc = mc.recurrent
+    rc = mc.arch
     assert (rc.n_sup, rc.t_inner, rc.conv_kernel, rc.ternary, rc.act_quant) == (5, 3, 2, False, True)
     torch.manual_seed(0)
     model = NexusModel(mc)

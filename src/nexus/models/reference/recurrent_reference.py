@@ -75,7 +75,7 @@ def ref_block(layer, x: torch.Tensor, eps: float, rc) -> torch.Tensor:
 
 def ref_f(model, z: torch.Tensor) -> torch.Tensor:
     for layer in model.layers:
-        z = ref_block(layer, z, model.cfg.norm_eps, model.cfg.recurrent)
+        z = ref_block(layer, z, model.cfg.norm_eps, model.cfg.arch)
     return z
 
 
