@@ -147,3 +147,11 @@ def test_every_new_entry_has_a_source(fill):
     if fill is None:
         with pytest.raises(RuntimeError):
             inherit(old, _cfg(64), None)
+
+
+def test_a_buffer_the_old_model_cannot_provide_is_refused_by_name():
+    """Buffers are copied by name; one whose shape the growth changes (the rotary tables of a longer
+    context) cannot be derived from the old model, and the grower must rebuild it."""
+    old = build_model(_cfg(48, max_seq_len=64))
+    with pytest.raises(RuntimeError, match="cannot derive buffer 'rope"):
+        inherit(old, _cfg(48, max_seq_len=128), lambda name, p, o: None)
