@@ -17,7 +17,7 @@ import time
 
 
 def main() -> None:
-    from nexus.experiments.progressive import METHODS, plan_progressive, run_progressive
+    from nexus.experiments.progressive import methods, plan_progressive, run_progressive
     from nexus.growth import families
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="dotted overrides for every run, e.g. train.eval_batches=4")
     a = ap.parse_args()
     installed = set(families())
-    names = a.methods.split(",") if a.methods else [m for m, meth in METHODS.items() if meth.family in installed]
+    names = a.methods.split(",") if a.methods else [m for m, meth in methods().items() if meth.family in installed]
     overrides = [f"--{o}" if o.startswith(("model.", "train.", "data.")) else o for o in a.overrides]
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = []

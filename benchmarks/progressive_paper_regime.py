@@ -67,13 +67,13 @@ QUICK_TOKENS_PER_PARAM = 4.0
 
 def regime_methods(names: list[str]) -> dict:
     """The progressive experiment's methods with the shrunk shapes and 2x growth above."""
-    from nexus.experiments.progressive import METHODS
+    from nexus.experiments.progressive import methods
 
     out = {}
     for name in names:
         if name not in REGIME:
             raise SystemExit(f"--methods: {name!r} has no paper-regime shape (valid: {', '.join(REGIME)})")
-        m = METHODS[name]
+        m = methods()[name]
         spec_changes, extra = REGIME[name]
         out[name] = dataclasses.replace(m, spec={**m.spec, **spec_changes}, overrides={**m.overrides, **SMALL, **extra},
                                         description=f"{m.description} [paper regime: shrunk, 2x]")
@@ -268,8 +268,9 @@ def main() -> None:
     tpp = QUICK_TOKENS_PER_PARAM if a.quick else a.tokens_per_param
     seeds = [int(s) for s in a.seeds.split(",")]
     installed = set(families())
-    names = a.methods.split(",") if a.methods else [n for n, m in P.METHODS.items() if m.family in installed and n in REGIME]
-    P.METHODS.update(regime_methods(names))
+    names = a.methods.split(",") if a.methods else [n for n, m in P.methods().items() if m.family in installed and n in REGIME]
+    known = {**P.methods(), **regime_methods(names)}  # the shrunk methods replace their namesakes
+    P.methods = lambda: dict(known)
     out = Path(a.out) / ("quick" if a.quick else "full")
     plans, counts = {}, {}
     for name in names:

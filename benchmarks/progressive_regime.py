@@ -78,7 +78,7 @@ def small_params(method: str, overrides: list[str]) -> int:
     from nexus.experiments import progressive as P
     from nexus.experiments.curves import active_params
 
-    return active_params(P._small_config(P.METHODS[method], None, overrides, None).model)
+    return active_params(P._small_config(P.methods()[method], None, overrides, None).model)
 
 
 def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
@@ -495,7 +495,7 @@ def _main(argv: list[str] | None) -> int:
 
     methods = a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
     for m in methods:
-        if m not in P.METHODS or P.METHODS[m].family != "width":
+        if m not in P.methods() or P.methods()[m].family != "width":
             raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
                           f"{', '.join(DEFAULT_METHODS + ABLATIONS)})")
     out = Path(a.out) / scale
@@ -548,7 +548,14 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
     from nexus.experiments.runs import read_done, write_json_atomic
 
     plan = plan_sweep(methods, scale, data, out, lrs)
-    corpus = corpus_check(plan)
+    corpus = corpus_check(plan, refuse=not a.estimate)
+    if a.estimate:  # the sweep's plan and time; trains nothing
+        est = estimate(plan, a.threads, a.workers, a.timing_steps)
+        print_plan(plan, est, corpus, print)
+        print(f"estimate (per-step and per-eval CPU time measured here x steps, one thread per process; load now "
+              f"{os.getloadavg()[0]:.1f}): lr sweep {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} "
+              f"min wall with {a.workers} worker(s)", flush=True)
+        return 0
     print_plan(plan, None, corpus, print)
     t0 = time.perf_counter()
     execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))

@@ -6,7 +6,7 @@ CPU: a sampling thread reads the process RSS (/proc/self/statm) every 0.5 ms; th
 the peak RSS during training minus the RSS just before the first step (weights and data allocated),
 so gradients and the lazily created optimizer state are in every number and only activations can
 differ with T_inner; the raw peak is printed too. CUDA: torch.cuda.max_memory_allocated minus the
-allocation before the first step. The control (recurrent.full_backprop = true: backprop through
+allocation before the first step. The control (arch.full_backprop = true: backprop through
 every iteration) shows that the measurement does grow with depth when activations are kept.
 
     python benchmarks/recurrent_memory.py                 # nexus-tiny shapes, batch 4 x 128 tokens
@@ -38,7 +38,7 @@ def child(args) -> dict:
     torch.manual_seed(0)
     cfg = get_preset(args.preset)
     m = cfg.model
-    m.recurrent.t_inner, m.recurrent.n_sup, m.recurrent.full_backprop = args.t_inner, args.n_sup, args.full_backprop
+    m.arch.t_inner, m.arch.n_sup, m.arch.full_backprop = args.t_inner, args.n_sup, args.full_backprop
     dev = torch.device(args.device)
     model = build_model(m).to(dev).train()
     opt = build_optimizer(model, cfg.train)

@@ -76,7 +76,7 @@ def main() -> None:
             opts[name].step()
         return (time.perf_counter() - t0) / args.steps
 
-    rc = rec_cfg.recurrent
+    rc = rec_cfg.arch
     print(f"{args.preset}: {n_params(rec) / 1e6:.2f}M params, d {rec_cfg.d_model}, {rec_cfg.n_layers} layers x T_inner "
           f"{rc.t_inner} x N_sup {rc.n_sup} = effective depth {depth}, ternary {rc.ternary}")
     print(f"Transformer++: {n_params(tf) / 1e6:.2f}M params, d {tf_cfg.d_model}, {tf_cfg.n_layers} layers, "

@@ -75,7 +75,7 @@ def main() -> None:
     torch.manual_seed(0)
     ternary_model = build_model(cfg.model).eval()
     fp32_cfg = get_preset(args.preset)
-    fp32_cfg.model.recurrent.ternary = False
+    fp32_cfg.model.arch.ternary = False
     fp32_model = build_model(fp32_cfg.model).eval()
     with tempfile.TemporaryDirectory() as tmp:
         report = save_ternary(ternary_model, cfg, ByteTokenizer(), Path(tmp) / "model.tern", args.packing)
@@ -102,7 +102,7 @@ def main() -> None:
         fp.append(tokens_per_s(fp32_model, prompt, args.new_tokens))
     ratios = [t / f for t, f in zip(ter, fp)]
     t_med, f_med = statistics.median(ter), statistics.median(fp)
-    rc = cfg.model.recurrent
+    rc = cfg.model.arch
     print(f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + {report['other_params'] / 1e6:.2f}M fp32 params, "
           f"N_sup {rc.n_sup} x T_inner {rc.t_inner} x {cfg.model.n_layers} layers, threads {torch.get_num_threads()}")
     print(f"packed file ({args.packing}): {report['file_bytes'] / 1e6:.2f} MB (embeddings and scales included) vs "

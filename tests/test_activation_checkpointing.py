@@ -18,7 +18,7 @@ from tolerance_guard import atol_for
 CASES = {
     "baseline": ("baseline-micro", []),
     "exo-moe": ("baseline-micro", ["--model.attention.gate", "elementwise", "--model.mixing.anchor", "exo",
-                                   "--model.mixing.dynamic", "true", "--model.moe.n_experts", "4"]),
+                                   "--model.mixing.dynamic", "true", "--model.mlp.kind", "moe", "--model.mlp.n_experts", "4"]),
     "recurrent": ("nexus-micro", []),
 }
 

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.models.accounting import param_count_for_config
-from nexus.config import ModelConfig, RecurrentConfig
+from nexus.config import ModelConfig
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models.bitlinear import BitLinear, hold_quantized_weights
 from nexus.models.reference.recurrent_reference import ref_act_quant, ref_ternary
 
@@ -40,8 +41,7 @@ def test_recurrent_model_forward_only_multiplies_ternary_weights(monkeypatch):
     from nexus.models import build_model
 
     torch.manual_seed(0)
-    cfg = ModelConfig(arch="recurrent", d_model=16, n_layers=2, n_heads=1, ffn_hidden=32,
-                      recurrent=RecurrentConfig(n_sup=2, t_inner=2))
+    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
     model = build_model(cfg)
     seen = _capture_linear_weights(monkeypatch)
     model(torch.randint(0, 259, (1, 5)))
@@ -98,6 +98,5 @@ def test_accounting_reports_ternary_size():
     cfg = ModelConfig(arch="recurrent", d_model=64, n_layers=2, n_heads=1, ffn_hidden=128)
     info = param_count_for_config(cfg)
     assert info["ternary_mb"] is not None and info["ternary_mb"] < info["fp16_mb"]
-    off = param_count_for_config(ModelConfig(arch="recurrent", d_model=64, n_layers=2, n_heads=1, ffn_hidden=128,
-                                             recurrent=RecurrentConfig(ternary=False)))
+    off = param_count_for_config(ModelConfig(arch=RecurrentOptions(ternary=False), d_model=64, n_layers=2, n_heads=1, ffn_hidden=128))
     assert off["ternary_mb"] is None and off["total"] == info["total"]

@@ -8,15 +8,15 @@ load_state_dict), evaluates again and compares with a freshly built model holdin
 import pytest
 import torch
 
-from nexus.config import ModelConfig, RecurrentConfig
+from nexus.config import ModelConfig
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models import build_model
 from nexus.models.bitlinear import BitLinear, hold_quantized_weights
 from nexus.models.reference.recurrent_reference import ref_ternary
 
 
 def _cfg() -> ModelConfig:
-    return ModelConfig(arch="recurrent", vocab_size=40, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32,
-                       recurrent=RecurrentConfig(n_sup=2, t_inner=2))
+    return ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), vocab_size=40, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
 
 
 def _ids():

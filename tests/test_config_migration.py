@@ -2,7 +2,9 @@
 
 tests/data/preset_configs_v1.json is every preset's `RunConfig.to_dict()` as the code before this form
 wrote it (generated once from that code, an input, not an expected result): model.attention held every
-attention kind's fields without a kind, model.projection every projection kind's fields. Each must
+attention kind's fields without a kind, model.projection every projection kind's fields, model.moe the
+experts' options (n_experts 0: the dense MLP), model.arch a bare name and model.recurrent the recurrent
+architecture's options. Each must
 migrate to the config the preset builds today, and the model built from the migrated old config must be
 the preset's model: parameter names and order, seeded init, logits, every gradient, greedy generation.
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nexus.config import AttentionOptions, ConfigError, RunConfig, apply_override
+from nexus.config import AttentionOptions, ConfigError, MLPOptions, RunConfig, apply_override
 from nexus.models import build_model
 from nexus.presets import get_preset, names
 
@@ -33,6 +35,8 @@ def test_the_old_form_had_no_kinds_and_the_new_form_names_them():
     for n in OLD:
         new = get_preset(n).to_dict()["model"]
         assert new["attention"]["kind"] in ("standard", "higher_order") and "kind" in new["projection"]
+        assert "moe" not in new and new["mlp"]["kind"] == ("moe" if OLD[n]["model"]["moe"]["n_experts"] else "dense")
+        assert "recurrent" not in new and new["arch"]["kind"] == OLD[n]["model"]["arch"]
         assert RunConfig.from_dict(get_preset(n).to_dict()) == get_preset(n)
 
 
@@ -47,9 +51,9 @@ def _run(cfg: RunConfig):
 
 
 # one small preset per kind the migration touches (standard / higher-order attention, the three projection
-# kinds) and the recurrent architecture
+# kinds, the MoE MLP) and the recurrent architecture
 @pytest.mark.parametrize("name", ["baseline-micro", "mqar-order2", "nexusformer-micro", "tokenformer-micro",
-                                  "nexus-micro"])
+                                  "sparkling-moe-tiny", "nexus-micro"])
 def test_model_from_the_migrated_old_config_is_the_presets_model(name):
     old_model, old_logits, old_gen = _run(RunConfig.from_dict(OLD[name]))
     model, logits, gen = _run(get_preset(name))
@@ -85,6 +89,59 @@ def test_an_inert_old_value_is_named_when_dropped(capsys):
     cfg = RunConfig.from_dict(old)
     assert cfg.model.attention == AttentionOptions()
     assert "dropped model.attention.ho_shared=False" in capsys.readouterr().err
+
+
+def test_an_old_moe_section_without_experts_is_the_dense_mlp_and_names_what_it_drops(capsys):
+    old = json.loads(json.dumps(OLD["baseline-micro"]))
+    old["model"]["moe"]["top_k"] = 4  # no effect without experts
+    assert RunConfig.from_dict(old).model.mlp == MLPOptions()
+    assert "dropped model.moe.top_k=4" in capsys.readouterr().err
+    old["model"]["moe"]["n_experts"] = 8
+    mlp = RunConfig.from_dict(old).model.mlp
+    assert (mlp.kind, mlp.n_experts, mlp.top_k) == ("moe", 8, 4)
+    old["model"]["mlp"] = {"kind": "dense"}
+    with pytest.raises(ConfigError, match=r"model.moe and model.mlp given together"):
+        RunConfig.from_dict(old)
+
+
+def test_an_override_of_the_old_moe_section_names_where_it_moved():
+    with pytest.raises(ConfigError, match=r"model.moe.n_experts moved into model.mlp \(valid: --model.mlp.kind moe"):
+        apply_override(RunConfig(), "model.moe.n_experts", "8")
+
+
+def test_an_old_architecture_section_moves_into_model_arch_or_is_named_when_dropped(capsys):
+    old = json.loads(json.dumps(OLD["nexus-micro"]))
+    assert old["model"]["arch"] == "recurrent" and old["model"]["recurrent"]["t_inner"] == 3
+    assert RunConfig.from_dict(old).model.arch.t_inner == 3
+    old = json.loads(json.dumps(OLD["baseline-micro"]))
+    old["model"]["recurrent"]["t_inner"] = 9  # a transformer ignored it
+    assert RunConfig.from_dict(old).model == get_preset("baseline-micro").model
+    assert "dropped model.recurrent.t_inner=9" in capsys.readouterr().err
+
+
+def test_the_old_spelling_of_an_architecture_option_still_sets_it():
+    """`--set recurrent.t_inner=20` at load, `--model.recurrent.n_sup` on a command line: written before
+    model.arch held the options, they address model.arch while it is that architecture."""
+    cfg = get_preset("nexus-micro")
+    apply_override(cfg, "model.recurrent.t_inner", "7")
+    assert cfg.model.arch.t_inner == 7
+    cfg = RunConfig()
+    with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent, not of "
+                                          r"'transformer' \(valid: --model.arch recurrent before it\)"):
+        apply_override(cfg, "model.recurrent.t_inner", "7")
+    apply_override(cfg, "model.arch", "recurrent")  # a bare name is the kind
+    assert cfg.model.arch.kind == "recurrent" and cfg.model.arch.t_inner == 6
+
+
+def test_a_partial_config_file_in_the_old_architecture_form_applies_to_the_presets_architecture(tmp_path):
+    from nexus.config import config_file_overrides, parse_overrides
+
+    path = tmp_path / "depth.yaml"
+    path.write_text("model:\n  recurrent: {t_inner: 5}\n")
+    cfg = parse_overrides(get_preset("nexus-micro"), config_file_overrides(path))
+    assert cfg.model.arch.t_inner == 5 and cfg.model.arch.n_sup == get_preset("nexus-micro").model.arch.n_sup
+    with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent"):
+        parse_overrides(get_preset("baseline-micro"), config_file_overrides(path))
 
 
 def test_an_option_of_another_kind_names_the_kind_that_has_it():

@@ -104,6 +104,14 @@ def test_checkpoint_write_is_atomic(trained, tmp_path, monkeypatch):
     ck.save_checkpoint(target, model, cfg)
     before = (target / "model.safetensors").read_bytes()
 
+    # the interrupted save writes different weights, so the test can tell which version survived
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    ck.save_checkpoint(tmp_path / "changed", model, cfg)
+    assert (tmp_path / "changed" / "model.safetensors").read_bytes() != before
+    shutil.rmtree(tmp_path / "changed")
+
     def boom(*a, **k):
         raise OSError("disk full")
 

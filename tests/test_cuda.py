@@ -13,7 +13,8 @@ import socket
 import pytest
 import torch
 
-from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RecurrentConfig, RunConfig, parse_overrides
+from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RunConfig, parse_overrides
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models import build_model
 from nexus.presets import get_preset
 
@@ -203,8 +204,7 @@ def _order2(device):
 
 def _recurrent(device):
     torch.manual_seed(0)
-    cfg = ModelConfig(arch="recurrent", vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32,
-                      recurrent=RecurrentConfig(n_sup=2, t_inner=2, conv_kernel=4))
+    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4), vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
     return build_model(cfg).to(device)
 
 
@@ -251,8 +251,8 @@ def test_higher_order_attention_is_causal(device, form, targets, order):
 def _peak_step_bytes(t_inner: int, full_backprop: bool) -> int:
     """Peak CUDA memory of one training forward + backward above what the model and batch hold."""
     torch.manual_seed(0)
-    cfg = ModelConfig(arch="recurrent", vocab_size=259, d_model=256, n_layers=2, n_heads=1, ffn_hidden=512,
-                      max_seq_len=256, recurrent=RecurrentConfig(n_sup=2, t_inner=t_inner, full_backprop=full_backprop))
+    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=t_inner, full_backprop=full_backprop), vocab_size=259, d_model=256, n_layers=2, n_heads=1, ffn_hidden=512,
+                      max_seq_len=256)
     model = build_model(cfg).cuda().train()
     x, y = _batch(259, "cuda", b=8, t=256)
     torch.cuda.synchronize()

@@ -5,7 +5,8 @@ place (the buffer a layer holds keeps its address from the first to the last dec
 import pytest
 import torch
 
-from nexus.config import AttentionOptions, ModelConfig, RecurrentConfig
+from nexus.config import AttentionOptions, ModelConfig
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models.cache import KVCache
 from nexus.models.generate import generate
 from nexus.models import build_model
@@ -51,8 +52,7 @@ def _transformer(order=1, form="projected", shared=True):
 
 def _recurrent():
     torch.manual_seed(0)
-    cfg = ModelConfig(arch="recurrent", vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32,
-                      recurrent=RecurrentConfig(n_sup=2, t_inner=2, conv_kernel=4))
+    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4), vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
     return build_model(cfg).eval()
 
 

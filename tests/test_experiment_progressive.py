@@ -16,6 +16,7 @@ import torch
 from nexus.cli import main
 from nexus.config import ConfigError
 from nexus.experiments import progressive as P
+from nexus.growth.methods import Method, register_method
 from nexus.growth import GrowthResult, GrowthSpec, ParamMap, register_grower
 
 
@@ -45,27 +46,34 @@ def _grow_ffn_double(model, cfg, spec):
     return GrowthResult(new, new_cfg, maps, {"ffn": [cfg.model.ffn, new_cfg.ffn_hidden]}, {})
 
 
-TEST_METHOD = P.Method("test-ffn", "test_ffn_double", "baseline-micro", {}, "test: FFN x2 (zero down columns)")
+# a family's module registers its methods beside its grower (as growth/width.py does): the experiment lists
+# them without an edit of its own
+register_method(Method("test-ffn-registered", "test_ffn_double", "baseline-micro", {}, "test: registered by its family"))
+TEST_METHOD = Method("test-ffn", "test_ffn_double", "baseline-micro", {}, "test: FFN x2 (zero down columns)")
 # 1x32 model, 2x16-token batches, 12 steps: the machinery, not the learning, is under test
 MICRO = ["--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2", "--train.eval_batches", "1",
          "--train.batch_size", "2", "--data.seq_len", "16", "--train.sample_tokens", "1", "--train.warmup_steps", "2"]
 
 
+def add_methods(monkeypatch, *added: Method) -> None:
+    """The registered methods plus `added`, for this test (P.methods is what every lookup calls)."""
+    known = {**P.methods(), **{m.name: m for m in added}}
+    monkeypatch.setattr(P, "methods", lambda: dict(known))
+
+
 @pytest.fixture
 def methods(monkeypatch):
-    monkeypatch.setitem(P.METHODS, TEST_METHOD.name, TEST_METHOD)
-    return P.METHODS
+    add_methods(monkeypatch, TEST_METHOD)
+    return P.methods()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """One micro experiment shared by the tests that only read it (training is the slow part)."""
-    P.METHODS[TEST_METHOD.name] = TEST_METHOD
     tmp = tmp_path_factory.mktemp("finished")
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        add_methods(mp, TEST_METHOD)
         plan, r = _run(tmp)
-    finally:
-        P.METHODS.pop(TEST_METHOD.name, None)
     return tmp, plan, r
 
 
@@ -252,6 +260,14 @@ def test_growth_point_outside_budget(tmp_path, capsys, methods):
     assert "--grow-at" in err and "outside the token budget" in err
 
 
+def test_a_method_registered_by_its_growth_family_is_listed_and_planned():
+    rows = {r["name"]: r for r in P.method_table()}
+    assert rows["test-ffn-registered"]["family"] == "test_ffn_double" and rows["test-ffn-registered"]["installed"]
+    assert {"sparkling", "nexus-rank", "tokenformer", "retrofit-ho"} <= set(rows)  # each family's own file
+    plan = P.plan_progressive("test-ffn-registered", overrides=list(MICRO), tokens=384, out="unused")
+    assert plan["method"] == "test-ffn-registered" and plan["family"] == "test_ffn_double"
+
+
 def test_unknown_method(tmp_path, capsys):
     err = _cli(tmp_path, capsys, "--method", "grow-everything")
     assert "grow-everything" in err and "sparkling" in err
@@ -263,7 +279,7 @@ def test_method_not_applicable_to_architecture(tmp_path, capsys):
 
 
 def test_method_whose_family_is_not_installed(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(P.METHODS, "future", P.Method("future", "not_a_family", "baseline-micro", {}, "x"))
+    add_methods(monkeypatch, Method("future", "not_a_family", "baseline-micro", {}, "x"))
     err = _cli(tmp_path, capsys, "--method", "future")
     assert "not_a_family" in err and "not installed" in err
 
@@ -276,6 +292,25 @@ def test_different_settings_do_not_overwrite_an_experiment(tmp_path, methods):
     (tmp_path / "exp" / "plan.json").write_text(json.dumps({**plan, "configs": {"0": {"grown": {}, "scratch": {}}}}))
     with pytest.raises(ConfigError, match="different experiment"):
         P.run_progressive(plan, say=lambda *_: None)
+
+
+def test_an_experiment_planned_with_the_old_config_form_is_the_same_experiment(tmp_path, methods):
+    """plan.json written before model.moe / model.recurrent became model.mlp / model.arch: the same plan."""
+    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=384, out=str(tmp_path / "exp"))
+    old = json.loads(json.dumps(plan))
+    for per in old["configs"].values():
+        for cfg in per.values():
+            m = cfg["model"]
+            assert m.pop("mlp") == {"kind": "dense"} and m.pop("arch") == {"kind": "transformer"}
+            m["moe"] = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
+            m["arch"], m["recurrent"] = "transformer", {"n_sup": 4, "t_inner": 6}
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps(old))
+    P._check_same_plan(tmp_path / "exp", plan)  # no "different experiment"
+    old["configs"]["0"]["grown"]["model"]["moe"]["n_experts"] = 4
+    (tmp_path / "exp" / "plan.json").write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match="different experiment"):
+        P._check_same_plan(tmp_path / "exp", plan)
 
 
 def test_seed_summary_is_the_statistics_of_the_per_seed_numbers(tmp_path, methods):
@@ -325,10 +360,9 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
     reach the reference's final loss, recomputed here from the curves in results.json."""
     from nexus.experiments import pair
 
-    monkeypatch.setitem(P.METHODS, TEST_METHOD.name, TEST_METHOD)
-    other = P.Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr",
+    other = Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr",
                      {"train.lr": 1e-3})
-    monkeypatch.setitem(P.METHODS, other.name, other)
+    add_methods(monkeypatch, TEST_METHOD, other)
     monkeypatch.setitem(pair.PAIRS, "test-pair", ("test-ffn", "test-ffn-b", "test pair"))
     plan = pair.plan_pair("test-pair", list(MICRO), 384, 0.5, [0, 1], str(tmp_path / "pair"), eval_points=5)
     r = pair.run_pair(plan, quiet=True, say=lambda *_: None)

@@ -49,6 +49,27 @@ def test_train_overwrite_never_takes_a_folder_of_run_like_file_names(capsys, tmp
     assert snapshot(v) == before
 
 
+def test_a_run_from_before_manifests_is_left_alone_and_continued_into_a_new_folder(capsys, tmp_path, run):
+    """A run written before manifests has none, so it is a folder like any user's: resuming in place is
+    refused, untouched, with the way to continue it; that way works and leaves the old run as it was."""
+    import shutil
+
+    old = tmp_path / "old-run"
+    shutil.copytree(run, old)
+    for marker in old.rglob(".nexus-*"):
+        marker.unlink()
+    before = snapshot(old)
+    err = one_line_exit_2(capsys, ["train", "--out", old, "--resume", "auto", "--quiet"], "not a nexus output")
+    assert f"--resume {old / 'checkpoint'} --out NEW_DIR" in err
+    assert snapshot(old) == before
+    # continued at its last step (nothing left to train: the curve of a run with no training records
+    # once raised IndexError), then with more steps
+    assert main(["train", "--resume", str(old / "checkpoint"), "--out", str(tmp_path / "new"), "--quiet"]) == 0
+    assert main(["train", "--resume", str(old / "checkpoint"), "--out", str(tmp_path / "longer"), "--quiet",
+                 "--train.steps", "6"]) == 0
+    assert snapshot(old) == before
+
+
 def test_env_entry_never_writes_into_a_folder_of_run_like_file_names(capsys, tmp_path, monkeypatch):
     from nexus.cli import env_train
 

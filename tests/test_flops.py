@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from nexus.analysis.flops import flops_breakdown, forward_flops_per_token, linear_layer_flops
-from nexus.config import AttentionOptions, MixingConfig, ModelConfig, MoEConfig, ProjectionOptions
+from nexus.config import AttentionOptions, MixingConfig, MLPOptions, ModelConfig, ProjectionOptions
 from nexus.models import build_model
 
 T = 24
@@ -43,7 +43,7 @@ EXACT = {
     "higher_order_shared": small(attention=AttentionOptions.make("higher_order", order=2)),
 }
 APPROX = {
-    "moe": small(moe=MoEConfig(n_experts=4, top_k=2)),
+    "moe": small(mlp=MLPOptions.make("moe", n_experts=4, top_k=2)),
     "exo": small(mixing=MixingConfig(anchor="exo"), attention=AttentionOptions(gate="elementwise")),
 }
 
@@ -92,10 +92,10 @@ def test_every_small_preset_matches_flop_counter():
         torch.manual_seed(0)
         model = build_model(cfg)
         counted = counted_per_token(model, cfg.vocab_size, 32)
-        if cfg.arch == "recurrent":
+        if cfg.arch.kind == "recurrent":
             # FlopCounterMode sees only matmuls; the recurrent block's conv taps and SwiGLU products are
             # elementwise work that the analytic count includes once per application of f.
-            rc = cfg.recurrent
+            rc = cfg.arch
             own = sum(m.flops_per_token(32) for layer in model.layers for m in layer.modules()
                       if m is not layer and hasattr(m, "flops_per_token"))
             counted += rc.n_sup * rc.t_inner * own

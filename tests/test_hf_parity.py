@@ -127,7 +127,7 @@ def test_export_folds_a_logit_scale_into_an_untied_head(tmp_path, tied):
 
 @pytest.mark.parametrize("field,value", [
     ("attention.gate", "headwise"), ("attention.kind", "higher_order"), ("projection.kind", "nexus_rank"),
-    ("mixing.anchor", "exo"), ("moe.n_experts", 4), ("arch", "recurrent"),
+    ("mixing.anchor", "exo"), ("mlp.kind", "moe"), ("arch", "recurrent"),
 ])
 def test_non_baseline_export_is_refused(tmp_path, field, value):
     from nexus.config import apply_override

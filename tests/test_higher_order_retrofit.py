@@ -83,7 +83,7 @@ def test_bad_retrofit_spec_is_one_config_error(spec, needle):
 def test_retrofit_rejects_non_transformer_and_already_higher_order_models():
     cfg = get_preset("baseline-micro")
     cfg.model.arch = "recurrent"
-    cfg.model.recurrent.n_sup, cfg.model.recurrent.t_inner = 1, 1
+    cfg.model.arch.n_sup, cfg.model.arch.t_inner = 1, 1
     cfg.validate()
     with pytest.raises(ConfigError, match="arch"):
         grow(build_model(cfg.model), cfg, {"family": "retrofit", "order": 2})

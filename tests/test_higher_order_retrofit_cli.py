@@ -34,7 +34,7 @@ def test_cli_retrofit_of_a_non_transformer_exits_2_and_writes_nothing(tmp_path, 
 
     cfg = get_preset("baseline-micro")
     cfg.model.arch = "recurrent"
-    cfg.model.recurrent.n_sup, cfg.model.recurrent.t_inner = 1, 1
+    cfg.model.arch.n_sup, cfg.model.arch.t_inner = 1, 1
     cfg.validate()
     from nexus.data.tokenizer import ByteTokenizer
 

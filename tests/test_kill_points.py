@@ -43,6 +43,12 @@ def assert_finished(out: Path, steps: int) -> None:
     assert leftovers(out) == [] and leftovers(out.parent) == []
 
 
+def saved_step(ckpt: Path) -> int:
+    from nexus.checkpoint import load_trainer_state
+
+    return load_trainer_state(ckpt, with_optimizer=False)["step"]
+
+
 def crash_then_resume(tmp_path: Path, argv: list, point: str) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "run"
     killed = nexus_cli(["train", *argv, "--out", out], tmp_path, crash_at=point)
@@ -85,23 +91,28 @@ def test_killed_between_the_two_renames_of_a_replaced_checkpoint(tmp_path):
     argv = [*RUN, "--train.steps", "4", "--out", out]
     assert nexus_cli(["train", *argv], tmp_path).returncode == 0
     more = ["train", *argv, "--train.steps", "6", "--resume", "auto"]
+    assert saved_step(out / "checkpoint") == 4
     killed = nexus_cli(more, tmp_path, crash_at="swap-between-renames")
     assert killed.returncode == 137
     assert not (out / "checkpoint").exists()  # the moment a kill leaves behind: no checkpoint under its name
+    # both versions sit beside it, and they differ (step 4 and step 6), so the test can tell which survives
+    sides = {n.split(".")[2].split("-")[0]: out / n for n in leftovers(out) if n.startswith(".checkpoint.")}
+    assert saved_step(sides["old"]) == 4 and saved_step(sides["new"]) == 6
     again = nexus_cli(more, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "restored" in again.stderr  # the complete new version was put in place from the record
+    assert "restored" in again.stderr and "(new version)" in again.stderr
+    assert saved_step(out / "checkpoint") == 6  # the complete new version was put in place, not the old one
     assert_finished(out, 6)
 
 
 def test_ternary_export_killed_before_its_rename_leaves_a_recorded_temporary_the_next_export_removes(tmp_path):
     from nexus.checkpoint import save_checkpoint
-    from nexus.config import ModelConfig, RecurrentConfig, RunConfig
+    from nexus.config import ModelConfig, RunConfig
+    from nexus.models.recurrent import RecurrentOptions
     from nexus.data.tokenizer import ByteTokenizer
     from nexus.models import build_model
 
-    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=80,
-                                      recurrent=RecurrentConfig(n_sup=2, t_inner=2)))
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80))
     ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
     out = tmp_path / "exports" / "model.ternary"
     argv = ["export", "--checkpoint", ckpt, "--format", "ternary", "--out", out]

@@ -1,14 +1,15 @@
-"""Every registered kind declares, in its own file, what the rest of nexus asks of it: its options (a
-registered options dataclass), its parameter count (held to a real build) and its width-growth roles
-(every tensor width growth reshapes has one, or a module says why it refuses). A kind that forgets
-one fails here, not in a user's run."""
+"""Every registered kind (attention, projection, MLP, architecture) declares, in its own file, what the rest
+of nexus asks of it: its options (a registered options dataclass), its parameter count (held to a real
+build) and its width-growth roles (every tensor width growth reshapes has one, or a module says why it
+refuses). A kind that forgets one fails here, not in a user's run."""
 import pytest
 
 from nexus.analysis.param_formula import count
-from nexus.config import AttentionOptions, ConfigError, ModelConfig, ProjectionOptions, RunConfig
+from nexus.config import (ArchitectureOptions, AttentionOptions, ConfigError, MLPOptions, ModelConfig,
+                          ProjectionOptions, RunConfig)
 from nexus.growth.width import WidthSpec
 from nexus.models.accounting import param_count_for_config
-from nexus.models.kinds import ATTENTION_KINDS, MLP_KINDS
+from nexus.models.kinds import ARCHITECTURES, ATTENTION_KINDS, MLP_KINDS
 from nexus.models.projections import PROJECTIONS
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=32)
@@ -31,41 +32,36 @@ def _grows_or_refuses(m: ModelConfig) -> None:
 def _cases():
     attention = [("attention", k) for k in ATTENTION_KINDS.names()] + [("attention", "standard")]
     projection = [("projection", k) for k in PROJECTIONS.names()]
-    return attention + projection
+    mlp = [("mlp", k) for k in MLP_KINDS.names()] + [("mlp", "dense")]
+    arch = [("arch", k) for k in ARCHITECTURES.names()] + [("arch", "transformer")]
+    return attention + projection + mlp + arch
 
 
 def test_the_registries_and_the_options_tables_name_the_same_kinds():
     assert set(AttentionOptions.kinds()) == set(ATTENTION_KINDS.names()) | {"standard"}
     assert set(ProjectionOptions.kinds()) == set(PROJECTIONS.names()) | {"linear"}
-    assert all(callable(k.build) for _, k in ATTENTION_KINDS.items())
-    assert all(callable(k.build) for _, k in PROJECTIONS.items())
-    assert all(callable(k.params) and callable(k.selected) for _, k in MLP_KINDS.items())
+    assert set(MLPOptions.kinds()) == set(MLP_KINDS.names()) | {"dense"}
+    assert set(ArchitectureOptions.kinds()) == set(ARCHITECTURES.names()) | {"transformer"}
+    for registry in (ATTENTION_KINDS, PROJECTIONS, MLP_KINDS, ARCHITECTURES):
+        assert all(callable(k.build) for _, k in registry.items()), registry.what
     # every registered kind but the baselines counts its own parameters in its options class
-    for section in (AttentionOptions, ProjectionOptions):
+    for section in (AttentionOptions, ProjectionOptions, MLPOptions, ArchitectureOptions):
         lacking = [k for k, c in section.kinds().items() if c is not section and "params" not in vars(c)]
         assert lacking == [], f"{section.section} kinds without a params count in their options: {lacking}"
 
 
 @pytest.mark.parametrize("section,kind", _cases())
 def test_each_kind_counts_its_parameters_and_declares_its_width_roles(section, kind):
-    base = {"attention": AttentionOptions, "projection": ProjectionOptions}[section]
+    base = {"attention": AttentionOptions, "projection": ProjectionOptions, "mlp": MLPOptions,
+            "arch": ArchitectureOptions}[section]
     opts = {"targets": ["q", "k", "v", "o", "ffn"]} if section == "projection" else {}
     m = _model(**{section: base.make(kind, **opts)})
     assert count(m)["total"] == param_count_for_config(m)["total"]
     _grows_or_refuses(m)
 
 
-@pytest.mark.parametrize("overrides", [{"moe": {"n_experts": 4, "top_k": 2}},
-                                       {"projection": {"kind": "nexus_rank", "targets": ["q", "k", "v", "o", "ffn"]}}])
-def test_each_mlp_kind_counts_its_parameters_and_declares_its_width_roles(overrides):
-    """MLP kinds are selected by predicates: one config per registered kind (moe, projection)."""
-    from nexus.models.kinds import selected_kind
-
-    m = RunConfig.from_dict({"model": {**TINY, **overrides}, "data": {"seq_len": 32}}).validate().model
-    assert selected_kind(MLP_KINDS, m) is not None
+def test_the_dense_mlp_as_a_projection_kinds_ffn_is_counted_and_grown():
+    """The dense baseline MLP is one projection when model.projection targets ffn (TokenFormer's FFN)."""
+    m = _model(projection=ProjectionOptions.make("nexus_rank", targets=["q", "k", "v", "o", "ffn"]))
     assert count(m)["total"] == param_count_for_config(m)["total"]
     _grows_or_refuses(m)
-
-
-def test_every_mlp_kind_is_covered_above():
-    assert set(MLP_KINDS.names()) == {"moe", "projection"}  # a new MLP kind: add its config to the test above

@@ -2,15 +2,15 @@
 import pytest
 import torch
 
-from nexus.config import ModelConfig, MoEConfig
+from nexus.config import MLPOptions, ModelConfig
 from nexus.models import build_model
 from nexus.models.transformer import build_mlp
 from nexus.models.reference.moe_ref import moe_aux_reference, moe_forward_reference
 
 
 def moe_cfg(**kw) -> ModelConfig:
-    moe = MoEConfig(n_experts=kw.pop("n_experts", 6), top_k=kw.pop("top_k", 2), expert_hidden=kw.pop("expert_hidden", 24))
-    return ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12, moe=moe, **kw)
+    moe = MLPOptions.make("moe", n_experts=kw.pop("n_experts", 6), top_k=kw.pop("top_k", 2), expert_hidden=kw.pop("expert_hidden", 24))
+    return ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12, mlp=moe, **kw)
 
 
 @pytest.mark.parametrize("top_k", [1, 2, 3])
@@ -36,7 +36,7 @@ def test_fast_forward_matches_per_token_reference(top_k):
 def test_aux_losses_match_reference_and_are_weighted():
     torch.manual_seed(0)
     cfg = moe_cfg()
-    cfg.moe.lb_loss_coef, cfg.moe.router_z_coef = 0.5, 0.25
+    cfg.mlp.lb_loss_coef, cfg.mlp.router_z_coef = 0.5, 0.25
     moe = build_mlp(cfg).train()
     torch.nn.init.normal_(moe.router.weight, std=0.5)
     x = torch.randn(2, 9, cfg.d_model)
@@ -99,7 +99,7 @@ def test_bad_top_k_is_a_config_error():
     cfg = moe_cfg(top_k=7)
     errors = []
     cfg.validate(errors)
-    assert any("moe.top_k" in e for e in errors)
+    assert any("mlp.top_k" in e for e in errors)
     with pytest.raises(ConfigError):
         from nexus.config import RunConfig
 

@@ -23,15 +23,15 @@ VARIANTS = [
     ["--model.mixing.anchor", "value_residual", "--model.mixing.components", "v", "--model.mixing.norm", "none",
      "--model.mixing.learnable", "false"],
     ["--model.mixing.anchor", "exo", "--model.mixing.components", "q,k,v", "--model.mixing.granularity", "scalar"],
-    ["--model.moe.n_experts", "4", "--model.moe.top_k", "2"],
+    ["--model.mlp.kind", "moe", "--model.mlp.n_experts", "4", "--model.mlp.top_k", "2"],
     ["--model.projection.kind", "nexus_rank", "--model.projection.targets", "q,k,v,o"],
     ["--model.projection.kind", "pattention", "--model.projection.targets", "q,k,v,o,ffn",
      "--model.projection.param_tokens", "48", "--model.projection.ffn_param_tokens", "80", "--model.attention_bias", "true"],
     ["--model.attention.kind", "higher_order", "--model.attention.ho_shared", "false", "--model.attention.ho_gate",
      "true", "--model.attention.ho_targets", "qkv"],
     ["--model.attention.kind", "higher_order", "--model.attention.order", "3", "--model.attention.ho_form", "self"],
-    ["--model.arch", "recurrent", "--model.recurrent.conv_kernel", "3"],
-    ["--model.arch", "recurrent", "--model.recurrent.ternary", "false", "--model.tie_embeddings", "false"],
+    ["--model.arch", "recurrent", "--model.arch.conv_kernel", "3"],
+    ["--model.arch", "recurrent", "--model.arch.ternary", "false", "--model.tie_embeddings", "false"],
 ]
 
 
@@ -52,7 +52,7 @@ def test_formula_equals_a_real_build(overrides):
     real = sum(p.numel() for p in model.parameters())
     assert sizes(cfg)["total"] == real
     assert sizes(cfg) == param_count_for_config(cfg)
-    if cfg.arch == "recurrent" and cfg.recurrent.ternary:
+    if cfg.arch.kind == "recurrent" and cfg.arch.ternary:
         assert sizes(cfg)["ternary_mb"] < sizes(cfg)["fp16_mb"]
     del torch
 

@@ -96,3 +96,13 @@ def test_a_sweep_of_another_plan_is_refused(bench, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--smoke", "--seeds", "0", "--out", str(tmp_path / "x")])
     assert e.value.code == 2 and "swept for" in capsys.readouterr().err
+
+
+def test_estimate_of_the_lr_sweep_trains_nothing(bench, tmp_path, capsys, monkeypatch):
+    """--lr-sweep --estimate once ran the whole sweep; it prints the plan and the time instead."""
+    monkeypatch.setattr(bench, "step_seconds", lambda cfg, steps, threads: (0.01, 0.1))  # no timing runs here
+    out = tmp_path / "x"
+    assert bench.main(["--smoke", "--lr-sweep", "--estimate", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "lr sweep" in text and "min wall" in text
+    assert not (out / "smoke" / "lr-sweep").exists() and not (out / "smoke" / bench.SWEEP_FILE).exists()

@@ -38,7 +38,7 @@ def test_every_extension_point_is_a_registry_with_its_entries():
     from nexus.train.hooks import HOOK_KINDS
 
     expect = {PRESETS: {"baseline-tiny", "exo-dynamic-e-tiny", "nexus-micro"}, PROJECTIONS: {"nexus_rank", "pattention"},
-              ATTENTION_KINDS: {"higher_order"}, MLP_KINDS: {"moe", "projection"},
+              ATTENTION_KINDS: {"higher_order"}, MLP_KINDS: {"moe"},
               ANALYSES: {"attention", "mixing", "representations", "params", "flops", "growth"},
               COMMANDS: {"train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment",
                          "config"},

@@ -127,7 +127,7 @@ def command_problems(text: str, where: str) -> list[str]:
     """Every way a documented `nexus` command disagrees with today's CLI, one line each."""
     from nexus.cli import build_parser
     from nexus.experiments.pair import PAIRS
-    from nexus.experiments.progressive import METHODS
+    from nexus.experiments.progressive import methods
     from nexus.presets import PRESETS
 
     root = build_parser(None)
@@ -155,7 +155,7 @@ def command_problems(text: str, where: str) -> list[str]:
                 for name in rest[i + 1].split(","):
                     if not _placeholder(name) and name not in PRESETS:
                         problems.append(f"{at}: unknown preset {name!r}")
-            if opt == "--method" and i + 1 < len(rest) and rest[i + 1] not in METHODS and rest[i + 1] not in PAIRS:
+            if opt == "--method" and i + 1 < len(rest) and rest[i + 1] not in methods() and rest[i + 1] not in PAIRS:
                 problems.append(f"{at}: unknown method {rest[i + 1]!r}")
         if in_block:
             try:

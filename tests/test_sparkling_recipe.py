@@ -43,7 +43,7 @@ def test_one_axis_copy_growth_at_ratio_one_is_exact(method):
     """Copy ratio 1 (2x): the RMS rule 1/sqrt(1 + 3c) = 1/2 equals the exact split, so the grown model's
     logits are the small model's."""
     model, cfg, state, ids = _trained(method)
-    spec = P.METHODS[method].spec
+    spec = P.methods()[method].spec
     new_model, new_cfg, _, res = grow(model, cfg, {"family": "width", **spec}, state, step=6)
     x = ids[:, :-1]
     with torch.no_grad():
@@ -56,7 +56,7 @@ def test_one_axis_copy_growth_at_ratio_one_is_exact(method):
 def test_the_earlier_joint_growth_is_not_exact():
     """The same check fails for the earlier default (copy ratio 0.83 on the FFN): the test can fail."""
     model, cfg, state, ids = _trained("legacy-sparkling")
-    new_model, *_ = grow(model, cfg, {"family": "width", **P.METHODS["legacy-sparkling"].spec}, state, step=6)
+    new_model, *_ = grow(model, cfg, {"family": "width", **P.methods()["legacy-sparkling"].spec}, state, step=6)
     with torch.no_grad():
         diff = (new_model.eval()(ids[:, :-1]).logits - model.eval()(ids[:, :-1]).logits).abs().max()
     assert diff > 1e-3
@@ -110,7 +110,7 @@ def test_naive_copy_has_none_of_the_interventions():
     """Symmetric optimizer state (each new entry's AdamW moments and step are its source's), no rescale (the
     copied down-projection columns are the old ones, unhalved), no re-warmup; the copies then stay locked."""
     model, cfg, state, ids = _trained("naive-copy")
-    spec = {"family": "width", **P.METHODS["naive-copy"].spec}
+    spec = {"family": "width", **P.methods()["naive-copy"].spec}
     new_model, new_cfg, new_opt, res = grow(model, cfg, spec, state, step=6)
     assert not new_cfg.growth_history[-1].get("rewarmup")
     old_params = dict(model.named_parameters())
@@ -140,7 +140,7 @@ def test_naive_copy_has_none_of_the_interventions():
 def test_sparkling_default_breaks_the_symmetry_naive_copy_keeps():
     """The same steps after the default growth (asymmetric reset + re-warmup) unlock the copies."""
     model, cfg, state, ids = _trained("sparkling")
-    new_model, _, opt, res = grow(model, cfg, {"family": "width", **P.METHODS["sparkling"].spec}, state, step=6)
+    new_model, _, opt, res = grow(model, cfg, {"family": "width", **P.methods()["sparkling"].spec}, state, step=6)
     for _ in range(8):
         loss = new_model.train()(ids[:, :-1], labels=ids[:, 1:]).loss
         opt.zero_grad()
@@ -159,7 +159,7 @@ def test_sparkling_presets_carry_the_recipe_and_land_on_the_wide_shape(preset, a
     assert cfg.model.qk_norm and cfg.train.decay_all and cfg.train.weight_decay == 0.1
     spec = cfg.train.hook("growth")["spec"]
     assert {a: spec[a] for a in ("hidden", "ffn") if spec.get(a)} == axes
-    grown = P.dry_run_growth(cfg, P.METHODS["sparkling"], spec)
+    grown = P.dry_run_growth(cfg, P.methods()["sparkling"], spec)
     if preset == "sparkling-dense-tiny":
         wide = get_preset("sparkling-dense-tiny-wide").model
         assert (grown.d_model, grown.ffn, grown.hd) == (wide.d_model, wide.ffn, wide.hd)
@@ -171,8 +171,8 @@ def test_tuned_lrs_of_a_method_reach_small_grown_and_scratch(monkeypatch):
     scratch's for scratch; --train.lr makes every run untuned again; --scratch-lr wins for scratch."""
     import dataclasses
 
-    m = dataclasses.replace(P.METHODS["sparkling"], name="tuned-test", lrs={"small": 2e-3, "scratch": 5e-3})
-    monkeypatch.setitem(P.METHODS, m.name, m)
+    m = dataclasses.replace(P.methods()["sparkling"], name="tuned-test", lrs={"small": 2e-3, "scratch": 5e-3})
+    monkeypatch.setattr(P, "methods", lambda known={**P.methods(), m.name: m}: dict(known))
     lr = lambda plan: {k: v["train"]["lr"] for k, v in plan["configs"]["0"].items()}  # noqa: E731
     plan = P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0])
     assert lr(plan) == {"grown": 2e-3, "small": 2e-3, "scratch": 5e-3} and "tuned" in plan["scratch_lr_rule"]
@@ -182,3 +182,14 @@ def test_tuned_lrs_of_a_method_reach_small_grown_and_scratch(monkeypatch):
     assert lr(given)["scratch"] == 7e-3 and lr(given)["small"] == 2e-3
     with pytest.raises(Exception, match="--scratch-lr"):
         P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0], scratch_lr=-1.0)
+
+
+def test_the_main_job_runs_at_its_swept_lrs():
+    """The default method is tuned (scratch at its own swept lr, not the small model's), and every method
+    on the same two shapes (FFN axis only) carries the same sweep's lrs."""
+    plan = P.plan_progressive("sparkling", tokens=2048 * 40, out="unused", seeds=[0])
+    assert plan["scratch_lr_rule"].startswith("tuned"), plan["scratch_lr_rule"]
+    ref = P.methods()["sparkling"]
+    same_shapes = [m for m in P.methods().values() if m.family == "width" and m.overrides == ref.overrides
+                   and m.spec.get("ffn") == ref.spec["ffn"] and not m.spec.get("hidden")]
+    assert len(same_shapes) >= 5 and all(m.lrs == ref.lrs for m in same_shapes), [m.name for m in same_shapes]

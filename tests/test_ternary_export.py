@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.checkpoint import CheckpointError, save_checkpoint
-from nexus.config import ModelConfig, RecurrentConfig, RunConfig
+from nexus.config import ModelConfig, RunConfig
+from nexus.models.recurrent import RecurrentOptions
 from nexus.data.tokenizer import ByteTokenizer
 from nexus.models import build_model
 from nexus.models.bitlinear import PackedTernaryLinear
@@ -24,8 +25,8 @@ def test_pack_unpack_roundtrip(codes, packing):
 
 def _checkpoint(tmp_path, act_quant=False, tie=True, ffn_hidden=80):
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=ffn_hidden,
-                                      tie_embeddings=tie, recurrent=RecurrentConfig(n_sup=2, t_inner=2, act_quant=act_quant)))
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, act_quant=act_quant), d_model=32, n_layers=2, n_heads=1, ffn_hidden=ffn_hidden,
+                                      tie_embeddings=tie))
     model = build_model(cfg.model)
     return save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer()), model
 
@@ -61,8 +62,7 @@ def test_report_is_the_true_file_size_and_bits_per_weight(tmp_path):
 def test_export_rejects_a_model_without_ternary_layers(tmp_path):
     from nexus.config import ConfigError
 
-    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=16, n_layers=1, n_heads=1, ffn_hidden=32,
-                                      recurrent=RecurrentConfig(ternary=False)))
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(ternary=False), d_model=16, n_layers=1, n_heads=1, ffn_hidden=32))
     ckpt = save_checkpoint(tmp_path / "c", build_model(cfg.model), cfg, ByteTokenizer())
     with pytest.raises(ConfigError, match="BitLinear"):
         export_ternary(ckpt, tmp_path / "x.tern")

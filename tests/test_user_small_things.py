@@ -74,14 +74,14 @@ def test_readme_python_example_computes_the_next_token_loss():
 
 def _ternary_export(tmp_path):
     from nexus.checkpoint import save_checkpoint
-    from nexus.config import ModelConfig, RecurrentConfig, RunConfig
+    from nexus.config import ModelConfig, RunConfig
     from nexus.data.tokenizer import ByteTokenizer
     from nexus.export.ternary import save_ternary
     from nexus.models import build_model
+    from nexus.models.recurrent import RecurrentOptions
 
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch="recurrent", d_model=32, n_layers=2, n_heads=1, ffn_hidden=80,
-                                      recurrent=RecurrentConfig(n_sup=2, t_inner=2)))
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80))
     model = build_model(cfg.model)
     ckpt = save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer())
     save_ternary(model, cfg, ByteTokenizer(), tmp_path / "model.tern")
@@ -109,7 +109,7 @@ def test_generate_reads_a_packed_ternary_export(tmp_path, capsys):
     assert main(["generate", "--checkpoint", str(ckpt), *argv]) == 0
     assert from_packed == capsys.readouterr().out  # greedy text of the packed file equals the checkpoint's
     # test-time depth applies to the packed model too; a shape-changing field is refused with one line
-    assert main(["generate", "--checkpoint", str(tern), *argv, "--set", "recurrent.t_inner=3"]) == 0
+    assert main(["generate", "--checkpoint", str(tern), *argv, "--set", "arch.t_inner=3"]) == 0
     capsys.readouterr()
     assert main(["generate", "--checkpoint", str(tern), *argv, "--set", "d_model=64"]) == 2
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from nexus.config import ConfigError, ModelConfig, MoEConfig, RunConfig, TrainConfig
+from nexus.config import ConfigError, MLPOptions, ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.growth.diagnostics import probe_batch
 from nexus.growth.width import both_copy_alpha
@@ -14,7 +14,7 @@ from nexus.models import build_model
 
 def _tiny(moe: bool, tie: bool = True) -> RunConfig:
     m = ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, tie_embeddings=tie,
-                    moe=MoEConfig(n_experts=4 if moe else 0, top_k=2, expert_hidden=32 if moe else 0))
+                    mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=32) if moe else MLPOptions())
     return RunConfig(model=m, train=TrainConfig(steps=100, lr=3e-3))
 
 

@@ -21,7 +21,7 @@ def test_active_params_count_routed_experts_only():
     from nexus.models.accounting import param_count_for_config
 
     total = param_count_for_config(cfg)["total"]
-    per_expert = 3 * cfg.d_model * cfg.moe.expert_hidden
+    per_expert = 3 * cfg.d_model * cfg.mlp.expert_hidden
     assert active_params(cfg) == total - cfg.n_layers * (8 - 2) * per_expert
     dense = get_preset("sparkling-dense-tiny").model
     assert active_params(dense) == param_count_for_config(dense)["total"]
@@ -37,7 +37,7 @@ def test_paper_testbed_table2(change, active_m, saved):
     small = get_preset("sparkling-olmoe-testbed").model
     large = copy.deepcopy(small)
     for k, v in change.items():
-        setattr(large.moe if k == "expert_hidden" else large, k, v)
+        setattr(large.mlp if k == "expert_hidden" else large, k, v)
     assert active_params(small) / 1e6 == pytest.approx(450, rel=0.01)  # Table 2: 450M active
     r = growth_compute(small, large, d_e=100e9, d_total=200e9, seq_len=4096)
     assert r["active_params_large"] / 1e6 == pytest.approx(active_m, rel=0.01)

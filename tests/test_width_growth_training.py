@@ -80,7 +80,7 @@ def test_cli_grow_checkpoint_then_train_continues(small_ckpt, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--width.hidden", "32"], "width.hidden=32"),
-    (["--width.expert_inner", "64"], "dense model"),
+    (["--width.expert_inner", "64"], "has no expert_inner axis"),
     (["--width.ffn", "256", "--init", "random,random", "--preserve", "exact"], "--preserve exact"),
     (["--width.ffn", "256", "--optimizer-state", "mirror"], "--optimizer-state"),
 ])

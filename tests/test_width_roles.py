@@ -30,7 +30,7 @@ KIND_CASES = {
     "nexus-rank-o-ffn": {"model.projection.kind": "nexus_rank", "model.projection.targets": "q,k,v,o,ffn",
                          "model.projection.rank_m": 80, "model.projection.rank_a": 96},
     "pattention": {"model.projection.kind": "pattention", "model.projection.param_tokens": 16},
-    "moe": {"model.moe.n_experts": 4, "model.moe.top_k": 2},
+    "moe": {"model.mlp.kind": "moe", "model.mlp.n_experts": 4, "model.mlp.top_k": 2},
     "exo-mixing": {"model.mixing.anchor": "exo", "model.attention.gate": "elementwise"},
     "nures-mixing": {"model.mixing.anchor": "nures", "model.mixing.components": "q,k,v"},
     "recurrent": {"model.arch": "recurrent"},
@@ -49,7 +49,7 @@ def _cfg(overrides: dict) -> RunConfig:
 def test_width_growth_either_applies_and_grows_exactly_or_is_refused_before_step_0(case, init, hidden):
     cfg = _cfg(KIND_CASES[case])
     spec = {"family": "width", "hidden": hidden, "init": init, "preserve": "exact"}
-    if cfg.model.moe.n_experts == 0:
+    if cfg.model.mlp.kind == "dense":
         spec["ffn"] = 128
     try:
         parse_growth_spec(spec).applies_to(cfg.model)

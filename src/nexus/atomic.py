@@ -227,7 +227,7 @@ def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> 
     """fsync the finished `tmp` (named .NAME.tmp-TAG) and rename it to `final` by the recoverable
     protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill."""
     note = lk.pending if lk else (lambda p: None)
-    old = None
+    old = ready = None
     try:
         respect_umask(tmp)
         fsync_tree(tmp)
@@ -252,6 +252,8 @@ def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not final.exists() and old.exists():  # failed between the renames: put the old one back
             os.replace(old, final)
+        if ready is not None:  # the complete new version rolled back with it: the lock's release drops its record
+            _remove(ready)
         raise
     _remove(old)
     if lk:

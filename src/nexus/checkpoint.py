@@ -208,7 +208,7 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
 def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
                     flag: str = "--checkpoint", model_cfg=None):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
-    (e.g. {'recurrent.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
+    (e.g. {'arch.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
     builds the model instead of the stored one, for a run that changed fields its weights do not depend
     on; the returned RunConfig stays the stored one. Weights holding NaN/inf are refused unless
     `allow_nonfinite` (to inspect a diverged model)."""

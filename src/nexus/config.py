@@ -65,6 +65,9 @@ class KindOptions:
     package: typing.ClassVar[str] = "nexus.kind_options"  # imported on a lookup of an unknown kind (no torch)
     registered: typing.ClassVar[dict]  # kind -> options class, one table per section
     kind_name: typing.ClassVar[str] = ""
+    # the old spelling `model.<kind>.<option>` (a section per kind, written before the kind owned its options)
+    # still addresses this section's options when that kind is selected
+    addressed_by_kind: typing.ClassVar[bool] = False
 
     def __init_subclass__(cls, kind: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -142,6 +145,20 @@ class KindOptions:
 
 
 @dataclass
+class ArchitectureOptions(KindOptions, kind="transformer"):
+    """The model's architecture, `model.arch: {kind, **its options}` (a bare name is its kind). The baseline,
+    `transformer`, has no options here: its parts are model.attention, .projection, .mixing and .mlp. Another
+    architecture registers its options, and its parameter count, in its own file (nexus/kind_options/)."""
+
+    section: typing.ClassVar[str] = "arch"
+    addressed_by_kind: typing.ClassVar[bool] = True  # model.<arch>.<option>: the form before model.arch held options
+
+    def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+        """The transformer's rule across its parts: mixing g needs gate logits."""
+        model.mixing.validate_with_model(errors, f"{p.rsplit('.', 1)[0]}.mixing", model)
+
+
+@dataclass
 class AttentionOptions(KindOptions, kind="standard"):
     """Attention of every layer. The baseline kind, `standard`, is causal GQA attention
     (models/attention.py); other kinds (`higher_order`, ...) register their options in their own files."""
@@ -161,6 +178,23 @@ class ProjectionOptions(KindOptions, kind="linear"):
     def uses(self, target: str) -> bool:
         """Does this kind replace the projection `target` (q, k, v, o, ffn)?"""
         return target in getattr(self, "targets", ())
+
+
+@dataclass
+class MLPOptions(KindOptions, kind="dense"):
+    """The MLP of every layer. The baseline kind, `dense`, is SwiGLU of inner size model.ffn_hidden, or one
+    projection of model.projection's kind when its targets include ffn (TokenFormer's FFN); other kinds
+    (`moe`) register their options in their own files."""
+
+    section: typing.ClassVar[str] = "mlp"
+
+    def width_axes(self, model: "ModelConfig") -> dict[str, int]:
+        """The inner axes width growth may grow in this MLP, with their sizes (growth/width.py)."""
+        return {"ffn": model.ffn}
+
+    def set_width_axes(self, model: "ModelConfig", sizes: dict[str, int]) -> None:
+        """Write grown sizes of `width_axes` into `model` (this section belongs to it)."""
+        model.ffn_hidden = sizes["ffn"]  # explicit: the default would follow d_model
 
 
 @dataclass
@@ -209,45 +243,6 @@ class MixingConfig:
 
 
 @dataclass
-class MoEConfig:
-    """OLMoE-style token-choice mixture of experts in place of the dense MLP."""
-
-    n_experts: int = 0  # number of experts (0 = dense SwiGLU MLP)
-    top_k: int = 2  # experts per token
-    expert_hidden: int = 0  # inner size of each SwiGLU expert (0 -> ffn_hidden // top_k)
-    lb_loss_coef: float = 0.01  # load-balancing loss weight (Switch/OLMoE form)
-    router_z_coef: float = 0.001  # router z-loss weight
-
-    def validate(self, errors: list[str], p: str) -> None:
-        _check(errors, isinstance(self.n_experts, int) and self.n_experts >= 0, f"{p}.n_experts", self.n_experts, "an integer >= 0")
-        if self.n_experts:
-            _check(errors, isinstance(self.top_k, int) and 1 <= self.top_k <= self.n_experts, f"{p}.top_k", self.top_k,
-                   f"1..n_experts ({self.n_experts})")
-        _check(errors, isinstance(self.expert_hidden, int) and self.expert_hidden >= 0, f"{p}.expert_hidden", self.expert_hidden,
-               "an integer >= 0 (0 = default)")
-
-
-@dataclass
-class RecurrentConfig:
-    """NEXUS v4.1 depth recurrence (used when model.arch == 'recurrent')."""
-
-    n_sup: int = 4  # deep-supervision steps, each adds a loss term and detaches the state
-    t_inner: int = 6  # iterations of f per supervision step; only the last carries gradient
-    conv_kernel: int = 4  # depthwise causal conv kernel size (left padding only)
-    ternary: bool = True  # BitNet b1.58 absmean ternary weights in every block linear
-    act_quant: bool = False  # 8-bit per-token absmax activation quantization in BitLinear
-    subln: bool = True  # parameter-free RMSNorm before the ternary down projection (BitNet SubLN: norm before quantization)
-    sup_loss: str = "sum"  # sum (the v4.1 script: loss += CE per supervision step) | mean (divide by n_sup)
-    full_backprop: bool = False  # ablation/control: backprop through every iteration (memory grows with t_inner)
-
-    def validate(self, errors: list[str], p: str) -> None:
-        for name in ("n_sup", "t_inner", "conv_kernel"):
-            v = getattr(self, name)
-            _check(errors, isinstance(v, int) and v >= 1, f"{p}.{name}", v, "an integer >= 1")
-        _check(errors, self.sup_loss in ("sum", "mean"), f"{p}.sup_loss", self.sup_loss, "sum|mean")
-
-
-@dataclass
 class GrowthState:
     """Scales a growth pinned so the grown model computes what the model before it did. Only growth sets
     them (never a user): `nexus config` does not list them and an override is refused. Configs written
@@ -271,10 +266,10 @@ LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # on
 class ModelConfig:
     """Architecture. The baseline is a Llama-style Transformer++; sub-configs switch mechanisms on."""
 
-    arch: str = "transformer"  # transformer | recurrent (NEXUS v4.1)
+    arch: ArchitectureOptions = field(default_factory=ArchitectureOptions)  # {kind: transformer|<registered>, **its options}; a bare name is its kind
     vocab_size: int = 259  # tokenizer size; byte tokenizer = 256 bytes + bos/eos/pad
     d_model: int = 128  # residual stream width
-    n_layers: int = 4  # number of blocks (physical layers for the recurrent model)
+    n_layers: int = 4  # number of blocks (physical layers of a depth-recurrent architecture)
     n_heads: int = 4  # query heads
     n_kv_heads: int = 0  # key/value heads for GQA (0 -> n_heads)
     head_dim: int = 0  # per-head size (0 -> d_model // n_heads); decoupled so width growth keeps heads
@@ -293,9 +288,13 @@ class ModelConfig:
     attention: AttentionOptions = field(default_factory=AttentionOptions)  # {kind: standard|<registered>, **its options}
     projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
-    moe: MoEConfig = field(default_factory=MoEConfig)
-    recurrent: RecurrentConfig = field(default_factory=RecurrentConfig)
+    mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
     growth_state: GrowthState = field(default_factory=GrowthState, metadata={"set_by_growth": True})  # scales growth pinned (not a user setting)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
+            value = ArchitectureOptions.make(value)
+        super().__setattr__(name, value)
 
     @property
     def kv_heads(self) -> int:
@@ -312,7 +311,6 @@ class ModelConfig:
         return ((8 * self.d_model // 3) + 31) // 32 * 32
 
     def validate(self, errors: list[str], p: str = "model") -> None:
-        _check(errors, self.arch in ("transformer", "recurrent"), f"{p}.arch", self.arch, "transformer|recurrent")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
@@ -335,16 +333,8 @@ class ModelConfig:
         self.projection.validate(errors, f"{p}.projection", self)
         self.growth_state.validate(errors, f"{p}.growth_state")
         self.mixing.validate(errors, f"{p}.mixing")
-        if self.arch == "transformer":
-            self.mixing.validate_with_model(errors, f"{p}.mixing", self)
-        self.moe.validate(errors, f"{p}.moe")
-        self.recurrent.validate(errors, f"{p}.recurrent")
-        if self.arch == "recurrent":
-            baseline = ModelConfig()
-            non_default = [n for n in ("attention", "projection", "mixing", "moe")
-                           if getattr(self, n) != getattr(baseline, n)]
-            _check(errors, not non_default, f"{p}.arch", self.arch,
-                   f"transformer when {', '.join(non_default)} options are set (the recurrent model has no attention)")
+        self.mlp.validate(errors, f"{p}.mlp", self)
+        self.arch.validate(errors, f"{p}.arch", self)  # last: an architecture's rules read the other sections
 
 
 # ----------------------------------------------------------------------------- data
@@ -546,14 +536,16 @@ class RunConfig:
 LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
 LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
                      "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
+# Before the MLP was a kind, model.moe held the experts' options; n_experts 0 meant the dense MLP.
+LEGACY_MOE = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
 
 
 def _upgrade(d):
     """Configs (and checkpoints) written by earlier versions, to the current form:
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*; train.grow_at / train.growth -> a train.hooks
-    growth entry. A dropped value that was not its default (it had no effect) is named in one line on
+    model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
+    or {kind: dense} when it had no experts; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was not its default (it had no effect) is named in one line on
     stderr."""
     if not isinstance(d, dict):
         return d
@@ -579,14 +571,64 @@ def _upgrade(d):
                                     f"not an option of projection kind {kind!r}")
     if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
         _move_growth_state(model)
+    if isinstance(model.get("moe"), dict):
+        _move_moe(model)
+    _move_kind_sections(model)
     return d
 
 
-def _keep(section: dict, names: set, where: str, why: str) -> dict:
-    """`section` without the legacy fields outside `names`; one stderr line for each non-default one."""
+def _move_kind_sections(model: dict) -> None:
+    """Written before a section's kinds owned their options: `model.<kind>: {options}` beside
+    `model.<section>: <kind>` (model.arch: <kind>, model.<kind>: {options}) -> model.<section>:
+    {kind, **options}. The sections of kinds not selected had no effect: dropped, a non-default value named
+    in one line on stderr."""
     import sys
 
-    legacy = {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    stray = [k for k in model if k not in names and isinstance(model[k], dict)]
+    if not stray:
+        return
+    hints = typing.get_type_hints(ModelConfig)
+    for section, tp in hints.items():
+        if not (isinstance(tp, type) and issubclass(tp, KindOptions) and tp.addressed_by_kind):
+            continue
+        if section not in model:  # a partial config file: its model.<kind>.<option> apply as overrides do
+            continue
+        kinds = tp.kinds()
+        chosen = model.get(section, tp.kind_name)
+        chosen = chosen if isinstance(chosen, dict) else {"kind": chosen}
+        for k in [k for k in stray if k in kinds]:
+            options = model.pop(k)
+            if k == chosen.get("kind", tp.kind_name):
+                chosen = {**options, **chosen}
+                continue
+            defaults = dataclasses.asdict(kinds[k]())
+            for name, v in options.items():
+                if name in defaults and v != defaults[name]:
+                    print(f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
+                          f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)", file=sys.stderr)
+        model[section] = {"kind": chosen.pop("kind", tp.kind_name), **chosen}
+
+
+def _move_moe(model: dict) -> None:
+    """model.moe (written before the MLP was a kind) -> model.mlp."""
+    if "mlp" in model:
+        raise ConfigError("model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
+                          "old form of model.mlp: {kind: moe, n_experts: N, ...})")
+    moe = model.pop("moe")
+    n = moe.get("n_experts", 0)
+    if isinstance(n, int) and not isinstance(n, bool) and n == 0:
+        model["mlp"] = {"kind": "dense", **_keep(moe, set(), "model.moe", "no experts: the dense MLP", LEGACY_MOE)}
+    else:  # a bad n_experts is refused by the moe kind's own check, naming model.mlp.n_experts
+        model["mlp"] = {"kind": "moe", **moe}
+
+
+def _keep(section: dict, names: set, where: str, why: str, legacy: dict | None = None) -> dict:
+    """`section` without the `legacy` fields (default: the old attention and projection ones) outside `names`;
+    one stderr line for each non-default one."""
+    import sys
+
+    legacy = legacy if legacy is not None else {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
     for k, v in section.items():
         if k not in names and k != "kind" and k in legacy and v != legacy[k]:
             print(f"config: dropped {where}.{k}={v!r} from an old config ({why}; it had no effect)", file=sys.stderr)
@@ -616,8 +658,9 @@ def _upgrade_train_growth(d: dict) -> None:
             hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
 
 
-# Fields that moved, for the one-line answer to an override that still names them.
+# Fields (and whole sections) that moved, for the one-line answer to an override that still names them.
 MOVED_FIELDS = {
+    "model.moe": "model.mlp (valid: --model.mlp.kind moe, then --model.mlp.n_experts N, --model.mlp.top_k K, ...)",
     "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
                      "spec: {family: width, hidden: 128}}]')",
     "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
@@ -693,8 +736,10 @@ def from_dict(cls, d: dict, prefix: str):
         tp = hints[k]
         if isinstance(tp, type) and issubclass(tp, KindOptions) and "section" in tp.__dict__:
             v = v or {}
+            if isinstance(v, str):  # a bare name is the kind with its default options
+                v = {"kind": v}
             if not isinstance(v, dict):
-                raise ConfigError(f"{prefix}{k}={v!r} (valid: a mapping {{kind: ..., options}})")
+                raise ConfigError(f"{prefix}{k}={v!r} (valid: a kind name or a mapping {{kind: ..., options}})")
             kind_cls = tp.options_class(v.get("kind", tp.kind_name), f"{prefix}{k}")
             kwargs[k] = from_dict(kind_cls, v, f"{prefix}{k}.")
         elif dataclasses.is_dataclass(tp):
@@ -718,14 +763,25 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             new = obj.options_class(raw, ".".join(parts[:i]))(**obj.common())
             setattr(parent, parts[i - 1], new)
             return
+        old_form = _section_named_by_kind(obj, part) if part not in names else None
+        if old_form is not None:  # model.<kind>.<option>: the form before the kind owned its options
+            section, kind = old_form
+            if getattr(obj, section).kind != kind:
+                raise ConfigError(f"{dotted} is an option of {section} kind {kind}, not of "
+                                  f"{getattr(obj, section).kind!r} (valid: --{'.'.join(parts[:i])}.{section} {kind} before it)")
+            if i == len(parts) - 1:
+                raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
+            parent, obj = obj, getattr(obj, section)
+            continue
         if isinstance(obj, KindOptions) and part not in names:
             owners = [k for k, c in obj.kinds().items() if part in {f.name for f in dataclasses.fields(c)}]
             if owners:
                 raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
                                   f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
         if part not in names:
-            if dotted in MOVED_FIELDS:
-                raise ConfigError(f"{dotted} moved into {MOVED_FIELDS[dotted]}")
+            moved = next((v for k, v in MOVED_FIELDS.items() if dotted == k or dotted.startswith(k + ".")), None)
+            if moved:
+                raise ConfigError(f"{dotted} moved into {moved}")
             where = ".".join(parts[:i]) or "top level"
             valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")
@@ -734,6 +790,8 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
                               "--grow-at; it records the scales the growth pinned)")
         if i == len(parts) - 1:
             tp = typing.get_type_hints(type(obj))[part]
+            if isinstance(getattr(obj, part), KindOptions):  # --model.arch <kind>: the section's kind
+                return apply_override(cfg, f"{dotted}.kind", raw)
             if dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
             value = raw
@@ -747,6 +805,18 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
             setattr(obj, part, _coerce(value, tp, dotted))
         else:
             parent, obj = obj, getattr(obj, part)
+
+
+def _section_named_by_kind(obj, name: str) -> tuple[str, str] | None:
+    """(section, kind) when `name` is a kind of one of `obj`'s sections that takes the old spelling
+    `<kind>.<option>` (`addressed_by_kind`), else None. Looks kinds up only for a name that is no field."""
+    if not dataclasses.is_dataclass(obj):
+        return None
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, KindOptions) and v.addressed_by_kind and name in v.kinds():
+            return f.name, name
+    return None
 
 
 def read_config_file(path: str | Path, flag: str = "--config") -> dict:
@@ -772,6 +842,8 @@ def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]
     def walk(section, d: dict, prefix: str) -> None:
         for k, v in d.items():
             sub = getattr(section, str(k), None)
+            if sub is None and isinstance(v, dict) and _section_named_by_kind(section, str(k)):
+                sub = getattr(section, _section_named_by_kind(section, str(k))[0])  # the old model.<kind> form
             if dataclasses.is_dataclass(sub) and isinstance(v, dict):
                 walk(sub, v, f"{prefix}{k}.")
             else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads

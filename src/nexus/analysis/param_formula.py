@@ -10,7 +10,6 @@ model change that these counts do not follow fails there, and holds the listing 
 from __future__ import annotations
 
 from ..config import ModelConfig
-from ..kind_options import moe
 from . import register_analysis
 
 _COMPONENTS = ("q", "k", "v", "g")  # models/mixing.py order
@@ -96,13 +95,11 @@ def _mixing(cfg: ModelConfig) -> int:
 
 
 def _mlp(cfg: ModelConfig) -> int:
-    """SwiGLU, or the count of the MLP kind the config selects (models/transformer.py `_mlp`: MoE when it
-    has experts, else one projection of model.projection's kind when its targets include ffn)."""
-    if cfg.moe.n_experts > 0:
-        return moe.params(cfg, _swiglu(cfg.d_model, cfg.ffn))
-    if cfg.projection.uses("ffn"):
-        return _projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
-    return _swiglu(cfg.d_model, cfg.ffn)
+    """The dense baseline (SwiGLU, or one projection of the configured kind when it targets ffn), or the
+    count the MLP kind `model.mlp.kind` declares in its options."""
+    base = (_projection(cfg, "ffn", cfg.d_model, cfg.d_model, False) if cfg.projection.uses("ffn")
+            else _swiglu(cfg.d_model, cfg.ffn))
+    return base if cfg.mlp.kind == "dense" else cfg.mlp.params(cfg, base)
 
 
 def _embeddings(cfg: ModelConfig) -> int:
@@ -111,20 +108,13 @@ def _embeddings(cfg: ModelConfig) -> int:
 
 def count(cfg: ModelConfig) -> dict:
     """{'total', 'embedding', 'non_embedding', 'ternary'} parameter counts (ternary: BitLinear weights)."""
+    if cfg.arch.kind != "transformer":  # another architecture counts itself in its options (kind_options/)
+        return cfg.arch.params(cfg)
     d = cfg.d_model
     emb = _embeddings(cfg)
-    ternary = 0
-    if cfg.arch == "recurrent":
-        rc = cfg.recurrent
-        mlp = _swiglu(d, cfg.ffn)
-        per_layer = 2 * d + d * rc.conv_kernel + d + mlp  # two norm gains, depthwise conv (+bias), SwiGLU
-        body = cfg.n_layers * per_layer
-        ternary = cfg.n_layers * mlp if rc.ternary else 0
-    else:
-        attn = _attention_layer(cfg)
-        body = cfg.n_layers * (2 * d + attn + _mlp(cfg)) + _mixing(cfg)
+    body = cfg.n_layers * (2 * d + _attention_layer(cfg) + _mlp(cfg)) + _mixing(cfg)
     total = emb + body + d  # + the final norm gain
-    return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": ternary}
+    return {"total": total, "embedding": emb, "non_embedding": total - emb, "ternary": 0}
 
 
 def sizes(cfg: ModelConfig) -> dict:

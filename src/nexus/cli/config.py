@@ -11,7 +11,7 @@ def add_parser(sub) -> None:
     p.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
                    help="show this preset's values instead of the defaults (a name or a YAML file of your own)")
     add_config_file_arg(p)
-    p.add_argument("--section", default="", metavar="PREFIX", help="only fields starting with this, e.g. train or model.moe")
+    p.add_argument("--section", default="", metavar="PREFIX", help="only fields starting with this, e.g. train or model.mlp")
     p.add_argument("--yaml", action="store_true", help="print the resolved config as YAML instead")
     p.set_defaults(func=run)
 
@@ -38,7 +38,7 @@ def run(args, extra) -> int:
         return 0
     text = format_fields(cfg, args.section)
     if not text:
-        raise ConfigError(f"--section={args.section!r} matches no field (valid: model, data, train, model.moe, ...)")
+        raise ConfigError(f"--section={args.section!r} matches no field (valid: model, data, train, model.mlp, ...)")
     print(text)
     return 0
 

@@ -141,9 +141,9 @@ def train_args(env: dict, given=()) -> list[str]:
     if not env["INIT_CHECKPOINT"] or "TOKENIZER" in given:
         fields["data.tokenizer"] = env["TOKENIZER"]
     if env["N_SUP"]:
-        fields["model.recurrent.n_sup"] = env["N_SUP"]
+        fields["model.arch.n_sup"] = env["N_SUP"]
     if env["T_INNER"]:
-        fields["model.recurrent.t_inner"] = env["T_INNER"]
+        fields["model.arch.t_inner"] = env["T_INNER"]
     if env["SEQ_LEN"] > _base_model(env).max_seq_len:
         fields["model.max_seq_len"] = env["SEQ_LEN"]
     for k, v in fields.items():
@@ -244,7 +244,7 @@ def run(environ=None) -> dict:
     plan = plan_run(args, extra, say=lambda msg: None)  # the line below says whether it resumes
     cfg = plan.cfg
     print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
-          f"N_SUP={cfg.model.recurrent.n_sup} T_INNER={cfg.model.recurrent.t_inner} "
+          f"N_SUP={getattr(cfg.model.arch, 'n_sup', '-')} T_INNER={getattr(cfg.model.arch, 't_inner', '-')} "
           f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
           + (f" | resuming from {plan.resume}" if plan.resume else ""), flush=True)
     try:

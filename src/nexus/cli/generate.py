@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int_in_range("--seed", 0, 2 ** 64 - 1, "an integer in [0, 2**64)"), default=0,
                    help="sampling seed (the same seed and prompt give the same text)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="model field changed at load time, e.g. recurrent.t_inner=20 (test-time depth)")
+                   help="model field changed at load time, e.g. arch.t_inner=20 (test-time depth)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (SFT models)")
     p.set_defaults(func=run)
 
@@ -28,7 +28,7 @@ def parse_sets(items: list[str]) -> dict:
     out = {}
     for it in items:
         if "=" not in it:
-            raise ConfigError(f"--set={it!r} (valid: FIELD=VALUE, e.g. recurrent.t_inner=20)")
+            raise ConfigError(f"--set={it!r} (valid: FIELD=VALUE, e.g. arch.t_inner=20)")
         k, v = it.split("=", 1)
         out[k] = v
     return out

@@ -15,15 +15,15 @@ Recipes: `paper` (the default) is SPARKLING's schedule (App. B.2, Sec. 4.2.2): c
 over 3% of the steps, final lr ratio 0.01, re-warmup rho = 1.3 with tau_w scaled to the paper's ratio
 (250 of ~31,800 post-growth steps) or a literal step count; `preset` keeps the preset's schedule.
 
-Methods are one line each in METHODS: small preset (+ overrides), growth spec, description. The
-target size is not written down twice: a dry-run growth of a freshly built small model yields it,
+Methods are registered by their growth family (growth/methods.py: small preset (+ overrides), growth
+spec, description), so a new family's methods appear here without an edit. The target size is not
+written down twice: a dry-run growth of a freshly built small model yields it,
 and that same dry run proves the method applies before any training starts.
 """
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, apply_override, parse_overrides
@@ -43,84 +43,14 @@ RUN_NAMES = ("grown", "scratch", "small", "scratch-steplaw")
 DEFAULT_SEEDS = (0, 1, 2)
 
 
-@dataclass(frozen=True)
-class Method:
-    name: str
-    family: str  # growth family registered in nexus.growth
-    preset: str  # the small model's preset
-    spec: dict  # growth spec (without "family")
-    description: str
-    overrides: dict = field(default_factory=dict)  # dotted overrides that make the preset "small"
-    # peak lrs tuned for the method's own shapes at the quick budget: {"small": lr (also the grown run's, as
-    # SPARKLING keeps the pre-expansion lr), "scratch": lr}; empty = untuned (the preset's lr everywhere)
-    lrs: dict = field(default_factory=dict)
+def methods() -> dict:
+    """Every registered method, name -> growth.methods.Method: each growth family registers its own
+    beside its grower (growth/methods.py), so this module lists none."""
+    from ..growth.methods import PROGRESSIVE_METHODS
+
+    return dict(PROGRESSIVE_METHODS.items())
 
 
-# One line per method: name, family, small preset, spec, what it is, small-model overrides. Which models a
-# method applies to is its growth family's spec (`applies_to`), not written down here.
-#
-# SPARKLING's recipe (paper 002, App. B): AdamW with weight decay 0.1 on every parameter, norms and embeddings
-# included (Table 4), and per-head QK-norm (B.1). The small model is the regime benchmark's: 4 layers, d_model
-# 64, 4 heads of 16, FFN inner 128. The default grows one axis 2x, the FFN inner size (the paper's main axis,
-# Table 2 "Inner 2x"): copy ratio c = 1, where the RMS rule 1/sqrt(1+3c) = 1/2 is also the exact split, so the
-# grown model computes the same function. Hidden 2x (heads and head size kept) and both axes are named methods.
-SPARKLING_RECIPE = {"model.qk_norm": True, "train.weight_decay": 0.1, "train.decay_all": True}
-_SPARKLING_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 16, "model.ffn_hidden": 128,
-                    **SPARKLING_RECIPE}
-_FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
-# copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
-_SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
-# the main job before issue 29: half-width baseline-tiny (4 heads of 32) grown jointly d 64->128, FFN 192->352
-# (copy ratio 0.83, not exact), weight decay on matrices only, no QK-norm
-_LEGACY_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
-_LEGACY_WIDTH = {"hidden": 128, "ffn": 352}
-METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("sparkling", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING},
-           "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
-           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL),
-    Method("sparkling-hidden", "width", "baseline-tiny", {**_HIDDEN_2X, **_SPARKLING},
-           "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe", _SPARKLING_SMALL),
-    Method("sparkling-both", "width", "baseline-tiny", {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
-           "SPARKLING, hidden 64->128 and FFN inner 128->256 together (the paper's joint 2x), full recipe",
-           _SPARKLING_SMALL),
-    Method("sparkling-random", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING, "init": "random,random"},
-           "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, "
-           "re-warmup)", _SPARKLING_SMALL),
-    Method("naive-copy", "width", "baseline-tiny",
-           {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state": "copy"},
-           "naive expansion, FFN inner 128->256: copy init with none of the interventions (no rescale, "
-           "symmetric optimizer state, no re-warmup)", _SPARKLING_SMALL),
-    Method("sparkling-no-rewarmup", "width", "baseline-tiny",
-           {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
-           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL),
-    Method("sparkling-symmetric", "width", "baseline-tiny",
-           {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
-           "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
-           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL),
-    Method("legacy-sparkling", "width", "baseline-tiny", {**_LEGACY_WIDTH, **_SPARKLING},
-           "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
-           "only, no QK-norm", _LEGACY_SMALL),
-    Method("legacy-naive-copy", "width", "baseline-tiny", {**_LEGACY_WIDTH, "init": "copy,copy", "preserve": "none"},
-           "naive-copy before issue 29: d 64->128, FFN 192->352, no rescale, no re-warmup, but the asymmetric "
-           "optimizer state", _LEGACY_SMALL),
-    Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
-           "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256}),
-    # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
-    # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
-    # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
-    Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
-           "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160}),
-    Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
-           "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242}),
-    Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
-           "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64}),
-    Method("retrofit-ho", "retrofit", "baseline-tiny", {"kind": "higher-order", "mode": "lossless", "order": 2},
-           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {}),
-]}
 DEFAULT_METHOD = "sparkling"
 # The methods' own small shapes run a quick budget (150 steps of 16x128 tokens = 307,200 tokens per run)
 # so the main job (3 seeds x grown, scratch, small) finishes in about 3 minutes on an idle 2-core CPU;
@@ -135,15 +65,16 @@ def method_table() -> list[dict]:
 
     installed = set(families())
     return [{"name": m.name, "family": m.family, "installed": m.family in installed, "description": m.description}
-            for m in METHODS.values()]
+            for m in methods().values()]
 
 
-def _resolve_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ConfigError(f"--method={name!r} is not a known growth method (valid: {', '.join(METHODS)})")
+def _resolve_method(name: str):
+    known = methods()
+    if name not in known:
+        raise ConfigError(f"--method={name!r} is not a known growth method (valid: {', '.join(known)})")
     from ..growth import families
 
-    m = METHODS[name]
+    m = known[name]
     installed = families()
     if m.family not in installed:
         raise ConfigError(f"--method={name!r} needs growth family {m.family!r}, which is not installed in this build "
@@ -151,7 +82,7 @@ def _resolve_method(name: str) -> Method:
     return m
 
 
-def _small_config(m: Method, preset: str | None, overrides: list[str], seed: int | None) -> RunConfig:
+def _small_config(m, preset: str | None, overrides: list[str], seed: int | None) -> RunConfig:
     from ..presets import get_preset
 
     cfg = get_preset(preset or m.preset)
@@ -198,7 +129,7 @@ def _pick_eval_every(steps: int, grow_step: int, n_points: int) -> int:
     return e
 
 
-def dry_run_growth(cfg: RunConfig, m: Method, spec: dict):
+def dry_run_growth(cfg: RunConfig, m, spec: dict):
     """Grow a freshly built small model once: proves the method applies and yields the target config."""
     import torch
 
@@ -354,9 +285,19 @@ def _check_same_plan(out_dir: Path, plan: dict) -> None:
     if not f.is_file():
         return
     old = json.loads(f.read_text())
-    if old.get("configs") != json.loads(json.dumps(plan["configs"])):
+    if _current_form(old.get("configs")) != json.loads(json.dumps(plan["configs"])):
         raise ConfigError(f"--out={str(out_dir)!r} holds a different experiment ({old.get('method')}, "
                           f"{old.get('token_budget')} tokens) (valid: the same settings to resume it, or another --out)")
+
+
+def _current_form(configs):
+    """A stored plan's run configs as today's code writes them: a plan.json written before a config section
+    changed form (model.moe -> model.mlp, ...) still names the same experiment. Unreadable ones stay as
+    they are (and differ)."""
+    try:
+        return {sd: {name: RunConfig.from_dict(c).to_dict() for name, c in per.items()} for sd, per in configs.items()}
+    except (ConfigError, AttributeError, TypeError):
+        return configs
 
 
 def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:

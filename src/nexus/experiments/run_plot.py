@@ -90,7 +90,8 @@ def read_run(path: str, name: str) -> dict:
         f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
-            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else f"after step {growth_steps[-1]}")
+            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else
+                     f"after step {growth_steps[-1]}" if growth_steps else "throughout")
             notes.append(f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
                          "config is not stored in this run: it was trained elsewhere, or grown in between)")
     bounds = [0] + growth_steps

@@ -100,8 +100,8 @@ def ternary_tensors(model, packing: str = "2bit") -> tuple[dict, dict, dict]:
     if not ternary:
         from ..config import ConfigError
 
-        raise ConfigError("--format ternary needs a model with BitLinear layers (valid: an arch=recurrent "
-                          "checkpoint with model.recurrent.ternary=true)")
+        raise ConfigError("--format ternary needs a model with BitLinear layers (valid: a "
+                          "model.arch.kind=recurrent checkpoint with model.arch.ternary=true)")
     tensors, shapes = {}, {}
     n_ternary = packed_bytes = 0
     skip = {f"{name}.weight" for name in ternary}
@@ -170,7 +170,7 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear). The low-bit
     kernels exist for CPUs only: on any other device "auto" is dense, and "int4"/"int8" are refused.
     `overrides` sets model fields that may change at load time, as for load_checkpoint (e.g.
-    {'recurrent.t_inner': 12})."""
+    {'arch.t_inner': 12})."""
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked

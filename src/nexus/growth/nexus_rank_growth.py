@@ -31,6 +31,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from .registry import GrowthResult, register_grower
+from .methods import Method, register_method
 from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
 
@@ -152,3 +153,17 @@ def zero_init_warning(optimizer: str) -> str:
         return (head + "; under Muon the old weights do not train exactly like the small model either (its update scale "
                 "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A) (use --rank-init exact)")
     return head + "; under AdamW the grown model trains exactly like the small one (use --rank-init exact)"
+
+
+# the progressive experiment's Nexus-Rank methods (growth/methods.py)
+register_method(
+    Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
+           "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256}),
+    # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
+    # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
+    # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
+    Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
+           "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
+           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160}),
+)

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from ..config import AttentionOptions, ConfigError, RunConfig
 from .registry import GrowthResult, register_grower
+from .methods import Method, register_method
 from .inherit import inherit
 from .spec import GrowthSpec, check_int, option
 
@@ -56,8 +57,8 @@ class RetrofitSpec(GrowthSpec):
 
     def applies_to(self, model_cfg) -> None:
         """A standard-attention (order 1) transformer whose retrofitted attention config is valid."""
-        if model_cfg.arch != "transformer":
-            raise ConfigError(f"model.arch={model_cfg.arch!r} cannot be retrofitted with higher-order attention "
+        if model_cfg.arch.kind != "transformer":
+            raise ConfigError(f"model.arch.kind={model_cfg.arch.kind!r} cannot be retrofitted with higher-order attention "
                               f"(valid: a transformer; this one has no attention layers)")
         if model_cfg.attention.kind != "standard":
             raise ConfigError(f"model.attention.kind={model_cfg.attention.kind!r}: the model is not standard attention, "
@@ -98,3 +99,10 @@ def grow_retrofit(model, cfg: RunConfig, spec: RetrofitSpec) -> GrowthResult:
     report = {"retrofit": f"higher-order order {a.order} ({spec.mode} way)",
               "new_parameters": n_new, "new_tensors": len(new_names)}
     return GrowthResult(model=new_model, model_cfg=new_cfg, param_maps=maps, record=record, report=report)
+
+
+# the progressive experiment's retrofit method (growth/methods.py)
+register_method(
+    Method("retrofit-ho", "retrofit", "baseline-tiny", {"kind": "higher-order", "mode": "lossless", "order": 2},
+           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {}),
+)

@@ -20,6 +20,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from .registry import GrowthResult, register_grower
+from .methods import Method, register_method
 from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
 
@@ -113,3 +114,14 @@ def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResu
     if init == "zero":
         report["warning"] = "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
+
+
+# the progressive experiment's TokenFormer methods (growth/methods.py)
+register_method(
+    Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
+           "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242}),
+    Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
+           "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
+           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64}),
+)

@@ -48,6 +48,7 @@ from ..models.width_roles import Roles, collect_refusals, collect_roles
 from .param_map import ParamMap
 from .registry import GrowthResult, register_grower
 from .inherit import inherit
+from .methods import Method, register_method
 from .spec import GrowthSpec, option
 
 INITS = ("copy", "random", "zero")
@@ -126,9 +127,8 @@ class WidthSpec(GrowthSpec):
         return self
 
     def current_sizes(self, m) -> dict[str, int]:
-        from ..models.moe import expert_hidden
-
-        return {"hidden": m.d_model, "ffn": m.ffn, "expert_inner": expert_hidden(m) if m.moe.n_experts else 0}
+        """Every axis's size; an axis the model's MLP kind does not have (`width_axes`) is 0."""
+        return {"hidden": m.d_model, "ffn": 0, "expert_inner": 0, **m.mlp.width_axes(m)}
 
     def applies_to(self, m) -> None:
         """A model no module of which refuses width growth (`width_refusal`), every target at least the
@@ -142,11 +142,12 @@ class WidthSpec(GrowthSpec):
             raise ConfigError(f"width growth of {where}: {why}")
         if m.projection.kind == "nexus_rank":
             _check_nexus_rank(m, self)
-        if self.expert_inner and not m.moe.n_experts:
-            raise ConfigError(f"width.expert_inner={self.expert_inner} on a dense model (valid: only when "
-                              "model.moe.n_experts > 0; grow the dense FFN with width.ffn)")
-        if self.ffn and m.moe.n_experts:
-            raise ConfigError(f"width.ffn={self.ffn} on an MoE model (valid: width.expert_inner for the experts' inner size)")
+        mlp_axes = m.mlp.width_axes(m)
+        for axis in ("ffn", "expert_inner"):
+            if getattr(self, axis) and axis not in mlp_axes:
+                raise ConfigError(f"width.{axis}={getattr(self, axis)} on a model whose MLP (model.mlp.kind="
+                                  f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
+                                  "its inner size)")
         current = self.current_sizes(m)
         targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
         for axis, new in targets.items():
@@ -360,9 +361,8 @@ def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
     new_mcfg = copy.deepcopy(m)
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
-    new_mcfg.ffn_hidden = targets.get("ffn", m.ffn)  # explicit: the default would follow d_model
-    if m.moe.n_experts:
-        new_mcfg.moe.expert_hidden = targets.get("expert_inner", current["expert_inner"])
+    new_mcfg.ffn_hidden = m.ffn  # explicit: the default would follow d_model
+    new_mcfg.mlp.set_width_axes(new_mcfg, {a: targets.get(a, current[a]) for a in m.mlp.width_axes(m)})
     if m.projection.kind == "nexus_rank":  # M and A stay; their defaults (2d, 4d) would follow D otherwise
         new_mcfg.projection.rank_m = m.projection.resolved_m(m.d_model)
         new_mcfg.projection.rank_a = m.projection.resolved_a(m.d_model)
@@ -418,3 +418,57 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
 
     report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
     return GrowthResult(model=new_model, model_cfg=new_mcfg, param_maps=maps, record=record, report=report)
+
+
+# The progressive experiment's width methods (growth/methods.py): name, family, small preset, spec, what it
+# is, small-model overrides.
+#
+# SPARKLING's recipe (paper 002, App. B): AdamW with weight decay 0.1 on every parameter, norms and embeddings
+# included (Table 4), and per-head QK-norm (B.1). The small model is the regime benchmark's: 4 layers, d_model
+# 64, 4 heads of 16, FFN inner 128. The default grows one axis 2x, the FFN inner size (the paper's main axis,
+# Table 2 "Inner 2x"): copy ratio c = 1, where the RMS rule 1/sqrt(1+3c) = 1/2 is also the exact split, so the
+# grown model computes the same function. Hidden 2x (heads and head size kept) and both axes are named methods.
+SPARKLING_RECIPE = {"model.qk_norm": True, "train.weight_decay": 0.1, "train.decay_all": True}
+_SPARKLING_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 16, "model.ffn_hidden": 128,
+                    **SPARKLING_RECIPE}
+_FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
+# copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
+_SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
+# Peak lrs of the FFN-axis methods' two shapes (small d 64 FFN 128; scratch FFN 256) at the main job's budget,
+# best of 1e-3..1.6e-2 (5 log-spaced, seed 0, both interior): `python benchmarks/progressive_regime.py --scale
+# main --data embedded --lr-sweep` (2026-11-26; table in docs/sparkling.md). The hidden/both axes are not swept.
+_FFN_AXIS_LRS = {"small": 2e-3, "scratch": 2e-3}
+# the main job before issue 29: half-width baseline-tiny (4 heads of 32) grown jointly d 64->128, FFN 192->352
+# (copy ratio 0.83, not exact), weight decay on matrices only, no QK-norm
+_LEGACY_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
+_LEGACY_WIDTH = {"hidden": 128, "ffn": 352}
+register_method(
+    Method("sparkling", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING},
+           "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
+           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
+    Method("sparkling-hidden", "width", "baseline-tiny", {**_HIDDEN_2X, **_SPARKLING},
+           "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe", _SPARKLING_SMALL),
+    Method("sparkling-both", "width", "baseline-tiny", {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
+           "SPARKLING, hidden 64->128 and FFN inner 128->256 together (the paper's joint 2x), full recipe",
+           _SPARKLING_SMALL),
+    Method("sparkling-random", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING, "init": "random,random"},
+           "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, "
+           "re-warmup)", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
+    Method("naive-copy", "width", "baseline-tiny",
+           {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state": "copy"},
+           "naive expansion, FFN inner 128->256: copy init with none of the interventions (no rescale, "
+           "symmetric optimizer state, no re-warmup)", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
+    Method("sparkling-no-rewarmup", "width", "baseline-tiny",
+           {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
+           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
+    Method("sparkling-symmetric", "width", "baseline-tiny",
+           {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
+           "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
+           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
+    Method("legacy-sparkling", "width", "baseline-tiny", {**_LEGACY_WIDTH, **_SPARKLING},
+           "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
+           "only, no QK-norm", _LEGACY_SMALL),
+    Method("legacy-naive-copy", "width", "baseline-tiny", {**_LEGACY_WIDTH, "init": "copy,copy", "preserve": "none"},
+           "naive-copy before issue 29: d 64->128, FFN 192->352, no rescale, no re-warmup, but the asymmetric "
+           "optimizer state", _LEGACY_SMALL),
+)

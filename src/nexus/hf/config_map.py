@@ -63,7 +63,6 @@ def model_config_from_hf(hf_cfg) -> tuple[ModelConfig, str]:
     n_heads = hf_cfg.num_attention_heads
     head_dim = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // n_heads
     cfg = ModelConfig(
-        arch="transformer",
         vocab_size=hf_cfg.vocab_size,
         d_model=hf_cfg.hidden_size,
         n_layers=hf_cfg.num_hidden_layers,
@@ -88,13 +87,13 @@ def model_config_from_hf(hf_cfg) -> tuple[ModelConfig, str]:
 
 
 # Sub-configs that must keep their defaults: each switches on a mechanism HF Llama/Qwen lack.
-BASELINE_SECTIONS = ("attention", "projection", "mixing", "moe")
+BASELINE_SECTIONS = ("attention", "projection", "mixing", "mlp")
 
 
 def check_exportable(cfg: ModelConfig) -> None:
     """Refuse every architecture HF Llama/Qwen cannot express (one line naming the first offender)."""
-    if cfg.arch != "transformer":
-        raise ConfigError(f"model.arch={cfg.arch!r} cannot be exported to HF (valid: transformer baseline)")
+    if cfg.arch.kind != "transformer":
+        raise ConfigError(f"model.arch.kind={cfg.arch.kind!r} cannot be exported to HF (valid: transformer baseline)")
     baseline = ModelConfig()
     offenders = [name for name in BASELINE_SECTIONS if getattr(cfg, name) != getattr(baseline, name)]
     if offenders:

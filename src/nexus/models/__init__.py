@@ -1,4 +1,4 @@
-"""Model zoo: `build_model(ModelConfig)` picks the architecture."""
+"""Model zoo: `build_model(ModelConfig)` builds the architecture `model.arch` names (models/kinds.py)."""
 from __future__ import annotations
 
 import torch.nn as nn
@@ -12,10 +12,11 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     if not isinstance(cfg, ModelConfig):
         hint = " (a RunConfig: pass cfg.model)" if type(cfg).__name__ == "RunConfig" else ""
         raise TypeError(f"build_model(cfg): cfg is a {type(cfg).__name__}{hint} (valid: a nexus.ModelConfig)")
-    if cfg.arch == "recurrent":
-        from .recurrent import RecurrentLM
+    from .kinds import architecture
 
-        return RecurrentLM(cfg)
+    arch = architecture(cfg)
+    if arch is not None:
+        return arch.build(cfg)
     from .transformer import TransformerLM
 
     return TransformerLM(cfg)

@@ -39,10 +39,10 @@ from .cache import append_history, child_cache
 
 class HigherOrderAttention(Attention):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, order: int,
-                 form: str = "projected", shared: bool = True, targets: tuple[str, ...] = ("q", "k"),
-                 ho_gate: bool = False, mixer=None, **attention_kwargs):
+                 form: str, shared: bool, targets: tuple[str, ...], ho_gate: bool, mixer=None, **attention_kwargs):
         """order/form/shared/targets/ho_gate: model.attention.order, ho_form, ho_shared, ho_targets,
-        ho_gate; the rest (sizes, make_projection, bias, gate, qk_norm, norm_eps) as for Attention."""
+        ho_gate, all required (their defaults live in HigherOrderOptions only); the rest (sizes,
+        make_projection, bias, gate, qk_norm, norm_eps) as for Attention."""
         super().__init__(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
         self.order, self.form, self.shared = order, form, shared
         self.targets = tuple(targets)  # "qk" -> ("q", "k")

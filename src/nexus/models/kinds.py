@@ -11,10 +11,14 @@ registration line,
 
 where `build(cfg, **common)` makes the module (`common`: the plain arguments every kind takes, see
 models/transformer.py). `model.attention.kind` selects the kind; `standard` is models/attention.py's
-Attention. MLP kinds are selected by their `selected(cfg)` predicate and count themselves with
-`params(cfg, base)`; a layer with none gets SwiGLU. Width growth reads the roles the built modules declare
-(models/width_roles.py). The modules of nexus.models are imported on the first lookup, so a new kind
-needs no central list.
+Attention. An MLP kind works the same way (`class XOptions(MLPOptions, kind="x")` with its `params` in
+kind_options/, `MLP_KINDS.register("x")(LayerKind(build))` beside its module, models/moe.py);
+`model.mlp.kind` selects it, `dense` (SwiGLU, or the projection kind's FFN) is the baseline. An
+architecture other than the transformer likewise declares `class XOptions(ArchitectureOptions, kind="x")`
+with its whole model's `params` (kind_options/recurrent.py), selected by `model.arch`, and registers its
+builder: `ARCHITECTURES.register("x")(Architecture(build))` (models/recurrent.py). Width growth reads the
+roles the built modules declare (models/width_roles.py). The modules of nexus.models are imported on the
+first lookup, so a new kind needs no central list.
 """
 from __future__ import annotations
 
@@ -30,13 +34,22 @@ from ..plugins import Registry
 @dataclass(frozen=True)
 class LayerKind:
     build: Callable[..., nn.Module]  # build(cfg, **common) -> the module
-    # MLP kinds only (an attention kind counts itself in its options: cfg.attention.params):
-    params: Callable[[ModelConfig, int], int] | None = None  # (cfg, the baseline layer's count) -> one layer's count
-    selected: Callable[[ModelConfig], bool] | None = None  # does this config's layer use the kind?
+
+
+@dataclass(frozen=True)
+class Architecture:
+    build: Callable[[ModelConfig], nn.Module]  # the whole model from its config (its count: model.arch.params)
 
 
 ATTENTION_KINDS: Registry[LayerKind] = Registry("model.attention.kind", "nexus.models")
-MLP_KINDS: Registry[LayerKind] = Registry("MLP kind", "nexus.models")
+MLP_KINDS: Registry[LayerKind] = Registry("model.mlp.kind", "nexus.models")
+# architectures other than the baseline transformer (models/transformer.py)
+ARCHITECTURES: Registry[Architecture] = Registry("model.arch.kind", "nexus.models")
+
+
+def architecture(cfg: ModelConfig) -> Architecture | None:
+    """The registered architecture `model.arch.kind` names, or None for the baseline transformer."""
+    return None if cfg.arch.kind == "transformer" else ARCHITECTURES.get(cfg.arch.kind)
 
 
 def attention_kind(cfg: ModelConfig) -> LayerKind | None:
@@ -44,9 +57,6 @@ def attention_kind(cfg: ModelConfig) -> LayerKind | None:
     return None if cfg.attention.kind == "standard" else ATTENTION_KINDS.get(cfg.attention.kind)
 
 
-def selected_kind(registry: Registry[LayerKind], cfg: ModelConfig) -> LayerKind | None:
-    """The one registered kind the config selects, or None for the baseline."""
-    chosen = [(name, kind) for name, kind in registry.items() if kind.selected(cfg)]
-    if len(chosen) > 1:
-        raise RuntimeError(f"{registry.what}s {', '.join(n for n, _ in chosen)} all claim this model config")
-    return chosen[0][1] if chosen else None
+def mlp_kind(cfg: ModelConfig) -> LayerKind | None:
+    """The registered kind `model.mlp.kind` names, or None for the dense baseline."""
+    return None if cfg.mlp.kind == "dense" else MLP_KINDS.get(cfg.mlp.kind)

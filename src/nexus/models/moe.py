@@ -20,7 +20,6 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from ..kind_options import moe as moe_count
 from ..kind_options.moe import expert_hidden
 from .kinds import MLP_KINDS, LayerKind
 from .layers import SwiGLU
@@ -99,8 +98,9 @@ class MoEMLP(AuxLossModule):
 
 
 def _build(cfg: ModelConfig, **common) -> MoEMLP:
-    m = cfg.moe
+    m = cfg.mlp
     return MoEMLP(cfg.d_model, m.n_experts, m.top_k, expert_hidden(cfg), m.lb_loss_coef, m.router_z_coef, cfg.n_layers)
 
 
-MLP_KINDS.register("moe")(LayerKind(_build, moe_count.params, lambda cfg: cfg.moe.n_experts > 0))
+# its options and parameter count: kind_options/moe.py
+MLP_KINDS.register("moe")(LayerKind(_build))

@@ -26,9 +26,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import ConfigError, ModelConfig, RecurrentConfig
+from ..config import ConfigError, ModelConfig
+from ..kind_options.recurrent import RecurrentOptions
 from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
+from .kinds import ARCHITECTURES, Architecture
 from .layers import RMSNorm
 from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
 
@@ -103,18 +105,18 @@ class ConvHistory:
 class RecurrentMLP(nn.Module):
     """SwiGLU with ternary BitLinear projections (plain nn.Linear when ternary is off)."""
 
-    def __init__(self, d_model: int, hidden: int, ternary: bool = True, act_quant: bool = False,
-                 subln: bool = False, norm_eps: float = 1e-5):
+    def __init__(self, d_model: int, hidden: int, *, ternary: bool, act_quant: bool, subln: bool, norm_eps: float):
+        # no defaults: RecurrentBlock passes every option from the config (a default here could disagree)
         super().__init__()
         d, h = d_model, hidden
 
-        def lin(i, o, subln=False):
+        def lin(i, o, subln):
             if ternary:
                 return BitLinear(i, o, bias=False, act_quant=act_quant, input_norm=subln, norm_eps=norm_eps)
             return nn.Linear(i, o, bias=False)
 
-        self.gate_proj = lin(d, h)
-        self.up_proj = lin(d, h)
+        self.gate_proj = lin(d, h, False)
+        self.up_proj = lin(d, h, False)
         self.down_proj = lin(h, d, subln=subln)  # SubLN: norm the inner activation before quantizing it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,11 +132,12 @@ class RecurrentBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        rc = cfg.recurrent
+        rc = cfg.arch
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, rc.ternary, rc.act_quant, rc.subln, cfg.norm_eps)
+        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, ternary=rc.ternary, act_quant=rc.act_quant, subln=rc.subln,
+                                norm_eps=cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None
@@ -147,15 +150,15 @@ class RecurrentBlock(nn.Module):
 
 class RecurrentLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        if cfg.arch != "recurrent":
-            raise ConfigError(f"model.arch={cfg.arch!r} (valid: recurrent for RecurrentLM)")
+        if cfg.arch.kind != "recurrent":
+            raise ConfigError(f"model.arch.kind={cfg.arch.kind!r} (valid: recurrent for RecurrentLM)")
         # the embedding stays full precision (BitNet keeps embeddings)
         super().__init__(cfg, nn.ModuleList(RecurrentBlock(cfg) for _ in range(cfg.n_layers)))
         self._depth_override: tuple[int | None, int | None] = (None, None)  # set by generate(n_sup=, t_inner=)
         self.init_weights()
 
     def width_refusal(self, spec) -> str:
-        return "the recurrent model (model.arch='recurrent') has no width-growth rule (valid: model.arch=transformer)"
+        return "the recurrent model (model.arch.kind='recurrent') has no width-growth rule (valid: model.arch.kind=transformer)"
 
     def init_module(self, m: nn.Module) -> None:
         if isinstance(m, nn.Conv1d):
@@ -171,14 +174,14 @@ class RecurrentLM(LanguageModel):
         """(N_sup, T_inner) for this call: explicit argument > generate() override > config.
         Only None means "not given": 0 is a value, and an invalid one (an `or` chain would run the
         configured depth instead)."""
-        rc = self.cfg.recurrent
+        rc = self.cfg.arch
         out = []
         for name, arg, override, configured in (("n_sup", n_sup, self._depth_override[0], rc.n_sup),
                                                 ("t_inner", t_inner, self._depth_override[1], rc.t_inner)):
             v = arg if arg is not None else override if override is not None else configured
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} (valid: an integer >= 1, or None for the configured "
-                                  f"model.recurrent.{name}={configured})")
+                                  f"model.arch.{name}={configured})")
             out.append(v)
         return out[0], out[1]
 
@@ -209,7 +212,7 @@ class RecurrentLM(LanguageModel):
             return self._forward(input_ids, labels, cache, return_hidden, *self.depth(n_sup, t_inner))
 
     def _forward(self, input_ids, labels, cache, return_hidden, N: int, T: int) -> LMOutput:
-        rc = self.cfg.recurrent
+        rc = self.cfg.arch
         deep = self.training and labels is not None
         grad_on = torch.is_grad_enabled()
         x = self.embed(input_ids)
@@ -270,6 +273,10 @@ class RecurrentLM(LanguageModel):
         return (n * t - 1) * per_application + self.tied_head_flops()
 
 
+# its options and parameter count: kind_options/recurrent.py
+ARCHITECTURES.register("recurrent")(Architecture(RecurrentLM))
+
+
 # ----------------------------------------------------------------------------- v4.1-style Python API
 @dataclasses.dataclass
 class NexusConfig:
@@ -305,11 +312,11 @@ class NexusConfig:
         return dataclasses.asdict(self)
 
     def to_model_config(self) -> ModelConfig:
-        mc = ModelConfig(arch="recurrent", vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+        mc = ModelConfig(arch=RecurrentOptions(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
+                                               ternary=self.ternary, act_quant=self.act_quant),
+                         vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                          n_heads=1, ffn_hidden=self.ffn_hidden, max_seq_len=self.max_seq_len,
-                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std,
-                         recurrent=RecurrentConfig(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
-                                                   ternary=self.ternary, act_quant=self.act_quant))
+                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std)
         errors: list[str] = []
         mc.validate(errors)
         if errors:

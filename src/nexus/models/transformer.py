@@ -14,7 +14,7 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention, component_shapes
 from .base import LanguageModel
-from .kinds import MLP_KINDS, LayerKind, attention_kind, selected_kind
+from .kinds import attention_kind, mlp_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
 from .lm_loss import LMOutput, collect_aux_losses, lm_loss
 from .projections import ProjectionFactory, projection_factory
@@ -32,24 +32,15 @@ def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=
 
 
 def build_mlp(cfg: ModelConfig, make_projection: ProjectionFactory | None = None) -> nn.Module:
-    """The MLP of one layer: the registered MLP kind the config selects, else SwiGLU."""
-    kind = selected_kind(MLP_KINDS, cfg)
-    if kind is None:
-        return SwiGLU(cfg.d_model, cfg.ffn)
-    return kind.build(cfg, make_projection=make_projection or projection_factory(cfg))
-
-
-def _projection_mlp(cfg: ModelConfig, make_projection: ProjectionFactory) -> nn.Module:
-    return make_projection("ffn", cfg.d_model, cfg.d_model, False)
-
-
-def _projection_mlp_params(cfg: ModelConfig, base: int) -> int:
-    return cfg.projection.params(cfg, "ffn", cfg.d_model, cfg.d_model, False)
-
-
-# the FFN as one projection of the configured kind (TokenFormer's Pattention FFN); experts take precedence
-MLP_KINDS.register("projection")(LayerKind(_projection_mlp, _projection_mlp_params,
-                                           lambda cfg: cfg.projection.uses("ffn") and not cfg.moe.n_experts))
+    """The MLP of one layer: the registered kind `model.mlp.kind` names, else the dense baseline: SwiGLU, or
+    the FFN as one projection of the configured kind when it targets ffn (TokenFormer's Pattention FFN)."""
+    make_projection = make_projection or projection_factory(cfg)
+    kind = mlp_kind(cfg)
+    if kind is not None:
+        return kind.build(cfg, make_projection=make_projection)
+    if cfg.projection.uses("ffn"):
+        return make_projection("ffn", cfg.d_model, cfg.d_model, False)
+    return SwiGLU(cfg.d_model, cfg.ffn)
 
 
 class Block(nn.Module):

@@ -94,6 +94,15 @@ def refuse_unproven(p: Path, shown: str) -> None:
                           "--overwrite replaces only files nexus wrote and never deletes anything else)")
 
 
+def _older_run_hint(p: Path, found, kind: str) -> str:
+    """A run written before manifests looks like any user folder and stays untouched; its checkpoint
+    can still be read, so say how to continue it elsewhere."""
+    if kind != TRAIN_RUN or found or not (p / "checkpoint" / "meta.json").is_file():
+        return ""
+    return (f"; if it is a run from a nexus release before manifests, continue it in a new folder: "
+            f"--resume {p / 'checkpoint'} --out NEW_DIR")
+
+
 def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = False, resume: bool = False,
                  sources=(), file: bool = False, kinds=()) -> Path:
     """Raise ConfigError (one line) unless `path` may receive a `kind` output; returns it as a Path.
@@ -118,7 +127,7 @@ def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = Fals
             what = f"a nexus {found} output" if found else "not a nexus output (it has no nexus manifest)"
             raise ConfigError(f"{shown} already exists and is {what} (valid: a new or empty "
                               f"{'file path' if file else 'directory'}, or an earlier nexus {kind} output; "
-                              "nexus never replaces what it did not write)")
+                              f"nexus never replaces what it did not write){_older_run_hint(p, found, kind)}")
         if not (overwrite or resume):
             raise ConfigError(f"{shown} already holds a nexus {kind} output (valid: another {flag}, or --overwrite "
                               "to replace it)")

@@ -20,7 +20,7 @@ lr 3e-4 (1e-4 for SFT, set by the env-var entry point), micro-batch 4 x accumula
 """
 from __future__ import annotations
 
-from ..config import DataConfig, ModelConfig, RecurrentConfig, RunConfig, TrainConfig
+from ..config import ArchitectureOptions, DataConfig, ModelConfig, RunConfig, TrainConfig
 from . import register
 
 
@@ -33,8 +33,8 @@ def swiglu_hidden(d_model: int) -> int:
 def _nexus(d_model: int, n_layers: int, n_sup: int, t_inner: int, name: str) -> RunConfig:
     ffn_hidden = swiglu_hidden(d_model)
     return RunConfig(
-        model=ModelConfig(arch="recurrent", d_model=d_model, n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden,
-                          max_seq_len=1024, recurrent=RecurrentConfig(n_sup=n_sup, t_inner=t_inner)),
+        model=ModelConfig(arch=ArchitectureOptions.make("recurrent", n_sup=n_sup, t_inner=t_inner), d_model=d_model,
+                          n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden, max_seq_len=1024),
         data=DataConfig(seq_len=256),
         train=TrainConfig(steps=20000, batch_size=4, grad_accum=8, lr=3e-4, warmup_steps=500, schedule="cosine",
                           betas=[0.9, 0.95], weight_decay=0.01, grad_clip=1.0, eval_every=500, sample_every=500,
@@ -71,7 +71,7 @@ def nexus_micro() -> RunConfig:
     cfg = nexus_tiny()
     m = cfg.model
     m.d_model, m.ffn_hidden, m.max_seq_len = 64, 128, 256
-    m.recurrent.n_sup, m.recurrent.t_inner = 2, 3
+    m.arch.n_sup, m.arch.t_inner = 2, 3
     cfg.data.seq_len = 64
     t = cfg.train
     t.steps, t.batch_size, t.grad_accum, t.lr, t.warmup_steps = 30, 8, 1, 3e-3, 5

@@ -8,7 +8,7 @@ lands exactly on the wide model's shape. Growth happens at half the steps, the p
 """
 from __future__ import annotations
 
-from ..config import ModelConfig, MoEConfig, RunConfig, TrainConfig
+from ..config import MLPOptions, ModelConfig, RunConfig, TrainConfig
 from . import register
 from .baseline import baseline_tiny
 
@@ -81,7 +81,7 @@ def sparkling_moe_tiny() -> RunConfig:
     cfg = _paper_recipe(baseline_tiny())
     m = cfg.model
     m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.qk_norm = 64, 4, 2, 16, True
-    m.moe = MoEConfig(n_experts=8, top_k=2, expert_hidden=64)
+    m.mlp = MLPOptions.make("moe", n_experts=8, top_k=2, expert_hidden=64)
     cfg.train.out_dir = "runs/sparkling-moe-tiny"
     return _with_growth(cfg, tau=25, expert_inner=128)
 
@@ -89,7 +89,7 @@ def sparkling_moe_tiny() -> RunConfig:
 @register("sparkling-moe-tiny-wide", "sparkling-moe-tiny's grown shape (expert inner 128) trained from scratch")
 def sparkling_moe_tiny_wide() -> RunConfig:
     cfg = sparkling_moe_tiny()
-    cfg.model.moe.expert_hidden = 128
+    cfg.model.mlp.expert_hidden = 128
     cfg.train.drop_hook("growth")
     cfg.train.out_dir = "runs/sparkling-moe-tiny-wide"
     return cfg
@@ -104,7 +104,7 @@ TESTBED_STEPS = 200_000_000_000 // (768 * 4096)  # 63,578 optimizer steps
 def sparkling_olmoe_testbed() -> RunConfig:
     m = ModelConfig(vocab_size=50304, d_model=1024, n_layers=24, n_heads=16, n_kv_heads=4, head_dim=96,
                     max_seq_len=4096, qk_norm=True, tie_embeddings=True,
-                    moe=MoEConfig(n_experts=64, top_k=8, expert_hidden=512))
+                    mlp=MLPOptions.make("moe", n_experts=64, top_k=8, expert_hidden=512))
     # batch 3 x grad_accum 4 per process x 64 GPUs = the paper's global batch of 768 sequences
     t = TrainConfig(steps=TESTBED_STEPS, batch_size=3, grad_accum=4, lr=1.9556e-3, betas=[0.9, 0.95], eps=1e-8,
                     weight_decay=0.1, decay_all=True, schedule="cosine", warmup_steps=int(0.03 * TESTBED_STEPS),

@@ -38,14 +38,14 @@ def ref_act_quant(x: torch.Tensor) -> torch.Tensor:
     return x + (out.reshape(x.shape) - x).detach()
 
 
-def ref_linear(lin, x: torch.Tensor, eps: float) -> torch.Tensor:
-    if getattr(lin, "is_ternary", False):
-        if lin.input_norm:
-            x = ref_rmsnorm(x, None, eps)
-        if lin.act_quant:
-            x = ref_act_quant(x)
-        return x @ ref_ternary(lin.weight).t()
-    return x @ lin.weight.t()
+def ref_linear(lin, x: torch.Tensor, eps: float, ternary: bool, act_quant: bool, subln: bool) -> torch.Tensor:
+    """One block linear as the config defines it (the layer's own flags are not read, so a flag that never
+    reaches the layer shows up as a difference): SubLN, then 8-bit activations, then ternary weights."""
+    if subln:
+        x = ref_rmsnorm(x, None, eps)
+    if act_quant:
+        x = ref_act_quant(x)
+    return x @ (ref_ternary(lin.weight) if ternary else lin.weight).t()
 
 
 def ref_causal_conv(x: torch.Tensor, conv) -> torch.Tensor:
@@ -62,17 +62,20 @@ def ref_causal_conv(x: torch.Tensor, conv) -> torch.Tensor:
     return y
 
 
-def ref_block(layer, x: torch.Tensor, eps: float) -> torch.Tensor:
+def ref_block(layer, x: torch.Tensor, eps: float, rc) -> torch.Tensor:
+    """x + conv(norm(x)), then + SwiGLU(norm(x)). SubLN (before the down projection only) and 8-bit
+    activations are parts of BitNet's layer: with ternary off the linears are plain."""
     x = x + ref_causal_conv(ref_rmsnorm(x, layer.conv_norm.weight, eps), layer.conv)
     h = ref_rmsnorm(x, layer.mlp_norm.weight, eps)
     mlp = layer.mlp
-    inner = F.silu(ref_linear(mlp.gate_proj, h, eps)) * ref_linear(mlp.up_proj, h, eps)
-    return x + ref_linear(mlp.down_proj, inner, eps)
+    q = (rc.ternary, rc.ternary and rc.act_quant)
+    inner = F.silu(ref_linear(mlp.gate_proj, h, eps, *q, False)) * ref_linear(mlp.up_proj, h, eps, *q, False)
+    return x + ref_linear(mlp.down_proj, inner, eps, *q, rc.ternary and rc.subln)
 
 
 def ref_f(model, z: torch.Tensor) -> torch.Tensor:
     for layer in model.layers:
-        z = ref_block(layer, z, model.cfg.norm_eps)
+        z = ref_block(layer, z, model.cfg.norm_eps, model.cfg.arch)
     return z
 
 

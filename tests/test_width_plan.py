@@ -1,0 +1,138 @@
+"""SPARKLING width growth's per-axis plan and spec parsing against their definitions (growth/width.py's
+docstring and the paper's section 3.2): which old channel each new one copies, the fan-in factor per
+column under each preservation mode and split, the tied head's factor, the zero-sum perturbation, the
+grown config, the growth record, and the RHO,TAU pairs of the re-warmup options."""
+import math
+
+import pytest
+import torch
+
+from nexus.config import ModelConfig, RunConfig
+from nexus.growth import grow
+from nexus.growth.width import WidthSpec, _zero_sum_perturbation, both_copy_alpha, parse_pair, plan_axis
+from nexus.models import build_model
+
+
+def spec(**kw) -> WidthSpec:
+    return WidthSpec(**{"ffn": 1, **kw}).validate()
+
+
+def groups(old: int, new: int) -> torch.Tensor:
+    """Copy-group size of each new index: new channel i copies old channel i mod n."""
+    src = torch.arange(new) % old
+    return torch.bincount(src, minlength=old).double()[src]
+
+
+@pytest.mark.parametrize("old,new", [(4, 6), (4, 8), (4, 13)])
+def test_copy_plan_and_fan_in_factors_per_preservation_mode(old, new):
+    gen = torch.Generator().manual_seed(0)
+    m = groups(old, new)
+    rms = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="rms"), gen)
+    assert torch.equal(rms.src, torch.arange(new) % old) and (rms.old, rms.new, rms.grows) == (old, new, True)
+    # rms, both sides copied: every column times alpha (eq. 16-17); an even split cancels the group size
+    torch.testing.assert_close(rms.col_scale, torch.full((new,), both_copy_alpha(old, new)), atol=0, rtol=1e-6)
+    assert rms.tied_scale == pytest.approx(both_copy_alpha(old, new), rel=1e-12)
+    # exact: each copy group splits its fan-in weight evenly (net2net), 1/m per column
+    exact = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact"), gen)
+    torch.testing.assert_close(exact.col_scale, (1 / m).float(), atol=0, rtol=1e-6)
+    assert exact.tied_scale == pytest.approx(1 / float(m.max()), rel=1e-12)
+    none = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="none"), gen)
+    assert torch.equal(none.col_scale, torch.ones(new)) and none.tied_scale == 1.0
+
+
+@pytest.mark.parametrize("init,preserve,axis,factor,tied", [
+    ("random,random", "rms", "ffn", "sqrt", "sqrt"), ("copy,random", "rms", "ffn", "sqrt", "alpha"),
+    ("zero,random", "exact", "hidden", "sqrt", "sqrt"), ("zero,random", "exact", "ffn", 1.0, "sqrt"),
+    ("random,zero", "exact", "ffn", 1.0, "sqrt"), ("random,random", "none", "ffn", 1.0, 1.0),
+    ("copy,zero", "exact", "hidden", 1.0, "group")])
+def test_one_side_or_no_copy_fan_in_factor(init, preserve, axis, factor, tied):
+    """Not both sides copied: rms takes sqrt(n/n') on every column; exact takes it only on the hidden
+    axis with a zero fan-out (to undo RMSNorm's rescaling), else 1; none takes 1. The tied head's factor
+    follows the fan-out side: copy -> as both copied, else sqrt(n/n') unless none."""
+    old, new = 32, 48
+    plan = plan_axis(axis, old, new, spec(init=init, preserve=preserve), torch.Generator().manual_seed(0))
+    want = math.sqrt(old / new) if factor == "sqrt" else factor
+    torch.testing.assert_close(plan.col_scale, torch.full((new,), want), atol=0, rtol=1e-6)
+    tied_want = {"sqrt": math.sqrt(old / new), "alpha": both_copy_alpha(old, new), "group": 1 / 2}.get(tied, tied)
+    assert plan.tied_scale == pytest.approx(tied_want, rel=1e-12)
+
+
+def test_uneven_splits_keep_each_groups_fan_in_weight_whole():
+    """Appendix H: `1:2` gives the source column 1/3 and its copy 2/3; `random` gives the source r in
+    [0.1, 0.5] and its copies (1 - r) shared; under exact each group's factors sum to 1 (the function
+    is kept), and channels without a copy keep 1."""
+    old, new = 4, 7  # groups: channels 0-2 copied once, channel 3 alone
+    src = torch.arange(new) % old
+    gen = torch.Generator().manual_seed(3)
+    p12 = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), gen)
+    torch.testing.assert_close(p12.col_scale, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3]), atol=0, rtol=1e-6)
+    pr = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), gen)
+    r = pr.col_scale[:3]
+    assert bool(((r >= 0.1) & (r <= 0.5)).all()) and len(set(r.tolist())) == 3  # one draw per group
+    sums = torch.zeros(old, dtype=torch.float64).index_add_(0, src, pr.col_scale.double())
+    torch.testing.assert_close(sums, torch.ones(old, dtype=torch.float64), atol=0, rtol=1e-6)
+    rms = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="rms", split="1:2"), gen)
+    m = groups(old, new)
+    torch.testing.assert_close(rms.col_scale, (both_copy_alpha(old, new) * m * p12.col_scale.double()).float(), atol=0,
+                               rtol=1e-6)
+
+
+def test_zero_sum_perturbation_cancels_within_every_copy_group():
+    old, new = 3, 8
+    plan = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact"), torch.Generator().manual_seed(0))
+    t = torch.randn(5, new)
+    eps = _zero_sum_perturbation(t, 1, plan, 0.5, torch.Generator().manual_seed(1))
+    sums = torch.zeros(5, old).index_add_(1, plan.src, eps)
+    torch.testing.assert_close(sums, torch.zeros(5, old), atol=1e-6, rtol=0)
+    assert float(eps.abs().max()) > 0.1  # a real perturbation, at the asked scale
+    assert float(eps[:, old:].std()) == pytest.approx(0.5, rel=0.5)
+
+
+@pytest.mark.parametrize("value,want", [
+    ("1.3,250", {"rho": 1.3, "tau": 250}), ([2, 10.0], {"rho": 2.0, "tau": 10}), ("2,7.9", {"rho": 2.0, "tau": 7}),
+    ({"rho": 1.5}, {"rho": 1.5, "tau": 250}), ({"tau": 3}, {"rho": 1.3, "tau": 3}), (True, {"rho": 1.3, "tau": 250}),
+    ("0.5,0", {"rho": 0.5, "tau": 0}), (None, None), (False, None), ("", None), ("none", None)])
+def test_rewarmup_pairs(value, want):
+    got = parse_pair(value, "--rewarmup")
+    assert got == want and (got is None or (type(got["rho"]), type(got["tau"])) == (float, int))
+
+
+def test_spec_normalizes_init_and_rewarmup_all():
+    s = spec(init="random")
+    assert s.init == "random,random" and (s.init_out, s.init_in) == ("random", "random")
+    s = spec(init=["zero", "copy"])
+    assert (s.init_out, s.init_in) == ("zero", "copy")
+    s = spec(rewarmup_all="2,5")
+    assert s.rewarmup == {"rho": 2.0, "tau": 5} and s.rewarmup_all is True
+    s = spec(rewarmup="2,5", rewarmup_all=True)  # the normalized form of --rewarmup-all beside its pair
+    assert s.rewarmup == {"rho": 2.0, "tau": 5} and s.rewarmup_all is True
+    s = spec(rewarmup="2,5")
+    assert s.rewarmup == {"rho": 2.0, "tau": 5} and s.rewarmup_all is False
+    assert spec().rewarmup is None and spec().rewarmup_all is False
+
+
+def _tiny(tie=True):
+    return RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64,
+                                       tie_embeddings=tie, norm_eps=1e-5, logit_scale=0.8))
+
+
+def test_grown_config_and_record_follow_the_plan():
+    torch.manual_seed(0)
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    _, new_run, _, res = grow(model, cfg, {"family": "width", "hidden": 48, "ffn": 80, "init": "zero,random",
+                                            "preserve": "exact", "seed": 4})
+    m = new_run.model
+    assert (m.d_model, m.ffn_hidden, m.head_dim, m.n_heads) == (48, 80, 16, 2)
+    assert m.norm_eps == pytest.approx(1e-5 * 32 / 48, rel=1e-12)  # eps shrinks with mean(x^2) (zero channels)
+    assert m.logit_scale == pytest.approx(0.8 * math.sqrt(32 / 48), rel=1e-12)  # tied head: the factor moves here
+    rec = res.record
+    assert rec["axes"] == {"hidden": [32, 48], "ffn": [48, 80]} and rec["init"] == ["zero", "random"]
+    assert (rec["preserve"], rec["split"], rec["perturb"], rec["seed"]) == ("exact", "even", 0.0, 4)
+    assert rec["fan_in_scale"] == {"hidden": pytest.approx(math.sqrt(32 / 48), abs=1e-6), "ffn": 1.0}
+    assert "zeroes the up side only" in res.report["note"]
+    _, rms_run, _, _ = grow(model, cfg, {"family": "width", "hidden": 48, "init": "zero,random", "preserve": "rms"})
+    assert rms_run.model.norm_eps == 1e-5  # only exact rescales eps
+    _, untied, _, _ = grow(build_model(_tiny(tie=False).model), _tiny(tie=False),
+                           {"family": "width", "hidden": 48, "init": "zero,random"})
+    assert untied.model.logit_scale == 0.8  # an untied head takes the factor in its own columns
