@@ -116,6 +116,7 @@ def test_matched_std_is_the_std_of_an_evenly_strided_subsample_with_a_fallback()
     assert matched_std(big, max_samples=100) != pytest.approx(float(flat[:100].std()), rel=0.1)  # spread, not a prefix
     assert matched_std(torch.full((4, 4), 0.5)) == 0.02  # zero spread: a fresh init's scale
     assert matched_std(torch.tensor([3.0])) == 0.02
+    assert matched_std(torch.tensor([1.0, 3.0])) == pytest.approx(2 ** 0.5, rel=1e-6)  # two entries have a spread
 
 
 def test_fill_normal_draws_only_into_its_block_from_the_generator_at_the_asked_scale():
@@ -127,6 +128,13 @@ def test_fill_normal_draws_only_into_its_block_from_the_generator_at_the_asked_s
     again = torch.zeros(200, 300)
     fill_normal(again[:, 100:], 0.5, torch.Generator().manual_seed(3))
     assert torch.equal(again, t)  # the draw is the generator's alone
+    # and the same values an off-CPU block gets (drawn on the CPU in the block's shape, then copied),
+    # whatever the block's strides: a grown model's random entries do not depend on the device
+    ref = torch.empty(200, 200).normal_(0.0, 0.5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(t[:, 100:], ref)
+    whole = torch.zeros(200, 200)
+    fill_normal(whole, 0.5, torch.Generator().manual_seed(3))
+    assert torch.equal(whole, ref)
 
 
 @pytest.mark.parametrize("fill", [None, lambda name, p, o: None])
@@ -139,3 +147,11 @@ def test_every_new_entry_has_a_source(fill):
     if fill is None:
         with pytest.raises(RuntimeError):
             inherit(old, _cfg(64), None)
+
+
+def test_a_buffer_the_old_model_cannot_provide_is_refused_by_name():
+    """Buffers are copied by name; one whose shape the growth changes (the rotary tables of a longer
+    context) cannot be derived from the old model, and the grower must rebuild it."""
+    old = build_model(_cfg(48, max_seq_len=64))
+    with pytest.raises(RuntimeError, match="cannot derive buffer 'rope"):
+        inherit(old, _cfg(48, max_seq_len=128), lambda name, p, o: None)

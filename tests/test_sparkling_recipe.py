@@ -182,3 +182,14 @@ def test_tuned_lrs_of_a_method_reach_small_grown_and_scratch(monkeypatch):
     assert lr(given)["scratch"] == 7e-3 and lr(given)["small"] == 2e-3
     with pytest.raises(Exception, match="--scratch-lr"):
         P.plan_progressive("tuned-test", tokens=2048 * 40, out="unused", seeds=[0], scratch_lr=-1.0)
+
+
+def test_the_main_job_runs_at_its_swept_lrs():
+    """The default method is tuned (scratch at its own swept lr, not the small model's), and every method
+    on the same two shapes (FFN axis only) carries the same sweep's lrs."""
+    plan = P.plan_progressive("sparkling", tokens=2048 * 40, out="unused", seeds=[0])
+    assert plan["scratch_lr_rule"].startswith("tuned"), plan["scratch_lr_rule"]
+    ref = P.methods()["sparkling"]
+    same_shapes = [m for m in P.methods().values() if m.family == "width" and m.overrides == ref.overrides
+                   and m.spec.get("ffn") == ref.spec["ffn"] and not m.spec.get("hidden")]
+    assert len(same_shapes) >= 5 and all(m.lrs == ref.lrs for m in same_shapes), [m.name for m in same_shapes]

@@ -125,9 +125,11 @@ def matched_std(old: torch.Tensor, max_samples: int = 1 << 16) -> float:
 
 
 def fill_normal(view: torch.Tensor, std: float, gen: torch.Generator) -> None:
-    """In-place N(0, std^2) into a (possibly strided) block: no temporaries. A CPU generator is used so
-    the draw does not depend on the device; off-CPU blocks are drawn on CPU and copied."""
-    if view.device.type == "cpu":
+    """N(0, std^2) into a (possibly strided) block, drawn from a CPU generator in the block's row-major
+    order, so the values depend on neither the device nor the block's strides (torch's in-place
+    `normal_` on a strided view draws in another order). A contiguous CPU block is filled in place; any
+    other block is drawn into a CPU temporary of its shape and copied."""
+    if view.device.type == "cpu" and view.is_contiguous():
         view.normal_(0.0, std, generator=gen)
     else:
         view.copy_(torch.empty(view.shape, dtype=view.dtype).normal_(0.0, std, generator=gen))

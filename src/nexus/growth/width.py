@@ -434,6 +434,10 @@ _SPARKLING_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 1
 _FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
 # copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
 _SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
+# Peak lrs of the FFN-axis methods' two shapes (small d 64 FFN 128; scratch FFN 256) at the main job's budget,
+# best of 1e-3..1.6e-2 (5 log-spaced, seed 0, both interior): `python benchmarks/progressive_regime.py --scale
+# main --data embedded --lr-sweep` (2026-11-26; table in docs/sparkling.md). The hidden/both axes are not swept.
+_FFN_AXIS_LRS = {"small": 2e-3, "scratch": 2e-3}
 # the main job before issue 29: half-width baseline-tiny (4 heads of 32) grown jointly d 64->128, FFN 192->352
 # (copy ratio 0.83, not exact), weight decay on matrices only, no QK-norm
 _LEGACY_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
@@ -441,7 +445,7 @@ _LEGACY_WIDTH = {"hidden": 128, "ffn": 352}
 register_method(
     Method("sparkling", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING},
            "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
-           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL),
+           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
     Method("sparkling-hidden", "width", "baseline-tiny", {**_HIDDEN_2X, **_SPARKLING},
            "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe", _SPARKLING_SMALL),
     Method("sparkling-both", "width", "baseline-tiny", {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
@@ -449,18 +453,18 @@ register_method(
            _SPARKLING_SMALL),
     Method("sparkling-random", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING, "init": "random,random"},
            "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, "
-           "re-warmup)", _SPARKLING_SMALL),
+           "re-warmup)", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
     Method("naive-copy", "width", "baseline-tiny",
            {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state": "copy"},
            "naive expansion, FFN inner 128->256: copy init with none of the interventions (no rescale, "
-           "symmetric optimizer state, no re-warmup)", _SPARKLING_SMALL),
+           "symmetric optimizer state, no re-warmup)", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
     Method("sparkling-no-rewarmup", "width", "baseline-tiny",
            {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
-           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL),
+           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
     Method("sparkling-symmetric", "width", "baseline-tiny",
            {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
            "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
-           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL),
+           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
     Method("legacy-sparkling", "width", "baseline-tiny", {**_LEGACY_WIDTH, **_SPARKLING},
            "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
            "only, no QK-norm", _LEGACY_SMALL),
