@@ -78,6 +78,7 @@ def test_defaults_are_plain_attention():
     gated = Attention(D, H, 2, HD, gate="elementwise", bias=True)
     assert gated.g_proj.bias is None and gated.o_proj.bias is None and gated.q_proj.bias is not None
     assert component_shapes(H, 2, HD) == {"q": (H, HD), "k": (2, HD), "v": (2, HD)}
+    assert Attention(D, H, 2, HD).shapes == component_shapes(H, 2, HD)  # no gate entry without a gate
     assert component_shapes(H, 2, HD, "elementwise")["g"] == (H, HD)
     assert component_shapes(H, 2, HD, "headwise")["g"] == (H, 1)
 
@@ -117,3 +118,16 @@ def test_flops_are_the_two_attention_products_per_query_head():
     for kv in (4, 1):
         assert Attention(D, H, kv, HD).flops_per_token(10) == 2 * (2 * HD * 10) * H
     assert math.isclose(Attention(D, 2, 1, 16).flops_per_token(3), 2 * (2 * 16 * 3) * 2)
+
+
+def test_width_roles_q_k_v_g_read_the_hidden_axis_and_o_writes_it():
+    """Fan-in (role in) along the input columns of q/k/v/g, fan-out (role out) along W_o's output rows; a
+    projection kind other than Linear says where its sides sit (Nexus-Rank: W_M's columns, W_D's rows)."""
+    attn = Attention(D, H, 2, HD, gate="headwise")
+    assert attn.width_roles() == {f"{t}_proj.weight": {1: ("hidden", "in")} for t in "qkvg"} | {
+        "o_proj.weight": {0: ("hidden", "out")}}
+    from nexus.models.nexus_rank import NexusRank
+
+    ranked = Attention(D, H, 2, HD, make_projection=lambda t, i, o, b=False: NexusRank(i, o, 6, 5))
+    roles = ranked.width_roles()
+    assert roles["o_proj.w_d.weight"] == {0: ("hidden", "out")} and roles["q_proj.w_m.weight"] == {1: ("hidden", "in")}

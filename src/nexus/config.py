@@ -545,8 +545,9 @@ def _upgrade(d):
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
     model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
-    or {kind: dense} when it had no experts; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was not its default (it had no effect) is named in one line on
-    stderr."""
+    or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
+    {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
+    not its default (it had no effect) is named in one line on stderr."""
     if not isinstance(d, dict):
         return d
     d = copy.deepcopy(d)

@@ -1,0 +1,108 @@
+"""Growth verification (growth/verification.py) and the generic grow flow (growth/generic_grow.py)
+against their contracts: new blocks are the rectangles of new entries (or whole new parameters), the
+probe batch is next-token pairs from a fixed seed, max |dlogits| is the largest logit change, a block
+is dead when its gradient is exactly zero in every probe step, and neither model is modified; grow()
+records the spec with its step in a copy of the config, and the re-warmup baseline marks every entry."""
+import copy
+
+import pytest
+import torch
+
+from nexus.config import ModelConfig, RunConfig, TrainConfig
+from nexus.growth import ParamMap, grow
+from nexus.growth.generic_grow import jsonable
+from nexus.growth.verification import max_abs_dlogits, new_blocks, probe_batch, verify
+from nexus.models import build_model
+
+DOWN, UP, GATE = (f"layers.0.mlp.{n}_proj.weight" for n in ("down", "up", "gate"))
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64, max_seq_len=128),
+                    train=TrainConfig(optimizer="adamw", lr=1e-3))
+    return build_model(cfg.model), cfg
+
+
+def test_new_blocks_are_the_new_rectangles_and_whole_new_parameters():
+    model, _ = _model()
+    maps = {DOWN: ParamMap(DOWN, (slice(0, 30), slice(0, 40))), UP: ParamMap(UP),  # unchanged: no block
+            "embed.weight": ParamMap(None), "gone.weight": ParamMap(None)}  # not in the model: skipped
+    blocks = new_blocks(model, maps)
+    assert blocks == {f"{DOWN}[old,new]": (DOWN, (slice(0, 30), slice(40, 48))),
+                      f"{DOWN}[new,old]": (DOWN, (slice(30, 32), slice(0, 40))),
+                      f"{DOWN}[new,new]": (DOWN, (slice(30, 32), slice(40, 48))),
+                      "embed.weight": ("embed.weight", None)}
+
+
+def test_probe_batch_is_next_token_pairs_from_its_seed():
+    x, y = probe_batch(50, 3, 8, seed=4, device="cpu")
+    ids = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(x, ids[:, :-1]) and torch.equal(y, ids[:, 1:])
+
+
+def test_max_abs_dlogits_is_the_largest_logit_change():
+    a, _ = _model()
+    b = copy.deepcopy(a)
+    x, _ = probe_batch(64, 2, 8, seed=0, device="cpu")
+    assert max_abs_dlogits(a, b, x) == 0.0
+    with torch.no_grad():
+        b.norm.weight.mul_(1.5)
+    with torch.no_grad():
+        want = float((a(x).logits.double() - b(x).logits.double()).abs().max())
+    assert want > 0 and max_abs_dlogits(a, b, x) == pytest.approx(want, rel=1e-12)
+
+
+def test_verify_reports_dead_and_live_blocks_and_leaves_both_models_alone():
+    """FFN units 40-47 with zero gate and up rows have exactly zero gradient on every side (silu(0) * 0):
+    dead. The new rows of q_proj are live. The probe's gradient norms are the model's own."""
+    before, cfg = _model()
+    after = copy.deepcopy(before)
+    with torch.no_grad():
+        after.layers[0].mlp.up_proj.weight[40:] = 0
+        after.layers[0].mlp.gate_proj.weight[40:] = 0
+    q = "layers.0.attn.q_proj.weight"
+    maps = {DOWN: ParamMap(DOWN, (slice(0, 32), slice(0, 40))), UP: ParamMap(UP, (slice(0, 40), slice(0, 32))),
+            q: ParamMap(q, (slice(0, 24), slice(0, 32)))}
+    before.train(), after.eval()
+    snap = {n: p.detach().clone() for n, p in after.named_parameters()}
+    tcfg = copy.deepcopy(cfg.train)
+    rep = verify(before, after, maps, 64, train_cfg=cfg.train, optimizer="muon", n_steps=3, seq_len=12, seed=5)
+    assert sorted(rep["dead_blocks"]) == [f"{DOWN}[old,new]", f"{UP}[new,old]"]
+    assert all(len(ns) == 3 for ns in rep["new_block_grad_norms"].values())
+    assert min(rep["new_block_grad_norms"][f"{q}[new,old]"]) > 0
+    assert rep["optimizer"] == "muon" and rep["probe_steps"] == 3 and cfg.train == tcfg  # the caller's config untouched
+    assert rep["max_abs_dlogits"] > 0  # zeroed units changed the function
+    assert before.training and not after.training  # modes restored
+    assert all(torch.equal(p, snap[n]) for n, p in after.named_parameters())
+    # the first probe's gradient norm, recomputed on a copy of the grown model on the same batch
+    probe = copy.deepcopy(after).train()
+    x, y = probe_batch(64, 2, 12, seed=5, device="cpu")
+    probe(x, labels=y).loss.backward()
+    want = float(probe.layers[0].attn.q_proj.weight.grad[24:].double().norm())
+    assert rep["new_block_grad_norms"][f"{q}[new,old]"][0] == pytest.approx(want, rel=1e-6)
+
+
+def test_jsonable_turns_a_record_into_plain_json_values():
+    rec = {1: torch.tensor([1, 2]), "t": (1.5, "a", None, True), "o": ModelConfig, "n": {"x": [torch.tensor(3.0)]}}
+    assert jsonable(rec) == {"1": [1, 2], "t": [1.5, "a", None, True], "o": str(ModelConfig), "n": {"x": [3.0]}}
+
+
+def test_grow_records_the_spec_and_step_in_a_copy_of_the_config():
+    model, cfg = _model()
+    before = copy.deepcopy(cfg)
+    _, new_cfg, _, res = grow(model, cfg, {"family": "width", "ffn": 64}, None, step=7)
+    assert cfg == before  # the caller's config is untouched
+    rec = new_cfg.growth_history[-1]
+    assert rec["step"] == 7 and rec["family"] == "width" and rec["ffn"] == 64 and rec["axes"] == {"ffn": [48, 64]}
+    assert new_cfg.model == res.model_cfg and new_cfg.model.ffn_hidden == 64
+
+
+def test_rewarmup_all_marks_every_entry_of_every_parameter():
+    model, cfg = _model()
+    new, _, opt, _ = grow(model, cfg, {"family": "width", "ffn": 64, "rewarmup_all": "1.3,5"}, None, step=3)
+    for name, p in new.named_parameters():
+        st = opt.state_for(name)
+        assert torch.equal(st["new_mask"], torch.ones_like(p)), name
+    _, _, plain, _ = grow(model, cfg, {"family": "width", "ffn": 64, "rewarmup": "1.3,5"}, None, step=3)
+    assert "new_mask" not in (plain.state_for("embed.weight") or {})  # the asymmetric rule marks new entries only
