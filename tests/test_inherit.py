@@ -155,3 +155,11 @@ def test_a_buffer_the_old_model_cannot_provide_is_refused_by_name():
     old = build_model(_cfg(48, max_seq_len=64))
     with pytest.raises(RuntimeError, match="cannot derive buffer 'rope"):
         inherit(old, _cfg(48, max_seq_len=128), lambda name, p, o: None)
+
+
+def test_fill_normal_draws_in_the_blocks_own_dtype():
+    """A float64 model's new entries are float64 draws, not float32 draws widened."""
+    t = torch.zeros(30, 40, dtype=torch.float64)
+    fill_normal(t[:, 10:], 0.5, torch.Generator().manual_seed(8))
+    ref = torch.empty(30, 30, dtype=torch.float64).normal_(0.0, 0.5, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(t[:, 10:], ref)

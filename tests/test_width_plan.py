@@ -136,3 +136,25 @@ def test_grown_config_and_record_follow_the_plan():
     _, untied, _, _ = grow(build_model(_tiny(tie=False).model), _tiny(tie=False),
                            {"family": "width", "hidden": 48, "init": "zero,random"})
     assert untied.model.logit_scale == 0.8  # an untied head takes the factor in its own columns
+
+
+def test_random_new_entries_take_the_trained_weights_scale_and_the_growth_seed():
+    """Random fan-in columns are drawn at the std of the matrix's own (trained) entries, not the init std,
+    times the rms factor; and the draws (perturbation included) come from the growth seed alone."""
+    torch.manual_seed(0)
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    with torch.no_grad():
+        model.layers[0].mlp.down_proj.weight.mul_(10.0)  # far from the init std 0.02
+    old_std = float(model.layers[0].mlp.down_proj.weight.std())
+    new, *_ = grow(model, cfg, {"family": "width", "ffn": 96, "init": "copy,random", "preserve": "rms"})
+    w = new.layers[0].mlp.down_proj.weight.detach()
+    assert float(w[:, 48:].std()) == pytest.approx(old_std * math.sqrt(48 / 96), rel=0.15)
+    s = {"family": "width", "ffn": 64, "init": "copy,copy", "preserve": "exact", "perturb": 0.5, "seed": 9}
+    torch.manual_seed(1)
+    a, *_ = grow(model, cfg, s)
+    torch.manual_seed(2)  # another global RNG state: the same grown model
+    b, *_ = grow(model, cfg, s)
+    c, *_ = grow(model, cfg, {**s, "seed": 10})
+    wa, wb, wc = (m.layers[0].mlp.down_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
