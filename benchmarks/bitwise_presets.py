@@ -7,7 +7,7 @@ must keep them for every preset).
 The reference revision is checked out with `git worktree add --detach` (default /tmp/nexus-before) and
 each side runs in its own process with its own `src` on PYTHONPATH, one thread. Both sides build the
 *same* model config: this tree's preset, written in the reference's config form where that form differs
-(attention/projection/MLP kinds as flat sections), so a preset whose definition changed on purpose is
+(attention/projection/MLP kinds as flat sections, the architecture as a name), so a preset whose definition changed on purpose is
 still compared on what the code does with it. The reference's own preset config is compared too and
 a difference is reported beside the result.
 
@@ -46,7 +46,7 @@ def _digest(t) -> str:
 
 
 def _old_form(model: dict, new_defaults: dict, old_cls) -> tuple[dict, list[str]]:
-    """This tree's model dict in the reference's form (flat attention/projection/MoE sections); fields the
+    """This tree's model dict in the reference's form (flat attention/projection/MoE sections, arch a name); fields the
     reference lacks are dropped when at their default, else refused (returned as problems)."""
     import dataclasses
 
@@ -57,6 +57,14 @@ def _old_form(model: dict, new_defaults: dict, old_cls) -> tuple[dict, list[str]
         att["order"] = 1
     elif kind != "higher_order":
         problems.append(f"attention kind {kind!r} has no reference form")
+    arch = m.get("arch")
+    if isinstance(arch, dict):  # {kind, **options} -> the architecture's name and model.recurrent
+        ak = arch.pop("kind", "transformer")
+        m["arch"] = ak
+        if ak == "recurrent":
+            m["recurrent"] = arch
+        elif ak != "transformer" or arch:
+            problems.append(f"arch kind {ak!r} has no reference form")
     mlp = m.pop("mlp", None)
     if isinstance(mlp, dict):
         mk = mlp.pop("kind", "dense")

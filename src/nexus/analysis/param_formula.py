@@ -1,7 +1,7 @@
 """Parameter counts from a ModelConfig by arithmetic alone: no model built, no torch imported.
 
 `nexus presets` lists ~100 presets; building each (even on the meta device) costs ~0.1-0.7 s, and
-importing torch ~2 s (~20 s on a loaded 2-core machine), so the listing counts here instead. The baseline
+importing torch is ten times the listing (benchmarks/README.md, presets_speed.py), so it counts here. The baseline
 (embeddings, standard attention over Linear projections, SwiGLU, norms, anchor mixing) is counted here; a
 registered kind counts its own layers in its torch-free options file (`params` of its options in
 nexus/kind_options/). tests/test_param_formula.py holds the totals to a real build of every preset, so a
