@@ -187,3 +187,22 @@ def test_exact_hidden_growth_without_a_zero_or_copied_fan_out_is_refused(init):
     cfg = _tiny()
     with pytest.raises(ConfigError, match="--preserve exact"):
         grow(build_model(cfg.model), cfg, {"family": "width", "hidden": 64, "init": init, "preserve": "exact"})
+
+
+def test_hidden_growth_with_random_sides_depends_on_the_growth_seed_only():
+    """Random columns and the gains sampled for new channels (a non-copy fan-out) come from the growth
+    seed: two growths under different global RNG states give the same model, another seed another."""
+    torch.manual_seed(0)
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)  # gains that differ, so a sampled gain shows its draw
+    s = {"family": "width", "hidden": 48, "init": "random,random", "seed": 3}
+    torch.manual_seed(1)
+    a, *_ = grow(model, cfg, s)
+    torch.manual_seed(2)
+    b, *_ = grow(model, cfg, s)
+    c, *_ = grow(model, cfg, {**s, "seed": 4})
+    assert all(torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.norm.weight, c.norm.weight)
+    assert set(a.norm.weight[32:].tolist()) <= set(model.norm.weight.tolist())  # new gains are old gains
