@@ -158,3 +158,51 @@ def test_random_new_entries_take_the_trained_weights_scale_and_the_growth_seed()
     c, *_ = grow(model, cfg, {**s, "seed": 10})
     wa, wb, wc = (m.layers[0].mlp.down_proj.weight for m in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_random_entries_of_a_matrix_without_spread_use_the_init_std_and_the_growth_seed():
+    """A matrix with no spread (zero-initialized) gives no scale to copy: new random entries are drawn
+    at the model's init std. They come from the growth seed, not the global RNG."""
+    torch.manual_seed(0)
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    with torch.no_grad():
+        model.layers[0].mlp.down_proj.weight.zero_()
+    s = {"family": "width", "ffn": 96, "init": "copy,random", "preserve": "none"}
+    torch.manual_seed(1)
+    a, *_ = grow(model, cfg, s)
+    torch.manual_seed(2)
+    b, *_ = grow(model, cfg, s)
+    wa, wb = a.layers[0].mlp.down_proj.weight.detach(), b.layers[0].mlp.down_proj.weight.detach()
+    assert torch.equal(wa, wb)
+    assert float(wa[:, 48:].std()) == pytest.approx(cfg.model.init_std, rel=0.15)
+
+
+@pytest.mark.parametrize("init", ["random,copy", "random,zero"])
+def test_exact_hidden_growth_without_a_zero_or_copied_fan_out_is_refused(init):
+    """On the hidden axis exact preservation needs a zero fan-out, or a copied one with a copied or zero
+    fan-in (SPARKLING 3.2): random new channels change what RMSNorm sees, at any width."""
+    from nexus.config import ConfigError
+
+    cfg = _tiny()
+    with pytest.raises(ConfigError, match="--preserve exact"):
+        grow(build_model(cfg.model), cfg, {"family": "width", "hidden": 64, "init": init, "preserve": "exact"})
+
+
+def test_hidden_growth_with_random_sides_depends_on_the_growth_seed_only():
+    """Random columns and the gains sampled for new channels (a non-copy fan-out) come from the growth
+    seed: two growths under different global RNG states give the same model, another seed another."""
+    torch.manual_seed(0)
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)  # gains that differ, so a sampled gain shows its draw
+    s = {"family": "width", "hidden": 48, "init": "random,random", "seed": 3}
+    torch.manual_seed(1)
+    a, *_ = grow(model, cfg, s)
+    torch.manual_seed(2)
+    b, *_ = grow(model, cfg, s)
+    c, *_ = grow(model, cfg, {**s, "seed": 4})
+    assert all(torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.norm.weight, c.norm.weight)
+    assert set(a.norm.weight[32:].tolist()) <= set(model.norm.weight.tolist())  # new gains are old gains
