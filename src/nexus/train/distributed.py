@@ -83,7 +83,8 @@ def init_if_launched(device: torch.device, timeout_s: int = 60, init_timeout_s: 
 def _process_identity(pid: int) -> str | None:
     """host:pid:start-time, which tells this process from a later one that reuses its pid (Linux /proc)."""
     try:
-        start = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+        with open(f"/proc/{pid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
     return f"{socket.gethostname()}:{pid}:{start}"
@@ -162,7 +163,7 @@ def _ranks_not_answering(rank: int, ws: int, wait_s: float = 3.0) -> list[int]:
 
 def _end_silent_ranks_on_this_host(store, silent: list[int]) -> None:
     """SIGKILL the silent ranks that run on this host. A stopped process cannot act on the launcher's
-    SIGTERM, so torchrun would wait its --shutdown-timeout (30 s by default) before killing it; the job
+    SIGTERM, and on a failed worker torchrun waits a fixed 30 s before killing it; the job
     is ending anyway, and ending the peer now keeps the whole job within the steady timeout plus a few
     seconds under a plain `torchrun`. Only a process whose host, pid and start time match what the rank
     recorded at set-up is signalled, never a later process that reuses the pid."""
