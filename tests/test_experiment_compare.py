@@ -75,6 +75,7 @@ def _lm_eval_helpers():
     return lm_eval_helpers
 
 
+@pytest.mark.slow  # trains and scores with lm-eval (~17 s); run with -m slow
 def test_compare_lm_eval_equals_adapter_on_each_checkpoint_and_resumes(tmp_path, monkeypatch):
     h = _lm_eval_helpers()
     from nexus.eval import lm_eval_adapter
@@ -114,6 +115,7 @@ def test_compare_lm_eval_equals_adapter_on_each_checkpoint_and_resumes(tmp_path,
     assert json.loads(json.dumps(again["evals"])) == on_disk["evals"]
 
 
+@pytest.mark.slow  # lm-eval task loading (~18 s); run with -m slow
 def test_compare_bad_lm_eval_task_exit_2_before_training(tmp_path, capsys, monkeypatch):
     h = _lm_eval_helpers()
     from nexus.experiments import compare

@@ -109,6 +109,7 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     assert not (tmp_path / "c2").exists()
 
 
+@pytest.mark.slow  # two FSDP2 processes (~20 s); FSDP2 resume 2->1 stays in the default suite; run with -m slow
 def test_one_process_checkpoint_resumes_under_fsdp2(tmp_path):
     ref, fsdp = tmp_path / "ref", tmp_path / "fsdp"
     _single(tmp_path, ref)
@@ -117,6 +118,7 @@ def test_one_process_checkpoint_resumes_under_fsdp2(tmp_path):
     _close(_losses(fsdp)[0], {s: _losses(ref)[0][s] for s in (3, 4)}, (3, 4))
 
 
+@pytest.mark.slow  # two FSDP2 processes (~25 s); growth under DDP stays in the default suite; run with -m slow
 def test_growth_mid_training_under_fsdp2_matches_one_process(tmp_path):
     """Width growth at step 2: gather, grow (optimizer-state surgery, per-element steps), reshard."""
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
@@ -135,6 +137,7 @@ def test_fsdp2_with_muon_is_a_one_line_error(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "train.optimizer='muon'" in err[0] and not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # two FSDP2 processes (~22 s); the DDP failing-rank test stays in the default suite; run with -m slow
 def test_a_failing_rank_ends_every_fsdp2_rank(tmp_path):
     """Ranks launched one process each (no torchrun agent to kill the survivors): rank 1 raises at
     step 3; rank 0, blocked in an FSDP2 all-gather, must fail by the collective timeout (60 s here)."""
@@ -186,6 +189,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # two FSDP2 processes (~35 s); the one-process skip is in the default suite; run with -m slow
 def test_a_nonfinite_step_is_skipped_on_the_device_under_fsdp2(tmp_path):
     """The skip decision stays a device tensor (fused AdamW's found_inf on DTensor shards): the NaN
     step changes nothing, and every other step matches one process with the same poisoned step."""

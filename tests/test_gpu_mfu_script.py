@@ -40,6 +40,7 @@ def test_default_model_is_the_124m_tied_baseline(gpu_mfu):
     assert 120e6 < n < 128e6, n  # GPT-2-small scale, the size peers quote MFU at
 
 
+@pytest.mark.slow  # runs the GPU MFU script end to end on CPU (~14 s); run with -m slow
 def test_tiny_cpu_run_emits_a_result():
     sys.path.insert(0, str(BENCH))
     from _result import parse

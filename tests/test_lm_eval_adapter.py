@@ -113,6 +113,7 @@ def test_local_multiple_choice_task_offline_matches_own_scoring(tmp_path, model)
     assert res["nexus_tiny_mc"]["acc"] == pytest.approx(correct / len(rows))
 
 
+@pytest.mark.slow  # lm-eval task loading through the CLI (~16 s); the adapter's tests stay; run with -m slow
 def test_cli_eval_lm_eval_local_task_and_bad_task(tmp_path, capsys, model):
     from nexus.checkpoint import save_checkpoint
 
@@ -270,6 +271,7 @@ def _lm_eval_cli_run(tmp_path, model, argv):
     assert "nexus_tiny_mc" in proc.stdout  # lm-eval's own results table
 
 
+@pytest.mark.slow  # the lm_eval console command in a subprocess (~30 s); the adapter's tests stay; run with -m slow
 def test_bare_lm_eval_command_runs_model_nexus(tmp_path, model):
     """lm-evaluation-harness's unmodified console script, as a user types it (~12 s: lm-eval indexes its
     bundled task YAMLs)."""

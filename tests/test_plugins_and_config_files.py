@@ -51,6 +51,7 @@ def _nexus(site: Path, cwd: Path, *argv: str):
                           timeout=300)
 
 
+@pytest.mark.slow  # builds and pip-installs a package (~14 s); run with -m slow
 def test_a_plugin_package_adds_a_preset_and_an_analysis_used_from_the_cli(tmp_path):
     site = tmp_path / "site"
     _install(site, "nexusplug", "nexusplug", PLUGIN)
