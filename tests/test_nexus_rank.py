@@ -321,6 +321,7 @@ def test_table7_path_grow_m_and_a_then_d():
     ({"ffn": 96}, "Nexus-Rank FFN"),
 ])
 def test_hidden_growth_refusals(spec, match):
+    spec = dict(spec)  # the parameter is shared by every run of this test in one process (mutmut runs it twice)
     cfg = nexus_cfg(spec.pop("form", "paper"), TARGETS)
     model = build_model(cfg.model)
     with pytest.raises(ConfigError, match=match):
