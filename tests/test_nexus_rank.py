@@ -401,3 +401,14 @@ def test_zero_init_warning_wording(optimizer):
                 "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A)") in msg
     else:
         assert "under AdamW the grown model trains exactly like the small one" in msg
+
+
+@pytest.mark.parametrize("m,hidden", [(M0, M0), (0, 2 * D)])  # D = M exactly; the default M (2 * d_model)
+def test_hidden_growth_up_to_m_is_refused(m, hidden):
+    """D < M must hold after growth: D = M is refused, also when M is the default that follows d_model."""
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("paper", m=m, a=0)
+    with pytest.raises(ConfigError, match="grow M and A first"):
+        WidthSpec(hidden=hidden, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+    WidthSpec(hidden=hidden - 1, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
