@@ -186,7 +186,7 @@ def test_exact_hidden_growth_without_a_zero_or_copied_fan_out_is_refused(init):
     from nexus.config import ConfigError
 
     cfg = _tiny()
-    with pytest.raises(ConfigError, match="--preserve exact"):
+    with pytest.raises(ConfigError, match=f"--preserve exact with --init {init}"):  # the refused pair named
         grow(build_model(cfg.model), cfg, {"family": "width", "hidden": 64, "init": init, "preserve": "exact"})
 
 
@@ -237,3 +237,24 @@ def test_sampled_gains_draw_from_every_old_gain():
     new = t[2:].tolist()
     assert set(new) == {0.5, 1.5}
     assert 150 < new.count(0.5) < 250  # uniform over 2 gains: 200 +- 10 (binomial sd)
+
+
+def test_random_entries_of_a_float64_tensor_are_the_seeded_draw_scaled_in_float64():
+    """The standard-normal draw is float32 (the same seed gives the same draw for every dtype); the scale is
+    applied in the tensor's own precision, so a float64 tensor keeps float64 products."""
+    ws = spec(init="random,random", preserve="none")
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    plan = plan_axis("ffn", 4, 7, ws, torch.Generator().manual_seed(0))
+    t, _, _ = grow_tensor(old, {1: ("ffn", "out")}, {"ffn": plan}, ws, torch.Generator().manual_seed(5), 0.02)
+    draw = torch.randn((3, 3), generator=torch.Generator().manual_seed(5), dtype=torch.float32)
+    assert t.dtype == torch.float64 and torch.equal(t[:, :4], old)
+    assert torch.equal(t[:, 4:], draw.double() * float(old.float().std()))
+
+
+def test_zero_sum_perturbation_of_a_float64_tensor_cancels_to_float64_rounding():
+    old, new = 3, 8
+    plan = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact"), torch.Generator().manual_seed(0))
+    t = torch.randn(5, new, dtype=torch.float64)
+    eps = _zero_sum_perturbation(t, 1, plan, 0.5, torch.Generator().manual_seed(1))
+    sums = torch.zeros(5, old, dtype=torch.float64).index_add_(1, plan.src, eps)
+    assert eps.dtype == torch.float64 and float(sums.abs().max()) < 1e-14 and float(eps.abs().max()) > 0.1
