@@ -258,3 +258,56 @@ def test_zero_sum_perturbation_of_a_float64_tensor_cancels_to_float64_rounding()
     eps = _zero_sum_perturbation(t, 1, plan, 0.5, torch.Generator().manual_seed(1))
     sums = torch.zeros(5, old, dtype=torch.float64).index_add_(1, plan.src, eps)
     assert eps.dtype == torch.float64 and float(sums.abs().max()) < 1e-14 and float(eps.abs().max()) > 0.1
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"hidden": True}, "width.hidden=True"), ({"ffn": 64.5}, "width.ffn=64.5"), ({"expert_inner": -3}, "width.expert_inner=-3"),
+    ({"init": "copy,copy,copy"}, "--init='copy,copy,copy'"), ({"init": "copy,bogus"}, "--init='copy,bogus'"),
+    ({"init": "random,random", "split": "1:2"}, "--split/--perturb with --init=random,random"),
+    ({"init": "copy,random", "perturb": 0.1}, "--split/--perturb with --init=copy,random"),
+    ({"rewarmup": "fast", "rewarmup_all": True}, "--rewarmup-all='fast'"), ({"rewarmup_all": "fast"}, "--rewarmup-all='fast'"),
+    ({"rewarmup": "fast"}, "--rewarmup='fast'"),
+])
+def test_bad_width_spec_fields_are_refused_by_name(kw, match):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        WidthSpec(**{"ffn": 1, **kw}).validate()
+
+
+def test_rewarmup_all_alone_takes_the_papers_pair():
+    s = WidthSpec(ffn=1, rewarmup_all=True).validate()
+    assert s.rewarmup == {"rho": 1.3, "tau": 250} and s.rewarmup_all is True
+
+
+@pytest.mark.parametrize("value", ["0,5", "1.3,-1", "-2,5"])
+def test_rewarmup_pair_needs_a_positive_rho_and_a_non_negative_tau(value):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match="RHO > 0 and TAU >= 0"):
+        parse_pair(value, "--rewarmup")
+
+
+def test_split_factors_are_the_float64_fractions_rounded_once():
+    """1:2 gives the source 1/3 and its copy 2/3 exactly as float32 roundings of the fractions; a copy group of 3
+    splits the copies' share (1 - r) evenly between them."""
+    old, new = 4, 7
+    p12 = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    want = torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3], dtype=torch.float64).float()
+    assert torch.equal(p12.col_scale, want)
+    three = plan_axis("ffn", 2, 6, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    want3 = torch.tensor([1 / 3, 1 / 3] + [1 / 3] * 4, dtype=torch.float64)  # source 1/3, two copies (2/3) / 2 each
+    torch.testing.assert_close(three.col_scale.double(), want3, atol=0, rtol=1e-7)
+
+
+def test_random_split_ratios_are_uniform_in_0_1_to_0_5_from_the_growth_generator():
+    """r = 0.1 + 0.4 U, U uniform in [0, 1) drawn in float64 from the growth generator (one per old channel), not
+    the global RNG."""
+    old, new = 4, 7
+    torch.manual_seed(123)
+    a = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    torch.manual_seed(321)
+    b = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    assert torch.equal(a.col_scale, b.col_scale)
+    r = 0.1 + 0.4 * torch.rand(old, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    torch.testing.assert_close(a.col_scale[:3].double(), r[:3], atol=0, rtol=1e-7)
