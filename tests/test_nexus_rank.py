@@ -412,3 +412,16 @@ def test_hidden_growth_up_to_m_is_refused(m, hidden):
     with pytest.raises(ConfigError, match="grow M and A first"):
         WidthSpec(hidden=hidden, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
     WidthSpec(hidden=hidden - 1, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+
+
+def test_width_growth_check_leaves_the_callers_config_alone():
+    """The grown config pins M and A (their defaults would follow D) in a copy: the checked config keeps
+    rank_m = rank_a = 0."""
+    import copy
+
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("paper", m=0, a=0)
+    before = copy.deepcopy(cfg.model)
+    WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+    assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)

@@ -311,3 +311,13 @@ def test_random_split_ratios_are_uniform_in_0_1_to_0_5_from_the_growth_generator
     assert torch.equal(a.col_scale, b.col_scale)
     r = 0.1 + 0.4 * torch.rand(old, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     torch.testing.assert_close(a.col_scale[:3].double(), r[:3], atol=0, rtol=1e-7)
+
+
+def test_a_target_at_the_current_size_beside_a_growing_axis_is_accepted_and_the_check_draws_nothing_global():
+    """width.hidden equal to d_model with the FFN growing is no shrink; checking a spec (random split ratios
+    included) leaves the global RNG where it was."""
+    cfg = _tiny()
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    WidthSpec(hidden=32, ffn=64, split="random").validate().applies_to(cfg.model)
+    assert torch.equal(torch.get_rng_state(), state)
