@@ -385,6 +385,8 @@ def test_grown_config_adds_only_the_given_deltas_and_keeps_the_first_pinned_widt
     twice = grown_model_config(only_m, NexusRankSpec(delta_m=2, delta_a=8).validate())
     assert (twice.projection.rank_m, twice.projection.rank_a) == (M0 + 6, A0 + 8)
     assert (twice.growth_state.frozen_m, twice.growth_state.frozen_a) == (M0, A0)
+    default = grown_model_config(nexus_cfg("paper", m=0, a=0).model, NexusRankSpec(delta_m=4, delta_a=2).validate())
+    assert (default.projection.rank_m, default.projection.rank_a) == (2 * D + 4, 4 * D + 2)  # M = 2D, A = 4D by default
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
