@@ -321,3 +321,18 @@ def test_a_target_at_the_current_size_beside_a_growing_axis_is_accepted_and_the_
     state = torch.get_rng_state()
     WidthSpec(hidden=32, ffn=64, split="random").validate().applies_to(cfg.model)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("init,role", [("random,zero", "in"), ("zero,random", "out"), ("random,random", "in")])
+def test_a_bfloat16_tensor_grows_in_bfloat16(init, role):
+    """New entries and the fan-in factor are made in the tensor's own dtype: a bf16 weight comes back bf16, its
+    old entries times the factor rounded to bf16 (not an fp32 product rounded once), zero entries exactly 0."""
+    ws = spec(init=init, preserve="rms")
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    plan = plan_axis("ffn", 4, 6, ws, torch.Generator().manual_seed(0))
+    t, _, _ = grow_tensor(old, {1: ("ffn", role)}, {"ffn": plan}, ws, torch.Generator().manual_seed(2), 0.02)
+    assert t.dtype == torch.bfloat16 and t.shape == (3, 6)
+    factor = torch.tensor(math.sqrt(4 / 6)).to(torch.bfloat16) if role == "in" else torch.tensor(1.0, dtype=torch.bfloat16)
+    assert torch.equal(t[:, :4], old * factor)
+    if init.split(",")[0 if role == "out" else 1] == "zero":
+        assert torch.equal(t[:, 4:], torch.zeros(3, 2, dtype=torch.bfloat16))
