@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nexus.config import ModelConfig
-from nexus.models.attention import Attention, component_shapes
+from nexus.models.attention import Attention, causal_mask, component_shapes, sdpa_causal
 from nexus.models.cache import LayerCache
 from nexus.models.reference.higher_order_ref import naive_attention
 
@@ -131,3 +131,20 @@ def test_width_roles_q_k_v_g_read_the_hidden_axis_and_o_writes_it():
     ranked = Attention(D, H, 2, HD, make_projection=lambda t, i, o, b=False: NexusRank(i, o, 6, 5))
     roles = ranked.width_roles()
     assert roles["o_proj.w_d.weight"] == {0: ("hidden", "out")} and roles["q_proj.w_m.weight"] == {1: ("hidden", "in")}
+
+
+@pytest.mark.parametrize("kv", [H, 2])
+def test_the_causal_mask_is_built_on_the_queries_device(kv):
+    """A chunk of 3 queries after 2 cached keys on the meta device (shape, dtype and device, no data):
+    a mask built on the default device instead would not match the queries' device (on a GPU, a
+    device mismatch inside SDPA)."""
+    meta = torch.device("meta")
+    mask = causal_mask(3, 5, meta)
+    assert mask.device == meta and mask.shape == (3, 5) and mask.dtype == torch.bool
+    q = torch.empty(1, H, 3, HD, device=meta)
+    k = v = torch.empty(1, kv, 5, HD, device=meta)
+    out = sdpa_causal(q, k, v)
+    assert out.device == meta and out.shape == (1, H, 3, HD)
+    # and what the mask says, on the CPU: query i (absolute position 2 + i) sees keys 0..2 + i
+    want = torch.tensor([[j <= 2 + i for j in range(5)] for i in range(3)])
+    assert torch.equal(causal_mask(3, 5, torch.device("cpu")), want)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-from test_higher_order import make_model
+from test_higher_order import make_model, open_gates
 
 from nexus.models.higher_order import HigherOrderAttention
 
@@ -116,3 +116,21 @@ def test_width_refusal_only_where_exactness_cannot_hold():
             if refused:
                 assert refused.startswith("--preserve exact with --init zero,<any> on width.hidden")
                 assert refused.endswith("valid: --init copy,copy, or --preserve rms)")
+
+
+@pytest.mark.parametrize("form", ["projected", "self"])
+def test_the_refinement_gate_keeps_the_autocast_dtype(form):
+    """Under bf16 autocast the gated blend base + alpha (refined - base) stays in the projections' dtype
+    (alpha is cast to it), so the higher-order layer hands its outer attention q, k in the same dtype as
+    standard attention does; an fp32 alpha would promote them to fp32 (twice the attention memory)."""
+    model = make_model(form=form, order=2, targets="qk", gate=True)
+    std = make_model(order=1)
+    layer = model.layers[0].attn
+    assert layer.ho_gate is not None
+    open_gates(model)
+    outer, ref = capture(layer, "outer"), capture(std.layers[0].attn, "outer")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        run(model), run(std)
+    (q, k), (q_std, k_std) = outer[0], ref[0]
+    assert q_std.dtype == k_std.dtype == torch.bfloat16  # what standard attention hands SDPA here
+    assert q.dtype == q_std.dtype and k.dtype == k_std.dtype

@@ -197,3 +197,15 @@ def test_nexus_config_api_field_by_field():
     torch.manual_seed(0)
     model = NexusModel(mc)
     assert model.cfg is mc and model.depth() == (5, 3)
+
+
+def test_width_growth_is_refused_once_naming_the_kind_and_the_valid_one():
+    """The recurrent model has no width-growth rule: the model itself refuses, in one line that names
+    the field, its value and what would be valid (its layers add no refusal of their own)."""
+    from nexus.models.width_roles import collect_refusals
+
+    refusals = collect_refusals(make(layers=1, double=False), spec=None)
+    assert len(refusals) == 1 and refusals[0][0] == "model"
+    why = refusals[0][1]
+    assert why.startswith("the recurrent model (model.arch.kind='recurrent') has no width-growth rule")
+    assert why.endswith("(valid: model.arch.kind=transformer)") and "\n" not in why

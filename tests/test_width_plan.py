@@ -3,13 +3,14 @@ docstring and the paper's section 3.2): which old channel each new one copies, t
 column under each preservation mode and split, the tied head's factor, the zero-sum perturbation, the
 grown config, the growth record, and the RHO,TAU pairs of the re-warmup options."""
 import math
+import statistics
 
 import pytest
 import torch
 
 from nexus.config import ModelConfig, RunConfig
 from nexus.growth import grow
-from nexus.growth.width import WidthSpec, _zero_sum_perturbation, both_copy_alpha, parse_pair, plan_axis
+from nexus.growth.width import WidthSpec, _zero_sum_perturbation, both_copy_alpha, grow_tensor, parse_pair, plan_axis
 from nexus.models import build_model
 
 
@@ -206,3 +207,33 @@ def test_hidden_growth_with_random_sides_depends_on_the_growth_seed_only():
     assert all(torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters()))
     assert not torch.equal(a.norm.weight, c.norm.weight)
     assert set(a.norm.weight[32:].tolist()) <= set(model.norm.weight.tolist())  # new gains are old gains
+
+
+@pytest.mark.parametrize("old_vals", [[3.0], [1.0, 4.0]])
+def test_random_growth_of_a_one_or_two_entry_tensor_takes_its_spread_or_the_init_std(old_vals):
+    """The trained scale of a tensor is the std of its entries; two entries have one, a single entry has
+    none (no spread to copy), so its new random entries are drawn at the init std."""
+    n, n_add, init_std = len(old_vals), 4000, 0.05
+    ws = spec(init="random,random", preserve="none")
+    gen = torch.Generator().manual_seed(0)
+    plan = plan_axis("ffn", n, n + n_add, ws, gen)
+    old = torch.tensor(old_vals)
+    t, copy_source, fan_in = grow_tensor(old, {0: ("ffn", "out")}, {"ffn": plan}, ws, gen, init_std)
+    assert torch.equal(t[:n], old) and t.shape == (n + n_add,) and not copy_source and not fan_in
+    want = statistics.stdev(old_vals) if n > 1 else init_std
+    assert float(t[n:].std()) == pytest.approx(want, rel=0.1)  # 4000 draws: the std's error is ~1%
+    assert abs(float(t[n:].mean())) < 0.1 * want  # zero-mean draws
+
+
+def test_sampled_gains_draw_from_every_old_gain():
+    """A gain over a grown axis with a non-copy fan-out is sampled uniformly from the old gains (the
+    first channel included), never drawn at random or rescaled."""
+    old = torch.tensor([0.5, 1.5])
+    ws = spec(init="random,random", preserve="rms")
+    gen = torch.Generator().manual_seed(0)
+    plan = plan_axis("hidden", 2, 402, ws, gen)
+    t, _, fan_in = grow_tensor(old, {0: ("hidden", "gain")}, {"hidden": plan}, ws, gen, 0.02)
+    assert torch.equal(t[:2], old) and not fan_in
+    new = t[2:].tolist()
+    assert set(new) == {0.5, 1.5}
+    assert 150 < new.count(0.5) < 250  # uniform over 2 gains: 200 +- 10 (binomial sd)
