@@ -224,5 +224,5 @@ def test_grow_defaults_to_step_0_and_names_the_growth_spec_in_a_refusal():
     model, cfg = _model()
     _, new_cfg, _, _ = grow(model, cfg, {"family": "width", "ffn": 64})
     assert new_cfg.growth_history[-1]["step"] == 0
-    with pytest.raises(ConfigError, match="growth spec"):
+    with pytest.raises(ConfigError, match="^growth spec\\.no_such_option=1 "):
         grow(model, cfg, {"family": "width", "ffn": 64, "no_such_option": 1})
