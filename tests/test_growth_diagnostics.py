@@ -154,9 +154,9 @@ def test_probe_batch_without_pydoc_topics_reads_the_embedded_corpus(monkeypatch)
     from nexus.data.corpus import embedded_documents
 
     monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # the import fails: the fallback text
-    text = "\n".join(embedded_documents()[:20]).encode("utf-8", "replace")
-    ids = probe_batch(300, batch=2, seq_len=30)
-    assert ids.flatten().tolist() == [min(b, 299) for b in text[:62]]
+    text = "\n".join(embedded_documents()[:20]).encode("utf-8", "replace")  # the first 20 documents
+    ids = probe_batch(300, batch=1, seq_len=len(text) + 99).flatten().tolist()
+    assert ids == [min(b, 299) for b in text] + [32] * 100
 
 
 def test_symmetry_lock_mean_min_and_a_sharded_parameter_gathered_whole():
