@@ -256,3 +256,23 @@ def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_w
     for check, flag in (({}, "--out"), ({"flag": "--run-dir"}, "--run-dir")):
         with pytest.raises(ConfigError, match=f"^{flag}={str(target)!r} is locked by"):
             atomic.guard_output(target, CHECKPOINT, **check)
+
+
+def test_written_files_take_the_umasks_mode_and_the_umask_is_left_as_it_was(tmp_path):
+    """A file written 0600 (as safetensors does) and a plain file both end with the mode `open()` gives
+    under the process's umask (0666 & ~umask), in a folder write and a single-file write alike."""
+    def private(d: Path) -> None:
+        (d / "w.bin").write_bytes(b"w")
+        os.chmod(d / "w.bin", 0o600)
+        (d / "sub").mkdir()
+        (d / "sub" / "n.txt").write_text("n")
+
+    old = os.umask(0o027)
+    try:
+        out = atomic.atomic_dir_write(tmp_path / "out", private, "checkpoint")
+        atomic.write_text_atomic(tmp_path / "f.txt", "x")
+        assert os.umask(0o027) == 0o027  # reading the umask inside the write put it back
+    finally:
+        os.umask(old)
+    for f in (out / "w.bin", out / "sub" / "n.txt", tmp_path / "f.txt"):
+        assert f.stat().st_mode & 0o777 == 0o640, f"{f.name}: {oct(f.stat().st_mode & 0o777)}"
