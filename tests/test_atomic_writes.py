@@ -57,6 +57,18 @@ def test_an_interrupted_replace_keeps_the_old_version_and_leaves_no_temporary(tm
     assert entries(tmp_path) == ["out"]
 
 
+def test_an_interruption_after_the_last_rename_keeps_the_new_version_and_removes_the_old(tmp_path, monkeypatch):
+    """The new version is in place once the second rename is done: an interruption then (before the
+    folder's fsync) still propagates, but leaves no `.out.old-TAG` behind. Before the fix the whole
+    old version stayed there, its record dropped by the lock's release, so nothing ever removed it."""
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    interrupt_at(monkeypatch, "swap-after-renames")
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
+    assert (tmp_path / "out" / "a.txt").read_text() == "new"
+    assert entries(tmp_path) == ["out"]
+
+
 def test_a_failing_writer_leaves_the_old_version_and_no_temporary(tmp_path):
     atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
 
@@ -182,8 +194,13 @@ def test_pid_alive_probes_without_signalling(monkeypatch):
     import sys
 
     assert atomic.pid_alive(os.getpid()) is True
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # the child takes the default action of every signal (a nohup'd parent passes SIGHUP on ignored),
+    # says so, then waits for its input to end
+    code = ("import signal, sys\nfor s in signal.valid_signals():\n    try: signal.signal(s, signal.SIG_DFL)\n"
+            "    except (OSError, ValueError): pass\nprint('ready', flush=True)\nsys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "ready\n"
         assert atomic.pid_alive(child.pid) is True
     finally:
         child.stdin.close()  # the child exits 0 at end of input, unless a signal (e.g. SIGHUP) ended it first
