@@ -149,21 +149,22 @@ def side_pattern(name: str, state: str) -> str:
 
 
 def test_every_journaled_temporary_is_named_as_recovery_reads_it(tmp_path, monkeypatch):
-    """Each temporary a write records (a file's `.tmp`, a replaced folder's `.tmp`, `.new`, `.old`, a
-    pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
+    """Each temporary a write records (a file's `.tmp`, with or without the lock passed in; a replaced
+    folder's `.tmp`, `.new`, `.old`; a pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
     import re
 
     run = tmp_path / "run"
     run.mkdir()
     with acquire_output_lock(run) as lk:
         atomic.write_file_atomic(run / "f.txt", lambda p: p.write_text("x"), lk)
+        atomic.write_text_atomic(run / "g.txt", "y")  # no lock passed: it journals into the held one
         atomic.atomic_dir_write(run / "d", writes("v1"), "checkpoint")
         atomic.atomic_dir_write(run / "d", writes("v2"), "checkpoint")
         interrupt_at(monkeypatch, "prune-after-rename")
         with pytest.raises(KeyboardInterrupt):
             atomic.remove_recorded(lk, run / "d")
         names = [Path(p).name for p in journal(run)]
-        want = [("f.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
+        want = [("f.txt", "tmp"), ("g.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
         assert len(names) == len(want)
         for got, (name, state) in zip(names, want):
             assert re.match(side_pattern(re.escape(name), state), got), (got, state)
