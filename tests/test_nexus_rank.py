@@ -385,6 +385,8 @@ def test_grown_config_adds_only_the_given_deltas_and_keeps_the_first_pinned_widt
     twice = grown_model_config(only_m, NexusRankSpec(delta_m=2, delta_a=8).validate())
     assert (twice.projection.rank_m, twice.projection.rank_a) == (M0 + 6, A0 + 8)
     assert (twice.growth_state.frozen_m, twice.growth_state.frozen_a) == (M0, A0)
+    default = grown_model_config(nexus_cfg("paper", m=0, a=0).model, NexusRankSpec(delta_m=4, delta_a=2).validate())
+    assert (default.projection.rank_m, default.projection.rank_a) == (2 * D + 4, 4 * D + 2)  # M = 2D, A = 4D by default
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
@@ -412,3 +414,16 @@ def test_hidden_growth_up_to_m_is_refused(m, hidden):
     with pytest.raises(ConfigError, match="grow M and A first"):
         WidthSpec(hidden=hidden, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
     WidthSpec(hidden=hidden - 1, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+
+
+def test_width_growth_check_leaves_the_callers_config_alone():
+    """The grown config pins M and A (their defaults would follow D) in a copy: the checked config keeps
+    rank_m = rank_a = 0."""
+    import copy
+
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("paper", m=0, a=0)
+    before = copy.deepcopy(cfg.model)
+    WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+    assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)

@@ -224,5 +224,25 @@ def test_grow_defaults_to_step_0_and_names_the_growth_spec_in_a_refusal():
     model, cfg = _model()
     _, new_cfg, _, _ = grow(model, cfg, {"family": "width", "ffn": 64})
     assert new_cfg.growth_history[-1]["step"] == 0
-    with pytest.raises(ConfigError, match="growth spec"):
+    with pytest.raises(ConfigError, match="^growth spec\\.no_such_option=1 "):
         grow(model, cfg, {"family": "width", "ffn": 64, "no_such_option": 1})
+
+
+@pytest.mark.parametrize("policy", ["drop", "asymmetric"])
+def test_grow_carries_the_optimizer_state_by_the_specs_policy(policy):
+    """The old optimizer's state reaches the new optimizer through the spec's optimizer_state: drop starts
+    fresh, asymmetric keeps the old entries' moments."""
+    from nexus.optim.param_groups import build_optimizer
+
+    model, cfg = _model()
+    opt = build_optimizer(model, cfg.train)
+    x, y = probe_batch(64, 2, 8, seed=0, device="cpu")
+    model(x, labels=y).loss.backward()
+    opt.step()
+    old_avg = opt.state_for("embed.weight")["exp_avg"].clone()
+    _, _, new_opt, _ = grow(model, cfg, {"family": "width", "ffn": 64, "optimizer_state": policy}, opt.state_dict())
+    st = new_opt.state_for("embed.weight") or {}
+    if policy == "drop":
+        assert "exp_avg" not in st
+    else:
+        assert torch.equal(st["exp_avg"], old_avg)  # embed is not grown by an FFN growth: its state carried whole
