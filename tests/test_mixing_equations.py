@@ -404,14 +404,18 @@ def test_modulated_mix_forward_and_backward_are_eq7(anchor, factors, need):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
 
 
-def test_modulated_mix_keeps_float32_factors_with_bf16_activations():
-    """Under bf16 autocast the projections and the dynamic factors arrive in bf16 while the coefficients
-    stay fp32: the coefficient and factor gradients still follow eq. 7 (at bf16 precision)."""
+@pytest.mark.parametrize("activations,coefficients", [(torch.bfloat16, torch.float32), (F64, torch.float32)],
+                         ids=["bf16_autocast", "fp64_activations"])
+def test_modulated_mix_with_mixed_precision_follows_eq7(activations, coefficients):
+    """The eager Function takes any dtypes: under bf16 autocast the projections and the dynamic factors
+    arrive in bf16 while the coefficients stay fp32, and fp64 activations may meet fp32 coefficients.
+    The coefficient and factor gradients still follow eq. 7 (at the lower precision)."""
     g = _gen(11)
-    cur = torch.randn(2, 3, 2, 3, generator=g).to(torch.bfloat16)
-    l1, l2 = torch.rand(2, 1, generator=g).requires_grad_(), torch.rand(2, 1, generator=g).requires_grad_()
-    anc = torch.randn(2, 3, 2, 3, generator=g).to(torch.bfloat16)
-    gamma = torch.rand(2, 3, 2, generator=g).to(torch.bfloat16).requires_grad_()
+    cur = torch.randn(2, 3, 2, 3, generator=g).to(activations)
+    l1 = torch.rand(2, 1, generator=g).to(coefficients).requires_grad_()
+    l2 = torch.rand(2, 1, generator=g).to(coefficients).requires_grad_()
+    anc = torch.randn(2, 3, 2, 3, generator=g).to(activations)
+    gamma = torch.rand(2, 3, 2, generator=g).to(activations).requires_grad_()
     out = modulated_mix(cur, anc, l1, l2, gamma[..., 0, None, None], gamma[..., 1, None, None])
     up = torch.randn(out.shape, generator=g).to(out.dtype)
     d_l1, d_l2, d_gam = torch.autograd.grad(out, [l1, l2, gamma], up)
