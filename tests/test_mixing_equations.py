@@ -504,10 +504,12 @@ def test_mix_layer_fused_float32_matches_the_eager_path():
     x = torch.randn(2, 3, 4, generator=g)
     dyn = DynamicMixing(4, 5)
     _randomize(dyn, 15)
-    currents = [torch.randn(2, 3, 2, 3, generator=g), torch.randn(2, 3, 1, 3, generator=g)]
-    anchors = [torch.randn(2, 3, 2, 3, generator=g), torch.randn(2, 3, 1, 3, generator=g)]
-    l1s, l2s = [torch.rand(2, generator=g), torch.rand(1, generator=g)], [torch.rand(2, generator=g), torch.rand(1, generator=g)]
-    args = (currents, anchors, l1s, l2s, [(2, 1), (1, 1)], x, dyn, [(0, 1), (5, 4)])
+    # all four components, as a float32 ExoFormer layer has them (headwise and scalar coefficients)
+    currents = [torch.randn(2, 3, *s, generator=g) for s in SHAPES.values()]
+    anchors = [torch.randn(2, 3, *s, generator=g) for s in SHAPES.values()]
+    shapes = [(2, 1), (1, 1), (1, 1), (2, 1)]
+    l1s, l2s = [torch.rand(h * w, generator=g) for h, w in shapes], [torch.rand(h * w, generator=g) for h, w in shapes]
+    args = (currents, anchors, l1s, l2s, shapes, x, dyn, [(0, 1), (2, 3), (5, 4), (6, 7)])
     fused = mix_layer(*args)
     assert {type(o.grad_fn).__name__ for o in fused} == {"FusedMixBackward"}
     with _eager_only():
