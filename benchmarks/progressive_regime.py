@@ -12,6 +12,11 @@ The regime (`--scale full`, the default):
                 seeds 0, 1, 2; every evaluation on 32 x 16 x 128 = 65,536 fixed validation tokens
   --ablations   adds sparkling-no-rewarmup, sparkling-symmetric, sparkling-hidden, sparkling-both (and scratch at
                 the hidden shapes); the methods are those of `nexus experiment progressive --list`
+  --arch        adds Nexusformer vs TokenFormer (item 5): nexus-rank-regime and tokenformer-regime, Q/K/V projections
+                of equal size (15,488 -> 31,744 parameters each) at the same d 64 shape and recipe, each grown 2x from
+                its OWN small base (own prefix, own growth step at 40 tokens per parameter, own tuned scratch), so
+                each one's share of its own gap closed is growth's contribution and the small-vs-small and
+                scratch-vs-scratch differences are the architectures' gap
 
 Three commands, in this order (each resumable: run it again after an interruption and finished runs are
 skipped, unfinished ones continue from their last step checkpoint):
@@ -35,6 +40,7 @@ labelled separately), also written to OUT/<scale>/results.json and table.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -47,6 +53,13 @@ from pathlib import Path
 
 DEFAULT_METHODS = ("sparkling", "sparkling-random", "naive-copy")
 ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric", "sparkling-hidden", "sparkling-both")
+# --arch (item 5): Nexusformer vs TokenFormer, each grown from its own base; name -> (the library method it shrinks,
+# its growth spec at d 64, its small projection sizes at d 64). Sizes and their matching: arch_methods().
+ARCH_SHAPES = {
+    "nexus-rank-regime": ("nexus-rank-matched", {"delta_m": 24, "delta_a": 80},
+                          {"model.projection.rank_m": 72, "model.projection.rank_a": 80}),
+    "tokenformer-regime": ("tokenformer-matched", {"add_tokens": 127}, {"model.projection.param_tokens": 121}),
+}
 DEFAULT_SEEDS = (0, 1, 2)
 # 5 log-spaced peak lrs, a factor 2 apart, around the preset's 3e-3
 DEFAULT_LRS = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
@@ -89,51 +102,123 @@ def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
 
 
 def shape_key(model: dict) -> str:
-    return f"d{model['d_model']}-ffn{model['ffn_hidden'] or 'auto'}"
+    """A model shape's name; a projection other than nn.Linear adds its kind and sizes (two architectures of
+    one width are different shapes, each with its own scratch run and swept lr)."""
+    key = f"d{model['d_model']}-ffn{model['ffn_hidden'] or 'auto'}"
+    proj = model.get("projection") or {}
+    if proj.get("kind", "linear") != "linear":
+        sizes = [f"{k}{v}" for k, v in sorted(proj.items()) if type(v) is int and v]
+        key += "-" + "-".join([proj["kind"], *sizes])
+    return key
+
+
+def arch_methods() -> dict:
+    """Issue 29 item 5's pair at the regime's shape (d 64, 4 heads of 16, FFN 128, the same recipe), each grown
+    2x in its Q/K/V projections from its own base. Their *-matched namesakes are sized at d 128; at d 64 the same
+    matching holds exactly: per projection Nexus-Rank has d*M + M*A + A*d parameters (Nexusformer Sec. 3), TokenFormer
+    2*n*d (n parameter tokens): M 72, A 80 -> 15,488 = n 121; grown to M 96, A 160 -> 31,744 = n 248."""
+    import dataclasses
+
+    from nexus.experiments import progressive as P
+
+    known, shape = P.methods(), P.methods()["sparkling"].overrides
+    out = {}
+    for name, (src, spec, sizes) in ARCH_SHAPES.items():
+        m = known[src]
+        out[name] = dataclasses.replace(m, name=name, spec={**m.spec, **spec}, overrides={**m.overrides, **shape, **sizes},
+                                        lrs={}, description=f"{m.description} [regime: d 64, own base]")
+    return out
+
+
+@contextlib.contextmanager
+def arch_methods_known():
+    """The pair is known to `nexus.experiments.progressive` while this benchmark plans and runs (its own methods,
+    not the library's: the main job and `--list` stay as they are)."""
+    from nexus.experiments import progressive as P
+
+    saved = P.methods
+    known = {**saved(), **arch_methods()}
+    P.methods = lambda: dict(known)
+    try:
+        yield
+    finally:
+        P.methods = saved
+
+
+def _sans_dir(cfg: dict) -> str:
+    c = copy.deepcopy(cfg)
+    c["train"].pop("out_dir", None)
+    return json.dumps(c, sort_keys=True)
 
 
 def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path,
                 lrs: dict | None) -> dict:
     """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
-    lrs: {"small": lr, "scratch": {shape: lr}} from the sweep, or None (untuned: the preset lr)."""
+    Methods whose small models differ (Nexus-Rank, TokenFormer, SPARKLING's FFN axis) form separate bases: each
+    base has its own prefix, small run, growth step (40 tokens per parameter of its own small model) and scratch.
+    lrs: the sweep's best lr per base ("small", "<base>-small") and per scratch shape, or None (untuned)."""
     from nexus.experiments import progressive as P
 
     scale = SCALES[scale_name]
     tps = scale["batch"] * scale["seq"]
-    n_small = small_params(methods[0], base_overrides(scale, data, None))
-    grow_step = scale.get("grow_steps") or math.ceil(scale["tokens_per_param"] * n_small / tps)
-    steps = 2 * grow_step
-    small_lr = None if lrs is None else lrs["small"]
-    plans = {}
+    def small_of(m: str) -> str:
+        return _sans_dir(P._small_config(P.methods()[m], None, base_overrides(scale, data, None), None).to_dict())
+
+    groups: dict[str, list[str]] = {}  # small model (as JSON) -> its methods, in the order given
     for m in methods:
-        plans[m] = P.plan_progressive(m, overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
-                                      grow_at=grow_step * tps, seeds=seeds, out=str(out), eval_points=scale["evals"])
+        groups.setdefault(small_of(m), []).append(m)
+    default_small = small_of(DEFAULT_METHODS[0])
     runs: dict[str, dict] = {}
-    for sd in seeds:
-        first = plans[methods[0]]["configs"][str(sd)]
-        small = _finish(first["small"], out / f"seed{sd}" / "small", steps)
-        prefix = _finish(first["small"], out / f"seed{sd}" / "prefix", steps)
-        prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
-        runs[f"seed{sd}/prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd}
-        runs[f"seed{sd}/small"] = {"cfg": small, "after": f"seed{sd}/prefix", "kind": "small", "seed": sd}
-        for m in methods:
-            c = plans[m]["configs"][str(sd)]
-            runs[f"seed{sd}/{m}"] = {"cfg": _finish(c["grown"], out / f"seed{sd}" / m, steps), "after": f"seed{sd}/prefix",
-                                     "kind": "grown", "seed": sd, "method": m, "shape": shape_key(c["scratch"]["model"])}
-            key = shape_key(c["scratch"]["model"])
-            name = f"seed{sd}/scratch-{key}"
-            if name not in runs:
-                sc = _finish(c["scratch"], out / f"seed{sd}" / f"scratch-{key}", steps)
-                if lrs is not None:
-                    if key not in lrs["scratch"]:
-                        raise Refused(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep with the "
-                                      f"same methods, it sweeps every shape they use)")
-                    sc["train"]["lr"] = lrs["scratch"][key]
-                runs[name] = {"cfg": sc, "after": None, "kind": "scratch", "seed": sd, "shape": key}
-    p0 = plans[methods[0]]
+    bases, plans = {}, {}
+    for small_json, ms in groups.items():
+        # the default FFN-axis base keeps the plain names; any other base is named by its first method (sorted, so
+        # the name does not depend on the order of --methods and a rerun finds its runs)
+        label = "" if small_json == default_small else sorted(ms)[0]
+        pre = f"{label}-" if label else ""
+        n_small = small_params(ms[0], base_overrides(scale, data, None))
+        grow_step = scale.get("grow_steps") or math.ceil(scale["tokens_per_param"] * n_small / tps)
+        steps = 2 * grow_step
+        small_lr = None
+        if lrs is not None:
+            if f"{pre}small" not in lrs:
+                raise Refused(f"the lr sweep has no lr for the small model of base {label or 'small'!r} (valid: run "
+                              f"--lr-sweep with the same methods, it sweeps every base and shape they use)")
+            small_lr = lrs[f"{pre}small"]
+        for m in ms:
+            plans[m] = P.plan_progressive(m, overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
+                                          grow_at=grow_step * tps, seeds=seeds, out=str(out), eval_points=scale["evals"])
+        bases[label or "small"] = {"methods": ms, "small_params": n_small, "grow_step": grow_step, "steps": steps,
+                                   "token_budget": steps * tps, "tokens_per_param_at_growth": grow_step * tps / n_small,
+                                   "small_run": f"{pre}small", "prefix_run": f"{pre}prefix"}
+        for sd in seeds:
+            first = plans[ms[0]]["configs"][str(sd)]
+            where = dict(base=label or "small", grow_step=grow_step, steps=steps)
+            small = _finish(first["small"], out / f"seed{sd}" / f"{pre}small", steps)
+            prefix = _finish(first["small"], out / f"seed{sd}" / f"{pre}prefix", steps)
+            prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
+            runs[f"seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
+            runs[f"seed{sd}/{pre}small"] = {"cfg": small, "after": f"seed{sd}/{pre}prefix", "kind": "small", "seed": sd,
+                                            **where}
+            for m in ms:
+                c = plans[m]["configs"][str(sd)]
+                key = shape_key(c["scratch"]["model"])
+                runs[f"seed{sd}/{m}"] = {"cfg": _finish(c["grown"], out / f"seed{sd}" / m, steps),
+                                         "after": f"seed{sd}/{pre}prefix", "kind": "grown", "seed": sd, "method": m,
+                                         "shape": key, **where}
+                name = f"seed{sd}/scratch-{key}"
+                if name not in runs:
+                    sc = _finish(c["scratch"], out / f"seed{sd}" / f"scratch-{key}", steps)
+                    if lrs is not None:
+                        if key not in lrs:
+                            raise Refused(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep "
+                                          f"with the same methods, it sweeps every shape they use)")
+                        sc["train"]["lr"] = lrs[key]
+                    runs[name] = {"cfg": sc, "after": None, "kind": "scratch", "seed": sd, "shape": key, **where}
+    b0 = bases[next(iter(bases))]
     return {"scale": scale_name, "data": data, "methods": methods, "seeds": seeds, "tokens_per_step": tps,
-            "grow_step": grow_step, "steps": steps, "token_budget": steps * tps, "small_params": n_small,
-            "tokens_per_param_at_growth": grow_step * tps / n_small, "tau_rule": p0["tau_rule"],
+            "grow_step": b0["grow_step"], "steps": b0["steps"], "token_budget": max(b["token_budget"] for b in bases.values()),
+            "small_params": b0["small_params"], "tokens_per_param_at_growth": b0["tokens_per_param_at_growth"],
+            "bases": bases, "tau_rule": plans[methods[0]]["tau_rule"],
             "eval_tokens": scale["eval_batches"] * tps, "tuned": lrs is not None, "lrs": lrs,
             "specs": {m: plans[m]["spec"] for m in methods}, "runs": runs}
 
@@ -150,7 +235,7 @@ def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
 def describe_run(run: dict, plan: dict) -> dict:
     m = run["cfg"]["model"]
     tc = run["cfg"]["train"]
-    start = plan["grow_step"] if run["kind"] in ("small", "grown") else 0
+    start = run.get("grow_step", plan["grow_step"]) if run["kind"] in ("small", "grown") else 0
     row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
            "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
     if run["kind"] == "grown":
@@ -256,14 +341,12 @@ def curve(run_dir: Path, tps: int, segments: list[dict], prefix_dir: Path | None
 
 def summarize(plan: dict, out: Path) -> dict:
     from nexus.config import RunConfig
-    from nexus.experiments.curves import first_crossing, train_flops_per_token
+    from nexus.experiments.curves import active_params, first_crossing, train_flops_per_token
     from nexus.experiments.report import eq29
-    from nexus.experiments.curves import active_params
     from nexus.experiments.runs import read_done
     from nexus.experiments.stats import describe, gap_closed, paired
 
     tps, seeds, methods = plan["tokens_per_step"], plan["seeds"], plan["methods"]
-    d_e = plan["grow_step"] * tps
     runs = plan["runs"]
     model = {k: RunConfig.from_dict(r["cfg"]).model for k, r in runs.items()}
     seq = plan_seq(plan)
@@ -271,33 +354,51 @@ def summarize(plan: dict, out: Path) -> dict:
     final = {k: float(read_done(Path(r["cfg"]["train"]["out_dir"]))["val_loss"]) for k, r in runs.items()}
     per_method = {}
     for m in methods:
-        shape = runs[f"seed{seeds[0]}/{m}"]["shape"]
-        sc_name = f"scratch-{shape}"
+        first = runs[f"seed{seeds[0]}/{m}"]
+        base = plan["bases"][first["base"]]
+        small_run, prefix_run = base["small_run"], base["prefix_run"]
+        d_e, budget = base["grow_step"] * tps, base["token_budget"]
+        sc_name = f"scratch-{first['shape']}"
         large_fpt = fpt[f"seed{seeds[0]}/{sc_name}"]
-        small_fpt = fpt[f"seed{seeds[0]}/small"]
+        small_fpt = fpt[f"seed{seeds[0]}/{small_run}"]
         segs = [{"start_tokens": 0.0, "flops_per_token": small_fpt}, {"start_tokens": d_e, "flops_per_token": large_fpt}]
         g = [final[f"seed{sd}/{m}"] for sd in seeds]
         sc = [final[f"seed{sd}/{sc_name}"] for sd in seeds]
-        sm = [final[f"seed{sd}/small"] for sd in seeds]
+        sm = [final[f"seed{sd}/{small_run}"] for sd in seeds]
         reach = []
         for sd in seeds:
-            pts = curve(out / f"seed{sd}" / m, tps, segs, out / f"seed{sd}" / "prefix")
+            pts = curve(out / f"seed{sd}" / m, tps, segs, out / f"seed{sd}" / prefix_run)
             hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"seed{sd}/{sc_name}"])
-            reach.append(None if hit is None else hit / (large_fpt * plan["token_budget"]))
+            reach.append(None if hit is None else hit / (large_fpt * budget))
         got = [v for v in reach if v is not None]
-        n_small = active_params(model[f"seed{seeds[0]}/small"])
+        n_small = active_params(model[f"seed{seeds[0]}/{small_run}"])
         n_large = active_params(model[f"seed{seeds[0]}/{sc_name}"])
         per_method[m] = {
-            "shape": shape, "grown": describe(g), "scratch": describe(sc), "small": describe(sm),
-            "gap_closed": gap_closed(sm, g, sc), "grown_minus_scratch": paired(g, sc), "grown_minus_small": paired(g, sm),
+            "base": first["base"], "shape": first["shape"], "grown": describe(g), "scratch": describe(sc),
+            "small": describe(sm), "gap_closed": gap_closed(sm, g, sc), "grown_minus_scratch": paired(g, sc),
+            "grown_minus_small": paired(g, sm),
             "compute_to_scratch_loss": {"per_seed": reach, "reached": len(got), "of": len(reach), **describe(got)},
-            "eq29_equal_tokens": eq29(n_small, n_large, d_e, plan["token_budget"])["flops_saved"],
+            "eq29_equal_tokens": eq29(n_small, n_large, d_e, budget)["flops_saved"],
             "per_seed": {"grown": g, "scratch": sc, "small": sm}}
     between = {}
     for i, a in enumerate(methods):
         for b in methods[i + 1:]:
             between[f"{a} - {b}"] = paired(per_method[a]["per_seed"]["grown"], per_method[b]["per_seed"]["grown"])
-    return {"methods": per_method, "between_methods": between}
+    # two bases of equal size (Nexus-Rank vs TokenFormer): the architectures' own gap at equal tokens, small against small
+    # and scratch against scratch, apart from what each one's growth contributes (its gap closed above)
+    architectures = {}
+    names = list(plan["bases"])
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if plan["bases"][a]["small_params"] != plan["bases"][b]["small_params"]:
+                continue  # only bases matched in size train on equal tokens and compare as architectures
+            ra, rb = (next(m for m in methods if per_method[m]["base"] == x) for x in (a, b))
+            architectures[f"{a} - {b}"] = {
+                "methods": [ra, rb],
+                "small": paired(per_method[ra]["per_seed"]["small"], per_method[rb]["per_seed"]["small"]),
+                "scratch": paired(per_method[ra]["per_seed"]["scratch"], per_method[rb]["per_seed"]["scratch"]),
+                "grown": paired(per_method[ra]["per_seed"]["grown"], per_method[rb]["per_seed"]["grown"])}
+    return {"methods": per_method, "between_methods": between, "between_bases": architectures}
 
 
 def plan_seq(plan: dict) -> int:
@@ -307,28 +408,38 @@ def plan_seq(plan: dict) -> int:
 def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
     from nexus.experiments.stats import fmt, fmt_gap
 
-    lines = [head, "",
-             f"regime: small {plan['small_params']:,} parameters, growth at {plan['tokens_per_param_at_growth']:.1f} "
-             f"tokens/param (step {plan['grow_step']}), {plan['steps'] - plan['grow_step']} steps after growth, "
-             f"{plan['token_budget']:,} tokens per run; re-warmup tau {plan['tau_rule']}; evaluation on "
-             f"{plan['eval_tokens']:,} fixed validation tokens; seeds {', '.join(map(str, plan['seeds']))}",
-             f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
-             f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws "
-             f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
-             "| method | grown | scratch | small | share of the gap closed [95% CI] | grown - scratch (paired) | "
-             "compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [head, ""]
+    for name, b in plan["bases"].items():
+        lines.append(f"regime ({name}: {', '.join(b['methods'])}): small {b['small_params']:,} parameters, growth at "
+                     f"{b['tokens_per_param_at_growth']:.1f} tokens/param (step {b['grow_step']}), "
+                     f"{b['steps'] - b['grow_step']} steps after growth, {b['token_budget']:,} tokens per run")
+    lines += [f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
+              f"seeds {', '.join(map(str, plan['seeds']))}",
+              f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+              f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
+              f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
+              "| method | base | grown | scratch (its own) | small (its own) | share of the gap closed [95% CI] | "
+              "grown - scratch (paired) | compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for m, r in summary["methods"].items():
         c = r["compute_to_scratch_loss"]
         reach = "not reached" if not c["reached"] else f"{c['mean']:.3f}" + (f" +- {c['std']:.3f}" if c["n"] > 1 else "")
         d = r["grown_minus_scratch"]
-        lines.append(f"| {m} | {fmt(r['grown'])} | {fmt(r['scratch'])} | {fmt(r['small'])} | {fmt_gap(r['gap_closed'])} | "
-                     f"{fmt(d['diff'])} p={_p(d['t_p'])} | {reach} ({c['reached']}/{c['of']} seeds) | "
-                     f"{100 * r['eq29_equal_tokens']:+.1f}% |")
+        lines.append(f"| {m} | {r['base']} | {fmt(r['grown'])} | {fmt(r['scratch'])} | {fmt(r['small'])} | "
+                     f"{fmt_gap(r['gap_closed'])} | {fmt(d['diff'])} p={_p(d['t_p'])} | {reach} ({c['reached']}/{c['of']} "
+                     f"seeds) | {100 * r['eq29_equal_tokens']:+.1f}% |")
     lines += ["", f"SPARKLING's own share of the gap closed: {PAPER_GAP_CLOSED} (Table 1; grown ends above scratch).", "",
-              "Paired differences between methods (grown final val loss, same seeds, same small checkpoint):", ""]
+              "Paired differences between methods (grown final val loss, same seeds; methods of one base branch from "
+              "the same small checkpoint):", ""]
     for k, d in summary["between_methods"].items():
         lines.append(f"- {k}: {fmt(d['diff'])}; paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}")
+    if summary.get("between_bases"):
+        lines += ["", "The base architectures' own gap (same seeds, equal tokens), apart from what growth contributes "
+                  "(each method's share of its own small-to-scratch gap above):", ""]
+        for k, d in summary["between_bases"].items():
+            lines.append(f"- {k} ({' vs '.join(d['methods'])}): small {fmt(d['small']['diff'])}; scratch "
+                         f"{fmt(d['scratch']['diff'])}; grown {fmt(d['grown']['diff'])} (paired t p = "
+                         f"{_p(d['small']['t_p'])}, {_p(d['scratch']['t_p'])}, {_p(d['grown']['t_p'])})")
     return "\n".join(lines) + "\n"
 
 
@@ -338,10 +449,11 @@ def _p(x) -> str:
 
 # ----------------------------------------------------------------------------- lr sweep
 def plan_sweep(methods: list[str], scale_name: str, data: str, out: Path, lrs: list[float]) -> dict:
-    """One seed, every lr, the small model and the scratch model of every shape the methods use, at the full budget."""
+    """One seed, every lr, the small model of every base and the scratch model of every shape the methods use, at
+    the full budget of their base."""
     base = plan_regime(methods, [0], scale_name, data, out / "sweep-probe", None)
     runs = {}
-    shapes = {"small": base["runs"]["seed0/small"]["cfg"]}
+    shapes = {b["small_run"]: base["runs"][f"seed0/{b['small_run']}"]["cfg"] for b in base["bases"].values()}
     shapes.update({r["shape"]: r["cfg"] for k, r in base["runs"].items() if r["kind"] == "scratch"})
     for shape, cfg in shapes.items():
         for lr in lrs:
@@ -364,7 +476,7 @@ def read_sweep(path: Path, plan_key: dict) -> dict:
                       f"{SWEEP_FILE} that --lr-sweep writes)") from None
     if key != plan_key:
         raise Refused(f"--sweep={str(path)!r} was swept for {key} (valid: a sweep of this plan, {plan_key})")
-    return {"small": best["small"], "scratch": {k: v for k, v in best.items() if k != "small"}}
+    return dict(best)  # "small" / "<base>-small" and each scratch shape -> its best lr
 
 
 def sweep_key(plan: dict) -> dict:
@@ -404,20 +516,24 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
         return per_step, time.process_time() - t0
 
 
+def timed_config(run: dict, plan: dict) -> dict:
+    """The config whose step a run pays for: a grown run trains the grown model, which is its shape's scratch model."""
+    if run["kind"] == "grown":
+        return plan["runs"][f"seed{run['seed']}/scratch-{run['shape']}"]["cfg"]
+    return run["cfg"]
+
+
 def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: dict | None = None) -> dict:
     """Per-step and per-evaluation cost of every distinct model timed here x each run's steps and evaluations.
-    `cost` caches the timings by model shape across plans (the sweep's models are the benchmark's)."""
+    `cost` caches the timings by model across plans (the sweep's models are the benchmark's)."""
     cost = {} if cost is None else cost
     rows, total = [], 0.0
     for name, run in plan["runs"].items():
         d = describe_run(run, plan)
-        key = (d["layers"], d.get("grows_to", {}).get("d_model", d["d_model"]), d.get("grows_to", {}).get("ffn", d["ffn"]))
-        small_key = (d["layers"], d["d_model"], d["ffn"])
-        for k in {key, small_key}:
-            if k not in cost:
-                cfg = copy.deepcopy(run["cfg"])
-                cfg["model"]["d_model"], cfg["model"]["ffn_hidden"] = k[1], k[2]
-                cost[k] = step_seconds(cfg, timing_steps, threads)
+        cfg = timed_config(run, plan)
+        key = json.dumps(cfg["model"], sort_keys=True)
+        if key not in cost:
+            cost[key] = step_seconds(cfg, timing_steps, threads)
         step_s, eval_s = cost[key]
         evals = max(1, d["steps"] // max(1, run["cfg"]["train"]["eval_every"] or d["steps"])) + 1
         sec = d["steps"] * step_s + evals * eval_s
@@ -428,14 +544,15 @@ def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: di
         r = next(x for x in rows if x["run"] == name)
         chains[name] = r["est_s"] + (next(x for x in rows if x["run"] == run["after"])["est_s"] if run["after"] else 0)
     wall = max(total / max(1, workers), max(chains.values()))
-    return {"rows": rows, "serial_s": total, "wall_s": wall, "step_cost": {str(k): v for k, v in cost.items()}}
+    return {"rows": rows, "serial_s": total, "wall_s": wall, "step_cost": dict(enumerate(cost.values()))}
 
 
 def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
-    say(f"plan: {plan['scale']} | small {plan['small_params']:,} params | growth at step {plan['grow_step']} = "
-        f"{plan['grow_step'] * plan['tokens_per_step']:,} tokens ({plan['tokens_per_param_at_growth']:.1f} tokens/param) | "
-        f"{plan['steps']} steps = {plan['token_budget']:,} tokens per run | eval {plan['eval_tokens']:,} tokens | "
-        f"seeds {','.join(map(str, plan['seeds']))}")
+    for name, b in plan["bases"].items():
+        say(f"plan: {plan['scale']} | base {name} ({', '.join(b['methods'])}) | small {b['small_params']:,} params | "
+            f"growth at step {b['grow_step']} = {b['grow_step'] * plan['tokens_per_step']:,} tokens "
+            f"({b['tokens_per_param_at_growth']:.1f} tokens/param) | {b['steps']} steps = {b['token_budget']:,} tokens per "
+            f"run | eval {plan['eval_tokens']:,} tokens | seeds {','.join(map(str, plan['seeds']))}")
     if "problem" in corpus:
         say(f"corpus: a run would refuse it: {corpus['problem']}")
     else:
@@ -444,18 +561,22 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
     say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>8s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est (CPU)")
     rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
     for r in rows:
+        run = plan["runs"][r["run"]]
+        proj = shape_key(timed_config(run, plan)["model"]).split("-", 2)[2:]  # a projection other than Linear
         to = r.get("grows_to", {})
         d = f"{r['d_model']}" + (f"->{to['d_model']}" if to.get("d_model", r["d_model"]) != r["d_model"] else "")
         f = f"{r['ffn']}" + (f"->{to['ffn']}" if to.get("ffn", r["ffn"]) != r["ffn"] else "")
         shape = f"{d:>7s} {f:>8s}"
         t = f"  {r['est_s'] / 60:5.1f} min" if "est_s" in r else ""
-        say(f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}")
+        say(f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}"
+            + (f"  ({proj[0]})" if proj else ""))
 
 
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        with arch_methods_known():
+            return _main(argv)
     except Refused as e:
         print(f"error: {e.line}", file=sys.stderr)
         raise
@@ -468,6 +589,8 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--smoke", action="store_true", help="--scale smoke on the embedded corpus")
     ap.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
     ap.add_argument("--ablations", action="store_true", help=f"also {', '.join(ABLATIONS)}")
+    ap.add_argument("--arch", action="store_true", help=f"also {', '.join(ARCH_SHAPES)}: Nexusformer vs TokenFormer, "
+                    "each grown from its own base (issue 29 item 5)")
     ap.add_argument("--methods", default=None, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
     ap.add_argument("--estimate", action="store_true", help="print the plan and the time; train nothing")
     ap.add_argument("--lr-sweep", action="store_true", help="the lr sweep (one seed) -> OUT/<scale>/lr_sweep.json")
@@ -493,11 +616,12 @@ def _main(argv: list[str] | None) -> int:
         raise Refused(f"--lrs={a.lrs!r} (valid: at least {MIN_SWEEP_LRS} distinct learning rates > 0)")
     from nexus.experiments import progressive as P
 
-    methods = a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
+    methods = (a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
+               + (list(ARCH_SHAPES) if a.arch else []))
     for m in methods:
-        if m not in P.methods() or P.methods()[m].family != "width":
+        if m not in P.methods() or (P.methods()[m].family != "width" and m not in ARCH_SHAPES):
             raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
-                          f"{', '.join(DEFAULT_METHODS + ABLATIONS)})")
+                          f"{', '.join(DEFAULT_METHODS + ABLATIONS)}, or {', '.join(ARCH_SHAPES)})")
     out = Path(a.out) / scale
     head = (f"progressive regime ({scale}) | threads {a.threads} x workers {a.workers} | load "
             f"{os.getloadavg()[0]:.1f} | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | "

@@ -122,3 +122,137 @@ def test_recovery_never_replaces_an_output_that_exists(tmp_path):
     with acquire_output_lock(target) as lk:
         atomic.recover_recorded(lk)
     assert (target / "a.txt").read_text() == "current" and entries(tmp_path) == ["out"]
+
+
+# ----------------------------------------------------------------------------- the journal, readers, one writer
+def journal(target: Path) -> list[str]:
+    """The temporaries recorded pending in `target`'s lock file, in order (relative to its folder)."""
+    recs = [json.loads(line) for line in lock_file(target).read_text().splitlines()[1:]]
+    return [r["pending"] for r in recs if "pending" in r]
+
+
+# the names module docstring of nexus/atomic.py promises, written out here: .NAME.STATE-PID-NANOSECONDS
+def side_pattern(name: str, state: str) -> str:
+    return rf"^\.{name}\.{state}-\d+-\d+$"
+
+
+def test_every_journaled_temporary_is_named_as_recovery_reads_it(tmp_path, monkeypatch):
+    """Each temporary a write records (a file's `.tmp`, a replaced folder's `.tmp`, `.new`, `.old`, a
+    pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
+    import re
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with acquire_output_lock(run) as lk:
+        atomic.write_file_atomic(run / "f.txt", lambda p: p.write_text("x"), lk)
+        atomic.atomic_dir_write(run / "d", writes("v1"), "checkpoint")
+        atomic.atomic_dir_write(run / "d", writes("v2"), "checkpoint")
+        interrupt_at(monkeypatch, "prune-after-rename")
+        with pytest.raises(KeyboardInterrupt):
+            atomic.remove_recorded(lk, run / "d")
+        names = [Path(p).name for p in journal(run)]
+        want = [("f.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
+        assert len(names) == len(want)
+        for got, (name, state) in zip(names, want):
+            assert re.match(side_pattern(re.escape(name), state), got), (got, state)
+        # interrupted mid-prune: the folder is gone from its name, whole under its recorded `.del` name
+        aside = run / names[-1]
+        assert not (run / "d").exists() and (aside / "a.txt").read_text() == "v2"
+
+
+def test_recovery_removes_a_recorded_file_and_a_half_pruned_folder_and_is_done_after_one_pass(tmp_path):
+    """A dead writer's `.tmp` *file* (write_file_atomic's) and `.del` folder (a prune cut short) are
+    removed; a second pass over the same lock finds nothing left to do."""
+    target = tmp_path / "out"
+    tmp_file = atomic.side_name(target, "tmp", "111-222")
+    tmp_file.write_text("half")
+    pruned = side(target, "del", "doomed")
+    dead_writers_lock(target, [tmp_file, pruned])
+    with acquire_output_lock(target) as lk:
+        actions = atomic.recover_recorded(lk)
+        assert atomic.recover_recorded(lk) == []
+    assert len(actions) == 2 and all(a.startswith("removed") for a in actions)
+    assert entries(tmp_path) == []
+
+
+def test_pid_alive_probes_without_signalling(monkeypatch):
+    """This process and a running child are alive (and the probe sends no signal: the child keeps
+    running); a pid above the kernel's pid limit is not; a process of another user (EPERM) exists."""
+    import subprocess
+    import sys
+
+    assert atomic.pid_alive(os.getpid()) is True
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert atomic.pid_alive(child.pid) is True
+    finally:
+        child.stdin.close()  # the child exits 0 at end of input, unless a signal (e.g. SIGHUP) ended it first
+        assert child.wait() == 0
+    assert atomic.pid_alive(2 ** 22 + 12345) is False  # above Linux's largest pid_max
+
+    def eperm(pid, sig):
+        raise PermissionError(pid)
+
+    monkeypatch.setattr(os, "kill", eperm)
+    assert atomic.pid_alive(os.getpid() + 1) is True
+
+
+def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_folder(tmp_path):
+    """A reader of run/step-10 finishes the swaps a dead writer of the checkpoint itself recorded and
+    those a dead writer of the run folder recorded (a lock left without its holder line counts as dead);
+    a lock whose holder ran on another host cannot be checked from here and is left alone."""
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = run / "step-10"
+    own = [side(ckpt, "new", "own"), side(ckpt, "old", "own-old")]
+    dead_writers_lock(ckpt, own)
+    folder_side = side(run / "step-20", "tmp", "folder")  # recorded by the run folder's dead writer
+    # its holder line torn by the kill (half written): no holder to check, so a dead one
+    lock_file(run).write_text('{"pid": 12\n' + json.dumps({"pending": str(folder_side.relative_to(tmp_path))}) + "\n")
+    actions = atomic.recover_interrupted(ckpt)
+    assert (ckpt / "a.txt").read_text() == "own" and not folder_side.exists()
+    assert sum(a.startswith("restored") for a in actions) == 1 and len(actions) == 3
+    assert not lock_file(ckpt).exists() and not lock_file(run).exists()
+
+    other = tmp_path / "other"
+    other.mkdir()
+    theirs = side(other / "step-5", "tmp", "theirs")
+    lock_file(other / "step-5").write_text(json.dumps({"pid": 1, "host": "another-host"}) + "\n"
+                                           + json.dumps({"pending": str(theirs.relative_to(other))}) + "\n")
+    abandoned = side(other, "tmp", "abandoned")
+    dead_writers_lock(other, [abandoned])
+    assert atomic.recover_interrupted(other / "step-5") == [f"removed {abandoned.name} left by an interrupted save"]
+    assert theirs.exists() and lock_file(other / "step-5").exists()
+
+    third = tmp_path / "third"  # the checkpoint has no lock of its own; its folder's writer died
+    third.mkdir()
+    gone = side(third, "tmp", "gone")
+    dead_writers_lock(third, [gone])
+    assert atomic.recover_interrupted(third / "step-1") == [f"removed {gone.name} left by an interrupted save"]
+
+
+def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_when_refused(tmp_path, monkeypatch, capsys):
+    from nexus.config import ConfigError
+    from nexus.outdir.guard import CHECKPOINT
+
+    target = tmp_path / "out"
+    with atomic.guard_output(target, CHECKPOINT):
+        assert lock_file(target).is_file()
+    assert capsys.readouterr().err == ""  # nothing to note
+    monkeypatch.setenv("RANK", "1")
+    with atomic.guard_output(target, CHECKPOINT):
+        assert not lock_file(target).exists()  # rank 0 writes and locks; other ranks only check
+    monkeypatch.delenv("RANK")
+
+    left = atomic.side_name(target, "tmp", "111-222")
+    left.write_text("half")
+    dead_writers_lock(target, [left])
+    with atomic.guard_output(target, CHECKPOINT):
+        err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith(f"nexus: note: took over the lock of {str(target)!r}")
+    assert err[1] == f"nexus: note: removed {left.name} left by an interrupted save" and not left.exists()
+
+    lock_file(target).write_text(json.dumps({"pid": 1, "host": "another-host"}) + "\n")
+    for check, flag in (({}, "--out"), ({"flag": "--run-dir"}, "--run-dir")):
+        with pytest.raises(ConfigError, match=f"^{flag}={str(target)!r} is locked by"):
+            atomic.guard_output(target, CHECKPOINT, **check)

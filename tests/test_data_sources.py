@@ -160,6 +160,20 @@ def test_prepared_tokenizer_mismatch_is_one_line(tmp_path, capsys):
     assert _snapshot(tmp_path) == before
     dm = DataModule(DataConfig(source=str(tmp_path / "prep"), tokenizer=str(tmp_path / "prep"), seq_len=16))
     assert dm.vocab_size == 300
+    # a model's own tokenizer (eval, resume, init-from) cannot be switched: the advice is a corpus made with it
+    from nexus.config import RunConfig
+    from nexus.data.tokenizer import ByteTokenizer
+    from nexus.eval.whole_text import evaluate_source
+
+    cfg = RunConfig()
+    cfg.data.source, cfg.data.seq_len = str(tmp_path / "prep"), 16
+    for attempt in (lambda: DataModule(cfg.data, tokenizer=ByteTokenizer()),
+                    lambda: evaluate_source(None, cfg, ByteTokenizer(), str(tmp_path / "prep"), "val", 16, 16, 2)):
+        with pytest.raises(ConfigError) as e:
+            attempt()
+        msg = str(e.value)
+        assert "model's tokenizer" in msg and "nexus data prepare TEXT --tokenizer CHECKPOINT" in msg, msg
+        assert "--data.tokenizer" not in msg
 
 
 def test_hub_offline_is_one_line_without_retry_noise(tmp_path, capfd):

@@ -77,3 +77,16 @@ def test_the_trainer_validates_a_config_nobody_validated_or_one_changed_since(tm
     cfg.train.steps = 0
     with pytest.raises(ConfigError, match="train.steps=0"):
         Trainer(cfg, quiet=True)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_resume_auto_with_a_refused_config_says_only_the_refusal(tmp_path, capsys, existing):
+    """`--resume auto` printed "starting a new run" (or "resuming from ...") before the config was refused."""
+    run = tmp_path / "run"
+    if existing:
+        assert main(["train", *MICRO, "--train.steps", "2", "--train.save_every", "1", "--out", str(run), "--quiet"]) == 0
+        capsys.readouterr()
+    assert main(["train", *MICRO, "--resume", "auto", "--out", str(run), "--train.lr", "-1"]) == 2
+    out, err = capsys.readouterr()
+    assert "train.lr" in err
+    assert "starting" not in out + err and "resuming from" not in out + err

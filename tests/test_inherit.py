@@ -163,3 +163,12 @@ def test_fill_normal_draws_in_the_blocks_own_dtype():
     fill_normal(t[:, 10:], 0.5, torch.Generator().manual_seed(8))
     ref = torch.empty(30, 30, dtype=torch.float64).normal_(0.0, 0.5, generator=torch.Generator().manual_seed(8))
     assert torch.equal(t[:, 10:], ref)
+
+
+def test_a_model_built_with_its_own_init_goes_to_the_old_models_device_and_dtype():
+    """A meta-device old model (shapes, no data) shows where the new one is put: the new model is drawn on the
+    CPU under the seed, then moved to the old model's device and floating dtype."""
+    with torch.device("meta"):
+        old = build_model(_cfg()).double()
+    new = build_initialized(old, _cfg(ffn=64), seed=0)
+    assert {(p.device.type, p.dtype) for p in new.parameters()} == {("meta", torch.float64)}

@@ -321,7 +321,109 @@ def test_table7_path_grow_m_and_a_then_d():
     ({"ffn": 96}, "Nexus-Rank FFN"),
 ])
 def test_hidden_growth_refusals(spec, match):
+    spec = dict(spec)  # the parameter is shared by every run of this test in one process (mutmut runs it twice)
     cfg = nexus_cfg(spec.pop("form", "paper"), TARGETS)
     model = build_model(cfg.model)
     with pytest.raises(ConfigError, match=match):
         grow(model, cfg, {"family": "width", "init": "zero,random", "preserve": "exact", **spec})
+
+
+@pytest.mark.parametrize("targets", [("q", "k", "v", "o"), ("q", "k", "v", "ffn")])
+def test_hidden_growth_with_l2norm_on_o_or_the_ffn_alone_is_refused(targets):
+    """Either output-side projection alone carries the sqrt(D_out) factor that would follow D."""
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("l2norm", targets)
+    with pytest.raises(ConfigError, match="sqrt\\(D_out\\)"):
+        WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+
+
+@pytest.mark.parametrize("spec,match", [({"delta_m": 0, "delta_a": 4}, "--delta-m=0"), ({"delta_m": 4, "delta_a": -4}, "--delta-a=-4")])
+def test_each_delta_is_checked_even_beside_a_valid_one(spec, match):
+    from nexus.growth.nexus_rank_growth import NexusRankSpec
+
+    with pytest.raises(ConfigError, match=match):
+        NexusRankSpec(**spec).validate()
+
+
+def test_rank_init_and_cut_default_when_empty_and_keep_the_given_ones():
+    from nexus.growth.nexus_rank_growth import NexusRankSpec
+
+    s = NexusRankSpec(delta_m=4, init=None, cut="").validate()
+    assert (s.init, s.cut) == ("exact", "in")
+    s = NexusRankSpec(delta_m=4, init="noise", cut="out").validate()
+    assert (s.init, s.cut) == ("noise", "out")
+
+
+def test_a_cut_is_only_checked_for_the_exact_init():
+    """zero and noise zero no chosen side: a cut that is not exact for the form does not matter to them."""
+    from nexus.growth.nexus_rank_growth import NexusRankSpec
+
+    m = nexus_cfg("l2norm").model
+    for init in ("zero", "noise"):
+        NexusRankSpec(delta_m=4, init=init, cut="out").validate().applies_to(m)
+    with pytest.raises(ConfigError, match="not exact"):
+        NexusRankSpec(delta_m=4, init="exact", cut="out").validate().applies_to(m)
+    with pytest.raises(ConfigError, match="invalid model: model\\.projection\\.rank_m/rank_a"):
+        NexusRankSpec(delta_m=A0).validate().applies_to(m)
+
+
+def test_grown_config_adds_only_the_given_deltas_and_keeps_the_first_pinned_widths():
+    """M += dM and A += dA (an absent delta adds nothing); l2norm_width pins sqrt(width) at the widths before the
+    first growth, so a second growth keeps them; the caller's config is left as it was."""
+    import copy
+
+    from nexus.growth.nexus_rank_growth import NexusRankSpec, grown_model_config
+
+    m = nexus_cfg("l2norm_width").model
+    before = copy.deepcopy(m)
+    only_a = grown_model_config(m, NexusRankSpec(delta_a=8).validate())
+    assert (only_a.projection.rank_m, only_a.projection.rank_a) == (M0, A0 + 8) and m == before
+    only_m = grown_model_config(m, NexusRankSpec(delta_m=4).validate())
+    assert (only_m.projection.rank_m, only_m.projection.rank_a) == (M0 + 4, A0)
+    assert (only_m.growth_state.frozen_m, only_m.growth_state.frozen_a) == (M0, A0)
+    twice = grown_model_config(only_m, NexusRankSpec(delta_m=2, delta_a=8).validate())
+    assert (twice.projection.rank_m, twice.projection.rank_a) == (M0 + 6, A0 + 8)
+    assert (twice.growth_state.frozen_m, twice.growth_state.frozen_a) == (M0, A0)
+    default = grown_model_config(nexus_cfg("paper", m=0, a=0).model, NexusRankSpec(delta_m=4, delta_a=2).validate())
+    assert (default.projection.rank_m, default.projection.rank_a) == (2 * D + 4, 4 * D + 2)  # M = 2D, A = 4D by default
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_zero_init_warning_wording(optimizer):
+    """The warning as docs/nexusformer.md words it (the dead blocks, then what the optimizer does)."""
+    from nexus.growth.nexus_rank_growth import zero_init_warning
+
+    msg = zero_init_warning(optimizer)
+    assert msg.startswith("paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so "
+                          "the new units never learn; under ")
+    assert msg.endswith(" (use --rank-init exact)")
+    if optimizer == "muon":
+        assert ("under Muon the old weights do not train exactly like the small model either (its update scale "
+                "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A)") in msg
+    else:
+        assert "under AdamW the grown model trains exactly like the small one" in msg
+
+
+@pytest.mark.parametrize("m,hidden", [(M0, M0), (0, 2 * D)])  # D = M exactly; the default M (2 * d_model)
+def test_hidden_growth_up_to_m_is_refused(m, hidden):
+    """D < M must hold after growth: D = M is refused, also when M is the default that follows d_model."""
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("paper", m=m, a=0)
+    with pytest.raises(ConfigError, match="grow M and A first"):
+        WidthSpec(hidden=hidden, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+    WidthSpec(hidden=hidden - 1, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+
+
+def test_width_growth_check_leaves_the_callers_config_alone():
+    """The grown config pins M and A (their defaults would follow D) in a copy: the checked config keeps
+    rank_m = rank_a = 0."""
+    import copy
+
+    from nexus.growth.width import WidthSpec
+
+    cfg = nexus_cfg("paper", m=0, a=0)
+    before = copy.deepcopy(cfg.model)
+    WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
+    assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)

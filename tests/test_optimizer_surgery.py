@@ -9,6 +9,7 @@ import torch.nn as nn
 
 from nexus.config import TrainConfig
 from nexus.growth import ParamMap, transplant_optimizer_state
+from nexus.optim.optimizers import AdamW
 from nexus.optim.param_groups import build_optimizer
 
 
@@ -235,3 +236,64 @@ def test_a_one_dimensional_parameter_grown_twice_keeps_per_entry_steps(policy):
     assert torch.equal(before, torch.tensor([5.0, 5.0, 3.0]))
     want = before[src] if policy == "copy" else torch.tensor([5.0, 5.0, 3.0, 0.0, 0.0])
     assert torch.equal(o5.state_for("g")["step"], want)
+
+
+# Device placement, on torch's `meta` device: a meta tensor has a shape, a dtype and a device but no
+# data, so state built on the default CPU device instead of the parameter's either fails to mix with
+# meta tensors or shows up in `.device` (the same slips that break a growth on an accelerator).
+META = torch.device("meta")
+
+
+def _old_state_on(layout: str) -> dict:
+    """An AdamW state_dict for Tiny(4): `cpu` as read from a checkpoint (every tensor on the CPU);
+    `device` as torch's foreach AdamW keeps it on an accelerator (moments with their parameter, here on
+    meta, and the 0-d step on the CPU)."""
+    sd = _trained(3, seed=14).state_dict()
+    if layout == "device":
+        for st in sd["state"].values():
+            st["exp_avg"], st["exp_avg_sq"] = st["exp_avg"].to(META), st["exp_avg_sq"].to(META)
+    return sd
+
+
+@pytest.mark.parametrize("layout", ["cpu", "device"])
+@pytest.mark.parametrize("policy", ["asymmetric", "copy", "scaled"])
+def test_grown_state_lives_on_the_parameters_device(layout, policy):
+    """Rows grow 4 -> 6 (copied from rows 0, 1 under `copy`) and columns 3 -> 5 (fan-in factors under
+    `scaled`, on the CPU like growth's): every moment, per-element step and re-warmup mask of the grown
+    tensor, and the moments of the unchanged one, end on the parameters' device with their shape and
+    dtype. The unchanged tensor's 0-d step stays where it was (torch's foreach AdamW keeps it on the CPU)."""
+    lin = {"copy": {"copy_source": {0: torch.tensor([0, 1, 2, 3, 0, 1])}},
+           "scaled": {"fan_in_scale": {1: torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25])}}}.get(policy, {})
+    new_opt = build_optimizer(Tiny(6, cols=5).to(META), TCFG)
+    transplant_optimizer_state(_old_state_on(layout), new_opt, _maps(4, 3, **lin), policy)
+    st, st_a = new_opt.state_for("lin.weight"), new_opt.state_for("a.weight")
+    assert set(st) == {"step", "exp_avg", "exp_avg_sq", "new_mask"}
+    for key, want_dtype in (("exp_avg", torch.float32), ("exp_avg_sq", torch.float32), ("new_mask", None),
+                            ("step", torch.float32)):
+        assert st[key].device == META and st[key].shape == (6, 5), key
+        assert want_dtype is None or st[key].dtype == want_dtype, key
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert st_a[key].device == META and st_a[key].shape == (2, 3), key
+    assert st_a["step"].ndim == 0 and "new_mask" not in st_a
+
+
+def test_grown_step_has_the_optimizers_own_step_dtype_under_another_default_dtype():
+    """The hand-written AdamW that steps a grown tensor counts steps in its own fixed dtype, whatever
+    torch's default dtype: a grown per-element step must have that dtype too (read here from a fresh
+    optimizer's first step), not the float64 a changed default would give."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        probe = nn.Parameter(torch.zeros(2))
+        own = AdamW([probe])
+        probe.grad = torch.ones(2)
+        own.step()
+        own_dtype = own.state[probe]["step"].dtype
+        old_opt = _trained(2, seed=15, dtype=torch.float64)
+        for policy, lin in (("asymmetric", {}), ("copy", {"copy_source": {0: torch.tensor([0, 1, 2, 3, 3, 2])}})):
+            new_opt = build_optimizer(Tiny(6, dtype=torch.float64), TCFG)
+            transplant_optimizer_state(old_opt.state_dict(), new_opt, _maps(4, **lin), policy)
+            assert new_opt.state_for("lin.weight")["step"].dtype == own_dtype, policy
+    finally:
+        torch.set_default_dtype(before)
+    assert own_dtype != torch.float64  # the case only tells the two apart when they differ

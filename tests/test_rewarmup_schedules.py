@@ -169,3 +169,72 @@ def test_lr_plan_flags_a_run_that_would_train_at_the_floor():
     assert lr_plan(past, 90)[1] is False  # still decaying at the first step
     assert lr_plan(TrainConfig(steps=100, schedule_steps=50, schedule="constant"), 60)[1] is False
     assert lr_plan(TrainConfig(steps=100, schedule_steps=50, schedule="cosine"), 99)[1] is False  # one step
+
+
+def _plan_refs(tcfg, t_e=None, rho=None, tau=None):
+    """The old entries' lr (the baseline's definition) and the new entries' (eq. 27-28), as functions."""
+    old = lambda t: tcfg.lr * _cosine(t, tcfg)  # noqa: E731
+    if rho is None:
+        return old, old  # no re-warmup: the new entries follow the baseline
+    return old, lambda t: tcfg.lr * (paper_new_lr(t, t_e, rho, tau, tcfg, _cosine(t_e, tcfg)) if t >= t_e else _cosine(t, tcfg))
+
+
+PLAN_TCFG = TrainConfig(steps=100, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1, lr=2e-3)
+
+
+@pytest.mark.parametrize("rec", [{"step": 40}, {"step": 40, "rewarmup": None}], ids=["no-key", "none"])
+def test_lr_plan_of_a_growth_without_a_rewarmup_shows_its_step_with_one_lr(rec):
+    """A growth recorded without a re-warmup (width growth stores None; other families no key): the
+    growth step is shown, its new entries on the baseline, and no separate new-entry lr anywhere else."""
+    from nexus.growth.rewarmup import lr_plan
+
+    old, _ = _plan_refs(PLAN_TCFG)
+    line, _ = lr_plan(PLAN_TCFG, 0, rec)
+    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
+                    f"{old(40):.3g} | peak {old(9):.3g} at step 9 | last step 99: {old(99):.3g}")
+
+
+def test_lr_plan_edges_of_the_growth_step():
+    """A run resumed exactly on its growth step (the growth step, not the first step, names the new
+    entries' lr), a growth on the last step, and a growth planned after the last step (lr_plan on its
+    own: nothing to show for it, the new entries still on the baseline there)."""
+    from nexus.growth.rewarmup import lr_plan
+
+    rw = {"rho": 1.3, "tau": 20}
+    old, new = _plan_refs(PLAN_TCFG, 40, 1.3, 20)
+    line, _ = lr_plan(PLAN_TCFG, 40, {"step": 40, "rewarmup": rw})
+    assert line == (f"lr plan: first step 40: {old(40):.3g} | growth step 40: old entries {old(40):.3g}, new "
+                    f"{new(40):.3g} | peak {old(40):.3g} at step 40 (new entries {new(60):.3g} at step 60) | "
+                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})")
+    old, new = _plan_refs(PLAN_TCFG, 99, 1.3, 20)
+    line, _ = lr_plan(PLAN_TCFG, 0, {"step": 99, "rewarmup": rw})
+    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 99: old entries {old(99):.3g}, new "
+                    f"{new(99):.3g} | peak {old(9):.3g} at step 9 (new entries {new(99):.3g} at step 99) | "
+                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})")
+    line, _ = lr_plan(PLAN_TCFG, 0, {"step": 150, "rewarmup": rw})
+    assert line == (f"lr plan: first step 0: {old(0):.3g} | peak {old(9):.3g} at step 9 | "
+                    f"last step 99: {old(99):.3g} (new entries {old(99):.3g})")
+
+
+def test_lr_plan_new_entry_peak_of_a_rewarmup_below_one_is_the_growth_step():
+    """rho < 1 (valid: rho > 0) ramps the new entries *down* from eta(t_e): their peak over the run is at
+    the growth step itself, which the scan must include."""
+    from nexus.growth.rewarmup import lr_plan
+
+    old, new = _plan_refs(PLAN_TCFG, 40, 0.5, 20)
+    assert new(40) > new(59) > new(60)  # the reference: highest at t_e
+    line, _ = lr_plan(PLAN_TCFG, 0, {"step": 40, "rewarmup": {"rho": 0.5, "tau": 20}})
+    assert f"peak {old(9):.3g} at step 9 (new entries {new(40):.3g} at step 40) |" in line
+
+
+def test_lr_plan_floor_flag_edges():
+    """The floor note is for a schedule whose horizon ended. A constant schedule has none, even with
+    min_lr_ratio = 1 (its lr equals lr x min_lr_ratio on every step); one step before the end of a long
+    cosine the lr is still above the floor, by about 6e-10 here (1e-12 x lr is the only slack)."""
+    from nexus.growth.rewarmup import lr_plan
+
+    assert lr_plan(TrainConfig(steps=100, warmup_steps=0, schedule="constant", min_lr_ratio=1.0), 10)[1] is False
+    long = TrainConfig(steps=2000, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1, lr=1e-3)
+    above = long.lr * _cosine(1998, long) - long.lr * long.min_lr_ratio
+    assert 1e-12 * long.lr < above < 1e-9  # the reference: step 1998 is just above the floor
+    assert lr_plan(long, 1998)[1] is False

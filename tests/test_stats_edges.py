@@ -65,6 +65,25 @@ def test_gap_closed_shape_and_per_seed_ratios():
     assert one["estimate"] == 0.5 and not one["bounded"] and one["ci_low"] is None
 
 
+
+def test_gap_closed_is_unbounded_when_the_gap_sits_exactly_on_its_critical_value():
+    """Fieller's a = mean(d)^2 - q var(d) is exactly 0 when the gap's own t statistic equals the critical
+    value: the quadratic inequality becomes linear and its solution set a half-line, so no bounded interval
+    (and no division by a). Two seeds with d = ((T + 1) / 2, (T - 1) / 2), T = t_{0.975, 1}: mean(d) = T/2
+    and var(d) = 1/2 exactly in floating point, so mean(d)^2 == q var(d) with q = T^2 / 2 to the last bit."""
+    import statistics
+
+    crit = float(sps.t.ppf(0.975, 1))
+    d = [(crit + 1) / 2, (crit - 1) / 2]
+    q = crit**2 / 2
+    assert statistics.fmean(d) ** 2 - q * statistics.variance(d) == 0.0  # the constructed case, exactly
+    t_stat = statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(2))
+    assert t_stat == pytest.approx(crit, rel=1e-15)  # the same case read as a t-test: exactly on its edge
+    g = stats.gap_closed(d, [x / 2 for x in d], [0.0, 0.0])  # small - scratch = d, small - grown = d / 2
+    assert g["estimate"] == pytest.approx(0.5, rel=1e-15)
+    assert not g["bounded"] and g["ci_low"] is None and g["ci_high"] is None
+
+
 def test_fmt_lines():
     assert stats.fmt(stats.describe([])) == "n/a"
     assert stats.fmt(stats.describe([1.25])) == "1.2500 +- 0.0000 (n=1)"

@@ -147,3 +147,34 @@ def test_cli_token_growth_reports_scale_mode_and_reloads(tmp_path, capsys):
         assert (grown(x).logits - model(x).logits).abs().max().item() <= 1e-5
     rc = main(["grow", "--checkpoint", str(tmp_path / "src"), "--out", str(tmp_path / "o2"), "--add-tokens", "-2"])
     assert rc == 2 and "--add-tokens=-2" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"add_tokens": 0, "add_ffn_tokens": 2}, "--add-tokens=0"), ({"add_tokens": 2, "add_ffn_tokens": -1}, "--add-ffn-tokens=-1"),
+])
+def test_each_token_count_is_checked_even_beside_a_valid_one(spec, match):
+    from nexus.growth.tokenformer_growth import TokenFormerSpec
+
+    with pytest.raises(ConfigError, match=match):
+        TokenFormerSpec(**spec).validate()
+
+
+def test_token_init_defaults_to_exact_and_keeps_the_given_one():
+    from nexus.growth.tokenformer_growth import TokenFormerSpec
+
+    assert TokenFormerSpec(add_tokens=2, init=None).validate().init == "exact"
+    assert TokenFormerSpec(add_tokens=2, init="").validate().init == "exact"
+    assert TokenFormerSpec(add_tokens=2, init="zero").validate().init == "zero"
+
+
+def test_each_token_count_needs_pattention_where_it_adds_tokens_and_only_there():
+    """--add-tokens needs an attention Pattention, --add-ffn-tokens an FFN one; each alone is accepted where its
+    own layers exist, whatever the other kind."""
+    from nexus.growth.tokenformer_growth import TokenFormerSpec
+
+    ffn_only, attn_only = tf_cfg(targets=("ffn",)).model, tf_cfg(targets=("q", "k", "v", "o")).model
+    with pytest.raises(ConfigError, match="no attention Pattention"):
+        TokenFormerSpec(add_tokens=2).validate().applies_to(ffn_only)
+    TokenFormerSpec(add_ffn_tokens=2).validate().applies_to(ffn_only)
+    TokenFormerSpec(add_tokens=2).validate().applies_to(attn_only)
+    TokenFormerSpec(add_tokens=2).validate().applies_to(tf_cfg(targets=("q",)).model)

@@ -3,13 +3,14 @@ docstring and the paper's section 3.2): which old channel each new one copies, t
 column under each preservation mode and split, the tied head's factor, the zero-sum perturbation, the
 grown config, the growth record, and the RHO,TAU pairs of the re-warmup options."""
 import math
+import statistics
 
 import pytest
 import torch
 
 from nexus.config import ModelConfig, RunConfig
 from nexus.growth import grow
-from nexus.growth.width import WidthSpec, _zero_sum_perturbation, both_copy_alpha, parse_pair, plan_axis
+from nexus.growth.width import WidthSpec, _zero_sum_perturbation, both_copy_alpha, grow_tensor, parse_pair, plan_axis
 from nexus.models import build_model
 
 
@@ -185,7 +186,7 @@ def test_exact_hidden_growth_without_a_zero_or_copied_fan_out_is_refused(init):
     from nexus.config import ConfigError
 
     cfg = _tiny()
-    with pytest.raises(ConfigError, match="--preserve exact"):
+    with pytest.raises(ConfigError, match=f"--preserve exact with --init {init}"):  # the refused pair named
         grow(build_model(cfg.model), cfg, {"family": "width", "hidden": 64, "init": init, "preserve": "exact"})
 
 
@@ -206,3 +207,132 @@ def test_hidden_growth_with_random_sides_depends_on_the_growth_seed_only():
     assert all(torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters()))
     assert not torch.equal(a.norm.weight, c.norm.weight)
     assert set(a.norm.weight[32:].tolist()) <= set(model.norm.weight.tolist())  # new gains are old gains
+
+
+@pytest.mark.parametrize("old_vals", [[3.0], [1.0, 4.0]])
+def test_random_growth_of_a_one_or_two_entry_tensor_takes_its_spread_or_the_init_std(old_vals):
+    """The trained scale of a tensor is the std of its entries; two entries have one, a single entry has
+    none (no spread to copy), so its new random entries are drawn at the init std."""
+    n, n_add, init_std = len(old_vals), 4000, 0.05
+    ws = spec(init="random,random", preserve="none")
+    gen = torch.Generator().manual_seed(0)
+    plan = plan_axis("ffn", n, n + n_add, ws, gen)
+    old = torch.tensor(old_vals)
+    t, copy_source, fan_in = grow_tensor(old, {0: ("ffn", "out")}, {"ffn": plan}, ws, gen, init_std)
+    assert torch.equal(t[:n], old) and t.shape == (n + n_add,) and not copy_source and not fan_in
+    want = statistics.stdev(old_vals) if n > 1 else init_std
+    assert float(t[n:].std()) == pytest.approx(want, rel=0.1)  # 4000 draws: the std's error is ~1%
+    assert abs(float(t[n:].mean())) < 0.1 * want  # zero-mean draws
+
+
+def test_sampled_gains_draw_from_every_old_gain():
+    """A gain over a grown axis with a non-copy fan-out is sampled uniformly from the old gains (the
+    first channel included), never drawn at random or rescaled."""
+    old = torch.tensor([0.5, 1.5])
+    ws = spec(init="random,random", preserve="rms")
+    gen = torch.Generator().manual_seed(0)
+    plan = plan_axis("hidden", 2, 402, ws, gen)
+    t, _, fan_in = grow_tensor(old, {0: ("hidden", "gain")}, {"hidden": plan}, ws, gen, 0.02)
+    assert torch.equal(t[:2], old) and not fan_in
+    new = t[2:].tolist()
+    assert set(new) == {0.5, 1.5}
+    assert 150 < new.count(0.5) < 250  # uniform over 2 gains: 200 +- 10 (binomial sd)
+
+
+def test_random_entries_of_a_float64_tensor_are_the_seeded_draw_scaled_in_float64():
+    """The standard-normal draw is float32 (the same seed gives the same draw for every dtype); the scale is
+    applied in the tensor's own precision, so a float64 tensor keeps float64 products."""
+    ws = spec(init="random,random", preserve="none")
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    plan = plan_axis("ffn", 4, 7, ws, torch.Generator().manual_seed(0))
+    t, _, _ = grow_tensor(old, {1: ("ffn", "out")}, {"ffn": plan}, ws, torch.Generator().manual_seed(5), 0.02)
+    draw = torch.randn((3, 3), generator=torch.Generator().manual_seed(5), dtype=torch.float32)
+    assert t.dtype == torch.float64 and torch.equal(t[:, :4], old)
+    assert torch.equal(t[:, 4:], draw.double() * float(old.float().std()))
+
+
+def test_zero_sum_perturbation_of_a_float64_tensor_cancels_to_float64_rounding():
+    old, new = 3, 8
+    plan = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact"), torch.Generator().manual_seed(0))
+    t = torch.randn(5, new, dtype=torch.float64)
+    eps = _zero_sum_perturbation(t, 1, plan, 0.5, torch.Generator().manual_seed(1))
+    sums = torch.zeros(5, old, dtype=torch.float64).index_add_(1, plan.src, eps)
+    assert eps.dtype == torch.float64 and float(sums.abs().max()) < 1e-14 and float(eps.abs().max()) > 0.1
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"hidden": True}, "width.hidden=True"), ({"ffn": 64.5}, "width.ffn=64.5"), ({"expert_inner": -3}, "width.expert_inner=-3"),
+    ({"init": "copy,copy,copy"}, "--init='copy,copy,copy'"), ({"init": "copy,bogus"}, "--init='copy,bogus'"),
+    ({"init": "random,random", "split": "1:2"}, "--split/--perturb with --init=random,random"),
+    ({"init": "copy,random", "perturb": 0.1}, "--split/--perturb with --init=copy,random"),
+    ({"rewarmup": "fast", "rewarmup_all": True}, "--rewarmup-all='fast'"), ({"rewarmup_all": "fast"}, "--rewarmup-all='fast'"),
+    ({"rewarmup": "fast"}, "--rewarmup='fast'"),
+])
+def test_bad_width_spec_fields_are_refused_by_name(kw, match):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        WidthSpec(**{"ffn": 1, **kw}).validate()
+
+
+def test_rewarmup_all_alone_takes_the_papers_pair():
+    s = WidthSpec(ffn=1, rewarmup_all=True).validate()
+    assert s.rewarmup == {"rho": 1.3, "tau": 250} and s.rewarmup_all is True
+
+
+@pytest.mark.parametrize("value", ["0,5", "1.3,-1", "-2,5"])
+def test_rewarmup_pair_needs_a_positive_rho_and_a_non_negative_tau(value):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match="RHO > 0 and TAU >= 0"):
+        parse_pair(value, "--rewarmup")
+
+
+def test_split_factors_are_the_float64_fractions_rounded_once():
+    """1:2 gives the source 1/3 and its copy 2/3 exactly as float32 roundings of the fractions; a copy group of 3
+    splits the copies' share (1 - r) evenly between them."""
+    old, new = 4, 7
+    p12 = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    want = torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3], dtype=torch.float64).float()
+    assert torch.equal(p12.col_scale, want)
+    three = plan_axis("ffn", 2, 6, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    want3 = torch.tensor([1 / 3, 1 / 3] + [1 / 3] * 4, dtype=torch.float64)  # source 1/3, two copies (2/3) / 2 each
+    torch.testing.assert_close(three.col_scale.double(), want3, atol=0, rtol=1e-7)
+
+
+def test_random_split_ratios_are_uniform_in_0_1_to_0_5_from_the_growth_generator():
+    """r = 0.1 + 0.4 U, U uniform in [0, 1) drawn in float64 from the growth generator (one per old channel), not
+    the global RNG."""
+    old, new = 4, 7
+    torch.manual_seed(123)
+    a = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    torch.manual_seed(321)
+    b = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    assert torch.equal(a.col_scale, b.col_scale)
+    r = 0.1 + 0.4 * torch.rand(old, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    torch.testing.assert_close(a.col_scale[:3].double(), r[:3], atol=0, rtol=1e-7)
+
+
+def test_a_target_at_the_current_size_beside_a_growing_axis_is_accepted_and_the_check_draws_nothing_global():
+    """width.hidden equal to d_model with the FFN growing is no shrink; checking a spec (random split ratios
+    included) leaves the global RNG where it was."""
+    cfg = _tiny()
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    WidthSpec(hidden=32, ffn=64, split="random").validate().applies_to(cfg.model)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("init,role", [("random,zero", "in"), ("zero,random", "out"), ("random,random", "in")])
+def test_a_bfloat16_tensor_grows_in_bfloat16(init, role):
+    """New entries and the fan-in factor are made in the tensor's own dtype: a bf16 weight comes back bf16, its
+    old entries times the factor rounded to bf16 (not an fp32 product rounded once), zero entries exactly 0."""
+    ws = spec(init=init, preserve="rms")
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    plan = plan_axis("ffn", 4, 6, ws, torch.Generator().manual_seed(0))
+    t, _, _ = grow_tensor(old, {1: ("ffn", role)}, {"ffn": plan}, ws, torch.Generator().manual_seed(2), 0.02)
+    assert t.dtype == torch.bfloat16 and t.shape == (3, 6)
+    factor = torch.tensor(math.sqrt(4 / 6)).to(torch.bfloat16) if role == "in" else torch.tensor(1.0, dtype=torch.bfloat16)
+    assert torch.equal(t[:, :4], old * factor)
+    if init.split(",")[0 if role == "out" else 1] == "zero":
+        assert torch.equal(t[:, 4:], torch.zeros(3, 2, dtype=torch.bfloat16))

@@ -241,15 +241,16 @@ def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
         resume = R.latest_checkpoint(out)
         if resume is None:
             restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
-            say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
-                "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
             if restart:
                 R.check_in_place(out)
             plan = _plan_start(args, extra, None, growth=growth)
             plan.replace = restart
+            # said once the plan stands: a config refused above must not be preceded by "starting a new run"
+            say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
+                "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
         else:
-            say(f"--resume auto: resuming from {resume}")
             plan = _plan_start(args, extra, resume, out, growth)
+            say(f"--resume auto: resuming from {resume}")
             given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
                      if v]
             if given:

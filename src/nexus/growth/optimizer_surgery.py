@@ -75,8 +75,9 @@ def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy:
         out = torch.zeros(p.shape, dtype=val.dtype, device=p.device)
         out[pm.old_slices] = val.to(p.device)
         if policy == "copy" and pm.copy_source:
+            # where, not out[new] = ...: boolean indexing costs a host sync (nonzero) on an accelerator
             new = pm.new_mask(p.shape).to(p.device).bool()
-            out[new] = _copied_state(val, p, pm)[new]
+            out = torch.where(new, _copied_state(val, p, pm), out)
     return out
 
 
@@ -91,7 +92,7 @@ def _copied_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap) -> torch.Ten
     return full
 
 
-def _grow_step(val, p: torch.Tensor, pm: ParamMap, policy: str = "asymmetric"):
+def _grow_step(val, p: torch.Tensor, pm: ParamMap, policy: str):
     t = val if torch.is_tensor(val) else torch.tensor(float(val))
     if pm.old_slices is None:
         return t.clone()

@@ -35,6 +35,8 @@ class LanguageModel(nn.Module):
     def init_weights(self) -> None:
         """Global init. Modules with a special init (e.g. zero-initialized dynamic mixing) define
         `reset_special_parameters()`, which runs *after* the global pass so it is never overwritten."""
+        if any(p.is_meta for p in self.parameters()):
+            return  # a model on the meta device has no values to draw (parameter accounting): skip the slow no-ops
         for m in self.modules():
             self.init_module(m)
         if self.lm_head is not None and self.cfg.zero_init_head:

@@ -16,7 +16,7 @@ def lr_factor(step: int, tcfg: TrainConfig) -> float:
     if tcfg.schedule == "constant":
         return 1.0
     if tcfg.schedule == "cosine":
-        span = max(total - warm - 1, 1)  # the last step sits exactly on the floor
+        span = max(total - warm - 1, 1)  # the last step sits on the floor (with one step after the warmup, that step is the peak)
         progress = min(max(step - warm, 0) / span, 1.0)
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     # wsd and linear_warmdown: flat, then a linear decay over the last decay_fraction of steps
