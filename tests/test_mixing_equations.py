@@ -199,6 +199,11 @@ def test_anchor_capture_records_layer_zero_projections():
     assert cap.after_qk_norm(q_normed, k_normed, anchors) == (q_normed, k_normed)
     assert sorted(anchors) == ["g", "q", "v"]
     torch.testing.assert_close(anchors["q"], _rms(q_normed, cap.norms["q"].norm.weight, EPS), rtol=0, atol=1e-14)
+    # k mixed (and its anchor not normed), q not: the QK-normed k is recorded as it is
+    cap_k, anchors = AnchorCapture(SHAPES, ["k"], [], EPS), {}
+    assert cap_k(parts, parts["q"], anchors) is parts and anchors == {}
+    cap_k.after_qk_norm(q_normed, k_normed, anchors)
+    assert list(anchors) == ["k"] and anchors["k"] is k_normed
 
 
 # ----------------------------------------------------------------------------- dynamic mixing (eq. 6)
@@ -335,8 +340,10 @@ def test_build_anchor_mixing(anchor):
         assert type(mx) is AnchorMixer and mx.components == want
         if anchor == "value_residual":  # fixed 0.5 / 0.5 scalars
             assert mx.shapes == {"v": (1, 1)} and mx.dynamic is None and list(mx.parameters()) == []
-        else:
+        else:  # learnable lambdas: parameters
             assert mx.shapes == {"q": (2, 1), "g": (2, 1)}
+            assert sorted(n for n, _ in mx.named_parameters() if "coef" in n) == [
+                "anchor_coef.g", "anchor_coef.q", "current_coef.g", "current_coef.q"]
             assert mx.dynamic is not None and mx.dynamic.fc1.out_features == 3
     assert len({id(mx) for mx in mixed}) == len(mixed)  # one mixer per layer, not shared
 
@@ -397,14 +404,18 @@ def test_modulated_mix_forward_and_backward_are_eq7(anchor, factors, need):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
 
 
-def test_modulated_mix_keeps_float32_factors_with_bf16_activations():
-    """Under bf16 autocast the projections and the dynamic factors arrive in bf16 while the coefficients
-    stay fp32: the coefficient and factor gradients still follow eq. 7 (at bf16 precision)."""
+@pytest.mark.parametrize("activations,coefficients", [(torch.bfloat16, torch.float32), (F64, torch.float32)],
+                         ids=["bf16_autocast", "fp64_activations"])
+def test_modulated_mix_with_mixed_precision_follows_eq7(activations, coefficients):
+    """The eager Function takes any dtypes: under bf16 autocast the projections and the dynamic factors
+    arrive in bf16 while the coefficients stay fp32, and fp64 activations may meet fp32 coefficients.
+    The coefficient and factor gradients still follow eq. 7 (at the lower precision)."""
     g = _gen(11)
-    cur = torch.randn(2, 3, 2, 3, generator=g).to(torch.bfloat16)
-    l1, l2 = torch.rand(2, 1, generator=g).requires_grad_(), torch.rand(2, 1, generator=g).requires_grad_()
-    anc = torch.randn(2, 3, 2, 3, generator=g).to(torch.bfloat16)
-    gamma = torch.rand(2, 3, 2, generator=g).to(torch.bfloat16).requires_grad_()
+    cur = torch.randn(2, 3, 2, 3, generator=g).to(activations)
+    l1 = torch.rand(2, 1, generator=g).to(coefficients).requires_grad_()
+    l2 = torch.rand(2, 1, generator=g).to(coefficients).requires_grad_()
+    anc = torch.randn(2, 3, 2, 3, generator=g).to(activations)
+    gamma = torch.rand(2, 3, 2, generator=g).to(activations).requires_grad_()
     out = modulated_mix(cur, anc, l1, l2, gamma[..., 0, None, None], gamma[..., 1, None, None])
     up = torch.randn(out.shape, generator=g).to(out.dtype)
     d_l1, d_l2, d_gam = torch.autograd.grad(out, [l1, l2, gamma], up)
@@ -438,7 +449,7 @@ needs_numba = pytest.mark.skipif(not mix_kernels.available(), reason="numba is n
 @pytest.mark.parametrize("granularity", ["elementwise", "headwise", "scalar"])
 @pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("anchor", [True, False])
-@pytest.mark.parametrize("grads", ["all", "activations_only", "head_major"])
+@pytest.mark.parametrize("grads", ["all", "activations_only", "head_major", "strided"])
 def test_mix_layer_fused_is_eq6_eq7_with_gradients(granularity, dynamic, anchor, grads):
     """One layer's mixing in one node, forward and backward, against eq. 6-7 differentiated by autograd;
     gradients only for what needs them (fixed coefficients, an input that is a constant)."""
@@ -462,6 +473,8 @@ def test_mix_layer_fused_is_eq6_eq7_with_gradients(granularity, dynamic, anchor,
     ups = [torch.randn(2, 3, *s, generator=g, dtype=F64) for s in comps]
     if grads == "head_major":  # q and k's gradients come back from attention as (B, heads, T, width) memory
         ups = [u.transpose(1, 2).contiguous().transpose(1, 2) if i < 2 else u for i, u in enumerate(ups)]
+    if grads == "strided":  # neither layout (every other entry of a wider tensor): copied to the token-major one
+        ups = [torch.randn(2, 3, s[0], 2 * s[1], generator=g, dtype=F64)[..., ::2] for s in comps]
     leaves = [x, *currents, *(anchors or []), *l1s, *l2s, *(dyn.parameters() if dyn is not None else [])]
     wanted = [t for t in leaves if t.requires_grad]
 
@@ -491,10 +504,12 @@ def test_mix_layer_fused_float32_matches_the_eager_path():
     x = torch.randn(2, 3, 4, generator=g)
     dyn = DynamicMixing(4, 5)
     _randomize(dyn, 15)
-    currents = [torch.randn(2, 3, 2, 3, generator=g), torch.randn(2, 3, 1, 3, generator=g)]
-    anchors = [torch.randn(2, 3, 2, 3, generator=g), torch.randn(2, 3, 1, 3, generator=g)]
-    l1s, l2s = [torch.rand(2, generator=g), torch.rand(1, generator=g)], [torch.rand(2, generator=g), torch.rand(1, generator=g)]
-    args = (currents, anchors, l1s, l2s, [(2, 1), (1, 1)], x, dyn, [(0, 1), (5, 4)])
+    # all four components, as a float32 ExoFormer layer has them (headwise and scalar coefficients)
+    currents = [torch.randn(2, 3, *s, generator=g) for s in SHAPES.values()]
+    anchors = [torch.randn(2, 3, *s, generator=g) for s in SHAPES.values()]
+    shapes = [(2, 1), (1, 1), (1, 1), (2, 1)]
+    l1s, l2s = [torch.rand(h * w, generator=g) for h, w in shapes], [torch.rand(h * w, generator=g) for h, w in shapes]
+    args = (currents, anchors, l1s, l2s, shapes, x, dyn, [(0, 1), (2, 3), (5, 4), (6, 7)])
     fused = mix_layer(*args)
     assert {type(o.grad_fn).__name__ for o in fused} == {"FusedMixBackward"}
     with _eager_only():
@@ -503,3 +518,23 @@ def test_mix_layer_fused_float32_matches_the_eager_path():
     for a, b in zip(fused, eager, strict=True):
         assert a.dtype == torch.float32
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fused", [pytest.param(True, marks=needs_numba), False])
+@pytest.mark.parametrize("modified", ["current", "anchor", "l1", "l2"])
+def test_a_backward_after_an_input_was_modified_in_place_is_refused(fused, modified):
+    """Both paths read their inputs again in the backward (the fused one through numpy views of the
+    same memory), so autograd's in-place check must cover every one of them: a gradient computed from
+    a modified coefficient or anchor would be silently wrong."""
+    g = _gen(16)
+    currents, anchors = [_leaf(g, 1, 2, 2, 3)], [_leaf(g, 1, 2, 2, 3)]
+    l1s, l2s = [_leaf(g, 6)], [_leaf(g, 6)]
+    x = _leaf(g, 1, 2, 4)
+    with contextlib.nullcontext() if fused else _eager_only():
+        outs = mix_layer(currents, anchors, l1s, l2s, [(2, 3)], x, None, [(0, 1)])
+    assert type(outs[0].grad_fn).__name__ == ("FusedMixBackward" if fused else "ModulatedMixBackward")
+    target = {"current": currents, "anchor": anchors, "l1": l1s, "l2": l2s}[modified][0]
+    with torch.no_grad():
+        target.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(outs, [*currents, *anchors, *l1s, *l2s], [torch.ones_like(outs[0])])
