@@ -294,3 +294,25 @@ def test_written_files_take_the_umasks_mode_and_the_umask_is_left_as_it_was(tmp_
         os.umask(old)
     for f in (out / "w.bin", out / "sub" / "n.txt", tmp_path / "f.txt"):
         assert f.stat().st_mode & 0o777 == 0o640, f"{f.name}: {oct(f.stat().st_mode & 0o777)}"
+
+
+def test_a_folder_write_creates_missing_parents_and_finishes_a_dead_writers_swap_first(tmp_path):
+    """atomic_dir_write into a path whose parents do not exist yet creates them; one whose lock a dead
+    writer left takes that lock over and removes what it recorded before writing."""
+    out = atomic.atomic_dir_write(tmp_path / "a" / "b" / "out", writes("deep"), "checkpoint")
+    assert (out / "a.txt").read_text() == "deep"
+    target = tmp_path / "out"
+    left = side(target, "tmp", "half")
+    dead_writers_lock(target, [left])
+    atomic.atomic_dir_write(target, writes("fresh"), "checkpoint")
+    assert (target / "a.txt").read_text() == "fresh" and not left.exists()
+    assert sorted(entries(tmp_path)) == ["a", "out"]
+
+
+def test_another_rank_replaces_without_a_lock(tmp_path, monkeypatch):
+    """torchrun ranks other than 0 take no lock (rank 0 owns the output); a replace there still swaps
+    the new version in and leaves nothing beside it."""
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    monkeypatch.setenv("RANK", "1")
+    atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
+    assert (tmp_path / "out" / "a.txt").read_text() == "new" and entries(tmp_path) == ["out"]
