@@ -316,3 +316,19 @@ def test_another_rank_replaces_without_a_lock(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
     assert (tmp_path / "out" / "a.txt").read_text() == "new" and entries(tmp_path) == ["out"]
+
+
+def test_a_folder_write_reuses_the_digests_its_writer_already_has(tmp_path):
+    """`hashes` (a checkpoint's meta.json digests) is asked once, for the finished temporary, so the
+    manifest does not hash every file again; the digests recorded are the files' real sha256."""
+    import hashlib
+
+    asked = []
+
+    def hashes(d: Path) -> dict:
+        asked.append(d.name)
+        return {"a.txt": hashlib.sha256((d / "a.txt").read_bytes()).hexdigest()}
+
+    out = atomic.atomic_dir_write(tmp_path / "out", writes("v"), "checkpoint", hashes=hashes)
+    assert len(asked) == 1 and asked[0].startswith(".out.tmp-")
+    assert read_manifest(out)["files"]["a.txt"]["sha256"] == hashlib.sha256(b"v").hexdigest()
