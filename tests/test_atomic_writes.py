@@ -57,6 +57,18 @@ def test_an_interrupted_replace_keeps_the_old_version_and_leaves_no_temporary(tm
     assert entries(tmp_path) == ["out"]
 
 
+def test_an_interruption_after_the_last_rename_keeps_the_new_version_and_removes_the_old(tmp_path, monkeypatch):
+    """The new version is in place once the second rename is done: an interruption then (before the
+    folder's fsync) still propagates, but leaves no `.out.old-TAG` behind. Before the fix the whole
+    old version stayed there, its record dropped by the lock's release, so nothing ever removed it."""
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    interrupt_at(monkeypatch, "swap-after-renames")
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
+    assert (tmp_path / "out" / "a.txt").read_text() == "new"
+    assert entries(tmp_path) == ["out"]
+
+
 def test_a_failing_writer_leaves_the_old_version_and_no_temporary(tmp_path):
     atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
 
@@ -137,21 +149,22 @@ def side_pattern(name: str, state: str) -> str:
 
 
 def test_every_journaled_temporary_is_named_as_recovery_reads_it(tmp_path, monkeypatch):
-    """Each temporary a write records (a file's `.tmp`, a replaced folder's `.tmp`, `.new`, `.old`, a
-    pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
+    """Each temporary a write records (a file's `.tmp`, with or without the lock passed in; a replaced
+    folder's `.tmp`, `.new`, `.old`; a pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
     import re
 
     run = tmp_path / "run"
     run.mkdir()
     with acquire_output_lock(run) as lk:
         atomic.write_file_atomic(run / "f.txt", lambda p: p.write_text("x"), lk)
+        atomic.write_text_atomic(run / "g.txt", "y")  # no lock passed: it journals into the held one
         atomic.atomic_dir_write(run / "d", writes("v1"), "checkpoint")
         atomic.atomic_dir_write(run / "d", writes("v2"), "checkpoint")
         interrupt_at(monkeypatch, "prune-after-rename")
         with pytest.raises(KeyboardInterrupt):
             atomic.remove_recorded(lk, run / "d")
         names = [Path(p).name for p in journal(run)]
-        want = [("f.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
+        want = [("f.txt", "tmp"), ("g.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
         assert len(names) == len(want)
         for got, (name, state) in zip(names, want):
             assert re.match(side_pattern(re.escape(name), state), got), (got, state)
@@ -182,8 +195,13 @@ def test_pid_alive_probes_without_signalling(monkeypatch):
     import sys
 
     assert atomic.pid_alive(os.getpid()) is True
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # the child takes the default action of every signal (a nohup'd parent passes SIGHUP on ignored),
+    # says so, then waits for its input to end
+    code = ("import signal, sys\nfor s in signal.valid_signals():\n    try: signal.signal(s, signal.SIG_DFL)\n"
+            "    except (OSError, ValueError): pass\nprint('ready', flush=True)\nsys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "ready\n"
         assert atomic.pid_alive(child.pid) is True
     finally:
         child.stdin.close()  # the child exits 0 at end of input, unless a signal (e.g. SIGHUP) ended it first
@@ -256,3 +274,23 @@ def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_w
     for check, flag in (({}, "--out"), ({"flag": "--run-dir"}, "--run-dir")):
         with pytest.raises(ConfigError, match=f"^{flag}={str(target)!r} is locked by"):
             atomic.guard_output(target, CHECKPOINT, **check)
+
+
+def test_written_files_take_the_umasks_mode_and_the_umask_is_left_as_it_was(tmp_path):
+    """A file written 0600 (as safetensors does) and a plain file both end with the mode `open()` gives
+    under the process's umask (0666 & ~umask), in a folder write and a single-file write alike."""
+    def private(d: Path) -> None:
+        (d / "w.bin").write_bytes(b"w")
+        os.chmod(d / "w.bin", 0o600)
+        (d / "sub").mkdir()
+        (d / "sub" / "n.txt").write_text("n")
+
+    old = os.umask(0o027)
+    try:
+        out = atomic.atomic_dir_write(tmp_path / "out", private, "checkpoint")
+        atomic.write_text_atomic(tmp_path / "f.txt", "x")
+        assert os.umask(0o027) == 0o027  # reading the umask inside the write put it back
+    finally:
+        os.umask(old)
+    for f in (out / "w.bin", out / "sub" / "n.txt", tmp_path / "f.txt"):
+        assert f.stat().st_mode & 0o777 == 0o640, f"{f.name}: {oct(f.stat().st_mode & 0o777)}"

@@ -218,3 +218,29 @@ def test_found_inf_skips_the_step_entirely(kind):
     model(x, labels=x).loss.backward()
     opt.step(found_inf=torch.zeros(()))
     assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_loaded_and_swapped_state_lives_with_its_parameter():
+    """Placement, on torch's `meta` device (shape and device, no data; it has no fused AdamW kernel, so
+    torch's foreach AdamW runs there): a CPU checkpoint's state loads with its parameters, except the
+    0-d step that torch's foreach AdamW reads on the CPU by design; the swap to the hand-written AdamW
+    (growth) moves that step to the parameter too, since the hand-written one keeps every tensor there."""
+    a = _tiny_model()
+    fast = build_optimizer(a, TrainConfig())
+    _train(a, fast, steps=2)
+    sd = fast.state_dict()
+    meta = build_optimizer(_tiny_model().to("meta"), TrainConfig())
+    assert not meta.optimizers["adamw"].defaults["fused"]
+    meta.load_state_dict(sd)
+    states = list(meta.optimizers["adamw"].state.values())
+    assert len(states) == len(sd["state"])
+    for st in states:
+        assert st["step"].device.type == "cpu" and st["step"].ndim == 0
+        assert st["exp_avg"].device.type == st["exp_avg_sq"].device.type == "meta"
+    meta.use_elementwise_adamw()
+    for st in meta.optimizers["adamw"].state.values():
+        assert {v.device.type for v in st.values()} == {"meta"}
+    hand = build_optimizer(_tiny_model().to("meta"), TrainConfig(cautious_wd=True))  # the hand-written one
+    hand.load_state_dict(sd)
+    for st in hand.optimizers["adamw"].state.values():
+        assert {v.device.type for v in st.values()} == {"meta"}

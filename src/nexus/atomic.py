@@ -247,11 +247,14 @@ def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> 
         os.replace(final, old)
         crash_point("swap-between-renames")
         os.replace(ready, final)
+        crash_point("swap-after-renames")
         fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not final.exists() and old.exists():  # failed between the renames: put the old one back
             os.replace(old, final)
+        elif ready is not None and not ready.exists() and old.exists():  # failed after them: the new one is in place
+            _remove(old)  # the lock's release drops its record, so nothing else would ever remove it
         if ready is not None:  # the complete new version rolled back with it: the lock's release drops its record
             _remove(ready)
         raise
