@@ -172,3 +172,12 @@ def test_a_model_built_with_its_own_init_goes_to_the_old_models_device_and_dtype
         old = build_model(_cfg()).double()
     new = build_initialized(old, _cfg(ffn=64), seed=0)
     assert {(p.device.type, p.dtype) for p in new.parameters()} == {("meta", torch.float64)}
+
+
+def test_fill_normal_advances_its_generator_alike_on_every_device():
+    """A block on another device (meta here: shapes, no data) takes its draw from the CPU generator like a CPU
+    block, so the entries drawn after it do not depend on where it lives."""
+    g_cpu, g_meta = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    fill_normal(torch.empty(3, 4), 0.1, g_cpu)
+    fill_normal(torch.empty(3, 4, device="meta"), 0.1, g_meta)
+    assert torch.equal(g_cpu.get_state(), g_meta.get_state())

@@ -116,6 +116,12 @@ def test_new_blocks_skip_a_mapped_name_the_model_lacks_wherever_it_comes():
                                        "embed.weight": ("embed.weight", None)}
 
 
+def test_new_blocks_read_old_slices_without_a_start_as_from_0():
+    model, _ = _model()
+    a = new_blocks(model, {DOWN: ParamMap(DOWN, (slice(None, 30), slice(None, 40)))})
+    assert a == new_blocks(model, {DOWN: ParamMap(DOWN, (slice(0, 30), slice(0, 40)))}) and len(a) == 3
+
+
 def test_probe_batch_is_built_on_the_asked_device():
     x, y = probe_batch(50, 3, 8, seed=4, device="meta")  # meta: shape and device, no data
     assert (x.device.type, y.device.type, x.shape, y.shape) == ("meta", "meta", (3, 8), (3, 8))

@@ -336,3 +336,25 @@ def test_a_bfloat16_tensor_grows_in_bfloat16(init, role):
     assert torch.equal(t[:, :4], old * factor)
     if init.split(",")[0 if role == "out" else 1] == "zero":
         assert torch.equal(t[:, 4:], torch.zeros(3, 2, dtype=torch.bfloat16))
+
+
+def test_random_draws_do_not_follow_torchs_default_dtype():
+    """The draws are float32 whatever torch's default dtype: the same seed grows the same (float64) tensor
+    after torch.set_default_dtype(torch.float64)."""
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    plan = plan_axis("ffn", 4, 7, spec(init="copy,copy", preserve="exact"), torch.Generator().manual_seed(0))
+    rnd = spec(init="random,random", preserve="none")
+
+    def both():
+        a = grow_tensor(old, {1: ("ffn", "out")}, {"ffn": plan}, rnd, torch.Generator().manual_seed(5), 0.02)[0]
+        b = _zero_sum_perturbation(a, 1, plan, 0.5, torch.Generator().manual_seed(6))
+        return a, b
+
+    want = both()
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = both()
+    finally:
+        torch.set_default_dtype(prev)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
