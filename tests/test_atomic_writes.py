@@ -277,20 +277,82 @@ def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_w
 
 
 def test_written_files_take_the_umasks_mode_and_the_umask_is_left_as_it_was(tmp_path):
-    """A file written 0600 (as safetensors does) and a plain file both end with the mode `open()` gives
-    under the process's umask (0666 & ~umask), in a folder write and a single-file write alike."""
+    """Files written 0600 (as safetensors does), in a folder write and a single-file write, and a plain
+    file all end with the mode `open()` gives under the process's umask: 0666 & ~umask (0644 under 022)."""
+    def private_file(p: Path) -> None:
+        p.write_bytes(b"w")
+        os.chmod(p, 0o600)
+
     def private(d: Path) -> None:
-        (d / "w.bin").write_bytes(b"w")
-        os.chmod(d / "w.bin", 0o600)
+        private_file(d / "w.bin")
         (d / "sub").mkdir()
         (d / "sub" / "n.txt").write_text("n")
 
-    old = os.umask(0o027)
+    old = os.umask(0o022)
     try:
         out = atomic.atomic_dir_write(tmp_path / "out", private, "checkpoint")
         atomic.write_text_atomic(tmp_path / "f.txt", "x")
-        assert os.umask(0o027) == 0o027  # reading the umask inside the write put it back
+        atomic.write_file_atomic(tmp_path / "p.bin", private_file)
+        assert os.umask(0o022) == 0o022  # reading the umask inside the writes put it back
     finally:
         os.umask(old)
-    for f in (out / "w.bin", out / "sub" / "n.txt", tmp_path / "f.txt"):
-        assert f.stat().st_mode & 0o777 == 0o640, f"{f.name}: {oct(f.stat().st_mode & 0o777)}"
+    want = 0o666 & ~0o022
+    for f in (out / "w.bin", out / "sub" / "n.txt", tmp_path / "f.txt", tmp_path / "p.bin"):
+        assert f.stat().st_mode & 0o777 == want, f"{f.name}: {oct(f.stat().st_mode & 0o777)}"
+
+
+def test_a_folder_write_creates_missing_parents_and_finishes_a_dead_writers_swap_first(tmp_path):
+    """atomic_dir_write into a path whose parents do not exist yet creates them; one whose lock a dead
+    writer left takes that lock over and removes what it recorded before writing."""
+    out = atomic.atomic_dir_write(tmp_path / "a" / "b" / "out", writes("deep"), "checkpoint")
+    assert (out / "a.txt").read_text() == "deep"
+    target = tmp_path / "out"
+    left = side(target, "tmp", "half")
+    dead_writers_lock(target, [left])
+    atomic.atomic_dir_write(target, writes("fresh"), "checkpoint")
+    assert (target / "a.txt").read_text() == "fresh" and not left.exists()
+    assert sorted(entries(tmp_path)) == ["a", "out"]
+
+
+def test_another_rank_replaces_without_a_lock(tmp_path, monkeypatch):
+    """torchrun ranks other than 0 take no lock (rank 0 owns the output); a replace there still swaps
+    the new version in and leaves nothing beside it."""
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    monkeypatch.setenv("RANK", "1")
+    atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
+    assert (tmp_path / "out" / "a.txt").read_text() == "new" and entries(tmp_path) == ["out"]
+
+
+def test_a_folder_write_reuses_the_digests_its_writer_already_has(tmp_path):
+    """`hashes` (a checkpoint's meta.json digests) is asked once, for the finished temporary, so the
+    manifest does not hash every file again; the digests recorded are the files' real sha256."""
+    import hashlib
+
+    asked = []
+
+    def hashes(d: Path) -> dict:
+        asked.append(d.name)
+        return {"a.txt": hashlib.sha256((d / "a.txt").read_bytes()).hexdigest()}
+
+    out = atomic.atomic_dir_write(tmp_path / "out", writes("v"), "checkpoint", hashes=hashes)
+    assert len(asked) == 1 and asked[0].startswith(".out.tmp-")
+    assert read_manifest(out)["files"]["a.txt"]["sha256"] == hashlib.sha256(b"v").hexdigest()
+
+
+def test_a_failing_writers_own_error_is_raised_even_when_its_temporary_cannot_be_removed(tmp_path, monkeypatch):
+    """The cleanup after a failed write is best effort: a file in the temporary that cannot be deleted
+    (here os.unlink refuses it) must not replace the writer's own error with the cleanup's."""
+    real_unlink = os.unlink
+
+    def stuck(path, *a, **kw):
+        if str(path).endswith("stuck.bin"):
+            raise PermissionError(path)
+        return real_unlink(path, *a, **kw)
+
+    def fails(d: Path) -> None:
+        (d / "stuck.bin").write_bytes(b"s")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "unlink", stuck)
+    with pytest.raises(OSError, match="disk full"):
+        atomic.atomic_dir_write(tmp_path / "out", fails, "checkpoint")

@@ -244,3 +244,24 @@ def test_loaded_and_swapped_state_lives_with_its_parameter():
     hand.load_state_dict(sd)
     for st in hand.optimizers["adamw"].state.values():
         assert {v.device.type for v in st.values()} == {"meta"}
+
+
+def test_muon_runs_nesterov_momentum_unless_told_otherwise():
+    """build_optimizer gives Muon the config's lr, momentum ("Muon Nesterov momentum") and iterations but
+    no nesterov flag: Muon's own default must be Nesterov's look-ahead (Jordan et al., 2024). Reference
+    from the definition: buf <- mu buf + (1 - mu) g, direction orthogonalize(g + mu (buf - g)), scaled by
+    sqrt(max(1, rows / cols)), three steps."""
+    import math
+
+    tcfg = TrainConfig()
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(8, 4))
+    ref, buf, mu = w.detach().clone(), torch.zeros(8, 4), tcfg.muon_momentum
+    opt = Muon([w], lr=tcfg.muon_lr, momentum=mu)
+    for _ in range(3):
+        g = torch.randn(8, 4)
+        w.grad = g.clone()
+        opt.step()
+        buf = mu * buf + (1 - mu) * g
+        ref -= tcfg.muon_lr * orthogonalize(g + mu * (buf - g)) * math.sqrt(max(1.0, 8 / 4))
+    torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)

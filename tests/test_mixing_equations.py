@@ -30,6 +30,7 @@ F64 = torch.float64
 # GQA-like table: q and an elementwise gate per query head, k/v per kv head (as attention.component_shapes)
 SHAPES = {"q": (2, 3), "k": (1, 3), "v": (1, 3), "g": (2, 3)}
 EPS = 0.25  # far from RMSNorm's default, so a dropped eps shows
+needs_numba = pytest.mark.skipif(not mix_kernels.available(), reason="numba is not installed")
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -245,7 +246,7 @@ def _eq7(parts, anchors, mixer, comps, gamma):
 
 @pytest.mark.parametrize("granularity", ["elementwise", "headwise", "scalar"])
 @pytest.mark.parametrize("dynamic", [True, False])
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("fused", [pytest.param(True, marks=needs_numba), False])
 def test_anchor_mixer_is_eq7(granularity, dynamic, fused):
     """k and g mixed (gamma columns 2, 3 and 6, 7), q and v passed through; the anchor dropped on request."""
     comps = ["k", "g"]
@@ -440,9 +441,6 @@ def test_fused_path_choice():
     with _eager_only():
         assert not fused_mix.enabled() and not fused_mix.usable([f32, f32])
     assert fused_mix.enabled()
-
-
-needs_numba = pytest.mark.skipif(not mix_kernels.available(), reason="numba is not installed")
 
 
 @needs_numba
