@@ -265,3 +265,18 @@ def test_muon_runs_nesterov_momentum_unless_told_otherwise():
         buf = mu * buf + (1 - mu) * g
         ref -= tcfg.muon_lr * orthogonalize(g + mu * (buf - g)) * math.sqrt(max(1.0, 8 / 4))
     torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_muon_orthogonalizes_unequal_fused_blocks_each_with_the_groups_method():
+    """A fused matrix with unequal row blocks (`_muon_split`, e.g. an anchor under GQA) is orthogonalized
+    block by block with the group's method and iterations, each block scaled by sqrt(max(1, rows / cols))."""
+    import math
+
+    torch.manual_seed(0)
+    g = torch.randn(8, 4)
+    p = torch.nn.Parameter(torch.zeros(8, 4))
+    p._muon_split = (6, 2)
+    opt = Muon([p], ns_method="polar_express", ns_steps=6)
+    want = torch.cat([orthogonalize(g[:6], 6, "polar_express") * math.sqrt(6 / 4),
+                      orthogonalize(g[6:], 6, "polar_express")])
+    torch.testing.assert_close(opt.direction(p, g, opt.param_groups[0]), want, atol=1e-6, rtol=1e-6)
