@@ -280,3 +280,48 @@ def test_muon_orthogonalizes_unequal_fused_blocks_each_with_the_groups_method():
     want = torch.cat([orthogonalize(g[:6], 6, "polar_express") * math.sqrt(6 / 4),
                       orthogonalize(g[6:], 6, "polar_express")])
     torch.testing.assert_close(opt.direction(p, g, opt.param_groups[0]), want, atol=1e-6, rtol=1e-6)
+
+
+# Polar Express (Amsel et al., 2025), degree-5 coefficients per iteration as published; the last repeats
+PAPER_POLAR_EXPRESS = [
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+]
+
+
+def _reference_orthogonalize(g, steps, method):
+    """In float64 from the definitions. Muon (Jordan et al., 2024): X0 = G / (||G||_F + 1e-7), then
+    X <- a X + (b A + c A^2) X, A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315). Polar Express: the
+    published coefficients with the paper's 1.01 safety factor (a / 1.01, b / 1.01^3, c / 1.01^5;
+    X0 = G / (1.01 ||G||_F + 1e-7)). Computed on the wide orientation."""
+    x = g.double()
+    tall = x.shape[0] > x.shape[1]
+    x = x.t() if tall else x
+    pe = method == "polar_express"
+    x = x / (x.norm() * (1.01 if pe else 1.0) + 1e-7)
+    for i in range(steps):
+        if pe:
+            a, b, c = PAPER_POLAR_EXPRESS[min(i, 7)]
+            a, b, c = a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5
+        else:
+            a, b, c = 3.4445, -4.7750, 2.0315
+        s = x @ x.t()
+        x = a * x + (b * s + c * s @ s) @ x
+    return x.t() if tall else x
+
+
+@pytest.mark.parametrize("method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8)])
+@pytest.mark.parametrize("scale", [1.0, 1e-6], ids=["unit", "tiny"])  # tiny: the 1e-7 in X0 matters
+def test_orthogonalize_is_the_published_iteration(method, steps, scale):
+    torch.manual_seed(0)
+    g = torch.randn(12, 5) * scale  # tall: computed on the transpose
+    want = _reference_orthogonalize(g, steps, method).float()
+    torch.testing.assert_close(orthogonalize(g, steps, method), want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(orthogonalize(g.t(), steps, method), want.t(), atol=1e-5, rtol=1e-4)
+    assert orthogonalize(g.bfloat16(), steps, method).dtype == torch.bfloat16  # returned in the input's dtype
