@@ -18,12 +18,17 @@ def test_adamw_matches_torch():
     b = torch.nn.Parameter(a.detach().clone())
     ours = AdamW([a], lr=1e-2, betas=(0.9, 0.999), weight_decay=0.1)
     ref = torch.optim.AdamW([b], lr=1e-2, betas=(0.9, 0.999), weight_decay=0.1, eps=1e-8)
-    for _ in range(20):
-        g = torch.randn(5, 7)
-        a.grad, b.grad = g.clone(), g.clone()
-        ours.step()
-        ref.step()
+    _step_both_on_the_same_gradients((a, b), (ours, ref), 20)
     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _step_both_on_the_same_gradients(params, opts, steps):
+    for _ in range(steps):
+        g = torch.randn(params[0].shape)
+        for p in params:
+            p.grad = g.clone()
+        for o in opts:
+            o.step()
 
 
 def test_per_element_steps_equal_a_fresh_tensor():
@@ -353,11 +358,7 @@ def test_per_element_steps_with_beta1_zero_match_torch():
     ours = AdamW([p], lr=1e-2, betas=(0.0, 0.999))
     ours.state[p] = {"step": torch.zeros(3, 4), "exp_avg": torch.zeros(3, 4), "exp_avg_sq": torch.zeros(3, 4)}
     ref = torch.optim.AdamW([q], lr=1e-2, betas=(0.0, 0.999), weight_decay=0.0)
-    for _ in range(3):
-        g = torch.randn(3, 4)
-        p.grad, q.grad = g.clone(), g.clone()
-        ours.step()
-        ref.step()
+    _step_both_on_the_same_gradients((p, q), (ours, ref), 3)
     torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
 
 
