@@ -400,3 +400,35 @@ def test_a_loaded_mask_or_per_element_step_switches_to_the_hand_written_adamw(en
     c = build_optimizer(_tiny_model(), TrainConfig())
     c.load_state_dict(sd)
     assert type(c.optimizers["adamw"]) is AdamW
+
+
+def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_optimizer_after_a_foreach_one():
+    """The swap to the hand-written AdamW keeps torch's defaults (a group added later gets the run's lr,
+    betas, eps); zero_grad() frees the gradients (None); with found_inf = 0, a foreach torch AdamW read on
+    the host is followed by the other optimizers' steps (Muon here)."""
+    from nexus.optim.optimizers import OptimizerSet
+
+    tcfg = TrainConfig(optimizer="muon", lr=3e-3, betas=(0.85, 0.97), eps=1e-7)
+    model = _tiny_model()
+    opt = build_optimizer(model, tcfg)
+    torch_defaults = {k: opt.optimizers["adamw"].defaults[k] for k in ("lr", "betas", "eps")}
+    groups = opt.optimizers["adamw"].param_groups
+    opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
+                                                    for g in groups], lr=tcfg.lr, foreach=True),
+                        "muon": opt.optimizers["muon"]}, opt.param_names)
+    _train(model, opt, steps=1)
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    muon_params = [p for g in opt.optimizers["muon"].param_groups for p in g["params"]]
+    before = [p.detach().clone() for p in muon_params]
+    x = torch.randint(0, 50, (2, 16))
+    model(x, labels=x).loss.backward()
+    opt.step(found_inf=torch.zeros(()))
+    assert all(not torch.equal(p, b) for p, b in zip(muon_params, before))
+    swapped = build_optimizer(_tiny_model(), tcfg)
+    swapped.use_elementwise_adamw()
+    new = swapped.optimizers["adamw"]
+    assert {k: new.defaults[k] for k in torch_defaults} == torch_defaults
+    extra = torch.nn.Parameter(torch.zeros(3))
+    new.add_param_group({"params": [extra]})
+    assert {k: new.param_groups[-1][k] for k in torch_defaults} == torch_defaults
