@@ -18,12 +18,17 @@ def test_adamw_matches_torch():
     b = torch.nn.Parameter(a.detach().clone())
     ours = AdamW([a], lr=1e-2, betas=(0.9, 0.999), weight_decay=0.1)
     ref = torch.optim.AdamW([b], lr=1e-2, betas=(0.9, 0.999), weight_decay=0.1, eps=1e-8)
-    for _ in range(20):
-        g = torch.randn(5, 7)
-        a.grad, b.grad = g.clone(), g.clone()
-        ours.step()
-        ref.step()
+    _step_both_on_the_same_gradients((a, b), (ours, ref), 20)
     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _step_both_on_the_same_gradients(params, opts, steps):
+    for _ in range(steps):
+        g = torch.randn(params[0].shape)
+        for p in params:
+            p.grad = g.clone()
+        for o in opts:
+            o.step()
 
 
 def test_per_element_steps_equal_a_fresh_tensor():
@@ -265,3 +270,165 @@ def test_muon_runs_nesterov_momentum_unless_told_otherwise():
         buf = mu * buf + (1 - mu) * g
         ref -= tcfg.muon_lr * orthogonalize(g + mu * (buf - g)) * math.sqrt(max(1.0, 8 / 4))
     torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_muon_orthogonalizes_unequal_fused_blocks_each_with_the_groups_method():
+    """A fused matrix with unequal row blocks (`_muon_split`, e.g. an anchor under GQA) is orthogonalized
+    block by block with the group's method and iterations, each block scaled by sqrt(max(1, rows / cols))."""
+    import math
+
+    torch.manual_seed(0)
+    g = torch.randn(8, 4)
+    p = torch.nn.Parameter(torch.zeros(8, 4))
+    p._muon_split = (6, 2)
+    opt = Muon([p], ns_method="polar_express", ns_steps=6)
+    want = torch.cat([orthogonalize(g[:6], 6, "polar_express") * math.sqrt(6 / 4),
+                      orthogonalize(g[6:], 6, "polar_express")])
+    torch.testing.assert_close(opt.direction(p, g, opt.param_groups[0]), want, atol=1e-6, rtol=1e-6)
+
+
+# Polar Express (Amsel et al., 2025), degree-5 coefficients per iteration as published; the last repeats.
+# Written here from the paper, not imported from nexus: a changed constant there must not move the reference.
+PAPER_POLAR_EXPRESS = [
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+]
+
+
+def _reference_orthogonalize(g, steps, method):
+    """In float64 from the definitions. Muon (Jordan et al., 2024): X0 = G / (||G||_F + 1e-7), then
+    X <- a X + (b A + c A^2) X, A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315). Polar Express: the
+    published coefficients with the paper's 1.01 safety factor (a / 1.01, b / 1.01^3, c / 1.01^5;
+    X0 = G / (1.01 ||G||_F + 1e-7)). Computed on the wide orientation."""
+    x = g.double()
+    tall = x.shape[0] > x.shape[1]
+    x = x.t() if tall else x
+    pe = method == "polar_express"
+    x = x / (x.norm() * (1.01 if pe else 1.0) + 1e-7)
+    for i in range(steps):
+        if pe:
+            a, b, c = PAPER_POLAR_EXPRESS[min(i, 7)]
+            a, b, c = a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5
+        else:
+            a, b, c = 3.4445, -4.7750, 2.0315
+        s = x @ x.t()
+        x = a * x + (b * s + c * s @ s) @ x
+    return x.t() if tall else x
+
+
+@pytest.mark.parametrize("method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8)])
+@pytest.mark.parametrize("scale", [1.0, 1e-6], ids=["unit", "tiny"])  # tiny: the 1e-7 in X0 matters
+def test_orthogonalize_is_the_published_iteration(method, steps, scale):
+    torch.manual_seed(0)
+    g = torch.randn(12, 5) * scale  # tall: computed on the transpose
+    want = _reference_orthogonalize(g, steps, method).float()
+    torch.testing.assert_close(orthogonalize(g, steps, method), want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(orthogonalize(g.t(), steps, method), want.t(), atol=1e-5, rtol=1e-4)
+    assert orthogonalize(g.bfloat16(), steps, method).dtype == torch.bfloat16  # returned in the input's dtype
+
+
+@pytest.mark.parametrize("kind", ["hand_adamw", "muon"])
+def test_found_inf_zero_is_exactly_an_ordinary_step(kind):
+    """found_inf = 0 (all finite) gives the same weights as a step without the flag, bit for bit."""
+    tcfg = TrainConfig(optimizer="muon" if kind == "muon" else "adamw", cautious_wd=kind == "hand_adamw")
+    a, b = _tiny_model(), _tiny_model()
+    oa, ob = build_optimizer(a, tcfg), build_optimizer(b, tcfg)
+    _train(a, oa, steps=1)
+    _train(b, ob, steps=1)
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(3))
+    for model, opt, flag in ((a, oa, torch.zeros(())), (b, ob, None)):
+        opt.zero_grad()
+        model(x, labels=x).loss.backward()
+        opt.step(found_inf=flag)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_per_element_steps_with_beta1_zero_match_torch():
+    """beta1 = 0 (no first-moment averaging) under per-element steps: 1 - 0^t = 1 for every t >= 1."""
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(3, 4))
+    q = torch.nn.Parameter(p.detach().clone())
+    ours = AdamW([p], lr=1e-2, betas=(0.0, 0.999))
+    ours.state[p] = {"step": torch.zeros(3, 4), "exp_avg": torch.zeros(3, 4), "exp_avg_sq": torch.zeros(3, 4)}
+    ref = torch.optim.AdamW([q], lr=1e-2, betas=(0.0, 0.999), weight_decay=0.0)
+    _step_both_on_the_same_gradients((p, q), (ours, ref), 3)
+    torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+def test_state_dict_is_plain_data_and_loads_hyperparameters_by_optimizer_and_group():
+    """state_dict: lists for tuples, no implementation flags, each parameter's [optimizer, group].
+    load_state_dict: a saved group's hyperparameters come back (betas as a tuple), a saved
+    implementation flag is ignored (it belongs to the device that wrote it), saved groups missing for
+    an optimizer or a group are left as built."""
+    a = _tiny_model()
+    opt = build_optimizer(a, TrainConfig())
+    _train(a, opt, steps=1)
+    sd = opt.state_dict()
+    groups = sd["groups"]["adamw"]
+    assert all(isinstance(g["betas"], list) and not set(g) & {"foreach", "fused", "capturable", "differentiable"}
+               for g in groups) and all("lr" in g for g in groups)
+    assert {tuple(v) for v in sd["membership"].values()} == {("adamw", i) for i in range(len(groups))}
+    loaded = build_optimizer(_tiny_model(), TrainConfig(optimizer="muon"))  # adamw and muon groups
+    n_adamw = len(loaded.optimizers["adamw"].param_groups)
+    sd["groups"]["adamw"] = [{"fused": not loaded.optimizers["adamw"].defaults["fused"], "lr": 0.5, "betas": [0.8, 0.9]}]
+    built = [dict((k, v) for k, v in g.items() if k != "params") for g in loaded.param_groups]
+    loaded.load_state_dict(sd)  # no muon groups saved; one adamw group of n_adamw
+    g0 = loaded.optimizers["adamw"].param_groups[0]
+    assert g0["lr"] == 0.5 and g0["betas"] == (0.8, 0.9) and g0["fused"] == built[0]["fused"]
+    rest = [dict((k, v) for k, v in g.items() if k != "params") for g in loaded.param_groups][1:]
+    assert n_adamw >= 1 and rest == built[1:]
+
+
+@pytest.mark.parametrize("entry", ["mask", "1d-step"])
+def test_a_loaded_mask_or_per_element_step_switches_to_the_hand_written_adamw(entry):
+    a = _tiny_model()
+    opt = build_optimizer(a, TrainConfig())
+    _train(a, opt, steps=1)
+    sd = opt.state_dict()
+    name = next(n for n, st in sd["state"].items() if st["exp_avg"].ndim == 1)
+    if entry == "mask":
+        sd["state"][name]["new_mask"] = torch.ones_like(sd["state"][name]["exp_avg"])
+    else:
+        sd["state"][name]["step"] = torch.full_like(sd["state"][name]["exp_avg"], 1.0)
+    c = build_optimizer(_tiny_model(), TrainConfig())
+    c.load_state_dict(sd)
+    assert type(c.optimizers["adamw"]) is AdamW
+
+
+def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_optimizer_after_a_foreach_one():
+    """The swap to the hand-written AdamW keeps torch's defaults (a group added later gets the run's lr,
+    betas, eps); zero_grad() frees the gradients (None); with found_inf = 0, a foreach torch AdamW read on
+    the host is followed by the other optimizers' steps (Muon here)."""
+    from nexus.optim.optimizers import OptimizerSet
+
+    tcfg = TrainConfig(optimizer="muon", lr=3e-3, betas=(0.85, 0.97), eps=1e-7)
+    model = _tiny_model()
+    opt = build_optimizer(model, tcfg)
+    torch_defaults = {k: opt.optimizers["adamw"].defaults[k] for k in ("lr", "betas", "eps")}
+    groups = opt.optimizers["adamw"].param_groups
+    opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
+                                                    for g in groups], lr=tcfg.lr, foreach=True),
+                        "muon": opt.optimizers["muon"]}, opt.param_names)
+    _train(model, opt, steps=1)
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    muon_params = [p for g in opt.optimizers["muon"].param_groups for p in g["params"]]
+    before = [p.detach().clone() for p in muon_params]
+    x = torch.randint(0, 50, (2, 16))
+    model(x, labels=x).loss.backward()
+    opt.step(found_inf=torch.zeros(()))
+    assert all(not torch.equal(p, b) for p, b in zip(muon_params, before))
+    swapped = build_optimizer(_tiny_model(), tcfg)
+    swapped.use_elementwise_adamw()
+    new = swapped.optimizers["adamw"]
+    assert {k: new.defaults[k] for k in torch_defaults} == torch_defaults
+    extra = torch.nn.Parameter(torch.zeros(3))
+    new.add_param_group({"params": [extra]})
+    assert {k: new.param_groups[-1][k] for k in torch_defaults} == torch_defaults
