@@ -432,3 +432,16 @@ def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_opti
     extra = torch.nn.Parameter(torch.zeros(3))
     new.add_param_group({"params": [extra]})
     assert {k: new.param_groups[-1][k] for k in torch_defaults} == torch_defaults
+
+
+def test_optimizer_classes_built_directly_default_to_a_default_run():
+    """AdamW and Muon built directly (a library user, a plugin) step like a default `nexus train`: each default is
+    the TrainConfig field `build_optimizer` passes for it (AdamW's lr and weight decay are per group there)."""
+    tc = TrainConfig()
+    p = [torch.nn.Parameter(torch.zeros(2, 2))]
+    a = AdamW(p).defaults
+    assert (a["betas"], a["eps"], a["cautious_wd"]) == (tuple(tc.betas), tc.eps, tc.cautious_wd)
+    m = Muon(p).defaults
+    assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
+        tc.muon_lr, tc.muon_momentum, tc.muon_wd, tc.muon_ns_steps, tc.muon_ns, tc.cautious_wd)
+    assert m["nesterov"] is True  # "Muon Nesterov momentum" (TrainConfig.muon_momentum); no field turns it off
