@@ -322,7 +322,9 @@ def _reference_orthogonalize(g, steps, method):
     return x.t() if tall else x
 
 
-@pytest.mark.parametrize("method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8)])
+# 10 Polar Express steps: past the published table's 8 triples the last one repeats
+@pytest.mark.parametrize("method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8),
+                                          ("polar_express", 10)])
 @pytest.mark.parametrize("scale", [1.0, 1e-6], ids=["unit", "tiny"])  # tiny: the 1e-7 in X0 matters
 def test_orthogonalize_is_the_published_iteration(method, steps, scale):
     torch.manual_seed(0)
@@ -445,3 +447,22 @@ def test_optimizer_classes_built_directly_default_to_a_default_run():
     assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
         tc.muon_lr, tc.muon_momentum, tc.muon_wd, tc.muon_ns_steps, tc.muon_ns, tc.cautious_wd)
     assert m["nesterov"] is True  # "Muon Nesterov momentum" (TrainConfig.muon_momentum); no field turns it off
+
+
+def test_a_step_with_a_tensor_lr_and_cautious_decay_follows_its_formula():
+    """p <- p - lr * (update + wd * p * [update * p > 0]) (decoupled decay, cautious: only where update and p agree
+    in sign; an entry whose update is 0 is not decayed), here with the lr as a 0-d tensor (the scheduled lr on the
+    device), in float64 against the formula written out."""
+    from nexus.optim.optimizers import _apply_update
+
+    p = torch.tensor([1.0, -2.0, 3.0, -4.0, 5.0], dtype=torch.float64)
+    update = torch.tensor([0.5, 0.25, -1.0, -0.5, 0.0], dtype=torch.float64)
+    lr, wd = 0.1, 0.2
+    agree = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64)  # signs of update * p: +, -, -, +, 0
+    want = p - lr * (update + wd * p * agree)
+    got = p.clone()
+    _apply_update(got, update, torch.tensor(lr, dtype=torch.float64), wd, cautious=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=1e-15)
+    plain = p.clone()
+    _apply_update(plain, update, torch.tensor(lr, dtype=torch.float64), wd, cautious=False)
+    torch.testing.assert_close(plain, p - lr * (update + wd * p), atol=0, rtol=1e-15)
