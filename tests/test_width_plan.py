@@ -358,3 +358,18 @@ def test_random_draws_do_not_follow_torchs_default_dtype():
     finally:
         torch.set_default_dtype(prev)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_the_perturbation_is_drawn_at_its_std_relative_to_the_weights_std():
+    """`perturb` is the std of the +-perturbation relative to the weight's std (the spec's help): noise drawn at
+    perturb * std(W), then centred within each copy group of m columns so it cancels, has std
+    perturb * std(W) * sqrt(1 - 1/m); here m = 2 and std(W) = 0.02: about 0.007 (not 0.5 / 0.02 = 25)."""
+    torch.manual_seed(0)
+    old = torch.randn(64, 32) * 0.02
+    outs = {}
+    for p in (0.0, 0.5):
+        ws = spec(ffn=64, init="copy,copy", preserve="exact", perturb=p, seed=3)
+        plan = plan_axis("ffn", 32, 64, ws, torch.Generator().manual_seed(3))
+        outs[p], *_ = grow_tensor(old, {1: ("ffn", "in")}, {"ffn": plan}, ws, torch.Generator().manual_seed(4), 0.02)
+    eps = (outs[0.5] - outs[0.0]).double()
+    assert float(eps.std()) == pytest.approx(0.5 * float(old.std()) * math.sqrt(1 - 1 / 2), rel=0.1)
