@@ -86,14 +86,6 @@ class Refused(SystemExit):
 
 
 # ----------------------------------------------------------------------------- the plan
-def small_params(method: str, overrides: list[str]) -> int:
-    """Parameters of the small model (tied embedding counted once): the unit of tokens per parameter."""
-    from nexus.experiments import progressive as P
-    from nexus.experiments.curves import active_params
-
-    return active_params(P._small_config(P.methods()[method], None, overrides, None).model)
-
-
 def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
     o = ["--train.batch_size", str(scale["batch"]), "--data.seq_len", str(scale["seq"]),
          "--train.eval_batches", str(scale["eval_batches"]), "--data.source", data, "--train.sample_tokens", "1",
@@ -158,16 +150,22 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
     base has its own prefix, small run, growth step (40 tokens per parameter of its own small model) and scratch.
     lrs: the sweep's best lr per base ("small", "<base>-small") and per scratch shape, or None (untuned)."""
     from nexus.experiments import progressive as P
+    from nexus.experiments.curves import active_params
 
     scale = SCALES[scale_name]
     tps = scale["batch"] * scale["seq"]
-    def small_of(m: str) -> str:
-        return _sans_dir(P._small_config(P.methods()[m], None, base_overrides(scale, data, None), None).to_dict())
+
+    def small_of(m: str):
+        return P._small_config(P.methods()[m], None, base_overrides(scale, data, None), None)
 
     groups: dict[str, list[str]] = {}  # small model (as JSON) -> its methods, in the order given
+    small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
     for m in methods:
-        groups.setdefault(small_of(m), []).append(m)
-    default_small = small_of(DEFAULT_METHODS[0])
+        cfg = small_of(m)
+        key = _sans_dir(cfg.to_dict())
+        groups.setdefault(key, []).append(m)
+        small_cfgs.setdefault(key, cfg)
+    default_small = _sans_dir(small_of(DEFAULT_METHODS[0]).to_dict())
     runs: dict[str, dict] = {}
     bases, plans = {}, {}
     for small_json, ms in groups.items():
@@ -175,7 +173,7 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
         # the name does not depend on the order of --methods and a rerun finds its runs)
         label = "" if small_json == default_small else sorted(ms)[0]
         pre = f"{label}-" if label else ""
-        n_small = small_params(ms[0], base_overrides(scale, data, None))
+        n_small = active_params(small_cfgs[small_json].model)
         grow_step = scale.get("grow_steps") or math.ceil(scale["tokens_per_param"] * n_small / tps)
         steps = 2 * grow_step
         small_lr = None
@@ -235,7 +233,7 @@ def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
 def describe_run(run: dict, plan: dict) -> dict:
     m = run["cfg"]["model"]
     tc = run["cfg"]["train"]
-    start = run.get("grow_step", plan["grow_step"]) if run["kind"] in ("small", "grown") else 0
+    start = run["grow_step"] if run["kind"] in ("small", "grown") else 0
     row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
            "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
     if run["kind"] == "grown":
@@ -544,7 +542,7 @@ def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: di
         r = next(x for x in rows if x["run"] == name)
         chains[name] = r["est_s"] + (next(x for x in rows if x["run"] == run["after"])["est_s"] if run["after"] else 0)
     wall = max(total / max(1, workers), max(chains.values()))
-    return {"rows": rows, "serial_s": total, "wall_s": wall, "step_cost": dict(enumerate(cost.values()))}
+    return {"rows": rows, "serial_s": total, "wall_s": wall}
 
 
 def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:

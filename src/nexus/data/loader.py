@@ -22,8 +22,8 @@ from ..config import ConfigError, DataConfig
 from ..models.lm_loss import IGNORE_INDEX
 from .prepare import Progress, doc_text, prepare
 from .sampler import WindowSampler
-from .shards import (MODEL_TOKENIZER, check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail,
-                     tokenizer_identity, windows)
+from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
+                     windows)
 from .sources import resolve_source
 from .split import split_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
@@ -102,8 +102,8 @@ class DataModule:
         else:
             d = self.source.files[0] if self.source.kind == "prepared" else self._build_cache()
             m = read_manifest(d, str(d))
-            # a tokenizer handed in is a model's (eval, resume, init-from): advise a corpus made with it
-            check_tokenizer(m, self.tokenizer, cfg.source, *(MODEL_TOKENIZER if tokenizer is not None else ()))
+            # a tokenizer handed in is a model's (eval, resume, init-from)
+            check_tokenizer(m, self.tokenizer, cfg.source, model_tokenizer=tokenizer is not None)
             streams = open_prepared(d, m)
             self.manifest = m
             self.train, self.val = (TokenStream(*streams[s]) for s in ("train", "val"))

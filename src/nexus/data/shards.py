@@ -113,20 +113,18 @@ def read_manifest(directory: Path, shown: str) -> dict:
     return m
 
 
-def check_tokenizer(manifest: dict, tok, shown: str, whose: str = "the run's data.tokenizer", fix: str | None = None) -> None:
-    """The tokenizer in use must be the one the corpus was prepared with, and its ids must fit. `whose` names where
-    that tokenizer came from and `fix` what would be valid: a training run can switch to the corpus's tokenizer,
-    a trained checkpoint cannot (its embedding is tied to its own), so it needs a corpus prepared with its own."""
+def check_tokenizer(manifest: dict, tok, shown: str, model_tokenizer: bool = False) -> None:
+    """The tokenizer in use must be the one the corpus was prepared with, and its ids must fit. A new run can
+    switch to the corpus's tokenizer; a model's own (eval, resume, init-from: model_tokenizer) cannot be swapped,
+    its embedding rows are its ids, so the advice is a corpus prepared with it."""
     want, have = manifest["tokenizer"], tokenizer_identity(tok)
     if (want["kind"], want["sha256"], want["vocab_size"]) != (have["kind"], have["sha256"], have["vocab_size"]):
+        whose, fix = (("the model's tokenizer (from its checkpoint)", "a corpus prepared with the model's tokenizer: "
+                       "nexus data prepare TEXT --tokenizer CHECKPOINT --out DIR") if model_tokenizer else
+                      ("the run's data.tokenizer", f"--data.tokenizer {shown}, the tokenizer stored with the corpus"))
         raise ConfigError(f"data.source={shown!r} was prepared with tokenizer {want['kind']} (vocab {want['vocab_size']}, "
                           f"sha256 {want['sha256']}), but {whose} is {have['kind']} (vocab {have['vocab_size']}, sha256 "
-                          f"{have['sha256']}) (valid: {fix or f'--data.tokenizer {shown}, the tokenizer stored with the corpus'})")
-
-
-# A model's tokenizer (from its checkpoint) cannot be swapped for the corpus's: its embedding rows are its ids
-MODEL_TOKENIZER = ("the model's tokenizer (from its checkpoint)",
-                   "a corpus prepared with the model's tokenizer: nexus data prepare TEXT --tokenizer CHECKPOINT --out DIR")
+                          f"{have['sha256']}) (valid: {fix})")
 
 
 def open_prepared(directory: Path, manifest: dict) -> dict:

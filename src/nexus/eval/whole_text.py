@@ -131,7 +131,7 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
 
     from ..config import ConfigError
     from ..data.prepare import doc_text
-    from ..data.shards import MODEL_TOKENIZER, check_tokenizer, open_prepared, read_manifest
+    from ..data.shards import check_tokenizer, open_prepared, read_manifest
     from ..data.sources import resolve_source
     from ..data.split import split_documents
 
@@ -144,7 +144,7 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
     if src.kind == "prepared":
         d = src.files[0]
         m = read_manifest(d, source)
-        check_tokenizer(m, tok, source, *MODEL_TOKENIZER)
+        check_tokenizer(m, tok, source, model_tokenizer=True)
         streams = open_prepared(d, m)
         splits = ("val",) if split == "val" else ("train", "val")
         docs = ((ids, 0, 0) for s in splits for ids in token_documents(streams[s][0], tok.eos_id))
