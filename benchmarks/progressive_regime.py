@@ -414,6 +414,7 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
     lines += [f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
               f"seeds {', '.join(map(str, plan['seeds']))}",
               f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+              *sweep_lines(plan.get("sweep")),
               f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
               f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
               "| method | base | grown | scratch (its own) | small (its own) | share of the gap closed [95% CI] | "
@@ -439,6 +440,21 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
                          f"{fmt(d['scratch']['diff'])}; grown {fmt(d['grown']['diff'])} (paired t p = "
                          f"{_p(d['small']['t_p'])}, {_p(d['scratch']['t_p'])}, {_p(d['grown']['t_p'])})")
     return "\n".join(lines) + "\n"
+
+
+def sweep_lines(sweep: dict | None) -> list[str]:
+    """The lr sweep behind a tuned result: final validation loss per lr and shape (one seed), and what it cost."""
+    if not sweep:
+        return []
+    cost = sweep.get("cost", {})
+    n = sum(len(rows) for rows in sweep["table"].values())
+    lines = [f"lr sweep ({sweep['path']}): {n} runs, one seed (0), "
+             f"{(cost.get('run_seconds') or 0) / 60:.0f} run-minutes, {(cost.get('wall_s') or 0) / 60:.0f} min wall"]
+    for shape, rows in sweep["table"].items():
+        best = min(rows, key=lambda r: r["final_val_loss"])
+        lines.append(f"  {shape}: " + ", ".join(f"{r['lr']:.3g} -> {r['final_val_loss']:.4f}" for r in rows)
+                     + f" (best {best['lr']:.3g})")
+    return lines
 
 
 def _p(x) -> str:
@@ -666,6 +682,8 @@ def _main(argv: list[str] | None) -> int:
             sweep = read_sweep(sweep_path, sweep_key(probe))
         plan = probe if sweep is None else plan_regime(methods, seeds, scale, data, out, dict(sweep["best"]))
         reused = [] if sweep is None else reuse_sweep_runs(plan, methods, out, sweep)
+        if sweep is not None:  # the tuning's evidence and cost travel with the result (issue 29 item 2)
+            plan["sweep"] = {"path": str(sweep_path), "table": sweep.get("table", {}), "cost": sweep.get("cost", {})}
     except ConfigError as e:
         raise Refused(str(e)) from None
     for name in reused:

@@ -134,6 +134,15 @@ def test_only_a_finished_sweep_run_of_the_same_config_is_reused(bench, tmp_path)
     assert bench.reuse_sweep_runs(plan, list(bench.DEFAULT_METHODS), out, {}) == []  # a sweep without its table
 
 
+def test_the_sweep_behind_a_tuned_result_is_printed_with_its_cost(bench):
+    table = {"small": [{"lr": 1e-3, "final_val_loss": 2.0}, {"lr": 2e-3, "final_val_loss": 1.5},
+                       {"lr": 4e-3, "final_val_loss": 1.7}]}
+    lines = bench.sweep_lines({"path": "s.json", "table": table, "cost": {"run_seconds": 5400, "wall_s": 2700}})
+    assert lines[0] == "lr sweep (s.json): 3 runs, one seed (0), 90 run-minutes, 45 min wall"
+    assert lines[1] == "  small: 0.001 -> 2.0000, 0.002 -> 1.5000, 0.004 -> 1.7000 (best 0.002)"
+    assert bench.sweep_lines(None) == []  # an untuned result has no sweep to show
+
+
 @pytest.mark.slow
 def test_the_sweeps_run_of_a_benchmark_config_is_not_trained_again(bench, tmp_path, capsys, monkeypatch):
     """Seed 0's scratch at its chosen lr is the sweep's run of that lr (the same config, the same seed): the
@@ -157,6 +166,8 @@ def test_the_sweeps_run_of_a_benchmark_config_is_not_trained_again(bench, tmp_pa
     res = json.loads((out / "smoke" / "results.json").read_text())
     assert res["summary"]["methods"]["sparkling"]["per_seed"]["scratch"][0] == swept
     assert f"seed0/small: the lr sweep's run" in text and not (out / "smoke" / "seed0" / "small").exists()
+    assert f"lr sweep ({out / 'smoke' / bench.SWEEP_FILE}): 10 runs, one seed" in text  # its cost beside the result
+    assert f"(best {lr:.3g})" in text
     small_lr = sweep["best"]["small"]
     assert res["plan"]["runs"]["seed0/prefix"]["cfg"]["train"]["lr"] == small_lr
     assert not res["plan"]["runs"]["seed0/prefix"].get("reused_from")  # the sweep ran no prefix
