@@ -414,6 +414,7 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
     lines += [f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
               f"seeds {', '.join(map(str, plan['seeds']))}",
               f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+              *sweep_lines(plan.get("sweep")),
               f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
               f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
               "| method | base | grown | scratch (its own) | small (its own) | share of the gap closed [95% CI] | "
@@ -439,6 +440,21 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
                          f"{fmt(d['scratch']['diff'])}; grown {fmt(d['grown']['diff'])} (paired t p = "
                          f"{_p(d['small']['t_p'])}, {_p(d['scratch']['t_p'])}, {_p(d['grown']['t_p'])})")
     return "\n".join(lines) + "\n"
+
+
+def sweep_lines(sweep: dict | None) -> list[str]:
+    """The lr sweep behind a tuned result: final validation loss per lr and shape (one seed), and what it cost."""
+    if not sweep:
+        return []
+    cost = sweep.get("cost", {})
+    n = sum(len(rows) for rows in sweep["table"].values())
+    lines = [f"lr sweep ({sweep['path']}): {n} runs, one seed (0), "
+             f"{(cost.get('run_seconds') or 0) / 60:.0f} run-minutes, {(cost.get('wall_s') or 0) / 60:.0f} min wall"]
+    for shape, rows in sweep["table"].items():
+        best = min(rows, key=lambda r: r["final_val_loss"])
+        lines.append(f"  {shape}: " + ", ".join(f"{r['lr']:.3g} -> {r['final_val_loss']:.4f}" for r in rows)
+                     + f" (best {best['lr']:.3g})")
+    return lines
 
 
 def _p(x) -> str:
@@ -474,7 +490,32 @@ def read_sweep(path: Path, plan_key: dict) -> dict:
                       f"{SWEEP_FILE} that --lr-sweep writes)") from None
     if key != plan_key:
         raise Refused(f"--sweep={str(path)!r} was swept for {key} (valid: a sweep of this plan, {plan_key})")
-    return dict(best)  # "small" / "<base>-small" and each scratch shape -> its best lr
+    return s  # "best": "small" / "<base>-small" and each scratch shape -> its best lr; "table": every run
+
+
+def reuse_sweep_runs(plan: dict, methods: list[str], out: Path, sweep: dict) -> list[str]:
+    """Point every benchmark run whose config equals a finished sweep run's at that run's directory: seed 0's scratch
+    and small at their chosen lrs (the sweep's own seed; small is the prefix's continuation, and a bitwise resume
+    makes it the same run as one trained straight through). The same config trains to the same result, so training
+    it twice buys nothing. Returns the names reused. The chosen lrs were picked on those runs' validation losses, so
+    seed 0 carries the sweep's selection either way."""
+    from nexus.experiments.runs import is_done
+
+    lrs = sorted({row["lr"] for rows in sweep.get("table", {}).values() for row in rows})
+    if not lrs:
+        return []
+    swept = {}
+    for r in plan_sweep(methods, plan["scale"], plan["data"], out, lrs)["runs"].values():
+        if is_done(Path(r["cfg"]["train"]["out_dir"])):
+            swept[_sans_dir(r["cfg"])] = r["cfg"]["train"]["out_dir"]
+    reused = []
+    for name, run in plan["runs"].items():
+        src = swept.get(_sans_dir(run["cfg"]))
+        if src is not None:
+            run["cfg"]["train"]["out_dir"] = src
+            run["reused_from"] = src
+            reused.append(name)
+    return reused
 
 
 def sweep_key(plan: dict) -> dict:
@@ -528,6 +569,9 @@ def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: di
     rows, total = [], 0.0
     for name, run in plan["runs"].items():
         d = describe_run(run, plan)
+        if run.get("reused_from"):
+            rows.append({"run": name, **d, "est_s": 0.0})
+            continue
         cfg = timed_config(run, plan)
         key = json.dumps(cfg["model"], sort_keys=True)
         if key not in cost:
@@ -630,13 +674,21 @@ def _main(argv: list[str] | None) -> int:
     try:
         if a.lr_sweep:
             return _sweep(a, methods, scale, data, out, lrs)
-        lr_plan = None
+        sweep = None
         probe = plan_regime(methods, seeds, scale, data, out, None)
-        if not a.untuned and not a.estimate:
-            lr_plan = read_sweep(Path(a.sweep) if a.sweep else out / SWEEP_FILE, sweep_key(probe))
-        plan = probe if lr_plan is None else plan_regime(methods, seeds, scale, data, out, lr_plan)
+        sweep_path = Path(a.sweep) if a.sweep else out / SWEEP_FILE
+        # --estimate plans the tuned benchmark when the sweep has run (its reused runs cost nothing), else untuned
+        if not a.untuned and (not a.estimate or sweep_path.is_file()):
+            sweep = read_sweep(sweep_path, sweep_key(probe))
+        plan = probe if sweep is None else plan_regime(methods, seeds, scale, data, out, dict(sweep["best"]))
+        reused = [] if sweep is None else reuse_sweep_runs(plan, methods, out, sweep)
+        if sweep is not None:  # the tuning's evidence and cost travel with the result (issue 29 item 2)
+            plan["sweep"] = {"path": str(sweep_path), "table": sweep.get("table", {}), "cost": sweep.get("cost", {})}
     except ConfigError as e:
         raise Refused(str(e)) from None
+    for name in reused:
+        print(f"{name}: the lr sweep's run of the same config, {plan['runs'][name]['reused_from']}, is this run "
+              f"(not trained again)", flush=True)
     corpus = corpus_check(plan, refuse=not a.estimate)
     if a.estimate:
         cost: dict = {}

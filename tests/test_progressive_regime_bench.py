@@ -6,6 +6,7 @@ line with exit code 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,70 @@ def test_estimate_of_the_lr_sweep_trains_nothing(bench, tmp_path, capsys, monkey
     text = capsys.readouterr().out
     assert "lr sweep" in text and "min wall" in text
     assert not (out / "smoke" / "lr-sweep").exists() and not (out / "smoke" / bench.SWEEP_FILE).exists()
+
+
+def test_only_a_finished_sweep_run_of_the_same_config_is_reused(bench, tmp_path):
+    out = tmp_path / "smoke"
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]
+    sweep_runs = bench.plan_sweep(list(bench.DEFAULT_METHODS), "smoke", "embedded", out, lrs)["runs"]
+    table = {}
+    for name, r in sweep_runs.items():
+        if r["lr"] != 1.6e-2:  # one lr's runs unfinished: nothing of theirs may be reused
+            d = Path(r["cfg"]["train"]["out_dir"])
+            d.mkdir(parents=True)
+            (d / "done.json").write_text(json.dumps({"val_loss": 1.0}))
+        table.setdefault(r["shape"], []).append({"lr": r["lr"], "final_val_loss": 1.0})
+    scratch = next(k for k in table if k != "small")
+    for small_lr, scratch_lr, reused in [(1e-3, 4e-3, True), (1e-3, 1.6e-2, False)]:
+        plan = bench.plan_regime(list(bench.DEFAULT_METHODS), [0, 1], "smoke", "embedded", out,
+                                 {"small": small_lr, scratch: scratch_lr})
+        names = bench.reuse_sweep_runs(plan, list(bench.DEFAULT_METHODS), out, {"table": table})
+        # the small run is the prefix's continuation, a full-horizon run of the same config (resume is bitwise:
+        # test_core_train::test_exact_resume_is_bitwise); seed 1 and the prefix (a half run) are their own runs
+        assert names == ["seed0/small"] + ([f"seed0/scratch-{scratch}"] if reused else [])
+        assert plan["runs"]["seed0/small"]["cfg"]["train"]["out_dir"] == str(out / "lr-sweep" / "small" / "lr0.001")
+        if reused:
+            assert plan["runs"][names[1]]["cfg"]["train"]["out_dir"] == str(out / "lr-sweep" / scratch / "lr0.004")
+    assert bench.reuse_sweep_runs(plan, list(bench.DEFAULT_METHODS), out, {}) == []  # a sweep without its table
+
+
+def test_the_sweep_behind_a_tuned_result_is_printed_with_its_cost(bench):
+    table = {"small": [{"lr": 1e-3, "final_val_loss": 2.0}, {"lr": 2e-3, "final_val_loss": 1.5},
+                       {"lr": 4e-3, "final_val_loss": 1.7}]}
+    lines = bench.sweep_lines({"path": "s.json", "table": table, "cost": {"run_seconds": 5400, "wall_s": 2700}})
+    assert lines[0] == "lr sweep (s.json): 3 runs, one seed (0), 90 run-minutes, 45 min wall"
+    assert lines[1] == "  small: 0.001 -> 2.0000, 0.002 -> 1.5000, 0.004 -> 1.7000 (best 0.002)"
+    assert bench.sweep_lines(None) == []  # an untuned result has no sweep to show
+
+
+@pytest.mark.slow
+def test_the_sweeps_run_of_a_benchmark_config_is_not_trained_again(bench, tmp_path, capsys, monkeypatch):
+    """Seed 0's scratch at its chosen lr is the sweep's run of that lr (the same config, the same seed): the
+    benchmark reads it from the sweep instead of training it twice, and nothing else is taken from the sweep."""
+    out = tmp_path / "x"
+    assert bench.main(["--smoke", "--lr-sweep", "--workers", "1", "--out", str(out)]) == 0
+    sweep = json.loads((out / "smoke" / bench.SWEEP_FILE).read_text())
+    key = next(k for k in sweep["best"] if k != "small")
+    lr = sweep["best"][key]
+    swept = next(r["final_val_loss"] for r in sweep["table"][key] if r["lr"] == lr)
+    capsys.readouterr()
+    monkeypatch.setattr(bench, "step_seconds", lambda cfg, steps, threads: (0.01, 0.1))
+    assert bench.main(["--smoke", "--seeds", "0,1", "--estimate", "--out", str(out)]) == 0
+    est = capsys.readouterr().out
+    assert f"seed0/scratch-{key}: the lr sweep's run" in est and "seed1/scratch" not in est.split("run ")[0]
+    assert bench.main(["--smoke", "--seeds", "0,1", "--workers", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"seed0/scratch-{key}: the lr sweep's run of the same config" in text
+    assert not (out / "smoke" / "seed0" / f"scratch-{key}").exists()  # not trained again
+    assert (out / "smoke" / "seed1" / f"scratch-{key}" / "done.json").is_file()  # another seed is its own run
+    res = json.loads((out / "smoke" / "results.json").read_text())
+    assert res["summary"]["methods"]["sparkling"]["per_seed"]["scratch"][0] == swept
+    assert f"seed0/small: the lr sweep's run" in text and not (out / "smoke" / "seed0" / "small").exists()
+    assert f"lr sweep ({out / 'smoke' / bench.SWEEP_FILE}): 10 runs, one seed" in text  # its cost beside the result
+    assert f"(best {lr:.3g})" in text
+    small_lr = sweep["best"]["small"]
+    assert res["plan"]["runs"]["seed0/prefix"]["cfg"]["train"]["lr"] == small_lr
+    assert not res["plan"]["runs"]["seed0/prefix"].get("reused_from")  # the sweep ran no prefix
 
 
 def test_arch_pair_is_matched_and_each_grows_from_its_own_base(bench, tmp_path):

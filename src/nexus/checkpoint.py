@@ -127,6 +127,7 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
     """A sharded (FSDP2) checkpoint read whole into this process: {"model": {name: tensor}, "optim":
     {...}} with full tensors, at any world size (1 included). torch.distributed.checkpoint does the
     resharding; `_load_state_dict_from_keys` is its loader for state dicts it has no template for."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
     where = Path(path) / SHARDED_DIR
@@ -136,8 +137,12 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
         with warnings.catch_warnings():  # "no process group: loading in a single process" is what we want
             warnings.simplefilter("ignore", UserWarning)
             return _load_state_dict_from_keys(keys, checkpoint_id=str(where))
-    except Exception as e:  # DCP raises CheckpointException / OSError / pickle errors for damaged files
-        raise CheckpointError(f"{where} is corrupted or incomplete ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    # DCP raises OSError / pickle errors for damaged files, or wraps them per rank in a CheckpointException,
+    # which derives from BaseException (an `except Exception` let it out as a traceback)
+    except (Exception, CheckpointException) as e:
+        cause = next(iter(e.failures.values()))[0] if isinstance(e, CheckpointException) and e.failures else e
+        raise CheckpointError(f"{where} is corrupted or incomplete ({type(cause).__name__}: "
+                              f"{str(cause).splitlines()[0][:120] if str(cause) else ''})") from None
 
 
 def read_config(path, flag: str = "--checkpoint") -> RunConfig:
