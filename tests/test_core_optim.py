@@ -2,6 +2,7 @@
 Muon orthogonalization, schedules, parameter-group rules."""
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nexus.config import ModelConfig, TrainConfig
 from nexus.models import build_model
@@ -438,11 +439,11 @@ def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_opti
 
 def test_optimizer_classes_built_directly_default_to_a_default_run():
     """AdamW and Muon built directly (a library user, a plugin) step like a default `nexus train`: each default is
-    the TrainConfig field `build_optimizer` passes for it (AdamW's lr and weight decay are per group there)."""
+    the TrainConfig field `build_optimizer` passes for it (AdamW's weight decay is per group there)."""
     tc = TrainConfig()
     p = [torch.nn.Parameter(torch.zeros(2, 2))]
     a = AdamW(p).defaults
-    assert (a["betas"], a["eps"], a["cautious_wd"]) == (tuple(tc.betas), tc.eps, tc.cautious_wd)
+    assert (a["lr"], a["betas"], a["eps"], a["cautious_wd"]) == (tc.lr, tuple(tc.betas), tc.eps, tc.cautious_wd)
     m = Muon(p).defaults
     assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
         tc.muon_lr, tc.muon_momentum, tc.muon_wd, tc.muon_ns_steps, tc.muon_ns, tc.cautious_wd)
@@ -466,3 +467,276 @@ def test_a_step_with_a_tensor_lr_and_cautious_decay_follows_its_formula():
     plain = p.clone()
     _apply_update(plain, update, torch.tensor(lr, dtype=torch.float64), wd, cautious=False)
     torch.testing.assert_close(plain, p - lr * (update + wd * p), atol=0, rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------- what each optimizer hands torch
+class _OpLog(TorchDispatchMode):
+    """Every aten op that runs inside the block, with whether any argument was a DTensor (an FSDP2 shard
+    not yet unwrapped to its local tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.on_dtensors = [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops.append(name)
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+        if any(type(t).__name__ == "DTensor" for t in leaves):
+            self.on_dtensors.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+HOST_READ = "_local_scalar_dense"  # the op behind bool(t) / t.item(): a device -> host sync on an accelerator
+
+
+def _small_set(adamw: str):
+    """An OptimizerSet over three small parameters: AdamW (torch's fused or foreach, or the hand-written one)
+    for a vector and a matrix, Muon for a matrix; each with a gradient."""
+    from nexus.optim.optimizers import OptimizerSet, torch_adamw
+
+    torch.manual_seed(0)
+    params = {"gain": torch.nn.Parameter(torch.randn(4)), "embed": torch.nn.Parameter(torch.randn(5, 4)),
+              "hidden": torch.nn.Parameter(torch.randn(6, 4))}
+    for p in params.values():
+        p.grad = torch.randn_like(p)
+    groups = [{"params": [params["gain"], params["embed"]]}]
+    adam = {"torch_fused": lambda: torch_adamw(groups, lr=1e-2, betas=(0.9, 0.95), eps=1e-8),
+            "torch_foreach": lambda: torch.optim.AdamW(groups, lr=1e-2, foreach=True),
+            "hand_adamw": lambda: AdamW(groups, lr=1e-2)}[adamw]()
+    return params, OptimizerSet({"adamw": adam, "muon": Muon([params["hidden"]])},
+                                {id(p): n for n, p in params.items()})
+
+
+@pytest.mark.parametrize("adamw", ["torch_fused", "hand_adamw"])
+def test_a_skip_flag_is_never_read_on_the_host_except_by_a_foreach_torch_adamw(adamw):
+    """`OptimizerSet.step(found_inf)` hands the flag to fused torch AdamW, the hand-written AdamW and Muon as a
+    device tensor: no host read (a sync per step on an accelerator). Only torch's foreach AdamW, which has no
+    found_inf input, reads it (positive control: the log sees that read)."""
+    _, opt = _small_set(adamw)
+    assert opt.optimizers["adamw"].defaults.get("fused", False) == (adamw == "torch_fused")
+    opt.step()
+    for flag in (torch.zeros(()), torch.ones(())):
+        with _OpLog() as log:
+            opt.step(found_inf=flag)
+        assert HOST_READ not in log.ops, flag
+    _, foreach = _small_set("torch_foreach")
+    with _OpLog() as log:
+        foreach.step(found_inf=torch.zeros(()))
+    assert HOST_READ in log.ops
+
+
+def test_the_hand_written_adamw_steps_plain_tensors_with_torchs_multi_tensor_kernels():
+    """Tensors without per-element steps or masks go to torch's foreach (multi-tensor) AdamW, asked for
+    explicitly: left to torch's default, the CPU and any device without foreach support would take the
+    per-tensor loop."""
+    _, opt = _small_set("hand_adamw")
+    with _OpLog() as log:
+        opt.optimizers["adamw"].step()
+    assert any(op.startswith("_foreach_") for op in log.ops)
+
+
+def test_torch_adamw_is_built_fused_or_foreach_never_torchs_default():
+    """fused where the device has the kernel (CPU), else foreach (meta has no fused kernel), and the other flag
+    False: left None, torch would pick its per-tensor loop on every non-CUDA device."""
+    from nexus.optim.optimizers import torch_adamw
+
+    cpu = torch_adamw([{"params": [torch.nn.Parameter(torch.zeros(2))]}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    assert (cpu.defaults["fused"], cpu.defaults["foreach"]) == (True, False)
+    meta = torch_adamw([{"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))]}], lr=1e-3,
+                       betas=(0.9, 0.95), eps=1e-8)
+    assert (meta.defaults["fused"], meta.defaults["foreach"]) == (False, True)
+
+
+def test_skip_flags_and_loaded_steps_live_with_the_parameter():
+    """Placement, asserted (on `meta` a CPU 0-d tensor mixes with meta tensors, so a step cannot tell): the
+    keep/finite flags go to the parameter's device as float32 / bool; a loaded 0-d step goes to the CPU only
+    for torch's foreach AdamW (which reads it there), and stays with the parameter for a fused AdamW (its
+    kernel reads the step on the device), the hand-written AdamW and Muon."""
+    from nexus.optim.optimizers import _skip_flags, _state_device, torch_adamw
+
+    p = torch.empty(3, device="meta")
+    keep, finite = _skip_flags(torch.ones((), dtype=torch.float64), p)
+    assert (keep.device, keep.dtype, finite.device, finite.dtype) == (p.device, torch.float32, p.device, torch.bool)
+    step = torch.tensor(4.0)
+    fused = torch_adamw([{"params": [torch.nn.Parameter(torch.zeros(2))]}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    foreach = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], foreach=True)
+    hand = AdamW([torch.nn.Parameter(torch.zeros(2))])
+    assert fused.defaults["fused"]
+    assert _state_device(fused, "step", step, p) == p.device
+    assert _state_device(foreach, "step", step, p) == torch.device("cpu")
+    assert _state_device(foreach, "exp_avg", step, p) == p.device
+    assert _state_device(hand, "step", step, p) == p.device
+
+
+@pytest.mark.parametrize("flag_dtype", [torch.bfloat16, torch.bool])
+@pytest.mark.parametrize("kind", ["hand_adamw", "muon"])
+def test_a_zero_skip_flag_of_any_dtype_is_exactly_an_ordinary_step(kind, flag_dtype):
+    """found_inf = 0 as a bfloat16 or bool tensor (a caller's own flag) gives the same weights as a step without
+    the flag, bit for bit: the flag is read as a 0/1 float32 keep, so its dtype never rounds the moment weights."""
+    torch.manual_seed(0)
+    w = torch.randn(6, 4)
+    grads = [torch.randn(6, 4) for _ in range(2)]
+    out = []
+    for flag in (torch.zeros((), dtype=flag_dtype), None):
+        p = torch.nn.Parameter(w.clone())
+        opt = (AdamW([p], lr=1e-2, weight_decay=0.1, cautious_wd=True) if kind == "hand_adamw"
+               else Muon([p], weight_decay=0.1))
+        for g in grads:
+            p.grad = g.clone()
+            if flag is not None:
+                opt.found_inf = flag
+            opt.step()
+        out.append(p.detach())
+    assert torch.equal(out[0], out[1])
+
+
+def test_orthogonalize_works_on_the_wide_orientation():
+    """The iteration costs steps x (A = X X^T, A^2, (bA + cA^2) X) = steps x 2 (2 m^2 n + m^3) FLOPs for the
+    m x n orientation with m <= n (Jordan et al. transpose a tall matrix for this); on the tall orientation
+    the Gram matrix would be n x n. Counted by torch's FLOP counter for a tall and a wide gradient."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for shape in ((12, 5), (5, 12)):
+        with FlopCounterMode(display=False) as flops:
+            orthogonalize(torch.randn(shape), 3)
+        m, n = min(shape), max(shape)
+        assert flops.get_total_flops() == 3 * 2 * (2 * m * m * n + m ** 3), shape
+
+
+def test_polar_express_past_its_table_repeats_the_last_triple():
+    """Past the 8 published triples the last one, (1.875, -1.25, 0.375) / safety, repeats (not the 7th, which
+    differs by ~1e-6). A diagonal gradient keeps every product exact but a * x, and its 1e-14 singular value is
+    still far from 1 after 20 steps, where the two triples give values 1e-5 apart (relative); float32 rounding
+    of a * x stays below 2e-7 over the 20 steps."""
+    g = torch.zeros(2, 3)
+    g[0, 0], g[1, 1] = 1.0, 1e-14
+    want = _reference_orthogonalize(g, 20, "polar_express").float()
+    assert 1e-8 < want[1, 1] < 1e-6  # not yet converged: the factor a of each step shows
+    torch.testing.assert_close(orthogonalize(g, 20, "polar_express"), want, atol=0, rtol=2e-6)
+
+
+def test_an_unknown_orthogonalization_method_is_refused():
+    """A misspelt method is an error naming it, not a silent Newton-Schulz."""
+    with pytest.raises(ValueError, match="'polar-express'.*newton_schulz, polar_express"):
+        orthogonalize(torch.randn(3, 4), 2, "polar-express")
+
+
+@pytest.mark.parametrize("dtype,tiny", [(torch.float32, 1e-30), (torch.float16, 1e-4)])
+def test_cautious_decay_reads_the_signs_even_where_their_product_underflows(dtype, tiny):
+    """Cautious weight decay (Chen et al., 2025) decays an entry where update and weight agree in sign. For
+    entries whose product update * p underflows to 0 (|update|, |p| ~ 1e-30 in float32, 1e-4 in float16) the
+    signs still agree; reference in float64 from the signs."""
+    from nexus.optim.optimizers import _apply_update
+
+    p = torch.tensor([tiny, -tiny, tiny, -tiny], dtype=dtype)
+    update = torch.tensor([tiny, -tiny, -tiny, tiny], dtype=dtype)  # signs agree, agree, differ, differ
+    assert not ((update * p) != 0).any()  # the products underflow
+    lr, wd = 0.1, 0.5
+    p64, u64 = p.double(), update.double()
+    agree = (torch.sign(p64) == torch.sign(u64)).double()
+    want = (p64 - lr * (u64 + wd * p64 * agree)).to(dtype)
+    got = p.clone()
+    _apply_update(got, update, lr, wd, cautious=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=2e-3 if dtype == torch.float16 else 1e-6)
+
+
+def test_a_vectors_per_element_steps_follow_adams_definition():
+    """A 1-D parameter with per-element step counts (a grown gain or bias) against Adam written out per
+    element in float64: t += 1, m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+    p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr wd p. Fresh entries (t = 0) beside old ones."""
+    torch.manual_seed(0)
+    lr, (b1, b2), eps, wd = 1e-2, (0.9, 0.99), 1e-8, 0.1
+    t = torch.tensor([0.0, 0.0, 3.0, 7.0, 100.0], dtype=torch.float64)
+    m = torch.randn(5, dtype=torch.float64) * 0.1 * (t > 0)
+    v = torch.rand(5, dtype=torch.float64) * 0.01 * (t > 0)
+    p = torch.nn.Parameter(torch.randn(5, dtype=torch.float64))
+    ref = p.detach().clone()
+    opt = AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    opt.state[p] = {"step": t.clone(), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+    for _ in range(3):
+        g = torch.randn(5, dtype=torch.float64)
+        p.grad = g.clone()
+        opt.step()
+        t, m, v = t + 1, b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        ref = ref - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) - lr * wd * ref
+    torch.testing.assert_close(p.detach(), ref, atol=0, rtol=1e-12)
+    torch.testing.assert_close(opt.state[p]["step"], t, atol=0, rtol=0)
+
+
+def test_loading_a_state_dict_restores_no_rewarmup_in_every_optimizer():
+    """A state_dict records each group's re-warmup lr, None before any growth: loading it back after a growth
+    set one (lr_new) restores None, for the hand-written AdamW and for Muon."""
+    _, opt = _small_set("hand_adamw")
+    sd = opt.state_dict()
+    assert all(g["lr_new"] is None for gs in sd["groups"].values() for g in gs)
+    for g in opt.param_groups:
+        g["lr_new"] = 0.5
+    opt.load_state_dict(sd)
+    assert [g["lr_new"] for g in opt.param_groups] == [None, None]
+
+
+def test_plain_state_entries_travel_as_they_are_and_a_state_without_its_parameter_is_left_out():
+    """state_dict is tensors and plain data: a non-tensor state entry (a number) is saved, loaded and carried
+    into the hand-written AdamW unchanged; a saved state for a parameter no optimizer holds any more (frozen
+    since) is left out, and the states after it still load."""
+    params, opt = _small_set("torch_fused")
+    opt.step()
+    sd = opt.state_dict()
+    sd["state"]["embed"]["grown_at"] = 3
+    sd["state"] = {"frozen.weight": {"step": torch.tensor(1.0)}, **sd["state"]}
+    _, fresh = _small_set("torch_fused")
+    fresh.load_state_dict(sd)
+    for name in ("gain", "embed", "hidden"):
+        for k, v in fresh.state_for(name).items():
+            assert v == 3 if k == "grown_at" else torch.equal(v, sd["state"][name][k]), (name, k)
+    assert "frozen.weight" not in fresh.state_dict()["state"]
+    assert fresh.state_dict()["state"]["embed"]["grown_at"] == 3
+    fresh.use_elementwise_adamw()
+    assert fresh.state_for("embed")["grown_at"] == 3
+
+
+def test_the_hand_written_adamw_steps_fsdp2_shards_as_local_tensors():
+    """Under FSDP2 a parameter, its gradient and its state are DTensors sharded alike; every AdamW operation is
+    elementwise, so the hand-written AdamW steps their local shards (`to_local()` views). Checked on a real
+    DTensor over a one-process gloo group: the same values as plain tensors, bit for bit (cautious decay, a
+    re-warmup mask, a plain tensor through torch's foreach kernels), and no operation of the step runs on a
+    DTensor once the state exists (each would pay DTensor's sharding dispatch, per op and per step)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    torch.manual_seed(0)
+    w, b = torch.randn(6, 4), torch.randn(4)
+    grads = [(torch.randn(6, 4), torch.randn(4)) for _ in range(2)]
+    mask = torch.zeros(6, 4)
+    mask[3:] = 1
+
+    def run(shard):
+        ps = [torch.nn.Parameter(shard(w.clone())), torch.nn.Parameter(shard(b.clone()))]
+        opt = AdamW([{"params": ps[:1], "weight_decay": 0.1, "cautious_wd": True}, {"params": ps[1:]}], lr=0.1)
+        logs = []
+        for i, gs in enumerate(grads):
+            for p, g in zip(ps, gs):
+                p.grad = shard(g.clone())
+            if i == 1:  # growth marked the second half of the matrix new
+                opt.state[ps[0]]["new_mask"] = shard(mask.clone())
+                opt.param_groups[0]["lr_new"] = 0.05
+            with _OpLog() as log:
+                opt.step()
+            logs.append(log)
+        full = [p.full_tensor() if hasattr(p, "full_tensor") else p.detach() for p in ps]
+        return full, logs
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        sharded, logs = run(lambda t: distribute_tensor(t, mesh, [Shard(0)]))
+    finally:
+        dist.destroy_process_group()
+    plain, _ = run(lambda t: t)
+    for s, p in zip(sharded, plain):
+        assert torch.equal(s, p)
+    # the state is created like its parameter (zeros_like: a DTensor sharded alike, as FSDP2 checkpoints it)
+    stepped_on_dtensors = [[op for op in log.on_dtensors if op != "zeros_like"] for log in logs]
+    assert all(log.ops for log in logs) and stepped_on_dtensors == [[], []], stepped_on_dtensors

@@ -56,7 +56,9 @@ def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious
     if wd:
         decay = p * wd
         if cautious:
-            decay = decay * ((update * p) > 0).to(p.dtype)
+            # the signs' product, not update * p: that product underflows to 0 for tiny entries (in float16
+            # already at |update|, |p| ~ 1e-4) and would drop the decay where the signs agree
+            decay = decay * ((update.sign() * p.sign()) > 0).to(p.dtype)
         update = update + decay
     if keep is not None:
         update = update * keep
@@ -86,7 +88,7 @@ class AdamW(torch.optim.Optimizer):
     Like torch's fused AdamW it honours `self.found_inf` (a 0-d tensor, 1 = skip this step): the
     update, the moments and the step counts are left unchanged, decided on the device."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, cautious_wd=False):
+    def __init__(self, params, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, cautious_wd=False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       cautious_wd=cautious_wd, lr_new=None))
 
@@ -168,6 +170,8 @@ _POLAR_EXPRESS = [(a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5) for a, b, c in _POLAR
 
 def orthogonalize(g: torch.Tensor, steps: int = 5, method: str = "newton_schulz") -> torch.Tensor:
     """Approximate the orthogonal polar factor U V^T of a 2-D matrix."""
+    if method not in ("newton_schulz", "polar_express"):
+        raise ValueError(f"orthogonalize: method {method!r} is not one of newton_schulz, polar_express")
     x = g.float()
     transposed = x.shape[0] > x.shape[1]
     if transposed:
@@ -298,9 +302,8 @@ class OptimizerSet:
     def step(self, found_inf: torch.Tensor | None = None):
         for o in self.optimizers.values():
             if found_inf is not None and isinstance(o, torch.optim.AdamW) and not o.defaults.get("fused"):
-                if bool(found_inf):  # foreach has no found_inf input: the one host read, on this path only
-                    continue
-                o.step()
+                if not bool(found_inf):  # foreach has no found_inf input: the one host read, on this path only
+                    o.step()
                 continue
             if found_inf is not None:
                 o.found_inf = found_inf
@@ -326,7 +329,7 @@ class OptimizerSet:
         return out
 
     def load_state_dict(self, sd: dict) -> None:
-        if any(needs_elementwise_adamw(st) for st in sd.get("state", {}).values()):
+        if any(needs_elementwise_adamw(st) for st in sd["state"].values()):
             self.use_elementwise_adamw()
         by_name = {}
         for oname, o in self.optimizers.items():
