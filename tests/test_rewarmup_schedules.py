@@ -238,3 +238,18 @@ def test_lr_plan_floor_flag_edges():
     above = long.lr * _cosine(1998, long) - long.lr * long.min_lr_ratio
     assert 1e-12 * long.lr < above < 1e-9  # the reference: step 1998 is just above the floor
     assert lr_plan(long, 1998)[1] is False
+
+
+def test_lr_plan_floor_flag_counts_an_lr_on_its_tolerance_bound_as_the_floor():
+    """The floor flag's slack is 1e-12 x lr, the bound included. Built on the boundary: a wsd schedule with a
+    one-step decay and min_lr_ratio 1 - 1e-12 is flat (factor 1) on step 8 and lr x min_lr_ratio on step 9, and
+    this lr makes lr - lr x (1 - 1e-12) round to exactly 1e-12 x lr. Twice that gap is above the floor."""
+    from nexus.growth.rewarmup import lr_plan
+
+    lr, ratio = 0.0009766493169749424, 0.999999999999
+    tcfg = TrainConfig(steps=10, warmup_steps=0, schedule="wsd", min_lr_ratio=ratio, decay_fraction=0.01, lr=lr)
+    assert lr * 1.0 - lr * ratio == 1e-12 * lr  # the premise: step 8's planned lr sits on the bound exactly
+    assert lr_plan(tcfg, 8)[1] is True
+    wider = TrainConfig(steps=10, warmup_steps=0, schedule="wsd", min_lr_ratio=0.999999999998, decay_fraction=0.01,
+                        lr=lr)
+    assert lr - lr * wider.min_lr_ratio > 1e-12 * lr and lr_plan(wider, 8)[1] is False

@@ -373,3 +373,48 @@ def test_the_perturbation_is_drawn_at_its_std_relative_to_the_weights_std():
         outs[p], *_ = grow_tensor(old, {1: ("ffn", "in")}, {"ffn": plan}, ws, torch.Generator().manual_seed(4), 0.02)
     eps = (outs[0.5] - outs[0.0]).double()
     assert float(eps.std()) == pytest.approx(0.5 * float(old.std()) * math.sqrt(1 - 1 / 2), rel=0.1)
+
+
+@pytest.mark.parametrize("init", ["copy,copy", "zero,copy", "copy,zero"])
+def test_an_init_with_nothing_random_draws_nothing_from_the_growth_generator(init):
+    """The growth seed drives random entries, sampled gains, random split ratios and perturbations (the spec's
+    `seed`) and nothing else: a fan-in grown by copies or zeros without a perturbation leaves the generator where
+    it was, so the tensors grown after it draw what the seed gives them. With a perturbation it does draw."""
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    for perturb in (0.0, 0.5) if init == "copy,copy" else (0.0,):
+        ws = spec(init=init, preserve="rms", perturb=perturb)
+        plan = plan_axis("ffn", 4, 8, ws, torch.Generator().manual_seed(0))
+        gen = torch.Generator().manual_seed(5)
+        before = gen.get_state()
+        grow_tensor(old, {1: ("ffn", "in")}, {"ffn": plan}, ws, gen, 0.02)
+        assert torch.equal(gen.get_state(), before) == (perturb == 0.0), perturb
+
+
+def test_the_perturbation_is_the_growth_seeds_draw_centred_within_each_copy_group():
+    """Appendix H's +-perturbation of two duplicated halves, from its definition: noise drawn from the growth
+    generator (float32, then the tensor's dtype) at perturb x std(W), centred within each copy group, added to
+    the split columns. For a pair that is +d on one half and -d on the other, d = (e_i - e_copy) / 2."""
+    old = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ws = spec(ffn=8, init="copy,copy", preserve="exact", perturb=0.5)
+    plan = plan_axis("ffn", 4, 8, ws, torch.Generator().manual_seed(0))
+    t, _, _ = grow_tensor(old, {1: ("ffn", "in")}, {"ffn": plan}, ws, torch.Generator().manual_seed(4), 0.02)
+    e = torch.randn((3, 8), generator=torch.Generator().manual_seed(4), dtype=torch.float32).double()
+    e = e * (0.5 * float(old.float().std()))
+    d = (e[:, :4] - e[:, 4:]) / 2  # source half minus its copy half, halved: e minus the pair's mean
+    want = torch.cat([old * 0.5 + d, old * 0.5 - d], dim=1)  # exact split: each half carries W / 2
+    torch.testing.assert_close(t, want, atol=0, rtol=1e-12)
+    assert float(d.abs().min()) > 1e-4  # every column really perturbed, so the sign is seen
+
+
+def test_current_sizes_name_every_axis_with_zero_for_an_axis_the_mlp_lacks():
+    """`current_sizes`: hidden, ffn and expert_inner always, 0 where the MLP kind has no such axis; the "nothing to
+    grow" refusal shows them."""
+    from nexus.config import ConfigError, MLPOptions
+
+    dense = _tiny().model
+    moe = ModelConfig(d_model=32, n_layers=1, n_heads=2, vocab_size=64,
+                      mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=24))
+    assert spec().current_sizes(dense) == {"hidden": 32, "ffn": 48, "expert_inner": 0}
+    assert spec().current_sizes(moe) == {"hidden": 32, "ffn": 0, "expert_inner": 24}
+    with pytest.raises(ConfigError, match=r"current sizes \{'hidden': 32, 'ffn': 48, 'expert_inner': 0\}"):
+        WidthSpec(ffn=48).validate().applies_to(dense)
