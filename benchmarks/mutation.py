@@ -66,6 +66,10 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
         if key in shared:
             lines.append(f"{key} = {shared[key]}")
     (work / "pyproject.toml").write_text(text + "[tool.mutmut]\n" + "\n".join(lines) + "\n")
+    # PYTHONPATH names mutants/src (see `mutmut` below); a folder missing when Python starts is cached as
+    # "nothing here", so mutmut's stats pass would import nexus from the editable install (the main checkout)
+    # instead, find no mutated function reached, stop, and only a retry would run the mutants
+    (work / "mutants" / "src").mkdir(parents=True)
 
 
 def read_results(work: Path, module: str) -> dict[str, int | None]:

@@ -69,6 +69,41 @@ def test_an_interruption_after_the_last_rename_keeps_the_new_version_and_removes
     assert entries(tmp_path) == ["out"]
 
 
+def test_a_leftover_that_cannot_be_deleted_keeps_the_completed_save_and_is_named_on_one_line(tmp_path, monkeypatch, capsys):
+    """The old version moved aside is deleted once the new one is in place. When that delete fails
+    (permissions as non-root, a busy mount) the save stands and one line names what is left and why;
+    before, `rmtree(ignore_errors=True)` left `.out.old-TAG` behind without a word."""
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    real = atomic.shutil.rmtree
+
+    def refuse_old(path, ignore_errors=False, **k):
+        if ".old-" in Path(path).name:
+            if ignore_errors:  # what rmtree does with a failure it was told to ignore
+                return None
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, ignore_errors=ignore_errors, **k)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", refuse_old)
+    assert atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint") == tmp_path / "out"
+    assert (tmp_path / "out" / "a.txt").read_text() == "new" and read_manifest(tmp_path / "out")["kind"] == "checkpoint"
+    left = [p for p in tmp_path.iterdir() if p.name != "out"]
+    assert len(left) == 1 and left[0].name.startswith(".out.old-") and (left[0] / "a.txt").read_text() == "old"
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"nexus: warning: could not remove {left[0]} (Permission denied); it is not "
+                                "needed, delete it by hand"], err
+
+
+@pytest.mark.parametrize("point", [None, "swap-before-rename", "swap-between-renames", "swap-after-renames"])
+def test_a_replace_removes_its_temporaries_without_a_word(tmp_path, monkeypatch, capsys, point):
+    atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
+    interrupt_at(monkeypatch, point)
+    try:
+        atomic.atomic_dir_write(tmp_path / "out", writes("new"), "checkpoint")
+    except KeyboardInterrupt:
+        assert point is not None
+    assert entries(tmp_path) == ["out"] and capsys.readouterr().err == ""
+
+
 def test_a_failing_writer_leaves_the_old_version_and_no_temporary(tmp_path):
     atomic.atomic_dir_write(tmp_path / "out", writes("old"), "checkpoint")
 

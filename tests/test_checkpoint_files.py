@@ -106,7 +106,7 @@ def test_git_sha_bounds_its_wait(monkeypatch):
 
     monkeypatch.setattr(ck.subprocess, "run", hung)
     assert ck._git_sha() == ""
-    assert isinstance(seen.get("timeout"), (int, float)) and 0 < seen["timeout"] <= 10
+    assert seen["timeout"] == ck.GIT_TIMEOUT_S and 0 < ck.GIT_TIMEOUT_S <= 10
 
 
 def test_json_object_refuses_non_text_non_json_and_non_objects(tmp_path):
@@ -159,6 +159,34 @@ def test_a_save_checksums_every_file_and_records_where_it_came_from(saved):
     # the ownership manifest reuses meta.json's digests: it lists the same files with the same sums
     files = read_manifest(path)["files"]
     assert all(files[n]["sha256"] == d for n, d in meta["sha256"].items())
+
+
+def test_meta_names_a_source_tree_when_nexus_is_not_installed(tmp_path, monkeypatch):
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    ck.write_checkpoint_files(tmp_path, tiny_cfg())
+    assert json.loads((tmp_path / "meta.json").read_text())["nexus"] == "source"
+
+
+def test_a_save_reads_each_file_once_for_its_digest(tmp_path, saved, monkeypatch):
+    """Weights can be gigabytes: the ownership manifest reuses meta.json's digests instead of reading
+    every file again; only meta.json itself (which lists no digest of its own) is hashed for it."""
+    import nexus.outdir.manifest as manifest
+
+    hashed = []
+    for module, name in ((ck, "_sha256"), (manifest, "sha256_of")):
+        real = getattr(module, name)
+
+        def spy(path, *a, real=real, **k):
+            hashed.append(Path(path).name)
+            return real(path, *a, **k)
+
+        monkeypatch.setattr(module, name, spy)
+    path = ck.save_checkpoint(tmp_path / "c", saved[1], saved[2], tokenizer=ByteTokenizer(), trainer_state={"step": 1})
+    files = sorted(p.name for p in path.iterdir() if p.name != MARKER)
+    assert sorted(hashed) == files and len(files) == 5
 
 
 def test_a_save_without_tokenizer_or_trainer_state_writes_neither(tmp_path):
@@ -328,6 +356,12 @@ def test_read_config_names_the_flag_and_what_is_missing(tmp_path, saved, flag):
     with pytest.raises(ck.CheckpointError, match=f"^{flag}='{empty}' has no meta.json"):
         ck.verify_checksums(empty, flag)
     assert ck.read_config(saved[0], flag).to_json() == saved[2].to_json()
+    with pytest.raises(ck.CheckpointError, match=f"^{flag}='{tmp_path / 'none'}' \\(valid: an existing"):
+        ck.load_checkpoint(tmp_path / "none", flag=flag)
+    c = copy_of(saved, tmp_path)
+    (c / "meta.json").unlink()
+    with pytest.raises(ck.CheckpointError, match=f"^{flag}='{c}' has no meta.json"):
+        ck.load_checkpoint(c, flag=flag)
 
 
 def test_the_default_flag_is_checkpoint(tmp_path):
@@ -404,6 +438,16 @@ def test_weights_that_do_not_fit_the_config_are_named(saved):
     target = build_model(saved[2].model)
     ck.load_state_dict_checked(target, sd, "here")
     assert all(torch.equal(target.state_dict()[k], v) for k, v in sd.items())
+
+
+def test_a_load_whose_weights_do_not_fit_names_the_checkpoint(tmp_path, saved):
+    c = copy_of(saved, tmp_path)
+    d = json.loads((c / "config.json").read_text())
+    d["model"]["d_model"] = 48  # consistent checksums, but not the config these weights were trained with
+    (c / "config.json").write_text(json.dumps(d))
+    rehash(c, "config.json")
+    with pytest.raises(ck.CheckpointError, match=f"^checkpoint '{c}' does not match its config.json"):
+        ck.load_checkpoint(c)
 
 
 def test_integer_state_of_an_integer_buffer_loads():
@@ -490,6 +534,43 @@ def test_a_sharded_checkpoint_loads_its_weights_and_optimizer_from_the_shards(tm
     assert "optimizer" not in ck.load_trainer_state(c, with_optimizer=False)
     whole = ck.load_sharded(c, {"model", "optim"})
     assert sorted(whole) == ["model", "optim"] and all(torch.equal(whole["model"][k], v) for k, v in sd.items())
+    assert list(ck.load_sharded(c, {"model"})) == ["model"]  # only what is asked is read
+
+
+def test_a_step_lookup_reads_the_optimizer_shards_only(tmp_path, saved, monkeypatch):
+    c, _, _ = sharded_checkpoint(tmp_path, saved, optim=False)
+    asked = []
+    real = ck.load_sharded
+
+    def spy(path, keys=None):
+        asked.append(keys)
+        return real(path, keys)
+
+    monkeypatch.setattr(ck, "load_sharded", spy)
+    ck.load_trainer_state(c)
+    assert asked == [{"optim"}]
+    asked.clear()
+    ck.load_checkpoint(c)  # and the weights' load reads the model shards only
+    assert asked == [{"model"}]
+
+
+def test_loading_shards_hides_dcps_single_process_notice_only(tmp_path, saved, monkeypatch):
+    """DCP warns (UserWarning) that it loads without a process group, which is what nexus wants; any
+    other warning of the load (a deprecation, say) still reaches the caller."""
+    import warnings
+
+    import torch.distributed.checkpoint.state_dict_loader as loader
+
+    def warns(keys, checkpoint_id):
+        warnings.warn("no process group: loading in a single process", UserWarning)
+        warnings.warn("this loader is deprecated", FutureWarning)
+        return {"model": {}}
+
+    monkeypatch.setattr(loader, "_load_state_dict_from_keys", warns)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert ck.load_sharded(tmp_path, {"model"}) == {"model": {}}
+    assert [(w.category, str(w.message)) for w in seen] == [(FutureWarning, "this loader is deprecated")]
 
 
 def test_an_optimizer_state_already_in_trainer_state_is_not_read_from_the_shards(tmp_path, saved):
@@ -518,3 +599,25 @@ def test_damaged_shards_are_one_error_naming_the_folder(tmp_path, saved, damage)
     with pytest.raises(ck.CheckpointError, match=rf"{ck.SHARDED_DIR} is corrupted or incomplete \(\w+: \S") as e:
         ck.load_sharded(c, {"model"})
     assert len(str(e.value).splitlines()) == 1
+
+
+def test_a_shard_read_error_is_named_by_the_readers_own_error(tmp_path, monkeypatch):
+    """The line names what the reader hit: the error a CheckpointException wraps (the first rank's),
+    or the error itself when DCP raised it directly."""
+    import torch.distributed.checkpoint.state_dict_loader as loader
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    for raised, named in [
+        (CheckpointException("CheckpointException ranks", {0: (FileNotFoundError(2, "No such file", "__0_0.distcp"),
+                                                                 __import__("traceback").StackSummary())}),
+         "(FileNotFoundError: [Errno 2] No such file: '__0_0.distcp')"),
+        (OSError("disk gone\nsecond line"), "(OSError: disk gone)"),
+        (CheckpointException("no failures", {}), "(CheckpointException: CheckpointException ranks:dict_keys([]))"),
+    ]:
+        def fail(keys, checkpoint_id, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(loader, "_load_state_dict_from_keys", fail)
+        with pytest.raises(ck.CheckpointError) as e:
+            ck.load_sharded(tmp_path, {"model"})
+        assert str(e.value) == f"{tmp_path / ck.SHARDED_DIR} is corrupted or incomplete {named}"

@@ -411,7 +411,7 @@ def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_opti
     the host is followed by the other optimizers' steps (Muon here)."""
     from nexus.optim.optimizers import OptimizerSet
 
-    tcfg = TrainConfig(optimizer="muon", lr=3e-3, betas=(0.85, 0.97), eps=1e-7)
+    tcfg = TrainConfig(optimizer="muon", lr=2e-3, betas=(0.85, 0.97), eps=1e-7)  # none of them AdamW's own default
     model = _tiny_model()
     opt = build_optimizer(model, tcfg)
     torch_defaults = {k: opt.optimizers["adamw"].defaults[k] for k in ("lr", "betas", "eps")}

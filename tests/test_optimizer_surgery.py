@@ -277,6 +277,28 @@ def test_grown_state_lives_on_the_parameters_device(layout, policy):
     assert st_a["step"].ndim == 0 and "new_mask" not in st_a
 
 
+@pytest.mark.parametrize("layout", ["cpu", "device"])
+def test_the_copy_reads_its_source_and_index_on_the_parameters_device(layout, monkeypatch):
+    """The copy policy gathers each state by its copy-source index (`index_select`). An accelerator
+    refuses a source or an index on another device; meta accepts the mix and gives the same meta result,
+    so the gather itself is watched: every source and index it is handed sits on the parameter's device
+    (the old state comes from a CPU checkpoint, the copy sources from growth's CPU plan)."""
+    seen = []
+    real = torch.Tensor.index_select
+
+    def gather(self, dim, index):
+        seen.append((self.device, index.device))
+        return real(self, dim, index)
+
+    monkeypatch.setattr(torch.Tensor, "index_select", gather)
+    new_opt = build_optimizer(Tiny(6).to(META), TCFG)
+    maps = _maps(4, copy_source={0: torch.tensor([0, 1, 2, 3, 0, 1])})
+    transplant_optimizer_state(_old_state_on(layout), new_opt, maps, "copy")
+    monkeypatch.undo()
+    assert len(seen) == 3  # exp_avg, exp_avg_sq and the per-element step of lin.weight
+    assert all(devices == (META, META) for devices in seen), seen
+
+
 def test_grown_step_has_the_optimizers_own_step_dtype_under_another_default_dtype():
     """The hand-written AdamW that steps a grown tensor counts steps in its own fixed dtype, whatever
     torch's default dtype: a grown per-element step must have that dtype too (read here from a fresh

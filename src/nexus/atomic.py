@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -98,10 +99,16 @@ def side_name(final: Path, state: str, tag: str) -> Path:
 
 
 def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+    """Delete a leftover temporary. A delete that fails (permissions, a busy mount) neither undoes a
+    completed save nor passes silently: one line names what is left and why."""
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    except OSError as e:
+        print(f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, delete it by hand",
+              file=sys.stderr)
 
 
 def recover_recorded(lock: OutputLock) -> list[str]:
@@ -157,8 +164,6 @@ def guard_output(path, kind: str, **check):
     keywords), take its one-writer lock (rank 0 only), finish a dead writer's recorded swaps, and check
     again under the lock (the path may have changed while waiting). Release the lock when done (it is a
     context manager); a lock taken over from a dead process is noted on stderr."""
-    import sys
-
     from .outdir import check_output
 
     check_output(path, kind, **check)

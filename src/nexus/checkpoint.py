@@ -6,7 +6,6 @@ arbitrary objects (safetensors for weights, torch.load(weights_only=True) for tr
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from .atomic import atomic_dir_write, recover_interrupted
 from .config import ConfigError, RunConfig
 from .outdir import CHECKPOINT, read_manifest, record
+from .outdir.manifest import sha256_of
 
 FORMAT_VERSION = 1
 
@@ -39,17 +39,15 @@ def nonfinite_tensors(state_dict: dict) -> list[str]:
             and not bool(torch.isfinite(v).all())]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+_sha256 = sha256_of  # the one block-wise file digest nexus records (meta.json and the ownership manifest)
+
+
+GIT_TIMEOUT_S = 5  # a save waits at most this long for the code's commit (meta.json's git_sha), then records ""
 
 
 def _git_sha() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
                               cwd=Path(__file__).parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
