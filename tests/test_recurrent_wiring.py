@@ -209,3 +209,13 @@ def test_width_growth_is_refused_once_naming_the_kind_and_the_valid_one():
     why = refusals[0][1]
     assert why.startswith("the recurrent model (model.arch.kind='recurrent') has no width-growth rule")
     assert why.endswith("(valid: model.arch.kind=transformer)") and "\n" not in why
+
+
+def test_the_printed_model_shows_subln_on_the_down_projection_only():
+    """SubLN norms the SwiGLU's inner activation before down_proj quantizes it; gate and up read the block's
+    normed input. The printed layers say so: input_norm=True on down_proj, False (not None) on gate and up."""
+    from nexus.models.recurrent import RecurrentMLP
+
+    mlp = next(m for m in make(subln=True, double=False).modules() if isinstance(m, RecurrentMLP))
+    assert "input_norm=False" in repr(mlp.gate_proj) and "input_norm=False" in repr(mlp.up_proj)
+    assert "input_norm=True" in repr(mlp.down_proj)
