@@ -250,6 +250,26 @@ def test_pid_alive_probes_without_signalling(monkeypatch):
     assert atomic.pid_alive(os.getpid() + 1) is True
 
 
+def test_a_recovered_leftover_that_cannot_be_deleted_is_named_not_reported_removed(tmp_path, monkeypatch, capsys):
+    """Recovery reports each action; a leftover whose delete fails gets the one warning line naming it,
+    never a "removed" line beside it. The recorded complete version is restored all the same."""
+    target = tmp_path / "out"
+    new, stuck = side(target, "new", "new"), side(target, "tmp", "tmp")
+    dead_writers_lock(target, [new, stuck])
+    real = atomic.shutil.rmtree
+
+    def refuse_tmp(path, ignore_errors=False, **k):
+        if ".tmp-" in Path(path).name:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, ignore_errors=ignore_errors, **k)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", refuse_tmp)
+    assert atomic.recover_interrupted(target) == [f"restored {target} from an interrupted save (new version)"]
+    assert (target / "a.txt").read_text() == "new" and stuck.is_dir()
+    assert capsys.readouterr().err.splitlines() == [f"nexus: warning: could not remove {stuck} (Permission denied); "
+                                                    "it is not needed, delete it by hand"]
+
+
 def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_folder(tmp_path):
     """A reader of run/step-10 finishes the swaps a dead writer of the checkpoint itself recorded and
     those a dead writer of the run folder recorded (a lock left without its holder line counts as dead);

@@ -98,9 +98,9 @@ def side_name(final: Path, state: str, tag: str) -> Path:
     return final.parent / f".{final.name}.{state}-{tag}"
 
 
-def _remove(p: Path) -> None:
-    """Delete a leftover temporary. A delete that fails (permissions, a busy mount) neither undoes a
-    completed save nor passes silently: one line names what is left and why."""
+def _remove(p: Path) -> bool:
+    """Delete a leftover temporary; whether it is gone. A delete that fails (permissions, a busy mount)
+    neither undoes a completed save nor passes silently: one line names what is left and why."""
     try:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
@@ -109,6 +109,8 @@ def _remove(p: Path) -> None:
     except OSError as e:
         print(f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, delete it by hand",
               file=sys.stderr)
+        return False
+    return True
 
 
 def recover_recorded(lock: OutputLock) -> list[str]:
@@ -131,8 +133,8 @@ def recover_recorded(lock: OutputLock) -> list[str]:
                 fsync_dir(p.parent)
                 actions.append(f"restored {final} from an interrupted save ({state} version)")
             else:
-                _remove(p)
-                actions.append(f"removed {p.name} left by an interrupted save")
+                if _remove(p):  # else _remove said what is left
+                    actions.append(f"removed {p.name} left by an interrupted save")
     for rel in lock.taken_over:
         lock.done(lock.base / rel)
     lock.taken_over = []
