@@ -328,7 +328,9 @@ class OptimizerSet:
                         out["state"][name] = {k: v.clone() if torch.is_tensor(v) else v for k, v in o.state[p].items()}
         return out
 
-    def load_state_dict(self, sd: dict) -> None:
+    def load_state_dict(self, sd: dict) -> list[str]:
+        """Load a saved state; returns the names whose saved state was left out because no optimizer here holds
+        that parameter (frozen since it was saved), for the caller to say so."""
         if any(needs_elementwise_adamw(st) for st in sd["state"].values()):
             self.use_elementwise_adamw()
         by_name = {}
@@ -342,11 +344,14 @@ class OptimizerSet:
                         g[k] = tuple(v) if k == "betas" else v
                 for p in g["params"]:
                     by_name[self.param_names[id(p)]] = (o, p)
+        left_out = []
         for name, st in sd["state"].items():
             if name not in by_name:
+                left_out.append(name)
                 continue
             o, p = by_name[name]
             o.state[p] = {k: (v.to(_state_device(o, k, v, p)) if torch.is_tensor(v) else v) for k, v in st.items()}
+        return left_out
 
     def state_for(self, name: str) -> dict | None:
         for o in self.optimizers.values():
