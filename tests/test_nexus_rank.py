@@ -429,18 +429,20 @@ def test_width_growth_check_leaves_the_callers_config_alone():
     assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)
 
 
-@pytest.mark.parametrize("form,spec,exact", [
-    ("paper", {"delta_m": 4, "delta_a": 8, "cut": "out"}, True),
-    ("l2norm", {"delta_m": 4, "init": "zero", "cut": "mixed"}, True),
-    ("paper", {"delta_a": 8, "init": "noise", "noise_frac": 0.2}, False),
+@pytest.mark.parametrize("form,spec,exact,m0,a0", [
+    ("paper", {"delta_m": 4, "delta_a": 8, "cut": "out"}, True, M0, A0),
+    ("l2norm", {"delta_m": 4, "init": "zero", "cut": "mixed"}, True, M0, A0),
+    ("paper", {"delta_a": 8, "init": "noise", "noise_frac": 0.2}, False, M0, A0),
+    ("paper", {"delta_m": 4, "delta_a": 8}, True, 2 * D, 4 * D),  # M, A unset: the defaults M = 2D, A = 4D
 ])
-def test_growth_records_and_reports_what_grew(form, spec, exact):
+def test_growth_records_and_reports_what_grew(form, spec, exact, m0, a0):
     """The growth_history record and the printed report, field by field: M and A before and after (an absent
     delta adds nothing), the cut only for the exact init, noise_frac only for noise, the grown shapes of
     W_M, W_A, W_D per projection, the zero init's warning."""
     from nexus.growth.nexus_rank_growth import NexusRankSpec, grow_nexus_rank, zero_init_warning
 
-    cfg = nexus_cfg(form)
+    unset = (m0, a0) != (M0, A0)
+    cfg = nexus_cfg(form, m=0 if unset else M0, a=0 if unset else A0)
     torch.manual_seed(8)
     model = trained_like(build_model(cfg.model))
     dm, da = spec.get("delta_m", 0), spec.get("delta_a", 0)
@@ -448,19 +450,19 @@ def test_growth_records_and_reports_what_grew(form, spec, exact):
     res = grow_nexus_rank(model, cfg, NexusRankSpec(**spec).validate())
     old_shapes = {}
     for name in nexus_rank_modules(model):
-        shapes = {"w_m": [M0, D], "w_a": [A0, M0], "w_d": [D, A0]}
+        shapes = {"w_m": [m0, D], "w_a": [a0, m0], "w_d": [D, a0]}
         grows = {"w_m": dm, "w_a": dm or da, "w_d": da}
         old_shapes.update({f"{name}.{w}.weight": s for w, s in shapes.items() if grows[w]})
-    assert res.record == {"old_m": M0, "new_m": M0 + dm, "old_a": A0, "new_a": A0 + da, "init": init,
-                          "cut": spec["cut"] if init == "exact" else None, "form": form, "exact": exact,
+    assert res.record == {"old_m": m0, "new_m": m0 + dm, "old_a": a0, "new_a": a0 + da, "init": init,
+                          "cut": spec.get("cut", "in") if init == "exact" else None, "form": form, "exact": exact,
                           "noise_frac": spec.get("noise_frac") if init == "noise" else None, "old_shapes": old_shapes}
-    expected = {"projections grown": 3, "M": f"{M0} -> {M0 + dm}", "A": f"{A0} -> {A0 + da}",
-                "init": f"exact (cut {spec['cut']}, form {form})" if init == "exact" else init,
+    expected = {"projections grown": 3, "M": f"{m0} -> {m0 + dm}", "A": f"{a0} -> {a0 + da}",
+                "init": f"exact (cut {spec.get('cut', 'in')}, form {form})" if init == "exact" else init,
                 "function preserved by construction": exact}
     if init == "zero":
         expected["warning"] = zero_init_warning(cfg.train.optimizer)
     assert res.report == expected
-    assert (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (M0, A0)  # caller's config untouched
+    assert (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == ((0, 0) if unset else (M0, A0))  # caller's config untouched
 
 
 # Nexusformer's exact-and-live cuts: the zeroed new blocks, as (stage, out rows, in cols) of the torch weight
