@@ -204,6 +204,8 @@ FOLLOWS = "follows n (tau = sqrt(new n))"
      "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
     (True, "softmax", {"add_tokens": 2, "add_ffn_tokens": 3}, False, "softmax Pattention gives zero scores softmax mass", None),
     (True, "gelu_l2", {"add_tokens": 2, "init": "noise"}, False, "noise init", None),
+    (True, "gelu_l2", {"add_tokens": 2, "init": "zero"}, True, None,  # TokenFormer's own zero init: exact, dead
+     "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
 ])
 def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, note, warning):
     """The growth_history record and the printed report, field by field: the old counts are TokenFormer's
