@@ -176,3 +176,10 @@ def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
     partial.write_text("model:\n  attention: {kind: higher_order, order: 3}\n")
     cfg = parse_overrides(get_preset("nexus-qk-tiny"), config_file_overrides(partial))
     assert cfg.model.attention.order == 3 and cfg.model.attention.ho_shared is False
+
+
+@pytest.mark.parametrize("kind", [["mqa"], {"name": "mqa"}])
+def test_a_kind_that_is_not_a_name_is_one_field_naming_line(kind):
+    """A list or mapping as a section's kind once escaped as `TypeError: unhashable type`."""
+    with pytest.raises(ConfigError, match=r"^model\.attention\.kind=.* \(valid: one of .*standard"):
+        RunConfig.from_dict({"model": {"attention": {"kind": kind}}})

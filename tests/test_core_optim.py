@@ -686,7 +686,7 @@ def test_plain_state_entries_travel_as_they_are_and_a_state_without_its_paramete
     sd["state"]["embed"]["grown_at"] = 3
     sd["state"] = {"frozen.weight": {"step": torch.tensor(1.0)}, **sd["state"]}
     _, fresh = _small_set("torch_fused")
-    fresh.load_state_dict(sd)
+    assert fresh.load_state_dict(sd) == ["frozen.weight"]  # named to the caller, which prints it
     for name in ("gain", "embed", "hidden"):
         for k, v in fresh.state_for(name).items():
             assert v == 3 if k == "grown_at" else torch.equal(v, sd["state"][name][k]), (name, k)

@@ -147,3 +147,17 @@ def test_last_step_is_evaluated_sampled_and_logged_once(tmp_path, monkeypatch, c
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], "val_loss" in r) for r in rows] == [(2, False), (2, True), (4, False), (4, True)]
     assert rows[-1].get("final") and sorted(p.name for p in tmp_path.glob("step_*")) == ["step_0000002"]
+
+
+def test_a_saved_optimizer_state_this_run_does_not_hold_is_named_in_the_notes(tmp_path):
+    """Nothing silent: the moments of a parameter the optimizer no longer holds are left out, and the run says so."""
+    t = Trainer(micro_cfg(tmp_path / "a", "--train.steps", "1"), quiet=True)
+    st = t.trainer_state()
+    st["optimizer"]["state"]["frozen.weight"] = {"step": torch.tensor(1.0)}
+    fresh = Trainer(micro_cfg(tmp_path / "b", "--train.steps", "1"), quiet=True)
+    fresh._restore(st)
+    assert [n for n in fresh.notes if "left out" in n] == [
+        "optimizer state of 1 parameter(s) this run does not train was left out: frozen.weight"]
+    t2 = Trainer(micro_cfg(tmp_path / "c", "--train.steps", "1"), quiet=True)
+    t2._restore(t.trainer_state())  # a matching state: no such note
+    assert not [n for n in t2.notes if "left out" in n]

@@ -112,6 +112,8 @@ class KindOptions:
     @classmethod
     def options_class(cls, kind, where: str) -> type["KindOptions"]:
         base = cls.base()
+        if not isinstance(kind, str):  # a list or mapping would not even hash: name the field instead
+            raise ConfigError(f"{where}.kind={kind!r} (valid: one of {'|'.join(cls.kinds())})")
         if kind in base.registered:
             return base.registered[kind]
         kinds = cls.kinds()

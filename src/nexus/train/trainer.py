@@ -273,7 +273,10 @@ class Trainer:
                 from .fsdp import shard_state
 
                 opt_state = shard_state(opt_state, self.model)
-            self.optimizer.load_state_dict(opt_state)
+            left_out = self.optimizer.load_state_dict(opt_state)
+            if left_out:  # nothing silent: a parameter frozen since the save loses its moments
+                self.notes.append(f"optimizer state of {len(left_out)} parameter(s) this run does not train was "
+                                  f"left out: {', '.join(left_out[:5])}" + (" ..." if len(left_out) > 5 else ""))
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.elapsed_before = float(st.get("elapsed_s", 0.0))  # checkpoints before it was kept: 0

@@ -1,0 +1,94 @@
+"""`grow_checkpoint` in-process (growth/checkpoint_flow.py), on a 4-step micro run: the grown checkpoint keeps
+the source's step and data cursor, carries the grown optimizer and the new growth's post-growth monitor (the
+source's other hook states too), records `--train.*` overrides in its config, and its report says what the
+continued run will do; the source is never touched."""
+import copy
+import hashlib
+
+import pytest
+import torch
+
+from nexus.checkpoint import load_checkpoint, load_trainer_state, read_config, save_checkpoint
+from nexus.config import ConfigError
+from nexus.growth import grow_checkpoint
+from nexus.growth.rewarmup import lr_plan
+from nexus.train.trainer import Trainer
+from test_core_train import micro_cfg
+
+SPEC = {"family": "width", "hidden": 64, "init": "copy,copy"}
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    run = tmp_path_factory.mktemp("base")
+    Trainer(micro_cfg(run, "--train.steps", str(STEPS)), quiet=True).fit()
+    return run / "checkpoint"
+
+
+def _digest(d):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def test_a_grown_checkpoint_keeps_the_step_and_carries_the_grown_optimizer_and_monitor(base, tmp_path):
+    before = _digest(base)
+    src_state = load_trainer_state(base)
+    out = tmp_path / "grown"
+    report = grow_checkpoint(base, out, SPEC, probe_verify=False)
+    assert _digest(base) == before  # the source stays untouched
+    st = load_trainer_state(out)
+    assert st["step"] == src_state["step"] == STEPS
+    # everything else the trainer saved (data cursor, RNG) is the source's
+    assert {k: v for k, v in st.items() if k not in ("optimizer", "hooks")}.keys() == \
+        {k for k in src_state if k not in ("optimizer", "hooks")}
+    model, cfg, _ = load_checkpoint(out)
+    assert cfg.model.d_model == 64 and [r["step"] for r in cfg.growth_history] == [STEPS]
+    # the optimizer state belongs to the grown parameters (its tensors have the grown shapes)
+    shapes = {tuple(p.shape) for p in model.parameters()}
+    moments = [s["exp_avg"] for s in st["optimizer"]["state"].values() if "exp_avg" in s]
+    assert moments and all(tuple(m.shape) in shapes for m in moments)
+    assert any(m.shape[-1] == 64 or m.shape[0] == 64 for m in moments)
+    # the post-growth monitor of this growth, counted as growth number 1
+    assert st["hooks"]["growth"]["n_growths"] == 1 and "monitor" in st["hooks"]["growth"]
+    assert {"rms_ratio_per_layer", "rms_ratio_max_dev"} <= set(report)
+    assert "verify" not in report
+    line = report["continued run"]
+    assert "run ended at step 4" in line and f"--resume {out}" in line  # train.steps 4: nothing left to train
+
+
+def test_other_hook_states_travel_and_an_older_growth_monitor_is_replaced(base, tmp_path):
+    model, cfg, tok = load_checkpoint(base)
+    tstate = load_trainer_state(base)
+    tstate["hooks"] = {"counter": {"n": 7}, "growth": {"n_growths": 0, "monitor": "stale"}}
+    src = save_checkpoint(tmp_path / "src", model, cfg, tok, tstate)
+    grow_checkpoint(src, tmp_path / "grown", SPEC, probe_verify=False)
+    hooks = load_trainer_state(tmp_path / "grown")["hooks"]
+    assert hooks["counter"] == {"n": 7}
+    assert hooks["growth"]["n_growths"] == 1 and hooks["growth"]["monitor"] != "stale"
+
+
+def test_train_overrides_are_recorded_and_the_report_plans_the_continued_run(base, tmp_path):
+    out = tmp_path / "grown"
+    report = grow_checkpoint(base, out, SPEC, probe_verify=True, train_overrides=["--train.steps", "10"])
+    cfg = read_config(out)
+    assert cfg.train.steps == 10 and read_config(base).train.steps == STEPS
+    # grown and trained further: the schedule is re-planned over the new train.steps, not kept at the old horizon
+    assert not cfg.train.schedule_steps
+    plan, _ = lr_plan(cfg.train, STEPS, cfg.growth_history[-1])
+    assert report["continued run"] == f"`nexus train --resume {out}` trains steps {STEPS}->10; {plan}"
+    assert isinstance(report["verify"], dict) and report["verify"]
+
+
+def test_a_checkpoint_without_trainer_state_grows_without_one(base, tmp_path):
+    model, cfg, tok = load_checkpoint(base)
+    src = save_checkpoint(tmp_path / "weights_only", model, cfg, tok, None)
+    grow_checkpoint(src, tmp_path / "grown", SPEC, probe_verify=False)
+    assert load_trainer_state(tmp_path / "grown") is None
+    assert load_checkpoint(tmp_path / "grown")[1].growth_history[-1]["step"] == 0
+
+
+def test_out_equal_to_the_source_is_refused(base):
+    before = _digest(base)
+    with pytest.raises(ConfigError, match="--out="):
+        grow_checkpoint(base, base / "." , SPEC)
+    assert _digest(base) == before
