@@ -73,7 +73,6 @@ def build_initialized(old_model: nn.Module, cfg: ModelConfig, seed: int) -> nn.M
     return new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)
 
 
-@torch.no_grad()
 def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed: int | None = None
             ) -> tuple[nn.Module, dict[str, ParamMap], dict]:
     """-> (new model, param_maps, old_shapes of grown params).
@@ -83,35 +82,37 @@ def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed
     e.g. SPARKLING's fan-in factor); fill_new returns a ParamMap when the leading-corner map does not
     say enough (copy sources, fan-in factors), else None. A parameter the old model lacks keeps the
     new model's own initialization (only with `init_seed`). Every old parameter must find its place."""
-    new_model = build_like(old_model, new_cfg) if init_seed is None else build_initialized(old_model, new_cfg, init_seed)
-    old_params = dict(old_model.named_parameters())
-    new_names = {name for name, _ in new_model.named_parameters()}
-    dropped = sorted(set(old_params) - new_names)
-    if dropped:
-        raise RuntimeError(f"growth has no place for the old parameter {dropped[0]!r} in the grown model")
-    maps: dict[str, ParamMap] = {}
-    old_shapes: dict[str, list[int]] = {}
-    for name, p in new_model.named_parameters():
-        old = old_params.get(name)
-        if old is None:
-            if init_seed is None:
-                raise RuntimeError(f"growth produced a parameter {name!r} with no source; the grower must fill it")
-            maps[name] = ParamMap(old_name=None)  # brand new: keeps the model's own initialization
-            continue
-        if old.shape == p.shape:
-            p.copy_(old)
-            maps[name] = ParamMap(old_name=name)
-            continue
-        if old.ndim != p.ndim or any(o > n for o, n in zip(old.shape, p.shape)):
-            raise RuntimeError(f"{name}: cannot embed shape {tuple(old.shape)} in {tuple(p.shape)}")
-        if fill_new is None:
-            raise RuntimeError(f"growth changed the shape of {name!r} but its grower fills no new entries")
-        sl = leading_slices(old.shape)
-        p[sl] = old  # fill_new must write every entry outside this corner (to_empty left garbage there)
-        custom = fill_new(name, p, old)
-        maps[name] = custom if custom is not None else ParamMap(old_name=name, old_slices=sl)
-        old_shapes[name] = list(old.shape)
-    return new_model, maps, old_shapes
+    # a with-block, not @torch.no_grad(): mutmut does not mutate decorated functions
+    with torch.no_grad():
+        new_model = build_like(old_model, new_cfg) if init_seed is None else build_initialized(old_model, new_cfg, init_seed)
+        old_params = dict(old_model.named_parameters())
+        new_names = {name for name, _ in new_model.named_parameters()}
+        dropped = sorted(set(old_params) - new_names)
+        if dropped:
+            raise RuntimeError(f"growth has no place for the old parameter {dropped[0]!r} in the grown model")
+        maps: dict[str, ParamMap] = {}
+        old_shapes: dict[str, list[int]] = {}
+        for name, p in new_model.named_parameters():
+            old = old_params.get(name)
+            if old is None:
+                if init_seed is None:
+                    raise RuntimeError(f"growth produced a parameter {name!r} with no source; the grower must fill it")
+                maps[name] = ParamMap(old_name=None)  # brand new: keeps the model's own initialization
+                continue
+            if old.shape == p.shape:
+                p.copy_(old)
+                maps[name] = ParamMap(old_name=name)
+                continue
+            if old.ndim != p.ndim or any(o > n for o, n in zip(old.shape, p.shape)):
+                raise RuntimeError(f"{name}: cannot embed shape {tuple(old.shape)} in {tuple(p.shape)}")
+            if fill_new is None:
+                raise RuntimeError(f"growth changed the shape of {name!r} but its grower fills no new entries")
+            sl = leading_slices(old.shape)
+            p[sl] = old  # fill_new must write every entry outside this corner (to_empty left garbage there)
+            custom = fill_new(name, p, old)
+            maps[name] = custom if custom is not None else ParamMap(old_name=name, old_slices=sl)
+            old_shapes[name] = list(old.shape)
+        return new_model, maps, old_shapes
 
 
 def matched_std(old: torch.Tensor, max_samples: int = 1 << 16) -> float:

@@ -104,7 +104,6 @@ def grown_model_config(model_cfg, spec: NexusRankSpec):
     return new_model_cfg
 
 
-@register_grower("nexus_rank", NexusRankSpec)
 def grow_nexus_rank(model, cfg: RunConfig, spec: NexusRankSpec) -> GrowthResult:
     from ..models.nexus_rank import nexus_rank_modules
 
@@ -140,6 +139,10 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: NexusRankSpec) -> GrowthResult:
     if init == "zero":
         report["warning"] = zero_init_warning(cfg.train.optimizer)
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
+
+
+# registered by a call, not a decorator: mutmut does not mutate decorated functions
+register_grower("nexus_rank", NexusRankSpec)(grow_nexus_rank)
 
 
 def zero_init_warning(optimizer: str) -> str:

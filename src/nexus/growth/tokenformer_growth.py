@@ -64,7 +64,6 @@ class TokenFormerSpec(NewEntriesSpec):
                               "FFN Pattention (valid: use --add-tokens)")
 
 
-@register_grower("tokenformer", TokenFormerSpec)
 def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResult:
     from ..models.pattention import pattention_modules
 
@@ -114,6 +113,10 @@ def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResu
     if init == "zero":
         report["warning"] = "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
+
+
+# registered by a call, not a decorator: mutmut does not mutate decorated functions
+register_grower("tokenformer", TokenFormerSpec)(grow_tokenformer)
 
 
 # the progressive experiment's TokenFormer methods (growth/methods.py)

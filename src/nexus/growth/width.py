@@ -376,7 +376,6 @@ def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     return new_mcfg
 
 
-@register_grower("width", WidthSpec)
 def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     m = cfg.model
     current = ws.current_sizes(m)
@@ -418,6 +417,10 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
 
     report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
     return GrowthResult(model=new_model, model_cfg=new_mcfg, param_maps=maps, record=record, report=report)
+
+
+# registered by a call, not a decorator: mutmut does not mutate decorated functions
+register_grower("width", WidthSpec)(grow_width)
 
 
 # The progressive experiment's width methods (growth/methods.py): name, family, small preset, spec, what it

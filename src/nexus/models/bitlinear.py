@@ -127,8 +127,7 @@ class BitLinear(nn.Linear):
         return super().extra_repr() + f", ternary=True, act_quant={self.act_quant}, input_norm={self.input_norm}"
 
 
-@contextlib.contextmanager
-def hold_quantized_weights(module: nn.Module):
+def _hold_quantized_weights_gen(module: nn.Module):
     """Quantize every BitLinear's weights once for the duration of the block.
 
     A depth-recurrent model applies the same layers N_sup*T_inner times per forward; re-quantizing the
@@ -146,6 +145,10 @@ def hold_quantized_weights(module: nn.Module):
     finally:
         for m in layers:
             m._held_weight = None
+
+
+# bound, not decorated: mutmut 3.8.1 does not mutate decorated functions
+hold_quantized_weights = contextlib.contextmanager(_hold_quantized_weights_gen)
 
 
 PACKED_KERNELS = ("auto", "int4", "int8", "dense")  # decode kernels of PackedTernaryLinear (see its docstring)

@@ -185,16 +185,19 @@ class RecurrentLM(LanguageModel):
             out.append(v)
         return out[0], out[1]
 
-    @contextlib.contextmanager
-    def depth_scaled(self, n_sup: int | None = None, t_inner: int | None = None):
+    def _depth_scaled_gen(self, n_sup: int | None = None, t_inner: int | None = None):
         """Temporarily run a different recurrence depth (test-time scaling) without touching cfg."""
         self.depth(n_sup, t_inner)  # validate before switching
         old = self._depth_override
-        self._depth_override = (n_sup, t_inner)
+        # a None keeps the enclosing block's depth (generate() inside `with depth_scaled(n_sup=3)` runs at 3)
+        self._depth_override = (n_sup if n_sup is not None else old[0], t_inner if t_inner is not None else old[1])
         try:
             yield self
         finally:
             self._depth_override = old
+
+    # bound, not decorated: mutmut 3.8.1 does not mutate decorated functions
+    depth_scaled = contextlib.contextmanager(_depth_scaled_gen)
 
     # ------------------------------------------------------------------ forward
     def f(self, z: torch.Tensor, cache, sup: int, it: int) -> torch.Tensor:
@@ -244,12 +247,12 @@ class RecurrentLM(LanguageModel):
         return lm_loss(out, labels, self.cfg.z_loss, main=deep_loss)
 
     # ------------------------------------------------------------------ generation
-    @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
                  top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
                  n_sup: int | None = None, t_inner: int | None = None):
         """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
-        with self.depth_scaled(n_sup, t_inner):
+        # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
+        with torch.no_grad(), self.depth_scaled(n_sup, t_inner):
             return super().generate(input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)
 
     # ------------------------------------------------------------------ accounting

@@ -92,48 +92,50 @@ class AdamW(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       cautious_wd=cautious_wd, lr_new=None))
 
-    @torch.no_grad()
     def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            plain = []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if "exp_avg" not in st:
-                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    st["exp_avg"] = torch.zeros_like(p)
-                    st["exp_avg_sq"] = torch.zeros_like(p)
-                if self._is_plain(group, st):
-                    plain.append(p)
-                    continue
-                g = _local(p.grad)
-                keep, finite = _skip_flags(getattr(self, "found_inf", None), g)
-                step = _local(st["step"])
-                if keep is None:
-                    step += 1
-                    b1_eff, b2_eff = 1 - b1, b2
-                else:  # a skipped step: zero gradient, no moment decay, no step count, no update
-                    g = torch.where(finite, g, torch.zeros((), dtype=g.dtype, device=g.device))
-                    step += keep
-                    b1_eff, b2_eff = (1 - b1) * keep, torch.where(finite, b2, 1.0)
-                m, v, t = _local(st["exp_avg"]), _local(st["exp_avg_sq"]), step
-                m.lerp_(g, b1_eff)
-                v.mul_(b2_eff).addcmul_(g, g, value=1 - b2)
-                # tensor powers: the step count stays on the device (no .item() host sync); a
-                # per-element step tensor after growth takes exp(t log b), far cheaper than pow on CPU
-                if t.ndim == 0:
-                    bc1, bc2 = 1 - torch.pow(b1, t), 1 - torch.pow(b2, t)
-                    update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
-                else:
-                    bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
-                    update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
-                _apply_update(_local(p), update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"], keep)
-            if plain:
-                self._plain_step(group, plain)
-        return loss
+        # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
+        with torch.no_grad():
+            loss = closure() if closure is not None else None
+            for group in self.param_groups:
+                b1, b2 = group["betas"]
+                plain = []
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    st = self.state[p]
+                    if "exp_avg" not in st:
+                        st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                        st["exp_avg"] = torch.zeros_like(p)
+                        st["exp_avg_sq"] = torch.zeros_like(p)
+                    if self._is_plain(group, st):
+                        plain.append(p)
+                        continue
+                    g = _local(p.grad)
+                    keep, finite = _skip_flags(getattr(self, "found_inf", None), g)
+                    step = _local(st["step"])
+                    if keep is None:
+                        step += 1
+                        b1_eff, b2_eff = 1 - b1, b2
+                    else:  # a skipped step: zero gradient, no moment decay, no step count, no update
+                        g = torch.where(finite, g, torch.zeros((), dtype=g.dtype, device=g.device))
+                        step += keep
+                        b1_eff, b2_eff = (1 - b1) * keep, torch.where(finite, b2, 1.0)
+                    m, v, t = _local(st["exp_avg"]), _local(st["exp_avg_sq"]), step
+                    m.lerp_(g, b1_eff)
+                    v.mul_(b2_eff).addcmul_(g, g, value=1 - b2)
+                    # tensor powers: the step count stays on the device (no .item() host sync); a
+                    # per-element step tensor after growth takes exp(t log b), far cheaper than pow on CPU
+                    if t.ndim == 0:
+                        bc1, bc2 = 1 - torch.pow(b1, t), 1 - torch.pow(b2, t)
+                        update = (m / bc1) / ((v / bc2).sqrt() + group["eps"])
+                    else:
+                        bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
+                        update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
+                    _apply_update(_local(p), update, _effective_lr(group, st, p), group["weight_decay"],
+                                  group["cautious_wd"], keep)
+                if plain:
+                    self._plain_step(group, plain)
+            return loss
 
     def _is_plain(self, group: dict, st: dict) -> bool:
         """A tensor torch's own AdamW can step: one step count, no re-warmup mask, plain weight decay,
@@ -219,28 +221,30 @@ class Muon(torch.optim.Optimizer):
             out.append(o * math.sqrt(max(1.0, piece.shape[0] / piece.shape[1])))
         return torch.cat(out, dim=0) if n > 1 else out[0]
 
-    @torch.no_grad()
     def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if "momentum_buffer" not in st:
-                    st["momentum_buffer"] = torch.zeros_like(p)
-                buf = st["momentum_buffer"]
-                g = p.grad
-                keep, finite = _skip_flags(getattr(self, "found_inf", None), p)
-                weight = 1 - group["momentum"]
-                if keep is not None:  # a skipped step leaves the buffer and the weights as they were
-                    g = torch.where(finite, g, torch.zeros((), dtype=g.dtype, device=g.device))
-                    weight = weight * keep
-                buf.lerp_(g, weight)
-                g = g.lerp(buf, group["momentum"]) if group["nesterov"] else buf
-                update = self.direction(p, g, group)
-                _apply_update(p, update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"], keep)
-        return loss
+        # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
+        with torch.no_grad():
+            loss = closure() if closure is not None else None
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    st = self.state[p]
+                    if "momentum_buffer" not in st:
+                        st["momentum_buffer"] = torch.zeros_like(p)
+                    buf = st["momentum_buffer"]
+                    g = p.grad
+                    keep, finite = _skip_flags(getattr(self, "found_inf", None), p)
+                    weight = 1 - group["momentum"]
+                    if keep is not None:  # a skipped step leaves the buffer and the weights as they were
+                        g = torch.where(finite, g, torch.zeros((), dtype=g.dtype, device=g.device))
+                        weight = weight * keep
+                    buf.lerp_(g, weight)
+                    g = g.lerp(buf, group["momentum"]) if group["nesterov"] else buf
+                    update = self.direction(p, g, group)
+                    _apply_update(p, update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"],
+                                  keep)
+            return loss
 
 
 def torch_adamw(param_groups: list[dict], lr: float, betas, eps: float) -> torch.optim.AdamW:
