@@ -37,6 +37,7 @@ def _words(text: str) -> str:
 def test_no_growth_flag_asks_for_no_spec_and_every_flag_defaults_to_none():
     args = _parser().parse_args([])
     assert S.spec_from_flags(args) is None
+    assert S.spec_from_flags(argparse.Namespace()) is None  # a command whose parser has no growth flags
     assert vars(args) and all(v is None for v in vars(args).values())
     # a flag every family has, or several share, selects nothing on its own
     for argv in (["--optimizer-state", "drop"], ["--growth-seed", "3"], ["--noise-frac", "0.2"]):
@@ -200,3 +201,22 @@ def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy():
     classes.pop("width")
     assert "width" in S.spec_classes()
     assert S.GrowthSpec().validate().optimizer_state == "asymmetric" and S.GrowthSpec().applies_to(None) is None
+
+
+def test_option_records_the_default_the_reason_and_the_flag_settings():
+    f = S.option(3, "why it exists", "--x", kind=int, metavar="X", choices=(1, 3), consts={"--y": 1})
+    assert f.default == 3 and dict(f.metadata) == {"reason": "why it exists", "flag": "--x", "kind": int,
+                                                   "metavar": "X", "choices": (1, 3), "consts": {"--y": 1}}
+    f = S.option(None, "plain")
+    assert f.default is None and dict(f.metadata) == {"reason": "plain", "flag": None, "kind": str, "metavar": None,
+                                                      "choices": None, "consts": None}
+
+
+def test_register_spec_names_the_family_on_its_class(monkeypatch):
+    monkeypatch.setattr(S, "_SPECS", {})
+
+    class ToySpec(S.GrowthSpec):
+        """A toy family."""
+
+    S.register_spec("toy", ToySpec)
+    assert ToySpec.family == "toy" and S.spec_classes() == {"toy": ToySpec} and S.GrowthSpec.family == ""
