@@ -220,3 +220,44 @@ def test_register_spec_names_the_family_on_its_class(monkeypatch):
 
     S.register_spec("toy", ToySpec)
     assert ToySpec.family == "toy" and S.spec_classes() == {"toy": ToySpec} and S.GrowthSpec.family == ""
+
+
+def test_flags_of_toy_families_one_shared_value_less_flag_and_defaults_worth_saying(monkeypatch):
+    """Two toy families that share a value-less flag (one option, added once, not a conflict), with a default
+    of 1 (said) and of "" (unsaid), one family's docstring ending in a capital X."""
+    from dataclasses import dataclass
+
+    monkeypatch.setattr(S, "_SPECS", {})
+
+    @dataclass
+    class ASpec(S.GrowthSpec):
+        """Grows the toy matrix X."""
+        triggers = ("size",)
+        size: int = S.option(1, "the toy size", "--toy-size", kind=int)
+        label: str = S.option("", "a toy label", "--toy-label")
+        quick: str = S.option(None, "toy quick mode", consts={"--quick": "yes"})
+
+    @dataclass
+    class BSpec(S.GrowthSpec):
+        """Grows the other toy."""
+        triggers = ("other",)
+        other: int = S.option(None, "the other size", "--toy-other", kind=int)
+        quick: str = S.option(None, "toy quick mode", consts={"--quick": "yes"})
+
+    S.register_spec("a", ASpec)
+    S.register_spec("b", BSpec)
+    p = _parser()
+    text = _words(p.format_help())
+    assert "growth: a (Grows the toy matrix X): " in text and "growth: b (Grows the other toy): " in text
+    assert "--toy-size SIZE the toy size; default 1 " in text
+    assert "--toy-label LABEL a toy label --" in text  # a default of "" is not worth saying
+    assert text.count("--quick quick='yes': toy quick mode") == 1
+    assert S.spec_from_flags(p.parse_args(["--toy-other", "3", "--quick"])) == {"family": "b", "other": 3,
+                                                                               "quick": "yes"}
+
+
+def test_with_no_family_registered_the_shared_flags_still_have_their_help(monkeypatch):
+    monkeypatch.setattr(S, "_SPECS", {})
+    text = _words(_parser().format_help())
+    assert "growth: every family: --optimizer-state POLICY " + _words(_reason(S.GrowthSpec, "optimizer_state")) + \
+        "; default asymmetric" in text
