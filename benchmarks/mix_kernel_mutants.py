@@ -3,8 +3,9 @@
     python benchmarks/mix_kernel_mutants.py             # every mutant below, one pytest process each
 
 mutmut (benchmarks/mutation.py) never mutates a decorated function: the numba kernels live inside
-`mix_kernels._kernels` (a functools.cache'd factory) and `FusedMix.backward` carries two decorators, so
-the mixing's arithmetic and its hand-written backward get no mutant from the tool. This script plants
+`mix_kernels._kernels` (a functools.cache'd factory), so the mixing's arithmetic gets no mutant from the
+tool (FusedMix.backward's body now sits in the plain `fused_mix._backward`, which mutmut mutates; its
+four mutants here stay as a cross-check). This script plants
 one plausible one-line bug at a time in a scratch copy of src/ (a swapped factor, a dropped term, a
 wrong index, the head-major layout ignored, a wrong derivative) and runs the fused-path tests of
 tests/test_mixing_equations.py against it. Each mutant is a fresh process (numba compiles again), so

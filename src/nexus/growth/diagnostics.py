@@ -35,15 +35,15 @@ def probe_batch(vocab_size: int, batch: int = 4, seq_len: int = 64) -> torch.Ten
     return ids.clamp_(max=vocab_size - 1).view(batch, seq_len + 1)
 
 
-@torch.no_grad()
 def _streams_and_loss(model, ids: torch.Tensor):
-    was = model.training
-    model.eval()
-    x, y = ids[:, :-1], ids[:, 1:]
-    out = model(x, labels=y, return_hidden=True)
-    model.train(was)
-    rms = [float(h.float().pow(2).mean().sqrt()) for h in out.hidden_states]
-    return rms, float(out.ce_loss)
+    with torch.no_grad():  # a block, not a decorator: mutmut does not mutate decorated functions
+        was = model.training
+        model.eval()
+        x, y = ids[:, :-1], ids[:, 1:]
+        out = model(x, labels=y, return_hidden=True)
+        model.train(was)
+        rms = [float(h.float().pow(2).mean().sqrt()) for h in out.hidden_states]
+        return rms, float(out.ce_loss)
 
 
 def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None) -> dict:
@@ -60,16 +60,16 @@ def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | 
             "loss_jump": round(loss_new - loss_old, 4)}
 
 
-@torch.no_grad()
 def copied_channel_cosines(w: torch.Tensor, dim: int, src: torch.Tensor) -> torch.Tensor:
     """Cosine between slice i and slice src[i] along `dim`, for every copied (new) index i."""
-    n_old = int((src == torch.arange(len(src), device=src.device)).sum()) if len(src) else 0
-    new_idx = torch.arange(n_old, len(src), device=w.device)
-    if len(new_idx) == 0:
-        return torch.empty(0)
-    a = w.index_select(dim, new_idx).movedim(dim, 0).reshape(len(new_idx), -1).float()
-    b = w.index_select(dim, src.to(w.device)[new_idx]).movedim(dim, 0).reshape(len(new_idx), -1).float()
-    return F.cosine_similarity(a, b, dim=1, eps=1e-12)
+    with torch.no_grad():  # a block, not a decorator: mutmut does not mutate decorated functions
+        n_old = int((src == torch.arange(len(src), device=src.device)).sum()) if len(src) else 0
+        new_idx = torch.arange(n_old, len(src), device=w.device)
+        if len(new_idx) == 0:
+            return torch.empty(0)
+        a = w.index_select(dim, new_idx).movedim(dim, 0).reshape(len(new_idx), -1).float()
+        b = w.index_select(dim, src.to(w.device)[new_idx]).movedim(dim, 0).reshape(len(new_idx), -1).float()
+        return F.cosine_similarity(a, b, dim=1, eps=1e-12)
 
 
 def symmetry_lock(model, param_maps: dict) -> dict:

@@ -81,53 +81,62 @@ class FusedMix(torch.autograd.Function):
         ctx.save_for_backward(x, h, a, gam, *weights, *currents, *(anchors if has_anchor else ()), *l1s, *l2s)
         return outs
 
+    # the body is a plain function because mutmut does not mutate decorated functions
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
-        x, h, a, gam, *tensors = ctx.saved_tensors
-        n, has_anchor = ctx.n, ctx.has_anchor
-        weights, tensors = (tensors[:3], tensors[3:]) if ctx.dynamic else ((), tensors)
-        currents = tensors[:n]
-        d_gam = torch.zeros(gam.shape, dtype=gam.dtype)  # each component writes its two columns
-        d_gam_np = d_gam.numpy()
-        grads_np, head_major = [], np.zeros(n, dtype=np.bool_)
-        for i, grad in enumerate(grads):
-            if not grad.is_contiguous():  # q and k come back from attention as views of a (B, heads, T, width) tensor
-                grad = grad.transpose(1, 2)
-                head_major[i] = grad.is_contiguous()
-                if not head_major[i]:
-                    grad = grad.transpose(1, 2).contiguous()
-            grads_np.append(grad.numpy())
-        d_cur = [torch.empty_like(cur) for cur in currents]
-        d_anc = [torch.empty_like(cur) for cur in currents] if has_anchor else d_cur
-        d_ls = [torch.zeros((2, *cur.shape[2:]), dtype=cur.dtype) for cur in currents]  # accumulated into
-        mix_kernels.backward_layer_kernel()(tuple(grads_np), head_major, *ctx.arrays, ctx.gam_np, _cols_array(ctx.cols),
-                                            has_anchor, tuple(t.numpy() for t in d_cur), tuple(t.numpy() for t in d_anc),
-                                            tuple(t.numpy() for t in d_ls), d_gam_np)
-        d_l1 = [_flat_grad(dl[0], s) if has_anchor else None for dl, s in zip(d_ls, ctx.coef_shapes)]  # l1 is unused without the anchor
-        d_l2 = [_flat_grad(dl[1], s) for dl, s in zip(d_ls, ctx.coef_shapes)]
-        d_x = d_weights = ()
-        if ctx.dynamic:  # eq. 6 backward: sigmoid, the second Linear, GELU, the first Linear
-            W1, W2, b = weights
-            x2, h2, a2 = (t.reshape(d_gam.shape[0], -1) for t in (x, h, a))
-            dz, da = torch.empty_like(d_gam), torch.empty_like(h2)
-            d_W2, d_b = torch.zeros_like(W2), torch.zeros_like(b)
-            mix_kernels.gate_backward_kernel()(d_gam_np, ctx.gam_np, a2.numpy(), W2.detach().numpy(), dz.numpy(),
-                                               da.numpy(), d_W2.numpy(), d_b.numpy())
-            dh = torch.ops.aten.gelu_backward(da, h2)
-            d_weights = (dh.t() @ x2, d_W2, d_b)
-            d_x = (dh @ W1).view(x.shape)
-        out = (d_x if ctx.dynamic else None, None, None, None, None, *d_weights, *d_cur, *(d_anc if has_anchor else ()),
-               *d_l1, *d_l2)
-        return tuple(g if need else None for g, need in zip(out, ctx.needs_input_grad, strict=True))
+        return _backward(ctx, grads)
 
 
-@functools.cache
-def _cols_array(cols: tuple[tuple[int, int], ...]) -> np.ndarray:
+def _backward(ctx, grads):
+    """FusedMix.backward's body: the layer kernel's gradients, then eq. 6's MLP backward for dynamic mixing."""
+    x, h, a, gam, *tensors = ctx.saved_tensors
+    n, has_anchor = ctx.n, ctx.has_anchor
+    weights, tensors = (tensors[:3], tensors[3:]) if ctx.dynamic else ((), tensors)
+    currents = tensors[:n]
+    d_gam = torch.zeros(gam.shape, dtype=gam.dtype)  # each component writes its two columns
+    d_gam_np = d_gam.numpy()
+    grads_np, head_major = [], np.zeros(n, dtype=np.bool_)
+    for i, grad in enumerate(grads):
+        if not grad.is_contiguous():  # q and k come back from attention as views of a (B, heads, T, width) tensor
+            grad = grad.transpose(1, 2)
+            head_major[i] = grad.is_contiguous()
+            if not head_major[i]:
+                grad = grad.transpose(1, 2).contiguous()
+        grads_np.append(grad.numpy())
+    d_cur = [torch.empty_like(cur) for cur in currents]
+    d_anc = [torch.empty_like(cur) for cur in currents] if has_anchor else d_cur
+    d_ls = [torch.zeros((2, *cur.shape[2:]), dtype=cur.dtype) for cur in currents]  # accumulated into
+    mix_kernels.backward_layer_kernel()(tuple(grads_np), head_major, *ctx.arrays, ctx.gam_np, _cols_array(ctx.cols),
+                                        has_anchor, tuple(t.numpy() for t in d_cur), tuple(t.numpy() for t in d_anc),
+                                        tuple(t.numpy() for t in d_ls), d_gam_np)
+    d_l1 = [_flat_grad(dl[0], s) if has_anchor else None for dl, s in zip(d_ls, ctx.coef_shapes)]  # l1 is unused without the anchor
+    d_l2 = [_flat_grad(dl[1], s) for dl, s in zip(d_ls, ctx.coef_shapes)]
+    d_x = d_weights = ()
+    if ctx.dynamic:  # eq. 6 backward: sigmoid, the second Linear, GELU, the first Linear
+        W1, W2, b = weights
+        x2, h2, a2 = (t.reshape(d_gam.shape[0], -1) for t in (x, h, a))
+        dz, da = torch.empty_like(d_gam), torch.empty_like(h2)
+        d_W2, d_b = torch.zeros_like(W2), torch.zeros_like(b)
+        mix_kernels.gate_backward_kernel()(d_gam_np, ctx.gam_np, a2.numpy(), W2.detach().numpy(), dz.numpy(),
+                                           da.numpy(), d_W2.numpy(), d_b.numpy())
+        dh = torch.ops.aten.gelu_backward(da, h2)
+        d_weights = (dh.t() @ x2, d_W2, d_b)
+        d_x = (dh @ W1).view(x.shape)
+    out = (d_x if ctx.dynamic else None, None, None, None, None, *d_weights, *d_cur, *(d_anc if has_anchor else ()),
+           *d_l1, *d_l2)
+    return tuple(g if need else None for g, need in zip(out, ctx.needs_input_grad, strict=True))
+
+
+def _build_cols_array(cols: tuple[tuple[int, int], ...]) -> np.ndarray:
     """The layer kernel's (n, 2) table of factor columns; a layer's cols never change, so made once."""
     table = np.asarray(cols, dtype=np.int64).reshape(len(cols), 2)
     table.flags.writeable = False
     return table
+
+
+# cached by a call, not a decorator, because mutmut does not mutate decorated functions
+_cols_array = functools.cache(_build_cols_array)
 
 
 def _coef(lam: torch.Tensor, shape: tuple[int, int], like: torch.Tensor):
