@@ -189,7 +189,8 @@ class RecurrentLM(LanguageModel):
         """Temporarily run a different recurrence depth (test-time scaling) without touching cfg."""
         self.depth(n_sup, t_inner)  # validate before switching
         old = self._depth_override
-        self._depth_override = (n_sup, t_inner)
+        # a None keeps the enclosing block's depth (generate() inside `with depth_scaled(n_sup=3)` runs at 3)
+        self._depth_override = (n_sup if n_sup is not None else old[0], t_inner if t_inner is not None else old[1])
         try:
             yield self
         finally:
