@@ -53,7 +53,10 @@ def test_a_grown_checkpoint_keeps_the_step_and_carries_the_grown_optimizer_and_m
     assert {"rms_ratio_per_layer", "rms_ratio_max_dev"} <= set(report)
     assert "verify" not in report
     line = report["continued run"]
-    assert "run ended at step 4" in line and f"--resume {out}" in line  # train.steps 4: nothing left to train
+    # train.steps 4: nothing left to train; the line says how to continue, word for word
+    assert line == (f"the run ended at step {STEPS}: continue with `nexus train --resume {out} --train.steps N` "
+                    f"(N > {STEPS}); its LR schedule is then re-planned over N steps, the new entries re-warmed as "
+                    "recorded (or give --train.steps N here)")
 
 
 def test_other_hook_states_travel_and_an_older_growth_monitor_is_replaced(base, tmp_path):
