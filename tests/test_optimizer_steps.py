@@ -1,0 +1,75 @@
+"""The hand-written AdamW's and Muon's `step` as a whole: the closure, parameters without a gradient, and every
+tensor the step touches placed with the parameter (checked on `meta`, where a misplaced tensor is visible)."""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from nexus.optim.optimizers import AdamW, Muon
+
+
+class _Devices(TorchDispatchMode):
+    """The device of every tensor handed to or returned by an aten op inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves((args, kwargs or {}, out)):
+            if isinstance(t, torch.Tensor):
+                self.seen.add((func.overloadpacket.__name__, t.device.type))
+        return out
+
+
+def _build(kind: str, params, **kw):
+    if kind == "muon":
+        return Muon(params, weight_decay=0.1, **kw)
+    return AdamW(params, lr=1e-2, weight_decay=0.1, cautious_wd=kind == "cautious_adamw", **kw)
+
+
+# plain AdamW without a skip flag is torch's foreach AdamW, which reads its step on the host (not on meta)
+@pytest.mark.parametrize("kind, skip", [("adamw", True), ("cautious_adamw", False), ("cautious_adamw", True),
+                                        ("muon", False), ("muon", True)])
+def test_every_tensor_of_a_step_lives_on_the_parameters_device(kind, skip):
+    """On an accelerator a CPU temporary (a 0-d zero, a fresh step count) is a host->device copy or a sync; on
+    meta it is simply a CPU tensor, so the log names it. A per-element step (grown tensor) included."""
+    p, q = (torch.nn.Parameter(torch.empty(6, 4, device="meta")) for _ in range(2))
+    opt = _build(kind, [p, q])
+    for x in (p, q):
+        x.grad = torch.empty_like(x)
+    if skip:
+        opt.found_inf = torch.zeros((), device="meta")
+    with _Devices() as log:
+        opt.step()
+        if kind != "muon":
+            opt.state[q]["step"] = torch.ones(6, 4, device="meta")
+        opt.step()
+    assert {dev for _, dev in log.seen} == {"meta"}, sorted(log.seen)
+    assert all(t.device.type == "meta" for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
+
+
+@pytest.mark.parametrize("kind", ["adamw", "cautious_adamw", "muon"])
+def test_step_calls_the_closure_once_and_returns_its_loss(kind):
+    p = torch.nn.Parameter(torch.ones(3, 2))
+    opt = _build(kind, [p])
+    calls = []
+
+    def closure():
+        calls.append(1)
+        p.grad = torch.ones_like(p)
+        return torch.tensor(7.0)
+
+    assert opt.step(closure) == 7.0 and calls == [1]
+    assert not torch.equal(p.detach(), torch.ones(3, 2))  # the gradient the closure set was used
+    assert opt.step() is None
+
+
+@pytest.mark.parametrize("kind", ["adamw", "cautious_adamw", "muon"])
+def test_a_parameter_without_a_gradient_is_left_alone_and_the_next_one_still_steps(kind):
+    a, b = torch.nn.Parameter(torch.ones(3, 2)), torch.nn.Parameter(torch.ones(3, 2))
+    b.grad = torch.ones(3, 2)
+    opt = _build(kind, [a, b])
+    opt.step()
+    assert torch.equal(a.detach(), torch.ones(3, 2)) and a not in opt.state
+    assert not torch.equal(b.detach(), torch.ones(3, 2))
