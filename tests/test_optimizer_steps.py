@@ -113,3 +113,28 @@ class _Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.add(func.overloadpacket.__name__.rstrip("_"))
         return func(*args, **(kwargs or {}))
+
+
+def test_muon_with_plain_momentum_cautious_decay_and_fused_blocks_follows_its_definition():
+    """Muon (Jordan et al., 2024) without Nesterov: buf <- mu buf + (1 - mu) g, O = orthogonalize(buf) per
+    fused block, each scaled by sqrt(max(1, rows / cols)); decoupled decay lr wd p only where sign(O) =
+    sign(p) (cautious); p <- p - lr (O + decay). `orthogonalize` is checked against the published iteration
+    in test_core_optim.py."""
+    import math
+
+    from nexus.optim.optimizers import orthogonalize
+
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(12, 3))
+    w._muon_blocks = 2
+    ref, buf, mu, lr, wd = w.detach().clone(), torch.zeros(12, 3), 0.9, 0.05, 0.3
+    opt = Muon([w], lr=lr, momentum=mu, nesterov=False, weight_decay=wd, cautious_wd=True)
+    for _ in range(3):
+        g = torch.randn(12, 3)
+        w.grad = g.clone()
+        opt.step()
+        buf = mu * buf + (1 - mu) * g
+        o = torch.cat([orthogonalize(b) * math.sqrt(6 / 3) for b in buf.chunk(2)])
+        agree = (torch.sign(o) == torch.sign(ref)).float()
+        ref = ref - lr * (o + wd * ref * agree)
+    torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)
