@@ -69,7 +69,7 @@ def test_other_hook_states_travel_and_an_older_growth_monitor_is_replaced(base, 
 
 def test_train_overrides_are_recorded_and_the_report_plans_the_continued_run(base, tmp_path):
     out = tmp_path / "grown"
-    report = grow_checkpoint(base, out, SPEC, probe_verify=True, train_overrides=["--train.steps", "10"])
+    report = grow_checkpoint(base, out, SPEC, train_overrides=["--train.steps", "10"])  # verifies by default
     cfg = read_config(out)
     assert cfg.train.steps == 10 and read_config(base).train.steps == STEPS
     # grown and trained further: the schedule is re-planned over the new train.steps, not kept at the old horizon
@@ -92,3 +92,18 @@ def test_out_equal_to_the_source_is_refused(base):
     with pytest.raises(ConfigError, match="--out="):
         grow_checkpoint(base, base / "." , SPEC)
     assert _digest(base) == before
+
+
+def test_a_continued_run_past_an_explicit_horizon_is_warned_to_sit_at_the_lr_floor(base, tmp_path):
+    out = tmp_path / "grown"
+    report = grow_checkpoint(base, out, SPEC, probe_verify=False, train_overrides=[
+        "--train.steps", "10", "--train.schedule", "cosine", "--train.warmup_steps", "0", "--train.schedule_steps", "4"])
+    # cosine over 4 steps ends at its floor at step 3: steps 4..9 all sit there
+    assert report["continued run"].endswith(" WARNING: every remaining step is at the LR floor (train.min_lr_ratio); "
+                                            "set --train.schedule_steps")
+
+
+def test_an_invalid_train_override_is_refused_and_nothing_is_written(base, tmp_path):
+    with pytest.raises(ConfigError, match="train.steps"):
+        grow_checkpoint(base, tmp_path / "grown", SPEC, probe_verify=False, train_overrides=["--train.steps", "-3"])
+    assert not (tmp_path / "grown").exists()

@@ -49,3 +49,10 @@ def test_growth_summary_says_what_grew_the_params_the_state_policy_and_the_rewar
     assert growth_summary(1, {}, {"loss_jump": -2.0}, 1, 1).split("\n")[1] == "  validation-batch loss jump -2.0000"
     assert growth_summary(1, {}, {"rms_ratio_per_layer": [2.0]}, 1, 1).split("\n")[1] == (
         "  activation RMS ratio per layer (grown/original) [2.0]")
+
+
+def test_growth_summary_gives_params_in_millions_to_three_digits():
+    # 1,235,001 parameters are 1.235001M: three significant digits round up to 1.24 (a divisor off by one
+    # part in a million would give 1.23)
+    line = growth_summary(2, {}, {}, 1_235_001, 2_345_001)
+    assert " | params 1.24M -> 2.35M | " in line, line

@@ -37,6 +37,7 @@ def _words(text: str) -> str:
 def test_no_growth_flag_asks_for_no_spec_and_every_flag_defaults_to_none():
     args = _parser().parse_args([])
     assert S.spec_from_flags(args) is None
+    assert S.spec_from_flags(argparse.Namespace()) is None  # a command whose parser has no growth flags
     assert vars(args) and all(v is None for v in vars(args).values())
     # a flag every family has, or several share, selects nothing on its own
     for argv in (["--optimizer-state", "drop"], ["--growth-seed", "3"], ["--noise-frac", "0.2"]):
@@ -200,3 +201,63 @@ def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy():
     classes.pop("width")
     assert "width" in S.spec_classes()
     assert S.GrowthSpec().validate().optimizer_state == "asymmetric" and S.GrowthSpec().applies_to(None) is None
+
+
+def test_option_records_the_default_the_reason_and_the_flag_settings():
+    f = S.option(3, "why it exists", "--x", kind=int, metavar="X", choices=(1, 3), consts={"--y": 1})
+    assert f.default == 3 and dict(f.metadata) == {"reason": "why it exists", "flag": "--x", "kind": int,
+                                                   "metavar": "X", "choices": (1, 3), "consts": {"--y": 1}}
+    f = S.option(None, "plain")
+    assert f.default is None and dict(f.metadata) == {"reason": "plain", "flag": None, "kind": str, "metavar": None,
+                                                      "choices": None, "consts": None}
+
+
+def test_register_spec_names_the_family_on_its_class(monkeypatch):
+    monkeypatch.setattr(S, "_SPECS", {})
+
+    class ToySpec(S.GrowthSpec):
+        """A toy family."""
+
+    S.register_spec("toy", ToySpec)
+    assert ToySpec.family == "toy" and S.spec_classes() == {"toy": ToySpec} and S.GrowthSpec.family == ""
+
+
+def test_flags_of_toy_families_one_shared_value_less_flag_and_defaults_worth_saying(monkeypatch):
+    """Two toy families that share a value-less flag (one option, added once, not a conflict), with a default
+    of 1 (said) and of "" (unsaid), one family's docstring ending in a capital X."""
+    from dataclasses import dataclass
+
+    monkeypatch.setattr(S, "_SPECS", {})
+
+    @dataclass
+    class ASpec(S.GrowthSpec):
+        """Grows the toy matrix X."""
+        triggers = ("size",)
+        size: int = S.option(1, "the toy size", "--toy-size", kind=int)
+        label: str = S.option("", "a toy label", "--toy-label")
+        quick: str = S.option(None, "toy quick mode", consts={"--quick": "yes"})
+
+    @dataclass
+    class BSpec(S.GrowthSpec):
+        """Grows the other toy."""
+        triggers = ("other",)
+        other: int = S.option(None, "the other size", "--toy-other", kind=int)
+        quick: str = S.option(None, "toy quick mode", consts={"--quick": "yes"})
+
+    S.register_spec("a", ASpec)
+    S.register_spec("b", BSpec)
+    p = _parser()
+    text = _words(p.format_help())
+    assert "growth: a (Grows the toy matrix X): " in text and "growth: b (Grows the other toy): " in text
+    assert "--toy-size SIZE the toy size; default 1 " in text
+    assert "--toy-label LABEL a toy label --" in text  # a default of "" is not worth saying
+    assert text.count("--quick quick='yes': toy quick mode") == 1
+    assert S.spec_from_flags(p.parse_args(["--toy-other", "3", "--quick"])) == {"family": "b", "other": 3,
+                                                                               "quick": "yes"}
+
+
+def test_with_no_family_registered_the_shared_flags_still_have_their_help(monkeypatch):
+    monkeypatch.setattr(S, "_SPECS", {})
+    text = _words(_parser().format_help())
+    assert "growth: every family: --optimizer-state POLICY " + _words(_reason(S.GrowthSpec, "optimizer_state")) + \
+        "; default asymmetric" in text

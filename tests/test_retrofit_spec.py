@@ -45,6 +45,10 @@ def test_the_conversion_keeps_the_shared_attention_options_and_leaves_the_model_
     new = retrofit_model_config(cfg, RetrofitSpec().validate())
     assert new.attention.gate == "headwise" and new.attention.kind == "higher_order"
     assert cfg.attention.kind == "standard" and new is not cfg and new.d_model == cfg.d_model
+    # every other section is the source's value in an object of its own: a later change to the retrofitted
+    # config (a growth's pinned state, a mixing option) cannot reach back into the source model's config
+    for name in ("arch", "projection", "mixing", "mlp", "growth_state"):
+        assert getattr(new, name) == getattr(cfg, name) and getattr(new, name) is not getattr(cfg, name), name
 
 
 @pytest.mark.parametrize("spec,message", [

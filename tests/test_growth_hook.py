@@ -1,0 +1,157 @@
+"""The growth hook (growth/hook.py) on micro runs, in-process: the lr plan it prints before training (the
+pending growth's re-warmup, a resumed grown run's record), the growth summary it prints, the optimizer state it
+carries through the growth, the probe batch of its post-growth monitor (the one `nexus grow` uses too), and
+`grow_in_training`. Expected lrs come from SPARKLING's re-warmup (the new entries ramp linearly from the lr at
+the growth step t_e to rho times it at t_e + tau) on a constant schedule, where the base lr is `train.lr`."""
+import contextlib
+import io
+
+import pytest
+import torch
+
+from nexus.checkpoint import load_trainer_state
+from nexus.growth import grow_checkpoint
+from nexus.growth.hook import GrowthHook, grow_in_training
+from nexus.growth.registry import parse_growth_spec
+from nexus.train.trainer import Trainer
+from test_core_train import micro_cfg
+
+LR, RHO, TAU, AT, STEPS = 0.01, 1.5, 2, 2, 6
+SPEC = {"family": "width", "hidden": 64, "init": "copy,copy", "rewarmup": [RHO, TAU]}
+CONSTANT = ("--train.steps", str(STEPS), "--train.schedule", "constant", "--train.warmup_steps", "0",
+            "--train.lr", str(LR), "--train.save_every", "3", "--train.keep_last", "5")
+
+
+def _hook(trainer) -> GrowthHook:
+    hooks = [h for h in trainer.hooks if isinstance(h, GrowthHook)]
+    assert len(hooks) == 1
+    return hooks[0]
+
+
+def _printed(fn):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # Trainer.say writes through tqdm.write to sys.stdout
+        result = fn()
+    return result, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory):
+    """A 6-step constant-lr run grown at step 2 with re-warmup (1.5, 2), printed (not quiet); saves at 3 and 6."""
+    run = tmp_path_factory.mktemp("grown")
+    cfg = micro_cfg(run, *CONSTANT)
+    cfg.train.set_hook("growth", at=AT, spec=SPEC)
+    trainer = Trainer(cfg.validate(), quiet=False)
+    _, printed = _printed(trainer.fit)
+    return run, trainer, printed
+
+
+def test_the_plan_printed_before_training_shows_the_pending_growths_rewarmup(grown):
+    _, _, printed = grown
+    plan = next(line for line in printed.splitlines() if line.startswith("lr plan: "))
+    # new entries: lr at t_e (= LR) at step t_e, rho x LR at t_e + tau, then the constant schedule's LR
+    assert f"growth step {AT}: old entries {LR:.3g}, new {LR:.3g}" in plan
+    assert f"(new entries {RHO * LR:.3g} at step {AT + TAU})" in plan
+
+
+def test_the_growth_summary_names_the_step_and_the_grown_size(grown):
+    _, trainer, printed = grown
+    after = sum(p.numel() for p in trainer.model.parameters())
+    line = next(line for line in printed.splitlines() if line.startswith("grew at step "))
+    assert line.startswith(f"grew at step {AT} (width)") and f"-> {after / 1e6:.3g}M" in line
+    assert f"rho {RHO} over {TAU} steps" in line
+    assert "rms_ratio_per_layer" in _hook(trainer).report  # the growth's report, kept on the hook
+
+
+def test_old_entries_keep_their_optimizer_steps_through_the_growth(grown):
+    """An entry's step counts the optimizer steps it took: old entries STEPS, entries new at AT only the rest."""
+    _, trainer, _ = grown
+    steps = [st["step"] for st in trainer.optimizer.state_dict()["state"].values()
+             if isinstance(st.get("step"), torch.Tensor) and st["step"].numel() > 1]
+    assert steps, "no per-entry step after a width growth"
+    assert max(float(s.max()) for s in steps) == STEPS and min(float(s.min()) for s in steps) == STEPS - AT
+    assert _hook(trainer).monitor_growths == 1
+
+
+def test_a_resumed_grown_run_prints_the_plan_of_its_growth_record(grown, tmp_path):
+    run, _, _ = grown
+    trainer = Trainer(None, resume=str(run / "step_0000003"), quiet=False)
+    _, printed = _printed(lambda: _hook(trainer).on_fit_start(trainer))
+    # step 3 is half way up the ramp: LR + (rho LR - LR) * (3 - t_e) / tau
+    assert f"first step 3: {LR:.3g} (new entries {LR * (1 + (RHO - 1) * (3 - AT) / TAU):.3g})" in printed
+
+
+def test_the_pending_plan_of_a_family_without_rewarmup_keeps_new_entries_on_the_schedule(tmp_path):
+    cfg = micro_cfg(tmp_path / "run", *CONSTANT, "--model.projection.kind", "nexus_rank",
+                    "--model.projection.rank_m", "48", "--model.projection.rank_a", "64")
+    cfg.train.set_hook("growth", at=AT, spec={"family": "nexus_rank", "delta_m": 8, "delta_a": 8})
+    trainer = Trainer(cfg.validate(), quiet=False)
+    _, printed = _printed(lambda: _hook(trainer).on_fit_start(trainer))
+    assert f"growth step {AT}: old entries {LR:.3g}, new {LR:.3g}" in printed and "new entries" not in printed
+    assert _hook(trainer).report is None  # nothing grown yet
+
+
+def test_a_resume_past_the_schedules_horizon_says_the_lr_stays_at_its_floor(tmp_path):
+    """A 3-step cosine run resumed to 6 steps keeps its horizon of 3: every remaining step is at the floor
+    (min_lr_ratio x lr, the cosine's end), and the plan printed before training says so."""
+    from nexus.train.resume import resume_config
+
+    Trainer(micro_cfg(tmp_path / "a", "--train.steps", "3", "--train.schedule", "cosine", "--train.warmup_steps", "0",
+                      "--train.lr", str(LR), "--train.min_lr_ratio", "0.1"), quiet=True).fit()
+    cfg, _ = resume_config(tmp_path / "a" / "checkpoint", ["--train.steps", "6"], out_dir=tmp_path / "b")
+    cfg.train.set_hook("growth", at=4, spec={"family": "width", "hidden": 64})
+    trainer = Trainer(cfg.validate(), resume=str(tmp_path / "a" / "checkpoint"), quiet=False)
+    _, printed = _printed(lambda: _hook(trainer).on_fit_start(trainer))
+    assert f"first step 3: {0.1 * LR:.3g}" in printed
+    assert "note: the lr stays at its floor (train.min_lr_ratio=0.1 x lr) for every remaining step" in printed
+
+
+def test_the_monitor_probes_the_batch_nexus_grow_uses(grown, tmp_path):
+    """Grown in training at step 2, or `nexus grow` on the same run's step-2 checkpoint: the same pre-growth
+    model, so the same probe batch must give the same pre-growth RMS (the continued runs log the same values)."""
+    _, trainer, _ = grown
+    base = tmp_path / "base"
+    Trainer(micro_cfg(base, *CONSTANT[:-4], "--train.save_every", "2", "--train.keep_last", "5"), quiet=True).fit()
+    grow_checkpoint(base / "step_0000002", tmp_path / "g", SPEC, probe_verify=False)
+    theirs = load_trainer_state(tmp_path / "g", with_optimizer=False)["hooks"]["growth"]["monitor"]
+    ours = _hook(trainer).monitor.state_dict()
+    assert torch.equal(ours["probe"], theirs["probe"]) and ours["base_rms"] == theirs["base_rms"]
+    # the grown checkpoint's config has no hook entry: its growth history alone brings the hook back on resume,
+    # with the re-warmup rule its record asks for and the monitor `nexus grow` stored
+    resumed = Trainer(None, resume=str(tmp_path / "g"), quiet=True)
+    assert not resumed.cfg.train.hooks
+    assert (resumed.lr_rule.t_e, resumed.lr_rule.rho, resumed.lr_rule.tau) == (AT, RHO, TAU)
+    assert _hook(resumed).monitor is not None and _hook(resumed).monitor_growths == 1
+
+
+def test_grow_in_training_adds_one_growth_hook_and_reuses_it(tmp_path):
+    trainer = Trainer(micro_cfg(tmp_path / "run", "--train.steps", "2"), quiet=True)
+    assert not any(isinstance(h, GrowthHook) for h in trainer.hooks)
+    report = grow_in_training(trainer, parse_growth_spec({"family": "width", "hidden": 48}, "spec"))
+    hook = _hook(trainer)
+    assert trainer.model.cfg.d_model == 48 and "rms_ratio_per_layer" in report and hook.monitor is not None
+    grow_in_training(trainer, parse_growth_spec({"family": "width", "hidden": 64}, "spec"))
+    assert _hook(trainer) is hook and trainer.model.cfg.d_model == 64
+    assert [r["step"] for r in trainer.cfg.growth_history] == [0, 0] and hook.monitor_growths == 2
+    trainer.fit()  # the added hook grows nothing more: it has no step of its own
+    assert len(trainer.cfg.growth_history) == 2 and trainer.model.cfg.d_model == 64
+
+
+@pytest.mark.parametrize("entry,at", [({"kind": "growth"}, 0), ({"kind": "growth", "at": 0}, 0)])
+def test_a_growth_entry_at_step_0_never_grows(tmp_path, entry, at):
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "2")
+    cfg.train.hooks = [entry]
+    trainer = Trainer(cfg.validate(), quiet=True)
+    assert _hook(trainer).at == at and _hook(trainer).spec is None
+    trainer.fit()
+    assert trainer.cfg.growth_history == [] and trainer.model.cfg.d_model == 32
+
+
+def test_a_boolean_growth_step_is_refused(tmp_path):
+    from nexus.config import ConfigError
+
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "4")
+    cfg.train.hooks = [{"kind": "growth", "at": True, "spec": {"family": "width", "hidden": 64}}]
+    with pytest.raises(ConfigError, match=r"train.hooks\[0\].at=True"):
+        Trainer(cfg.validate(), quiet=True)
+    assert not (tmp_path / "run").exists()
