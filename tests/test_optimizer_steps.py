@@ -138,3 +138,27 @@ def test_muon_with_plain_momentum_cautious_decay_and_fused_blocks_follows_its_de
         agree = (torch.sign(o) == torch.sign(ref)).float()
         ref = ref - lr * (o + wd * ref * agree)
     torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flag", [None, torch.zeros(())])
+def test_adamw_with_cautious_decay_follows_its_definition(flag):
+    """AdamW (Loshchilov & Hutter, 2019) on Adam's moments (Kingma & Ba, 2015): m <- b1 m + (1 - b1) g,
+    v <- b2 v + (1 - b2) g^2, u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps); cautious decay lr wd p only
+    where sign(u) = sign(p); p <- p - lr (u + decay). A large eps so its sign counts; with and without a zero
+    skip flag (the two code paths). float64 weights; the step count is float32, hence rtol 1e-6."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5, 3, dtype=torch.float64))
+    lr, (b1, b2), eps, wd = 0.1, (0.8, 0.9), 0.5, 0.3
+    ref, m, v = w.detach().clone(), torch.zeros(5, 3, dtype=torch.float64), torch.zeros(5, 3, dtype=torch.float64)
+    opt = AdamW([w], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, cautious_wd=True)
+    if flag is not None:
+        opt.found_inf = flag
+    for t in range(1, 4):
+        g = torch.randn(5, 3, dtype=torch.float64)
+        w.grad = g.clone()
+        opt.step()
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+        decay = wd * ref * (torch.sign(u) == torch.sign(ref))
+        ref = ref - lr * (u + decay)
+    torch.testing.assert_close(w.detach(), ref, rtol=1e-6, atol=1e-9)
