@@ -46,31 +46,40 @@ def grown(tmp_path_factory):
     return run, trainer, printed
 
 
-def test_the_plan_printed_before_training_shows_the_pending_growths_rewarmup(grown):
-    _, _, printed = grown
+def test_a_growth_in_training_prints_its_plan_and_summary_and_carries_the_optimizer_state(grown, tmp_path):
+    """Every check of what the growth did sits in this one test: the growth itself runs in the fixture, and a
+    mutation tool that runs only the tests reaching the growth code must find them here."""
+    run, trainer, printed = grown
+    # the plan printed before training: new entries at the lr at t_e (= LR) at step t_e, rho x LR at t_e + tau
     plan = next(line for line in printed.splitlines() if line.startswith("lr plan: "))
-    # new entries: lr at t_e (= LR) at step t_e, rho x LR at t_e + tau, then the constant schedule's LR
     assert f"growth step {AT}: old entries {LR:.3g}, new {LR:.3g}" in plan
     assert f"(new entries {RHO * LR:.3g} at step {AT + TAU})" in plan
-
-
-def test_the_growth_summary_names_the_step_and_the_grown_size(grown):
-    _, trainer, printed = grown
+    # the growth summary names the step and the grown size
     after = sum(p.numel() for p in trainer.model.parameters())
     line = next(line for line in printed.splitlines() if line.startswith("grew at step "))
     assert line.startswith(f"grew at step {AT} (width)") and f"-> {after / 1e6:.3g}M" in line
     assert f"rho {RHO} over {TAU} steps" in line
-    assert "rms_ratio_per_layer" in _hook(trainer).report  # the growth's report, kept on the hook
-
-
-def test_old_entries_keep_their_optimizer_steps_through_the_growth(grown):
-    """An entry's step counts the optimizer steps it took: old entries STEPS, entries new at AT only the rest."""
-    _, trainer, _ = grown
+    hook = _hook(trainer)
+    assert "rms_ratio_per_layer" in hook.report and hook.monitor_growths == 1  # the growth's report, on the hook
+    # an entry's step counts the optimizer steps it took: old entries STEPS, entries new at AT only the rest
     steps = [st["step"] for st in trainer.optimizer.state_dict()["state"].values()
              if isinstance(st.get("step"), torch.Tensor) and st["step"].numel() > 1]
     assert steps, "no per-entry step after a width growth"
     assert max(float(s.max()) for s in steps) == STEPS and min(float(s.min()) for s in steps) == STEPS - AT
-    assert _hook(trainer).monitor_growths == 1
+    # `nexus grow` on the same run's step-2 checkpoint: the same pre-growth model, so the monitor's probe batch
+    # must give the same pre-growth RMS (the continued runs log the same values)
+    base = tmp_path / "base"
+    Trainer(micro_cfg(base, *CONSTANT[:-4], "--train.save_every", "2", "--train.keep_last", "5"), quiet=True).fit()
+    grow_checkpoint(base / "step_0000002", tmp_path / "g", SPEC, probe_verify=False)
+    theirs = load_trainer_state(tmp_path / "g", with_optimizer=False)["hooks"]["growth"]["monitor"]
+    ours = hook.monitor.state_dict()
+    assert torch.equal(ours["probe"], theirs["probe"]) and ours["base_rms"] == theirs["base_rms"]
+    # the grown checkpoint's config has no hook entry: its growth history alone brings the hook back on resume,
+    # with the re-warmup rule its record asks for and the monitor `nexus grow` stored
+    resumed = Trainer(None, resume=str(tmp_path / "g"), quiet=True)
+    assert not resumed.cfg.train.hooks
+    assert (resumed.lr_rule.t_e, resumed.lr_rule.rho, resumed.lr_rule.tau) == (AT, RHO, TAU)
+    assert _hook(resumed).monitor is not None and _hook(resumed).monitor_growths == 1
 
 
 def test_a_resumed_grown_run_prints_the_plan_of_its_growth_record(grown, tmp_path):
@@ -104,24 +113,6 @@ def test_a_resume_past_the_schedules_horizon_says_the_lr_stays_at_its_floor(tmp_
     _, printed = _printed(lambda: _hook(trainer).on_fit_start(trainer))
     assert f"first step 3: {0.1 * LR:.3g}" in printed
     assert "note: the lr stays at its floor (train.min_lr_ratio=0.1 x lr) for every remaining step" in printed
-
-
-def test_the_monitor_probes_the_batch_nexus_grow_uses(grown, tmp_path):
-    """Grown in training at step 2, or `nexus grow` on the same run's step-2 checkpoint: the same pre-growth
-    model, so the same probe batch must give the same pre-growth RMS (the continued runs log the same values)."""
-    _, trainer, _ = grown
-    base = tmp_path / "base"
-    Trainer(micro_cfg(base, *CONSTANT[:-4], "--train.save_every", "2", "--train.keep_last", "5"), quiet=True).fit()
-    grow_checkpoint(base / "step_0000002", tmp_path / "g", SPEC, probe_verify=False)
-    theirs = load_trainer_state(tmp_path / "g", with_optimizer=False)["hooks"]["growth"]["monitor"]
-    ours = _hook(trainer).monitor.state_dict()
-    assert torch.equal(ours["probe"], theirs["probe"]) and ours["base_rms"] == theirs["base_rms"]
-    # the grown checkpoint's config has no hook entry: its growth history alone brings the hook back on resume,
-    # with the re-warmup rule its record asks for and the monitor `nexus grow` stored
-    resumed = Trainer(None, resume=str(tmp_path / "g"), quiet=True)
-    assert not resumed.cfg.train.hooks
-    assert (resumed.lr_rule.t_e, resumed.lr_rule.rho, resumed.lr_rule.tau) == (AT, RHO, TAU)
-    assert _hook(resumed).monitor is not None and _hook(resumed).monitor_growths == 1
 
 
 def test_grow_in_training_adds_one_growth_hook_and_reuses_it(tmp_path):
