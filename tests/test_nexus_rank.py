@@ -427,3 +427,83 @@ def test_width_growth_check_leaves_the_callers_config_alone():
     before = copy.deepcopy(cfg.model)
     WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
     assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)
+
+
+@pytest.mark.parametrize("form,spec,exact,m0,a0", [
+    ("paper", {"delta_m": 4, "delta_a": 8, "cut": "out"}, True, M0, A0),
+    ("l2norm", {"delta_m": 4, "init": "zero", "cut": "mixed"}, True, M0, A0),
+    ("paper", {"delta_a": 8, "init": "noise", "noise_frac": 0.2}, False, M0, A0),
+    ("paper", {"delta_m": 4, "delta_a": 8}, True, 2 * D, 4 * D),  # M, A unset: the defaults M = 2D, A = 4D
+])
+def test_growth_records_and_reports_what_grew(form, spec, exact, m0, a0):
+    """The growth_history record and the printed report, field by field: M and A before and after (an absent
+    delta adds nothing), the cut only for the exact init, noise_frac only for noise, the grown shapes of
+    W_M, W_A, W_D per projection, the zero init's warning."""
+    from nexus.growth.nexus_rank_growth import NexusRankSpec, grow_nexus_rank, zero_init_warning
+
+    unset = (m0, a0) != (M0, A0)
+    cfg = nexus_cfg(form, m=0 if unset else M0, a=0 if unset else A0)
+    torch.manual_seed(8)
+    model = trained_like(build_model(cfg.model))
+    dm, da = spec.get("delta_m", 0), spec.get("delta_a", 0)
+    init = spec.get("init", "exact")
+    res = grow_nexus_rank(model, cfg, NexusRankSpec(**spec).validate())
+    old_shapes = {}
+    for name in nexus_rank_modules(model):
+        shapes = {"w_m": [m0, D], "w_a": [a0, m0], "w_d": [D, a0]}
+        grows = {"w_m": dm, "w_a": dm or da, "w_d": da}
+        old_shapes.update({f"{name}.{w}.weight": s for w, s in shapes.items() if grows[w]})
+    assert res.record == {"old_m": m0, "new_m": m0 + dm, "old_a": a0, "new_a": a0 + da, "init": init,
+                          "cut": spec.get("cut", "in") if init == "exact" else None, "form": form, "exact": exact,
+                          "noise_frac": spec.get("noise_frac") if init == "noise" else None, "old_shapes": old_shapes}
+    expected = {"projections grown": 3, "M": f"{m0} -> {m0 + dm}", "A": f"{a0} -> {a0 + da}",
+                "init": f"exact (cut {spec.get('cut', 'in')}, form {form})" if init == "exact" else init,
+                "function preserved by construction": exact}
+    if init == "zero":
+        expected["warning"] = zero_init_warning(cfg.train.optimizer)
+    assert res.report == expected
+    assert (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == ((0, 0) if unset else (M0, A0))  # caller's config untouched
+
+
+# Nexusformer's exact-and-live cuts: the zeroed new blocks, as (stage, out rows, in cols) of the torch weight
+ZEROED = {"in": {("w_m", "new", "old"), ("w_a", "new", "old")}, "out": {("w_a", "old", "new"), ("w_d", "old", "new")},
+          "mixed": {("w_m", "new", "old"), ("w_d", "old", "new")},
+          "wa": {("w_a", "new", "old"), ("w_a", "old", "new"), ("w_a", "new", "new")}}
+
+
+@pytest.mark.parametrize("init,cut", [("exact", c) for c in ZEROED] + [("noise", "in"), ("zero", "in")])
+def test_new_blocks_are_zero_or_drawn_at_the_trained_scale_from_the_growth_seed_alone(init, cut):
+    """Every new block of W_M, W_A, W_D: zero where the cut (or the all-zero init) zeroes it, else
+    N(0, (s * std of the trained matrix)^2), s = 1 for the exact init and noise_frac for noise. The draw
+    comes from --growth-seed alone: another global seed gives the same blocks, another growth seed others."""
+    from nexus.growth.nexus_rank_growth import NexusRankSpec, grow_nexus_rank
+
+    cfg = nexus_cfg("paper", targets=("q",))
+    torch.manual_seed(9)
+    model = trained_like(build_model(cfg.model))
+    dm, da = 40, 48
+    spec = dict(delta_m=dm, delta_a=da, init=init, cut=cut, noise_frac=0.5, seed=3)
+    grown = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        grown.append(grow_nexus_rank(model, cfg, NexusRankSpec(**spec).validate()).model.layers[0].attn.q_proj)
+    other = grow_nexus_rank(model, cfg, NexusRankSpec(**{**spec, "seed": 4}).validate()).model.layers[0].attn.q_proj
+    old = model.layers[0].attn.q_proj
+    sizes = {"w_m": ((M0, dm), (D, 0)), "w_a": ((A0, da), (M0, dm)), "w_d": ((D, 0), (A0, da))}
+    for stage, dims in sizes.items():
+        old_w = getattr(old, stage).weight
+        for rows in ("old", "new"):
+            for cols in ("old", "new"):
+                (r0, dr), (c0, dc) = dims
+                if (rows, cols) == ("old", "old") or (rows == "new" and not dr) or (cols == "new" and not dc):
+                    continue
+                rs = slice(0, r0) if rows == "old" else slice(r0, r0 + dr)
+                cs = slice(0, c0) if cols == "old" else slice(c0, c0 + dc)
+                block = getattr(grown[0], stage).weight[rs, cs].detach()
+                if init == "zero" or (init == "exact" and (stage, rows, cols) in ZEROED[cut]):
+                    assert torch.count_nonzero(block) == 0, (stage, rows, cols)
+                    continue
+                scale = 0.5 if init == "noise" else 1.0
+                assert block.std().item() == pytest.approx(scale * old_w.std().item(), rel=0.2), (stage, rows, cols)
+                assert torch.equal(block, getattr(grown[1], stage).weight[rs, cs])
+                assert not torch.equal(block, getattr(other, stage).weight[rs, cs])

@@ -178,3 +178,84 @@ def test_each_token_count_needs_pattention_where_it_adds_tokens_and_only_there()
     TokenFormerSpec(add_ffn_tokens=2).validate().applies_to(ffn_only)
     TokenFormerSpec(add_tokens=2).validate().applies_to(attn_only)
     TokenFormerSpec(add_tokens=2).validate().applies_to(tf_cfg(targets=("q",)).model)
+
+
+def _default_token_model(freeze=True, act="gelu_l2"):
+    """Token counts left unset: TokenFormer's defaults, n = d_model for q/k/v/o and n = ffn for the FFN."""
+    cfg = tf_cfg(freeze, act)
+    cfg.model.projection.param_tokens = cfg.model.projection.ffn_param_tokens = None
+    torch.manual_seed(5)
+    return perturbed(build_model(cfg.model)), cfg
+
+
+def _token_shapes(model, attn: bool, ffn: bool) -> dict:
+    return {f"{name}.{t}": [mod.n_tokens, getattr(mod, t).shape[1]] for name, mod in pattention_modules(model).items()
+            if (ffn if name.endswith("mlp") else attn) for t in ("key_tokens", "value_tokens")}
+
+
+FROZEN = "frozen (tau = sqrt(n before growth))"
+FOLLOWS = "follows n (tau = sqrt(new n))"
+
+
+@pytest.mark.parametrize("freeze,act,spec,exact,note,warning", [
+    (True, "gelu_l2", {"add_tokens": 6}, True, None, None),
+    (False, "gelu_l2", {"add_ffn_tokens": 4, "init": "zero"}, False,
+     "tau follows n (set model.projection.freeze_scale=true for exact growth)",
+     "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
+    (True, "softmax", {"add_tokens": 2, "add_ffn_tokens": 3}, False, "softmax Pattention gives zero scores softmax mass", None),
+    (True, "gelu_l2", {"add_tokens": 2, "init": "noise"}, False, "noise init", None),
+    (True, "gelu_l2", {"add_tokens": 2, "init": "zero"}, True, None,  # TokenFormer's own zero init: exact, dead
+     "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
+])
+def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, note, warning):
+    """The growth_history record and the printed report, field by field: the old counts are TokenFormer's
+    defaults (d_model tokens, ffn tokens), a side without added tokens keeps its count, exactness needs
+    GELU-L2 with the frozen scale and a zero key init, and each inexact growth names its own reason."""
+    from nexus.growth.tokenformer_growth import TokenFormerSpec, grow_tokenformer
+
+    model, cfg = _default_token_model(freeze, act)
+    d, ffn = cfg.model.d_model, cfg.model.ffn
+    add, add_ffn = spec.get("add_tokens", 0), spec.get("add_ffn_tokens", 0)
+    init = spec.get("init", "exact")
+    res = grow_tokenformer(model, cfg, TokenFormerSpec(**spec).validate())
+    assert res.record == {"old_tokens": d, "new_tokens": d + add, "old_ffn_tokens": ffn, "new_ffn_tokens": ffn + add_ffn,
+                          "init": init, "scale": "frozen" if freeze else "free", "exact": exact,
+                          "old_shapes": _token_shapes(model, bool(add), bool(add_ffn))}
+    expected = {"pattention layers": 5, "tokens": f"{d} -> {d + add}" if add else "unchanged",
+                "ffn tokens": f"{ffn} -> {ffn + add_ffn}" if add_ffn else "unchanged", "init": init,
+                "scale factor": FROZEN if freeze else FOLLOWS, "function preserved by construction": exact}
+    if note:
+        expected["note"] = f"growth is not function-preserving: {note}"
+    if warning:
+        expected["warning"] = warning
+    assert res.report == expected
+    counts = {n: m.n_tokens for n, m in pattention_modules(res.model).items()}
+    assert counts == {n: (ffn + add_ffn if n.endswith("mlp") else d + add) for n in counts}
+    assert (cfg.model.projection.param_tokens, cfg.model.projection.ffn_param_tokens) == (None, None)  # caller's config untouched
+
+
+@pytest.mark.parametrize("init,key_scale,value_scale", [("exact", 0.0, 1.0), ("noise", 0.5, 0.5), ("zero", 0.0, 0.0)])
+def test_new_tokens_are_drawn_at_the_trained_scale_from_the_growth_seed_alone(init, key_scale, value_scale):
+    """New key/value tokens: zero (TokenFormer's zero init of new parameter tokens; nexus's exact init keeps the
+    keys at zero) or N(0, (s * std of the trained tokens of the same matrix)^2) with s = 1 for exact's values
+    and s = noise_frac for noise. The draw comes from --growth-seed alone: the global RNG does not change it."""
+    from nexus.growth.tokenformer_growth import TokenFormerSpec, grow_tokenformer
+
+    model, cfg = _default_token_model()
+    spec = dict(add_tokens=200, init=init, noise_frac=0.5, seed=7)
+    grown = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        grown.append(grow_tokenformer(model, cfg, TokenFormerSpec(**spec).validate()).model)
+    other = grow_tokenformer(model, cfg, TokenFormerSpec(**{**spec, "seed": 8}).validate()).model
+    old, new, new2, new3 = (dict(m.named_parameters()) for m in (model, *grown, other))
+    for name in ("layers.0.attn.q_proj.key_tokens", "layers.0.attn.o_proj.value_tokens"):
+        n_old = old[name].shape[0]
+        fresh = new[name][n_old:].detach()
+        scale = key_scale if name.endswith("key_tokens") else value_scale
+        if scale == 0.0:
+            assert torch.count_nonzero(fresh) == 0
+            continue
+        assert fresh.std().item() == pytest.approx(scale * old[name].std().item(), rel=0.1)
+        assert torch.equal(fresh, new2[name][n_old:])  # same growth seed, another global seed
+        assert not torch.equal(fresh, new3[name][n_old:])  # another growth seed

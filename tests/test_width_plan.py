@@ -418,3 +418,31 @@ def test_current_sizes_name_every_axis_with_zero_for_an_axis_the_mlp_lacks():
     assert spec().current_sizes(moe) == {"hidden": 32, "ffn": 0, "expert_inner": 24}
     with pytest.raises(ConfigError, match=r"current sizes \{'hidden': 32, 'ffn': 48, 'expert_inner': 0\}"):
         WidthSpec(ffn=48).validate().applies_to(dense)
+
+
+RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "probe_loss_after", "loss_jump"}
+
+
+@pytest.mark.parametrize("tie,ws,expected", [
+    (True, dict(hidden=48, ffn=80, init="zero,random", preserve="exact", seed=4, rewarmup="2,5", rewarmup_all=True),
+     {"grown": "hidden 32->48, ffn 48->80", "init (fan-out,fan-in)": "zero,random", "preserve": "exact",
+      "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}, ffn: 1.0000",
+      "note": "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train",
+      "logit_scale": pytest.approx(0.8 * math.sqrt(32 / 48), rel=1e-12), "rewarmup": "rho=2.0 tau=5 (all parameters)"}),
+    (False, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),
+     {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
+      "rewarmup": "rho=1.3 tau=250"}),
+])
+def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expected):
+    """Every line the grower prints (the SwiGLU note only for a zero fan-out, the logit scale only for a tied head
+    whose hidden axis grows, the re-warmup pair and whether it drives every parameter) beside the RMS probe, and
+    the re-warmup the record hands to the lr plan."""
+    from nexus.growth.width import grow_width
+
+    torch.manual_seed(0)
+    cfg = _tiny(tie)
+    res = grow_width(build_model(cfg.model), cfg, WidthSpec(**ws).validate())
+    assert set(res.report) - set(expected) == RMS_KEYS
+    assert {k: v for k, v in res.report.items() if k not in RMS_KEYS} == expected
+    rho, tau = ws["rewarmup"].split(",")
+    assert (res.record["rewarmup"], res.record["rewarmup_all"]) == ({"rho": float(rho), "tau": int(tau)}, "rewarmup_all" in ws)
