@@ -110,3 +110,10 @@ def test_an_invalid_train_override_is_refused_and_nothing_is_written(base, tmp_p
     with pytest.raises(ConfigError, match="train.steps"):
         grow_checkpoint(base, tmp_path / "grown", SPEC, probe_verify=False, train_overrides=["--train.steps", "-3"])
     assert not (tmp_path / "grown").exists()
+
+
+def test_the_verification_trains_with_the_runs_own_optimizer(tmp_path):
+    run = tmp_path / "muon"
+    Trainer(micro_cfg(run, "--train.steps", "2", "--train.optimizer", "muon"), quiet=True).fit()
+    report = grow_checkpoint(run / "checkpoint", tmp_path / "grown", SPEC)
+    assert report["verify"]["optimizer"] == "muon"  # not TrainConfig()'s default (adamw)
