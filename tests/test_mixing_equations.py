@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -536,3 +537,63 @@ def test_a_backward_after_an_input_was_modified_in_place_is_refused(fused, modif
         target.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(outs, [*currents, *anchors, *l1s, *l2s], [torch.ones_like(outs[0])])
+
+
+@pytest.mark.parametrize("fused", [pytest.param(True, marks=needs_numba), False])
+def test_without_the_anchor_l1_gets_no_gradient(fused):
+    """Anchor removal drops l1 from eq. 7, so autograd must report it unused (None), as it does for the
+    equation itself: a zero gradient instead would still let AdamW step and decay the coefficient.
+    The four components of SHAPES, as the other fused tests, so numba compiles nothing new."""
+    g = _gen(17)
+    comps = list(SHAPES.values())
+    currents = [_leaf(g, 2, 3, *s) for s in comps]
+    l1s, l2s = [_leaf(g, h * w) for h, w in comps], [_leaf(g, h * w) for h, w in comps]
+    with contextlib.nullcontext() if fused else _eager_only():
+        outs = mix_layer(currents, None, l1s, l2s, comps, _leaf(g, 2, 3, 4), None, [(0, 1)] * 4)
+    assert {type(o.grad_fn).__name__ for o in outs} == {"FusedMixBackward" if fused else "ModulatedMixBackward"}
+    ups = [torch.randn(2, 3, *s, generator=g, dtype=F64) for s in comps]
+    ref = [l2.view(s) * cur for l2, s, cur in zip(l2s, comps, currents)]
+    want = torch.autograd.grad(ref, [*currents, *l1s, *l2s], ups, allow_unused=True)
+    got = torch.autograd.grad(outs, [*currents, *l1s, *l2s], ups, allow_unused=True)
+    assert all(w is None for w in want[4:8]) and all(d is None for d in got[4:8])
+    for a, b in zip(got[:4] + got[8:], want[:4] + want[8:], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
+@needs_numba
+def test_head_major_gradients_reach_the_kernel_in_their_own_memory(monkeypatch):
+    """Attention hands q and k's gradients back as (B, heads, T, width) memory: the backward hands that
+    memory to the kernel flagged head-major rather than copying it token-major (a copy per layer and
+    step); a token-major gradient goes as it is, flagged token-major."""
+    real, seen = mix_kernels.backward_layer_kernel(), {}
+
+    def spy(grads, head_major, *rest):
+        seen["grads"], seen["head_major"] = grads, head_major.tolist()
+        return real(grads, head_major, *rest)
+
+    monkeypatch.setattr(mix_kernels, "backward_layer_kernel", lambda: spy)
+    g = _gen(18)
+    comps = list(SHAPES.values())  # T = 3 differs from every head count, so the two layouts differ
+    currents = [_leaf(g, 2, 3, *s) for s in comps]
+    l1s, l2s = [_leaf(g, h * w) for h, w in comps], [_leaf(g, h * w) for h, w in comps]
+    outs = mix_layer(currents, None, l1s, l2s, comps, _leaf(g, 2, 3, 4), None, [(0, 1)] * 4)
+    ups = [torch.randn(2, h, 3, w, generator=g, dtype=F64).transpose(1, 2) if i < 2 else
+           torch.randn(2, 3, h, w, generator=g, dtype=F64) for i, (h, w) in enumerate(comps)]
+    got = torch.autograd.grad(outs, currents, ups)
+    # k has one head: its (B, 1, T, width) memory is token-major already (torch calls it contiguous)
+    assert seen["head_major"] == [True, False, False, False]
+    assert [a.shape for a in seen["grads"]] == [(2, 2, 3, 3), (2, 3, 1, 3), (2, 3, 1, 3), (2, 3, 2, 3)]
+    assert all(np.shares_memory(a, u.numpy()) for a, u in zip(seen["grads"], ups))
+    for d, l2, s, u in zip(got, l2s, comps, ups):  # eq. 7 without the anchor, factors 1: d out / d current = l2
+        torch.testing.assert_close(d, l2.detach().view(s) * u, rtol=0, atol=1e-13)
+
+def test_the_kernels_column_table_is_an_n_by_2_read_only_int64_copy_of_cols():
+    """The layer kernel reads component i's factor columns from row i; `_cols_array` caches the table
+    per cols, so it must be read-only (a write would change every later layer with the same cols).
+    The builder is called directly: a cached table from an earlier test would hide it."""
+    for cols in (((7, 6),), ((0, 1), (2, 3), (5, 4))):
+        table = fused_mix._build_cols_array(cols)
+        assert table.dtype == np.int64 and table.shape == (len(cols), 2)
+        assert table.tolist() == [list(c) for c in cols]
+        assert not table.flags.writeable
+    assert fused_mix._cols_array(((1, 0),)) is fused_mix._cols_array(((1, 0),))

@@ -60,3 +60,13 @@ def test_generate_hands_every_sampling_argument_to_the_sampler():
     got = model.generate(x, **args, eos_id=eos, generator=torch.Generator().manual_seed(5), n_sup=3, t_inner=2)
     assert torch.equal(got, want)
     assert model.depth() == (2, 3)
+
+
+def test_generate_defaults_are_the_samplers():
+    model = make()
+    x = torch.randint(0, 50, (1, 4), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(9)
+    want = sample(model, x)
+    torch.manual_seed(9)
+    got = model.generate(x)
+    assert torch.equal(got, want)
