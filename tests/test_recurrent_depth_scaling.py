@@ -26,6 +26,10 @@ def test_depth_scaled_blocks_nest_and_restore_the_enclosing_depth():
         with model.depth_scaled():
             assert model.depth() == (4, 3)
         assert model.depth() == (4, 3)
+    with model.depth_scaled(t_inner=5):
+        with model.depth_scaled(n_sup=4):
+            assert model.depth() == (4, 5)  # and the outer t_inner alone
+        assert model.depth() == (2, 5)
     assert model.depth() == (2, 3)
 
 
