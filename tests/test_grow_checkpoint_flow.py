@@ -53,7 +53,10 @@ def test_a_grown_checkpoint_keeps_the_step_and_carries_the_grown_optimizer_and_m
     assert {"rms_ratio_per_layer", "rms_ratio_max_dev"} <= set(report)
     assert "verify" not in report
     line = report["continued run"]
-    assert "run ended at step 4" in line and f"--resume {out}" in line  # train.steps 4: nothing left to train
+    # train.steps 4: nothing left to train; the line says how to continue, word for word
+    assert line == (f"the run ended at step {STEPS}: continue with `nexus train --resume {out} --train.steps N` "
+                    f"(N > {STEPS}); its LR schedule is then re-planned over N steps, the new entries re-warmed as "
+                    "recorded (or give --train.steps N here)")
 
 
 def test_other_hook_states_travel_and_an_older_growth_monitor_is_replaced(base, tmp_path):
@@ -77,6 +80,9 @@ def test_train_overrides_are_recorded_and_the_report_plans_the_continued_run(bas
     plan, _ = lr_plan(cfg.train, STEPS, cfg.growth_history[-1])
     assert report["continued run"] == f"`nexus train --resume {out}` trains steps {STEPS}->10; {plan}"
     assert isinstance(report["verify"], dict) and report["verify"]
+    # what the override changed is reported, not dropped (nothing silent)
+    assert report["notes"].startswith(f"train.steps {STEPS} -> 10 on a grown checkpoint: the LR schedule is re-planned")
+    assert "notes" not in grow_checkpoint(base, tmp_path / "plain", SPEC, probe_verify=False)
 
 
 def test_a_checkpoint_without_trainer_state_grows_without_one(base, tmp_path):
@@ -107,3 +113,37 @@ def test_an_invalid_train_override_is_refused_and_nothing_is_written(base, tmp_p
     with pytest.raises(ConfigError, match="train.steps"):
         grow_checkpoint(base, tmp_path / "grown", SPEC, probe_verify=False, train_overrides=["--train.steps", "-3"])
     assert not (tmp_path / "grown").exists()
+
+
+def test_the_verification_trains_with_the_runs_own_optimizer(tmp_path):
+    run = tmp_path / "muon"
+    Trainer(micro_cfg(run, "--train.steps", "2", "--train.optimizer", "muon"), quiet=True).fit()
+    report = grow_checkpoint(run / "checkpoint", tmp_path / "grown", SPEC)
+    assert report["verify"]["optimizer"] == "muon"  # not TrainConfig()'s default (adamw)
+
+
+def test_a_trained_tokenizer_is_the_probes_and_the_grown_checkpoints_and_the_probe_data_is_quiet(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """A checkpoint with a trained BPE tokenizer: the monitor's probe data is read with that tokenizer (no new one
+    trained), quietly (even where preparing it would print), and the grown checkpoint carries the same tokenizer."""
+    import nexus.data.loader as loader
+    from nexus.data.prepare import Progress
+
+    run = tmp_path / "bpe"
+    Trainer(micro_cfg(run, "--train.steps", "2", "--data.tokenizer", "bpe", "--data.bpe_vocab_size", "300"),
+            quiet=True).fit()
+    src = run / "checkpoint"
+    trained = []
+    real_train = loader.BPETokenizer.train
+    monkeypatch.setattr(loader.BPETokenizer, "train", staticmethod(lambda *a, **k: trained.append(1) or real_train(*a, **k)))
+    monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "fresh-cache"))  # the probe data is prepared anew here
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)  # a preparation that is not quiet prints at once
+    capsys.readouterr()
+    grow_checkpoint(src, tmp_path / "grown", SPEC, probe_verify=False)
+    assert trained == []  # the checkpoint's own tokenizer, not one trained again
+    assert "nexus data" not in capsys.readouterr().err
+    _, _, tok_src = load_checkpoint(src)
+    _, _, tok_out = load_checkpoint(tmp_path / "grown")
+    assert type(tok_out).__name__ == "BPETokenizer" and tok_out.vocab_size == tok_src.vocab_size
+    text = "def grow(model):\n    return model"
+    assert tok_out.encode(text) == tok_src.encode(text)

@@ -26,6 +26,10 @@ def test_depth_scaled_blocks_nest_and_restore_the_enclosing_depth():
         with model.depth_scaled():
             assert model.depth() == (4, 3)
         assert model.depth() == (4, 3)
+    with model.depth_scaled(t_inner=5):
+        with model.depth_scaled(n_sup=4):
+            assert model.depth() == (4, 5)  # and the outer t_inner alone
+        assert model.depth() == (2, 5)
     assert model.depth() == (2, 3)
 
 
@@ -60,3 +64,13 @@ def test_generate_hands_every_sampling_argument_to_the_sampler():
     got = model.generate(x, **args, eos_id=eos, generator=torch.Generator().manual_seed(5), n_sup=3, t_inner=2)
     assert torch.equal(got, want)
     assert model.depth() == (2, 3)
+
+
+def test_generate_defaults_are_the_samplers():
+    model = make()
+    x = torch.randint(0, 50, (1, 4), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(9)
+    want = sample(model, x)
+    torch.manual_seed(9)
+    got = model.generate(x)
+    assert torch.equal(got, want)

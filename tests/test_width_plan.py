@@ -446,3 +446,23 @@ def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expec
     assert {k: v for k, v in res.report.items() if k not in RMS_KEYS} == expected
     rho, tau = ws["rewarmup"].split(",")
     assert (res.record["rewarmup"], res.record["rewarmup_all"]) == ({"rho": float(rho), "tau": int(tau)}, "rewarmup_all" in ws)
+
+
+def test_a_random_split_comes_from_the_growth_seed_alone_and_a_target_at_its_size_is_not_grown():
+    """SPARKLING's random split ratios r = 0.1 + 0.4U (Appendix H) are the growth seed's draw: another global
+    seed gives the same grown model, another growth seed another. A target equal to the current size (hidden 32
+    here) grows nothing: only the FFN axis is recorded and reported."""
+    from nexus.growth.width import grow_width
+
+    cfg = _tiny()
+    model = build_model(cfg.model)
+    ws = dict(hidden=32, ffn=80, init="copy,copy", split="random", seed=4)
+    grown = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        grown.append(grow_width(model, cfg, WidthSpec(**ws).validate()))
+    other = grow_width(model, cfg, WidthSpec(**{**ws, "seed": 5}).validate())
+    a, b, c = (dict(r.model.named_parameters()) for r in (*grown, other))
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert not all(torch.equal(a[n], c[n]) for n in a)
+    assert grown[0].record["axes"] == {"ffn": [48, 80]} and grown[0].report["grown"] == "ffn 48->80"

@@ -23,15 +23,18 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     model, cfg, tok = load_checkpoint(src)
     tstate = load_trainer_state(src) or {}
     step = int(tstate.get("step", 0))
+    notes = []
     if train_overrides:
         from ..train.run_dir import carry_schedule_and_lr
 
         before = copy.deepcopy(cfg.train)
         parse_overrides(cfg, list(train_overrides))
         cfg.validate()
-        carry_schedule_and_lr(before, cfg.train, grown=True)
+        notes = carry_schedule_and_lr(before, cfg.train, grown=True)  # what the overrides changed: reported
     new_model, new_cfg, new_opt, result = grow(model, cfg, spec, tstate.get("optimizer"), step)
     report = dict(result.report)
+    if notes:
+        report["notes"] = "; ".join(notes)
     if probe_verify:
         from .verification import verify
 

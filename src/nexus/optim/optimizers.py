@@ -41,7 +41,7 @@ def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def _effective_lr(group: dict, state: dict, p: torch.Tensor):
+def _effective_lr(group: dict, state: dict):
     """Scalar lr, or (lr, lr_new, mask) where a growth re-warmup mask is present."""
     lr = group["lr"]
     mask = state.get("new_mask")
@@ -131,7 +131,7 @@ class AdamW(torch.optim.Optimizer):
                     else:
                         bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
                         update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
-                    _apply_update(_local(p), update, _effective_lr(group, st, p), group["weight_decay"],
+                    _apply_update(_local(p), update, _effective_lr(group, st), group["weight_decay"],
                                   group["cautious_wd"], keep)
                 if plain:
                     self._plain_step(group, plain)
@@ -242,7 +242,7 @@ class Muon(torch.optim.Optimizer):
                     buf.lerp_(g, weight)
                     g = g.lerp(buf, group["momentum"]) if group["nesterov"] else buf
                     update = self.direction(p, g, group)
-                    _apply_update(p, update, _effective_lr(group, st, p), group["weight_decay"], group["cautious_wd"],
+                    _apply_update(p, update, _effective_lr(group, st), group["weight_decay"], group["cautious_wd"],
                                   keep)
             return loss
 
