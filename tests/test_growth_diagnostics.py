@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from nexus.config import ModelConfig
 from nexus.growth import ParamMap
@@ -26,6 +27,39 @@ def test_copied_channel_cosines_compare_each_new_channel_with_its_source():
     torch.testing.assert_close(rows, cos, atol=1e-6, rtol=0)
     assert copied_channel_cosines(old, 1, torch.arange(5)).numel() == 0  # nothing copied
 
+
+
+def test_the_cosines_make_their_index_ranges_on_the_devices_they_meet():
+    """The range compared with src is made on src's device and the one indexing w on w's: an
+    accelerator refuses to compare or index across devices, and int() on a meta tensor fails either
+    way, so the placement handed to torch.arange is watched (on the CPU)."""
+    made = []
+
+    class WatchArange(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.arange:
+                made.append(kwargs.get("device", "not given"))
+            if func is torch.Tensor.to:
+                moved.append(args[1:] or kwargs)
+            return func(*args, **kwargs)
+
+    w, src, moved = torch.randn(3, 5), torch.tensor([0, 1, 2, 0, 2]), []
+    with WatchArange():
+        cos = copied_channel_cosines(w, 1, src)
+    assert made == [src.device, w.device] and cos.shape == (2,)
+    assert moved == [(w.device,)]  # src goes to w's device before it indexes w
+
+
+def test_the_cosines_of_tiny_channels_are_their_cosines():
+    """A cosine does not depend on the channels' scale: copies of channels with entries ~1e-9 (norms
+    far below 1e-8) still read 1 and -1; the eps only keeps an all-zero channel finite."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.tensor([0, 1, 2, 0, 2])
+    old = 1e-9 * torch.randn(3, 5, generator=g)
+    w = old[:, src].clone()
+    w[:, 4] *= -2.0
+    torch.testing.assert_close(copied_channel_cosines(w, 1, src), torch.tensor([1.0, -1.0]), atol=1e-5, rtol=0)
 
 def test_symmetry_lock_summarizes_every_copied_axis():
     a, b = torch.nn.Linear(3, 4, bias=False), torch.nn.Linear(3, 4, bias=False)
