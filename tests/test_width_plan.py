@@ -432,6 +432,9 @@ RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "pr
     (False, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),
      {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
       "rewarmup": "rho=1.3 tau=250"}),
+    (True, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),  # tied, hidden not grown: no logit scale
+     {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
+      "rewarmup": "rho=1.3 tau=250"}),
 ])
 def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expected):
     """Every line the grower prints (the SwiGLU note only for a zero fan-out, the logit scale only for a tied head
@@ -446,6 +449,8 @@ def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expec
     assert {k: v for k, v in res.report.items() if k not in RMS_KEYS} == expected
     rho, tau = ws["rewarmup"].split(",")
     assert (res.record["rewarmup"], res.record["rewarmup_all"]) == ({"rho": float(rho), "tau": int(tau)}, "rewarmup_all" in ws)
+    if "hidden" in ws:  # the record keeps the mean fan-in factor to 6 decimals
+        assert res.record["fan_in_scale"]["hidden"] == round(math.sqrt(32 / 48), 6)
 
 
 def test_a_random_split_comes_from_the_growth_seed_alone_and_a_target_at_its_size_is_not_grown():
