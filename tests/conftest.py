@@ -30,3 +30,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def builtin_growth_families(monkeypatch):
+    """Only nexus's own growth families in the registries: a test module may register its own at import
+    (test_experiment_progressive's `test_ffn_double`), and pytest imports every test module before the first
+    test runs, so a test that lists the families would otherwise depend on which files were collected."""
+    from nexus.growth import registry as R
+    from nexus.growth import spec as S
+    from nexus.plugins import Registry
+
+    R.GROWERS.load()
+    specs = {k: v for k, v in S.spec_classes().items() if v.__module__.startswith("nexus.")}
+    growers = Registry("growth spec family", None, plugins=False)
+    for name in specs:
+        growers.register(name)(R.GROWERS.get(name))
+    monkeypatch.setattr(R, "GROWERS", growers)
+    monkeypatch.setattr(S, "_SPECS", specs)

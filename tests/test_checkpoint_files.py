@@ -384,9 +384,25 @@ def test_read_config_puts_back_a_checkpoint_whose_save_was_killed_between_its_re
     assert target.is_dir() and not aside.exists()
 
 
+@pytest.mark.parametrize("error", [TypeError, AttributeError, KeyError])
+def test_a_config_the_parser_trips_on_is_one_line_naming_its_file(tmp_path, saved, monkeypatch, error):
+    """The parser names a bad field itself (ConfigError); anything else it raises on a config.json of the wrong
+    shape is still one line naming the file, never a traceback."""
+    c = copy_of(saved, tmp_path)
+
+    def trips(d):
+        raise error("boom")
+
+    monkeypatch.setattr(ck.RunConfig, "from_dict", staticmethod(trips))
+    with pytest.raises(ck.CheckpointError, match=rf"does not hold a nexus config \({error.__name__}: .*boom.*\(valid: "
+                                                  r"the config.json nexus writes\)") as e:
+        ck.read_config(c)
+    assert str(c / "config.json") in str(e.value)
+
+
 @pytest.mark.parametrize("section,value,needle", [
     ("model", {"d_model": "wide"}, "config.json: model.d_model"),
-    ("model", {"attention": {"kind": ["x"]}}, r"does not hold a nexus config \(TypeError: .*\(valid: the config.json nexus writes\)"),
+    ("model", {"attention": {"kind": ["x"]}}, r"config\.json: model\.attention\.kind=\['x'\] \(valid: one of standard"),
 ])
 def test_a_config_of_the_wrong_types_names_its_file(tmp_path, saved, section, value, needle):
     c = copy_of(saved, tmp_path)

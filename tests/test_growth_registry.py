@@ -13,7 +13,7 @@ from nexus.growth import spec as S
 from nexus.plugins import Registry
 
 
-def test_families_are_the_registered_growers_sorted():
+def test_families_are_the_registered_growers_sorted(builtin_growth_families):
     assert R.families() == ["nexus_rank", "retrofit", "tokenformer", "width"]
     assert R.families() == sorted(R.GROWERS.names())
 
@@ -36,7 +36,7 @@ def test_one_registration_line_registers_the_spec_and_the_grower(monkeypatch):
         "family": "toy", "optimizer_state": "drop"}
 
 
-def test_parse_growth_spec_names_its_field_and_takes_a_dataclass():
+def test_parse_growth_spec_names_its_field_and_takes_a_dataclass(builtin_growth_families):
     with pytest.raises(ConfigError, match=r"^growth spec=\{'family': 'depth'\} \(valid: a mapping with family one of "
                                           r"nexus_rank, retrofit, tokenformer, width"):
         R.parse_growth_spec({"family": "depth"})

@@ -139,7 +139,7 @@ def _reason(cls, name: str) -> str:
     return next(f for f in fields(cls) if f.name == name).metadata["reason"]
 
 
-def test_the_union_parser_refuses_what_is_not_a_spec_and_names_the_field():
+def test_the_union_parser_refuses_what_is_not_a_spec_and_names_the_field(builtin_growth_families):
     with pytest.raises(ConfigError, match=r"^growth spec=\['width'\] \(valid: a mapping with family one of nexus_rank, "
                                           r"retrofit, tokenformer, width"):
         S.spec_from_dict(["width"])
@@ -191,7 +191,7 @@ def test_check_int_bounds():
         S.check_int(2.0, "--n")
 
 
-def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy():
+def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy(builtin_growth_families):
     d = RetrofitSpec(order=3).to_dict()
     assert d == {"family": "retrofit", "optimizer_state": "asymmetric", "kind": "higher-order", "order": 3,
                  "mode": "paper", "targets": None, "form": None, "shared": None, "seed": 0}
