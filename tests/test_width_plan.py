@@ -429,6 +429,9 @@ RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "pr
       "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}, ffn: 1.0000",
       "note": "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train",
       "logit_scale": pytest.approx(0.8 * math.sqrt(32 / 48), rel=1e-12), "rewarmup": "rho=2.0 tau=5 (all parameters)"}),
+    (False, dict(hidden=48, init="zero,random", preserve="exact", rewarmup="2,5"),  # no SwiGLU unit added: no note
+     {"grown": "hidden 32->48", "init (fan-out,fan-in)": "zero,random", "preserve": "exact",
+      "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}", "rewarmup": "rho=2.0 tau=5"}),
     (False, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),
      {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
       "rewarmup": "rho=1.3 tau=250"}),
@@ -437,7 +440,7 @@ RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "pr
       "rewarmup": "rho=1.3 tau=250"}),
 ])
 def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expected):
-    """Every line the grower prints (the SwiGLU note only for a zero fan-out, the logit scale only for a tied head
+    """Every line the grower prints (the SwiGLU note only for a zero fan-out that adds SwiGLU units, the logit scale only for a tied head
     whose hidden axis grows, the re-warmup pair and whether it drives every parameter) beside the RMS probe, and
     the re-warmup the record hands to the lr plan."""
     from nexus.growth.width import grow_width

@@ -407,7 +407,8 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     report = {"grown": ", ".join(f"{a} {pl.old}->{pl.new}" for a, pl in plans.items()),
               "init (fan-out,fan-in)": f"{ws.init_out},{ws.init_in}", "preserve": ws.preserve,
               "fan-in factor": ", ".join(f"{a}: {float(pl.col_scale.mean()):.4f}" for a, pl in plans.items())}
-    if ws.init_out == "zero" and any(r[1] == "gate" for n in maps for r in roles.get(n, {}).values()):
+    # only where a gate dimension itself grows: hidden-only growth adds no SwiGLU unit, so there is nothing drawn
+    if ws.init_out == "zero" and any(r[1] == "gate" and r[0] in plans for n in maps for r in roles.get(n, {}).values()):
         report["note"] = "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train"
     if "hidden" in plans and m.tie_embeddings:
         report["logit_scale"] = new_mcfg.logit_scale
