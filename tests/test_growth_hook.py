@@ -138,6 +138,29 @@ def test_a_growth_entry_at_step_0_never_grows(tmp_path, entry, at):
     assert trainer.cfg.growth_history == [] and trainer.model.cfg.d_model == 32
 
 
+@pytest.mark.parametrize("upgraded", [False, True])
+def test_a_growth_spec_at_step_0_is_kept_and_the_run_says_it_never_grows(tmp_path, capsys, upgraded):
+    """A spec with at 0 (also what an old config's train.grow_at 0 + train.growth upgrades to) trains without
+    growing, and says so even when quiet instead of dropping the spec silently."""
+    from nexus.config import RunConfig
+
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "2")
+    spec = {"family": "width", "hidden": 64}
+    if upgraded:
+        d = cfg.to_dict()
+        d["train"].pop("hooks", None)
+        d["train"].update(grow_at=0, growth=spec)
+        cfg = RunConfig.from_dict(d)
+    else:
+        cfg.train.hooks = [{"kind": "growth", "at": 0, "spec": spec}]
+    trainer = Trainer(cfg.validate(), quiet=True)
+    trainer.fit()
+    assert trainer.cfg.growth_history == [] and trainer.model.cfg.d_model == 32
+    err = capsys.readouterr().err
+    assert "note: train.hooks[0] has a spec but at=0: this run never grows (valid: at N with 0 < N < " \
+           "train.steps (2) to grow at step N)" in err
+
+
 def test_a_boolean_growth_step_is_refused(tmp_path):
     from nexus.config import ConfigError
 

@@ -50,6 +50,7 @@ class GrowthHook(Hook):
         self.monitor_growths = 0  # len(growth_history) when the monitor was built: it belongs to that growth
         self.report: dict | None = None
         self.loaded: dict | None = None  # the state a resumed checkpoint held for this hook
+        self.idle_note: str | None = None  # a configured spec that never applies (at 0): said at start, not silent
 
     @classmethod
     def from_config(cls, entry: dict, cfg, where: str) -> "GrowthHook":
@@ -63,7 +64,11 @@ class GrowthHook(Hook):
                               f"({steps}), or 0 for no growth)")
         if at and spec is None:
             raise ConfigError(f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})")
-        return cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
+        hook = cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
+        if not at and spec is not None:  # kept, not refused: an upgraded train.grow_at 0 + train.growth is this entry
+            hook.idle_note = (f"{where} has a spec but at=0: this run never grows (valid: at N with 0 < N < "
+                              f"train.steps ({steps}) to grow at step N)")
+        return hook
 
     @classmethod
     def implied_by(cls, cfg) -> bool:
@@ -86,6 +91,8 @@ class GrowthHook(Hook):
 
     def on_fit_start(self, trainer) -> None:
         cfg = trainer.cfg
+        if self.idle_note:
+            trainer.notes.append(self.idle_note)
         if self.pending(cfg):  # the spec was checked against the model when the trainer was built
             record = {"step": self.at, "rewarmup": getattr(self.spec, "rewarmup", None)}
         elif cfg.growth_history:
