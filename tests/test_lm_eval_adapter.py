@@ -254,10 +254,11 @@ def test_pth_line_is_silent_when_its_module_is_gone(tmp_path):
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     shutil.copy(_installed_pth(), site_dir / PTH)
-    # -S: no site-packages, so _nexus_lm_eval_hook cannot be imported when the copy is processed
+    # -S: no site-packages, -E: no PYTHONPATH (a checkout's src/ holds the hook too), so _nexus_lm_eval_hook
+    # cannot be imported when the copy is processed
     code = (f"import sys, site; site.addsitedir({str(site_dir)!r}); "
             "print('_nexus_lm_eval_hook' in sys.modules)")
-    proc = _run([sys.executable, "-S", "-c", code], cwd=tmp_path)
+    proc = _run([sys.executable, "-S", "-E", "-c", code], cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "False\n", "")
 
 
