@@ -740,3 +740,25 @@ def test_the_hand_written_adamw_steps_fsdp2_shards_as_local_tensors():
     # the state is created like its parameter (zeros_like: a DTensor sharded alike, as FSDP2 checkpoints it)
     stepped_on_dtensors = [[op for op in log.on_dtensors if op != "zeros_like"] for log in logs]
     assert all(log.ops for log in logs) and stepped_on_dtensors == [[], []], stepped_on_dtensors
+
+
+def test_the_plain_adamw_path_reads_its_device_step_counts_on_the_device_where_torch_can(monkeypatch):
+    """On a GPU torch's foreach AdamW without `capturable` `.item()`s each tensor's step: a host sync per
+    parameter per step. The plain path asks for the device-side steps exactly where torch supports them."""
+    import nexus.optim.optimizers as optimizers
+
+    assert [optimizers.device_side_steps(torch.device(d)) for d in ("cuda", "xpu", "cpu", "meta")] == [
+        True, True, False, False]
+    seen = []
+    real = optimizers.functional_adamw
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["capturable"])
+        return real(*args, **{**kwargs, "capturable": False})  # the CPU cannot run the capturable kernel
+
+    monkeypatch.setattr(optimizers, "functional_adamw", spy)
+    for answer in (False, True):
+        monkeypatch.setattr(optimizers, "device_side_steps", lambda device, answer=answer: answer)
+        _, opt = _small_set("hand_adamw")
+        opt.optimizers["adamw"].step()
+    assert seen == [False, True]

@@ -364,3 +364,23 @@ def test_low_bit_kernels_refuse_a_non_cpu_device(tmp_path):
     save_ternary(build_model(cfg.validate().model), cfg, ByteTokenizer(), tmp_path / "m.ternary")
     with pytest.raises(ConfigError, match="kernel='int4'.*CPU"):
         load_ternary(tmp_path / "m.ternary", kernel="int4", device="cuda")
+
+
+@pytest.mark.cuda
+def test_the_hand_written_adamw_plain_path_steps_without_a_host_sync():
+    """The plain tensors of the hand-written AdamW step through torch's foreach kernels with device-side step
+    counts: no host sync in a step (torch's sync debug mode raises on one)."""
+    from nexus.optim.optimizers import AdamW
+
+    params = [torch.nn.Parameter(torch.randn(8, 8, device="cuda")) for _ in range(3)]
+    opt = AdamW(params, lr=1e-3, weight_decay=0.1)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()  # the first step creates the state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(opt.state[p]["step"].device.type == "cuda" for p in params)

@@ -151,8 +151,17 @@ class AdamW(torch.optim.Optimizer):
         functional_adamw(  # on FSDP2 shards like the loop above: every AdamW operation is elementwise
             [_local(p) for p in params], [_local(p.grad) for p in params], [_local(s["exp_avg"]) for s in states],
             [_local(s["exp_avg_sq"]) for s in states], [], [_local(s["step"]) for s in states], foreach=True,
-            amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+            capturable=device_side_steps(params[0].device), amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
             maximize=False)
+
+
+def device_side_steps(device: torch.device) -> bool:
+    """Whether torch's foreach AdamW can read its step counts on `device` (`capturable`). Without it torch
+    `.item()`s every tensor's step on every step: one host sync per parameter on a GPU. The CPU reads its own
+    memory, so there the plain path stays torch's default. The device list is torch's own for this kernel."""
+    from torch.optim.optimizer import _get_capturable_supported_devices
+
+    return device.type in _get_capturable_supported_devices(supports_xla=False)
 
 
 # Polar Express (Amsel et al., 2025) degree-5 polynomial coefficients per iteration, each divided by a
