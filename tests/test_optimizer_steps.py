@@ -66,6 +66,26 @@ def test_step_calls_the_closure_once_and_returns_its_loss(kind):
 
 
 @pytest.mark.parametrize("kind", ["adamw", "cautious_adamw", "muon"])
+def test_a_closure_that_runs_backward_gets_its_gradients(kind):
+    """torch's closure contract (LBFGS, `optimizer.step(closure)`): the closure re-evaluates the loss and calls
+    backward itself, so it runs with grad mode on even though the step's update runs without it."""
+    p = torch.nn.Parameter(torch.full((3, 2), 2.0))
+    opt = _build(kind, [p])
+
+    def closure():
+        opt.zero_grad()
+        loss = (p ** 2).sum()
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == 24.0
+    assert torch.equal(p.grad, torch.full((3, 2), 4.0)) and (p.detach() < 2.0).all()
+    assert torch.is_grad_enabled()  # the caller's grad mode is back after the step
+    with torch.no_grad():
+        assert opt.step(closure).item() < 24.0 and not torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("kind", ["adamw", "cautious_adamw", "muon"])
 def test_a_parameter_without_a_gradient_is_left_alone_and_the_next_one_still_steps(kind):
     a, b = torch.nn.Parameter(torch.ones(3, 2)), torch.nn.Parameter(torch.ones(3, 2))
     b.grad = torch.ones(3, 2)

@@ -95,7 +95,10 @@ class AdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
         with torch.no_grad():
-            loss = closure() if closure is not None else None
+            loss = None
+            if closure is not None:  # torch's contract: the closure re-runs the model and calls backward
+                with torch.enable_grad():
+                    loss = closure()
             for group in self.param_groups:
                 b1, b2 = group["betas"]
                 plain = []
@@ -233,7 +236,10 @@ class Muon(torch.optim.Optimizer):
     def step(self, closure=None):
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
         with torch.no_grad():
-            loss = closure() if closure is not None else None
+            loss = None
+            if closure is not None:  # torch's contract: the closure re-runs the model and calls backward
+                with torch.enable_grad():
+                    loss = closure()
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is None:
