@@ -149,6 +149,21 @@ def test_every_new_entry_has_a_source(fill):
             inherit(old, _cfg(64), None)
 
 
+@pytest.mark.parametrize("init_seed", [None, 3])
+def test_an_old_parameter_with_no_place_in_the_grown_model_is_refused_by_name(init_seed):
+    """Growth never drops a trained tensor silently: an untied head has no place in a tied model."""
+    old = build_model(_cfg(48, tie_embeddings=False))
+    with pytest.raises(RuntimeError, match="no place for the old parameter 'lm_head.weight'"):
+        inherit(old, _cfg(48, tie_embeddings=True), lambda name, p, o: None, init_seed=init_seed)
+
+
+def test_a_shrunk_dimension_is_refused_naming_both_shapes():
+    """Width growth only grows: a smaller FFN cannot hold the old one's trained rows, whatever the grower."""
+    old = build_model(_cfg(64))
+    with pytest.raises(RuntimeError, match=r"gate_proj.weight: cannot embed shape \(64, 32\) in \(48, 32\)"):
+        inherit(old, _cfg(48), lambda name, p, o: None)
+
+
 def test_a_buffer_the_old_model_cannot_provide_is_refused_by_name():
     """Buffers are copied by name; one whose shape the growth changes (the rotary tables of a longer
     context) cannot be derived from the old model, and the grower must rebuild it."""
