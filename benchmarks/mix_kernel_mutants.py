@@ -76,6 +76,14 @@ def run_one(work: Path, path: str, old: str, new: str) -> str:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mix-kernel-mutants-") as tmp:
+        # the null control: the same copy with its first mutant's text left as it is must pass, or a "killed"
+        # below could be a test that fails anyway
+        path, _, text, _ = MUTANTS[0]
+        null = run_one(Path(tmp), path, text, text)
+        print(f"{'passes' if null == 'SURVIVED' else null:22s} null control: the scratch copy unchanged", flush=True)
+        if null != "SURVIVED":
+            print("the tests fail without a mutant, so no kill below would mean anything")
+            return 1
         results = [(what, run_one(Path(tmp), path, old, new)) for path, what, old, new in MUTANTS]
         for what, result in results:
             print(f"{result:22s} {what}", flush=True)
