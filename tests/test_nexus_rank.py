@@ -507,3 +507,31 @@ def test_new_blocks_are_zero_or_drawn_at_the_trained_scale_from_the_growth_seed_
                 assert block.std().item() == pytest.approx(scale * old_w.std().item(), rel=0.2), (stage, rows, cols)
                 assert torch.equal(block, getattr(grown[1], stage).weight[rs, cs])
                 assert not torch.equal(block, getattr(other, stage).weight[rs, cs])
+
+
+def test_the_layer_defaults_to_the_paper_form_with_no_bias_and_a_bias_reaches_w_d_only():
+    """Seed 000 eq. 6 as printed is the default form (the printed model says so); a bias the model asks for
+    (e.g. q/k/v bias) sits on the output stage W_D, never on W_M or W_A."""
+    from nexus.models.nexus_rank import make_nexus_rank
+
+    plain = NexusRank(8, 6, 4, 5)
+    assert plain.form == "paper" and "form=paper" in repr(plain)
+    assert [lin.bias for lin in (plain.w_m, plain.w_a, plain.w_d)] == [None, None, None]
+    cfg = nexus_cfg().model
+    biased = make_nexus_rank(cfg, "q", D, 6, True)
+    assert biased.w_m.bias is None and biased.w_a.bias is None and biased.w_d.bias.shape == (6,)
+    assert (biased.m, biased.a) == (M0, A0) and make_nexus_rank(cfg, "q", D, 6, False).w_d.bias is None
+
+
+def test_the_special_init_draws_w_m_and_w_a_at_one_over_root_fan_in_and_leaves_w_d():
+    """W_M and W_A ~ N(0, 1/fan_in) so both GELUs act from step 0; W_D keeps the global init (here a marker
+    value, which must survive). 131k and 65k draws: the std is estimated to ~0.3%, checked to 3%."""
+    torch.manual_seed(0)
+    layer = NexusRank(256, 64, 512, 128)
+    torch.nn.init.constant_(layer.w_d.weight, 0.25)
+    layer.reset_special_parameters()
+    for lin in (layer.w_m, layer.w_a):
+        w = lin.weight.double()
+        assert abs(w.std().item() * lin.in_features ** 0.5 - 1.0) < 0.03, lin
+        assert abs(w.mean().item()) < 4 * lin.in_features ** -0.5 / w.numel() ** 0.5
+    assert torch.equal(layer.w_d.weight, torch.full((64, 128), 0.25))
