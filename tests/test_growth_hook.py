@@ -161,6 +161,16 @@ def test_a_growth_spec_at_step_0_is_kept_and_the_run_says_it_never_grows(tmp_pat
            "train.steps (2) to grow at step N)" in err
 
 
+def test_only_a_spec_that_never_applies_gets_the_never_grows_note(tmp_path):
+    """The note is for a spec at step 0 alone: a hook that grows at a real step, or an entry without a spec,
+    says nothing of the kind."""
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "4").validate()
+    spec = {"family": "width", "hidden": 64}
+    assert GrowthHook.from_config({"kind": "growth", "at": 2, "spec": spec}, cfg, "h").idle_note is None
+    assert GrowthHook.from_config({"kind": "growth", "at": 0}, cfg, "h").idle_note is None
+    assert "never grows" in GrowthHook.from_config({"kind": "growth", "at": 0, "spec": spec}, cfg, "h").idle_note
+
+
 def test_a_boolean_growth_step_is_refused(tmp_path):
     from nexus.config import ConfigError
 
