@@ -154,8 +154,8 @@ class AdamW(torch.optim.Optimizer):
         functional_adamw(  # on FSDP2 shards like the loop above: every AdamW operation is elementwise
             [_local(p) for p in params], [_local(p.grad) for p in params], [_local(s["exp_avg"]) for s in states],
             [_local(s["exp_avg_sq"]) for s in states], [], [_local(s["step"]) for s in states], foreach=True,
-            capturable=device_side_steps(params[0].device), amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-            maximize=False)
+            capturable=device_side_steps(params[0].device), amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"],
+            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
 
 
 def device_side_steps(device: torch.device) -> bool:
