@@ -17,6 +17,7 @@ import math
 
 import torch
 from torch.optim.adamw import adamw as functional_adamw
+from torch.optim.optimizer import _get_capturable_supported_devices
 
 # Hyperparameters that say *how* torch's AdamW runs (not what it computes); never copied between
 # optimizers or restored from a checkpoint written on another device.
@@ -74,6 +75,15 @@ def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious
         p.add_(update, alpha=-lr)
 
 
+def _closure_loss(closure):
+    """The closure's loss, run with grad mode on inside the step's no_grad block: torch's contract is that
+    the closure re-runs the model and calls backward itself."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 def _skip_flags(found_inf, p: torch.Tensor):
     """found_inf (device 0-d float, 1 = skip) -> (keep 0/1 float, finite bool) on p's device, or (None, None)."""
     if found_inf is None:
@@ -95,10 +105,7 @@ class AdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
         with torch.no_grad():
-            loss = None
-            if closure is not None:  # torch's contract: the closure re-runs the model and calls backward
-                with torch.enable_grad():
-                    loss = closure()
+            loss = _closure_loss(closure)
             for group in self.param_groups:
                 b1, b2 = group["betas"]
                 plain = []
@@ -162,8 +169,6 @@ def device_side_steps(device: torch.device) -> bool:
     """Whether torch's foreach AdamW can read its step counts on `device` (`capturable`). Without it torch
     `.item()`s every tensor's step on every step: one host sync per parameter on a GPU. The CPU reads its own
     memory, so there the plain path stays torch's default. The device list is torch's own for this kernel."""
-    from torch.optim.optimizer import _get_capturable_supported_devices
-
     return device.type in _get_capturable_supported_devices(supports_xla=False)
 
 
@@ -236,10 +241,7 @@ class Muon(torch.optim.Optimizer):
     def step(self, closure=None):
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
         with torch.no_grad():
-            loss = None
-            if closure is not None:  # torch's contract: the closure re-runs the model and calls backward
-                with torch.enable_grad():
-                    loss = closure()
+            loss = _closure_loss(closure)
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is None:
