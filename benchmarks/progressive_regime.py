@@ -35,7 +35,8 @@ every run at the preset lr, and says so in the results.
 
 Prints one line per finished run, then the table (final loss, share of the gap closed with its Fieller 95%
 interval, paired differences between methods, compute to reach scratch's loss, eq. 29 at equal tokens
-labelled separately), also written to OUT/<scale>/results.json and table.md.
+labelled separately), also written to OUT/<scale>/results.json and table.md, and the validation curves to
+OUT/<scale>/loss_vs_tokens.png (each seed faint, the mean bold, the post-growth half zoomed).
 """
 from __future__ import annotations
 
@@ -399,6 +400,54 @@ def summarize(plan: dict, out: Path) -> dict:
     return {"methods": per_method, "between_methods": between, "between_bases": architectures}
 
 
+def plot_regime(plan: dict, out: Path) -> str:
+    """loss_vs_tokens.png: one row per base; left the whole run, right the post-growth half zoomed; small, its
+    scratch and every grown method, each seed faint and the seeds' mean bold, growth marked. A branch's curve
+    starts with its prefix's points, so every line of a seed shares the first half exactly."""
+    from nexus.experiments.plots import mean_curve
+    from nexus.figures import pyplot, save_figure
+
+    plt = pyplot()
+    tps, seeds = plan["tokens_per_step"], plan["seeds"]
+    bases = plan["bases"]
+    fig, axes = plt.subplots(len(bases), 2, figsize=(11, 3.8 * len(bases)), dpi=100, squeeze=False)
+    palette = ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    for row, (name, b) in zip(axes, bases.items()):
+        pre = "" if name == "small" else f"{name}-"
+        grow_tokens = b["grow_step"] * tps
+        first = plan["runs"][f"seed{seeds[0]}/{b['methods'][0]}"]
+        lines = [("small alone" + ("" if name == "small" else f" ({name})"), b["small_run"], True, "tab:orange"),
+                 (f"scratch {first['shape']} (tuned)" if plan["tuned"] else f"scratch {first['shape']}",
+                  f"scratch-{first['shape']}", False, "tab:gray")]
+        lines += [(m, m, True, palette[i % len(palette)]) for i, m in enumerate(b["methods"])]
+        tail, late = [], []
+        for label, run, branched, color in lines:
+            curves = [curve(out / f"seed{sd}" / run, tps, [], out / f"seed{sd}" / f"{pre}prefix" if branched else None)
+                      for sd in seeds]
+            for ax in row:
+                for c in curves:
+                    ax.plot([p["tokens"] for p in c], [p["val_loss"] for p in c], "-", color=color, alpha=0.25, lw=1)
+                xs, ys = mean_curve(curves, "tokens", "val_loss")
+                ax.plot(xs, ys, "o-", color=color, ms=2.5, lw=2, label=f"{label}, mean of {len(seeds)}")
+            tail += [p["val_loss"] for c in curves for p in c if p["tokens"] >= grow_tokens]
+            late += [p["val_loss"] for c in curves for p in c if p["tokens"] >= 0.1 * b["token_budget"]]
+        for ax, title in zip(row, ("whole run", "after growth")):
+            ax.axvline(grow_tokens, color="k", ls="--", lw=1, label="growth")
+            ax.set(xlabel="training tokens", ylabel="validation loss", title=f"{name}: {title}")
+            ax.grid(alpha=0.3)
+        if late:  # the first evaluations (~5.5 nats for bytes) would flatten the rest
+            row[0].set_ylim(min(late) - 0.02, max(late) + 0.05)
+        if tail:  # the zoomed panel: the post-growth half, from its best to its worst point
+            lo, hi = min(tail), max(tail)
+            row[1].set_xlim(grow_tokens * 0.98, b["token_budget"] * 1.01)
+            row[1].set_ylim(lo - 0.05 * (hi - lo + 1e-9), hi + 0.05 * (hi - lo + 1e-9))
+        row[0].legend(fontsize=7)
+    fig.suptitle(f"progressive regime ({plan['scale']}, {plan['data']}): seeds {', '.join(map(str, seeds))}, "
+                 f"evaluation on {plan['eval_tokens']:,} fixed tokens", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out / "loss_vs_tokens.png")
+
+
 def plan_seq(plan: dict) -> int:
     return next(iter(plan["runs"].values()))["cfg"]["data"]["seq_len"]
 
@@ -715,6 +764,7 @@ def _main(argv: list[str] | None) -> int:
     write_json_atomic(out / "results.json", {"command": sys.argv, "plan": plan, "corpus": corpus, "summary": summary,
                                              "wall_s": wall})
     write_text_atomic(out / "table.md", f"`{' '.join(sys.argv)}`\n\n{text}")
+    print(f"plot: {out / plot_regime(plan, out)}", flush=True)
     return 0
 
 

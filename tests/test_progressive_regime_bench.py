@@ -38,7 +38,7 @@ def test_full_plan_is_the_issue_regime(bench, tmp_path):
     assert plan["small_params"] * 40 == pytest.approx(7.2e6, rel=0.01)
 
 
-def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys):
+def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys, monkeypatch):
     out = tmp_path / "b"
     args = ["--smoke", "--seeds", "0", "--untuned", "--workers", "1", "--out", str(out)]
     assert bench.main(args) == 0
@@ -59,6 +59,22 @@ def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys):
     sm = res["summary"]["methods"]["sparkling"]
     assert set(sm) >= {"gap_closed", "grown_minus_scratch", "compute_to_scratch_loss", "eq29_equal_tokens"}
     assert sm["per_seed"]["small"] == [json.loads((out / "smoke/seed0/small/done.json").read_text())["val_loss"]]
+
+    # the curves' picture: a PNG written whole, one bold line per run kind in each panel, branches start at the prefix
+    png = out / "smoke" / "loss_vs_tokens.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(png.parent.glob(".*.tmp"))
+    import nexus.figures
+
+    figs = []
+    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or Path(path).name)
+    bench.plot_regime(res["plan"], out / "smoke")
+    whole, after = figs[0].axes[:2]
+    labels = [ln.get_label() for ln in whole.lines if not ln.get_label().startswith("_")]
+    assert len(labels) == 2 + len(bench.DEFAULT_METHODS) + 1  # small, scratch, each method, the growth mark
+    assert {ln.get_label() for ln in after.lines} >= set(labels)
+    bold = {ln.get_label().split(",")[0]: list(ln.get_xdata()) for ln in whole.lines}
+    grow_tokens = plan["grow_step"] * plan["tokens_per_step"]
+    assert bold["sparkling"][0] == bold["small alone"][0] < grow_tokens  # both begin with the prefix's points
 
     # a rerun skips finished runs and retrains an unfinished one to the same result
     victim = out / "smoke" / "seed0" / "naive-copy" / "done.json"
