@@ -428,7 +428,10 @@ def plot_regime(plan: dict, out: Path) -> str:
                 for c in curves:
                     ax.plot([p["tokens"] for p in c], [p["val_loss"] for p in c], "-", color=color, alpha=0.25, lw=1)
                 xs, ys = mean_curve(curves, "tokens", "val_loss")
-                ax.plot(xs, ys, "o-", color=color, ms=2.5, lw=2, label=f"{label}, mean of {len(seeds)}")
+                # small alone dashed and on top: after growth naive copy can sit on it and would hide it
+                small_line = run == b["small_run"]
+                ax.plot(xs, ys, "o--" if small_line else "o-", color=color, ms=2.5, lw=2, zorder=3 if small_line else 2,
+                        label=f"{label}, mean of {len(seeds)}")
             tail += [p["val_loss"] for c in curves for p in c if p["tokens"] >= grow_tokens]
             late += [p["val_loss"] for c in curves for p in c if p["tokens"] >= 0.1 * b["token_budget"]]
         for ax, title in zip(row, ("whole run", "after growth")):
