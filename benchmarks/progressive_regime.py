@@ -413,16 +413,17 @@ def plot_regime(plan: dict, out: Path) -> str:
     fig, axes = plt.subplots(len(bases), 2, figsize=(11, 3.8 * len(bases)), dpi=100, squeeze=False)
     palette = ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     for row, (name, b) in zip(axes, bases.items()):
-        pre = "" if name == "small" else f"{name}-"
         grow_tokens = b["grow_step"] * tps
-        first = plan["runs"][f"seed{seeds[0]}/{b['methods'][0]}"]
-        lines = [("small alone" + ("" if name == "small" else f" ({name})"), b["small_run"], True, "tab:orange"),
-                 (f"scratch {first['shape']} (tuned)" if plan["tuned"] else f"scratch {first['shape']}",
-                  f"scratch-{first['shape']}", False, "tab:gray")]
+        # every scratch shape the base's methods grow to (the hidden-axis ablations have their own)
+        shapes = list(dict.fromkeys(plan["runs"][f"seed{seeds[0]}/{m}"]["shape"] for m in b["methods"]))
+        greys = ["tab:gray", "k", "silver"]
+        lines = [("small alone" + ("" if name == "small" else f" ({name})"), b["small_run"], True, "tab:orange")]
+        lines += [(f"scratch {sh}" + (" (tuned)" if plan["tuned"] else ""), f"scratch-{sh}", False, greys[i % len(greys)])
+                  for i, sh in enumerate(shapes)]
         lines += [(m, m, True, palette[i % len(palette)]) for i, m in enumerate(b["methods"])]
         tail, late = [], []
         for label, run, branched, color in lines:
-            curves = [curve(out / f"seed{sd}" / run, tps, [], out / f"seed{sd}" / f"{pre}prefix" if branched else None)
+            curves = [curve(out / f"seed{sd}" / run, tps, [], out / f"seed{sd}" / b["prefix_run"] if branched else None)
                       for sd in seeds]
             for ax in row:
                 for c in curves:

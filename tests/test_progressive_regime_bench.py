@@ -275,3 +275,21 @@ def test_a_model_on_the_meta_device_draws_no_init(monkeypatch):
     assert all(p.is_meta for p in model.parameters())
     with pytest.raises(AssertionError, match="init drew values"):  # a real build still initializes (here: refuses)
         build_model(get_preset("baseline-micro").model)
+
+
+def test_the_plot_draws_every_scratch_shape_of_a_base(bench, tmp_path, monkeypatch):
+    """sparkling-hidden and sparkling-both share a small model but grow to two shapes: both scratch runs are drawn
+    in that base's panels (the first version drew only the first method's and dropped the other silently)."""
+    import nexus.figures
+
+    out = tmp_path / "b"
+    args = ["--smoke", "--seeds", "0", "--untuned", "--workers", "1", "--methods", "sparkling-hidden,sparkling-both",
+            "--out", str(out)]
+    assert bench.main(args) == 0
+    res = json.loads((out / "smoke" / "results.json").read_text())
+    figs = []
+    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or Path(path).name)
+    bench.plot_regime(res["plan"], out / "smoke")
+    labels = [ln.get_label() for ln in figs[0].axes[0].lines if ln.get_label().startswith("scratch")]
+    shapes = {r["shape"] for r in res["plan"]["runs"].values() if r["kind"] == "scratch"}
+    assert len(shapes) == 2 and len(labels) == 2 and all(any(sh in lab for lab in labels) for sh in shapes)
