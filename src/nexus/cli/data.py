@@ -54,7 +54,7 @@ def run(args, extra) -> int:
     if source.kind not in ("embedded", "stdlib", "hub", "files"):
         raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
                           "(valid: text: a file, folder, glob, list, stdlib, embedded or hf:<name>)")
-    out = check_output(Path(args.out), PREPARED, resume=True, sources=source.files)
+    out = check_output(Path(args.out), PREPARED, resume=True, sources=source.all_files)
     next(iter(source.documents(cfg)))  # opens the source (a hub stream too) before anything is written
     tok = _tokenizer(args.tokenizer, source, cfg)
     if source.kind == "stdlib" and not args.quiet:
@@ -79,9 +79,8 @@ def _tokenizer(spec: str, source, cfg):
         return ByteTokenizer()
     if spec == "bpe":
         from ..data.prepare import doc_text
-        from ..data.split import split_documents
 
-        docs = split_documents(source.documents(cfg), cfg.val_fraction, cfg.split_seed)
+        docs = source.split_documents(cfg)
         return BPETokenizer.train((doc_text(d) for d, v in docs if not v), cfg.bpe_vocab_size)
     from pathlib import Path
 

@@ -39,7 +39,9 @@ def embedded_documents() -> list[str]:
                 docs.append(doc)
     if not docs:
         raise ConfigError("data.source='embedded' found no bundled text in this Python (valid: a local file path)")
-    return docs
+    # Some docstrings are shared word for word (typing's generics, statistics' medians): one copy each, or the
+    # split would put a copy on each side and validation would score text it trained on.
+    return list(dict.fromkeys(docs))
 
 
 def _rows_to_text(rows, field: str, path: str) -> Iterator[str]:

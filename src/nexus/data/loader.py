@@ -25,7 +25,6 @@ from .sampler import WindowSampler
 from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
                      windows)
 from .sources import resolve_source
-from .split import split_documents
 from .tokenizer import BPETokenizer, ByteTokenizer
 from .tokenizer_files import load_tokenizer_json
 
@@ -126,7 +125,7 @@ class DataModule:
             if not self.quiet:  # a pass over all the text, silent inside `tokenizers`: say what the wait is
                 _say(f"training a BPE tokenizer (vocabulary {cfg.bpe_vocab_size:,}) on the training documents of "
                      f"{cfg.source} (one pass over the text)")
-            docs = split_documents(self.source.documents(cfg), cfg.val_fraction, cfg.split_seed)
+            docs = self.source.split_documents(cfg)
             return BPETokenizer.train((doc_text(d) for d, is_val in docs if not is_val), cfg.bpe_vocab_size)
         return load_tokenizer_json(cfg.tokenizer)
 
@@ -152,10 +151,9 @@ class DataModule:
     def _open_bin(self):
         files, cfg = self.source.files, self.cfg
         train = [open_bin(f, cfg.dtype, self.vocab_size, cfg.source) for f in files]
-        sibling = files[0].with_name("val.bin")
-        if len(files) == 1 and files[0].name == "train.bin" and sibling.is_file():  # nanoGPT's pair
-            val = [open_bin(sibling, cfg.dtype, self.vocab_size, str(sibling))]
-            self.val_note = f"validation: {sibling}"
+        if self.source.val_files:  # files named as splits (nanoGPT's train.bin + val.bin)
+            val = [open_bin(f, cfg.dtype, self.vocab_size, str(f)) for f in self.source.val_files]
+            self.val_note = self.source.split_note()
         else:
             n_val = int(sum(len(a) for a in train) * cfg.val_fraction)
             train, val = split_tail(train, n_val)
@@ -170,13 +168,24 @@ class DataModule:
             return f"{cfg.source} (synthetic task, vocab {self.vocab_size:,})"
         cap = f" | capped at data.max_documents={cfg.max_documents:,}" if cfg.max_documents else ""
         kind = self.source.kind
-        extra = f" | {self.val_note}" if kind == "bin" else ""
+        note = self.val_note if kind == "bin" else self.source.split_note() if kind == "files" else ""
+        extra = f" | {note}" if note else ""
         if kind == "stdlib":
             from .stdlib_corpus import describe
 
             extra = f" | {describe()}"
         return (f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab "
                 f"{self.vocab_size:,}) | train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}")
+
+    def overlap_note(self) -> str | None:
+        """One line when sampled validation windows occur verbatim in the training tokens (overlap.py says
+        what is detected); None when none do, or for a synthetic task."""
+        if self.task is not None:
+            return None
+        from .overlap import find_overlap
+
+        found = find_overlap(self.train.tokens, self.val.tokens)
+        return found.note() if found is not None else None
 
     # ------------------------------------------------------------------ position
     def sample_index(self, step: int, micro: int, global_bs: int, accum: int) -> int:

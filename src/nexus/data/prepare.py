@@ -26,7 +26,7 @@ from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
 from ..outdir import PREPARED, write_marker
 from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, token_dtype, tokenizer_identity
-from .split import SPLIT_BLOCK, split_documents
+from .split import SPLIT_BLOCK
 
 SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
 ENCODE_BATCH = 512  # documents per encode_batch call inside a shard
@@ -81,7 +81,7 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
         meter.say(f"{label}: resuming, {len(done)} finished shard(s) in {out} kept")
     runner = _Runner(num_proc, tok, out, dtype, cfg.chat)
     try:
-        for idx, task in enumerate(_shard_tasks(source.documents(cfg), cfg, shard_bytes)):
+        for idx, task in enumerate(_shard_tasks(source.split_documents(cfg), cfg, shard_bytes)):
             chars = sum(len(t) if isinstance(t, str) else 0 for t, _ in task)
             if idx in done:
                 meter.update(chars, 0)
@@ -100,7 +100,7 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     finally:
         runner.close()
         meter.close()
-    manifest = _manifest(done, fp, source.spec, dtype, tok, cfg)
+    manifest = _manifest(done, fp, source, dtype, tok, cfg)
     before = {p.name for p in out.iterdir()}
     tok.save(out)
     tokenizer_files = sorted({p.name for p in out.iterdir()} - before)
@@ -126,19 +126,20 @@ def _finish(done: dict, idx: int, res: dict, fp: dict, state_path: Path, meter) 
     meter.update(res["chars"], sum(e["tokens"] for e in (res["train"], res["val"]) if e))
 
 
-def _manifest(done: dict, fp: dict, spec: str, dtype: str, tok, cfg: DataConfig) -> dict:
+def _manifest(done: dict, fp: dict, source, dtype: str, tok, cfg: DataConfig) -> dict:
     shards = {s: [done[i][s] for i in sorted(done) if done[i][s]] for s in SPLITS}
     total = {k: {s: sum(e[k] for e in shards[s]) for s in SPLITS} for k in ("tokens", "documents", "bytes")}
-    return {"format": FORMAT, "version": VERSION, "source": spec, "tokenizer": tokenizer_identity(tok), "dtype": dtype,
-            "split": {"unit": "document", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed,
-                      "block": SPLIT_BLOCK},
+    split = ({"unit": "file", "val_files": [str(p) for p in source.val_files]} if source.val_files else
+             {"unit": "document", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed, "block": SPLIT_BLOCK})
+    return {"format": FORMAT, "version": VERSION, "source": source.spec, "tokenizer": tokenizer_identity(tok),
+            "dtype": dtype, "split": split,
             "max_documents": cfg.max_documents, **total, "shards": shards, "fingerprint": fp}
 
 
-def _shard_tasks(docs, cfg: DataConfig, shard_bytes: int):
+def _shard_tasks(split_docs, cfg: DataConfig, shard_bytes: int):
     """Lists of (document, is_validation) of about shard_bytes characters each, in stream order."""
     task, size = [], 0
-    for doc, is_val in split_documents(docs, cfg.val_fraction, cfg.split_seed):
+    for doc, is_val in split_docs:
         if is_val is None:  # a single document: its tail is the validation text
             if cfg.chat:
                 raise ConfigError(f"data.source={cfg.source!r} holds one conversation (valid: at least two, so "

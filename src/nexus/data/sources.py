@@ -9,6 +9,7 @@ Every bad form is one ConfigError line naming the value and what would be valid.
 from __future__ import annotations
 
 import glob
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,12 @@ MANIFEST = "manifest.json"
 # suffix -> format; files of one source must share a format
 FORMATS = {".txt": "text", ".md": "text", ".text": "text", ".jsonl": "json", ".json": "json",
            ".parquet": "parquet", ".bin": "bin"}
+# Files named after a split (`train.bin`, `val.jsonl`, `validation-00000-of-00001.parquet`, a `test/` folder) are
+# that split, as nanoGPT and HF datasets name them: a held-out file is never read into training.
+SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
+               "dev": "val", "test": "test"}
+# the bare name, or the name then a numbered part (`train-00000-of-00004`, `val_1`); `test_notes` is no split
+_SPLIT_STEM = re.compile(r"^(" + "|".join(sorted(SPLIT_NAMES, key=len, reverse=True)) + r")(?:[-_.]\d.*)?$", re.I)
 VALID = ("embedded, stdlib, hf:<name>[:<config>], synthetic:<task>, a prepared directory, a .bin token file, "
          "or a .txt/.md/.jsonl/.json/.parquet file, folder, glob or comma-separated list of them")
 
@@ -30,6 +37,23 @@ class Source:
     spec: str  # data.source as given
     files: list[Path] = field(default_factory=list)  # the files read (files, bin) or the directory (prepared)
     fmt: str = ""  # text | json | parquet | bin (files and bin)
+    val_files: list[Path] = field(default_factory=list)  # files named as a held-out split: the validation split
+    unread: list[Path] = field(default_factory=list)  # test files beside validation files: never read
+
+    @property
+    def all_files(self) -> list[Path]:
+        return self.files + self.val_files
+
+    def split_note(self) -> str:
+        """How the validation split was chosen when files named it (empty otherwise)."""
+        if not self.val_files:
+            return ""
+        note = (f"validation: the {len(self.val_files)} file(s) named as a held-out split ("
+                f"{', '.join(p.name for p in self.val_files[:3])}{', ...' if len(self.val_files) > 3 else ''}), "
+                f"training: the other {len(self.files)}")
+        if self.unread:
+            note += f"; {len(self.unread)} test file(s) not read ({', '.join(p.name for p in self.unread[:3])})"
+        return note
 
     @property
     def tokenized(self) -> bool:
@@ -39,19 +63,23 @@ class Source:
     def identity(self) -> str:
         """What the source's content depends on, for cache keys (paths, sizes, modification times)."""
         if self.kind == "embedded":
-            return f"embedded:{sys.version}"
+            return f"embedded:deduplicated:{sys.version}"  # the copies once kept are dropped: a new cache
         if self.kind == "stdlib":
             from .stdlib_corpus import identity
 
             return identity()
         if self.kind in ("files", "bin", "prepared"):
-            return ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self.files)
+            ident = ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self.files)
+            if self.val_files:  # the split rule is part of what the tokens are
+                ident += "|val:" + ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                                            for p in self.val_files)
+            return ident
         return self.spec
 
     def total_bytes(self) -> int | None:
         """Bytes the documents are read from (for progress and ETA); None for a stream of unknown size."""
         if self.kind == "files":
-            return sum(p.stat().st_size for p in self.files)
+            return sum(p.stat().st_size for p in self.all_files)
         if self.kind == "stdlib":
             from .stdlib_corpus import stdlib_files
 
@@ -60,7 +88,25 @@ class Source:
 
     def documents(self, cfg: DataConfig) -> Iterator:
         """Documents one at a time (text, or chat rows when data.chat), never the corpus as a list;
-        data.max_documents (0 = all) stops the stream."""
+        data.max_documents (0 = all) stops the stream. Files named as a held-out split come last."""
+        if self.val_files:
+            return (doc for doc, _ in self.split_documents(cfg))
+        return self._documents(cfg, self.files)
+
+    def split_documents(self, cfg: DataConfig) -> Iterator[tuple[object, bool | None]]:
+        """(document, is_validation) in stream order: split.py's seeded document-level split, or, when files
+        are named as splits, the training files' documents then the held-out files' (data.max_documents
+        caps each side, so a cap never drops the validation split)."""
+        from .split import split_documents
+
+        if not self.val_files:
+            return split_documents(self._documents(cfg, self.files), cfg.val_fraction, cfg.split_seed)
+        import itertools
+
+        return itertools.chain(((d, False) for d in self._documents(cfg, self.files)),
+                               ((d, True) for d in self._documents(cfg, self.val_files)))
+
+    def _documents(self, cfg: DataConfig, files: list[Path]) -> Iterator:
         from . import corpus as C
 
         if self.kind == "embedded":
@@ -72,7 +118,7 @@ class Source:
         elif self.kind == "hub":
             docs = C.hub_documents(self.spec, cfg)
         elif self.kind == "files":
-            docs = C.file_documents(self.files, self.fmt, self.spec, cfg)
+            docs = C.file_documents(files, self.fmt, self.spec, cfg)
         else:
             raise ConfigError(f"data.source={self.spec!r} holds token ids, not documents (valid here: a text source)")
         return _capped(docs, cfg.max_documents, self.spec)
@@ -128,7 +174,42 @@ def resolve_source(spec: str) -> Source:
     for f in files:
         if f.stat().st_size == 0:
             raise ConfigError(f"data.source={spec!r}: {str(f)!r} is empty (valid: files with at least one document)")
-    return Source("bin" if fmt == "bin" else "files", spec, files, fmt)
+    train, val, unread = split_named(files, parts)
+    sibling = files[0].with_name("val.bin")
+    if fmt == "bin" and [f.name for f in files] == ["train.bin"] and sibling.is_file():  # nanoGPT's pair, train.bin named
+        val = [sibling]
+    if val and not train:
+        raise ConfigError(f"data.source={spec!r} holds only held-out files ({', '.join(p.name for p in val[:3])}) "
+                          "(valid: training files beside them, e.g. train.bin or train.jsonl)")
+    return Source("bin" if fmt == "bin" else "files", spec, train, fmt, val, unread)
+
+
+def split_of(path: Path, root: Path | None) -> str | None:
+    """The split a file's name or folder names (train | val | test), or None. Folders count below `root`."""
+    m = _SPLIT_STEM.match(path.name.split(".")[0])
+    if m:
+        return SPLIT_NAMES[m.group(1).lower()]
+    if root is not None:
+        for part in path.relative_to(root).parts[:-1]:
+            if part.lower() in SPLIT_NAMES:
+                return SPLIT_NAMES[part.lower()]
+    return None
+
+
+def split_named(files: list[Path], parts: list[str]) -> tuple[list[Path], list[Path], list[Path]]:
+    """(training, validation, unread) files: files named as validation are the validation split; test files
+    are the validation split only when no validation file exists (else they are not read at all)."""
+    roots = [Path(p).expanduser() for p in parts if Path(p).expanduser().is_dir()]
+
+    def root_of(f: Path) -> Path | None:
+        return next((r for r in roots if f.is_relative_to(r)), None)
+
+    named = {f: split_of(f, root_of(f)) for f in files}
+    val = [f for f in files if named[f] == "val"]
+    test = [f for f in files if named[f] == "test"]
+    if not val:
+        val, test = test, []
+    return [f for f in files if named[f] in (None, "train")], val, test
 
 
 def _expand(part: str, spec: str) -> list[Path]:

@@ -133,7 +133,6 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
     from ..data.prepare import doc_text
     from ..data.shards import check_tokenizer, open_prepared, read_manifest
     from ..data.sources import resolve_source
-    from ..data.split import split_documents
 
     src = resolve_source(source)
     if src.kind == "synthetic":
@@ -157,7 +156,7 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
         dcfg = copy.deepcopy(cfg.data)
         dcfg.source = source
         if split == "val":
-            texts = _val_texts(src.documents(dcfg), dcfg, doc_text, split_documents)
+            texts = _val_texts(src.split_documents(dcfg), dcfg, doc_text)
         else:
             texts = (doc_text(d) for d in src.documents(dcfg))
         res = score(model, text_documents(texts, tok), tok.eos_id, window, stride, batch_size)
@@ -165,8 +164,8 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
     return res
 
 
-def _val_texts(docs, dcfg, doc_text, split_documents):
-    for d, is_val in split_documents(docs, dcfg.val_fraction, dcfg.split_seed):
+def _val_texts(split_docs, dcfg, doc_text):
+    for d, is_val in split_docs:
         if is_val is None:  # one document: its tail is the validation text, as in training
             text = doc_text(d)
             yield text[int(len(text) * (1 - dcfg.val_fraction)):]

@@ -485,6 +485,9 @@ class Trainer:
         self.say(f"data: {self.data.summary()}")
         if self.data.task is not None:
             return
+        leak = self.data.overlap_note()
+        if leak:
+            self.say(f"data: {leak}")
         n = len(self.data.train)
         planned = self.data.epochs(self.tokens_seen + (tc.steps - self.step) * tc.grad_accum * tc.batch_size
                                    * self.world * self.cfg.data.seq_len)
