@@ -11,7 +11,7 @@ from nexus.data.loader import DataModule
 from nexus.data.sources import resolve_source
 from nexus.data.split import split_documents
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
-from nexus.data.tokenizer_files import load_tokenizer_json
+from nexus.data.tokenizer_files import load_tokenizer
 
 
 def write_docs(tmp_path, n=40):
@@ -101,7 +101,7 @@ def test_bpe_train_save_load(tmp_path, capsys):
     docs = write_docs(tmp_path)
     tok = BPETokenizer.train(docs, 300)
     tok.save(tmp_path)
-    again = load_tokenizer_json(tmp_path / "tokenizer.json")
+    again = load_tokenizer(tmp_path / "tokenizer.json")
     assert again.decode(again.encode(docs[3])) == docs[3]
     assert len(again.encode(docs[3])) < len(docs[3].encode())
     capsys.readouterr()
@@ -111,7 +111,7 @@ def test_bpe_train_save_load(tmp_path, capsys):
     assert "training a BPE tokenizer (vocabulary 300)" in capsys.readouterr().err
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="broken.json"):
-        load_tokenizer_json(tmp_path / "broken.json")
+        load_tokenizer(tmp_path / "broken.json")
 
 
 def test_too_little_text_is_a_clear_error(tmp_path):

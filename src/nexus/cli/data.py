@@ -82,14 +82,9 @@ def _tokenizer(spec: str, source, cfg):
 
         docs = source.split_documents(cfg)
         return BPETokenizer.train((doc_text(d) for d, v in docs if not v), cfg.bpe_vocab_size)
-    from pathlib import Path
+    from ..data.tokenizer_files import load_tokenizer
 
-    from ..data.tokenizer_files import has_stored_tokenizer, load_tokenizer_from_dir, load_tokenizer_json
-
-    p = Path(spec)
-    if p.is_dir() and has_stored_tokenizer(p):
-        return load_tokenizer_from_dir(p)
-    return load_tokenizer_json(p)
+    return load_tokenizer(spec)
 
 
 from . import register_command  # noqa: E402  (registration line, after the definitions)

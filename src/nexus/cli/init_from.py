@@ -65,9 +65,9 @@ def known_vocab(data_cfg, tok) -> int | None:
         from ..data.tokenizer import ByteTokenizer
 
         return (ChatByteTokenizer() if data_cfg.chat else ByteTokenizer()).vocab_size
-    from ..data.tokenizer_files import load_tokenizer_json
+    from ..data.tokenizer_files import load_tokenizer
 
-    return load_tokenizer_json(data_cfg.tokenizer).vocab_size
+    return load_tokenizer(data_cfg.tokenizer).vocab_size
 
 
 def _model_dict(cfg: RunConfig) -> dict:

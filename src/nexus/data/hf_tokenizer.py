@@ -96,45 +96,26 @@ def wrap_tokenizer(tok, tcfg: dict, hf_model_cfg=None) -> "HFTokenizer | None":
     return HFTokenizer(tok, special("bos", KNOWN_BOS), eos, special("pad", KNOWN_PAD), tcfg)
 
 
-def load_any_tokenizer_json(path: Path):
-    """data.tokenizer=<tokenizer.json>: a nexus BPE (has <eos>) or any HF tokenizer, which keeps its own
-    EOS (</s>, <|endoftext|>, ...) read from a tokenizer_config.json beside it or from known names."""
+def load_any_tokenizer_json(path: Path, hf_model_cfg=None):
+    """A tokenizer.json: nexus's byte tokenizer as exported (tokenizer_config.json beside it says so), a nexus
+    BPE (has <eos>, named as its EOS or no EOS named) or any HF tokenizer, which keeps its own EOS (</s>,
+    <|endoftext|>, ...) read from a tokenizer_config.json beside it, the HF model config or known names."""
     from tokenizers import Tokenizer
 
+    tcfg = _read_tokenizer_config(path.parent)
+    if tcfg.get("nexus_tokenizer") in BYTE_KINDS:  # a nexus byte model exported earlier: ids are raw bytes
+        return BYTE_KINDS[tcfg["nexus_tokenizer"]]()
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the tokenizers library raises a bare Exception on malformed JSON
         raise ConfigError(f"data.tokenizer={str(path)!r} is not a valid tokenizer.json ({str(e).splitlines()[0]})") from None
-    tcfg = _read_tokenizer_config(path.parent)
-    if tok.token_to_id("<eos>") is not None and not tcfg.get("eos_token"):
+    if tok.token_to_id("<eos>") is not None and _token_text(tcfg.get("eos_token")) in (None, "<eos>"):
         return BPETokenizer(tok)
-    wrapped = wrap_tokenizer(tok, tcfg)
+    wrapped = wrap_tokenizer(tok, tcfg, hf_model_cfg)
     if wrapped is None:
         raise ConfigError(f"data.tokenizer={str(path)!r} has no end-of-sequence token (valid: a tokenizer.json with "
                           f"one of {', '.join(KNOWN_EOS)}, or a tokenizer_config.json beside it naming eos_token)")
     return wrapped
-
-
-def tokenizer_from_hf_dir(directory: Path, hf_model_cfg=None):
-    """-> (tokenizer or None, note). None when the directory has no usable tokenizer.json."""
-    from tokenizers import Tokenizer
-
-    path = Path(directory) / "tokenizer.json"
-    if not path.is_file():
-        return None, "no tokenizer.json in the HF directory: the checkpoint uses the byte tokenizer"
-    tcfg = _read_tokenizer_config(directory)
-    if tcfg.get("nexus_tokenizer") in BYTE_KINDS:  # a nexus byte model exported earlier: ids are raw bytes
-        return BYTE_KINDS[tcfg["nexus_tokenizer"]](), "tokenizer.json is nexus's byte tokenizer: restored as such"
-    try:
-        tok = Tokenizer.from_file(str(path))
-    except Exception as e:  # the tokenizers library raises a bare Exception for formats it cannot read
-        return None, f"tokenizer.json could not be read by `tokenizers` ({str(e).splitlines()[0][:80]}): byte tokenizer used"
-    if tok.token_to_id("<eos>") is not None:
-        return BPETokenizer(tok), "tokenizer.json has nexus specials: used as a BPE tokenizer"
-    wrapped = wrap_tokenizer(tok, tcfg, hf_model_cfg)
-    if wrapped is None:
-        return None, "tokenizer.json names no end-of-sequence token: byte tokenizer used"
-    return wrapped, "tokenizer.json wrapped as a HF tokenizer"
 
 
 def _bytes_to_unicode() -> dict[int, str]:

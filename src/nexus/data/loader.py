@@ -26,7 +26,7 @@ from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_mani
                      windows)
 from .sources import resolve_source
 from .tokenizer import BPETokenizer, ByteTokenizer
-from .tokenizer_files import load_tokenizer_json
+from .tokenizer_files import load_tokenizer
 
 
 def check_cache_dir(root: Path, flag: str) -> None:
@@ -127,7 +127,7 @@ class DataModule:
                      f"{cfg.source} (one pass over the text)")
             docs = self.source.split_documents(cfg)
             return BPETokenizer.train((doc_text(d) for d, is_val in docs if not is_val), cfg.bpe_vocab_size)
-        return load_tokenizer_json(cfg.tokenizer)
+        return load_tokenizer(cfg.tokenizer)
 
     def _cache_key(self) -> str:
         from .prepare import SHARD_BYTES, fingerprint

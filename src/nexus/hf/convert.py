@@ -14,7 +14,8 @@ from ..outdir import HF_EXPORT
 from ..config import ConfigError, ModelConfig, RunConfig
 from .config_map import (check_exportable, hf_architecture_for, hf_config_from_model, model_config_from_hf,
                          require_transformers)
-from ..data.hf_tokenizer import tokenizer_from_hf_dir, write_hf_tokenizer
+from ..data.hf_tokenizer import write_hf_tokenizer
+from ..data.tokenizer_files import tokenizer_from_hf_dir
 from .weights import IGNORED, hf_key_to_nexus, nexus_key_to_hf, read_hf_weights
 
 
