@@ -61,7 +61,8 @@ def test_prepare_cli_writes_shards_and_manifest_equal_to_the_reference(tmp_path,
     assert again == 0  # the same command on a finished directory reuses it
     assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
                  "--val-fraction", "0.2"]) == 2  # other settings: refused, not mixed
-    assert "prepared from other data or settings" in capsys.readouterr().err
+    err = capsys.readouterr().err  # each differing setting named, old value first
+    assert "prepared with other settings: --shard-mb 1 -> 8; --val-fraction 0.1 -> 0.2" in err, err
 
 
 def test_worker_processes_give_the_same_shards(tmp_path):

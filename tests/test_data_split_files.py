@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_helpers import byte_documents
 from nexus.cli import main
 from nexus.config import DataConfig
 from nexus.data.loader import DataModule
@@ -24,15 +25,7 @@ def write_txt(path: Path, docs):
 
 def text_of(stream, eos):
     """The documents of a token stream (byte ids), split at EOS."""
-    ids = np.asarray(stream.tokens).tolist()
-    out, cur = [], []
-    for t in ids:
-        if t == eos:
-            out.append(bytes(cur).decode())
-            cur = []
-        else:
-            cur.append(t)
-    return out
+    return byte_documents(np.asarray(stream.tokens).tolist(), eos)
 
 
 def test_nanogpt_folder_uses_val_bin_as_validation_never_as_training(tmp_path, capsys):

@@ -356,6 +356,7 @@ class DataConfig:
     dtype: str = "auto"  # token dtype of a bare .bin file: auto (uint16 for vocabularies up to 65,536, else uint32) | uint16 | uint32
     num_proc: int = 0  # worker processes that tokenize a corpus into the cache (0 = the usable cores, at most 8)
     chat: bool = False  # rows are chat conversations (messages); loss only on assistant tokens (SFT)
+    document_per_file: bool = False  # each .txt/.md file is one document (default: blank lines separate documents)
     synthetic: dict = field(default_factory=dict)  # generator options for synthetic:<task> (vocab, pairs, k, ...)
 
     def validate(self, errors: list[str], p: str = "data") -> None:

@@ -27,6 +27,10 @@ def add_parser(sub) -> None:
     q.add_argument("--max-documents", type=int, default=None, help="read at most N documents (default: all)")
     q.add_argument("--bpe-vocab-size", type=int, default=None, help="vocabulary of --tokenizer bpe (default 2048)")
     q.add_argument("--chat", action="store_true", help="rows are chat conversations; loss mask on assistant tokens")
+    q.add_argument("--document-per-file", action="store_true",
+                   help="each .txt/.md file is one document (default: blank lines separate documents)")
+    q.add_argument("--skip-bad", action="store_true",
+                   help="leave out empty, binary and non-UTF-8 files (counted and named) instead of refusing")
     q.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -38,11 +42,12 @@ def run(args, extra) -> int:
 
     from ..config import ConfigError, DataConfig
     from ..data.loader import default_num_proc
-    from ..data.prepare import prepare
+    from ..data.prepare import fingerprint, prepare
     from ..data.sources import resolve_source
     from ..outdir import PREPARED, check_output
 
-    cfg = DataConfig(source=args.source, tokenizer=args.tokenizer, chat=args.chat)
+    cfg = DataConfig(source=args.source, tokenizer=args.tokenizer, chat=args.chat,
+                     document_per_file=args.document_per_file)
     for name in ("val_fraction", "split_seed", "text_field", "max_documents", "bpe_vocab_size"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
@@ -55,17 +60,41 @@ def run(args, extra) -> int:
         raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
                           "(valid: text: a file, folder, glob, list, stdlib, embedded or hf:<name>)")
     out = check_output(Path(args.out), PREPARED, resume=True, sources=source.all_files)
+    bad = source.bad_files()  # every bad file named at once, before anything is written
+    if bad and not args.skip_bad:
+        source.check_files()
+    if bad:
+        source = source.without(bad)
+        print(f"nexus data prepare: --skip-bad left out {source.describe_bad(bad)}", file=sys.stderr)
     next(iter(source.documents(cfg)))  # opens the source (a hub stream too) before anything is written
     tok = _tokenizer(args.tokenizer, source, cfg)
     if source.kind == "stdlib" and not args.quiet:
         from ..data.stdlib_corpus import describe
 
         print(f"nexus data: {describe()}", file=sys.stderr)
+    done = _already_prepared(out, fingerprint(source, cfg, tok, args.shard_mb << 20))
+    if done is not None:
+        tot, files = done["tokens"], sum(len(v) for v in done["shards"].values())
+        print(f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
+              f"tokens, {files} shard files); nothing to do", file=sys.stderr)
+        if args.quiet:
+            print(json.dumps({"out": str(out), "tokens": tot, "documents": done["documents"]}))
+        return 0
     m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(), shard_bytes=args.shard_mb << 20,
                 progress=not args.quiet, label="data prepare", mark_output=True)
     if args.quiet:
         print(json.dumps({"out": str(out), "tokens": m["tokens"], "documents": m["documents"]}))
     return 0
+
+
+def _already_prepared(out, fp: dict) -> dict | None:
+    """The manifest of a finished directory prepared with exactly these settings, else None."""
+    from ..data.shards import MANIFEST, read_manifest
+
+    if not (out / MANIFEST).is_file():
+        return None
+    m = read_manifest(out, str(out))
+    return m if m.get("fingerprint") == fp else None
 
 
 def _tokenizer(spec: str, source, cfg):

@@ -63,6 +63,14 @@ _WARNED: set = set()  # files whose replaced bytes were already reported (the da
 def check_utf8_file(p: Path, shown: str) -> None:
     """Refuse binary files (NUL bytes) and files in another encoding; warn once about a few undecodable
     bytes (they become U+FFFD). Reads in chunks: the file is never held whole."""
+    problem = text_problem(p, shown)
+    if problem:
+        raise ConfigError(f"data.source={shown!r} {problem} (valid: a UTF-8 text file; convert it with iconv)")
+
+
+def text_problem(p: Path, shown: str) -> str | None:
+    """Why a file is not UTF-8 text: "looks binary (NUL bytes)" or "is not UTF-8 text (...)"; None for
+    text (a few undecodable bytes are warned about once and become U+FFFD)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -88,10 +96,9 @@ def check_utf8_file(p: Path, shown: str) -> None:
             if final:
                 break
     if nul:
-        raise ConfigError(f"data.source={shown!r} looks binary (NUL bytes) (valid: a UTF-8 text file)")
+        return "looks binary (NUL bytes)"
     if bad > MAX_BAD_SHARE * max(chars, 1):
-        raise ConfigError(f"data.source={shown!r} is not UTF-8 text ({bad:,} undecodable sequences in {offset:,} "
-                          f"bytes, the first at byte {first}) (valid: a UTF-8 text file; convert it with iconv)")
+        return f"is not UTF-8 text ({bad:,} undecodable sequences in {offset:,} bytes, the first at byte {first})"
     key = (str(p.resolve()), p.stat().st_mtime_ns)
     if bad and key not in _WARNED:
         _WARNED.add(key)
@@ -99,6 +106,7 @@ def check_utf8_file(p: Path, shown: str) -> None:
 
         print(f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
               "replaced by U+FFFD", file=sys.stderr)
+    return None
 
 
 def read_utf8_text(p: Path, shown: str) -> str:
@@ -107,10 +115,16 @@ def read_utf8_text(p: Path, shown: str) -> str:
     return p.read_bytes().decode("utf-8", errors="replace")
 
 
-def _txt_documents(p: Path, shown: str | None = None) -> Iterator[str]:
+def _txt_documents(p: Path, shown: str | None = None, whole: bool = False) -> Iterator[str]:
     """Blank-line separated documents, read in chunks: the same documents as splitting the whole text
-    on "\n\n", without holding the file in memory (the tail after the last separator is carried)."""
+    on "\n\n", without holding the file in memory (the tail after the last separator is carried).
+    whole: the file is one document (data.document_per_file)."""
     check_utf8_file(p, shown or str(p))
+    if whole:
+        text = p.read_bytes().decode("utf-8", errors="replace").strip()
+        if text:
+            yield text
+        return
     carry = ""
     with open(p, encoding="utf-8", errors="replace") as f:
         while True:
@@ -145,7 +159,7 @@ def file_documents(files: list[Path], fmt: str, spec: str, cfg: DataConfig) -> I
     rows (their data.text_field, or whole rows for chat)."""
     if fmt == "text":
         for p in files:
-            yield from _txt_documents(p, str(p) if len(files) > 1 else spec)
+            yield from _txt_documents(p, str(p) if len(files) > 1 else spec, cfg.document_per_file)
         return
     rows = _table_rows(files, spec)
     yield from (rows if cfg.chat else _rows_to_text(rows, cfg.text_field, spec))

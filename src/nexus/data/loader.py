@@ -97,6 +97,7 @@ class DataModule:
         self.tokenizer = tokenizer if tokenizer is not None else self._make_tokenizer()
         self.vocab_size = self.tokenizer.vocab_size
         if self.source.kind == "bin":
+            self.source.check_files()
             self.train, self.val = self._open_bin()
         else:
             d = self.source.files[0] if self.source.kind == "prepared" else self._build_cache()
@@ -143,6 +144,8 @@ class DataModule:
         check_cache_dir(root, "data.cache_dir" if self.cfg.cache_dir else
                         "NEXUS_CACHE" if os.environ.get("NEXUS_CACHE") else "the cache directory")
         d = root / self._cache_key()
+        if not (d / "manifest.json").is_file():  # a new cache: every bad file named at once, before any work
+            self.source.check_files()
         nproc = self.cfg.num_proc or default_num_proc()
         prepare(self.source, self.cfg, self.tokenizer, d, num_proc=nproc, shard_bytes=SHARD_BYTES,
                 progress=not self.quiet, label="data", quiet_below_s=Progress.EVERY_S)

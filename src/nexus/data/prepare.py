@@ -36,9 +36,41 @@ _SHARD_TMP = re.compile(r"^\.(?:train|val)-\d+\.(?:bin|mask)\.tmp-(\d+)$")  # wh
 
 def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
     """Everything the prepared tokens depend on; a directory is reused or resumed only when it matches."""
-    return {"source": source.identity(), "tokenizer": tokenizer_identity(tok), "val_fraction": cfg.val_fraction,
-            "split_seed": cfg.split_seed, "split_block": SPLIT_BLOCK, "text_field": cfg.text_field,
-            "chat": cfg.chat, "max_documents": cfg.max_documents, "shard_bytes": shard_bytes, "version": VERSION}
+    fp = {"source": source.identity(), "tokenizer": tokenizer_identity(tok), "val_fraction": cfg.val_fraction,
+          "split_seed": cfg.split_seed, "split_block": SPLIT_BLOCK, "text_field": cfg.text_field,
+          "chat": cfg.chat, "max_documents": cfg.max_documents, "shard_bytes": shard_bytes, "version": VERSION}
+    if cfg.document_per_file:  # only when set: directories and caches prepared before the option keep their key
+        fp["document_per_file"] = True
+    return fp
+
+
+# fingerprint key -> how `nexus data prepare` names it, and how a value is shown
+_SETTING = {"shard_bytes": ("--shard-mb", lambda v: f"{v / (1 << 20):g}"), "val_fraction": ("--val-fraction", str),
+            "split_seed": ("--split-seed", str), "text_field": ("--text-field", str), "chat": ("--chat", str),
+            "max_documents": ("--max-documents", str), "document_per_file": ("--document-per-file", str),
+            "tokenizer": ("--tokenizer", lambda t: f"{t['kind']} (vocab {t['vocab_size']}, sha256 {t['sha256']})"),
+            "split_block": ("the split block size", str), "version": ("the format version", str)}
+
+
+_OFF = {"document_per_file": False}  # keys written only when set
+
+
+def _shown(show, value) -> str:
+    if value is None:
+        return "unset"
+    return ("on" if value else "off") if isinstance(value, bool) else show(value)
+
+
+def differences(old: dict, new: dict) -> str:
+    """The settings two fingerprints differ in, as `--shard-mb 8 -> 2`, old value first."""
+    out = []
+    for key in sorted(set(old) | set(new), key=lambda k: list(_SETTING).index(k) if k in _SETTING else 99):
+        if old.get(key) != new.get(key):
+            name, show = _SETTING.get(key, (key, str))
+            a, b = (_shown(show, v) for v in (old.get(key, _OFF.get(key)), new.get(key, _OFF.get(key))))
+            out.append("SOURCE is not the one it was prepared from (file paths, sizes or modification times differ)"
+                       if key == "source" else f"{name} {a} -> {b}")
+    return "; ".join(out)
 
 
 def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard_bytes: int = SHARD_BYTES,
@@ -55,8 +87,9 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
         m = read_manifest(out, str(out))
         if m.get("fingerprint") == fp:
             return m
-        raise ConfigError(f"--out={str(out)!r} holds a corpus prepared from other data or settings (valid: a new "
-                          "directory, or the same source, tokenizer and split options)")
+        raise ConfigError(f"--out={str(out)!r} holds a corpus prepared with other settings: "
+                          f"{differences(m.get('fingerprint') or {}, fp)} (valid: a new directory, or the settings it "
+                          "was prepared with)")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     if mark_output:

@@ -60,6 +60,40 @@ class Source:
         """Whether the source already holds token ids (nothing to tokenize or cache)."""
         return self.kind in ("prepared", "bin")
 
+    def bad_files(self) -> list[tuple[Path, str]]:
+        """Every file that cannot be read as documents, with why: empty, binary (NUL bytes) or not UTF-8
+        (text and json lines are read through once, in chunks; parquet and .bin are checked for size only)."""
+        from .corpus import text_problem
+
+        bad = []
+        for f in self.all_files:
+            readable = self.fmt in ("text", "json")
+            why = "is empty" if f.stat().st_size == 0 else text_problem(f, str(f)) if readable else None
+            if why:
+                bad.append((f, why))
+        return bad
+
+    def describe_bad(self, bad: list[tuple[Path, str]], shown: int = 20) -> str:
+        listed = "; ".join(f"{str(p)!r} {why}" for p, why in bad[:shown])
+        more = f"; and {len(bad) - shown} more" if len(bad) > shown else ""
+        return f"{len(bad)} bad file(s): {listed}{more}"
+
+    def check_files(self) -> None:
+        """One line naming every bad file at once (bad_files), before anything is tokenized or written."""
+        bad = self.bad_files()
+        if bad:
+            raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: UTF-8 text files with "
+                              "at least one document; `nexus data prepare SOURCE --skip-bad ...` leaves them out)")
+
+    def without(self, bad: list[tuple[Path, str]]) -> "Source":
+        """The same source less the given files (`nexus data prepare --skip-bad`)."""
+        drop = {p for p, _ in bad}
+        keep = [f for f in self.files if f not in drop]
+        if not keep:
+            raise ConfigError(f"data.source={self.spec!r}: every training file is bad ({self.describe_bad(bad, 3)}) "
+                              "(valid: a source with at least one readable file)")
+        return Source(self.kind, self.spec, keep, self.fmt, [f for f in self.val_files if f not in drop], self.unread)
+
     def identity(self) -> str:
         """What the source's content depends on, for cache keys (paths, sizes, modification times)."""
         if self.kind == "embedded":
@@ -108,6 +142,10 @@ class Source:
 
     def _documents(self, cfg: DataConfig, files: list[Path]) -> Iterator:
         from . import corpus as C
+
+        if cfg.document_per_file and not (self.kind == "files" and self.fmt == "text"):
+            raise ConfigError(f"data.document_per_file=True applies to .txt/.md files, not data.source={self.spec!r} "
+                              "(valid: false; json/parquet rows and stdlib files are documents already)")
 
         if self.kind == "embedded":
             docs = iter(C.embedded_documents())
@@ -171,9 +209,6 @@ def resolve_source(spec: str) -> Source:
     if dup:
         raise ConfigError(f"data.source={spec!r} names a file more than once (valid: each file once; a repeated "
                           "file would repeat its documents silently)")
-    for f in files:
-        if f.stat().st_size == 0:
-            raise ConfigError(f"data.source={spec!r}: {str(f)!r} is empty (valid: files with at least one document)")
     train, val, unread = split_named(files, parts)
     sibling = files[0].with_name("val.bin")
     if fmt == "bin" and [f.name for f in files] == ["train.bin"] and sibling.is_file():  # nanoGPT's pair, train.bin named
