@@ -345,7 +345,7 @@ class DataConfig:
     """Where tokens come from and how they are cut into training sequences."""
 
     source: str = "embedded"  # embedded | stdlib | a .txt/.jsonl/.parquet file, folder, glob or comma list | a prepared dir | a .bin token file | hf:<dataset>[:<config>] | synthetic:<mqar|khop|induction>
-    tokenizer: str = "byte"  # byte | bpe (train on the corpus) | path to a tokenizer.json
+    tokenizer: str = "byte"  # byte | bpe (train on the corpus) | a tokenizer.json / tokenizer.txt or a directory holding one
     bpe_vocab_size: int = 2048  # vocabulary size when training a BPE tokenizer
     seq_len: int = 128  # tokens per training sequence
     val_fraction: float = 0.05  # share of documents held out for validation (deterministic split)
