@@ -8,7 +8,7 @@ read as evenly spaced chunks of them, and the line says how much was read.
 
 Windows are compared by a 64-bit polynomial hash, h = sum_j t[i+j] * B^j mod 2^64, computed for every
 training position at once from prefix sums (numpy, no Python loop per token): stdlib's 30.5M byte tokens
-took 4.0 s on the loaded 2-core development machine (AVX512). Hand-written because no library we depend
+take 1.0-3.0 s on the loaded 2-core development machine (AVX512; benchmarks/overlap_check.py). Hand-written because no library we depend
 on offers a vectorized rolling hash over a memmap.
 """
 from __future__ import annotations
@@ -52,14 +52,31 @@ def _powers(n: int, base: np.uint64) -> np.ndarray:
         return np.cumprod(p, dtype=np.uint64)  # wraps mod 2^64, as the hash wants
 
 
-def window_hashes(tokens: np.ndarray, k: int, pw: np.ndarray, ipw: np.ndarray) -> np.ndarray:
-    """h[i] = sum_j tokens[i+j] * B^j mod 2^64 for every i in 0..len-k (pw, ipw: B^i and B^-i, at least len long)."""
-    t = np.asarray(tokens).astype(np.uint64)
-    n = len(t)
-    with np.errstate(over="ignore"):
-        s = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum(t * pw[:n], dtype=np.uint64, out=s[1:])
-        return (s[k:] - s[:-k]) * ipw[:n - k + 1]
+class WindowHasher:
+    """h[i] = sum_j tokens[i+j] * B^j mod 2^64 for every i in 0..len-k, for token arrays of up to n_max tokens.
+    The buffers are allocated once and reused: fresh 32 MB arrays per chunk cost more (page faults) than the
+    arithmetic."""
+
+    def __init__(self, n_max: int, k: int):
+        self.k = k
+        self.pw, self.ipw = _powers(n_max, _B), _powers(n_max, _B_INV)  # B^i and B^-i
+        self.t = np.empty(n_max, dtype=np.uint64)
+        self.s = np.zeros(n_max + 1, dtype=np.uint64)  # prefix sums of t[i] * B^i
+        self.h = np.empty(n_max, dtype=np.uint64)
+
+    def __call__(self, tokens) -> np.ndarray:
+        n, k = len(tokens), self.k
+        t, h = self.t[:n], self.h[:n - k + 1]
+        t[...] = np.asarray(tokens)
+        with np.errstate(over="ignore"):
+            np.multiply(t, self.pw[:n], out=t)
+            np.cumsum(t, dtype=np.uint64, out=self.s[1:n + 1])
+            np.subtract(self.s[k:n + 1], self.s[:n - k + 1], out=h)  # = h[i] * B^i
+            np.multiply(h, self.ipw[:n - k + 1], out=h)
+        return h
+
+
+_TABLE_BITS = 20  # a 1M-entry table of the wanted hashes' low bits: most windows are ruled out by one lookup
 
 
 def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_scan: int = MAX_SCAN,
@@ -70,10 +87,13 @@ def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_s
     if n_train < window or n_val < window:
         return None
     chunk = max(chunk, window)
-    pw, ipw = _powers(chunk + window, _B), _powers(chunk + window, _B_INV)
+    hasher = WindowHasher(min(chunk, n_train) + window, window)
     starts = np.unique(np.linspace(0, n_val - window, num=min(samples, n_val - window + 1)).astype(np.int64))
-    want = np.array([window_hashes(val[int(s):int(s) + window], window, pw, ipw)[0] for s in starts])
+    want = np.array([hasher(val[int(s):int(s) + window])[0] for s in starts])
     order = np.sort(want)
+    mask = np.uint64((1 << _TABLE_BITS) - 1)
+    table = np.zeros(1 << _TABLE_BITS, dtype=bool)
+    table[(order & mask).astype(np.int64)] = True
     hit = np.zeros(len(order), dtype=bool)
     n_chunks = -(-n_train // chunk)
     take = min(n_chunks, max(1, max_scan // chunk))
@@ -84,8 +104,9 @@ def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_s
         scanned += min(chunk, n_train - a)
         if len(part) < window:
             continue
-        h = window_hashes(part, window, pw, ipw)
-        pos = np.clip(np.searchsorted(order, h), 0, len(order) - 1)
-        hit[pos[order[pos] == h]] = True
+        h = hasher(part)
+        cand = h[table[(h & mask).astype(np.int64)]]
+        pos = np.clip(np.searchsorted(order, cand), 0, len(order) - 1)
+        hit[pos[order[pos] == cand]] = True
     found = int(np.isin(want, order[hit]).sum())
     return Overlap(found, len(want), window, scanned, n_train)
