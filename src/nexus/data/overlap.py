@@ -8,7 +8,7 @@ read as evenly spaced chunks of them, and the line says how much was read.
 
 Windows are compared by a 64-bit polynomial hash, h = sum_j t[i+j] * B^j mod 2^64, computed for every
 training position at once from prefix sums (numpy, no Python loop per token): stdlib's 30.5M byte tokens
-take 1.0-3.0 s on the loaded 2-core development machine (AVX512; benchmarks/overlap_check.py). Hand-written because no library we depend
+take 1.2-1.6 s on the loaded 2-core development machine (AVX512; benchmarks/overlap_check.py). Hand-written because no library we depend
 on offers a vectorized rolling hash over a memmap.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 WINDOW = 64  # tokens: longer than shared boilerplate lines, short enough to catch any repeated document
 SAMPLES = 512  # validation windows checked
 MAX_SCAN = 1 << 25  # training tokens hashed at most (33.5M, ~4 s loaded); larger corpora are read in spaced chunks
-CHUNK = 1 << 22  # training tokens hashed at a time (bounds memory to a few 32 MB arrays)
+CHUNK = 1 << 20  # training tokens hashed at a time: the buffers are ~6 arrays of 8 MB
 
 _B = np.uint64(0x9E3779B97F4A7C15)  # odd, so it has an inverse mod 2^64
 _B_INV = np.uint64(pow(int(_B), -1, 1 << 64))
