@@ -242,4 +242,4 @@ def test_block_is_conv_then_swiglu_with_residuals():
     block = make().layers[0]
     assert isinstance(block, RecurrentBlock)
     assert block.conv.conv.groups == block.conv.conv.in_channels  # depthwise
-    assert block.conv.kernel == 4
+    assert block.conv.kernel_size == 4

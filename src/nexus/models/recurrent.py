@@ -40,7 +40,7 @@ class CausalDepthwiseConv(nn.Module):
 
     def __init__(self, d_model: int, kernel: int):
         super().__init__()
-        self.kernel = kernel
+        self.kernel_size = kernel  # taps over time ("kernel" alone names a decode kernel elsewhere: PackedTernaryLinear)
         self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=True)
 
     def forward(self, x: torch.Tensor, state: "torch.Tensor | ConvHistory | None" = None
@@ -58,14 +58,14 @@ class CausalDepthwiseConv(nn.Module):
             return y, state
         history = state.ordered() if isinstance(state, ConvHistory) else state
         if history is None:
-            history = x.new_zeros(B, self.kernel - 1, D)
+            history = x.new_zeros(B, self.kernel_size - 1, D)
         full = torch.cat([history.to(x.dtype), x], dim=1)
         # k shifted multiply-adds instead of F.conv1d: the CPU (oneDNN) depthwise-conv path costs ~100 ms
         # per call at these shapes, 100x the arithmetic; the taps are the same sum in a fixed order.
         y = self.conv.bias.to(x.dtype) + full[:, 0:T] * w[:, 0]
-        for j in range(1, self.kernel):
+        for j in range(1, self.kernel_size):
             y = y + full[:, j:j + T] * w[:, j]
-        last = full[:, full.shape[1] - (self.kernel - 1):]
+        last = full[:, full.shape[1] - (self.kernel_size - 1):]
         if isinstance(state, ConvHistory):
             state.reset(last)
             return y, state
@@ -73,7 +73,7 @@ class CausalDepthwiseConv(nn.Module):
 
     def flops_per_token(self, seq_len: int) -> float:
         d = self.conv.in_channels
-        return 2.0 * self.kernel * d + d  # multiply-adds of the kernel taps + bias
+        return 2.0 * self.kernel_size * d + d  # multiply-adds of the kernel taps + bias
 
 
 class ConvHistory:
