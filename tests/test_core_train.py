@@ -161,3 +161,72 @@ def test_a_saved_optimizer_state_this_run_does_not_hold_is_named_in_the_notes(tm
     t2 = Trainer(micro_cfg(tmp_path / "c", "--train.steps", "1"), quiet=True)
     t2._restore(t.trainer_state())  # a matching state: no such note
     assert not [n for n in t2.notes if "left out" in n]
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every read of a tensor's value by the host (`_local_scalar_dense`: item(), float(), int(), bool();
+    and Tensor.tolist, which bypasses the dispatcher) with the training step it happened in and the
+    innermost nexus function that asked. On an accelerator each one waits for the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.step, self.reads, self.active = 0, [], False
+
+    def _record(self):
+        import traceback
+
+        frames = [f for f in traceback.extract_stack() if "/nexus/" in f.filename]
+        self.reads.append((self.step, frames[-1].name if frames else "?"))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ == "_local_scalar_dense":
+            self._record()
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        real, spy = torch.Tensor.tolist, self
+
+        def tolist(t):
+            spy._record()
+            return real(t)
+
+        self._real_tolist, torch.Tensor.tolist, self.active = real, tolist, True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self.active:
+            torch.Tensor.tolist, self.active = self._real_tolist, False
+            return super().__exit__(*exc)
+
+
+@pytest.mark.parametrize("log_every", [4, 1])
+def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, log_every):
+    """The training loop reads the device's numbers (loss, grad norm, skip counters) on log steps only; a
+    step in between reads only its labels' valid-target counts, which are the loader's CPU tensors
+    (`_valid_targets`). log_every 1 is the positive control: the spy sees the metric reads there."""
+    t = Trainer(micro_cfg(tmp_path, "--train.steps", "8", "--train.log_every", str(log_every),
+                          "--train.save_every", "0"), quiet=True)
+    real_step, real_hooks = t.train_step, t.call_hooks
+    spy = _HostReads()
+
+    def spied_step(step):  # the spy covers the loop from the first step to the last one's hooks
+        if step == 0:
+            spy.__enter__()
+        spy.step = step + 1  # every read until the next step belongs to the step that ends as step + 1
+        return real_step(step)
+
+    def call_hooks(event, *args):
+        if event == "on_fit_end":  # the final evaluation, sample and checkpoint: not a step
+            spy.__exit__(None, None, None)
+        return real_hooks(event, *args)
+
+    t.train_step, t.call_hooks = spied_step, call_hooks
+    try:
+        t.fit()
+    finally:
+        spy.__exit__(None, None, None)
+    device_reads = [(step, fn) for step, fn in spy.reads if fn != "_valid_targets"]
+    log_steps = {s for s in range(1, 9) if s % log_every == 0}
+    assert {step for step, _ in device_reads} <= log_steps, device_reads
+    assert {step for step, _ in device_reads} == log_steps  # the log steps do read (the spy works)
+    assert any(fn == "_valid_targets" for _, fn in spy.reads)

@@ -285,6 +285,7 @@ class ModelConfig:
     zero_init_out: bool = False  # zero-init attention output and MLP down projections (ExoFormer recipe)
     zero_init_head: bool = False  # zero-init the untied LM head (ExoFormer recipe)
     z_loss: float = 0.0  # z-loss weight on log(sum exp logits)^2, added once (PaLM)
+    loss_chunk_tokens: int = 0  # >0: training head + CE this many tokens at a time, never the full logits (less memory; same loss to fp32 rounding); 0: plain
     attention_bias: bool = False  # bias in q/k/v projections (Qwen2)
     logit_scale: float = 1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in factor
     attention: AttentionOptions = field(default_factory=AttentionOptions)  # {kind: standard|<registered>, **its options}
@@ -330,6 +331,8 @@ class ModelConfig:
         _positive(errors, f"{p}.norm_eps", self.norm_eps)
         _check(errors, isinstance(self.init_std, (int, float)) and self.init_std >= 0, f"{p}.init_std", self.init_std, "a number >= 0")
         _check(errors, isinstance(self.z_loss, (int, float)) and self.z_loss >= 0, f"{p}.z_loss", self.z_loss, "a number >= 0")
+        _check(errors, isinstance(self.loss_chunk_tokens, int) and not isinstance(self.loss_chunk_tokens, bool)
+               and self.loss_chunk_tokens >= 0, f"{p}.loss_chunk_tokens", self.loss_chunk_tokens, "an integer >= 0 (0: off)")
         _positive(errors, f"{p}.logit_scale", self.logit_scale)
         self.attention.validate(errors, f"{p}.attention", self)
         self.projection.validate(errors, f"{p}.projection", self)

@@ -60,9 +60,13 @@ class LanguageModel(nn.Module):
             nn.init.ones_(m.weight)
 
     # ------------------------------------------------------------------ head
+    def head_weight(self) -> torch.Tensor:
+        """The (vocab, d_model) matrix of the LM head: the embedding's when tied."""
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits of the final-normed hidden states h."""
-        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        w = self.head_weight()
         if self.cfg.logit_scale != 1.0:  # width growth's compensating coefficient for a tied head
             return (h @ w.t()) * self.cfg.logit_scale
         return h @ w.t()

@@ -13,7 +13,7 @@ IGNORE_INDEX = -100
 
 @dataclass
 class LMOutput:
-    logits: torch.Tensor
+    logits: torch.Tensor | None  # None when a chunked loss never formed them (model.loss_chunk_tokens, training)
     loss: torch.Tensor | None = None  # mean CE over valid tokens + z-loss + auxiliary losses
     ce_loss: torch.Tensor | None = None  # mean cross-entropy alone (what validation reports)
     n_valid: torch.Tensor | int = 0  # valid target tokens; kept a tensor so compiled graphs need no host sync
@@ -74,7 +74,22 @@ def lm_loss(out: LMOutput, labels: torch.Tensor, z_loss: float, main: torch.Tens
     if z_loss > 0:
         lse = torch.logsumexp(logits, dim=-1)
         loss = loss + z_loss * (lse.pow(2) * valid).sum() / denom
+    return _finish(out, loss, ce, n)
+
+
+def _finish(out: LMOutput, loss: torch.Tensor, ce: torch.Tensor, n) -> LMOutput:
+    """Add the auxiliary losses once and fill the output's loss fields."""
     for v in out.aux_losses.values():
         loss = loss + v
     out.loss, out.ce_loss, out.n_valid = loss, ce, n
     return out
+
+
+def lm_loss_chunked(out: LMOutput, h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, z_loss: float,
+                    chunk: int, scale: float = 1.0) -> LMOutput:
+    """lm_loss with the head folded in (models/chunked_ce.py): the CE and z-loss of `scale * h @ weight^T`,
+    `chunk` tokens at a time, without the full logits (out.logits stays None). ce_loss carries no gradient."""
+    from .chunked_ce import chunked_head_cross_entropy
+
+    loss, ce, n = chunked_head_cross_entropy(h, weight, labels, chunk, scale, z_loss)
+    return _finish(out, loss, ce, n)

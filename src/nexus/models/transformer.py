@@ -16,7 +16,7 @@ from .attention import Attention, component_shapes
 from .base import LanguageModel
 from .kinds import attention_kind, mlp_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
-from .lm_loss import LMOutput, collect_aux_losses, lm_loss
+from .lm_loss import LMOutput, collect_aux_losses, lm_loss, lm_loss_chunked
 from .projections import ProjectionFactory, projection_factory
 from .width_roles import port, prefixed
 
@@ -103,10 +103,13 @@ class TransformerLM(LanguageModel):
                 return_hidden: bool = False) -> LMOutput:
         """labels[t] is the target of position t (already shifted); IGNORE_INDEX is ignored."""
         h, states = self.hidden_states(input_ids, cache, collect=return_hidden)
-        logits = self.head(h)
         # only training-mode layers store auxiliary losses: skip the module walk when decoding
         aux = collect_aux_losses(self) if self.training else {}
-        out = LMOutput(logits=logits, aux_losses=aux, hidden_states=states)
+        chunk = self.cfg.loss_chunk_tokens
+        if labels is not None and chunk and torch.is_grad_enabled():  # training: the loss without the logits
+            out = LMOutput(logits=None, aux_losses=aux, hidden_states=states)
+            return lm_loss_chunked(out, h, self.head_weight(), labels, self.cfg.z_loss, chunk, self.cfg.logit_scale)
+        out = LMOutput(logits=self.head(h), aux_losses=aux, hidden_states=states)
         if labels is not None:
             lm_loss(out, labels, self.cfg.z_loss)
         return out

@@ -297,7 +297,7 @@ class Trainer:
         out, total = [], 0
         for m in range(tc.grad_accum):
             x, y = self.data.global_train_batch(step, m, tc.batch_size * self.world, tc.grad_accum)
-            total += int((y != IGNORE_INDEX).sum())  # CPU labels, before any copy to the device
+            total += _valid_targets(y)
             mine = slice(self.rank * tc.batch_size, (self.rank + 1) * tc.batch_size)
             out.append((x[mine], y[mine]))
         self._global_tokens = total
@@ -311,7 +311,7 @@ class Trainer:
         tc = self.cfg.train
         lr_factor = set_lr(self.optimizer, step, tc, self.lr_rule)
         batches = self._micro_batches(step)
-        local_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in batches)  # CPU labels: no sync
+        local_tokens = sum(_valid_targets(y) for _, y in batches)
         total_tokens = local_tokens if self.world == 1 else self._global_tokens
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for i, (x, y) in enumerate(batches):
@@ -565,6 +565,12 @@ class Trainer:
         if self._t0 is None or done <= 0:
             return None
         return (time.perf_counter() - self._t0) / done * (self.cfg.train.steps - self.step)
+
+
+def _valid_targets(labels: torch.Tensor) -> int:
+    """Scored targets of a batch's labels, read while they are still the loader's CPU tensor (before any copy
+    to the device): the step's only host reads between log steps, and no device sync."""
+    return int((labels != IGNORE_INDEX).sum())
 
 
 def _np_state() -> list:
