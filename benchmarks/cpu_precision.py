@@ -21,7 +21,6 @@ import time
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 from _result import emit
 
 
@@ -38,7 +37,7 @@ def cpu_bf16_report() -> str:
 
 
 def speed(args) -> dict:
-    from train_throughput import build_pair
+    from train_throughput import build_pair, training_step
 
     pair_args = SimpleNamespace(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.d_model // 64 or 1,
                                 kv_heads=0, seq=args.seq, untied=False, hf_attn="sdpa")
@@ -49,19 +48,8 @@ def speed(args) -> dict:
 
     def make_step(model, is_hf, dtype):
         opt = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)  # lr 0: every round times the same weights
-
-        def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                if is_hf:
-                    logits = model(input_ids=x).logits
-                    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
-                else:
-                    loss = model(x, labels=y).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return float(loss.detach())
-        return step
+        step = training_step(model, opt, x, y, torch.bfloat16 if dtype == "bf16" else torch.float32, hf=is_hf)
+        return lambda: float(step())
 
     sides = {f"{name} {dtype}": make_step(model, name == "hf", dtype)
              for name, model in (("nexus", ours), ("hf", hf)) for dtype in ("fp32", "bf16")}

@@ -1,27 +1,40 @@
-"""The whole GPU check in one command, for the few minutes a GPU machine is lent: the CUDA tests
-(`pytest -m cuda tests/test_cuda.py`), then `gpu_mfu.py` (124M tied baseline, bf16, compiled, batch
-16 x 1024, fused AdamW; MFU against the data-sheet dense bf16 peak and a same-process bf16 matmul),
-then a short main job (`nexus experiment progressive --seed 0`) on the GPU. It writes one summary
-(device, torch / CUDA / package versions, every figure, each stage's wall time) to OUT/summary.md
-and OUT/summary.json, and prints it. Budget: under 8 minutes on an H100 (each stage has a timeout).
+"""The whole GPU check in one command, for the few minutes a GPU machine is lent. Stages, each with a timeout
+(together under 8 minutes on an H100/H200):
+
+1. the CUDA tests (`pytest -m cuda tests/test_cuda.py`);
+2. `gpu_mfu.py --vs-hf`: the 124M tied baseline's bare training step (bf16, compiled, batch 16 x 1024, fused
+   AdamW; MFU against the data-sheet dense bf16 peak and a same-process bf16 matmul) and transformers'
+   LlamaForCausalLM of the same config and weights, interleaved round by round: ratio and each side's peak memory;
+3. `nexus train` on exactly that shape (vocab 50,304 from a word-level tokenizer over random token ids): the
+   Trainer's own tokens/s and MFU after the compiling window, so its overhead over the bare step is a number;
+4. `gpu_mfu.py` at the 450m-class preset (base-transformer-450m);
+5. a growth-study sample: the regime benchmark's 4 x 64 runs (`progressive_regime.py --scale main --workers N`),
+   N = 1, 4 and 12 processes sharing the GPU for 40 s each, steady-state steps/s per process;
+then the plan of the regime default set at 5 seeds (its command, runs, training steps) with the wall time
+projected from the 12-process rate. One summary (device, torch / CUDA / package versions, every figure, each
+stage's wall time) goes to OUT/summary.md and OUT/summary.json, and is printed.
 
 It runs from a clean checkout with no network and nothing installed but torch and the packages the
 GPU image has: nexus is imported from the checkout (PYTHONPATH=src), never pip-installed.
 
     python3 benchmarks/gpu_check.py --out /tmp/gpu-check          # on the GPU machine
+    python3 benchmarks/gpu_check.py --out /tmp/gpu-check --plan   # the stages, their budget, the regime plan
     python3 benchmarks/gpu_check.py --out /tmp/dry --dry-run      # the same stages scaled down on a CPU
 
---dry-run runs the CPU variants of the same tests, a tiny fp32 gpu_mfu run and a 20-step main job on
-the CPU, with `datasets`, `wandb` and `lm_eval` made unimportable (the GPU image lacks them), to prove
-the script runs end to end where no GPU is lent. Its figures mean nothing.
+--dry-run runs the CPU variants of the same tests, tiny fp32 gpu_mfu runs, a 6-step Trainer run and a 45-second
+growth sample at 1 and 2 processes on the CPU, with `datasets`, `wandb` and `lm_eval` made unimportable (the GPU
+image lacks them), to prove the script runs end to end where no GPU is lent. Its figures mean nothing.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(ROOT / "src"))  # this process reads nexus too (FLOPs, the regime's plan): the checkout's
 from _result import parse  # noqa: E402  (benchmarks/ is not a package)
 
 # Packages the GPU image lacks (/work/.library/device/KINDS.md, 2026-11-17): the dry run hides them.
@@ -39,27 +53,185 @@ ABSENT_ON_GPU_IMAGE = ("datasets", "wandb", "lm_eval")
 REPORTED_PACKAGES = ("torch", "triton", "numpy", "transformers", "safetensors", "tokenizers", "numba", "tensorboard", "pytest")
 
 
+# The 124M tied baseline's shape, as gpu_mfu.py's defaults build it: the Trainer stage trains the same one
+SHAPE = {"preset": "llama-160m", "vocab": 50304, "seq": 1024, "batch": 16}
+PRESET_450M = "base-transformer-450m"  # the 450m-class Transformer++ (Table 3 shape)
+GROWTH_WORKERS = (1, 4, 12)  # parallel processes of the growth-study sample on the one GPU
+GROWTH_WINDOW_S = 40  # seconds each sample runs (start-up included; steps/s is read from the steady state)
+REGIME_SEEDS = (0, 1, 2, 3, 4)  # the regime benchmark's default set at 5 seeds: what --plan projects
+SWEEP = BENCH / "results" / "progressive_regime_full_stdlib_lr_sweep.json"  # the committed lr sweep it reads
+
+
 def stage_plan(dry: bool, out: Path) -> list[dict]:
-    """(name, command, timeout in s) of every stage. On the GPU the timeouts add up to < 8 minutes."""
+    """(name, kind, command, timeout in s) of every stage. On the GPU the timeouts add up to < 8 minutes.
+    kind tells the summary how to read the stage's output: pytest counts, RESULT lines, the Trainer's
+    metrics, or the growth sample's run directories."""
     py = sys.executable
+    tiny_mfu = ["--device", "cpu", "--dtype", "float32", "--no-compile", "--d-model", "64", "--layers", "2", "--vocab",
+                "512", "--seq", "32", "--batch", "2", "--steps", "1", "--rounds", "2", "--peak-n", "128"]
     if dry:
         tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not cuda", "-W",
                  "ignore::UserWarning", str(ROOT / "tests" / "test_cuda.py")]
-        mfu = [py, str(BENCH / "gpu_mfu.py"), "--device", "cpu", "--dtype", "float32", "--no-compile", "--d-model", "64",
-               "--layers", "2", "--vocab", "512", "--seq", "32", "--batch", "2", "--steps", "1", "--rounds", "2",
-               "--peak-n", "128"]
-        main = [py, "-m", "nexus", "experiment", "progressive", "--seed", "0", "--tokens", "40960", "--quiet",
-                "--out", str(out / "main-job"), "--train.device", "cpu"]
-        return [dict(name="cuda tests (CPU variants)", cmd=tests, timeout=600),
-                dict(name="gpu_mfu (tiny, CPU)", cmd=mfu, timeout=300),
-                dict(name="main job (20 steps, CPU)", cmd=main, timeout=900)]
+        train = trainer_command(out, dry=True)
+        return [dict(name="cuda tests (CPU variants)", kind="tests", cmd=tests, timeout=600),
+                dict(name="gpu_mfu + HF side by side (tiny, CPU)", kind="results", timeout=300,
+                     cmd=[py, str(BENCH / "gpu_mfu.py"), *tiny_mfu, "--vs-hf"]),
+                dict(name="Trainer on the bare step's shape (tiny, CPU)", kind="trainer", cmd=train, timeout=300),
+                dict(name=f"gpu_mfu at {PRESET_450M} (tiny, CPU)", kind="results", timeout=300,
+                     cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, *tiny_mfu]),
+                dict(name="growth-study sample (CPU)", kind="growth", workers=(1, 2), window=45, timeout=100)]
     tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "-rs", "-W", "ignore::UserWarning",
              str(ROOT / "tests" / "test_cuda.py")]
-    mfu = [py, str(BENCH / "gpu_mfu.py")]  # its defaults are the issue's configuration
-    main = [py, "-m", "nexus", "experiment", "progressive", "--seed", "0", "--quiet", "--out", str(out / "main-job"),
-            "--train.device", "cuda"]
-    return [dict(name="cuda tests", cmd=tests, timeout=190), dict(name="gpu_mfu", cmd=mfu, timeout=150),
-            dict(name="main job (seed 0, cuda)", cmd=main, timeout=120)]
+    return [dict(name="cuda tests", kind="tests", cmd=tests, timeout=70),  # 46.9 s on 2026-11-28
+            # its defaults are the issue's configuration (124M tied, bf16, compiled, 16 x 1024, fused AdamW)
+            dict(name="gpu_mfu + HF side by side", kind="results", timeout=110,
+                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--vs-hf", "--rounds", "4"]),
+            dict(name="Trainer on the bare step's shape", kind="trainer", cmd=trainer_command(out, dry=False),
+                 timeout=70),
+            dict(name=f"gpu_mfu at {PRESET_450M}", kind="results", timeout=80,
+                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, "--rounds", "3", "--steps", "5"]),
+            dict(name="growth-study sample", kind="growth", workers=GROWTH_WORKERS, window=GROWTH_WINDOW_S,
+                 timeout=len(GROWTH_WORKERS) * (GROWTH_WINDOW_S + 5))]
+
+
+def trainer_command(out: Path, dry: bool) -> list[str]:
+    """`nexus train` on the bare step's shape: the 124M tied baseline, vocab 50,304 (a word-level tokenizer of
+    that size over a file of random token ids, written by write_token_data), batch 16 x 1024, bf16, compiled;
+    log every 10 steps, so the Trainer's own tokens/s after the compiling step is in metrics.jsonl."""
+    data = out / "trainer-data"
+    cmd = [sys.executable, "-m", "nexus", "train", "--preset", "baseline-micro" if dry else SHAPE["preset"],
+           "--model.tie_embeddings", "true", "--data.source", str(data / "tokens.bin"), "--data.tokenizer",
+           str(data / "tokenizer.json"), "--train.eval_every", "0", "--train.save_every", "0", "--train.sample_tokens",
+           "1", "--train.out_dir", str(out / "trainer-run"), "--train.log_every", "2" if dry else "10"]
+    if dry:
+        return cmd + ["--data.seq_len", "64", "--train.batch_size", "2", "--train.steps", "6", "--train.device", "cpu"]
+    return cmd + ["--data.seq_len", str(SHAPE["seq"]), "--train.batch_size", str(SHAPE["batch"]), "--train.steps",
+                  "80", "--train.device", "cuda", "--train.dtype", "bfloat16", "--train.compile", "true"]
+
+
+def write_token_data(where: Path, vocab: int, tokens: int) -> None:
+    """Random token ids (uint16) and a word-level tokenizer.json of exactly `vocab` ids (the last one the
+    end-of-sequence token nexus requires), so `nexus train` builds the 50,304-row head of the bare step."""
+    import numpy as np
+    from tokenizers import Tokenizer, models
+
+    where.mkdir(parents=True, exist_ok=True)
+    np.random.default_rng(0).integers(0, vocab, size=tokens, dtype=np.uint16).tofile(where / "tokens.bin")
+    words = {f"t{i}": i for i in range(vocab - 1)} | {"<|endoftext|>": vocab - 1}
+    Tokenizer(models.WordLevel(words, unk_token="t0")).save(str(where / "tokenizer.json"))
+
+
+def trainer_figures(out: Path, flops_per_token: float | None, spec_tflops: float | None) -> dict:
+    """The Trainer's tokens/s at its log steps after the first (the compiling step sits in the first window),
+    and its MFU against the data-sheet peak where the device has one."""
+    path = out / "trainer-run" / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    tps = [r["processed_tokens_per_s"] for r in rows if "processed_tokens_per_s" in r][1:]
+    if not tps:
+        return {}
+    figs = {"tokens_per_s": [round(v) for v in tps], "median_tokens_per_s": round(statistics.median(tps))}
+    if flops_per_token and spec_tflops:
+        figs["mfu"] = round(statistics.median(tps) * flops_per_token / 1e12 / spec_tflops, 4)
+    return figs
+
+
+def shape_flops_per_token(dry: bool) -> float | None:
+    """Training FLOPs per token of the bare step's model (nexus's FLOPs protocol, as gpu_mfu.py counts them)."""
+    if dry:
+        return None
+    from nexus.analysis.flops import train_flops_per_token
+    from nexus.models.accounting import build_on_meta
+    from nexus.presets import get_preset
+
+    cfg = get_preset(SHAPE["preset"]).model
+    cfg.tie_embeddings, cfg.vocab_size = True, SHAPE["vocab"]
+    cfg.validate([], "model")
+    return train_flops_per_token(build_on_meta(cfg), SHAPE["seq"])
+
+
+# ----------------------------------------------------------------------------- the growth-study sample
+def growth_command(out: Path, workers: int, dry: bool) -> list[str]:
+    """The regime benchmark's runs at the main job's budget (the same 4 x 64 model and 16 x 128 batches as
+    its full scale, 150 steps on the embedded corpus), `workers` processes sharing the device; 2 seeds per
+    worker so every worker has a run from the start (a seed's small prefix and its scratch run are free)."""
+    seeds = ",".join(str(s) for s in range(max(1, (workers + 1) // 2)))
+    return [sys.executable, str(BENCH / "progressive_regime.py"), "--scale", "main", "--data", "embedded",
+            "--untuned", "--workers", str(workers), "--seeds", seeds, "--out", str(out / f"growth-w{workers}")]
+
+
+def run_window(cmd: list[str], env: dict, seconds: float, log: Path) -> float:
+    """Run `cmd` (and every process it starts) for `seconds`, then stop its whole process group. Returns the
+    wall time it ran."""
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+    return time.perf_counter() - t0
+
+
+def run_rates(root: Path) -> list[float]:
+    """Steady-state steps/s of every run under `root`: steps between its first and last logged training step
+    over the wall time between them (start-up, compilation and the first step left out)."""
+    rates = []
+    for path in root.rglob("metrics.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        steps = [(r["step"], r["elapsed_s"]) for r in rows if "loss" in r and "elapsed_s" in r]
+        if len(steps) >= 2 and steps[-1][1] > steps[0][1]:
+            rates.append((steps[-1][0] - steps[0][0]) / (steps[-1][1] - steps[0][1]))
+    return rates
+
+
+def growth_sample(stage: dict, env: dict, out: Path, dry: bool) -> dict:
+    t0 = time.perf_counter()
+    figs, lines = {}, []
+    for n in stage["workers"]:
+        log = out / f"growth-w{n}.log"
+        wall = run_window(growth_command(out, n, dry), env, stage["window"], log)
+        rates = run_rates(out / f"growth-w{n}")
+        figs[str(n)] = {"window_s": round(wall, 1), "runs_logged": len(rates),
+                        "steps_per_s_per_process": round(statistics.median(rates), 2) if rates else None,
+                        "steps_per_s_range": [round(min(rates), 2), round(max(rates), 2)] if rates else None}
+        lines += log.read_text().splitlines()[-5:]
+    ok = all(f["steps_per_s_per_process"] for f in figs.values())
+    return {"name": stage["name"], "command": " ".join(growth_command(out, stage["workers"][-1], dry)) + " (each "
+            f"--workers {list(stage['workers'])} for {stage['window']} s)", "rc": 0 if ok else 1,
+            "seconds": round(time.perf_counter() - t0, 1), "log": "growth-w*.log", "tail": lines, "figures": figs}
+
+
+def regime_gpu_plan(growth: dict | None = None) -> dict:
+    """What a GPU would run for the regime benchmark's default set at 5 seeds (full scale, stdlib, tuned lrs):
+    its command, runs and training steps, and, given a growth sample, the wall time projected from the
+    steps/s per process measured at the most workers (training steps only: evaluations not counted)."""
+    import progressive_regime as PR
+
+    from nexus.experiments import progressive  # noqa: F401  (registers the methods the plan names)
+
+    workers = GROWTH_WORKERS[-1]
+    out = Path(tempfile.mkdtemp(prefix="gpu-check-plan-"))
+    plan = PR.plan_regime(list(PR.DEFAULT_METHODS), list(REGIME_SEEDS), "full", "stdlib", out, None)
+    steps = sum(PR.describe_run(run, plan)["steps"] for run in plan["runs"].values())
+    cmd = (f"python benchmarks/progressive_regime.py --data stdlib --seeds {','.join(map(str, REGIME_SEEDS))} "
+           f"--workers {workers} --sweep {SWEEP.relative_to(ROOT)} --out runs/regime-gpu")
+    res = {"command": cmd, "runs": len(plan["runs"]), "training_steps": steps,
+           "model": "4 layers x d 64 (and its grown/scratch shapes), 16 x 128 tokens per step", "target_minutes": 10}
+    rate = ((growth or {}).get(str(workers)) or {}).get("steps_per_s_per_process")
+    if rate:
+        res["projected_minutes"] = round(steps / (workers * rate) / 60, 1)
+        res["projection"] = (f"{steps:,} steps / ({workers} processes x {rate} steps/s each), if every process "
+                             f"stays busy; evaluations and the runs' dependency order not counted")
+    return res
 
 
 def environment_report() -> dict:
@@ -126,21 +298,6 @@ def pytest_counts(text: str) -> dict:
     return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", tail)}
 
 
-def main_job_figures(out: Path) -> dict:
-    """The main job's headline numbers from its results.json, where it finished."""
-    path = out / "main-job" / "results.json"
-    if not path.is_file():
-        return {}
-    res = json.loads(path.read_text())
-    summary = res.get("summary", {})
-    figs = {"final_val_loss": {run: round(v["mean"], 4) for run, v in summary.get("final_val_loss", {}).items()}}
-    diff = summary.get("grown_minus_scratch_final", {}).get("diff", {}).get("mean")
-    figs["grown_minus_scratch"] = None if diff is None else round(diff, 4)
-    figs["eq29_flops_saved_at_equal_tokens"] = res.get("eq29", {}).get("flops_saved")
-    figs["seeds"] = res.get("seeds")
-    return figs
-
-
 def write_summary(out: Path, env: dict, stages: list[dict], dry: bool) -> str:
     lines = [f"# nexus GPU check{' (DRY RUN on a CPU: figures are plumbing only)' if dry else ''}", "",
              f"- date (UTC): {env['date_utc']}; host {env['host']}; git {env['git']}",
@@ -166,12 +323,28 @@ def write_summary(out: Path, env: dict, stages: list[dict], dry: bool) -> str:
     return text
 
 
+def print_plan(dry: bool, out: Path) -> None:
+    """--plan: every stage with its command and timeout, their sum, and the regime's GPU plan; runs nothing."""
+    total = 0
+    for i, st in enumerate(stage_plan(dry, out)):
+        total += st["timeout"]
+        cmd = " ".join(st["cmd"]) if "cmd" in st else " | ".join(" ".join(growth_command(out, n, dry))
+                                                                  for n in st["workers"])
+        print(f"[{i + 1}] {st['name']} (timeout {st['timeout']} s): {cmd}")
+    print(f"stage timeouts add up to {total} s ({total / 60:.1f} min; budget 8 min on the GPU)")
+    print(f"regime default set at {len(REGIME_SEEDS)} seeds on the GPU: {json.dumps(regime_gpu_plan())}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for summary.md, summary.json and each stage's log")
     p.add_argument("--dry-run", action="store_true", help="the same stages scaled down on a CPU (plumbing check)")
+    p.add_argument("--plan", action="store_true", help="print the stages, their budget and the regime's GPU plan; run nothing")
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
+    if args.plan:
+        print_plan(args.dry_run, out)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     path = [str(ROOT / "src")]  # nexus from this checkout, never an installed copy
@@ -185,19 +358,30 @@ def main(argv=None) -> int:
         print("gpu_check: torch sees no CUDA device (use --dry-run for the CPU plumbing check)", file=sys.stderr)
         return 2
     print(f"gpu_check: {report['device']} | torch {report['torch']} | CUDA {report['cuda_runtime']} | out {out}", flush=True)
-    stages = []
-    for i, stage in enumerate(stage_plan(args.dry_run, out)):
-        print(f"gpu_check: [{i + 1}/3] {stage['name']} (timeout {stage['timeout']} s) ...", flush=True)
-        res = run_stage(stage, env, out / f"stage{i + 1}.log")
-        text = (out / res["log"]).read_text()
-        if i == 0:
-            res["counts"] = pytest_counts(text)
-        elif i == 1:
-            res["results"] = parse(text)
+    write_token_data(out / "trainer-data", SHAPE["vocab"], 400_000 if args.dry_run else 4_000_000)
+    import torch
+    from gpu_mfu import spec_peak_tflops
+
+    spec = spec_peak_tflops(torch.device("cuda")) if report["cuda_available"] else None
+    stages, plan = [], stage_plan(args.dry_run, out)
+    for i, stage in enumerate(plan):
+        print(f"gpu_check: [{i + 1}/{len(plan)}] {stage['name']} (timeout {stage['timeout']} s) ...", flush=True)
+        if stage["kind"] == "growth":
+            res = growth_sample(stage, env, out, args.dry_run)
         else:
-            res["figures"] = main_job_figures(out)
+            res = run_stage(stage, env, out / f"stage{i + 1}.log")
+            text = (out / res["log"]).read_text()
+            if stage["kind"] == "tests":
+                res["counts"] = pytest_counts(text)
+            elif stage["kind"] == "results":
+                res["results"] = parse(text)
+            else:
+                res["figures"] = trainer_figures(out, shape_flops_per_token(args.dry_run), spec)
         print(f"gpu_check:   rc {res['rc']} in {res['seconds']} s", flush=True)
         stages.append(res)
+    growth = next((st["figures"] for st in stages if st["name"].startswith("growth")), None)
+    stages.append({"name": f"plan: the regime default set at {len(REGIME_SEEDS)} seeds", "command": "(planned, not run)",
+                   "rc": 0, "seconds": 0.0, "log": "-", "tail": [], "figures": regime_gpu_plan(growth)})
     print(write_summary(out, report, stages, args.dry_run))
     return 0 if all(st["rc"] == 0 for st in stages) else 1
 

@@ -12,6 +12,9 @@ PaLM / nanoGPT convention 6N + 12 L d T that peers' MFU figures use. (train_thro
 causal attention as half the square instead; at d 768 and T 1024 the difference is ~4% of the FLOPs.)
 
     python benchmarks/gpu_mfu.py                               # CUDA, bf16, compiled, batch 16 x 1024
+    python benchmarks/gpu_mfu.py --vs-hf                       # + HF LlamaForCausalLM, same weights, interleaved
+    python benchmarks/gpu_mfu.py --loss-chunk 2048             # the chunked head + CE (model.loss_chunk_tokens)
+    python benchmarks/gpu_mfu.py --compile-mode reduce-overhead   # + CUDA graphs (static shapes)
     python benchmarks/gpu_mfu.py --device cpu --dtype float32 --no-compile --d-model 64 --layers 2 \\
         --vocab 512 --seq 64 --batch 2 --steps 2 --rounds 2    # plumbing check on a CPU (no MFU meaning)
 """
@@ -23,6 +26,7 @@ import time
 
 import torch
 from _result import emit
+from train_throughput import training_step
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
 SPEC_BF16_TFLOPS = {"H100 SXM": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100 NVL": 835.0,
@@ -67,6 +71,7 @@ def model_config(args):
     if args.d_model:
         cfg.n_heads = max(1, args.d_model // 64)
     cfg.max_seq_len = max(cfg.max_seq_len, args.seq)
+    cfg.loss_chunk_tokens = args.loss_chunk
     cfg.validate([], "model")
     return cfg
 
@@ -86,7 +91,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--peak-n", type=int, default=8192, help="size of the square GEMM that measures the peak")
+    p.add_argument("--vs-hf", action="store_true", help="also time transformers' LlamaForCausalLM (same config, "
+                   "weights, batch, dtype, compile and fused AdamW), interleaved round by round with nexus")
+    p.add_argument("--loss-chunk", type=int, default=0, help="model.loss_chunk_tokens (0: the plain full-logits loss)")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                   help="torch.compile mode (reduce-overhead: CUDA graphs); both sides with --vs-hf")
     return p.parse_args(argv)
+
+
+def resident_bytes(model, opt) -> int:
+    """Bytes of a model's parameters and optimizer state (what stays allocated between its steps)."""
+    tensors = list(model.parameters()) + [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def main() -> None:
@@ -104,44 +120,69 @@ def main() -> None:
     model = build_model(cfg).to(device).train()
     n_params = sum(t.numel() for t in model.parameters())
     flops_tok = train_flops_per_token(model, args.seq)
-    fwd = model if args.no_compile else torch.compile(model)
+    compile_ = (lambda m: m) if args.no_compile else (lambda m: torch.compile(m, mode=args.compile_mode))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), generator=g).to(device)
     x, y = ids[:, :-1], ids[:, 1:]
+    sides = {"nexus": (model, opt, training_step(compile_(model), opt, x, y, dtype, hf=False))}
+    if args.vs_hf:
+        from train_throughput import hf_twin
 
-    def step():
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = fwd(x, labels=y).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        hf = hf_twin(model, cfg).to(device)
+        hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, fused=True)
+        sides["hf"] = (hf, hf_opt, training_step(compile_(hf), hf_opt, x, y, dtype, hf=True))
 
     t0 = time.perf_counter()
-    for _ in range(3):  # compilation and autotuning, untimed
-        step()
+    first = {}
+    for name, (_, _, step) in sides.items():
+        first[name] = float(step())  # the same weights and batch: the same first loss (to bf16 rounding)
+        for _ in range(2):  # compilation and autotuning, untimed
+            step()
     sync(device)
-    print(f"warm-up (compile) {time.perf_counter() - t0:.1f} s")
-    rates, peaks = [], []
-    for _ in range(args.rounds):
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            loss = step()
-        sync(device)
-        rates.append(args.batch * args.seq * args.steps / (time.perf_counter() - t0))
+    print(f"warm-up (compile) {time.perf_counter() - t0:.1f} s; first-step loss "
+          + ", ".join(f"{k} {v:.4f}" for k, v in first.items()))
+    rounds = {name: [] for name in sides}
+    peak_mem = {name: [] for name in sides}
+    peaks = []
+    for r in range(args.rounds):
+        for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):  # alternate who goes first
+            _, _, step = sides[name]
+            others = sum(resident_bytes(m, o) for k, (m, o, _) in sides.items() if k != name)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                out = step()
+            if name == "nexus":
+                loss = out
+            sync(device)
+            rounds[name].append(args.batch * args.seq * args.steps / (time.perf_counter() - t0))
+            if device.type == "cuda":  # this side's peak: the device's peak less the other side's resident state
+                peak_mem[name].append((torch.cuda.max_memory_allocated(device) - others) / 2**30)
         peaks.append(matmul_tflops(device, dtype, args.peak_n))  # under the same conditions, every round
+    rates = rounds["nexus"]
     achieved = [r * flops_tok / 1e12 for r in rates]
     spec = spec_peak_tflops(device, dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"model: {n_params / 1e6:.1f}M params ({'untied' if args.untied else 'tied'} head), d {cfg.d_model}, "
           f"{cfg.n_layers} layers, vocab {cfg.vocab_size}; batch {args.batch} x {args.seq}; {args.dtype}; "
-          f"compile {not args.no_compile}; device {name}; torch {torch.__version__}; final loss {float(loss):.3f}")
+          f"compile {'off' if args.no_compile else args.compile_mode}; loss chunk {args.loss_chunk or 'off'}; device "
+          f"{name}; torch {torch.__version__}; final loss {float(loss):.3f}")
     print(f"training FLOPs/token {flops_tok / 1e6:.1f}M; tokens/s per round {[round(r) for r in rates]}; "
           f"achieved TFLOP/s {[round(a, 1) for a in achieved]}")
     print(f"measured {args.dtype} matmul peak ({args.peak_n}^3) per round: {[round(v, 1) for v in peaks]} TFLOP/s")
     vs_measured = [a / pk for a, pk in zip(achieved, peaks)]
+    if args.vs_hf:
+        ratio = [n / h for n, h in zip(rounds["nexus"], rounds["hf"])]
+        mem = {k: [round(v, 2) for v in peak_mem[k]] for k in sides} if device.type == "cuda" else None
+        print(f"HF LlamaForCausalLM (sdpa), same process, interleaved: tokens/s per round {[round(v) for v in rounds['hf']]}; "
+              f"nexus/HF {[round(v, 3) for v in ratio]}; peak memory GiB (each side's own) {mem}")
+        emit(f"training tokens/s nexus vs HF LlamaForCausalLM, {n_params / 1e6:.0f}M, {args.dtype}, compile "
+             f"{not args.no_compile}, {name}", ratio, ">= 1.3",
+             met=statistics.median(ratio) >= 1.3 if device.type == "cuda" else None,
+             nexus_tokens_per_s=rounds["nexus"], hf_tokens_per_s=rounds["hf"], peak_gib=mem)
     print(f"MFU vs measured matmul peak: median {statistics.median(vs_measured):.3f}")
     if spec:
         mfu = [a / spec for a in achieved]

@@ -85,13 +85,42 @@ def profile_step(step_fn, opt) -> None:
     print("  profile (self CPU time): " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in shares.items()))
 
 
-def build_pair(args):
-    """(nexus model, HF Llama model) with the same weights."""
+def training_step(fwd, opt, x, y, dtype, hf: bool):
+    """One training step (forward, backward, optimizer) of a nexus model, or of an HF model whose loss is taken
+    exactly as nexus's plain path takes it (fp32 cross-entropy over the already-shifted labels)."""
+    def step():
+        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            if hf:
+                logits = fwd(input_ids=x).logits
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            else:
+                loss = fwd(x, labels=y).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def hf_twin(ours, cfg, attn: str = "sdpa"):
+    """HF LlamaForCausalLM with the nexus model's config and weights (nexus.hf's key mapping), in train mode."""
     import transformers
 
-    from nexus.config import ModelConfig
     from nexus.hf.config_map import hf_config_from_model
     from nexus.hf.convert import nexus_state_to_hf
+
+    hf_cfg = hf_config_from_model(cfg, "LlamaForCausalLM", {})
+    hf_cfg._attn_implementation = attn
+    hf = transformers.LlamaForCausalLM(hf_cfg)
+    missing, unexpected = hf.load_state_dict(nexus_state_to_hf(ours, cfg, "LlamaForCausalLM"), strict=False)
+    # a tied HF model has no separate lm_head entry to load; everything else must match exactly
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    return hf.train()
+
+
+def build_pair(args):
+    """(nexus model, HF Llama model) with the same weights."""
+    from nexus.config import ModelConfig
     from nexus.models import build_model
 
     cfg = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
@@ -99,13 +128,7 @@ def build_pair(args):
     cfg.validate([], "model")
     torch.manual_seed(0)
     ours = build_model(cfg)
-    hf_cfg = hf_config_from_model(cfg, "LlamaForCausalLM", {})
-    hf_cfg._attn_implementation = args.hf_attn
-    hf = transformers.LlamaForCausalLM(hf_cfg)
-    missing, unexpected = hf.load_state_dict(nexus_state_to_hf(ours, cfg, "LlamaForCausalLM"), strict=False)
-    # a tied HF model has no separate lm_head entry to load; everything else must match exactly
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    return cfg, ours.train(), hf.train()
+    return cfg, ours.train(), hf_twin(ours, cfg, args.hf_attn)
 
 
 def matmul_flops_per_token(cfg) -> float:
@@ -161,19 +184,10 @@ def main() -> None:
     tokens = x.numel()
 
     def step_ours(opt):
-        out = fwd_ours(x, labels=y)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(out.loss.detach())
+        return float(training_step(fwd_ours, opt, x, y, torch.float32, hf=False)())
 
-    def step_hf(opt):
-        logits = fwd_hf(input_ids=x).logits  # loss computed the same way as ours, on already-shifted labels
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
+    def step_hf(opt):  # loss computed the same way as ours, on already-shifted labels
+        return float(training_step(fwd_hf, opt, x, y, torch.float32, hf=True)())
 
     # lr 0: the weights stay identical, so every round times the same computation on both sides
     fused = args.adamw == "fused"

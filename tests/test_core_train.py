@@ -230,3 +230,13 @@ def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, log_ever
     assert {step for step, _ in device_reads} <= log_steps, device_reads
     assert {step for step, _ in device_reads} == log_steps  # the log steps do read (the spy works)
     assert any(fn == "_valid_targets" for _, fn in spy.reads)
+
+
+@pytest.mark.parametrize("extra, match", [(["--train.compile", "true", "--train.compile_mode", "max-autotune"],
+                                           "compile_mode='max-autotune'"),
+                                          (["--train.compile_mode", "reduce-overhead"], "unless train.compile is true")])
+def test_a_compile_mode_is_refused_when_unknown_or_without_compiling(tmp_path, extra, match):
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        micro_cfg(tmp_path, *extra)

@@ -65,15 +65,28 @@ def test_compiled_training_gives_the_eager_losses_cpu(tmp_path, device):
 
 
 @pytest.mark.parametrize("device", CUDA_ONLY)
-def test_compiled_training_gives_the_eager_losses(tmp_path, device):
-    _compile_vs_eager(tmp_path, device)
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])  # reduce-overhead: CUDA graphs
+def test_compiled_training_gives_the_eager_losses(tmp_path, device, mode):
+    _compile_vs_eager(tmp_path, device, mode)
 
 
-def _compile_vs_eager(tmp_path, device):
+def _compile_vs_eager(tmp_path, device, mode="default"):
     eager = _train_losses(tmp_path, device, "eager", ["--train.compile", "false"])
-    compiled = _train_losses(tmp_path, device, "compiled", ["--train.compile", "true"])
+    compiled = _train_losses(tmp_path, device, "compiled", ["--train.compile", "true", "--train.compile_mode", mode])
     # fp32 throughout; fused kernels only reorder fp32 sums (~1e-6 relative per step)
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), atol=2e-4, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_chunked_loss_trains_like_the_full_logits_loss(tmp_path, device, dtype):
+    """model.loss_chunk_tokens (the head + CE without the full logits) against today's path through the real
+    Trainer: fp32 to rounding (fp32 sums in another order), bf16 within the bf16 tolerance above."""
+    plain = _train_losses(tmp_path, device, "plain", ["--train.dtype", dtype])
+    chunked = _train_losses(tmp_path, device, "chunked", ["--train.dtype", dtype, "--model.loss_chunk_tokens", "50"])
+    atol = 2e-4 if dtype == "float32" else BF16_LOSS_ATOL
+    torch.testing.assert_close(torch.tensor(chunked), torch.tensor(plain), atol=atol, rtol=0)
+    assert chunked[-1] < chunked[0] - 0.5  # and it trains
 
 
 # ----------------------------------------------------------------------------- SDPA backends

@@ -408,6 +408,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
+    compile_mode: str = "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer kernel launches for small models on a GPU)
     parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
@@ -481,6 +482,10 @@ class TrainConfig:
                f"{p}.betas", self.betas, "two numbers in [0, 1)")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
         _check(errors, self.parallel in ("ddp", "fsdp2"), f"{p}.parallel", self.parallel, "ddp|fsdp2")
+        _check(errors, self.compile_mode in ("default", "reduce-overhead"), f"{p}.compile_mode", self.compile_mode,
+               "default|reduce-overhead")
+        _check(errors, self.compile or self.compile_mode == "default", f"{p}.compile_mode", self.compile_mode,
+               "default unless train.compile is true (a mode without compiling would do nothing)")
         _check(errors, not (self.parallel == "fsdp2" and self.optimizer == "muon"), f"{p}.optimizer", self.optimizer,
                "adamw with train.parallel=fsdp2 (Muon orthogonalizes whole matrices, FSDP2 holds row shards)")
         _check(errors, isinstance(self.log_to, list) and all(t in ("jsonl", "tensorboard", "wandb") for t in self.log_to),

@@ -199,7 +199,7 @@ class Trainer:
 
             self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if self.cfg.train.compile:
-            self.train_model = torch.compile(self.train_model)
+            self.train_model = torch.compile(self.train_model, mode=self.cfg.train.compile_mode)
 
     def release_parallel_wrapper(self) -> None:
         """Drop the DDP (or compiled) wrapper while the process group still exists. Freed after
@@ -320,6 +320,9 @@ class Trainer:
             ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else contextlib.nullcontext()
             if self._fsdp:  # FSDP2: reduce-scatter gradients only after the last micro-batch
                 self.train_model.set_requires_gradient_sync(sync)
+            if tc.compile and tc.compile_mode == "reduce-overhead":
+                # CUDA graphs: a new step begins, so the previous replay's outputs (already read) may be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
             with ctx, self._autocast():
                 out = self.train_model(x, labels=y)
                 # Weight each micro-batch by its share of all valid tokens in the global step; DDP / FSDP
