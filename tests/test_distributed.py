@@ -314,3 +314,37 @@ def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, m
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "world size 2 -> 8" in err, err
     assert "--train.batch_size 1 --train.grad_accum 1 keeps it" in err and not (tmp_path / "eight").exists()
+
+
+@pytest.mark.slow  # two torchrun agents meet over c10d rendezvous (~1-2 min on 2 cores); run with -m slow
+def test_two_node_launch_on_one_machine_matches_one_process(tmp_path):
+    """Past one node, the way a cluster runs nexus: one `torchrun --nnodes 2 --rdzv-backend c10d` launcher per
+    "node" (here two on localhost, gloo), meeting at one rendezvous endpoint, one process each. The job's
+    per-step losses equal one process with the same global batch, and only the global rank 0 writes."""
+    port, out, ref_out = _free_port(), tmp_path / "two-node", tmp_path / "ref"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "nexus-two-node",
+              "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN,
+              "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(out)]
+    env = _env(tmp_path)
+    nodes = [subprocess.Popen(launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        results = [node.communicate(timeout=400) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in results]
+    written = [line for stdout, _ in results for line in stdout.splitlines() if line.startswith("{")]
+    assert len(written) == 1 and json.loads(written[0])["step"] == 6  # one result line: rank 0's
+    os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
+    cfg = parse_overrides(get_preset("baseline-micro"),
+                          RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
+    Trainer(cfg.validate(), quiet=True).fit()
+    job = [r for r in _records(out / "metrics.jsonl") if "loss" in r]
+    ref = [r for r in _records(ref_out / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in job] == list(range(1, 7))
+    for a, b in zip(job, ref):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+    assert (out / "checkpoint" / "model.safetensors").is_file()
