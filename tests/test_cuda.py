@@ -89,6 +89,15 @@ def test_chunked_loss_trains_like_the_full_logits_loss(tmp_path, device, dtype):
     assert chunked[-1] < chunked[0] - 0.5  # and it trains
 
 
+@pytest.mark.parametrize("device", CUDA_ONLY)
+def test_compiled_chunked_loss_gives_the_eager_losses(tmp_path, device):
+    """The chunked head + CE traced by torch.compile (its chunk loop unrolled into the graph) against the eager
+    plain path: fp32, so within the compile test's tolerance."""
+    eager = _train_losses(tmp_path, device, "eager", ["--train.compile", "false"])
+    compiled = _train_losses(tmp_path, device, "compiled", ["--train.compile", "true", "--model.loss_chunk_tokens", "50"])
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), atol=2e-4, rtol=0)
+
+
 # ----------------------------------------------------------------------------- SDPA backends
 # Every preset whose attention goes through F.scaled_dot_product_attention, one per attention variant.
 SDPA_PRESETS = ["baseline-tiny", "gated-tiny", "resformer-tiny", "exo-e-tiny", "exo-dynamic-e-tiny", "nures-h-tiny",
