@@ -82,7 +82,7 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
                 dict(name="growth-study sample (CPU)", kind="growth", workers=(1, 2), window=45, timeout=100)]
     tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "-rs", "-W", "ignore::UserWarning",
              str(ROOT / "tests" / "test_cuda.py")]
-    return [dict(name="cuda tests", kind="tests", cmd=tests, timeout=100),  # 27 tests took 46.9 s on 2026-11-28; 4 more since
+    return [dict(name="cuda tests", kind="tests", cmd=tests, timeout=100),  # 27 tests took 46.9 s on 2026-11-28; 5 more since
             # its defaults are the configuration (124M tied, bf16, compiled, 16 x 1024, fused AdamW)
             dict(name="gpu_mfu + HF side by side", kind="results", timeout=100,
                  cmd=[py, str(BENCH / "gpu_mfu.py"), "--vs-hf", "--rounds", "3"]),

@@ -392,6 +392,29 @@ def test_low_bit_kernels_refuse_a_non_cpu_device(tmp_path):
 
 
 @pytest.mark.cuda
+def test_a_training_step_between_log_steps_never_waits_for_the_device(tmp_path):
+    """The Trainer's step (batches to the device, forward, backward, clip, fused AdamW with the on-device
+    skip flag, the health counters) under torch's sync debug mode, which raises on any device -> host sync.
+    The CPU twin is tests/test_core_train.py::test_steps_between_log_steps_read_nothing_from_the_device."""
+    from nexus.train.trainer import Trainer
+
+    cfg = parse_overrides(get_preset("baseline-micro"), [
+        "--train.steps", "10", "--train.log_every", "100", "--train.eval_every", "0", "--train.save_every", "0",
+        "--train.batch_size", "4", "--data.seq_len", "64", "--train.device", "cuda", "--train.out_dir",
+        str(tmp_path / "run")])
+    t = Trainer(cfg.validate(), quiet=True)
+    t.train_step(0)  # the first step creates the optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(1, 4):
+            m = t.train_step(step)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert t.read_step_metrics(m)["loss"] > 0  # the log step's read, outside the watched steps
+
+
+@pytest.mark.cuda
 def test_the_hand_written_adamw_plain_path_steps_without_a_host_sync():
     """The plain tensors of the hand-written AdamW step through torch's foreach kernels with device-side step
     counts: no host sync in a step (torch's sync debug mode raises on one)."""

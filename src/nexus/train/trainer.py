@@ -315,6 +315,8 @@ class Trainer:
         total_tokens = local_tokens if self.world == 1 else self._global_tokens
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for i, (x, y) in enumerate(batches):
+            if self.device.type == "cuda":  # page-locked: the copy runs asynchronously instead of blocking the host
+                x, y = x.pin_memory(), y.pin_memory()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1
             ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else contextlib.nullcontext()
