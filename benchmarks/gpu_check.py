@@ -226,10 +226,11 @@ def regime_gpu_plan(growth: dict | None = None) -> dict:
            f"--workers {workers} --sweep {SWEEP.relative_to(ROOT)} --out runs/regime-gpu")
     res = {"command": cmd, "runs": len(plan["runs"]), "training_steps": steps,
            "model": "4 layers x d 64 (and its grown/scratch shapes), 16 x 128 tokens per step", "target_minutes": 10}
-    rate = ((growth or {}).get(str(workers)) or {}).get("steps_per_s_per_process")
-    if rate:
-        res["projected_minutes"] = round(steps / (workers * rate) / 60, 1)
-        res["projection"] = (f"{steps:,} steps / ({workers} processes x {rate} steps/s each), if every process "
+    measured = {int(n): f["steps_per_s_per_process"] for n, f in (growth or {}).items() if f.get("steps_per_s_per_process")}
+    if measured:  # at the most processes sampled (12 on the GPU; a dry run samples fewer)
+        n = max(measured)
+        res["projected_minutes"] = round(steps / (n * measured[n]) / 60, 1)
+        res["projection"] = (f"{steps:,} steps / ({n} processes x {measured[n]} steps/s each), if every process "
                              f"stays busy; evaluations and the runs' dependency order not counted")
     return res
 

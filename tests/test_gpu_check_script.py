@@ -106,9 +106,13 @@ def test_plan_runs_nothing_and_sizes_the_regime_at_five_seeds(gpu_check, tmp_pat
     text = capsys.readouterr().out
     assert not (tmp_path / "o").exists()
     assert "stage timeouts add up to" in text and "--seeds 0,1,2,3,4" in text
-    plan = gpu_check.regime_gpu_plan({"12": {"steps_per_s_per_process": 20.0}})
+    sample = {"1": {"steps_per_s_per_process": 50.0}, "12": {"steps_per_s_per_process": 20.0},
+              "4": {"steps_per_s_per_process": None}}
+    plan = gpu_check.regime_gpu_plan(sample)
     assert 120_000 < plan["training_steps"] < 130_000  # the "about 124k training steps"
+    # projected from the most processes measured, at their own rate
     assert plan["projected_minutes"] == round(plan["training_steps"] / (12 * 20.0) / 60, 1)
+    assert "projected_minutes" not in gpu_check.regime_gpu_plan({"4": {"steps_per_s_per_process": None}})
 
 
 def test_dry_run_hides_the_packages_the_gpu_image_lacks(gpu_check, tmp_path):
