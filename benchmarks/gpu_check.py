@@ -2,14 +2,15 @@
 (together under 8 minutes on an H100/H200):
 
 1. the CUDA tests (`pytest -m cuda tests/test_cuda.py`);
-2. `gpu_mfu.py --vs-hf`: the 124M tied baseline's bare training step (bf16, compiled, batch 16 x 1024, fused
-   AdamW; MFU against the data-sheet dense bf16 peak and a same-process bf16 matmul) and transformers'
-   LlamaForCausalLM of the same config and weights, interleaved round by round: ratio and each side's peak memory;
+2. `gpu_mfu.py --vs-hf --vs-chunked 4096`: the 124M tied baseline's bare training step (bf16, compiled, batch
+   16 x 1024, fused AdamW; MFU against the data-sheet dense bf16 peak and a same-process bf16 matmul), beside
+   transformers' LlamaForCausalLM of the same config and weights and beside the same model with the chunked
+   loss (model.loss_chunk_tokens 4096), interleaved round by round: ratios and each side's peak memory;
 3. `nexus train` on exactly that shape (vocab 50,304 from a word-level tokenizer over random token ids): the
    Trainer's own tokens/s and MFU after the compiling window, so its overhead over the bare step is a number;
 4. `gpu_mfu.py` at the 450m-class preset (base-transformer-450m);
 5. a growth-study sample: the regime benchmark's 4 x 64 runs (`progressive_regime.py --scale main --workers N`),
-   N = 1, 4 and 12 processes sharing the GPU for 35 s each, steady-state steps/s per process;
+   N = 1, 4 and 12 processes sharing the GPU for 30 s each, steady-state steps/s per process;
 then the plan of the regime default set at 5 seeds (its command, runs, training steps) with the wall time
 projected from the 12-process rate. One summary (device, torch / CUDA / package versions, every figure, each
 stage's wall time) goes to OUT/summary.md and OUT/summary.json, and is printed.
@@ -57,7 +58,7 @@ REPORTED_PACKAGES = ("torch", "triton", "numpy", "transformers", "safetensors", 
 SHAPE = {"preset": "llama-160m", "vocab": 50304, "seq": 1024, "batch": 16}
 PRESET_450M = "base-transformer-450m"  # the 450m-class Transformer++ (Table 3 shape)
 GROWTH_WORKERS = (1, 4, 12)  # parallel processes of the growth-study sample on the one GPU
-GROWTH_WINDOW_S = 35  # seconds each sample runs (start-up included; steps/s is read from the steady state)
+GROWTH_WINDOW_S = 30  # seconds each sample runs (start-up included; steps/s is read from the steady state)
 REGIME_SEEDS = (0, 1, 2, 3, 4)  # the regime benchmark's default set at 5 seeds: what --plan projects
 SWEEP = BENCH / "results" / "progressive_regime_full_stdlib_lr_sweep.json"  # the committed lr sweep it reads
 
@@ -74,8 +75,8 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
                  "ignore::UserWarning", str(ROOT / "tests" / "test_cuda.py")]
         train = trainer_command(out, dry=True)
         return [dict(name="cuda tests (CPU variants)", kind="tests", cmd=tests, timeout=600),
-                dict(name="gpu_mfu + HF side by side (tiny, CPU)", kind="results", timeout=300,
-                     cmd=[py, str(BENCH / "gpu_mfu.py"), *tiny_mfu, "--vs-hf"]),
+                dict(name="gpu_mfu + HF and the chunked loss side by side (tiny, CPU)", kind="results", timeout=300,
+                     cmd=[py, str(BENCH / "gpu_mfu.py"), *tiny_mfu, "--vs-hf", "--vs-chunked", "16"]),
                 dict(name="Trainer on the bare step's shape (tiny, CPU)", kind="trainer", cmd=train, timeout=300),
                 dict(name=f"gpu_mfu at {PRESET_450M} (tiny, CPU)", kind="results", timeout=300,
                      cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, *tiny_mfu]),
@@ -84,11 +85,11 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
              str(ROOT / "tests" / "test_cuda.py")]
     return [dict(name="cuda tests", kind="tests", cmd=tests, timeout=100),  # 27 tests took 46.9 s on 2026-11-28; 5 more since
             # its defaults are the issue's configuration (124M tied, bf16, compiled, 16 x 1024, fused AdamW)
-            dict(name="gpu_mfu + HF side by side", kind="results", timeout=100,
-                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--vs-hf", "--rounds", "3"]),
+            dict(name="gpu_mfu + HF and the chunked loss side by side", kind="results", timeout=130,
+                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--vs-hf", "--vs-chunked", "4096", "--rounds", "3"]),
             dict(name="Trainer on the bare step's shape", kind="trainer", cmd=trainer_command(out, dry=False),
-                 timeout=70),
-            dict(name=f"gpu_mfu at {PRESET_450M}", kind="results", timeout=80,
+                 timeout=65),  # its first, compiling step took about 32 s on 2026-11-28
+            dict(name=f"gpu_mfu at {PRESET_450M}", kind="results", timeout=70,
                  cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, "--rounds", "3", "--steps", "5"]),
             dict(name="growth-study sample", kind="growth", workers=GROWTH_WORKERS, window=GROWTH_WINDOW_S,
                  timeout=len(GROWTH_WORKERS) * (GROWTH_WINDOW_S + 5))]

@@ -14,6 +14,7 @@ causal attention as half the square instead; at d 768 and T 1024 the difference 
     python benchmarks/gpu_mfu.py                               # CUDA, bf16, compiled, batch 16 x 1024
     python benchmarks/gpu_mfu.py --vs-hf                       # + HF LlamaForCausalLM, same weights, interleaved
     python benchmarks/gpu_mfu.py --loss-chunk 2048             # the chunked head + CE (model.loss_chunk_tokens)
+    python benchmarks/gpu_mfu.py --vs-chunked 4096             # + the chunked loss's model beside the plain one
     python benchmarks/gpu_mfu.py --compile-mode reduce-overhead   # + CUDA graphs (static shapes)
     python benchmarks/gpu_mfu.py --device cpu --dtype float32 --no-compile --d-model 64 --layers 2 \\
         --vocab 512 --seq 64 --batch 2 --steps 2 --rounds 2    # plumbing check on a CPU (no MFU meaning)
@@ -21,6 +22,7 @@ causal attention as half the square instead; at d 768 and T 1024 the difference 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -94,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vs-hf", action="store_true", help="also time transformers' LlamaForCausalLM (same config, "
                    "weights, batch, dtype, compile and fused AdamW), interleaved round by round with nexus")
     p.add_argument("--loss-chunk", type=int, default=0, help="model.loss_chunk_tokens (0: the plain full-logits loss)")
+    p.add_argument("--vs-chunked", type=int, default=0, metavar="N", help="also time the same model with "
+                   "model.loss_chunk_tokens N (same weights, interleaved): does the chunked loss pay here?")
     p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
                    help="torch.compile mode (reduce-overhead: CUDA graphs); both sides with --vs-hf")
     return p.parse_args(argv)
@@ -126,6 +130,11 @@ def main() -> None:
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), generator=g).to(device)
     x, y = ids[:, :-1], ids[:, 1:]
     sides = {"nexus": (model, opt, training_step(compile_(model), opt, x, y, dtype, hf=False))}
+    if args.vs_chunked:
+        chunked = build_model(dataclasses.replace(cfg, loss_chunk_tokens=args.vs_chunked)).to(device).train()
+        chunked.load_state_dict(model.state_dict())
+        c_opt = torch.optim.AdamW(chunked.parameters(), lr=1e-4, fused=True)
+        sides["chunked"] = (chunked, c_opt, training_step(compile_(chunked), c_opt, x, y, dtype, hf=False))
     if args.vs_hf:
         from train_throughput import hf_twin
 
@@ -174,9 +183,16 @@ def main() -> None:
           f"achieved TFLOP/s {[round(a, 1) for a in achieved]}")
     print(f"measured {args.dtype} matmul peak ({args.peak_n}^3) per round: {[round(v, 1) for v in peaks]} TFLOP/s")
     vs_measured = [a / pk for a, pk in zip(achieved, peaks)]
+    mem = {k: [round(v, 2) for v in peak_mem[k]] for k in sides} if device.type == "cuda" else None
+    if args.vs_chunked:
+        ratio = [c / n for c, n in zip(rounds["chunked"], rounds["nexus"])]
+        print(f"chunked loss ({args.vs_chunked} tokens per chunk), same process, interleaved: tokens/s per round "
+              f"{[round(v) for v in rounds['chunked']]}; chunked/plain {[round(v, 3) for v in ratio]}; peak memory GiB {mem}")
+        emit(f"training tokens/s, chunked/plain loss (chunk {args.vs_chunked}), {n_params / 1e6:.0f}M, {args.dtype}, "
+             f"{name}", ratio, "report (> 1: the chunked loss pays)", chunked_tokens_per_s=rounds["chunked"],
+             plain_tokens_per_s=rounds["nexus"], peak_gib=mem)
     if args.vs_hf:
         ratio = [n / h for n, h in zip(rounds["nexus"], rounds["hf"])]
-        mem = {k: [round(v, 2) for v in peak_mem[k]] for k in sides} if device.type == "cuda" else None
         print(f"HF LlamaForCausalLM (sdpa), same process, interleaved: tokens/s per round {[round(v) for v in rounds['hf']]}; "
               f"nexus/HF {[round(v, 3) for v in ratio]}; peak memory GiB (each side's own) {mem}")
         emit(f"training tokens/s nexus vs HF LlamaForCausalLM, {n_params / 1e6:.0f}M, {args.dtype}, compile "
