@@ -127,3 +127,12 @@ def test_dry_run_hides_the_packages_the_gpu_image_lacks(gpu_check, tmp_path):
 def test_pytest_closing_line_is_read_into_counts(gpu_check):
     text = "....s\n===== 24 passed, 3 skipped, 1 failed, 27 deselected in 150.61s (0:02:30) =====\n"
     assert gpu_check.pytest_counts(text) == {"passed": 24, "skipped": 3, "failed": 1, "deselected": 27}
+
+
+def test_the_trainers_overhead_is_its_tokens_per_s_over_the_bare_steps(gpu_check):
+    stages = [{"name": "cuda tests", "counts": {"passed": 3}},
+              {"name": "gpu_mfu", "results": [{"name": "vs HF", "value": 1.2},
+                                              {"name": "training MFU", "tokens_per_s": [400.0, 500.0, 480.0]}]},
+              {"name": "Trainer on the bare step's shape", "figures": {"median_tokens_per_s": 456}}]
+    gpu_check.trainer_vs_bare(stages)
+    assert stages[2]["figures"]["vs_bare_step"] == 0.95  # 456 / the bare step's median 480
