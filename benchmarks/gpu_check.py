@@ -79,7 +79,7 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
                      cmd=[py, str(BENCH / "gpu_mfu.py"), *tiny_mfu, "--vs-hf", "--vs-chunked", "16"]),
                 dict(name="Trainer on the bare step's shape (tiny, CPU)", kind="trainer", cmd=train, timeout=300),
                 dict(name=f"gpu_mfu at {PRESET_450M} (tiny, CPU)", kind="results", timeout=300,
-                     cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, *tiny_mfu]),
+                     cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, "--untied", *tiny_mfu]),
                 dict(name="growth-study sample (CPU)", kind="growth", workers=(1, 2), window=45, timeout=100)]
     tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "-rs", "-W", "ignore::UserWarning",
              str(ROOT / "tests" / "test_cuda.py")]
@@ -90,7 +90,8 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
             dict(name="Trainer on the bare step's shape", kind="trainer", cmd=trainer_command(out, dry=False),
                  timeout=65),  # its first, compiling step took about 32 s on 2026-11-28
             dict(name=f"gpu_mfu at {PRESET_450M}", kind="results", timeout=70,
-                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, "--rounds", "3", "--steps", "5"]),
+                 # --untied: the preset's own separate head (gpu_mfu ties it unless told)
+                 cmd=[py, str(BENCH / "gpu_mfu.py"), "--preset", PRESET_450M, "--untied", "--rounds", "3", "--steps", "5"]),
             dict(name="growth-study sample", kind="growth", workers=GROWTH_WORKERS, window=GROWTH_WINDOW_S,
                  timeout=len(GROWTH_WORKERS) * (GROWTH_WINDOW_S + 5))]
 

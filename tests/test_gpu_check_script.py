@@ -37,6 +37,9 @@ def test_gpu_stages_select_the_cuda_tests_and_fit_eight_minutes(gpu_check, tmp_p
     assert mfu["cmd"][1].endswith("gpu_mfu.py") and "--vs-hf" in mfu["cmd"]  # the 124M step beside HF's
     assert int(_value(mfu["cmd"], "--vs-chunked")) > 0  # and beside the chunked loss's
     assert _value(big["cmd"], "--preset") == gpu_check.PRESET_450M
+    from nexus.presets import get_preset
+
+    assert ("--untied" in big["cmd"]) == (not get_preset(gpu_check.PRESET_450M).model.tie_embeddings)  # as the preset is
     assert tuple(growth["workers"]) == (1, 4, 12)
     # the growth sample's windows (and the time to stop them) fit the stage's budget
     assert len(growth["workers"]) * growth["window"] < growth["timeout"]
