@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .layers import at_least_fp32
-from .lm_loss import IGNORE_INDEX
+from .lm_loss import IGNORE_INDEX, LMOutput, finish_output
 
 
 def _compute_dtype(h: torch.Tensor) -> torch.dtype:
@@ -94,3 +94,11 @@ def chunked_head_cross_entropy(h: torch.Tensor, weight: torch.Tensor, labels: to
     denom = n.clamp(min=1).to(at_least_fp32(h.dtype))
     total, ce = _ChunkedHeadCE.apply(flat_h, weight, flat_y, denom, int(chunk), float(scale), float(z_loss))
     return total, ce, n
+
+
+def lm_loss_chunked(out: LMOutput, h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, z_loss: float,
+                    chunk: int, scale: float = 1.0) -> LMOutput:
+    """lm_loss with the head folded in (models/chunked_ce.py): the CE and z-loss of `scale * h @ weight^T`,
+    `chunk` tokens at a time, without the full logits (out.logits stays None). ce_loss carries no gradient."""
+    loss, ce, n = chunked_head_cross_entropy(h, weight, labels, chunk, scale, z_loss)
+    return finish_output(out, loss, ce, n)

@@ -74,22 +74,12 @@ def lm_loss(out: LMOutput, labels: torch.Tensor, z_loss: float, main: torch.Tens
     if z_loss > 0:
         lse = torch.logsumexp(logits, dim=-1)
         loss = loss + z_loss * (lse.pow(2) * valid).sum() / denom
-    return _finish(out, loss, ce, n)
+    return finish_output(out, loss, ce, n)
 
 
-def _finish(out: LMOutput, loss: torch.Tensor, ce: torch.Tensor, n) -> LMOutput:
+def finish_output(out: LMOutput, loss: torch.Tensor, ce: torch.Tensor, n) -> LMOutput:
     """Add the auxiliary losses once and fill the output's loss fields."""
     for v in out.aux_losses.values():
         loss = loss + v
     out.loss, out.ce_loss, out.n_valid = loss, ce, n
     return out
-
-
-def lm_loss_chunked(out: LMOutput, h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, z_loss: float,
-                    chunk: int, scale: float = 1.0) -> LMOutput:
-    """lm_loss with the head folded in (models/chunked_ce.py): the CE and z-loss of `scale * h @ weight^T`,
-    `chunk` tokens at a time, without the full logits (out.logits stays None). ce_loss carries no gradient."""
-    from .chunked_ce import chunked_head_cross_entropy
-
-    loss, ce, n = chunked_head_cross_entropy(h, weight, labels, chunk, scale, z_loss)
-    return _finish(out, loss, ce, n)

@@ -14,9 +14,10 @@ import torch.nn as nn
 from ..config import ModelConfig
 from .attention import Attention, component_shapes
 from .base import LanguageModel
+from .chunked_ce import lm_loss_chunked
 from .kinds import attention_kind, mlp_kind
 from .layers import RMSNorm, RotaryEmbedding, SwiGLU
-from .lm_loss import LMOutput, collect_aux_losses, lm_loss, lm_loss_chunked
+from .lm_loss import LMOutput, collect_aux_losses, lm_loss
 from .projections import ProjectionFactory, projection_factory
 from .width_roles import port, prefixed
 
