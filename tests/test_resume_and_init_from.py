@@ -99,6 +99,9 @@ def test_resume_honours_a_model_field_the_weights_do_not_depend_on(copy):
     (["--data.tokenizer", "bpe"], "--init-from"),
     (["--data.chat", "true"], "changes the tokenizer"),
     (["--train.optimizer", "muon"], "fresh optimizer: `nexus train --init-from"),
+    # issue 40 item 4: same tensor sizes, another function (4 heads of 8 instead of 2 of 16; another RoPE)
+    (["--model.n_heads", "4"], "changes the function the checkpoint's weights compute"),
+    (["--model.rope_theta", "500"], "changes the function the checkpoint's weights compute"),
 ])
 def test_resume_refuses_what_the_checkpoint_cannot_take_with_one_line(copy, tmp_path, capsys, args, needle):
     before = snapshot(copy)
@@ -107,6 +110,28 @@ def test_resume_refuses_what_the_checkpoint_cannot_take_with_one_line(copy, tmp_
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
     assert args[0][2:] in err  # names the field
     assert snapshot(copy) == before  # nothing written
+
+
+def test_resume_refuses_a_data_field_the_prepared_source_does_not_read(copy, tmp_path, capsys):
+    """Issue 40 item 4: --data.val_fraction on a prepared directory was "resumed with" and changed nothing
+    (its split was fixed when it was prepared)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document {i}: " + "zebra quartz " * 40 for i in range(30)))
+    prep = tmp_path / "prep"
+    assert main(["data", "prepare", str(corpus), "--tokenizer", "byte", "--out", str(prep), "--quiet"]) == 0
+    capsys.readouterr()
+    before = snapshot(copy)
+    code = resume(copy, "--data", prep, "--data.val_fraction", "0.2")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "data.val_fraction=0.2" in err and "has no effect" in err and "prepared" in err, err
+    assert snapshot(copy) == before
+    assert resume(copy, "--data", prep) == 0  # the same source without it is taken
+
+
+def test_resume_lr_note_names_the_step_it_applies_from(copy, capsys):
+    assert resume(copy, "--train.lr", "0.001") == 0
+    assert "-> 0.001 from step 2 on" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- --init-from
