@@ -68,14 +68,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_guarded(prog: str, command) -> int:
     """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
-    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130. Any other exception is
+    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
+SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
     an internal fault and keeps its traceback."""
     try:
         return int(command() or 0)
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        from ..train.trainer import TrainingInterrupted
+
+        if isinstance(e, TrainingInterrupted):  # stopped at a step boundary with a checkpoint
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 128 + e.signum
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:
@@ -88,6 +94,9 @@ def run_guarded(prog: str, command) -> int:
 
 
 def entry() -> None:
+    from ..console import keep_running_without_reader
+
+    keep_running_without_reader()  # `nexus train | head -2` trains on and saves; its output goes nowhere
     try:
         code = main()
         sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
