@@ -47,11 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
     # no command word (`nexus --help`): the top-level help lists commands, not their options
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), "" if argv else "train"))
+    word = next((a for a in argv if not a.startswith("-")), "" if argv else "train")
     try:
+        # building a command's options may load plugins (grow's family flags): a broken one is one line
+        parser = build_parser(word)
         args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse errors and --help end here; keep main() callable in-process
         return int(e.code or 0)
+    except ConfigError as e:
+        print(f"nexus{' ' + word if word in COMMANDS else ''}: error: {e}", file=sys.stderr)
+        return 2
     if args.command is None:
         if argv:
             parser.print_help()
