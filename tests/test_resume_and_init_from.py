@@ -201,6 +201,23 @@ def test_init_from_refuses_a_new_shape_naming_nexus_grow(base, tmp_path, capsys)
     assert not out.exists()
 
 
+def test_init_from_without_a_preset_trains_with_the_checkpoints_settings_and_name(base, tmp_path, capsys):
+    """Issue 40 item 8: --init-from a baseline-micro checkpoint was labelled baseline-tiny and trained with
+    baseline-tiny's batch (the default preset's training settings, silently)."""
+    out = tmp_path / "cpt"
+    assert main(["train", "--init-from", str(base / "checkpoint"), "--train.steps", "2", "--out", str(out)]) == 0
+    err, printed = capsys.readouterr()[::-1]
+    src = recorded(base)
+    cfg = recorded(out)
+    assert cfg["preset"] == src["preset"] == "baseline-micro"
+    assert "nexus: baseline-micro |" in printed
+    assert (cfg["train"]["batch_size"], cfg["data"]["seq_len"], cfg["train"]["lr"]) == \
+        (src["train"]["batch_size"], src["data"]["seq_len"], src["train"]["lr"])
+    batch = src["train"]["batch_size"] * src["train"]["grad_accum"] * src["data"]["seq_len"]
+    assert {r["step"]: r["tokens"] for r in records(out) if "loss" in r} == {1: batch, 2: batch}
+    assert "training settings" in err and "from the checkpoint's config" in err
+
+
 def test_init_from_a_hf_directory(tmp_path, capsys):
     from hf_helpers import VOCAB, tiny_hf
 

@@ -32,8 +32,8 @@ def add_parser(sub, detailed: bool = True) -> None:
                         "or tokenizer is refused (nexus grow, or --init-from)")
     p.add_argument("--init-from", default=None, metavar="CKPT|HF_DIR",
                    help="start a new run from the weights of a nexus checkpoint (grown ones too) or a HF model "
-                        "directory: fresh optimizer and LR schedule, data and training from the preset/config/"
-                        "overrides, the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
+                        "directory: fresh optimizer and LR schedule, data and training from --preset/--config (else "
+                        "CKPT's own), the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
     p.add_argument("--resize-vocab", action="store_true",
                    help="with --init-from: resize the embedding (and head) to the tokenizer's vocabulary when it "
                         "differs from the model's (new rows drawn like a fresh init; without it a mismatch is refused)")
