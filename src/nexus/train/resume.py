@@ -58,7 +58,7 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     checkpoint's own). world: the world size it will run at (default: the launcher's). amend: a last
     change to the merged config, before its one validation (`nexus train`'s growth flags)."""
     from ..checkpoint import load_trainer_state, read_config
-    from .run_dir import carry_schedule_and_lr, resume_run_dir
+    from .run_dir import carry_schedule_and_lr, record_replan, resume_run_dir
 
     stored = read_config(ckpt, flag=flag)
     cfg = parse_overrides(copy.deepcopy(stored), list(overrides))
@@ -69,12 +69,28 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     notes = [f"resumed with {', '.join(shown)}"] if shown else []
     st = load_trainer_state(ckpt, with_optimizer=False) or {}
     notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history), step=st.get("step"))
+    record_replan(stored.train, cfg.train, cfg.growth_history, st.get("step"))
+    notes += nothing_to_train(stored, cfg, st.get("step"), where, ckpt)
     notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
                                launched_world_size() if world is None else world, where)
     cfg.train.out_dir = str(out_dir or resume_run_dir(ckpt))
     if amend is not None:
         amend(cfg)
     return cfg.validate(), notes
+
+
+def nothing_to_train(stored: RunConfig, cfg: RunConfig, step: int | None, where: str, ckpt) -> list[str]:
+    """A checkpoint already at train.steps: refused when it is a checkpoint just grown (`nexus grow` without
+    --train.steps: resuming it would train 0 steps and exit 0), else a note (a finished run evaluated and
+    saved again)."""
+    if step is None or step < cfg.train.steps:
+        return []
+    fix = f"--train.steps N with N > {step}"
+    if stored.growth_history and stored.growth_history[-1].get("step") == step:
+        raise ConfigError(f"{where}: the checkpoint was grown at step {step} and train.steps is {cfg.train.steps}: "
+                          f"nothing left to train (valid: {fix}; its LR schedule is then re-planned over N steps)")
+    return [f"the checkpoint is at step {step} and train.steps is {cfg.train.steps}: no step is trained, only the "
+            f"final evaluation and checkpoint (give {fix} to train further)"]
 
 
 def changed_fields(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

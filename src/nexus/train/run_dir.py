@@ -217,6 +217,15 @@ def carry_schedule_and_lr(old, new, *, grown: bool, step: int | None = None) -> 
     return notes + _lr_notes(old, new, step)
 
 
+def record_replan(old, new, growth_history: list, step: int | None) -> None:
+    """A grown checkpoint whose LR horizon changes at `step` (old -> new TrainConfig): its newest growth
+    record says so (`lr_replan`), and the lr moves to the new plan over a bridge instead of jumping to it
+    (growth/rewarmup.py; a cosine that had ended would jump from its floor to the middle of the new one)."""
+    before, after = old.schedule_steps or old.steps, new.schedule_steps or new.steps
+    if growth_history and step is not None and before != after:
+        growth_history[-1]["lr_replan"] = {"step": int(step), "horizon_before": int(before)}
+
+
 def _lr_notes(old, new, step: int | None) -> list[str]:
     notes = []
     at = "from the resumed step on" if step is None else f"from step {step} on"

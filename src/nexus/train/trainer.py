@@ -608,7 +608,8 @@ class Trainer:
         m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
                  processed_tokens_per_s=self._since_log[2] / max(dt, 1e-9), elapsed_s=round(self.elapsed(), 3),
                  epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
-                 lr=self.optimizer.param_groups[0]["lr"], params=self.n_params, **memory_stats(self.device))
+                 lr=self.optimizer.param_groups[0]["lr"], **group_lrs(self.optimizer), params=self.n_params,
+                 **memory_stats(self.device))
         self._since_log = (time.perf_counter(), 0, 0)
         return m
 
@@ -628,6 +629,19 @@ def _valid_targets(labels: torch.Tensor) -> int:
     """Scored targets of a batch's labels, read while they are still the loader's CPU tensor (before any copy
     to the device): the step's only host reads between log steps, and no device sync."""
     return int((labels != IGNORE_INDEX).sum())
+
+
+def group_lrs(optimizer) -> dict[str, float]:
+    """{"lr/<group>": lr} of every parameter group, and {"lr/<group>_new": lr} for the entries a growth
+    marked new while they follow their own lr (the re-warmup): recorded beside `lr` (the first group's),
+    flat so TensorBoard and W&B get them as scalars too."""
+    out = {}
+    for i, g in enumerate(optimizer.param_groups):
+        name = g.get("name") or f"group{i}"
+        out[f"lr/{name}"] = g["lr"]
+        if g.get("lr_new") is not None:
+            out[f"lr/{name}_new"] = g["lr_new"]
+    return out
 
 
 def _np_state() -> list:
