@@ -43,12 +43,47 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
+    """`nexus train --bogus`: a flag no option of the command can be, refused (ConfigError) before the
+    growth-family options are built, which imports torch (seconds on a loaded machine). Only without
+    plugins (one may add growth flags this cannot know) and when the light parse goes through; anything
+    else is left to the full parser."""
+    import contextlib
+    import io
+    import os
+
+    mod = COMMANDS.get(word) if word in COMMANDS else None
+    if mod is None or not getattr(mod, "HEAVY_OPTIONS", False) or {"-h", "--help"} & set(argv):
+        return
+    if os.environ.get("NEXUS_DISABLE_PLUGINS") != "1":
+        from importlib.metadata import entry_points
+
+        from ..plugins import PLUGIN_GROUP
+
+        if entry_points(group=PLUGIN_GROUP):
+            return
+    from .grow import GROWTH_FLAGS
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, extra = build_parser("").parse_known_args(argv)
+    except SystemExit:
+        return
+    for a in extra:
+        name = a.split("=", 1)[0]
+        # dotted: a config override, checked with the config; a prefix of a growth flag: argparse's abbreviation
+        if a.startswith("--") and "." not in name and not any(f.startswith(name) for f in GROWTH_FLAGS):
+            raise ConfigError(f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4, "
+                              f"or an option of `nexus {word} --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
     # no command word (`nexus --help`): the top-level help lists commands, not their options
     word = next((a for a in argv if not a.startswith("-")), "" if argv else "train")
     try:
+        refuse_unknown_flags_early(word, argv)
         # building a command's options may load plugins (grow's family flags): a broken one is one line
         parser = build_parser(word)
         args, extra = parser.parse_known_args(argv)
