@@ -150,7 +150,8 @@ def test_the_early_flag_check_knows_every_growth_flag(capsys):
     """GROWTH_FLAGS (known without torch) is the set the growth families' specs generate."""
     import argparse
 
-    from nexus.cli.grow import GROWTH_FLAGS, add_growth_flags
+    from nexus.cli.common import GROWTH_FLAGS
+    from nexus.cli.grow import add_growth_flags
 
     p = argparse.ArgumentParser(add_help=False)
     add_growth_flags(p)

@@ -62,7 +62,7 @@ def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
 
         if entry_points(group=PLUGIN_GROUP):
             return
-    from .grow import GROWTH_FLAGS
+    from .common import GROWTH_FLAGS
 
     try:
         with contextlib.redirect_stderr(io.StringIO()):

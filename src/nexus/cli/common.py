@@ -20,6 +20,14 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
+# The option strings `cli/grow.py:add_growth_flags` adds for the built-in families, known without importing torch so a
+# mistyped flag is refused before it (cli/__init__.py); tests/test_core_cli.py holds it to the generated set.
+GROWTH_FLAGS = ("--add-ffn-tokens", "--add-tokens", "--cut", "--delta-a", "--delta-m", "--growth-seed", "--ho-form",
+                "--ho-separate", "--ho-shared", "--ho-targets", "--init", "--lossless", "--noise-frac",
+                "--optimizer-state", "--order", "--perturb", "--preserve", "--rank-init", "--retrofit", "--rewarmup",
+                "--rewarmup-all", "--split", "--token-init", "--width.expert_inner", "--width.ffn", "--width.hidden")
+
+
 FIELDS_EPILOG = "\0config fields of preset "  # + a preset name: the epilog ConfigFieldsHelpFormatter fills in
 
 

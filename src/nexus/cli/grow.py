@@ -9,13 +9,6 @@ import json
 
 HEAVY_OPTIONS = True  # the family options import nexus.growth (and torch): added only when `grow` runs
 
-# The option strings `add_growth_flags` adds for the built-in families, known without importing torch so a
-# mistyped flag is refused before it (cli/__init__.py); tests/test_core_cli.py holds it to the generated set.
-GROWTH_FLAGS = ("--add-ffn-tokens", "--add-tokens", "--cut", "--delta-a", "--delta-m", "--growth-seed", "--ho-form",
-                "--ho-separate", "--ho-shared", "--ho-targets", "--init", "--lossless", "--noise-frac",
-                "--optimizer-state", "--order", "--perturb", "--preserve", "--rank-init", "--retrofit", "--rewarmup",
-                "--rewarmup-all", "--split", "--token-init", "--width.expert_inner", "--width.ffn", "--width.hidden")
-
 
 def add_growth_flags(p) -> None:
     """Every growth family's flags (shared by `nexus grow` and `nexus train`)."""
