@@ -34,9 +34,10 @@ RESUMABLE_MODEL_FIELDS = {
 }
 # Data fields a source kind never reads: on resume (and only there are they compared) a change of one
 # would be recorded as honoured while having no effect, so it is refused. A prepared directory fixed its
-# split, text field, document cap and token files when `nexus data prepare` wrote it; a .bin file has
-# no documents; a synthetic task reads no corpus.
-_CORPUS_FIELDS = ("data.split_seed", "data.text_field", "data.max_documents", "data.num_proc", "data.cache_dir")
+# split, text field, document cap, document unit and token files when `nexus data prepare` wrote it; a
+# .bin file has no documents; a synthetic task reads no corpus.
+_CORPUS_FIELDS = ("data.split_seed", "data.text_field", "data.max_documents", "data.num_proc", "data.cache_dir",
+                  "data.document_per_file")
 UNREAD_DATA_FIELDS = {
     "prepared": ("data.val_fraction", "data.dtype", *_CORPUS_FIELDS),
     "bin": _CORPUS_FIELDS,
