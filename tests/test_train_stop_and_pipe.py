@@ -76,3 +76,19 @@ def test_signal_saves_at_the_next_step_and_prints_the_resume_command(tmp_path, s
     rout, rerr = r.communicate(timeout=300)
     assert r.returncode == 0, rerr
     assert final_step(out / "checkpoint") == step + 2
+
+
+def test_an_interrupted_experiment_says_to_run_its_command_again(capsys):
+    """An experiment's runs resume when its command runs again; `nexus train --resume` is the hint for a run."""
+    from nexus.cli import run_guarded
+    from nexus.train.trainer import TrainingInterrupted
+
+    def stop():
+        raise TrainingInterrupted(signal.SIGTERM, 7, "runs/x/step_0000007")
+
+    assert run_guarded("nexus experiment compare", stop) == 143
+    err = capsys.readouterr().err.strip()
+    assert err == ("nexus experiment compare: stopped by SIGTERM at step 7; checkpoint saved: runs/x/step_0000007; "
+                   "resume with: run the same command again")
+    assert run_guarded("nexus train", stop) == 143
+    assert capsys.readouterr().err.strip().endswith("resume with: nexus train --resume runs/x/step_0000007")

@@ -120,7 +120,9 @@ SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the comm
         from ..train.trainer import TrainingInterrupted
 
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary with a checkpoint
-            print(f"{prog}: {e}", file=sys.stderr)
+            # an experiment resumes its runs itself when its command is run again
+            again = "run the same command again" if prog.startswith("nexus experiment") else None
+            print(f"{prog}: {e.message(again)}", file=sys.stderr)
             return 128 + e.signum
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

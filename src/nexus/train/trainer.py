@@ -51,8 +51,13 @@ class TrainingInterrupted(KeyboardInterrupt):
         import signal
 
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved: {checkpoint}; "
-                         f"resume with: nexus train --resume {checkpoint}")
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(self.message())
+
+    def message(self, resume: str | None = None) -> str:
+        """What happened and how to resume (`resume`: the command, default `nexus train --resume CKPT`)."""
+        return (f"stopped by {self.signal_name} at step {self.step}; checkpoint saved: {self.checkpoint}; resume with: "
+                f"{resume or f'nexus train --resume {self.checkpoint}'}")
 
 
 def resolve_device(name: str) -> torch.device:
