@@ -53,3 +53,17 @@ def test_nexus_config_bad_section_is_one_line_exit_2(capsys):
 def test_train_help_points_to_the_field_list(capsys):
     assert main(["train", "--help"]) == 0
     assert "nexus config" in capsys.readouterr().out
+
+
+def test_train_help_shows_every_fields_default_and_each_options(capsys):
+    """Issue 40 item 11: only `nexus config` showed the fields' defaults."""
+    from nexus.config_help import rows
+    from nexus.presets import get_preset
+
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    tiny = get_preset("baseline-tiny")
+    assert f"model.d_model = {tiny.model.d_model!r}" in out and f"train.lr = {tiny.train.lr!r}" in out
+    listed = [line.split(" = ", 1)[0].strip() for line in out.splitlines() if " = " in line and "#" in line]
+    assert listed == [name for name, _, _ in rows(tiny)]  # every field, in `nexus config`'s order
+    assert "no progress output (default: off)" in " ".join(out.split())

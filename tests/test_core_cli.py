@@ -126,3 +126,38 @@ def test_presets_lists_param_counts(capsys):
     assert main(["presets", "--filter", "baseline"]) == 0
     out = capsys.readouterr().out
     assert "baseline-tiny" in out and "M" in out
+
+
+def test_a_bad_flag_is_refused_before_torch_is_imported(tmp_path):
+    """Issue 40 item 11: `nexus train --bogus` imported torch (5-12 s on a loaded machine) before refusing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from nexus.cli import main; rc = main(['train', '--bogus', '--train.steps', '1']); "
+            "print(rc, 'torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(Path(nexus.__file__).resolve().parents[1]), "NEXUS_DISABLE_PLUGINS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "'--bogus'" in err[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_early_flag_check_knows_every_growth_flag(capsys):
+    """GROWTH_FLAGS (known without torch) is the set the growth families' specs generate."""
+    import argparse
+
+    from nexus.cli.common import GROWTH_FLAGS
+    from nexus.cli.grow import add_growth_flags
+
+    p = argparse.ArgumentParser(add_help=False)
+    add_growth_flags(p)
+    assert sorted(GROWTH_FLAGS) == sorted(o for a in p._actions for o in a.option_strings)
+    # a growth flag (and an abbreviation of one) still reaches the full parser
+    for flag in ("--rewarmup", "--rewarm"):
+        assert main(["train", flag, "1.3,2", "--train.steps", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "unrecognized argument" not in err and "--rewarm" in err, err  # the full parser's own verdict

@@ -169,3 +169,34 @@ def test_compare_refuses_a_bad_growth_spec_of_any_preset_before_the_first_run(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "test-bad-growth" in err[0] and "delta_mm" in err[0], err
     assert not out.exists()
+
+
+def test_compare_with_a_yaml_preset_reports_it_by_its_stem(tmp_path, capsys):
+    """Issue 40 item 2: a preset file (my.yaml) trained, then the summary looked it up by the file name
+    instead of the label its runs carry (KeyError: 'my')."""
+    import yaml
+
+    from nexus.presets import get_preset
+
+    mine = tmp_path / "my.yaml"
+    mine.write_text(yaml.safe_dump(get_preset("baseline-micro").to_dict()))
+    out = tmp_path / "cmp"
+    rc = main(["experiment", "compare", "--out", str(out), "--presets", f"baseline-micro,{mine}", "--seeds", "0",
+               "--tokens", "96", "--quiet", *TINY])
+    assert rc == 0, capsys.readouterr().err
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["preset"] for r in rows] == ["baseline-micro", "my"]
+    assert len(rows[1]["values"]) == 1 and (out / "my" / "seed0" / "checkpoint").is_dir()
+
+
+def test_compare_refuses_a_bad_yaml_preset_before_any_training(tmp_path, capsys, monkeypatch):
+    from nexus.train.trainer import Trainer
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  n_layers: -3\n")
+    monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
+    out = tmp_path / "never"
+    rc = main(["experiment", "compare", "--out", str(out), "--presets", f"baseline-micro,{bad}", "--tokens", "96"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "n_layers" in err[0], err
+    assert not out.exists()

@@ -85,7 +85,7 @@ def test_train_overrides_are_recorded_and_the_report_plans_the_continued_run(bas
     assert "notes" not in grow_checkpoint(base, tmp_path / "plain", SPEC, probe_verify=False)
     two = grow_checkpoint(base, tmp_path / "two", SPEC, probe_verify=False,
                           train_overrides=["--train.steps", "10", "--train.lr", "0.001"])["notes"]
-    assert two.endswith("to choose the horizon); train.lr 0.003 -> 0.001 from step on (resumed optimizer state kept)")
+    assert two.endswith("to choose the horizon); train.lr 0.003 -> 0.001 from step 4 on (resumed optimizer state kept)")
 
 
 def test_a_checkpoint_without_trainer_state_grows_without_one(base, tmp_path):

@@ -288,3 +288,14 @@ def test_import_verify_checks_the_written_checkpoint_and_reports_its_difference(
     with torch.no_grad():
         assert max_diff(nexus.load(tmp_path / "ck")(ids).logits, original(ids).logits) == pytest.approx(
             res["max_logit_diff"], abs=1e-7)
+
+
+def test_verify_does_not_leak_transformers_progress_bar(tmp_path, hf_dir, capfd):
+    """Issue 40 item 11: `export --format hf --verify` printed transformers' `Loading weights: 100%` bar."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "exported"
+    assert main(["import", "--hf", str(hf_dir), "--out", str(ckpt), "--verify"]) == 0
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--out", str(out), "--verify"]) == 0
+    printed = capfd.readouterr()
+    assert "max |logit difference|" in printed.out
+    assert "Loading weights" not in printed.err + printed.out
+    assert transformers.utils.logging.is_progress_bar_enabled()  # switched off for the load only

@@ -35,7 +35,7 @@ def test_plot_writes_a_png_and_a_csv_with_every_runs_points(two_runs, tmp_path, 
     assert main(["plot", str(plain), str(grown / "checkpoint"), "--out", str(out)]) == 0
     assert f"wrote {out}.png and {out}.csv" in capsys.readouterr().out
     with Image.open(f"{out}.png") as im:
-        assert im.format == "PNG" and im.size == (1760, 550)  # 16 x 5 inches at 110 dpi: readable, not a thumbnail
+        assert im.format == "PNG" and im.size == (2160, 660)  # 18 x 5.5 inches at 120 dpi: slide-sized, not a thumbnail
     rows = list(csv.DictReader(open(f"{out}.csv")))
     for run in (plain, grown):
         mine = [r for r in rows if r["run"] == run.name]
@@ -65,3 +65,55 @@ def test_plot_bad_run_is_one_line_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "metrics.jsonl" in err
     assert list(tmp_path.iterdir()) == [tmp_path / "empty"]
+
+
+def _ema_reference(values: list[float], w: float) -> list[float]:
+    """The debiased EMA from its definition: point i = sum_j w^(i-j) (1-w) v_j / sum_j w^(i-j) (1-w)."""
+    out = []
+    for i in range(len(values)):
+        weights = [w ** (i - j) * (1 - w) for j in range(i + 1)]
+        out.append(sum(a * v for a, v in zip(weights, values[: i + 1])) / sum(weights))
+    return out
+
+
+def test_ema_matches_its_definition():
+    from nexus.experiments.run_plot import ema, smoothing_weight
+
+    vals = [5.5, 4.0, 3.9, 3.2, 3.5, 3.1, 2.9, 3.0]
+    for w in (0.0, 0.5, 0.9):
+        assert ema(vals, w) == pytest.approx(_ema_reference(vals, w), rel=1e-12)
+    assert smoothing_weight(10) == 0.0 and smoothing_weight(300) == pytest.approx(0.9)
+
+
+def test_plot_smooths_the_train_curve_emphasises_validation_and_takes_log_axes(two_runs, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """Issue 40 item 10: the raw train curves overlapped into noise and the first drop took the linear axis."""
+    import nexus.figures
+
+    figures = []
+    real_save = nexus.figures.save_figure
+    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path, **kw: (figures.append(fig), real_save(fig, path, **kw))[1])
+    out = tmp_path / "p"
+    assert main(["plot", *map(str, two_runs), "--out", str(out), "--logx", "--logy", "--smooth", "0.6"]) == 0
+    rows = list(csv.DictReader(open(f"{out}.csv")))
+    for run in two_runs:
+        raw = [float(r["loss"]) for r in rows if r["run"] == run.name and r["series"] == "train"]
+        smooth = [float(r["loss"]) for r in rows if r["run"] == run.name and r["series"] == "train_ema"]
+        assert smooth == pytest.approx(_ema_reference(raw, 0.6), abs=1e-6) and smooth != pytest.approx(raw)
+    (fig,) = figures
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        lines = [ln for ln in ax.get_lines() if ln.get_marker() not in (None, "None", "")]  # validation: marked
+        train = [ln for ln in ax.get_lines() if ln.get_marker() in (None, "None", "") and ln.get_linestyle() == "-"]
+        assert lines and train
+        assert min(ln.get_linewidth() for ln in lines) > max(ln.get_linewidth() for ln in train)
+        assert min(ln.get_zorder() for ln in lines) > max(ln.get_zorder() for ln in train)
+        assert min(ln.get_alpha() or 1 for ln in train) < 0.3  # the raw curve, faint behind its EMA
+    assert Image.open(f"{out}.png").size[0] >= 1600
+
+
+def test_plot_bad_smoothing_is_one_line(two_runs, tmp_path, capsys):
+    assert main(["plot", str(two_runs[0]), "--out", str(tmp_path / "p"), "--smooth", "1.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--smooth='1.5'" in err[0]
+    assert not list(tmp_path.iterdir())

@@ -81,6 +81,19 @@ def test_an_unknown_or_broken_plugin_is_one_line_and_exit_2(tmp_path, entry, mod
     assert "plugin 'brokenplug'" in proc.stderr and needle in proc.stderr
 
 
+@pytest.mark.parametrize("argv", [["train", "--train.steps", "1", "--out", "run"], ["grow", "--help"]])
+def test_a_broken_plugin_is_one_line_and_exit_2_in_train_and_grow_help(tmp_path, argv):
+    """Issue 40 item 7: these commands build options from the growth registry (plugins load there), before
+    the guard that turns a ConfigError into one line: a traceback and exit 1."""
+    site = tmp_path / "site"
+    _install(site, "brokenplug", "brokenplug", "import a_module_that_does_not_exist\n")
+    proc = _nexus(site, tmp_path, *argv)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"nexus {argv[0]}: error: plugin 'brokenplug'")
+    assert not (tmp_path / "run").exists()
+
+
 def _config(tmp_path, text: str) -> Path:
     f = tmp_path / "mine.yaml"
     f.write_text(text)

@@ -99,6 +99,9 @@ def test_resume_honours_a_model_field_the_weights_do_not_depend_on(copy):
     (["--data.tokenizer", "bpe"], "--init-from"),
     (["--data.chat", "true"], "changes the tokenizer"),
     (["--train.optimizer", "muon"], "fresh optimizer: `nexus train --init-from"),
+    # issue 40 item 4: same tensor sizes, another function (4 heads of 8 instead of 2 of 16; another RoPE)
+    (["--model.n_heads", "4"], "changes the function the checkpoint's weights compute"),
+    (["--model.rope_theta", "500"], "changes the function the checkpoint's weights compute"),
 ])
 def test_resume_refuses_what_the_checkpoint_cannot_take_with_one_line(copy, tmp_path, capsys, args, needle):
     before = snapshot(copy)
@@ -107,6 +110,28 @@ def test_resume_refuses_what_the_checkpoint_cannot_take_with_one_line(copy, tmp_
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
     assert args[0][2:] in err  # names the field
     assert snapshot(copy) == before  # nothing written
+
+
+def test_resume_refuses_a_data_field_the_prepared_source_does_not_read(copy, tmp_path, capsys):
+    """Issue 40 item 4: --data.val_fraction on a prepared directory was "resumed with" and changed nothing
+    (its split was fixed when it was prepared)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document {i}: " + "zebra quartz " * 40 for i in range(30)))
+    prep = tmp_path / "prep"
+    assert main(["data", "prepare", str(corpus), "--tokenizer", "byte", "--out", str(prep), "--quiet"]) == 0
+    capsys.readouterr()
+    before = snapshot(copy)
+    code = resume(copy, "--data", prep, "--data.val_fraction", "0.2")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "data.val_fraction=0.2" in err and "has no effect" in err and "prepared" in err, err
+    assert snapshot(copy) == before
+    assert resume(copy, "--data", prep) == 0  # the same source without it is taken
+
+
+def test_resume_lr_note_names_the_step_it_applies_from(copy, capsys):
+    assert resume(copy, "--train.lr", "0.001") == 0
+    assert "-> 0.001 from step 2 on" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- --init-from
@@ -174,6 +199,23 @@ def test_init_from_refuses_a_new_shape_naming_nexus_grow(base, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model.n_layers=3" in err and "nexus grow" in err
     assert not out.exists()
+
+
+def test_init_from_without_a_preset_trains_with_the_checkpoints_settings_and_name(base, tmp_path, capsys):
+    """Issue 40 item 8: --init-from a baseline-micro checkpoint was labelled baseline-tiny and trained with
+    baseline-tiny's batch (the default preset's training settings, silently)."""
+    out = tmp_path / "cpt"
+    assert main(["train", "--init-from", str(base / "checkpoint"), "--train.steps", "2", "--out", str(out)]) == 0
+    err, printed = capsys.readouterr()[::-1]
+    src = recorded(base)
+    cfg = recorded(out)
+    assert cfg["preset"] == src["preset"] == "baseline-micro"
+    assert "nexus: baseline-micro |" in printed
+    assert (cfg["train"]["batch_size"], cfg["data"]["seq_len"], cfg["train"]["lr"]) == \
+        (src["train"]["batch_size"], src["data"]["seq_len"], src["train"]["lr"])
+    batch = src["train"]["batch_size"] * src["train"]["grad_accum"] * src["data"]["seq_len"]
+    assert {r["step"]: r["tokens"] for r in records(out) if "loss" in r} == {1: batch, 2: batch}
+    assert "training settings" in err and "from the checkpoint's config" in err
 
 
 def test_init_from_a_hf_directory(tmp_path, capsys):

@@ -43,15 +43,55 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
+    """`nexus train --bogus`: a flag no option of the command can be, refused (ConfigError) before the
+    growth-family options are built, which imports torch (seconds on a loaded machine). Only without
+    plugins (one may add growth flags this cannot know) and when the light parse goes through; anything
+    else is left to the full parser."""
+    import contextlib
+    import io
+    import os
+
+    mod = COMMANDS.get(word) if word in COMMANDS else None
+    if mod is None or not getattr(mod, "HEAVY_OPTIONS", False) or {"-h", "--help"} & set(argv):
+        return
+    if os.environ.get("NEXUS_DISABLE_PLUGINS") != "1":
+        from importlib.metadata import entry_points
+
+        from ..plugins import PLUGIN_GROUP
+
+        if entry_points(group=PLUGIN_GROUP):
+            return
+    from .common import GROWTH_FLAGS
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, extra = build_parser("").parse_known_args(argv)
+    except SystemExit:
+        return
+    for a in extra:
+        name = a.split("=", 1)[0]
+        # dotted: a config override, checked with the config; a prefix of a growth flag: argparse's abbreviation
+        if a.startswith("--") and "." not in name and not any(f.startswith(name) for f in GROWTH_FLAGS):
+            raise ConfigError(f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4, "
+                              f"or an option of `nexus {word} --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_cpu_allocator()
     # no command word (`nexus --help`): the top-level help lists commands, not their options
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), "" if argv else "train"))
+    word = next((a for a in argv if not a.startswith("-")), "" if argv else "train")
     try:
+        refuse_unknown_flags_early(word, argv)
+        # building a command's options may load plugins (grow's family flags): a broken one is one line
+        parser = build_parser(word)
         args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse errors and --help end here; keep main() callable in-process
         return int(e.code or 0)
+    except ConfigError as e:
+        print(f"nexus{' ' + word if word in COMMANDS else ''}: error: {e}", file=sys.stderr)
+        return 2
     if args.command is None:
         if argv:
             parser.print_help()
@@ -68,14 +108,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_guarded(prog: str, command) -> int:
     """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
-    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130. Any other exception is
+    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
+SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
     an internal fault and keeps its traceback."""
     try:
         return int(command() or 0)
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        from ..train.trainer import TrainingInterrupted
+
+        if isinstance(e, TrainingInterrupted):  # stopped at a step boundary with a checkpoint
+            # an experiment resumes its runs itself when its command is run again
+            again = "run the same command again" if prog.startswith("nexus experiment") else None
+            print(f"{prog}: {e.message(again)}", file=sys.stderr)
+            return 128 + e.signum
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:
@@ -88,6 +136,9 @@ def run_guarded(prog: str, command) -> int:
 
 
 def entry() -> None:
+    from ..console import keep_running_without_reader
+
+    keep_running_without_reader()  # `nexus train | head -2` trains on and saves; its output goes nowhere
     try:
         code = main()
         sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below

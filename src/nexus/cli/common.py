@@ -20,6 +20,35 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
+# The option strings `cli/grow.py:add_growth_flags` adds for the built-in families, known without importing torch so a
+# mistyped flag is refused before it (cli/__init__.py); tests/test_core_cli.py holds it to the generated set.
+GROWTH_FLAGS = ("--add-ffn-tokens", "--add-tokens", "--cut", "--delta-a", "--delta-m", "--growth-seed", "--ho-form",
+                "--ho-separate", "--ho-shared", "--ho-targets", "--init", "--lossless", "--noise-frac",
+                "--optimizer-state", "--order", "--perturb", "--preserve", "--rank-init", "--retrofit", "--rewarmup",
+                "--rewarmup-all", "--split", "--token-init", "--width.expert_inner", "--width.ffn", "--width.hidden")
+
+
+FIELDS_EPILOG = "\0config fields of preset "  # + a preset name: the epilog ConfigFieldsHelpFormatter fills in
+
+
+class ConfigFieldsHelpFormatter(DefaultsHelpFormatter):
+    """--help of a command that takes dotted overrides: its options with their defaults, then every config
+    field with its value in the default preset and its one-line reason (`nexus config --preset P`'s
+    listing), built only when the help is shown."""
+
+    def _fill_text(self, text, width, indent):
+        if not text.startswith(FIELDS_EPILOG):
+            return super()._fill_text(text, width, indent)
+        from ..config_help import format_fields
+        from ..presets import get_preset
+
+        preset = text[len(FIELDS_EPILOG):]
+        head = (f"config fields, set with --section.field VALUE (or in --config FILE.yaml); the values are preset "
+                f"{preset}'s, the default (`nexus config --preset NAME` lists another's):")
+        return "\n".join([super()._fill_text(head, width, indent),
+                          *(indent + line for line in format_fields(get_preset(preset)).splitlines())])
+
+
 def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "baseline-tiny") -> None:
     p.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
                    help=f"preset name (see `nexus presets`) or a YAML file of your own (default {default_preset})")

@@ -300,6 +300,9 @@ def main(argv=None, environ=None) -> int:
 
 
 def entry() -> None:
+    from ..console import keep_running_without_reader
+
+    keep_running_without_reader()  # a closed stdout never stops the run (nexus/console.py)
     sys.exit(main())
 
 

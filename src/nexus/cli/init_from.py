@@ -1,7 +1,7 @@
 """`nexus train --init-from SOURCE`: a new run that starts from a model's weights only (continued
 pretraining on new data, SFT of a pretrained or grown model). The optimizer and the LR schedule start
-fresh; data, training and tokenizer settings come from --preset / --config / overrides as for any new
-run. The model's shape comes from SOURCE: a nexus checkpoint (grown ones included) or a HF model
+fresh; data and training settings come from --preset / --config when given, else from SOURCE's own
+config (a HF model: the default preset's), then the overrides. The model's shape comes from SOURCE: a nexus checkpoint (grown ones included) or a HF model
 directory (imported as `nexus import` does). The tokenizer is SOURCE's unless one is given; a
 tokenizer whose vocabulary differs from the model's needs --resize-vocab (checked by the trainer
 before anything is written)."""
@@ -24,7 +24,7 @@ def plan_init_from(args, extra: list[str], source: str, amend=None):
 
     src = Path(source)
     src_cfg, load = _read_source(src)
-    cfg = base_config(args)
+    cfg, settings_note = _training_settings(args, src, src_cfg)
     cfg.model = copy.deepcopy(src_cfg.model)
     new_tokenizer = bool(override_keys(extra) & set(TOKENIZER_KEYS))
     if not new_tokenizer:
@@ -43,6 +43,7 @@ def plan_init_from(args, extra: list[str], source: str, amend=None):
              + (f" (grown at steps {[r.get('step') for r in src_cfg.growth_history]}; its re-warmup is not carried)"
                 if src_cfg.growth_history else "")]
     notes += [f"--init-from: {p} {a!r} -> {b!r}" for p, a, b in model_changes]
+    notes.append(settings_note)
     cfg.growth_history = []  # the growth records describe the source run's optimizer and schedule, not this run's
     if new_tokenizer or getattr(tok, "kind", "byte") in BYTE_KINDS:
         tok = None  # built from data.tokenizer / data.chat by the trainer's data module
@@ -52,6 +53,33 @@ def plan_init_from(args, extra: list[str], source: str, amend=None):
 
         needs_resize(model.cfg.vocab_size, n_tok, cfg.data, tok is not None, args.resize_vocab)
     return cfg, model, tok, notes
+
+
+def _training_settings(args, src: Path, src_cfg: RunConfig) -> tuple[RunConfig, str]:
+    """(the config the new run's data and training settings start from, a note saying whose they are).
+    --preset / --config: theirs. Neither, from a nexus checkpoint: the checkpoint's own (its data, batch,
+    lr and steps; before, the default preset's were taken, so a baseline-micro checkpoint trained with
+    baseline-tiny's batch and was labelled baseline-tiny). A HF model carries no training settings: the
+    default preset's. The run is labelled by the model it starts from."""
+    label = src_cfg.preset or src.name
+    if args.preset or args.config:
+        cfg = base_config(args)
+        note = (f"--init-from: data and training settings from {'--preset ' + args.preset if args.preset else ''}"
+                f"{' and ' if args.preset and args.config else ''}{'--config ' + args.config if args.config else ''}")
+    elif (src / "meta.json").is_file():
+        cfg = copy.deepcopy(src_cfg)
+        cfg.train.drop_hook("growth")  # the weights have grown already; growing them again is not the run asked for
+        cfg.train.schedule_steps = 0  # a fresh schedule over this run's steps
+        cfg.train.out_dir = f"runs/{label}-init"  # never the source's own run directory
+        note = (f"--init-from: data and training settings (batch {cfg.train.batch_size} x {cfg.data.seq_len} tokens, "
+                f"lr {cfg.train.lr:g}, {cfg.train.steps} steps) from the checkpoint's config; --preset / --config / "
+                "overrides choose others")
+    else:
+        cfg = base_config(args)
+        note = (f"--init-from: a HF model carries no training settings: data and training from the default preset "
+                f"{args.default_preset} (--preset / --config / overrides choose others)")
+    cfg.preset = label
+    return cfg, note
 
 
 def known_vocab(data_cfg, tok) -> int | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig, parse_overrides
 from ..outdir import MARKER, TRAIN_RUN, check_output
-from .common import add_config_args, base_config
+from .common import FIELDS_EPILOG, ConfigFieldsHelpFormatter, add_config_args, base_config
 
 
 HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch): added only when `train` runs
@@ -23,17 +23,18 @@ def add_parser(sub, detailed: bool = True) -> None:
     p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
                        description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
                                    "`nexus config` lists every field with its default and what it is for "
-                                   "(`nexus config --preset NAME` shows a preset's values).")
+                                   "(`nexus config --preset NAME` shows a preset's values).",
+                       formatter_class=ConfigFieldsHelpFormatter, epilog=FIELDS_EPILOG + "baseline-tiny")
     add_config_args(p)
     p.add_argument("--resume", default=None, metavar="DIR|auto",
                    help="continue from a checkpoint directory with its optimizer state, writing into its run "
                         "directory (or --out); auto: the newest checkpoint in the output directory, or a new run. "
-                        "Overrides of data, steps, LR and schedule, cadence and batch are honoured; a new model shape "
-                        "or tokenizer is refused (nexus grow, or --init-from)")
+                        "Overrides of data, steps, LR and schedule, cadence and batch are honoured; a model change "
+                        "(but model.max_seq_len, model.z_loss) or a new tokenizer is refused (nexus grow, or --init-from)")
     p.add_argument("--init-from", default=None, metavar="CKPT|HF_DIR",
                    help="start a new run from the weights of a nexus checkpoint (grown ones too) or a HF model "
-                        "directory: fresh optimizer and LR schedule, data and training from the preset/config/"
-                        "overrides, the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
+                        "directory: fresh optimizer and LR schedule, data and training from --preset/--config (else "
+                        "CKPT's own), the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
     p.add_argument("--resize-vocab", action="store_true",
                    help="with --init-from: resize the embedding (and head) to the tokenizer's vocabulary when it "
                         "differs from the model's (new rows drawn like a fresh init; without it a mismatch is refused)")

@@ -74,7 +74,8 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             runs.append({"preset": name, "seed": seed, "steps": steps, "train_flops_per_token": f,
                          "flops_source": source, "config": c.to_dict()})
     lm_spec = _plan_lm_eval(lm_eval, lm_eval_include, lm_eval_limit)  # after the cheap checks: it loads data
-    return {"kind": "compare", "presets": presets, "seeds": seeds, "equal": equal, "eval_task": eval_task,
+    # "presets" holds what was asked for (names or files), "labels" what runs and reports call them
+    return {"kind": "compare", "presets": presets, "labels": labels, "seeds": seeds, "equal": equal, "eval_task": eval_task,
             "lm_eval": lm_spec, "reference_tokens": ref_tokens,
             "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
 
@@ -194,7 +195,8 @@ def _run_compare(plan: dict, quiet: bool, say) -> dict:
                           f"or another --out)")
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(f, plan)
-    finals: dict[str, list[float]] = {p: [] for p in plan["presets"]}
+    labels = compare_labels(plan)
+    finals: dict[str, list[float]] = {p: [] for p in labels}
     task, lm_spec = plan.get("eval_task"), plan.get("lm_eval")
     per_run = []
     for run in plan["runs"]:
@@ -213,15 +215,23 @@ def _run_compare(plan: dict, quiet: bool, say) -> dict:
             per_run[-1][f"{task}_accuracy"] = _task_accuracy(run_dir, task)
         if lm_spec:
             per_run[-1]["lm_eval"] = _lm_eval_results(run_dir, lm_spec)
-    rows = summarize(finals, plan["presets"], plan["seeds"])
+    rows = summarize(finals, labels, plan["seeds"])
     results = {"kind": "compare", "equal": plan["equal"], "metric": "final validation loss", "rows": rows,
                "runs": per_run, "flops_source": plan["runs"][0]["flops_source"],
-               "evals": eval_summaries(per_run, plan["presets"], task, lm_spec)}
+               "evals": eval_summaries(per_run, labels, task, lm_spec)}
     results["plot"] = plot_compare(rows, "final validation loss", out / "compare.png")
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "report.md", render_compare_report(results))
     record_outputs(out, [PLAN_FILE, "results.json", "report.md", results["plot"]])
     return results
+
+
+def compare_labels(plan: dict) -> list[str]:
+    """The presets as runs are labelled (a file by its stem); plans written before labels were stored
+    name them again from "presets"."""
+    from ..presets import preset_label
+
+    return plan.get("labels") or [preset_label(p) for p in plan["presets"]]
 
 
 def _p(p) -> str:

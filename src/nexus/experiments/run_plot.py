@@ -138,13 +138,41 @@ def run_names(paths: list[str]) -> list[str]:
     return [str(d) if names.count(n) > 1 else n for d, n in zip(dirs, names)]
 
 
+def smoothing_weight(n_points: int) -> float:
+    """The EMA weight `nexus plot` uses by default: none up to 30 points, then 1 - 30/n, so any run is
+    smoothed over about a thirtieth of its length (0.9 for 300 logged steps, 0.99 for 3,000)."""
+    return max(0.0, 1.0 - 30.0 / max(n_points, 1))
+
+
+def ema(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average with the start-up bias removed (as TensorBoard's smoothing): point i is
+    sum_j w^(i-j) (1-w) v_j / (1 - w^(i+1)), so the first points are not pulled toward 0."""
+    out, acc, norm = [], 0.0, 0.0
+    for v in values:
+        acc = weight * acc + (1 - weight) * v
+        norm = weight * norm + (1 - weight)
+        out.append(acc / norm if norm else v)
+    return out
+
+
+def with_smoothing(runs: list[dict], weight: float | None = None) -> list[dict]:
+    """Each run with a "train_ema" series: its train losses smoothed by `ema` (weight None: by
+    `smoothing_weight` of its own length; 0: a copy of the raw curve)."""
+    out = []
+    for r in runs:
+        w = smoothing_weight(len(r["train"])) if weight is None else weight
+        smooth = ema([p["loss"] for p in r["train"]], w)
+        out.append({**r, "train_ema": [{**p, "loss": v} for p, v in zip(r["train"], smooth)], "smoothing": w})
+    return out
+
+
 def curves_csv(runs: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for r in runs:
-        for series in ("train", "val"):
-            for p in r[series]:
+        for series in ("train", "train_ema", "val"):
+            for p in r.get(series, []):
                 w.writerow([r["name"], series, p["step"], p["tokens"], f"{p['flops']:.6g}",
                             "" if p["wall_s"] is None else f"{p['wall_s']:.3f}", f"{p['loss']:.6f}"])
         for g in r["growth"]:
@@ -157,41 +185,64 @@ PANELS = (("tokens", "tokens processed"), ("flops", "training FLOPs (3 x forward
           ("wall_s", "wall time (s)"))
 
 
-def plot_runs(runs: list[dict], path: Path, title: str | None = None) -> None:
-    """Three panels (loss vs tokens, FLOPs, wall time): per run a thin train line and a marked validation
-    line in one colour, its growth steps as dashed vertical lines."""
+def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool = False,
+              logy: bool = False) -> None:
+    """Three panels (loss vs tokens, FLOPs, wall time), made to be read on a slide: per run one colour,
+    the raw train loss faint behind its EMA (`with_smoothing`), the validation loss on top, thick with
+    markers, growth steps as dashed vertical lines; log-scaled axes on request."""
     from ..figures import pyplot, save_figure
 
+    runs = [r if "train_ema" in r else with_smoothing([r])[0] for r in runs]
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5), dpi=110)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(runs):
         c = colors[i % len(colors)]
         for ax, (key, _) in zip(axes, PANELS):
             tr = [p for p in r["train"] if p[key] is not None]
+            sm = [p for p in r["train_ema"] if p[key] is not None]
             va = [p for p in r["val"] if p[key] is not None]
             if tr:
-                ax.plot([p[key] for p in tr], [p["loss"] for p in tr], "-", color=c, lw=1, alpha=0.55)
+                ax.plot([p[key] for p in tr], [p["loss"] for p in tr], "-", color=c, lw=0.8, alpha=0.18, zorder=1)
+                ax.plot([p[key] for p in sm], [p["loss"] for p in sm], "-", color=c, lw=1.6, alpha=0.85, zorder=2)
             if va:
-                ax.plot([p[key] for p in va], [p["loss"] for p in va], "o-", color=c, lw=2, ms=4)
+                ax.plot([p[key] for p in va], [p["loss"] for p in va], "o-", color=c, lw=2.8, ms=6, zorder=4,
+                        markeredgecolor="white", markeredgewidth=0.8)
             for g in r["growth"]:
                 if g[key] is not None:
-                    ax.axvline(g[key], color=c, ls="--", lw=1)
+                    ax.axvline(g[key], color=c, ls="--", lw=1.2, alpha=0.8, zorder=0)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colors[i % len(colors)], lw=2, label=r["name"]) for i, r in enumerate(runs)]
-    handles += [Line2D([], [], color="black", lw=1, alpha=0.55, label="train loss"),
-                Line2D([], [], color="black", lw=2, marker="o", ms=4, label="validation loss"),
-                Line2D([], [], color="black", ls="--", lw=1, label="growth")]
+    ema_label = "train loss, EMA-smoothed" if any(r["smoothing"] for r in runs) else "train loss"
+    handles = [Line2D([], [], color=colors[i % len(colors)], lw=3, label=r["name"]) for i, r in enumerate(runs)]
+    handles += [Line2D([], [], color="black", lw=2.8, marker="o", ms=6, label="validation loss"),
+                Line2D([], [], color="black", lw=1.6, alpha=0.85, label=ema_label),
+                Line2D([], [], color="black", lw=0.8, alpha=0.25, label="train loss, raw"),
+                Line2D([], [], color="black", ls="--", lw=1.2, label="growth")]
     for ax, (key, label) in zip(axes, PANELS):
-        ax.set_xlabel(label, fontsize=11)
-        ax.set_ylabel("loss (nats per token)", fontsize=11)
+        ax.set_xlabel(label + (" (log)" if logx else ""), fontsize=13)
+        ax.set_ylabel("loss (nats per token)" + (" (log)" if logy else ""), fontsize=13)
+        ax.tick_params(labelsize=11)
         ax.grid(alpha=0.3)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        if logx:
+            ax.set_xscale("log")
+        if logy:  # a loss spans well under a decade: plain numbers on every tick, not 4 x 10^0
+            from matplotlib.ticker import FuncFormatter, LogLocator
+
+            ax.set_yscale("log")
+            ax.yaxis.set_minor_locator(LogLocator(subs=(1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)))
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            ax.yaxis.grid(True, which="minor", alpha=0.15)
         if key == "wall_s" and not any(p["wall_s"] is not None for r in runs for p in r["train"] + r["val"]):
-            ax.text(0.5, 0.5, "wall time not recorded\nin these runs", ha="center", va="center", transform=ax.transAxes)
-    axes[0].legend(handles=handles, fontsize=9, loc="upper right")
-    fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=12)
-    fig.tight_layout()
+            ax.text(0.5, 0.5, "wall time not recorded\nin these runs", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=12)
+    fig.legend(handles=handles, fontsize=11, loc="lower center", ncol=min(len(handles), 6), frameon=False)
+    fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=15)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     save_figure(fig, path)
 
 
@@ -209,7 +260,7 @@ class LossCurveHook(Hook):
             return
         from ..atomic import write_text_atomic
 
-        run = read_run(str(trainer.out_dir), trainer.out_dir.name)
+        run = with_smoothing([read_run(str(trainer.out_dir), trainer.out_dir.name)])[0]
         png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
         plot_runs([run], png)
         write_text_atomic(csv_path, curves_csv([run]))

@@ -30,8 +30,12 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
         before = copy.deepcopy(cfg.train)
         parse_overrides(cfg, list(train_overrides))
         cfg.validate()
-        notes = carry_schedule_and_lr(before, cfg.train, grown=True)  # what the overrides changed: reported
+        notes = carry_schedule_and_lr(before, cfg.train, grown=True, step=step)  # what the overrides changed: reported
     new_model, new_cfg, new_opt, result = grow(model, cfg, spec, tstate.get("optimizer"), step)
+    if train_overrides:
+        from ..train.run_dir import record_replan
+
+        record_replan(before, new_cfg.train, new_cfg.growth_history, step)  # the lr bridges to the new horizon
     report = dict(result.report)
     if notes:
         report["notes"] = "; ".join(notes)

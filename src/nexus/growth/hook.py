@@ -25,8 +25,8 @@ from .spec import GrowthSpec
 
 def rewarmup_rule(cfg):
     """The per-parameter lr rule a (grown) run's growth history asks for: the newest growth record with a
-    re-warmup, else None (every entry on the baseline schedule)."""
-    rec = next((r for r in reversed(cfg.growth_history) if r.get("rewarmup")), None)
+    re-warmup or a re-planned horizon (growth/rewarmup.py), else None (every entry on the baseline schedule)."""
+    rec = next((r for r in reversed(cfg.growth_history) if r.get("rewarmup") or r.get("lr_replan")), None)
     if rec is None:
         return None
     from .rewarmup import make_rewarmup

@@ -1,6 +1,7 @@
 """Compare our logits with HF `transformers` on a fixed batch: the check `--verify` runs after import/export."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -17,10 +18,24 @@ def verify_batch(mcfg, seq_len: int = 32, batch: int = 2, seed: int = 0) -> torc
 def hf_logits(hf_dir: Path, ids: torch.Tensor) -> torch.Tensor:
     """fp32 logits of the HF checkpoint in `hf_dir` (eager attention); the HF model is freed on return."""
     transformers = require_transformers()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
-                                                           attn_implementation="eager", local_files_only=True).eval()
+    with no_progress_bars(transformers):  # its `Loading weights: 100%` bar is not nexus's output
+        hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
+                                                               attn_implementation="eager", local_files_only=True).eval()
     with torch.no_grad():
         return hf(ids).logits.float()
+
+
+@contextlib.contextmanager
+def no_progress_bars(transformers):
+    """transformers' progress bars off inside the block, as they were after it."""
+    hf_logging = transformers.utils.logging
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def nexus_logit_difference(model, ids: torch.Tensor, reference: torch.Tensor) -> float:

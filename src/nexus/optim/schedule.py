@@ -31,9 +31,12 @@ def lr_factor(step: int, tcfg: TrainConfig) -> float:
 def set_lr(optimizer, step: int, tcfg: TrainConfig, lr_rule=None) -> float:
     """Set every group's lr from its base lr; `lr_rule(step, base_lr, factor, tcfg) -> lr_new` sets the
     learning rate of the entries the optimizer state marks new (SPARKLING's re-warmup of freshly grown
-    entries). Returns the schedule factor."""
+    entries), and its optional `lr_rule.old` (same arguments) that of the other entries where it departs
+    from base_lr x factor (the bridge after a grown run's horizon is re-planned, growth/rewarmup.py).
+    Returns the schedule factor."""
     f = lr_factor(step, tcfg)
+    old = getattr(lr_rule, "old", None)
     for g in optimizer.param_groups:
-        g["lr"] = g["base_lr"] * f
+        g["lr"] = old(step, g["base_lr"], f, tcfg) if old is not None else g["base_lr"] * f
         g["lr_new"] = lr_rule(step, g["base_lr"], f, tcfg) if lr_rule is not None else None
     return f

@@ -1,7 +1,8 @@
 """The one config a resumed run trains with, and what a resume may change.
 
-A checkpoint fixes the model's shape and the tokenizer: its weights and its optimizer state are laid
-out for them. Everything else given on resume is honoured and recorded in the run's config.yaml (data
+A checkpoint fixes the model (its shape, and every model field but the few declared safe in
+RESUMABLE_MODEL_FIELDS: its weights compute one function) and the tokenizer: its weights and its
+optimizer state are laid out for them. Everything else given on resume is honoured and recorded in the run's config.yaml (data
 source and sequence length, steps and the schedule horizon, learning rates, logging, evaluation and
 save cadence, the batch), each change printed as a note. The global batch is kept across world sizes
 by adjusting gradient accumulation, or the resume is refused with the values that keep it. A change
@@ -24,6 +25,24 @@ TOKENIZER_FIELDS = ("data.tokenizer", "data.bpe_vocab_size", "data.chat")
 OPTIMIZER_FIELDS = ("train.optimizer",)
 # Fields whose change is a different run location or bookkeeping, not a note-worthy change.
 UNNOTED_FIELDS = ("train.out_dir",)
+# The model fields a resume may change: the checkpoint's weights compute the same function with either
+# value. Every other model field must equal the checkpoint's, even when the tensor sizes would allow it
+# (more heads of the same total width is another function of the same weights).
+RESUMABLE_MODEL_FIELDS = {
+    "model.max_seq_len": "RoPE tables and the generation limit; positions the run trained on are unchanged",
+    "model.z_loss": "a term of the training loss, not of the model's output (like an lr change)",
+}
+# Data fields a source kind never reads: on resume (and only there are they compared) a change of one
+# would be recorded as honoured while having no effect, so it is refused. A prepared directory fixed its
+# split, text field, document cap, document unit and token files when `nexus data prepare` wrote it; a
+# .bin file has no documents; a synthetic task reads no corpus.
+_CORPUS_FIELDS = ("data.split_seed", "data.text_field", "data.max_documents", "data.num_proc", "data.cache_dir",
+                  "data.document_per_file")
+UNREAD_DATA_FIELDS = {
+    "prepared": ("data.val_fraction", "data.dtype", *_CORPUS_FIELDS),
+    "bin": _CORPUS_FIELDS,
+    "synthetic": ("data.val_fraction", "data.dtype", *_CORPUS_FIELDS),
+}
 
 
 def launched_world_size() -> int:
@@ -40,7 +59,7 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     checkpoint's own). world: the world size it will run at (default: the launcher's). amend: a last
     change to the merged config, before its one validation (`nexus train`'s growth flags)."""
     from ..checkpoint import load_trainer_state, read_config
-    from .run_dir import carry_schedule_and_lr, resume_run_dir
+    from .run_dir import carry_schedule_and_lr, record_replan, resume_run_dir
 
     stored = read_config(ckpt, flag=flag)
     cfg = parse_overrides(copy.deepcopy(stored), list(overrides))
@@ -49,14 +68,30 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     refuse_unresumable(stored, cfg, changes, where, ckpt)
     shown = [f"{path} {old!r} -> {new!r}" for path, old, new in changes if path not in UNNOTED_FIELDS]
     notes = [f"resumed with {', '.join(shown)}"] if shown else []
-    notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history))
     st = load_trainer_state(ckpt, with_optimizer=False) or {}
+    notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history), step=st.get("step"))
+    record_replan(stored.train, cfg.train, cfg.growth_history, st.get("step"))
+    notes += nothing_to_train(stored, cfg, st.get("step"), where, ckpt)
     notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
                                launched_world_size() if world is None else world, where)
     cfg.train.out_dir = str(out_dir or resume_run_dir(ckpt))
     if amend is not None:
         amend(cfg)
     return cfg.validate(), notes
+
+
+def nothing_to_train(stored: RunConfig, cfg: RunConfig, step: int | None, where: str, ckpt) -> list[str]:
+    """A checkpoint already at train.steps: refused when it is a checkpoint just grown (`nexus grow` without
+    --train.steps: resuming it would train 0 steps and exit 0), else a note (a finished run evaluated and
+    saved again)."""
+    if step is None or step < cfg.train.steps:
+        return []
+    fix = f"--train.steps N with N > {step}"
+    if stored.growth_history and stored.growth_history[-1].get("step") == step:
+        raise ConfigError(f"{where}: the checkpoint was grown at step {step} and train.steps is {cfg.train.steps}: "
+                          f"nothing left to train (valid: {fix}; its LR schedule is then re-planned over N steps)")
+    return [f"the checkpoint is at step {step} and train.steps is {cfg.train.steps}: no step is trained, only the "
+            f"final evaluation and checkpoint (give {fix} to train further)"]
 
 
 def changed_fields(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -84,11 +119,31 @@ def refuse_unresumable(stored: RunConfig, cfg: RunConfig, changes, where: str, c
     if opt:
         raise ConfigError(f"{where}: {_shown(opt)} cannot take the checkpoint's optimizer state (valid: resume "
                           f"without it, or start from its weights with a fresh optimizer: {init_from})")
-    model = [c for c in changes if c[0].startswith("model.")]
+    model = [c for c in changes if c[0].startswith("model.") and c[0] not in RESUMABLE_MODEL_FIELDS]
     if model and param_shapes(stored.model) != param_shapes(cfg.model):
         raise ConfigError(f"{where}: {_shown(model)} changes the model's shape (valid: resume without it; grow the "
                           f"checkpoint with `nexus grow --checkpoint {ckpt} --out DIR ...`, or start from its weights "
                           f"with {init_from})")
+    if model:
+        raise ConfigError(f"{where}: {_shown(model)} changes the function the checkpoint's weights compute (valid: "
+                          f"resume without it; the model fields a resume may change: "
+                          f"{', '.join(RESUMABLE_MODEL_FIELDS)}; or start a new run from its weights with {init_from})")
+    refuse_unread_data(cfg, changes, where)
+
+
+def refuse_unread_data(cfg: RunConfig, changes, where: str) -> None:
+    """ConfigError for a changed data field the run's source does not read (it would have no effect)."""
+    data = [c for c in changes if c[0].startswith("data.")]
+    if not data:
+        return
+    from ..data.sources import resolve_source
+
+    kind = resolve_source(cfg.data.source).kind
+    unread = [c for c in data if c[0] in UNREAD_DATA_FIELDS.get(kind, ())]
+    if unread:
+        redo = " (prepare the data again with the new setting: `nexus data prepare`)" if kind == "prepared" else ""
+        raise ConfigError(f"{where}: {_shown(unread)} has no effect on data.source={cfg.data.source!r}, a {kind} "
+                          f"source, which does not read it (valid: resume without it{redo})")
 
 
 def _shown(changes) -> str:

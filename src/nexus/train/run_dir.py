@@ -196,32 +196,43 @@ def clear_run(out_dir) -> None:
             p.unlink(missing_ok=True)
 
 
-def carry_schedule_and_lr(old, new, *, grown: bool) -> list[str]:
+def carry_schedule_and_lr(old, new, *, grown: bool, step: int | None = None) -> list[str]:
     """Training fields on resume (old: the checkpoint's TrainConfig, new: this run's). The LR schedule
     keeps the horizon the run started with, so growing train.steps never makes the LR jump (it stays
     at its floor past the old horizon); an explicit train.schedule_steps re-plans it. A grown checkpoint
     (`grown`) trained further is the exception: its schedule is re-planned over the new train.steps, so
     the entries it had continue the base schedule over the new horizon and its new entries re-warm from
-    there (SPARKLING eq. 28), instead of training at the floor. Returns notes."""
+    there (SPARKLING eq. 28), instead of training at the floor. step: where the run continues (named in
+    the lr notes). Returns notes."""
     notes = []
     if not new.schedule_steps and new.steps != old.steps:
         if grown and new.steps > (old.schedule_steps or old.steps):
             notes.append(f"train.steps {old.steps} -> {new.steps} on a grown checkpoint: the LR schedule is re-planned "
                          f"over {new.steps} steps (the base {new.schedule} over the new horizon, new entries re-warm "
                          "as the growth recorded; set --train.schedule_steps to choose the horizon)")
-            return notes + _lr_notes(old, new)
+            return notes + _lr_notes(old, new, step)
         new.schedule_steps = old.schedule_steps or old.steps
         notes.append(f"train.steps {old.steps} -> {new.steps}: the LR schedule keeps its horizon of "
                      f"{new.schedule_steps} steps (set --train.schedule_steps to re-plan it)")
-    return notes + _lr_notes(old, new)
+    return notes + _lr_notes(old, new, step)
 
 
-def _lr_notes(old, new) -> list[str]:
+def record_replan(old, new, growth_history: list, step: int | None) -> None:
+    """A grown checkpoint whose LR horizon changes at `step` (old -> new TrainConfig): its newest growth
+    record says so (`lr_replan`), and the lr moves to the new plan over a bridge instead of jumping to it
+    (growth/rewarmup.py; a cosine that had ended would jump from its floor to the middle of the new one)."""
+    before, after = old.schedule_steps or old.steps, new.schedule_steps or new.steps
+    if growth_history and step is not None and before != after:
+        growth_history[-1]["lr_replan"] = {"step": int(step), "horizon_before": int(before)}
+
+
+def _lr_notes(old, new, step: int | None) -> list[str]:
     notes = []
+    at = "from the resumed step on" if step is None else f"from step {step} on"
     for field in ("lr", "muon_lr"):
         a, b = getattr(old, field), getattr(new, field)
         if a != b:
-            notes.append(f"train.{field} {a:g} -> {b:g} from step on (resumed optimizer state kept)")
+            notes.append(f"train.{field} {a:g} -> {b:g} {at} (resumed optimizer state kept)")
     return notes
 
 

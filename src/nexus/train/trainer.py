@@ -43,6 +43,23 @@ class TrainingAborted(RuntimeError):
     """Raised when training cannot continue (e.g. too many non-finite losses in a row)."""
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT / SIGTERM stopped the run at a step boundary after saving `checkpoint` (the command line
+    exits 128 + signum and prints the message: where the checkpoint is and how to resume it)."""
+
+    def __init__(self, signum: int, step: int, checkpoint):
+        import signal
+
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(self.message())
+
+    def message(self, resume: str | None = None) -> str:
+        """What happened and how to resume (`resume`: the command, default `nexus train --resume CKPT`)."""
+        return (f"stopped by {self.signal_name} at step {self.step}; checkpoint saved: {self.checkpoint}; resume with: "
+                f"{resume or f'nexus train --resume {self.checkpoint}'}")
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -471,7 +488,8 @@ class Trainer:
         lock = R.run_lock(self.out_dir) if self.is_main else None
         self.notes += getattr(lock, "notes", [])  # a dead run's lock taken over, its saves recovered
         try:
-            return self._fit()
+            with self._stop_signals():
+                return self._fit()
         except RuntimeError as e:
             lost = D.unresponsive_rank_message(e)
             if lost is None:
@@ -483,6 +501,44 @@ class Trainer:
                 if self.out_dir.is_dir():
                     R.record_run_files(self.out_dir)
                 lock.release()
+
+    @contextlib.contextmanager
+    def _stop_signals(self):
+        """SIGINT / SIGTERM during fit(): finish the step, save a checkpoint, raise TrainingInterrupted
+        (a second SIGINT stops at once, without saving). One process only: under torchrun the ranks
+        would stop at different steps and the save is a collective, so there the signals keep their
+        default effect (the last periodic checkpoint is the one to resume)."""
+        import signal
+        import threading
+
+        self._stop_signal = None
+        if self.world > 1 or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def stop(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # asked twice: stop now
+            self._stop_signal = signum
+            print(f"nexus: {signal.Signals(signum).name}: stopping after step {self.step + 1} with a checkpoint "
+                  "(Ctrl-C again stops at once, without one)", file=sys.stderr, flush=True)
+
+        before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in before.items():
+                signal.signal(s, handler)
+
+    def _stop_if_signalled(self) -> None:
+        """At a step boundary after SIGINT / SIGTERM: save this step's checkpoint (unless the periodic
+        save just wrote it) and stop with TrainingInterrupted."""
+        if getattr(self, "_stop_signal", None) is None:  # None also when fit() is not the caller
+            return
+        path = self.out_dir / f"step_{self.step:07d}"
+        if not path.is_dir():
+            self.save_periodic()
+        raise TrainingInterrupted(self._stop_signal, self.step, path)
 
     def _say_epochs(self, tc) -> None:
         """The data summary, and how many times the run will read its training tokens (above one, the
@@ -521,6 +577,7 @@ class Trainer:
             if log_now:
                 self.call_hooks("on_log", self.step, self._log_record(m))
             self.call_hooks("on_step_end", self.step, m)
+            self._stop_if_signalled()
         result.update(step=self.step, tokens_seen=self.tokens_seen)
         self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
         return result
@@ -556,7 +613,8 @@ class Trainer:
         m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
                  processed_tokens_per_s=self._since_log[2] / max(dt, 1e-9), elapsed_s=round(self.elapsed(), 3),
                  epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
-                 lr=self.optimizer.param_groups[0]["lr"], params=self.n_params, **memory_stats(self.device))
+                 lr=self.optimizer.param_groups[0]["lr"], **group_lrs(self.optimizer), params=self.n_params,
+                 **memory_stats(self.device))
         self._since_log = (time.perf_counter(), 0, 0)
         return m
 
@@ -576,6 +634,19 @@ def _valid_targets(labels: torch.Tensor) -> int:
     """Scored targets of a batch's labels, read while they are still the loader's CPU tensor (before any copy
     to the device): the step's only host reads between log steps, and no device sync."""
     return int((labels != IGNORE_INDEX).sum())
+
+
+def group_lrs(optimizer) -> dict[str, float]:
+    """{"lr/<group>": lr} of every parameter group, and {"lr/<group>_new": lr} for the entries a growth
+    marked new while they follow their own lr (the re-warmup): recorded beside `lr` (the first group's),
+    flat so TensorBoard and W&B get them as scalars too."""
+    out = {}
+    for i, g in enumerate(optimizer.param_groups):
+        name = g.get("name") or f"group{i}"
+        out[f"lr/{name}"] = g["lr"]
+        if g.get("lr_new") is not None:
+            out[f"lr/{name}_new"] = g["lr_new"]
+    return out
 
 
 def _np_state() -> list:
