@@ -21,7 +21,7 @@ def writes(text: str):
 
 
 def interrupt_at(monkeypatch, point: str) -> None:
-    def crash(name):
+    def crash(name, what=None):
         if name == point:
             raise KeyboardInterrupt(point)
     monkeypatch.setattr(atomic, "crash_point", crash)
@@ -123,7 +123,7 @@ def test_write_file_atomic_replaces_or_keeps_the_old_file_whole(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         atomic.write_text_atomic(f, "new")
     assert f.read_text() == "old" and entries(tmp_path) == ["f.txt"]
-    monkeypatch.setattr(atomic, "crash_point", lambda name: None)
+    monkeypatch.setattr(atomic, "crash_point", lambda name, what=None: None)
     atomic.write_text_atomic(f, "new")
     assert f.read_text() == "new" and entries(tmp_path) == ["f.txt"]
 
@@ -272,16 +272,14 @@ def test_a_recovered_leftover_that_cannot_be_deleted_is_named_not_reported_remov
 
 def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_folder(tmp_path):
     """A reader of run/step-10 finishes the swaps a dead writer of the checkpoint itself recorded and
-    those a dead writer of the run folder recorded (a lock left without its holder line counts as dead);
-    a lock whose holder ran on another host cannot be checked from here and is left alone."""
+    those a dead writer of the run folder recorded; a lock whose holder ran on another host cannot be checked from here and is left alone."""
     run = tmp_path / "run"
     run.mkdir()
     ckpt = run / "step-10"
     own = [side(ckpt, "new", "own"), side(ckpt, "old", "own-old")]
     dead_writers_lock(ckpt, own)
     folder_side = side(run / "step-20", "tmp", "folder")  # recorded by the run folder's dead writer
-    # its holder line torn by the kill (half written): no holder to check, so a dead one
-    lock_file(run).write_text('{"pid": 12\n' + json.dumps({"pending": str(folder_side.relative_to(tmp_path))}) + "\n")
+    dead_writers_lock(run, [folder_side])  # (a lock is created whole, holder line first: never torn)
     actions = atomic.recover_interrupted(ckpt)
     assert (ckpt / "a.txt").read_text() == "own" and not folder_side.exists()
     assert sum(a.startswith("restored") for a in actions) == 1 and len(actions) == 3

@@ -126,3 +126,56 @@ def test_ternary_export_killed_before_its_rename_leaves_a_recorded_temporary_the
     from nexus.export.ternary import load_ternary
 
     load_ternary(out)
+
+
+# ----------------------------------------------------------------------------- issue 42 item 2: every kill resumable
+def manifest_owns_everything(out: Path) -> None:
+    """The finished run's manifest accounts for every name in it: a later --overwrite would go through."""
+    from nexus.outdir.manifest import ownership_problems
+
+    assert ownership_problems(out) == []
+
+
+@pytest.mark.parametrize("point", [
+    "dir-after-rename@step_0000002",  # the step checkpoint renamed into place, the run's manifest not yet updated
+    "file-after-rename@config.yaml",
+    "file-after-rename@loss_curve.png",
+    "file-after-rename@loss_curve.csv",
+    "manifest-before-rename:4",  # a manifest update itself cut short (its temporary written, not renamed)
+    "metrics-write:3",  # after a line was appended (its manifest entry announced it first)
+])
+def test_a_kill_between_a_rename_and_its_manifest_entry_resumes_with_the_same_command(tmp_path, point):
+    argv = [*RUN, "--train.steps", "4", "--train.save_every", "2"]
+    again, out = crash_then_resume(tmp_path, argv, point)
+    assert "not written by nexus" not in again.stderr
+    assert_finished(out, 4)
+    manifest_owns_everything(out)
+
+
+def test_a_kill_after_the_loss_curve_of_a_resumed_run_replaced_the_old_one(tmp_path):
+    """loss_curve.csv already recorded, replaced by a longer one, killed before its entry follows: the
+    next run recognises nexus's own completed rename by the hash its journal holds."""
+    out = tmp_path / "run"
+    argv = ["train", *RUN, "--train.save_every", "2", "--out", out]
+    assert nexus_cli([*argv, "--train.steps", "4"], tmp_path).returncode == 0
+    more = [*argv, "--train.steps", "6", "--resume", "auto"]
+    killed = nexus_cli(more, tmp_path, crash_at="file-after-rename@loss_curve.csv")
+    assert killed.returncode == 137
+    again = nexus_cli(more, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert_finished(out, 6)
+    manifest_owns_everything(out)
+
+
+@pytest.mark.parametrize("point", ["prune-after-rename", "entry-removed:2", "entry-removed:5"])
+@pytest.mark.parametrize("then", ["--overwrite", "--resume auto"])
+def test_an_overwrite_killed_midway_finishes_on_the_next_run(tmp_path, point, then):
+    out = tmp_path / "run"
+    argv = ["train", *RUN, "--train.steps", "4", "--train.save_every", "2", "--out", out]
+    assert nexus_cli(argv, tmp_path).returncode == 0
+    killed = nexus_cli([*argv, "--overwrite"], tmp_path, crash_at=point)
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    again = nexus_cli([*argv, *then.split()], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert_finished(out, 4)
+    manifest_owns_everything(out)

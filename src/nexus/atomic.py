@@ -13,11 +13,16 @@ it is created, so every moment is recoverable from the record:
 `recover_recorded` finishes or rolls back exactly the names a dead writer recorded: a complete `.new`
 (else the `.old`) goes back under NAME when NAME is missing; the rest is removed. Nothing nexus did
 not record is ever touched.
+
+A finished output is entered in its folder's manifest (when the writer records it there: a run's
+checkpoints and files) after its rename and before the journal says `done`. A kill between the two is
+recognised on recovery: the journal's `ready` line holds the output's hash (a file's bytes, a folder's
+own manifest), and a NAME with that hash whose temporary is gone is nexus's completed rename, so it is
+entered then. Every kill leaves an output the same command continues.
 """
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import time
@@ -25,10 +30,10 @@ from pathlib import Path
 
 from .config import ConfigError
 from .outdir.crash import crash_point
+from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
-from .outdir.manifest import manifest_of_tree, ownership_problems, read_manifest, write_manifest
-
-_SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old|del)-(?P<tag>\d+-\d+)$")
+from .outdir.manifest import (MARKER, entry_unchanged, file_entry, manifest_of_tree, ownership_problems, read_manifest,
+                              record, sha256_of, write_manifest)
 
 
 def fsync_tree(root: Path) -> None:
@@ -122,23 +127,69 @@ def recover_recorded(lock: OutputLock) -> list[str]:
         p = lock.base / rel
         m = _SIDE.match(p.name)
         if m:
-            entries.append((p, m))
+            entries.append((p, m, lock.taken_ready.get(rel)))
     for state in ("new", "old", "tmp", "del"):  # a complete new version wins over the previous one
-        for p, m in entries:
-            if m["state"] != state or not (p.exists() or p.is_symlink()):
-                continue
+        for p, m, ready in entries:
             final = p.parent / m["name"]
+            if m["state"] != state:
+                continue
+            if not (p.exists() or p.is_symlink()):
+                if ready and state in ("tmp", "new") and enter_completed(final, ready):
+                    actions.append(f"recorded {final}, whose save completed just before the writer stopped")
+                continue
             if state in ("new", "old") and not final.exists():
                 os.replace(p, final)
                 fsync_dir(p.parent)
+                if state == "new" and ready:
+                    enter_completed(final, ready)
                 actions.append(f"restored {final} from an interrupted save ({state} version)")
             else:
                 if _remove(p):  # else _remove said what is left
                     actions.append(f"removed {p.name} left by an interrupted save")
     for rel in lock.taken_over:
         lock.done(lock.base / rel)
-    lock.taken_over = []
+    lock.taken_over, lock.taken_ready = [], {}
     return actions
+
+
+def output_hash(path: Path) -> str:
+    """What a `ready` journal line records: a file's sha256, or a folder output's own manifest's (which
+    lists the sha256 of every file in it)."""
+    return sha256_of(path / MARKER if path.is_dir() else path)
+
+
+def _ready_hash(path: Path, enter: bool) -> str:
+    return ("enter:" if enter else "") + output_hash(path)
+
+
+def enter_completed(final: Path, ready: str) -> bool:
+    """After a kill: `final` holds the output whose hash the journal recorded (`ready`, prefixed with
+    `enter:` when its writer enters it in the folder's manifest). Enter it there if so; whether it was
+    nexus's completed rename."""
+    enter, digest = ready.startswith("enter:"), ready.removeprefix("enter:")
+    if final.is_symlink() or not (final.is_dir() or final.is_file()):
+        return False
+    try:
+        if output_hash(final) != digest:
+            return False
+    except OSError:
+        return False
+    if enter:
+        enter_in_folder(final)
+    return True
+
+
+def enter_in_folder(final: Path) -> None:
+    """Enter `final` (just renamed into place by nexus) in its folder's manifest, when the folder has one:
+    a folder output as a nested nexus output, a file by its bytes (an append-only log stays one)."""
+    m = read_manifest(final.parent)
+    if m is None:
+        return
+    if final.is_dir():
+        record(final.parent, m["kind"], dirs=[final.name])
+    else:
+        grows = isinstance(m["files"].get(final.name), dict) and m["files"][final.name].get("grows")
+        record(final.parent, m["kind"], **({"grows": [final.name]} if grows else {"files": [final.name]}))
 
 
 def recover_interrupted(path) -> list[str]:
@@ -198,10 +249,11 @@ def output_lock(final: Path) -> OutputLock | None:
     return lk
 
 
-def atomic_dir_write(final, write_fn, kind: str, hashes=None) -> Path:
+def atomic_dir_write(final, write_fn, kind: str, hashes=None, enter: bool = False) -> Path:
     """Call write_fn(tmp_dir), write its ownership manifest (of `kind`, listing every file; `hashes`:
     callable(tmp_dir) -> {relative path: sha256} already known), fsync it, then move it to `final`,
-    replacing an earlier nexus output last.
+    replacing an earlier nexus output last. enter: also enter `final` in its folder's manifest (a run's
+    checkpoint), as one recoverable step with the rename.
 
     An existing `final` nexus cannot prove it wrote entirely (see nexus.outdir.manifest) is refused,
     never replaced: commands check this up front with nexus.outdir.check_output; this is the last
@@ -224,15 +276,16 @@ def atomic_dir_write(final, write_fn, kind: str, hashes=None) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return swap_into_place(tmp, final, tag, lk)
+        return swap_into_place(tmp, final, tag, lk, enter=enter)
     finally:
         if lk:
             lk.release()
 
 
-def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> Path:
+def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None, enter: bool = False) -> Path:
     """fsync the finished `tmp` (named .NAME.tmp-TAG) and rename it to `final` by the recoverable
-    protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill."""
+    protocol above; also used by the sharded (FSDP2) checkpoint writer, whose tmp all ranks fill.
+    enter: enter `final` in its folder's manifest before the journal says done."""
     note = lk.pending if lk else (lambda p: None)
     old = ready = None
     try:
@@ -240,8 +293,13 @@ def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> 
         fsync_tree(tmp)
         crash_point("swap-before-rename")
         if not final.exists():
+            if lk:
+                lk.ready(tmp, _ready_hash(tmp, enter))
             os.replace(tmp, final)
             fsync_dir(final.parent)
+            crash_point("dir-after-rename", final.name)
+            if enter:
+                enter_in_folder(final)
             if lk:
                 lk.done(tmp)
             return final
@@ -250,12 +308,16 @@ def swap_into_place(tmp: Path, final: Path, tag: str, lk: OutputLock | None) -> 
         note(ready)
         note(old)
         os.replace(tmp, ready)
+        if lk:
+            lk.ready(ready, _ready_hash(ready, enter))
         fsync_dir(final.parent)
         os.replace(final, old)
         crash_point("swap-between-renames")
         os.replace(ready, final)
         crash_point("swap-after-renames")
         fsync_dir(final.parent)
+        if enter:
+            enter_in_folder(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not final.exists() and old.exists():  # failed between the renames: put the old one back
@@ -286,10 +348,18 @@ def remove_recorded(lk: OutputLock | None, path: Path) -> None:
         lk.done(aside)
 
 
-def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None) -> Path:
+def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None, enter: bool = False) -> Path:
     """write_fn(tmp_path) writes a file; it is fsynced and renamed to `final` (the temporary is
-    recorded in `lk`'s journal and removed on any failure)."""
+    recorded in `lk`'s journal and removed on any failure). The file is entered in its folder's
+    manifest when `enter` is set or the manifest lists it already (its entry must follow its bytes), in
+    the same recoverable step as the rename. A listed file the user changed is refused, never replaced."""
     final = Path(final)
+    m = read_manifest(final.parent)
+    listed = m is not None and final.name in m["files"]
+    if listed and final.exists() and not entry_unchanged(final, m["files"][final.name]):
+        raise ConfigError(f"{str(final)!r} was changed since nexus wrote it, and nexus would replace it (valid: move it "
+                          "out of the folder; nexus never replaces what it did not write)")
+    enter = (enter or listed) and m is not None
     tmp = side_name(final, "tmp", new_tag())
     lk = lk or held_lock(final)
     if lk:
@@ -298,9 +368,14 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None) -> Pa
         write_fn(tmp)
         respect_umask(tmp)
         fsync_file(tmp)
+        if lk:
+            lk.ready(tmp, _ready_hash(tmp, enter))
         crash_point("file-before-rename")
         os.replace(tmp, final)
         fsync_dir(final.parent)
+        crash_point("file-after-rename", final.name)
+        if enter:
+            enter_in_folder(final)
     finally:
         tmp.unlink(missing_ok=True)
         if lk:
@@ -308,12 +383,12 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None) -> Pa
     return final
 
 
-def write_text_atomic(path, text: str) -> None:
-    """Replace one file's contents atomically (temporary name, fsync, rename)."""
+def write_text_atomic(path, text: str, enter: bool = False) -> None:
+    """Replace one file's contents atomically (temporary name, fsync, rename); enter: see write_file_atomic."""
     def write(tmp: Path) -> None:
         tmp.write_text(text)
 
-    write_file_atomic(Path(path), write)
+    write_file_atomic(Path(path), write, enter=enter)
 
 
 __all__ = ["atomic_dir_write", "swap_into_place", "recover_recorded", "recover_interrupted", "remove_recorded",

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from .atomic import atomic_dir_write, recover_interrupted
 from .config import ConfigError, RunConfig
-from .outdir import CHECKPOINT, read_manifest, record
+from .outdir import CHECKPOINT, read_manifest
 from .outdir.manifest import sha256_of
 
 FORMAT_VERSION = 1
@@ -75,20 +75,18 @@ def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: 
         if check is not None:
             check(d)
 
-    return record_in_run(atomic_dir_write(Path(path), write, CHECKPOINT, hashes=checksums_in_meta))
+    return atomic_dir_write(Path(path), write, CHECKPOINT, hashes=checksums_in_meta, enter=enters_run(path))
 
 
 RUN_CHECKPOINT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 
 
-def record_in_run(ckpt: Path) -> Path:
-    """A training checkpoint (checkpoint/, step_N/) saved into a folder with a nexus manifest (a run
-    directory, or a grown checkpoint resumed in place) becomes one of that folder's recorded entries."""
+def enters_run(ckpt) -> bool:
+    """Whether a training checkpoint (checkpoint/, step_N/) saved at `ckpt` becomes one of its folder's
+    recorded entries: the folder has a nexus manifest (a run directory, or a grown checkpoint resumed
+    in place). The save enters it in the same recoverable step as its rename (nexus.atomic)."""
     ckpt = Path(ckpt)
-    m = read_manifest(ckpt.parent)
-    if m is not None and RUN_CHECKPOINT_NAME.match(ckpt.name):
-        record(ckpt.parent, m["kind"], dirs=[ckpt.name])
-    return ckpt
+    return bool(RUN_CHECKPOINT_NAME.match(ckpt.name)) and read_manifest(ckpt.parent) is not None
 
 
 def checksums_in_meta(d: Path) -> dict[str, str]:

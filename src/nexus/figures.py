@@ -2,7 +2,6 @@
 non-interactive Agg backend, and a save that never leaves a half-written image behind."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 
@@ -16,12 +15,16 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path, **savefig_kw) -> str:
-    """Write `fig` to `path` under a temporary name, rename it into place, close the figure, and
+def save_figure(fig, path, enter: bool = False, **savefig_kw) -> str:
+    """Write `fig` to `path` under a journaled temporary name, rename it into place (nexus.atomic:
+    enter puts it in its folder's manifest in the same recoverable step), close the figure, and
     return the file's name."""
+    from .atomic import write_file_atomic
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **savefig_kw)
-    pyplot().close(fig)
-    os.replace(tmp, path)
+    try:
+        write_file_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **savefig_kw),
+                          enter=enter)
+    finally:
+        pyplot().close(fig)
     return path.name

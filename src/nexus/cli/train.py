@@ -186,7 +186,7 @@ def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Pl
 
     def check():
         if own:  # continuing the checkpoint's own run (or, for a grown checkpoint, its own directory)
-            R.check_in_place(out)
+            R.check_in_place(out, log_to=plan.cfg.train.log_to)
         else:  # every torchrun rank refuses alike; a new run inside (or around) its source checkpoint is refused
             source = resume or init_from
             check_output(out, TRAIN_RUN, overwrite=args.overwrite, sources=[source] if source else ())
@@ -251,13 +251,13 @@ def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
                 "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
         else:
             plan = _plan_start(args, extra, resume, out, growth)
+            R.check_in_place(out, log_to=plan.cfg.train.log_to)  # before saying so: a refusal is one line
             say(f"--resume auto: resuming from {resume}")
             given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
                      if v]
             if given:
                 plan.notes.insert(0, f"{'/'.join(given)} not used: the run continues from {resume} (its model, "
                                      "tokenizer and weights)")
-            R.check_in_place(out)
     except BaseException:
         if lock is not None:
             lock.release()

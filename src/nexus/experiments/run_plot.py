@@ -186,10 +186,11 @@ PANELS = (("tokens", "tokens processed"), ("flops", "training FLOPs (3 x forward
 
 
 def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool = False,
-              logy: bool = False) -> None:
+              logy: bool = False, enter: bool = False) -> None:
     """Three panels (loss vs tokens, FLOPs, wall time), made to be read on a slide: per run one colour,
     the raw train loss faint behind its EMA (`with_smoothing`), the validation loss on top, thick with
-    markers, growth steps as dashed vertical lines; log-scaled axes on request."""
+    markers, growth steps as dashed vertical lines; log-scaled axes on request. enter: see
+    nexus.figures.save_figure."""
     from ..figures import pyplot, save_figure
 
     runs = [r if "train_ema" in r else with_smoothing([r])[0] for r in runs]
@@ -243,7 +244,7 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
     fig.legend(handles=handles, fontsize=11, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=15)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    save_figure(fig, path)
+    save_figure(fig, path, enter=enter)
 
 
 CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them
@@ -262,10 +263,8 @@ class LossCurveHook(Hook):
 
         run = with_smoothing([read_run(str(trainer.out_dir), trainer.out_dir.name)])[0]
         png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
-        plot_runs([run], png)
-        write_text_atomic(csv_path, curves_csv([run]))
-        from ..train.run_dir import record_run_files
-
-        record_run_files(trainer.out_dir)  # the run's own files from now on (a resume rewrites, --overwrite removes them)
+        # the run's own files, entered in its manifest as they are renamed (a resume rewrites, --overwrite removes them)
+        plot_runs([run], png, enter=True)
+        write_text_atomic(csv_path, curves_csv([run]), enter=True)
         result["curve"] = str(png)
         trainer.say(f"loss curve: {png} (points in {csv_path.name})")

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from contextlib import contextmanager
 
-from ..atomic import guard_output, remove_recorded, write_text_atomic
-from ..config import RunConfig
-from ..outdir import EXPERIMENT, claim_directory, forget, held_lock, record
-from ..train.run_dir import trim_metrics
+from ..atomic import guard_output, write_text_atomic
+from ..config import ConfigError, RunConfig
+from ..outdir import EXPERIMENT, claim_directory, read_manifest, record
+from ..outdir.manifest import entry_unchanged
+from ..train.run_dir import remove_entries, trim_metrics
 
 DONE = "done.json"
 
@@ -30,8 +31,8 @@ def read_done(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / DONE).read_text())
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=str))
+def write_json_atomic(path: Path, obj, enter: bool = False) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str), enter=enter)
 
 
 @contextmanager
@@ -40,7 +41,19 @@ def experiment_dir(out: Path):
     else is refused (nexus.atomic.guard_output), one writer at a time; it gets its manifest at once."""
     with guard_output(out, EXPERIMENT, resume=True):
         claim_directory(out, EXPERIMENT, resume=True)
+        refuse_edited_files(Path(out))
         yield Path(out)
+
+
+def refuse_edited_files(out: Path) -> None:
+    """An experiment run again rewrites its plan, results, report and plots: refuse (one line, before any
+    training) when the user edited one of them since nexus wrote it; the edit is theirs."""
+    m = read_manifest(out) or {"files": {}}
+    for rel, entry in sorted(m["files"].items()):
+        p = out / rel
+        if isinstance(entry, dict) and not entry.get("dir") and p.exists() and not entry_unchanged(p, entry):
+            raise ConfigError(f"--out={str(out)!r}: {rel!r} was changed since nexus wrote it, and running the experiment "
+                              "again would replace it (valid: move or rename it, or another --out)")
 
 
 def record_outputs(out: Path, files=(), runs=()) -> None:
@@ -90,11 +103,10 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     result["resumed_from"] = resume.name if resume is not None else None
     if start_from is not None:
         result["branched_from"] = str(start_from)
-    write_json_atomic(run_dir / DONE, result)
-    steps = list(run_dir.glob("step_*"))  # the final checkpoint supersedes the periodic ones
-    forget(run_dir, [p.name for p in steps])
-    for p in steps:
-        remove_recorded(held_lock(run_dir), p)
+    write_json_atomic(run_dir / DONE, result, enter=True)
+    recorded = (read_manifest(run_dir) or {"files": {}})["files"]
+    steps = [n for n in recorded if n.startswith("step_")]  # the final checkpoint supersedes the periodic ones
+    remove_entries(run_dir, steps)
     return result
 
 

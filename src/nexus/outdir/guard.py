@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import ConfigError
-from .lock import holder_alive, lock_file, read_lock
+from .lock import check_lock_file, confined_pending, holder_alive, lock_file, read_lock
 from .manifest import ownership_problems, read_manifest
 
 CHECKPOINT = "checkpoint"  # model.safetensors + config.json + meta.json (train, grow, import)
@@ -67,17 +67,20 @@ def is_inside(path, other) -> bool:
     return a == b or b in a.parents
 
 
-def recorded_temporaries(p: Path) -> set[str]:
-    """Names below `p` that a dead writer of `p` recorded in its lock (recovered once the lock is taken)."""
+def recorded_temporaries(p: Path, flag: str = "--out") -> set[str]:
+    """Names below `p` that a dead writer of `p` recorded in its lock (recovered once the lock is taken).
+    A lock name holding something else, or a journal naming a path that is no temporary of `p`, is
+    refused (one line)."""
     lf = lock_file(p)
-    if not lf.is_file():
+    if not (lf.exists() or lf.is_symlink()):
         return set()
+    check_lock_file(lf, flag, p)
     holder, pending = read_lock(lf)
-    if holder and holder_alive(holder) is not False:
+    if holder_alive(holder) is not False:
         return set()
     out = set()
-    for rel in pending:
-        q = Path(os.path.normpath(lf.parent / rel))
+    for rel in confined_pending(p, lf.parent, pending, lf, flag):
+        q = lf.parent / rel
         if p in q.parents:
             out.add(q.relative_to(p).as_posix())
     return out

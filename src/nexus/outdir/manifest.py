@@ -5,8 +5,9 @@ nexus owns is proven by the record, never guessed from file names:
 
     {"kind": "train run", "created": "...", "files": {
         "config.yaml":   {"size": 812, "sha256": "..."},
-        "metrics.jsonl": {"size": 4096, "sha256": "...", "grows": true},   # nexus appends: the recorded
-                                                                          # bytes must still be its prefix
+        "metrics.jsonl": {"size": 4096, "sha256": "...", "grows": true,    # nexus appends to it
+                          "appending": "{...}\\n"},  # the line being appended: the file is nexus's when it
+                          # holds the recorded bytes, then at most a prefix of this line (a kill mid-append)
         "step_0000100":  {"dir": true},      # a nested nexus output, proven by its own manifest
         "tb":            {"dir": "library"}  # written by a logging library nexus started (TensorBoard, W&B)
     }}
@@ -14,6 +15,11 @@ nexus owns is proven by the record, never guessed from file names:
 Whole-directory outputs (a checkpoint, an analysis, an HF export) list every file below them by its
 relative path. A file that is listed and unchanged is nexus's; a listed file whose bytes changed, and
 anything not listed, is the user's.
+
+The manifest is input like any other: an entry that is not a plain relative path inside the directory
+(absolute, `..`, empty parts) makes the whole manifest refused with one line (ManifestError), and an
+entry reached through a symlink is never nexus's (nexus writes no symlinks), so a forged or corrupted
+manifest can never point a delete outside the output.
 """
 from __future__ import annotations
 
@@ -21,7 +27,10 @@ import hashlib
 import json
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from ..config import ConfigError
+from .crash import crash_point
 
 MARKER = ".nexus-run"
 MARKER_TMP = ".nexus-run.tmp-"  # + pid: the manifest's own temporary (per process: torchrun ranks may mark
@@ -47,10 +56,34 @@ def _is_marker_tmp(name: str) -> bool:
     return name.startswith(MARKER_TMP) and name[len(MARKER_TMP):].isdigit()
 
 
+class ManifestError(ConfigError):
+    """A manifest naming something outside its own directory: refused, never acted on."""
+
+
+def confined_name(rel) -> bool:
+    """Whether `rel` is a plain relative path that stays inside the directory it is relative to:
+    no absolute path, no `..` or `.` part, no empty part, not the manifest itself."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/"):
+        return False
+    parts = rel.split("/")
+    return all(part not in ("", ".", "..") for part in parts) and rel != MARKER
+
+
+def through_symlink(directory: Path, rel: str) -> bool:
+    """Whether `directory / rel`, or a folder on the way to it below `directory`, is a symlink."""
+    p = Path(directory)
+    for part in PurePosixPath(rel).parts:
+        p = p / part
+        if p.is_symlink():
+            return True
+    return False
+
+
 def read_manifest(directory) -> dict | None:
-    """The manifest of `directory`, or None when it has none (or an unreadable one: not proof)."""
+    """The manifest of `directory`, or None when it has none (or an unreadable one: not proof).
+    Raises ManifestError (one line) when an entry names a path outside `directory`."""
     f = Path(directory) / MARKER
-    if not f.is_file():
+    if not f.is_file() or f.is_symlink():  # nexus writes its manifest as a plain file
         return None
     try:
         m = json.loads(f.read_text())
@@ -60,6 +93,11 @@ def read_manifest(directory) -> dict | None:
         return None
     files = m.get("files")
     m["files"] = files if isinstance(files, dict) else {}
+    for rel in m["files"]:
+        if not confined_name(rel):
+            raise ManifestError(f"{str(f)!r} lists {rel!r}, which is not a path inside {str(Path(directory))!r} "
+                                "(valid: relative names without '..'; nexus never writes such an entry, so the "
+                                "file was edited: restore it or move the folder's contents out by hand)")
     return m
 
 
@@ -71,6 +109,7 @@ def write_manifest(directory, manifest: dict) -> None:
         f.write(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+    crash_point("manifest-before-rename")
     os.replace(tmp, d / MARKER)
 
 
@@ -124,9 +163,22 @@ def forget(directory, names) -> None:
     write_manifest(directory, m)
 
 
+def record_growing(directory, kind: str, name: str, size: int, sha256: str, appending: str | None = None) -> None:
+    """Record an append-only log nexus writes line by line: its bytes so far (`size`, `sha256`, known
+    to the writer without reading the file again) and the line it is about to append."""
+    d = Path(directory)
+    m = read_manifest(d) or new_manifest(kind)
+    entry = {"size": size, "sha256": sha256, "grows": True}
+    if appending:
+        entry["appending"] = appending
+    m["files"][name] = entry
+    write_manifest(d, m)
+
+
 def entry_unchanged(path: Path, entry: dict) -> bool:
-    """True when `path` still holds what the manifest entry records."""
-    if not isinstance(entry, dict):
+    """True when `path` still holds what the manifest entry records. Nothing reached through a symlink
+    is (nexus writes none); callers pass paths below the manifest's directory."""
+    if not isinstance(entry, dict) or path.is_symlink():
         return False
     if entry.get("dir") == "library":
         return path.is_dir()
@@ -135,9 +187,15 @@ def entry_unchanged(path: Path, entry: dict) -> bool:
     if not path.is_file() or not isinstance(entry.get("size"), int):
         return False
     size = path.stat().st_size
-    if entry.get("grows"):
-        return size >= entry["size"] and sha256_of(path, entry["size"]) == entry.get("sha256")
-    return size == entry["size"] and sha256_of(path) == entry.get("sha256")
+    if size == entry["size"]:
+        return sha256_of(path) == entry.get("sha256")
+    pending = entry.get("appending") if entry.get("grows") else None
+    if not isinstance(pending, str) or not entry["size"] < size <= entry["size"] + len(pending.encode()):
+        return False  # a log nexus appends to holds its recorded bytes, then at most the line being appended
+    with open(path, "rb") as f:
+        f.seek(entry["size"])
+        tail = f.read()
+    return pending.encode().startswith(tail) and sha256_of(path, entry["size"]) == entry.get("sha256")
 
 
 def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
@@ -151,7 +209,7 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     problems = []
     for rel, entry in sorted(listed.items()):
         p = d / rel
-        if p.exists() and not entry_unchanged(p, entry):
+        if through_symlink(d, rel) or (p.exists() and not entry_unchanged(p, entry)):
             problems.append((rel, "changed"))
     covered = {rel for rel, e in listed.items() if isinstance(e, dict) and e.get("dir")}
     parents = {Path(rel).parent.as_posix() for rel in listed}

@@ -7,13 +7,16 @@ run directory.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
 from pathlib import Path
 
 from ..config import ConfigError
+from ..outdir import TRAIN_RUN, read_manifest
 from ..outdir.crash import crash_point
-from .run_dir import record_run_files
+from ..outdir.manifest import entry_unchanged, record_growing
+from .run_dir import logger_dir_started, record_run_files
 
 TARGETS = ("jsonl", "tensorboard", "wandb")
 _PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"), "wandb": ("wandb", "pip install wandb")}
@@ -54,16 +57,48 @@ def _scalars(record: dict) -> dict[str, float]:
 
 
 class JsonlSink:
+    """metrics.jsonl, appended line by line. Before each line its manifest entry records the bytes so far
+    and the line about to follow, so the file is provably nexus's after a kill at any moment, and a
+    line anyone else adds is not (nexus.outdir.manifest.entry_unchanged). The running hash is kept here:
+    no line is ever read back."""
+
     def __init__(self, out_dir: Path):
-        self.path = out_dir / "metrics.jsonl"
+        self.out_dir, self.path = out_dir, out_dir / "metrics.jsonl"
+        if self.path.exists() or self.path.is_symlink():
+            m = read_manifest(out_dir)
+            entry = (m or {"files": {}})["files"].get(self.path.name)
+            if entry is None or not entry_unchanged(self.path, entry):
+                self._refuse("was changed since nexus wrote it" if entry else "was not written by nexus")
+        else:
+            self._enter(0, hashlib.sha256().hexdigest())
+            self.path.touch()
+        self._rehash()
+
+    def _refuse(self, what: str) -> None:
+        raise ConfigError(f"--out={str(self.out_dir)!r}: 'metrics.jsonl' {what}, and the run would append to it "
+                          "(valid: move it out of the folder; nexus never adds to a file that is not its own)")
+
+    def _rehash(self) -> None:
+        self.hasher = hashlib.sha256(self.path.read_bytes())
+        self.size = self.path.stat().st_size
+
+    def _enter(self, size: int, digest: str, appending: str | None = None) -> None:
+        record_growing(self.out_dir, TRAIN_RUN, self.path.name, size, digest, appending)
 
     def write(self, record: dict) -> None:
+        line = json.dumps(record) + "\n"
+        if self.path.stat().st_size != self.size:  # nexus alone appends, and only here: someone else wrote it
+            self._refuse("was changed while the run wrote it")
+        self._enter(self.size, self.hasher.hexdigest(), appending=line)
         with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(line)
+        self.hasher.update(line.encode())
+        self.size += len(line.encode())
         crash_point("metrics-write")  # the kill tests: a run killed before its first checkpoint
 
     def close(self) -> None:
-        pass
+        if self.path.is_file() and self.path.stat().st_size == self.size:
+            self._enter(self.size, self.hasher.hexdigest())
 
 
 class TensorBoardSink:
@@ -72,6 +107,7 @@ class TensorBoardSink:
     def __init__(self, out_dir: Path):
         from torch.utils.tensorboard import SummaryWriter
 
+        logger_dir_started(out_dir, "tensorboard")
         self.writer = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
 
     def write(self, record: dict) -> None:
@@ -88,6 +124,7 @@ class WandbSink:
     def __init__(self, out_dir: Path, config: dict, project: str, resume_step: int | None):
         import wandb
 
+        logger_dir_started(out_dir, "wandb")
         self.wandb = wandb
         self.run = wandb.init(project=project, name=out_dir.name, dir=str(out_dir), config=config,
                               reinit="finish_previous")
@@ -113,8 +150,7 @@ class MetricLog:
         if "wandb" in targets:
             self.sinks.append(WandbSink(out_dir, config or {}, project, resume_step))
         self.out_dir = out_dir
-        self.sinks[0].path.touch()
-        record_run_files(out_dir)  # metrics.jsonl (and the logger folders) are the run's from the first record on
+        record_run_files(out_dir)  # the logger folders are the run's from the first record on
 
     def write(self, record: dict) -> None:
         for s in self.sinks:

@@ -13,17 +13,19 @@ import json
 import re
 from pathlib import Path
 
-from ..atomic import recover_recorded, remove_recorded, write_text_atomic
+from ..atomic import pid_alive, recover_recorded, remove_recorded, write_text_atomic
 from ..config import ConfigError
 from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_manifest, record
+from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
-from ..outdir.manifest import entry_unchanged
+from ..outdir.manifest import MARKER_TMP, entry_unchanged, through_symlink
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
 RUN_FILES = ("metrics.jsonl", "config.yaml", "done.json", "loss_curve.png", "loss_curve.csv")
 LOGGER_DIRS = ("tensorboard", "wandb")  # written by the logging libraries a run starts (train.log_to)
+_LOGGER_DIRS_STARTED: set[Path] = set()  # logger folders this process's sinks write (resolved): the only ones recorded
 
 
 def owning_run(ckpt) -> Path | None:
@@ -80,13 +82,27 @@ def run_lock(out_dir, flag: str = "--out"):
     lk.notes = [lk.note] if lk.note else []
     if lk.taken_over:
         lk.notes += recover_recorded(lk)
+    if lk.parent is None:
+        lk.notes += remove_dead_manifest_temporaries(out)
     return lk
 
 
-def check_in_place(out_dir, flag: str = "--out") -> None:
+def remove_dead_manifest_temporaries(out: Path) -> list[str]:
+    """The manifest's own temporary (`.nexus-run.tmp-PID`, nexus.outdir.manifest) left by a writer killed
+    while replacing it: removed once its process is gone (the manifest beside it is the previous whole one)."""
+    notes = []
+    for p in sorted(out.glob(f"{MARKER_TMP}*")) if out.is_dir() else []:
+        pid = p.name[len(MARKER_TMP):]
+        if pid.isdigit() and p.is_file() and not p.is_symlink() and not pid_alive(int(pid)):
+            p.unlink()
+            notes.append(f"removed {p.name} left by an interrupted manifest update")
+    return notes
+
+
+def check_in_place(out_dir, flag: str = "--out", log_to=()) -> None:
     """A run continued in place (a resume) writes config.yaml, metrics.jsonl, checkpoint/ and step_*/ in
-    `out_dir`: refuse (one line) when the folder has no manifest, or when any of those names holds
-    something nexus did not write or that changed since."""
+    `out_dir`, and the folders of the logging libraries in `log_to`: refuse (one line) when the folder
+    has no manifest, or when any of those names holds something nexus did not write or that changed since."""
     out = Path(out_dir)
     shown = f"{flag}={str(out)!r}"
     check_usable(out, flag)
@@ -97,8 +113,9 @@ def check_in_place(out_dir, flag: str = "--out") -> None:
         raise ConfigError(f"{shown} has no nexus manifest, so nexus will not write into it (valid: --out DIR for the "
                           "resumed run, a new or empty directory)")
     pending = recorded_temporaries(out)
+    logged = [n for n in LOGGER_DIRS if n in log_to]
     for p in sorted(out.iterdir()):
-        if p.name not in RUN_FILES and not _CKPT_NAME.match(p.name) or p.name in pending:
+        if p.name not in RUN_FILES and p.name not in logged and not _CKPT_NAME.match(p.name) or p.name in pending:
             continue
         entry = m["files"].get(p.name)
         if entry is None or not entry_unchanged(p, entry):
@@ -128,8 +145,7 @@ def trim_metrics(run_dir, max_step: int | None) -> None:
         if rec.pop("final", None) is not None:
             line = json.dumps(rec)
         keep.append(line)
-    write_text_atomic(f, "".join(k + "\n" for k in keep))
-    record_run_files(run_dir)
+    write_text_atomic(f, "".join(k + "\n" for k in keep))  # listed in the manifest: entered with its new bytes
 
 
 def prepare_run_dir(out_dir, resumed_step: int | None) -> list[str]:
@@ -144,22 +160,27 @@ def prepare_run_dir(out_dir, resumed_step: int | None) -> list[str]:
     return []
 
 
-def record_run_files(out_dir) -> None:
-    """Refresh the manifest entries of the run files nexus writes (metrics.jsonl grows: its recorded bytes
-    must stay its prefix). Called by the run's writer, which checked up front that these names were
-    absent or its own."""
+def logger_dir_started(out_dir, name: str) -> None:
+    """A logging library this process started writes `out_dir/name` (a LOGGER_DIRS name): recorded by
+    record_run_files from now on. Refused (one line) when that name already holds something the run's
+    manifest does not record as such a folder: nexus never adopts a user's folder or symlink."""
     out = Path(out_dir)
-    present = [n for n in RUN_FILES if (out / n).is_file()]
-    record(out, TRAIN_RUN, files=[n for n in present if n != "metrics.jsonl"],
-           grows=[n for n in present if n == "metrics.jsonl"],
-           library_dirs=[n for n in LOGGER_DIRS if (out / n).is_dir()])
+    p = out / name
+    m = read_manifest(out)
+    entry = (m or {"files": {}})["files"].get(name)
+    if (p.exists() or p.is_symlink()) and (entry is None or entry.get("dir") != "library" or not entry_unchanged(p, entry)):
+        raise ConfigError(f"--out={str(out)!r}: {name!r} was not written by nexus, and the run would log into it "
+                          "(valid: move it out of the folder, or drop it from --train.log_to)")
+    _LOGGER_DIRS_STARTED.add(p.resolve())
 
 
-def record_checkpoint(out_dir, ckpt: Path) -> None:
-    """A checkpoint just saved inside the run directory becomes part of the run (and the run files'
-    entries are refreshed with it)."""
-    record(out_dir, TRAIN_RUN, dirs=[Path(ckpt).name])
-    record_run_files(out_dir)
+def record_run_files(out_dir) -> None:
+    """Record the logger folders this process's logging libraries write (the run's files are entered
+    in the manifest by their own writes: metrics.jsonl line by line, the rest at their rename)."""
+    out = Path(out_dir)
+    started = [n for n in LOGGER_DIRS if (out / n).resolve() in _LOGGER_DIRS_STARTED and (out / n).is_dir()]
+    if started or read_manifest(out) is None:
+        record(out, TRAIN_RUN, library_dirs=started)
 
 
 def prune_step_checkpoints(out_dir, step: int, keep_last: int) -> None:
@@ -170,30 +191,41 @@ def prune_step_checkpoints(out_dir, step: int, keep_last: int) -> None:
     out = Path(out_dir)
     older = [d for d in training_checkpoints(out) if d.name.startswith("step_") and checkpoint_step(d) < step]
     doomed = older[:max(len(older) - (keep_last - 1), 0)]
-    if not doomed:
-        return
-    forget(out, [d.name for d in doomed])
+    remove_entries(out, [d.name for d in doomed])
+
+
+def remove_entries(out_dir, names) -> None:
+    """Remove recorded entries of `out_dir`, each before its manifest entry goes: a folder is renamed
+    aside (journaled) and deleted, a file unlinked. A kill at any point leaves every name still present
+    recorded (a later --overwrite or --resume auto finds only files it can prove are nexus's)."""
+    out = Path(out_dir)
     lk = held_lock(out)
-    for d in doomed:
-        remove_recorded(lk, d)
+    for name in names:
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            remove_recorded(lk, p)
+        else:
+            p.unlink(missing_ok=True)
+        crash_point("entry-removed")
+        forget(out, [name])
 
 
 def clear_run(out_dir) -> None:
-    """--overwrite (or a --resume auto restart) of a training run: remove what the manifest records
-    (checked unchanged up front); anything else in the folder stays."""
+    """--overwrite (or a --resume auto restart) of a training run: remove what the manifest records;
+    anything else in the folder stays. Checked up front by the command; its files and symlinks checked
+    here again (one line, nothing removed): a recorded file changed since would be the user's."""
     out = Path(out_dir)
     m = read_manifest(out)
     if m is None:
         return
-    names = list(m["files"])
-    forget(out, names)
-    lk = held_lock(out)
-    for name in names:
-        p = out / name
-        if p.is_dir():
-            remove_recorded(lk, p)
-        else:
-            p.unlink(missing_ok=True)
+    changed = [rel for rel, e in sorted(m["files"].items()) if through_symlink(out, rel) or (
+        isinstance(e, dict) and not e.get("dir") and (out / rel).exists() and not entry_unchanged(out / rel, e))]
+    if changed:
+        raise ConfigError(f"--out={str(out)!r}: {changed[0]!r} was changed since nexus wrote it, so the run is not "
+                          "replaced (valid: move it out of the folder; nothing was removed)")
+    # checkpoints first: a kill midway leaves either a resumable checkpoint with its metrics, or no
+    # checkpoint at all (then --resume auto starts the run over, as --overwrite would)
+    remove_entries(out, sorted(m["files"], key=lambda n: not _CKPT_NAME.match(n)))
 
 
 def carry_schedule_and_lr(old, new, *, grown: bool, step: int | None = None) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ..atomic import output_lock, swap_into_place
-from ..checkpoint import SHARDED_DIR, checksums_in_meta, record_in_run, write_checkpoint_files
+from ..checkpoint import SHARDED_DIR, checksums_in_meta, enters_run, write_checkpoint_files
 from ..outdir import CHECKPOINT
 from ..outdir.manifest import manifest_of_tree, write_manifest
 
@@ -64,7 +64,7 @@ def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) ->
             state = {k: v for k, v in trainer_state.items() if k != "optimizer"}
             write_checkpoint_files(tmp, cfg, tokenizer, state)
             write_manifest(tmp, manifest_of_tree(tmp, CHECKPOINT, checksums_in_meta(tmp)))
-            record_in_run(swap_into_place(tmp, final, tag, lk))
+            swap_into_place(tmp, final, tag, lk, enter=enters_run(final))
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -586,8 +586,12 @@ class Trainer:
         """Write the run directory's config and say what the run is (rank 0)."""
         if self.is_main:
             self.notes += R.prepare_run_dir(self.out_dir, self.resumed_step)
-            self.cfg.save_yaml(self.out_dir / "config.yaml")
-            R.record_run_files(self.out_dir)  # the run's from now on: a restart may replace it, nothing else
+            import yaml
+
+            from ..atomic import write_text_atomic
+
+            # the run's from now on, entered in its manifest as it is renamed: a restart may replace it, nothing else
+            write_text_atomic(self.out_dir / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False), enter=True)
             for note in self.notes:  # what changed from what the user asked: shown even with quiet
                 print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
