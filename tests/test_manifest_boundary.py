@@ -333,3 +333,17 @@ def test_an_atomic_write_never_replaces_a_recorded_file_the_user_edited(tmp_path
     with pytest.raises(ConfigError, match="was changed since nexus wrote it"):
         write_text_atomic(tmp_path / "report.md", "new table\n")
     assert (tmp_path / "report.md").read_text() == "edited\n"
+
+
+def test_a_lock_temporary_left_by_a_killed_process_is_removed_and_a_look_alike_is_not(tmp_path):
+    from nexus.outdir.lock import acquire_output_lock
+
+    out = tmp_path / "out"
+    lf = lock_file(out)
+    dead = lf.with_name(f"{lf.name}.tmp-{DEAD['pid']}")  # killed between writing its holder line and the link
+    dead.write_text(json.dumps(DEAD) + "\n")
+    mine = lf.with_name(f"{lf.name}.tmp-{DEAD['pid'] + 1}")  # the user's, or not provably that process's
+    mine.write_text(json.dumps(DEAD) + "\n")
+    lk = acquire_output_lock(out)
+    lk.release()
+    assert not dead.exists() and mine.read_text() == json.dumps(DEAD) + "\n"

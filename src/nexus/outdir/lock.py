@@ -220,6 +220,7 @@ def _create_whole(lf: Path, lines: list[dict]) -> bool:
     """Create `lf` holding `lines` only if the name is free (False when it exists): written to a
     temporary, fsynced, then hard-linked to the name, so the lock never exists half-written."""
     tmp = lf.with_name(f"{lf.name}.tmp-{os.getpid()}")
+    _remove_dead_lock_temporaries(lf)
     with open(tmp, "w") as f:
         f.write("".join(json.dumps(rec) + "\n" for rec in lines))
         f.flush()
@@ -240,6 +241,18 @@ def _create_whole(lf: Path, lines: list[dict]) -> bool:
     finally:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def _remove_dead_lock_temporaries(lf: Path) -> None:
+    """A lock's own temporary (`.NAME.nexus-lock.tmp-PID`) left by a process killed before its link:
+    removed when it is provably that: a nexus holder line naming PID, on this host, no longer running."""
+    for t in lf.parent.glob(f"{lf.name}.tmp-*"):
+        pid = t.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or t.is_symlink() or not t.is_file():
+            continue
+        holder = read_lock(t)[0]
+        if is_nexus_holder(holder) and holder["pid"] == int(pid) and holder_alive(holder) is False:
+            t.unlink(missing_ok=True)
 
 
 def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
