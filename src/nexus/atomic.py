@@ -32,7 +32,7 @@ from .config import ConfigError
 from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
-from .outdir.manifest import (MARKER, entry_unchanged, file_entry, manifest_of_tree, ownership_problems, read_manifest,
+from .outdir.manifest import (MARKER, entry_unchanged, manifest_of_tree, ownership_problems, read_manifest,
                               record, sha256_of, write_manifest)
 
 
