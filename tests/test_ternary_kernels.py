@@ -1,0 +1,61 @@
+"""The fp32 ternary decode kernels (models/ternary_kernels.py) against the BitNet b1.58 definition
+(seed 004: gamma = mean|W|, W_q = clamp(round(W / gamma), -1, 1) * gamma), computed here in float64.
+
+Tolerance: the kernels sum K fp32 products; recursive summation of K terms errs by at most K * 2^-24 *
+sum |terms| (Higham, Accuracy and Stability, eq. 4.4). The 2-bit kernel sums x_k * u_k with u = c + 1
+in {0, 1, 2} and subtracts sum x_k, three such sums of terms bounded by gamma * |x_k| in all, hence
+(3K + 4) * 2^-24 * gamma * sum_k |x_k| (the 4 covers the final subtraction, the scale and the bias)."""
+import pytest
+import torch
+
+from nexus.models import ternary_kernels
+from nexus.models.bitlinear import PackedTernaryLinear
+from nexus.models.reference.recurrent_reference import ref_act_quant, ref_rmsnorm
+
+pytestmark = pytest.mark.skipif(not ternary_kernels.available(), reason="numba is not installed")
+FP32_KERNELS = ["fp32-2bit", "fp32-int8"]
+
+
+def _paper_ternary(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, gamma) of BitNet b1.58 in float64: gamma = mean|W|, codes = clamp(round(W / gamma), -1, 1)."""
+    w = w.double()
+    gamma = w.abs().mean()
+    return torch.clamp(torch.round(w / gamma), -1, 1), gamma
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+@pytest.mark.parametrize("n_out,n_in,lead", [(48, 96, (1,)), (7, 37, (1,)), (33, 130, (3, 5)), (16, 8, (2, 1))])
+@pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
+def test_fp32_kernels_match_the_paper_matmul_to_fp32_rounding(kernel, n_out, n_in, lead, act_quant, input_norm, bias):
+    """Odd K (padding of the 2-bit planes), one row (the fused decode loop) and several (the buffered one)."""
+    g = torch.Generator().manual_seed(n_out * n_in)
+    w = torch.randn(n_out, n_in, generator=g) * 0.05
+    codes, gamma = _paper_ternary(w)
+    b = torch.randn(n_out, generator=g) if bias else None
+    layer = PackedTernaryLinear(codes, gamma.float(), b, act_quant, input_norm, 1e-6, kernel=kernel)
+    assert layer.kernel == kernel
+    x = torch.randn(*lead, n_in, generator=g) * 3
+    xr = ref_rmsnorm(x, None, 1e-6) if input_norm else x
+    xr = (ref_act_quant(xr) if act_quant else xr).double()
+    g32 = gamma.float().double()  # the layer keeps gamma in fp32, as the export file does
+    want = xr @ (codes * g32).t() + (b.double() if bias else 0)
+    with torch.no_grad():
+        got = layer(x)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    bound = (3 * n_in + 4) * 2.0 ** -24 * g32 * xr.abs().sum(-1, keepdim=True) + 4 * 2.0 ** -24 * want.abs()
+    assert ((got.double() - want).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_fp32_kernels_are_inference_only(kernel):
+    layer = PackedTernaryLinear(torch.ones(4, 8), torch.tensor(0.5), None, False, False, 1e-5, kernel=kernel)
+    with pytest.raises(RuntimeError, match="inference-only"):
+        layer(torch.randn(2, 8, requires_grad=True))
+
+
+def test_planes2_layout_puts_four_column_planes_in_each_byte():
+    """Byte j of a row holds u = c + 1 of columns j, j + K4, j + 2 K4, j + 3 K4 at bits 0, 2, 4, 6."""
+    codes = torch.tensor([[-1, 0, 1, 1, 0, -1, 1]])  # K = 7 -> K4 = 2, one padding column (u = 1)
+    packed = ternary_kernels.pack_planes2(codes)
+    u = [0, 1, 2, 2, 1, 0, 2, 1]
+    assert packed.tolist() == [[u[0] | u[2] << 2 | u[4] << 4 | u[6] << 6, u[1] | u[3] << 2 | u[5] << 4 | u[7] << 6]]
