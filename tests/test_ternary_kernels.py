@@ -59,3 +59,47 @@ def test_planes2_layout_puts_four_column_planes_in_each_byte():
     packed = ternary_kernels.pack_planes2(codes)
     u = [0, 1, 2, 2, 1, 0, 2, 1]
     assert packed.tolist() == [[u[0] | u[2] << 2 | u[4] << 4 | u[6] << 6, u[1] | u[3] << 2 | u[5] << 4 | u[7] << 6]]
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+@pytest.mark.parametrize("n_in", [96, 37])
+def test_several_rows_equal_the_dense_kernel_bitwise(kernel, n_in):
+    """A prompt or a batch (M > 1 rows) dequantizes to the dense kernel's own weight and uses its GEMM."""
+    g = torch.Generator().manual_seed(n_in)
+    codes, gamma = _paper_ternary(torch.randn(24, n_in, generator=g))
+    fast = PackedTernaryLinear(codes, gamma.float(), None, False, True, 1e-6, kernel=kernel)
+    dense = PackedTernaryLinear(codes, gamma.float(), None, False, True, 1e-6, kernel="dense")
+    x = torch.randn(2, 7, n_in, generator=g)
+    with torch.no_grad():
+        assert torch.equal(fast(x), dense(x))
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+@pytest.mark.parametrize("packing", ["2bit", "base3"])
+def test_packed_model_on_the_fp32_kernels_decodes_like_the_exact_model(tmp_path, kernel, packing):
+    """Both file packings: the prompt (several rows) gives the exact model's logits bitwise, one-token
+    decode steps agree to fp32 rounding, and greedy decoding picks the same tokens."""
+    from nexus.checkpoint import save_checkpoint
+    from nexus.config import ModelConfig, RunConfig
+    from nexus.data.tokenizer import ByteTokenizer
+    from nexus.export.ternary import export_ternary, load_ternary
+    from nexus.models import build_model
+    from nexus.models.recurrent import RecurrentOptions
+
+    torch.manual_seed(0)
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1,
+                                      ffn_hidden=80))
+    ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
+    path = export_ternary(ckpt, tmp_path / "m.tern", packing=packing)["path"]
+    fast, _, _ = load_ternary(path, kernel=kernel, say=None)
+    exact, _, _ = load_ternary(path, kernel="dense", say=None)
+    assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {kernel}
+    prompt = torch.randint(0, 259, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(fast(prompt).logits, exact(prompt).logits)
+        caches = fast.new_cache(), exact.new_cache()
+        fast(prompt, cache=caches[0]), exact(prompt, cache=caches[1])
+        step = prompt[:, :1]
+        a, b = fast(step, cache=caches[0]).logits, exact(step, cache=caches[1]).logits
+    assert (a - b).abs().max() <= 1e-4 * b.abs().max()
+    assert torch.equal(fast.generate(prompt, 8, temperature=0), exact.generate(prompt, 8, temperature=0))

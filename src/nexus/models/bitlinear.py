@@ -277,6 +277,7 @@ class PackedTernaryLinear(nn.Module):
             self.register_buffer("weight", dequantize_ternary(codes, gamma), persistent=False)
         if kernel != "dense":
             self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
+            self._gamma = float(self.scale)  # the numba kernels take it as a float32 scalar
         self.register_buffer("bias", bias, persistent=False)
 
     prepare_input = BitLinear.prepare_input
@@ -295,10 +296,10 @@ class PackedTernaryLinear(nn.Module):
             from . import ternary_kernels
 
             if self.kernel == "fp32-2bit":
-                y = ternary_kernels.planes2_matmul(x, self.planes.numpy(), self.out_features)
+                y = ternary_kernels.planes2_matmul(x, self.planes.numpy(), self.out_features, self._gamma)
             else:
-                y = ternary_kernels.int8_matmul(x, self.codes.numpy())
-            y = (y * self.scale).to(x.dtype)
+                y = ternary_kernels.int8_matmul(x, self.codes, self.scale)
+            y = y.to(x.dtype)
         elif self.kernel == "int4":
             y = int4_weight_matmul(x, self.packed, self.scales_zeros, self.group, self.scale)
         else:

@@ -1,6 +1,6 @@
 """Ternary matmul kernels that read packed codes and accumulate in float32 (numba, compiled on first use):
 
-    y[m, n] = sum_k x[m, k] * c[n, k]            c in {-1, 0, 1}; the caller multiplies by gamma
+    y[m, n] = gamma * sum_k x[m, k] * c[n, k]            c in {-1, 0, 1}
 
 Why hand-written: torch's low-bit CPU matmuls (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`)
 are vectorized for bf16 activations, which CPUs without AVX-512 BF16 emulate, and on an AVX2 CPU they
@@ -14,13 +14,16 @@ Two layouts:
 - "fp32-2bit": 2 bits per weight, u = c + 1 in {0, 1, 2}. Byte j of row n holds the codes of the
   columns j, j + K4, j + 2 K4, j + 3 K4 (K4 = K / 4) at bits 0, 2, 4, 6, so each of the four bit
   planes is a unit-stride run over the row and over x: one shift, mask and convert per weight.
-  sum_k x_k c_k = sum_k x_k u_k - sum_k x_k, the last sum once per input row.
+  sum_k x_k c_k = sum_k x_k u_k - sum_k x_k, the last sum once per call.
 - "fp32-int8": one int8 code per weight (4x the bytes of 2-bit, but no shift or mask).
 Which is faster depends on the CPU and on whether the model's codes fit its caches; kernel="auto"
 measures (ternary_kernel_choice.py).
 
-For M > 1 input rows each weight row is decoded once into a float buffer and dotted with every
-input row, so a prompt of M tokens does not decode the weights M times.
+These loops are for one input row (decoding a token at batch 1). For M > 1 rows (a prompt, a batch)
+the weight is dequantized once per call to fp32 codes * gamma, the very tensor the dense kernel keeps,
+and torch's GEMM does the product: those rows equal the dense path bitwise, and a GEMM reuses each
+weight across rows far better than a loop of dot products (a 16-token prompt through nexus-tiny took
+as long as 31 decoded tokens with per-row loops).
 
 Single-threaded on purpose (as models/mix_kernels.py): numba's parallel layers start a thread pool
 beside torch's. Compiled with the shared configuration of models/numba_jit.py (reassociation, so the
@@ -33,6 +36,8 @@ import functools
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+
 
 def available() -> bool:
     return _kernels() is not None
@@ -40,7 +45,7 @@ def available() -> bool:
 
 @functools.cache
 def _kernels():
-    """(planes2, int8) compiled lazily (on their first call), or None without numba."""
+    """(planes2_row, planes2_dequantize, int8_row) compiled lazily (on their first call), or None without numba."""
     from .numba_jit import njit
 
     jit = njit()
@@ -49,70 +54,47 @@ def _kernels():
 
 def _define(jit):
     @jit
-    def planes2(x, packed, out):
-        """x (M, 4*K4) float32 (zero-padded), packed (N, K4) uint8, out (M, N) float32."""
-        m_rows = x.shape[0]
+    def planes2_row(x, packed, scale, out):
+        """out = scale * codes @ x; x (4*K4,) float32 zero-padded, packed (N, K4) uint8, out (N,) float32."""
         n_rows, k4 = packed.shape
-        xsum = np.zeros(m_rows, np.float32)
-        for m in range(m_rows):
-            s = np.float32(0.0)
-            for k in range(4 * k4):
-                s += x[m, k]
-            xsum[m] = s
-        if m_rows == 1:  # decoding one token: fused decode + multiply, no buffer
-            xr = x[0]
-            for n in range(n_rows):
-                row = packed[n]
-                acc = np.float32(0.0)
-                for q in range(4):
-                    shift = np.uint8(2 * q)
-                    a = np.float32(0.0)
-                    for j in range(k4):
-                        a += xr[q * k4 + j] * np.float32((row[j] >> shift) & np.uint8(3))
-                    acc += a
-                out[0, n] = acc - xsum[0]
-            return
-        w = np.empty(4 * k4, np.float32)
+        xsum = np.float32(0.0)
+        for k in range(4 * k4):
+            xsum += x[k]
         for n in range(n_rows):
             row = packed[n]
+            acc = np.float32(0.0)
             for q in range(4):
                 shift = np.uint8(2 * q)
-                for j in range(k4):
-                    w[q * k4 + j] = np.float32((row[j] >> shift) & np.uint8(3))
-            for m in range(m_rows):
-                xr = x[m]
                 a = np.float32(0.0)
-                for k in range(4 * k4):
-                    a += xr[k] * w[k]
-                out[m, n] = a - xsum[m]
+                for j in range(k4):
+                    a += x[q * k4 + j] * np.float32((row[j] >> shift) & np.uint8(3))
+                acc += a
+            out[n] = (acc - xsum) * scale
 
     @jit
-    def int8(x, codes, out):
-        """x (M, K) float32, codes (N, K) int8, out (M, N) float32."""
-        m_rows = x.shape[0]
+    def planes2_dequantize(packed, scale, w):
+        """w (N, K) float32 = codes * scale, the dense kernel's weight, from the plane layout."""
+        n_rows, k4 = packed.shape
+        k_cols = w.shape[1]
+        for n in range(n_rows):
+            row, wr = packed[n], w[n]
+            for q in range(4):
+                shift = np.uint8(2 * q)
+                for j in range(min(k4, k_cols - q * k4)):
+                    wr[q * k4 + j] = np.float32(np.int32((row[j] >> shift) & np.uint8(3)) - 1) * scale
+
+    @jit
+    def int8_row(x, codes, scale, out):
+        """out = scale * codes @ x; x (K,) float32, codes (N, K) int8, out (N,) float32."""
         n_rows, k_cols = codes.shape
-        if m_rows == 1:
-            xr = x[0]
-            for n in range(n_rows):
-                row = codes[n]
-                a = np.float32(0.0)
-                for k in range(k_cols):
-                    a += xr[k] * np.float32(row[k])
-                out[0, n] = a
-            return
-        w = np.empty(k_cols, np.float32)
         for n in range(n_rows):
             row = codes[n]
+            a = np.float32(0.0)
             for k in range(k_cols):
-                w[k] = np.float32(row[k])
-            for m in range(m_rows):
-                xr = x[m]
-                a = np.float32(0.0)
-                for k in range(k_cols):
-                    a += xr[k] * w[k]
-                out[m, n] = a
+                a += x[k] * np.float32(row[k])
+            out[n] = a * scale
 
-    return planes2, int8
+    return planes2_row, planes2_dequantize, int8_row
 
 
 def pack_planes2(codes: torch.Tensor) -> np.ndarray:
@@ -127,25 +109,31 @@ def pack_planes2(codes: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(u[:, 0] | (u[:, 1] << 2) | (u[:, 2] << 4) | (u[:, 3] << 6))
 
 
-def _rows(x: torch.Tensor, width: int) -> np.ndarray:
-    """x (..., K) -> a C-contiguous float32 (M, width) array, zero-padded on the right when width > K."""
-    x2 = x.reshape(-1, x.shape[-1]).to(torch.float32)
-    if width != x2.shape[1]:
-        x2 = torch.nn.functional.pad(x2, (0, width - x2.shape[1]))
-    return x2.contiguous().numpy()
+def _one_row(x: torch.Tensor, width: int) -> np.ndarray:
+    """The single input row as a C-contiguous float32 (width,) array (a view when x already is one),
+    zero-padded on the right when width > K."""
+    x1 = x.reshape(x.shape[-1])
+    if x1.dtype != torch.float32 or not x1.is_contiguous() or width != x1.shape[0]:
+        x1 = F.pad(x1.to(torch.float32), (0, width - x1.shape[0])).contiguous()
+    return x1.numpy()
 
 
-def planes2_matmul(x: torch.Tensor, packed: np.ndarray, n_out: int) -> torch.Tensor:
-    """x (..., K) @ codes^T with codes in the 2-bit plane layout; float32 (..., N) out."""
-    xa = _rows(x, 4 * packed.shape[1])
-    out = np.empty((xa.shape[0], n_out), np.float32)
-    _kernels()[0](xa, packed, out)
-    return torch.from_numpy(out).reshape(*x.shape[:-1], n_out)
+def planes2_matmul(x: torch.Tensor, packed: np.ndarray, n_out: int, scale: float) -> torch.Tensor:
+    """scale * x (..., K) @ codes^T with codes in the 2-bit plane layout; float32 (..., N) out."""
+    k_in = x.shape[-1]
+    if x.numel() != k_in:  # several rows: dequantize once, GEMM
+        w = torch.empty(n_out, k_in)
+        _kernels()[1](packed, np.float32(scale), w.numpy())
+        return F.linear(x.to(torch.float32), w)
+    out = torch.empty(n_out)
+    _kernels()[0](_one_row(x, 4 * packed.shape[1]), packed, np.float32(scale), out.numpy())
+    return out.reshape(*x.shape[:-1], n_out)
 
 
-def int8_matmul(x: torch.Tensor, codes: np.ndarray) -> torch.Tensor:
-    """x (..., K) @ codes^T with int8 codes (N, K); float32 (..., N) out."""
-    xa = _rows(x, codes.shape[1])
-    out = np.empty((xa.shape[0], codes.shape[0]), np.float32)
-    _kernels()[1](xa, codes, out)
-    return torch.from_numpy(out).reshape(*x.shape[:-1], codes.shape[0])
+def int8_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """scale * x (..., K) @ codes^T with int8 codes (N, K); float32 (..., N) out."""
+    if x.numel() != x.shape[-1]:  # several rows: dequantize once (as models/bitlinear.py does), GEMM
+        return F.linear(x.to(torch.float32), codes.to(torch.float32) * scale)
+    out = torch.empty(codes.shape[0])
+    _kernels()[2](_one_row(x, codes.shape[1]), codes.numpy(), np.float32(scale), out.numpy())
+    return out.reshape(*x.shape[:-1], codes.shape[0])
