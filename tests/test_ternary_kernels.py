@@ -103,3 +103,32 @@ def test_packed_model_on_the_fp32_kernels_decodes_like_the_exact_model(tmp_path,
         a, b = fast(step, cache=caches[0]).logits, exact(step, cache=caches[1]).logits
     assert (a - b).abs().max() <= 1e-4 * b.abs().max()
     assert torch.equal(fast.generate(prompt, 8, temperature=0), exact.generate(prompt, 8, temperature=0))
+
+
+def test_nexus_generate_prints_the_kernel_choice_and_takes_a_kernel(tmp_path, capsys):
+    """`nexus generate` on a packed file says which kernel auto took, why and on which CPU; --kernel
+    picks one; --kernel with a checkpoint directory is refused in one line."""
+    import nexus.cli
+    from nexus.checkpoint import save_checkpoint
+    from nexus.cli.generate import PACKED_KERNELS as CLI_KERNELS
+    from nexus.config import ModelConfig, RunConfig
+    from nexus.data.tokenizer import ByteTokenizer
+    from nexus.export.ternary import export_ternary
+    from nexus.models import build_model
+    from nexus.models.bitlinear import PACKED_KERNELS
+    from nexus.models.recurrent import RecurrentOptions
+
+    assert CLI_KERNELS == PACKED_KERNELS
+    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=1, t_inner=1), d_model=16, n_layers=1, n_heads=1,
+                                      ffn_hidden=32))
+    ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
+    path = export_ternary(ckpt, tmp_path / "m.tern")["path"]
+    base = ["generate", "--max-new-tokens", "3", "--temperature", "0", "--checkpoint"]
+    assert nexus.cli.main([*base, path]) == 0
+    err = capsys.readouterr().err
+    assert "ternary kernel auto -> " in err and "dense" in err and "capability" in err
+    assert nexus.cli.main([*base, path, "--kernel", "fp32-2bit"]) == 0
+    assert "ternary kernel auto" not in capsys.readouterr().err
+    assert nexus.cli.main([*base, str(ckpt), "--kernel", "int4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--kernel=int4" in err[0]
