@@ -6,8 +6,12 @@ Measured, not looked up in a table of CPU features: which kernel wins depends on
 follow whatever LLVM vectorizes for), on whether the model's codes fit the last-level cache (a
 recurrent model re-reads all its matrices for every token) and on the thread count. A table would
 be wrong on some CPU; a measurement that includes dense cannot pick a kernel slower than dense on
-the machine it runs on, up to the noise of the measurement itself (fastest of ROUNDS interleaved
-rounds, which load from other processes only slows).
+the machine it runs on, up to the noise of the measurement itself: the fastest of at least MIN_ROUNDS
+interleaved rounds (more while the time budget lasts), which load from other processes only slows.
+With one torch thread the clock is this process's CPU time, so time the scheduler gives to other
+processes is not counted (on a 2-core machine at load 10, wall-clock minima of 5 rounds of 2 ms
+passes still came out up to 6x high); with several threads it is wall time, which is what a user of
+a multi-threaded dense matmul waits.
 
 The layers are timed together, one pass through all of them per round, as decoding cycles through
 them, so the timing sees the same cache pressure as the model. The choice is cached in this process
@@ -20,7 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-ROUNDS = 5  # timed passes per candidate after one warm-up pass (which also compiles the numba loops)
+MIN_ROUNDS, MAX_ROUNDS = 5, 15  # timed passes per candidate after one warm-up pass (which compiles the numba loops)
+BUDGET_S = 0.5  # rounds past MIN_ROUNDS are run while the timed passes have taken less than this
 
 _cache: dict[tuple, str] = {}
 
@@ -31,6 +36,8 @@ class KernelChoice:
     ms: dict = field(default_factory=dict)  # candidate -> fastest ms per pass over the matrices
     n_matrices: int = 0
     threads: int = 1
+    rounds: int = 0
+    clock: str = "CPU time"
     cached: bool = False  # True: taken from an earlier measurement in this process (ms empty)
 
     def why(self) -> str:
@@ -42,7 +49,7 @@ class KernelChoice:
         else:
             times = ", ".join(f"{k} {v:.2f}" for k, v in sorted(self.ms.items(), key=lambda kv: kv[1]))
             how = (f"fastest at batch 1 of ms per pass over the {self.n_matrices} ternary matrices: {times} "
-                   f"(best of {ROUNDS} interleaved rounds)")
+                   f"(best of {self.rounds} interleaved rounds, {self.clock})")
         return f"ternary kernel auto -> {self.kernel}: {how}; {describe_cpu()}, {self.threads} torch threads"
 
 
@@ -80,15 +87,20 @@ def choose_kernel(layers: list[tuple[torch.Tensor, torch.Tensor]], kernels: list
     gen = torch.Generator().manual_seed(0)
     inputs = {k: torch.randn(1, k, generator=gen) for k in {c.shape[1] for c, _ in layers}}
     best = {k: float("inf") for k in names}
+    clock, clock_name = (time.process_time, "CPU time") if threads == 1 else (time.perf_counter, "wall time")
+    spent, r = 0.0, 0
     with torch.no_grad():
-        for r in range(ROUNDS + 1):
+        while r <= MIN_ROUNDS or (r <= MAX_ROUNDS and spent < BUDGET_S):
             for k in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
-                t0 = time.perf_counter()
+                t0 = clock()
                 for m in built[k]:
                     m(inputs[m.in_features])
+                dt = clock() - t0
                 if r:  # round 0 warms up (allocations, numba compilation)
-                    best[k] = min(best[k], (time.perf_counter() - t0) * 1e3)
+                    best[k] = min(best[k], dt * 1e3)
+                    spent += dt
+            r += 1
     kernel = min(names, key=lambda k: best[k])
     if kernels is None:
         _cache[key] = kernel
-    return KernelChoice(kernel, best, n_matrices=len(layers), threads=threads)
+    return KernelChoice(kernel, best, n_matrices=len(layers), threads=threads, rounds=r - 1, clock=clock_name)
