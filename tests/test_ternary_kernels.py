@@ -24,10 +24,11 @@ def _paper_ternary(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)
-@pytest.mark.parametrize("n_out,n_in,lead", [(48, 96, (1,)), (7, 37, (1,)), (33, 130, (3, 5)), (16, 8, (2, 1))])
+@pytest.mark.parametrize("n_out,n_in,lead", [(48, 96, (1,)), (7, 37, (1,)), (33, 130, (3, 5)), (16, 8, (2, 1)), (5, 64, (8,))])
 @pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
 def test_fp32_kernels_match_the_paper_matmul_to_fp32_rounding(kernel, n_out, n_in, lead, act_quant, input_norm, bias):
-    """Odd K (padding of the 2-bit planes), one row (the fused decode loop) and several (the buffered one)."""
+    """Odd K (padding of the 2-bit planes), one row (the fused decode loop) and several (the 2 x 4 tiles,
+    with M and N that leave partial tiles)."""
     g = torch.Generator().manual_seed(n_out * n_in)
     w = torch.randn(n_out, n_in, generator=g) * 0.05
     codes, gamma = _paper_ternary(w)
@@ -62,23 +63,10 @@ def test_planes2_layout_puts_four_column_planes_in_each_byte():
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)
-@pytest.mark.parametrize("n_in", [96, 37])
-def test_several_rows_equal_the_dense_kernel_bitwise(kernel, n_in):
-    """A prompt or a batch (M > 1 rows) dequantizes to the dense kernel's own weight and uses its GEMM."""
-    g = torch.Generator().manual_seed(n_in)
-    codes, gamma = _paper_ternary(torch.randn(24, n_in, generator=g))
-    fast = PackedTernaryLinear(codes, gamma.float(), None, False, True, 1e-6, kernel=kernel)
-    dense = PackedTernaryLinear(codes, gamma.float(), None, False, True, 1e-6, kernel="dense")
-    x = torch.randn(2, 7, n_in, generator=g)
-    with torch.no_grad():
-        assert torch.equal(fast(x), dense(x))
-
-
-@pytest.mark.parametrize("kernel", FP32_KERNELS)
 @pytest.mark.parametrize("packing", ["2bit", "base3"])
 def test_packed_model_on_the_fp32_kernels_decodes_like_the_exact_model(tmp_path, kernel, packing):
-    """Both file packings: the prompt (several rows) gives the exact model's logits bitwise, one-token
-    decode steps agree to fp32 rounding, and greedy decoding picks the same tokens."""
+    """Both file packings: the prompt (several rows, the tiled loop) and one-token decode steps (the fused
+    loop) agree with the exact model to fp32 rounding, and greedy decoding picks the same tokens."""
     from nexus.checkpoint import save_checkpoint
     from nexus.config import ModelConfig, RunConfig
     from nexus.data.tokenizer import ByteTokenizer
@@ -96,7 +84,8 @@ def test_packed_model_on_the_fp32_kernels_decodes_like_the_exact_model(tmp_path,
     assert {m.kernel for m in fast.modules() if isinstance(m, PackedTernaryLinear)} == {kernel}
     prompt = torch.randint(0, 259, (1, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.equal(fast(prompt).logits, exact(prompt).logits)
+        a, b = fast(prompt).logits, exact(prompt).logits
+        assert (a - b).abs().max() <= 1e-4 * b.abs().max()
         caches = fast.new_cache(), exact.new_cache()
         fast(prompt, cache=caches[0]), exact(prompt, cache=caches[1])
         step = prompt[:, :1]

@@ -298,7 +298,7 @@ class PackedTernaryLinear(nn.Module):
             if self.kernel == "fp32-2bit":
                 y = ternary_kernels.planes2_matmul(x, self.planes.numpy(), self.out_features, self._gamma)
             else:
-                y = ternary_kernels.int8_matmul(x, self.codes, self.scale)
+                y = ternary_kernels.int8_matmul(x, self.codes.numpy(), self._gamma)
             y = y.to(x.dtype)
         elif self.kernel == "int4":
             y = int4_weight_matmul(x, self.packed, self.scales_zeros, self.group, self.scale)
