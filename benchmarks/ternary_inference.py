@@ -85,7 +85,7 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--reps", type=int, default=3, help="alternated rounds (fewer if --budget-s runs out)")
-    p.add_argument("--budget-s", type=float, default=200.0,
+    p.add_argument("--budget-s", type=float, default=120.0,
                    help="start no new round after this many seconds of timed rounds (0 = no limit)")
     p.add_argument("--packing", default="2bit", choices=["2bit", "base3"])
     p.add_argument("--kernel", default="auto",
