@@ -21,7 +21,7 @@ SRC = Path(nexus.__file__).resolve().parent
 # from its own tier's other packages or from above. docs/architecture.md draws the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
-    ("config_help", "console", "kind_options", "outdir", "plugins", "runtime", "figures"),
+    ("config_help", "console", "cpu_info", "kind_options", "outdir", "plugins", "runtime", "figures"),
     ("atomic", "presets"),
     ("models", "optim"),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches

@@ -239,7 +239,7 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     if kernel == "auto" and found:
         from ..models.ternary_kernel_choice import choose_kernel
 
-        choice = choose_kernel([(codes, gamma) for _, _, codes, gamma, _ in found])
+        choice = choose_kernel([(codes, gamma) for _, _, codes, gamma, _ in found], PackedTernaryLinear)
         kernel = choice.kernel
         if say is not None:
             say(choice.why())

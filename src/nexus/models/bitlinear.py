@@ -246,7 +246,7 @@ class PackedTernaryLinear(nn.Module):
         if kernel == "auto":
             from .ternary_kernel_choice import choose_kernel
 
-            self.kernel_choice = choose_kernel([(codes, gamma)])
+            self.kernel_choice = choose_kernel([(codes, gamma)], PackedTernaryLinear)
             kernel = self.kernel_choice.kernel
         if kernel in NUMBA_KERNELS:
             from . import ternary_kernels

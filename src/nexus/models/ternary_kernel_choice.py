@@ -73,17 +73,18 @@ def _key(layers) -> tuple:
     return shapes, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
 
 
-def choose_kernel(layers: list[tuple[torch.Tensor, torch.Tensor]], kernels: list[str] | None = None) -> KernelChoice:
-    """layers: (codes (N, K) in {-1, 0, 1}, gamma) of every ternary matrix of a model (or one layer).
-    Returns the fastest of `kernels` (default: `candidates()`) at batch 1, dense among them."""
-    from .bitlinear import PackedTernaryLinear
-
+def choose_kernel(layers: list[tuple[torch.Tensor, torch.Tensor]], layer_class,
+                  kernels: list[str] | None = None) -> KernelChoice:
+    """layers: (codes (N, K) in {-1, 0, 1}, gamma) of every ternary matrix of a model (or one layer);
+    layer_class: bitlinear.PackedTernaryLinear (passed in, so this module and bitlinear.py, whose
+    kernel="auto" calls it, do not import each other). Returns the fastest of `kernels` (default:
+    `candidates()`) at batch 1, dense among them."""
     threads = torch.get_num_threads()
     key = _key(layers)
     if kernels is None and key in _cache:
         return KernelChoice(_cache[key], n_matrices=len(layers), threads=threads, cached=True)
     names = list(kernels or candidates())
-    built = {k: [PackedTernaryLinear(c, g, None, False, False, 1e-5, kernel=k) for c, g in layers] for k in names}
+    built = {k: [layer_class(c, g, None, False, False, 1e-5, kernel=k) for c, g in layers] for k in names}
     gen = torch.Generator().manual_seed(0)
     inputs = {k: torch.randn(1, k, generator=gen) for k in {c.shape[1] for c, _ in layers}}
     best = {k: float("inf") for k in names}
