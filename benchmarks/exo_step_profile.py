@@ -23,6 +23,7 @@ import variant_overhead as vo
 from nexus.analysis.hooks import direct_anchor_projection
 from nexus.models import fused_mix, mix_kernels, mixing
 from nexus.runtime import tune_cpu_allocator
+from _result import print_machine
 
 
 def main() -> None:
@@ -31,6 +32,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per model (after 2 untimed)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()
     d = args.d_model

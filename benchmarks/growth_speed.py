@@ -21,6 +21,7 @@ from nexus.config import ModelConfig, ProjectionConfig, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
+from _result import print_machine
 
 
 def main() -> None:
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default; 1 avoids spin-waits on a busy machine)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     proj = ProjectionConfig(kind="nexus_rank", rank_m=args.m, rank_a=args.a)

@@ -24,6 +24,7 @@ from nexus.config import AttentionOptions, ModelConfig, TrainConfig
 from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
 from nexus.optim.param_groups import build_optimizer
+from _result import print_machine
 
 
 def make(args, order: int, max_len: int) -> TransformerLM:
@@ -101,6 +102,7 @@ def main() -> None:
     p.add_argument("--gen-reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared CPU steady)")
     args = p.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     torch.set_num_threads(args.threads)
     print(f"shape: {args.layers}x{args.d_model}, {args.heads} heads, batch {args.batch} x seq {args.seq}, "
           f"device cpu, threads {args.threads}")

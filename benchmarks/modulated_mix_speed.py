@@ -17,6 +17,7 @@ import torch
 
 from nexus.models.modulated_mix import modulated_mix
 from nexus.runtime import tune_cpu_allocator
+from _result import print_machine
 
 
 def by_autograd(cur, anc, l1, l2, g1, g2):
@@ -33,6 +34,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7, help="alternating rounds")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     tune_cpu_allocator()

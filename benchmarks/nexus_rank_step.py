@@ -19,6 +19,7 @@ from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, ProjectionOptions, TrainConfig
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
+from _result import print_machine
 
 
 def make(args, nexus: bool):
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)

@@ -19,6 +19,7 @@ from nexus.models import build_model
 from nexus.presets import get_preset
 from nexus.optim.optimizers import AdamW
 from nexus.optim.param_groups import build_optimizer
+from _result import print_machine
 
 
 def _optimizers(model, tcfg):
@@ -36,6 +37,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps timed per round and optimizer")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = get_preset(args.preset)

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from _result import print_machine
 
 NEW = "from nexus.cli import main; main(['presets'])"
 OLD = ("from nexus.models.accounting import param_count_for_config\n"
@@ -36,6 +37,7 @@ def main() -> None:
     ap.add_argument("--against", default=None, metavar="SRC", help="also time the listing with PYTHONPATH=SRC")
     ap.add_argument("--no-meta", action="store_true", help="leave out the meta-build counts")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     new, old, other = [], [], []
     for r in range(args.rounds):
         new.append(timed(NEW))

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from _result import print_machine
 
 
 def rss_mb() -> float:
@@ -109,6 +110,7 @@ def main() -> None:
     p.add_argument("--full-backprop", action="store_true")
     p.add_argument("--no-control", action="store_true")
     args = p.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     if args.child:
         print(json.dumps(child(args)))
         return

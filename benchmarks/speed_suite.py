@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -26,14 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _result import parse
+from _result import machine, parse
 
 HERE = Path(__file__).resolve().parent
 
 # name -> (script, full arguments, --quick arguments). The full arguments are the commands recorded in
 # benchmarks/README.md; one thread and process CPU time where a script offers them (a shared 2-core box).
 BENCHMARKS = {
-    "ternary": ("ternary_inference.py", ["--threads", "1", "--reps", "3"], ["--threads", "1", "--reps", "2", "--new-tokens", "48"]),
+    "ternary": ("ternary_inference.py", ["--threads", "1", "--reps", "3", "--new-tokens", "240", "--budget-s", "0"], ["--threads", "1", "--reps", "2", "--new-tokens", "48"]),
     "kv": ("kv_cache_speed.py", ["--rounds", "3"], ["--rounds", "2", "--new-tokens", "96"]),
     "train": ("train_throughput.py", ["--threads", "1", "--clock", "cpu", "--rounds", "5"],
               ["--threads", "1", "--clock", "cpu", "--rounds", "2"]),
@@ -45,17 +44,6 @@ BENCHMARKS = {
     "gpu-mfu": ("gpu_mfu.py", [], ["--steps", "3", "--rounds", "2"]),  # runs only where CUDA is available
 }
 NEEDS_CUDA = {"gpu-mfu"}
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:  # the model name is only in /proc/cpuinfo on Linux
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import torch
-
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}"
 
 
 def run_one(name: str, argv: list[str]) -> tuple[list[dict], str, dict]:

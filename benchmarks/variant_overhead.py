@@ -54,6 +54,7 @@ from nexus.models import build_model, fused_mix, mix_kernels
 from nexus.runtime import tune_cpu_allocator
 from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
+from _result import print_machine
 
 VARIANTS = ["base-transformer", "gated", "resformer", "naive-combination", "nures-e", "exo-s", "exo-e", "exo-dynamic-e"]
 HEADLINE = ["gated", "exo-dynamic-e"]
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--no-flop-count", dest="count_flops", action="store_false",
                     help="skip the executed-FLOPs column (one more forward + backward per variant; long at d 1024)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     preset_path, preset_tokens, preset_vocab = preset_anchor_path()
     if args.shape == "450m":
         preset = get_preset(PAPER_PRESET)

@@ -25,6 +25,7 @@ from pathlib import Path
 from nexus.analysis.compute import growth_compute
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
+from _result import print_machine
 
 VARIANTS = {
     "naive": {"preserve": "none", "optimizer_state": "copy"},
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--tau", type=int, default=20, help="re-warmup steps (paper: 250 of ~32k post-growth steps)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     grow_at = args.steps // 2
     results: dict[str, list] = {k: [] for k in [*VARIANTS, "scratch-wide"]}
     jumps: dict[str, list] = {k: [] for k in VARIANTS}

@@ -21,9 +21,9 @@ SRC = Path(nexus.__file__).resolve().parent
 # from its own tier's other packages or from above. docs/architecture.md draws the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
-    ("config_help", "console", "kind_options", "outdir", "plugins", "runtime"),
+    ("config_help", "console", "cpu_info", "kind_options", "outdir", "plugins", "runtime"),
     ("atomic", "presets"),
-    ("models", "optim", "figures"),  # figures: matplotlib defaults, saved through atomic's manifest-entering write  # layers, architectures, generation, parameter accounting | optimizers, LR schedule
+    ("models", "optim", "figures"),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches
     ("checkpoint",),
     ("eval", "hf", "export"),  # read checkpoints + tokenizers: evaluation, HF conversion, ternary export

@@ -198,12 +198,49 @@ def test_cli_rejects_a_bad_packing(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "--packing=base3" in err[0] and not out.exists()
 
 
-def test_auto_kernel_takes_int4_only_for_large_weights_and_int8_where_int4_cannot_pack():
-    from nexus.models.bitlinear import LOW_BIT_MIN_WEIGHTS
-
-    def packed(n_out, n_in, kernel="auto"):
+def test_int4_takes_int8_where_it_cannot_pack_and_says_so():
+    def packed(n_out, n_in, kernel):
         return PackedTernaryLinear(torch.ones(n_out, n_in), torch.tensor(0.5), None, False, False, 1e-5, kernel).kernel
 
-    n = LOW_BIT_MIN_WEIGHTS // 512
-    assert (packed(16, 32), packed(n, 512)) == ("dense", "int4")
-    assert packed(n + 8, 512) == packed(8, 512, "int4") == packed(16, 40, "int4") == "int8"  # N % 16, K % 32
+    assert packed(16, 32, "int4") == "int4"
+    assert packed(24, 512, "int4") == packed(8, 512, "int4") == packed(16, 48, "int4") == "int8"  # N % 16, K % 32
+
+
+@pytest.mark.parametrize("n_in", [40, 37])
+def test_int8_is_not_used_where_torchs_kernel_reads_past_the_row(n_in):
+    """torch 2.13's int8 kernel returned NaN / 1e38 at K = 40 and crashed at K = 37 (issue 41): such a
+    layer takes another kernel, and its outputs are the paper's matmul."""
+    from nexus.models.reference.recurrent_reference import ref_ternary
+
+    w = torch.randn(16, n_in, generator=torch.Generator().manual_seed(n_in))
+    gamma = w.abs().mean()
+    codes = torch.clamp(torch.round(w / gamma), -1, 1)
+    for kernel in ("int4", "int8"):
+        layer = PackedTernaryLinear(codes, gamma, None, False, False, 1e-5, kernel)
+        assert layer.kernel not in ("int4", "int8")
+        x = torch.randn(2, n_in)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), x @ ref_ternary(w).t(), rtol=1e-5, atol=1e-5)
+
+
+def test_auto_kernel_is_measured_and_printed_and_cached(tmp_path, monkeypatch):
+    """load_ternary(kernel="auto") times every candidate on the model's matrices, takes the fastest, says
+    so in one line naming the CPU, and a second load in the process reuses the measurement."""
+    from nexus.models import ternary_kernel_choice
+    from nexus.models.ternary_kernel_choice import candidates
+
+    monkeypatch.setattr(ternary_kernel_choice, "_cache", {})  # no measurement from an earlier test
+    ckpt, _ = _checkpoint(tmp_path, ffn_hidden=96)
+    report = export_ternary(ckpt, tmp_path / "model.tern")
+    lines = []
+    model, _, _ = load_ternary(report["path"], kernel="auto", say=lines.append)
+    choice = model.kernel_choice
+    assert set(choice.ms) == set(candidates()) and choice.kernel == min(choice.ms, key=choice.ms.get)
+    assert choice.ms[choice.kernel] <= choice.ms["dense"] and not choice.cached
+    assert {m.kernel for m in model.modules() if isinstance(m, PackedTernaryLinear)} == {choice.kernel}
+    assert len(lines) == 1 and f"ternary kernel auto -> {choice.kernel}" in lines[0]
+    assert "dense" in lines[0] and f"capability {torch.backends.cpu.get_cpu_capability()}" in lines[0]
+    again = []
+    model2, _, _ = load_ternary(report["path"], kernel="auto", say=again.append)
+    assert model2.kernel_choice.cached and model2.kernel_choice.kernel == choice.kernel
+    assert "earlier load" in again[0]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from .common import DefaultsHelpFormatter, int_in_range, nonneg_float, positive_int
 
+# kept equal to models.bitlinear.PACKED_KERNELS (tested); listed here so --help needs no torch
+PACKED_KERNELS = ("auto", "fp32-2bit", "fp32-int8", "int4", "int8", "dense")
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", formatter_class=DefaultsHelpFormatter, help="generate text from a checkpoint")
@@ -19,6 +22,9 @@ def add_parser(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="model field changed at load time, e.g. arch.t_inner=20 (test-time depth)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (SFT models)")
+    p.add_argument("--kernel", default="auto", choices=PACKED_KERNELS,
+                   help="decode kernel of a packed ternary file (auto: every kernel timed on this CPU, the fastest "
+                        "taken; the choice and the times are printed)")
     p.set_defaults(func=run)
 
 
@@ -49,7 +55,10 @@ def run(args, extra) -> int:
     if Path(args.checkpoint).is_file():  # a checkpoint is a directory; a file can only be a ternary export
         from ..export.ternary import load_ternary
 
-        model, cfg, tok = load_ternary(args.checkpoint, overrides=parse_sets(args.set) or None)
+        model, cfg, tok = load_ternary(args.checkpoint, kernel=args.kernel, overrides=parse_sets(args.set) or None)
+    elif args.kernel != "auto":
+        raise ConfigError(f"--kernel={args.kernel} applies to a packed ternary file, not to the checkpoint directory "
+                          f"{args.checkpoint!r} (valid there: leave --kernel out)")
     else:
         model, cfg, tok = load_checkpoint(args.checkpoint, parse_sets(args.set) or None)
     model.eval()

@@ -161,14 +161,23 @@ def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
 
 
 # ----------------------------------------------------------------------------- load
-def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, device="cpu"):
+def _say_stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, device="cpu", say=_say_stderr):
     """Packed file -> (model in eval mode with PackedTernaryLinear layers on `device`, RunConfig, tokenizer).
 
-    kernel "int4" / "int8" decode with torch's weight-only int4 / int8 CPU matmuls (fast,
-    bf16-precision activations); "dense" materializes fp32 weights whose logits equal the unpacked
-    model's bitwise; "auto" (default) takes int4 for layers of at least 2^18 weights, where reading
-    the weights dominates, and dense below (models/bitlinear.py PackedTernaryLinear). The low-bit
-    kernels exist for CPUs only: on any other device "auto" is dense, and "int4"/"int8" are refused.
+    kernel "auto" (default) times every kernel this CPU can run on the model's own matrices at batch
+    1, dense included, and takes the fastest (models/ternary_kernel_choice.py); `say` (default: print
+    to stderr; None: silent) gets one line with the choice, the times and the CPU, also kept as
+    `model.kernel_choice`. "fp32-2bit" / "fp32-int8" decode with numba loops that accumulate in fp32
+    (outputs match dense to fp32 rounding); "int4" / "int8" with torch's weight-only CPU matmuls
+    (bf16-precision activations); "dense" materializes fp32 weights whose logits equal the unpacked
+    model's bitwise (models/bitlinear.py PackedTernaryLinear). The non-dense kernels exist for CPUs
+    only: on any other device "auto" is dense, and the others are refused.
     `overrides` sets model fields that may change at load time, as for load_checkpoint (e.g.
     {'arch.t_inner': 12})."""
     from safetensors import SafetensorError, safe_open
@@ -207,10 +216,11 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
         raise ConfigError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
     device = torch.device(device)
     if device.type != "cpu":
-        if kernel in ("int4", "int8"):
+        if kernel != "auto" and kernel != "dense":
             raise ConfigError(f"kernel={kernel!r} runs on CPU only, not on device={str(device)!r} (valid there: auto|dense)")
-        kernel = "dense"  # torch has weight-only int4/int8 matmuls for CPU only
+        kernel = "dense"  # the low-bit kernels (torch's and ours) exist for CPU only
     model = build_model(cfg.model)
+    found = []  # (name, module, codes, gamma, bias) of every BitLinear, in model order
     for name, m in list(model.named_modules()):
         if not isinstance(m, BitLinear):
             continue
@@ -224,9 +234,27 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
         codes = torch.from_numpy(unpack_codes(tensors.pop(key + _CODES).numpy(), n, packing, where)).reshape(shape)
         gamma = tensors.pop(key + _SCALE).reshape(())
         bias = tensors.pop(f"{name}.bias") if m.bias is not None else None
+        found.append((name, m, codes, gamma, bias))
+    choice = None
+    if kernel == "auto" and found:
+        from ..models.ternary_kernel_choice import choose_kernel
+
+        choice = choose_kernel([(codes, gamma) for _, _, codes, gamma, _ in found], PackedTernaryLinear)
+        kernel = choice.kernel
+        if say is not None:
+            say(choice.why())
+    fallback = []
+    for name, m, codes, gamma, bias in found:
         packed = PackedTernaryLinear(codes, gamma, bias, m.act_quant, m.input_norm, m.norm_eps, kernel)
+        if packed.kernel != kernel:
+            fallback.append(f"{name} ({packed.out_features}x{packed.in_features}: {packed.kernel})")
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
+    if fallback and say is not None:
+        say(f"ternary kernel {kernel}: {len(fallback)} matrices use another kernel, their shape is not one torch's "
+            f"kernel takes (int4: out_features a multiple of 16 and in_features of 32; int8: in_features a multiple "
+            f"of 16): {', '.join(fallback[:4])}{' ...' if len(fallback) > 4 else ''}")
+    model.kernel_choice = choice
     load_state_dict_checked(model, tensors, where)
     model.to(device).eval()
     tok = _tokenizer_from_meta(tok_meta, where)

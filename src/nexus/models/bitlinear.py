@@ -151,12 +151,10 @@ def _hold_quantized_weights_gen(module: nn.Module):
 hold_quantized_weights = contextlib.contextmanager(_hold_quantized_weights_gen)
 
 
-PACKED_KERNELS = ("auto", "int4", "int8", "dense")  # decode kernels of PackedTernaryLinear (see its docstring)
-# "auto" takes a low-bit kernel from this many weights up: below it the bf16 round trip costs more than
-# the weight bytes it saves. Measured on the 2-core EPYC (1 thread, six matrices cycled like a
-# recurrent SwiGLU stack, `d x 8/3 d`): int4 / fp32 time 0.21 at 12k weights (d 64), 0.48 at 49k,
-# ~1.0 at 180k (d 256), 1.15 at 393k (d 384), 1.85 at 721k, 5-6 at 1.6M-2.8M.
-LOW_BIT_MIN_WEIGHTS = 1 << 18
+# decode kernels of PackedTernaryLinear (see its docstring); "auto" measures them (ternary_kernel_choice.py)
+PACKED_KERNELS = ("auto", "fp32-2bit", "fp32-int8", "int4", "int8", "dense")
+NUMBA_KERNELS = ("fp32-2bit", "fp32-int8")  # models/ternary_kernels.py: need numba, CPU only
+TORCH_LOW_BIT_KERNELS = ("int4", "int8")  # torch's weight-only CPU matmuls, bf16 activations
 INT4_GROUP_SIZES = (256, 128, 64, 32)  # group sizes the CPU int4 kernel takes (one scale per group)
 
 
@@ -164,6 +162,13 @@ def int4_supported(out_features: int, in_features: int) -> bool:
     """torch's CPU int4 kernel packs N % 16 == 0 outputs and needs K divisible by a group size."""
     return (hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and out_features % 16 == 0
             and in_features % INT4_GROUP_SIZES[-1] == 0)
+
+
+def int8_supported(in_features: int) -> bool:
+    """torch 2.13's vectorized CPU int8 kernel reads past the end of a row whose length K is not a
+    multiple of 16: at K = 8, 24, 37, 40 it returned NaN or 1e38 or crashed the process (AVX-512 and
+    AVX2 dispatch alike; issue 41). Every multiple of 16 tried (16 to 4096) was correct on both."""
+    return hasattr(torch.ops.aten, "_weight_int8pack_mm") and in_features % 16 == 0
 
 
 def int8_weight_matmul(x: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -209,20 +214,27 @@ def int4_weight_matmul(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torc
 class PackedTernaryLinear(nn.Module):
     """Inference-only twin of BitLinear built from exported codes and scale (see nexus.export.ternary).
 
-    kernel "auto" (default): from LOW_BIT_MIN_WEIGHTS weights up "int4" (where its shape constraints
-    hold, else "int8"), below it "dense".
-    kernel "int4": codes packed two per byte for torch's weight-only int4 matmul (`int4_weight_matmul`),
-    the fastest on CPU for large layers; a layer whose shape the kernel does not take (out_features
-    not a multiple of 16, in_features not of 32) uses "int8" and says so in `.kernel`.
+    kernel "auto" (default): measured on this CPU among the kernels below, dense included, for this
+    layer alone (ternary_kernel_choice.choose_kernel; load_ternary measures all the model's layers
+    together instead, as decoding cycles through them). `.kernel_choice` keeps what was measured.
+    kernel "fp32-2bit": 2-bit codes read by a numba loop that accumulates in fp32
+    (models/ternary_kernels.py); outputs match the dense path to fp32 rounding.
+    kernel "fp32-int8": the same with one int8 code per weight (more bytes, less decoding).
+    kernel "int4": codes packed two per byte for torch's weight-only int4 matmul (`int4_weight_matmul`);
+    a layer whose shape the kernel does not take (out_features not a multiple of 16, in_features not
+    of 32) uses "int8" and says so in `.kernel`.
     kernel "int8": the codes stay int8 and each call runs torch's weight-only int8 matmul
-    (`int8_weight_matmul`).
-    Both low-bit kernels round activations and products to bf16, so logits match the unpacked model to
-    bf16 precision (tests hold them to the reference BitLinear with a bf16 tolerance).
+    (`int8_weight_matmul`); where in_features is not a multiple of 16, which that kernel gets wrong
+    (`int8_supported`), the layer uses "fp32-int8" (dense without numba) and says so in `.kernel`.
+    Both torch low-bit kernels round activations and products to bf16, so logits match the unpacked
+    model to bf16 precision (tests hold them to the reference BitLinear with a bf16 tolerance).
     kernel "dense": the dequantized weight codes*gamma is materialized in fp32 once at load; that is
     bitwise the tensor a BitLinear forward computes, so logits equal the unpacked model's exactly.
+    Every kernel but dense runs on CPU only and without autograd.
     """
 
     is_ternary = True
+    kernel_choice = None  # the measurement behind kernel="auto" (KernelChoice), else None
 
     def __init__(self, codes: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, act_quant: bool,
                  input_norm: bool, norm_eps: float, kernel: str = "auto"):
@@ -230,24 +242,43 @@ class PackedTernaryLinear(nn.Module):
         if kernel not in PACKED_KERNELS:
             raise ValueError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
         self.out_features, self.in_features = codes.shape
+        self.act_quant, self.input_norm, self.norm_eps = act_quant, input_norm, norm_eps
         if kernel == "auto":
-            kernel = "int4" if codes.numel() >= LOW_BIT_MIN_WEIGHTS else "dense"
+            from .ternary_kernel_choice import choose_kernel
+
+            self.kernel_choice = choose_kernel([(codes, gamma)], PackedTernaryLinear)
+            kernel = self.kernel_choice.kernel
+        if kernel in NUMBA_KERNELS:
+            from . import ternary_kernels
+
+            if not ternary_kernels.available():
+                raise ValueError(f"kernel={kernel!r} needs numba, which is not installed (valid without it: "
+                                 f"auto|{'|'.join(TORCH_LOW_BIT_KERNELS)}|dense)")
         if kernel == "int4" and not int4_supported(self.out_features, self.in_features):
             kernel = "int8"
+        if kernel == "int8" and not int8_supported(self.in_features):
+            from . import ternary_kernels
+
+            kernel = "fp32-int8" if ternary_kernels.available() else "dense"
         self.kernel = kernel
-        if kernel == "int4":
+        if kernel == "fp32-2bit":
+            from .ternary_kernels import pack_planes2
+
+            self.register_buffer("planes", torch.from_numpy(pack_planes2(codes)), persistent=False)
+        elif kernel == "int4":
             packed, scales_zeros, self.group = pack_int4(codes)
             self.register_buffer("packed", packed, persistent=False)
             self.register_buffer("scales_zeros", scales_zeros, persistent=False)
-            self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
-        elif kernel == "int8":
+        elif kernel in ("int8", "fp32-int8"):
             self.register_buffer("codes", codes.to(torch.int8).contiguous(), persistent=False)
-            self.register_buffer("ones", torch.ones(self.out_features, dtype=torch.bfloat16), persistent=False)
-            self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
+            if kernel == "int8":
+                self.register_buffer("ones", torch.ones(self.out_features, dtype=torch.bfloat16), persistent=False)
         else:
             self.register_buffer("weight", dequantize_ternary(codes, gamma), persistent=False)
+        if kernel != "dense":
+            self.register_buffer("scale", gamma.to(torch.float32).reshape(()), persistent=False)
+            self._gamma = float(self.scale)  # the numba kernels take it as a float32 scalar
         self.register_buffer("bias", bias, persistent=False)
-        self.act_quant, self.input_norm, self.norm_eps = act_quant, input_norm, norm_eps
 
     prepare_input = BitLinear.prepare_input
 
@@ -255,10 +286,21 @@ class PackedTernaryLinear(nn.Module):
         x = self.prepare_input(x)
         if self.kernel == "dense":
             return F.linear(x, self.weight, self.bias)
-        if x.device.type != "cpu":  # moved off the CPU after loading: torch's low-bit kernels are CPU-only
+        if x.device.type != "cpu":  # moved off the CPU after loading: the low-bit kernels are CPU-only
             raise RuntimeError(f"PackedTernaryLinear kernel={self.kernel!r} runs on CPU only; load the file with "
                                f"load_ternary(path, device={str(x.device)!r}) for the dense kernel there")
-        if self.kernel == "int4":
+        if self.kernel in NUMBA_KERNELS:
+            if torch.is_grad_enabled() and x.requires_grad:
+                raise RuntimeError(f"PackedTernaryLinear kernel={self.kernel!r} is inference-only (no autograd); "
+                                   "load the file with kernel='dense' to differentiate through it")
+            from . import ternary_kernels
+
+            if self.kernel == "fp32-2bit":
+                y = ternary_kernels.planes2_matmul(x, self.planes.numpy(), self.out_features, self._gamma)
+            else:
+                y = ternary_kernels.int8_matmul(x, self.codes.numpy(), self._gamma)
+            y = y.to(x.dtype)
+        elif self.kernel == "int4":
             y = int4_weight_matmul(x, self.packed, self.scales_zeros, self.group, self.scale)
         else:
             y = int8_weight_matmul(x, self.codes, self.ones, self.scale)

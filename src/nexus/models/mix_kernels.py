@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import functools
 
-_FASTMATH = {"reassoc", "contract"}
-
 
 @functools.cache
 def _kernels():
     """(forward, backward, gate_backward, forward_layer, backward_layer) compiled lazily (each dtype specializes on its first call), or None."""
-    try:
-        import numba
-    except ImportError:
+    from .numba_jit import njit
+
+    jit = njit()
+    if jit is None:
         return None
     import numpy as np
-
-    jit = numba.njit(fastmath=_FASTMATH, nogil=True, cache=False, boundscheck=False)
 
     # Arrays are (B, T, heads, width), C-contiguous; coefficients (heads, width); gam (B * T, n_factors).
     # Every loop nest ends in a unit-stride loop over width (head_dim) on 1-D rows, which LLVM vectorizes.
