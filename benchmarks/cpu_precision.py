@@ -81,7 +81,7 @@ def train_loss(seed: int, dtype: str, steps: int, out, extra=()) -> tuple[float,
     """(final train loss, final val loss) of `nexus train` on baseline-tiny for `steps` steps."""
     import json
 
-    from nexus.config import parse_overrides
+    from nexus.config_overrides import parse_overrides
     from nexus.presets import get_preset
     from nexus.train.trainer import Trainer
 

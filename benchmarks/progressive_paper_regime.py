@@ -143,12 +143,12 @@ def _rewrite_out_dir(run_dir: Path, new: str) -> None:
 
 def plan_method(P, name: str, tpp: float, seeds: list[int], out: Path) -> tuple[dict, dict]:
     """The method's plan at tpp tokens per active parameter before growth, and its parameter counts."""
-    from nexus.config import RunConfig
+    from nexus.config_migration import saved_run_config
 
     probe = P.plan_progressive(name, out=str(out / name), seeds=[seeds[0]])  # sizes only; trains nothing
     first = probe["configs"][str(seeds[0])]
-    counts = {"small": param_counts(RunConfig.from_dict(first["small"]).model),
-              "large": param_counts(RunConfig.from_dict(first["scratch"]).model)}
+    counts = {"small": param_counts(saved_run_config(first["small"]).model),
+              "large": param_counts(saved_run_config(first["scratch"]).model)}
     tps = probe["tokens_per_step"]
     budget = 2 * math.ceil(tpp * counts["small"]["active"] / tps) * tps  # growth at half: D_e >= tpp x N_small
     return P.plan_progressive(name, tokens=budget, grow_at=0.5, seeds=seeds, out=str(out / name)), counts
@@ -158,10 +158,10 @@ def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
     """Seconds per optimizer step of this run's model, timed in this process (no eval, no logging)."""
     import tempfile
 
-    from nexus.config import RunConfig
+    from nexus.config_migration import saved_run_config
     from nexus.train.trainer import Trainer
 
-    cfg = RunConfig.from_dict(json.loads(json.dumps(cfg_dict)))
+    cfg = saved_run_config(json.loads(json.dumps(cfg_dict)))
     tc = cfg.train
     tc.steps = warm + steps
     tc.drop_hook("growth")

@@ -256,10 +256,11 @@ def corpus_check(plan: dict, refuse: bool = True) -> dict:
 
 
 def _corpus_check(plan: dict) -> dict:
-    from nexus.config import ConfigError, RunConfig
+    from nexus.config import ConfigError
+    from nexus.config_migration import saved_run_config
     from nexus.data.loader import DataModule
 
-    cfg = RunConfig.from_dict(next(iter(plan["runs"].values()))["cfg"])
+    cfg = saved_run_config(next(iter(plan["runs"].values()))["cfg"])
     try:
         dm = DataModule(cfg.data, seed=0)
     except ConfigError as e:
@@ -283,11 +284,11 @@ def _corpus_check(plan: dict) -> dict:
 def _run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> dict:
     import torch
 
-    from nexus.config import RunConfig
+    from nexus.config_migration import saved_run_config
     from nexus.experiments.runs import run_resumable
 
     torch.set_num_threads(threads)
-    return run_resumable(RunConfig.from_dict(copy.deepcopy(cfg)), Path(run_dir), quiet=True, say=lambda *_: None,
+    return run_resumable(saved_run_config(copy.deepcopy(cfg)), Path(run_dir), quiet=True, say=lambda *_: None,
                          start_from=None if start_from is None else Path(start_from))
 
 
@@ -339,7 +340,7 @@ def curve(run_dir: Path, tps: int, segments: list[dict], prefix_dir: Path | None
 
 
 def summarize(plan: dict, out: Path) -> dict:
-    from nexus.config import RunConfig
+    from nexus.config_migration import saved_run_config
     from nexus.experiments.curves import active_params, first_crossing, train_flops_per_token
     from nexus.experiments.report import eq29
     from nexus.experiments.runs import read_done
@@ -347,7 +348,7 @@ def summarize(plan: dict, out: Path) -> dict:
 
     tps, seeds, methods = plan["tokens_per_step"], plan["seeds"], plan["methods"]
     runs = plan["runs"]
-    model = {k: RunConfig.from_dict(r["cfg"]).model for k, r in runs.items()}
+    model = {k: saved_run_config(r["cfg"]).model for k, r in runs.items()}
     seq = plan_seq(plan)
     fpt = {k: train_flops_per_token(m, seq)[0] for k, m in model.items()}
     final = {k: float(read_done(Path(r["cfg"]["train"]["out_dir"]))["val_loss"]) for k, r in runs.items()}
@@ -584,11 +585,11 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
 
     import torch
 
-    from nexus.config import RunConfig
+    from nexus.config_migration import saved_run_config
     from nexus.train.trainer import Trainer
 
     torch.set_num_threads(threads)
-    c = RunConfig.from_dict(copy.deepcopy(cfg))
+    c = saved_run_config(copy.deepcopy(cfg))
     tc = c.train
     tc.steps, tc.schedule_steps = steps + 3, 0
     tc.drop_hook("growth")

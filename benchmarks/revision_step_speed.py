@@ -30,7 +30,7 @@ def worker(preset: str, steps: int, out_dir: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from nexus.config import parse_overrides
+    from nexus.config_overrides import parse_overrides
     from nexus.presets import get_preset
     from nexus.train.trainer import Trainer
 

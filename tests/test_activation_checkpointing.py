@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from nexus.config import parse_overrides
+from nexus.config_overrides import parse_overrides
 from nexus.models import build_model
 from nexus.presets import get_preset
 from nexus.train.fsdp import apply_activation_checkpointing

@@ -87,7 +87,7 @@ def test_sizes_that_cannot_fit_are_refused_with_the_estimate(capsys, sandbox, ov
 
 def test_memory_estimate_is_a_lower_bound():
     """Weights + grads + AdamW state alone, counted from a real model, never exceed the estimate."""
-    from nexus.config import parse_overrides
+    from nexus.config_overrides import parse_overrides
     from nexus.models import build_model
     from nexus.presets import get_preset
     from nexus.train.memory import training_bytes

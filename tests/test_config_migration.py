@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nexus.config import AttentionOptions, ConfigError, MLPOptions, RunConfig, apply_override
+from nexus.config import AttentionOptions, ConfigError, MLPOptions, RunConfig
+from nexus.config_migration import saved_run_config
+from nexus.config_overrides import apply_override
 from nexus.models import build_model
 from nexus.presets import get_preset, names
 
@@ -24,7 +26,7 @@ OLD = json.loads((Path(__file__).parent / "data" / "preset_configs_v1.json").rea
 
 def test_every_presets_old_config_migrates_to_the_presets_config_today():
     assert set(OLD) <= set(names())  # a renamed preset would silently drop out of this test
-    bad = [n for n, d in OLD.items() if RunConfig.from_dict(d) != get_preset(n)]
+    bad = [n for n, d in OLD.items() if saved_run_config(d) != get_preset(n)]
     assert bad == []
 
 
@@ -37,7 +39,7 @@ def test_the_old_form_had_no_kinds_and_the_new_form_names_them():
         assert new["attention"]["kind"] in ("standard", "higher_order") and "kind" in new["projection"]
         assert "moe" not in new and new["mlp"]["kind"] == ("moe" if OLD[n]["model"]["moe"]["n_experts"] else "dense")
         assert "recurrent" not in new and new["arch"]["kind"] == OLD[n]["model"]["arch"]
-        assert RunConfig.from_dict(get_preset(n).to_dict()) == get_preset(n)
+        assert saved_run_config(get_preset(n).to_dict()) == get_preset(n)
 
 
 def _run(cfg: RunConfig):
@@ -55,7 +57,7 @@ def _run(cfg: RunConfig):
 @pytest.mark.parametrize("name", ["baseline-micro", "mqar-order2", "nexusformer-micro", "tokenformer-micro",
                                   "sparkling-moe-tiny", "nexus-micro"])
 def test_model_from_the_migrated_old_config_is_the_presets_model(name):
-    old_model, old_logits, old_gen = _run(RunConfig.from_dict(OLD[name]))
+    old_model, old_logits, old_gen = _run(saved_run_config(OLD[name]))
     model, logits, gen = _run(get_preset(name))
     old_params, params = list(old_model.named_parameters()), list(model.named_parameters())
     assert [n for n, _ in old_params] == [n for n, _ in params]
@@ -86,7 +88,7 @@ def test_an_inert_old_value_is_named_when_dropped(capsys):
     """Order 1 with ho_shared=false: the old code ignored ho_shared; the migration says it drops it."""
     old = json.loads(json.dumps(OLD["baseline-micro"]))
     old["model"]["attention"]["ho_shared"] = False
-    cfg = RunConfig.from_dict(old)
+    cfg = saved_run_config(old)
     assert cfg.model.attention == AttentionOptions()
     assert "dropped model.attention.ho_shared=False" in capsys.readouterr().err
 
@@ -94,14 +96,14 @@ def test_an_inert_old_value_is_named_when_dropped(capsys):
 def test_an_old_moe_section_without_experts_is_the_dense_mlp_and_names_what_it_drops(capsys):
     old = json.loads(json.dumps(OLD["baseline-micro"]))
     old["model"]["moe"]["top_k"] = 4  # no effect without experts
-    assert RunConfig.from_dict(old).model.mlp == MLPOptions()
+    assert saved_run_config(old).model.mlp == MLPOptions()
     assert "dropped model.moe.top_k=4" in capsys.readouterr().err
     old["model"]["moe"]["n_experts"] = 8
-    mlp = RunConfig.from_dict(old).model.mlp
+    mlp = saved_run_config(old).model.mlp
     assert (mlp.kind, mlp.n_experts, mlp.top_k) == ("moe", 8, 4)
     old["model"]["mlp"] = {"kind": "dense"}
     with pytest.raises(ConfigError, match=r"model.moe and model.mlp given together"):
-        RunConfig.from_dict(old)
+        saved_run_config(old)
 
 
 def test_an_override_of_the_old_moe_section_names_where_it_moved():
@@ -112,10 +114,10 @@ def test_an_override_of_the_old_moe_section_names_where_it_moved():
 def test_an_old_architecture_section_moves_into_model_arch_or_is_named_when_dropped(capsys):
     old = json.loads(json.dumps(OLD["nexus-micro"]))
     assert old["model"]["arch"] == "recurrent" and old["model"]["recurrent"]["t_inner"] == 3
-    assert RunConfig.from_dict(old).model.arch.t_inner == 3
+    assert saved_run_config(old).model.arch.t_inner == 3
     old = json.loads(json.dumps(OLD["baseline-micro"]))
     old["model"]["recurrent"]["t_inner"] = 9  # a transformer ignored it
-    assert RunConfig.from_dict(old).model == get_preset("baseline-micro").model
+    assert saved_run_config(old).model == get_preset("baseline-micro").model
     assert "dropped model.recurrent.t_inner=9" in capsys.readouterr().err
 
 
@@ -134,7 +136,7 @@ def test_the_old_spelling_of_an_architecture_option_still_sets_it():
 
 
 def test_a_partial_config_file_in_the_old_architecture_form_applies_to_the_presets_architecture(tmp_path):
-    from nexus.config import config_file_overrides, parse_overrides
+    from nexus.config_overrides import config_file_overrides, parse_overrides
 
     path = tmp_path / "depth.yaml"
     path.write_text("model:\n  recurrent: {t_inner: 5}\n")
@@ -162,7 +164,7 @@ def test_an_option_of_another_kind_names_the_kind_that_has_it():
 def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
     import yaml
 
-    from nexus.config import config_file_overrides, parse_overrides
+    from nexus.config_overrides import config_file_overrides, parse_overrides
 
     for form, d in (("new", get_preset("nexus-qk-tiny").to_dict()), ("old", OLD["nexus-qk-tiny"])):
         d = json.loads(json.dumps(d))
@@ -182,4 +184,4 @@ def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
 def test_a_kind_that_is_not_a_name_is_one_field_naming_line(kind):
     """A list or mapping as a section's kind once escaped as `TypeError: unhashable type`."""
     with pytest.raises(ConfigError, match=r"^model\.attention\.kind=.* \(valid: one of .*standard"):
-        RunConfig.from_dict({"model": {"attention": {"kind": kind}}})
+        saved_run_config({"model": {"attention": {"kind": kind}}})

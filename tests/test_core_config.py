@@ -1,7 +1,9 @@
 """Config: YAML round-trip, dotted overrides, validation that reports every error at once."""
 import pytest
 
-from nexus.config import ConfigError, RunConfig, parse_overrides
+from nexus.config import ConfigError
+from nexus.config_migration import load_config_file
+from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset, names
 
 
@@ -11,7 +13,7 @@ def test_yaml_round_trip(tmp_path):
                           "--model.projection.targets", "q,k"])
     path = tmp_path / "c.yaml"
     cfg.save_yaml(path)
-    again = RunConfig.load_yaml(path)
+    again = load_config_file(path)
     assert again.to_dict() == cfg.to_dict()
     assert again.model.n_layers == 3 and again.train.betas == [0.8, 0.9] and again.model.projection.targets == ["q", "k"]
 

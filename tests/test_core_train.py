@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from nexus.config import parse_overrides
+from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer, TrainingAborted
 

@@ -13,7 +13,8 @@ import socket
 import pytest
 import torch
 
-from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RunConfig, parse_overrides
+from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RunConfig
+from nexus.config_overrides import parse_overrides
 from nexus.models.recurrent import RecurrentOptions
 from nexus.models import build_model
 from nexus.presets import get_preset

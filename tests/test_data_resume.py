@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from nexus.checkpoint import load_trainer_state
-from nexus.config import DataConfig, parse_overrides
+from nexus.config import DataConfig
+from nexus.config_overrides import parse_overrides
 from nexus.data.prepare import prepare
 from nexus.data.sources import resolve_source
 from nexus.data.tokenizer import ByteTokenizer

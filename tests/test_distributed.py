@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from nexus.presets import get_preset
-from nexus.config import parse_overrides
+from nexus.config_overrides import parse_overrides
 from nexus.train.trainer import Trainer
 
 # A micro run: 1 layer, 6 steps, gradient accumulation on so DDP's no_sync path is exercised too.

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nexus.cli import main
-from nexus.config import parse_overrides
+from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
 from test_distributed import _env  # the same launcher environment as the DDP tests

@@ -13,7 +13,8 @@ import torch.nn as nn
 from nexus.analysis import growth_stats as gs
 from nexus.checkpoint import load_checkpoint, load_trainer_state
 from nexus.cli import main
-from nexus.config import TrainConfig, parse_overrides
+from nexus.config import TrainConfig
+from nexus.config_overrides import parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
 from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer

@@ -15,6 +15,7 @@ from nexus.growth.hook import GrowthHook, grow_in_training
 from nexus.growth.registry import parse_growth_spec
 from nexus.train.trainer import Trainer
 from test_core_train import micro_cfg
+from nexus.config_migration import saved_run_config
 
 LR, RHO, TAU, AT, STEPS = 0.01, 1.5, 2, 2, 6
 SPEC = {"family": "width", "hidden": 64, "init": "copy,copy", "rewarmup": [RHO, TAU]}
@@ -142,7 +143,6 @@ def test_a_growth_entry_at_step_0_never_grows(tmp_path, entry, at):
 def test_a_growth_spec_at_step_0_is_kept_and_the_run_says_it_never_grows(tmp_path, capsys, upgraded):
     """A spec with at 0 (also what an old config's train.grow_at 0 + train.growth upgrades to) trains without
     growing, and says so even when quiet instead of dropping the spec silently."""
-    from nexus.config import RunConfig
 
     cfg = micro_cfg(tmp_path / "run", "--train.steps", "2")
     spec = {"family": "width", "hidden": 64}
@@ -150,7 +150,7 @@ def test_a_growth_spec_at_step_0_is_kept_and_the_run_says_it_never_grows(tmp_pat
         d = cfg.to_dict()
         d["train"].pop("hooks", None)
         d["train"].update(grow_at=0, growth=spec)
-        cfg = RunConfig.from_dict(d)
+        cfg = saved_run_config(d)
     else:
         cfg.train.hooks = [{"kind": "growth", "at": 0, "spec": spec}]
     trainer = Trainer(cfg.validate(), quiet=True)

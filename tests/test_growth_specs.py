@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from nexus.cli import main
-from nexus.config import ConfigError, parse_overrides
+from nexus.config import ConfigError
+from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 
 MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",

@@ -130,7 +130,7 @@ def test_export_folds_a_logit_scale_into_an_untied_head(tmp_path, tied):
     ("mixing.anchor", "exo"), ("mlp.kind", "moe"), ("arch", "recurrent"),
 ])
 def test_non_baseline_export_is_refused(tmp_path, field, value):
-    from nexus.config import apply_override
+    from nexus.config_overrides import apply_override
 
     cfg = RunConfig()
     apply_override(cfg, f"model.{field}", value)

@@ -20,9 +20,11 @@ SRC = Path(nexus.__file__).resolve().parent
 # Packages from the bottom up. A module may import from its own package or from a lower tier, never
 # from its own tier's other packages or from above. docs/architecture.md draws the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("config",),
-    ("config_help", "console", "cpu_info", "kind_options", "outdir", "plugins", "runtime"),
-    ("atomic", "presets"),
+    ("errors",),  # ConfigError: below everything, so the registry and the schema need not import each other
+    ("plugins",),  # the registries (they find the kinds and plugins by name)
+    ("config",),  # the schema: dataclasses and their validation
+    ("config_migration", "config_help", "console", "cpu_info", "kind_options", "outdir", "runtime"),
+    ("config_overrides", "atomic", "presets"),
     ("models", "optim", "figures"),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches
     ("checkpoint",),

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from nexus.cli import main
-from nexus.config import ConfigError, parse_overrides
+from nexus.config import ConfigError
+from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
 

@@ -265,7 +265,7 @@ def test_atomic_dir_write_refuses_to_replace_foreign_directories(tmp_path):
 
 # ----------------------------------------------------------------------------- non-finite weights
 def test_nonfinite_gradient_norm_skips_the_step(tmp_path):
-    from nexus.config import parse_overrides
+    from nexus.config_overrides import parse_overrides
     from nexus.presets import get_preset
     from nexus.train.trainer import Trainer
 

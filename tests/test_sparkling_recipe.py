@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from nexus.config import RunConfig
+from nexus.config_migration import saved_run_config
 from nexus.experiments import progressive as P
 from nexus.growth import grow
 from nexus.growth.diagnostics import probe_batch, symmetry_lock
@@ -19,7 +20,7 @@ from nexus.optim.param_groups import build_optimizer
 
 def _small(method: str) -> RunConfig:
     plan = P.plan_progressive(method, tokens=2048 * 40, out="unused", seeds=[0])
-    return RunConfig.from_dict(copy.deepcopy(plan["configs"]["0"]["small"]))
+    return saved_run_config(copy.deepcopy(plan["configs"]["0"]["small"]))
 
 
 def _trained(method: str, steps: int = 6):
@@ -64,8 +65,8 @@ def test_the_earlier_joint_growth_is_not_exact():
 
 def test_default_grows_the_ffn_axis_only_2x():
     plan = P.plan_progressive(tokens=2048 * 40, out="unused", seeds=[0])
-    small = RunConfig.from_dict(plan["configs"]["0"]["small"]).model
-    large = RunConfig.from_dict(plan["configs"]["0"]["scratch"]).model
+    small = saved_run_config(plan["configs"]["0"]["small"]).model
+    large = saved_run_config(plan["configs"]["0"]["scratch"]).model
     assert plan["method"] == "sparkling"
     assert (small.d_model, small.n_heads, small.hd, small.ffn) == (64, 4, 16, 128)
     assert (large.d_model, large.n_heads, large.hd, large.ffn) == (64, 4, 16, 256)
@@ -75,7 +76,7 @@ def test_default_grows_the_ffn_axis_only_2x():
 def test_recipe_decays_every_parameter_and_norms_q_k_per_head(run):
     """Table 4: weight decay 0.1 on all parameters, norms and embeddings included; B.1: per-head QK-norm."""
     plan = P.plan_progressive(tokens=2048 * 40, out="unused", seeds=[0])
-    cfg = RunConfig.from_dict(plan["configs"]["0"][run])
+    cfg = saved_run_config(plan["configs"]["0"][run])
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
     decay = {id(p): g["weight_decay"] for o in opt.optimizers.values() for g in o.param_groups for p in g["params"]}
@@ -93,15 +94,15 @@ def test_the_earlier_recipe_is_reachable_by_flags():
     """--train.decay_all false --model.qk_norm false: norms and embeddings undecayed, no QK-norm."""
     plan = P.plan_progressive(overrides=["--train.decay_all", "false", "--model.qk_norm", "false"],
                               tokens=2048 * 40, out="unused", seeds=[0])
-    cfg = RunConfig.from_dict(plan["configs"]["0"]["small"])
+    cfg = saved_run_config(plan["configs"]["0"]["small"])
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
     decay = {id(p): g["weight_decay"] for o in opt.optimizers.values() for g in o.param_groups for p in g["params"]}
     undecayed = [n for n, p in model.named_parameters() if decay[id(p)] == 0]
     assert any("norm" in n for n in undecayed) and model.layers[0].attn.q_norm is None
     legacy = P.plan_progressive("legacy-sparkling", tokens=2048 * 40, out="unused", seeds=[0])
-    small = RunConfig.from_dict(legacy["configs"]["0"]["small"])
-    large = RunConfig.from_dict(legacy["configs"]["0"]["scratch"]).model
+    small = saved_run_config(legacy["configs"]["0"]["small"])
+    large = saved_run_config(legacy["configs"]["0"]["scratch"]).model
     assert (small.model.d_model, small.model.ffn, large.d_model, large.ffn) == (64, 192, 128, 352)
     assert not small.model.qk_norm and not small.train.decay_all
 

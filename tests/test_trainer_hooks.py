@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from nexus.config import ConfigError, RunConfig
+from nexus.config import ConfigError
+from nexus.config_migration import saved_run_config
 
 from nexus.train.hooks import Hook
 from nexus.train.trainer import Trainer
@@ -156,10 +157,10 @@ OLD_TRAIN = {"steps": 6, "grow_at": 3, "growth": {"family": "width", "hidden": 6
 
 def test_old_grow_at_and_growth_fields_load_as_a_growth_hook_entry():
     old = {"train": dict(OLD_TRAIN)}
-    cfg = RunConfig.from_dict(old)
+    cfg = saved_run_config(old)
     assert cfg.train.hooks == [{"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}}]
     assert old == {"train": OLD_TRAIN}  # the caller's dict is not changed
-    assert RunConfig.from_dict({"train": {"grow_at": 0, "growth": {}}}).train.hooks == []
+    assert saved_run_config({"train": {"grow_at": 0, "growth": {}}}).train.hooks == []
 
 
 def test_a_checkpoint_written_with_the_old_fields_resumes_and_grows(tmp_path):

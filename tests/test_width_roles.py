@@ -3,7 +3,8 @@ it cannot grow is refused by `applies_to`, before step 0, never at `grow_at`."""
 import pytest
 import torch
 
-from nexus.config import ConfigError, RunConfig, apply_override
+from nexus.config import ConfigError, RunConfig
+from nexus.config_overrides import apply_override
 from nexus.growth import grow, parse_growth_spec
 from nexus.growth.diagnostics import probe_batch
 from nexus.models import build_model

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from .atomic import atomic_dir_write, recover_interrupted
 from .config import ConfigError, RunConfig
+from .config_migration import saved_run_config
 from .outdir import CHECKPOINT, read_manifest
 from .outdir.manifest import sha256_of
 
@@ -152,7 +153,7 @@ def read_config(path, flag: str = "--checkpoint") -> RunConfig:
         raise CheckpointError(f"{flag}={str(path)!r} has no config.json (valid: a directory written by nexus)")
     d = _json_object(cfg_file)
     try:
-        return RunConfig.from_dict(d)
+        return saved_run_config(d)
     except ConfigError as e:  # a field of the wrong type: say which file holds it
         raise CheckpointError(f"{cfg_file}: {e}") from None
     except (AttributeError, TypeError, KeyError) as e:  # a section of the wrong JSON type
@@ -216,7 +217,7 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
-    from .config import apply_override
+    from .config_overrides import apply_override
     from .data.tokenizer_files import load_tokenizer_from_dir
     from .models import build_model
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 
-class ConfigError(ValueError):
-    """Bad user input in a config, a preset name or an override. CLI maps it to exit code 2."""
+from .errors import ConfigError  # re-exported: `from nexus.config import ConfigError` keeps working
+from .plugins import import_submodules, load_plugins
 
 
 def _check(errors: list[str], ok: bool, path: str, value: Any, valid: str) -> None:
@@ -103,10 +103,9 @@ class KindOptions:
             base._searched = True
             import importlib
 
-            # by name, as registries find their plugins: the config layer imports no layer above it
-            plugins = importlib.import_module("nexus.plugins")
-            plugins.import_submodules(base.package, importlib.import_module(base.package).__path__)
-            plugins.load_plugins()  # a third-party kind declares its options in its plugin module
+            # the kinds' package by name, as registries find theirs: the config layer imports no layer above it
+            import_submodules(base.package, importlib.import_module(base.package).__path__)
+            load_plugins()  # a third-party kind declares its options in its plugin module
         return dict(base.registered)
 
     @classmethod
@@ -259,9 +258,6 @@ class GrowthState:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{f.name}", v, "an integer >= 0 (0 = not pinned)")
-
-
-LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # once model.projection.<name>
 
 
 @dataclass
@@ -530,156 +526,18 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
-        return from_dict(cls, _upgrade(d), "")
+        """A config of the current form (an older one read from a file is upgraded where it is read:
+        nexus.config_migration)."""
+        return from_dict(cls, d, "")
 
     def save_yaml(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-
-    @classmethod
-    def load_yaml(cls, path: str | Path, flag: str = "--config") -> "RunConfig":
-        return cls.from_dict(read_config_file(path, flag))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
 
-# Before each kind owned its options, model.attention and model.projection held every kind's fields.
-LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
-LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
-                     "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
-# Before the MLP was a kind, model.moe held the experts' options; n_experts 0 meant the dense MLP.
-LEGACY_MOE = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
-
-
-def _upgrade(d):
-    """Configs (and checkpoints) written by earlier versions, to the current form:
-    model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
-    model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
-    or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
-    {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
-    not its default (it had no effect) is named in one line on stderr."""
-    if not isinstance(d, dict):
-        return d
-    d = copy.deepcopy(d)
-    _upgrade_train_growth(d)
-    model = d.get("model")
-    if not isinstance(model, dict):
-        return d
-    attn = model.get("attention")
-    if isinstance(attn, dict) and "kind" not in attn:
-        order = attn.get("order", 1)
-        if not (isinstance(order, int) and not isinstance(order, bool) and order > 1):
-            model["attention"] = {"kind": "standard", **_keep(attn, {"gate"}, "model.attention",
-                                                              "order 1 is standard attention")}
-        else:
-            model["attention"] = {"kind": "higher_order", **attn}
-    proj = model.get("projection")
-    if isinstance(proj, dict) and set(LEGACY_PROJECTION) <= set(proj):
-        kind = proj.get("kind", "linear")
-        cls = ProjectionOptions.registered.get(kind) or ProjectionOptions.kinds().get(kind)
-        own = {f.name for f in dataclasses.fields(cls)} if cls is not None else set(proj)
-        model["projection"] = _keep(proj, own | set(LEGACY_GROWTH_STATE), "model.projection",
-                                    f"not an option of projection kind {kind!r}")
-    if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
-        _move_growth_state(model)
-    if isinstance(model.get("moe"), dict):
-        _move_moe(model)
-    _move_kind_sections(model)
-    return d
-
-
-def _move_kind_sections(model: dict) -> None:
-    """Written before a section's kinds owned their options: `model.<kind>: {options}` beside
-    `model.<section>: <kind>` (model.arch: <kind>, model.<kind>: {options}) -> model.<section>:
-    {kind, **options}. The sections of kinds not selected had no effect: dropped, a non-default value named
-    in one line on stderr."""
-    import sys
-
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
-    stray = [k for k in model if k not in names and isinstance(model[k], dict)]
-    if not stray:
-        return
-    hints = typing.get_type_hints(ModelConfig)
-    for section, tp in hints.items():
-        if not (isinstance(tp, type) and issubclass(tp, KindOptions) and tp.addressed_by_kind):
-            continue
-        if section not in model:  # a partial config file: its model.<kind>.<option> apply as overrides do
-            continue
-        kinds = tp.kinds()
-        chosen = model.get(section, tp.kind_name)
-        chosen = chosen if isinstance(chosen, dict) else {"kind": chosen}
-        for k in [k for k in stray if k in kinds]:
-            options = model.pop(k)
-            if k == chosen.get("kind", tp.kind_name):
-                chosen = {**options, **chosen}
-                continue
-            defaults = dataclasses.asdict(kinds[k]())
-            for name, v in options.items():
-                if name in defaults and v != defaults[name]:
-                    print(f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
-                          f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)", file=sys.stderr)
-        model[section] = {"kind": chosen.pop("kind", tp.kind_name), **chosen}
-
-
-def _move_moe(model: dict) -> None:
-    """model.moe (written before the MLP was a kind) -> model.mlp."""
-    if "mlp" in model:
-        raise ConfigError("model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
-                          "old form of model.mlp: {kind: moe, n_experts: N, ...})")
-    moe = model.pop("moe")
-    n = moe.get("n_experts", 0)
-    if isinstance(n, int) and not isinstance(n, bool) and n == 0:
-        model["mlp"] = {"kind": "dense", **_keep(moe, set(), "model.moe", "no experts: the dense MLP", LEGACY_MOE)}
-    else:  # a bad n_experts is refused by the moe kind's own check, naming model.mlp.n_experts
-        model["mlp"] = {"kind": "moe", **moe}
-
-
-def _keep(section: dict, names: set, where: str, why: str, legacy: dict | None = None) -> dict:
-    """`section` without the `legacy` fields (default: the old attention and projection ones) outside `names`;
-    one stderr line for each non-default one."""
-    import sys
-
-    legacy = legacy if legacy is not None else {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
-    for k, v in section.items():
-        if k not in names and k != "kind" and k in legacy and v != legacy[k]:
-            print(f"config: dropped {where}.{k}={v!r} from an old config ({why}; it had no effect)", file=sys.stderr)
-    return {k: v for k, v in section.items() if k in names or k == "kind" or k not in legacy}
-
-
-def _move_growth_state(model: dict) -> None:
-    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
-    proj = model["projection"]
-    state = model.setdefault("growth_state", {}) or {}
-    for k in LEGACY_GROWTH_STATE:
-        if k in proj:
-            state.setdefault(k, proj.pop(k))
-    model["growth_state"] = state
-
-
-def _upgrade_train_growth(d: dict) -> None:
-    """Written before growth was a configured hook: train.grow_at / train.growth -> a train.hooks entry
-    {kind: growth, at, spec} (none when both were empty: no growth)."""
-    train = d.get("train")
-    if not isinstance(train, dict) or not ({"grow_at", "growth"} & set(train)):
-        return
-    at, spec = train.pop("grow_at", 0), train.pop("growth", None)
-    if at or spec:
-        hooks = train.setdefault("hooks", [])
-        if isinstance(hooks, list) and not any(isinstance(h, dict) and h.get("kind") == "growth" for h in hooks):
-            hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
-
-
-# Fields (and whole sections) that moved, for the one-line answer to an override that still names them.
-MOVED_FIELDS = {
-    "model.moe": "model.mlp (valid: --model.mlp.kind moe, then --model.mlp.n_experts N, --model.mlp.top_k K, ...)",
-    "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
-                     "spec: {family: width, hidden: 128}}]')",
-    "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
-                    "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
-}
-
-
+# ----------------------------------------------------------------------------- parsing
 def to_dict(obj) -> dict:
     out = {}
     for f in dataclasses.fields(obj):
@@ -688,7 +546,7 @@ def to_dict(obj) -> dict:
     return out
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
+def coerce(value: Any, tp: Any, path: str) -> Any:
     """Coerce a YAML/CLI value to a field's declared type, or raise a ConfigError naming the field."""
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
@@ -727,7 +585,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}={value!r} (valid: a list)")
         (inner,) = typing.get_args(tp) or (Any,)
-        return [_coerce(v, inner, f"{path}[{i}]") if inner is not Any else v for i, v in enumerate(value)]
+        return [coerce(v, inner, f"{path}[{i}]") if inner is not Any else v for i, v in enumerate(value)]
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}={value!r} (valid: a mapping)")
@@ -757,130 +615,5 @@ def from_dict(cls, d: dict, prefix: str):
         elif dataclasses.is_dataclass(tp):
             kwargs[k] = from_dict(tp, v or {}, f"{prefix}{k}.")
         else:
-            kwargs[k] = _coerce(v, tp, prefix + k)
+            kwargs[k] = coerce(v, tp, prefix + k)
     return cls(**kwargs)
-
-
-def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
-    """Set `model.n_layers`-style fields; `raw` strings are parsed as YAML scalars then coerced."""
-    parts = dotted.split(".")
-    parent, obj = None, cfg
-    for i, part in enumerate(parts):
-        names = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
-        if isinstance(obj, KindOptions) and part == "kind" and i == len(parts) - 1:
-            # a new kind: its own defaults, keeping the options every kind of the section shares (the
-            # same kind again changes nothing, so a config file naming its kind keeps a preset's options)
-            if raw == obj.kind:
-                return
-            new = obj.options_class(raw, ".".join(parts[:i]))(**obj.common())
-            setattr(parent, parts[i - 1], new)
-            return
-        old_form = _section_named_by_kind(obj, part) if part not in names else None
-        if old_form is not None:  # model.<kind>.<option>: the form before the kind owned its options
-            section, kind = old_form
-            if getattr(obj, section).kind != kind:
-                raise ConfigError(f"{dotted} is an option of {section} kind {kind}, not of "
-                                  f"{getattr(obj, section).kind!r} (valid: --{'.'.join(parts[:i])}.{section} {kind} before it)")
-            if i == len(parts) - 1:
-                raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
-            parent, obj = obj, getattr(obj, section)
-            continue
-        if isinstance(obj, KindOptions) and part not in names:
-            owners = [k for k, c in obj.kinds().items() if part in {f.name for f in dataclasses.fields(c)}]
-            if owners:
-                raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
-                                  f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
-        if part not in names:
-            moved = next((v for k, v in MOVED_FIELDS.items() if dotted == k or dotted.startswith(k + ".")), None)
-            if moved:
-                raise ConfigError(f"{dotted} moved into {moved}")
-            where = ".".join(parts[:i]) or "top level"
-            valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
-            raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")
-        if names[part].metadata.get("set_by_growth"):
-            raise ConfigError(f"{dotted} is set by growth only (valid: grow the model with `nexus grow` or "
-                              "--grow-at; it records the scales the growth pinned)")
-        if i == len(parts) - 1:
-            tp = typing.get_type_hints(type(obj))[part]
-            if isinstance(getattr(obj, part), KindOptions):  # --model.arch <kind>: the section's kind
-                return apply_override(cfg, f"{dotted}.kind", raw)
-            if dataclasses.is_dataclass(tp):
-                raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
-            value = raw
-            if isinstance(raw, str):
-                try:
-                    value = yaml.safe_load(raw) if raw != "" else ""
-                except yaml.YAMLError:
-                    value = raw
-                if tp is str or (tp in (list[str],) and isinstance(value, str)):
-                    value = raw
-            setattr(obj, part, _coerce(value, tp, dotted))
-        else:
-            parent, obj = obj, getattr(obj, part)
-
-
-def _section_named_by_kind(obj, name: str) -> tuple[str, str] | None:
-    """(section, kind) when `name` is a kind of one of `obj`'s sections that takes the old spelling
-    `<kind>.<option>` (`addressed_by_kind`), else None. Looks kinds up only for a name that is no field."""
-    if not dataclasses.is_dataclass(obj):
-        return None
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, KindOptions) and v.addressed_by_kind and name in v.kinds():
-            return f.name, name
-    return None
-
-
-def read_config_file(path: str | Path, flag: str = "--config") -> dict:
-    """A config YAML file as its (possibly partial) mapping; `flag` names the option in errors."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{flag}={str(path)!r} (valid: an existing YAML file)")
-    try:
-        d = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
-    return _upgrade(d)
-
-
-def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]:
-    """A config file as the dotted overrides it amounts to (`--model.d_model=64`, ...): only the fields
-    it names change, so it goes on top of a preset, and command-line overrides after it win. Being
-    plain override strings, it travels wherever overrides do (experiments plan many runs from them)."""
-    out: list[str] = []
-
-    def walk(section, d: dict, prefix: str) -> None:
-        for k, v in d.items():
-            sub = getattr(section, str(k), None)
-            if sub is None and isinstance(v, dict) and _section_named_by_kind(section, str(k)):
-                sub = getattr(section, _section_named_by_kind(section, str(k))[0])  # the old model.<kind> form
-            if dataclasses.is_dataclass(sub) and isinstance(v, dict):
-                walk(sub, v, f"{prefix}{k}.")
-            else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads
-                out.append(f"--{prefix}{k}=" + (v if isinstance(v, str) else
-                                                yaml.safe_dump(v, default_flow_style=True, width=2 ** 30).strip()
-                                                .removesuffix("\n...").strip()))
-
-    walk(RunConfig(), read_config_file(path, flag), "")
-    return out
-
-
-def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:
-    """Apply `--a.b value` / `--a.b=value` pairs from a command line."""
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if not a.startswith("--") or "." not in a.split("=")[0]:
-            raise ConfigError(f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4)")
-        if "=" in a:
-            key, val = a[2:].split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(args):
-                raise ConfigError(f"{a} needs a value (e.g. {a} 4)")
-            key, val = a[2:], args[i + 1]
-            i += 2
-        apply_override(cfg, key, val)
-    return cfg

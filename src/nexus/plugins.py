@@ -24,7 +24,7 @@ import pkgutil
 from types import ModuleType
 from typing import Callable, Generic, Iterator, TypeVar
 
-from .config import ConfigError
+from .errors import ConfigError
 
 T = TypeVar("T")
 

@@ -9,7 +9,9 @@ class AnalysisSource:
     """Where the model comes from: a checkpoint (weights + tokenizer) or a preset (random init)."""
 
     def __init__(self, args, extra: list[str]):
-        from ..config import ConfigError, RunConfig, parse_overrides
+        from ..config import ConfigError
+        from ..config_migration import load_config_file
+        from ..config_overrides import merge_config_file, parse_overrides
 
         self.args = args
         if not args.checkpoint and not args.preset and getattr(args, "checkpoints", None):
@@ -26,14 +28,12 @@ class AnalysisSource:
             self.cfg = get_preset(args.preset)
             self.name = preset_label(args.preset)
         elif getattr(args, "config", None):
-            self.cfg = RunConfig.load_yaml(args.config)
+            self.cfg = load_config_file(args.config)
             self.name, args.config = Path(args.config).stem, None  # the file is the config, not an overlay
         else:
             raise ConfigError("nexus analyze needs --checkpoint DIR or --preset NAME (valid: one of them)")
-        if getattr(args, "config", None):  # --config over a checkpoint's or preset's config: its fields only
-            from ..config import config_file_overrides
-
-            extra = config_file_overrides(args.config) + list(extra)
+        # --config over a checkpoint's or preset's config: its fields only; the command line over both
+        merge_config_file(self.cfg, getattr(args, "config", None))
         parse_overrides(self.cfg, extra)
         if args.seq_len:
             self.cfg.data.seq_len = args.seq_len

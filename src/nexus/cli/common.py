@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..config import ConfigError, RunConfig, parse_overrides
+from ..config import ConfigError, RunConfig
+from ..config_migration import load_config_file
+from ..config_overrides import merge_config_file, parse_overrides
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -64,8 +66,9 @@ def add_config_file_arg(p: argparse.ArgumentParser) -> None:
 
 def with_config_file(args, extra: list[str]) -> list[str]:
     """The overrides of `--config FILE` (when given) followed by the command line's: file over preset,
-    command line over file."""
-    from ..config import config_file_overrides
+    command line over file. For an experiment, whose plan stores each run as a preset and overrides; a
+    single run merges the file as a mapping (base_config)."""
+    from ..config_overrides import config_file_overrides
 
     return (config_file_overrides(args.config) if getattr(args, "config", None) else []) + list(extra)
 
@@ -81,8 +84,8 @@ def base_config(args) -> RunConfig:
     from ..presets import get_preset
 
     if args.config and not args.preset:
-        return RunConfig.load_yaml(args.config)
-    return parse_overrides(get_preset(args.preset or args.default_preset), with_config_file(args, []))
+        return load_config_file(args.config)
+    return merge_config_file(get_preset(args.preset or args.default_preset), args.config)
 
 
 def override_keys(extra: list[str]) -> set[str]:

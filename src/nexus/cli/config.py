@@ -1,7 +1,7 @@
 """`nexus config`: every config field with its default (or a preset's value) and one-line reason."""
 from __future__ import annotations
 
-from .common import add_config_file_arg, with_config_file
+from .common import add_config_file_arg
 
 
 def add_parser(sub) -> None:
@@ -19,18 +19,18 @@ def add_parser(sub) -> None:
 def run(args, extra) -> int:
     from ..config import ConfigError, RunConfig
     from ..config_help import format_fields
-
-    from ..config import parse_overrides
+    from ..config_migration import load_config_file
+    from ..config_overrides import merge_config_file
 
     if args.config and not args.preset:
-        cfg = RunConfig.load_yaml(args.config)
+        cfg = load_config_file(args.config)
     else:
         cfg = RunConfig()
         if args.preset:
             from ..presets import get_preset
 
             cfg = get_preset(args.preset)
-        parse_overrides(cfg, with_config_file(args, []))
+        merge_config_file(cfg, args.config)
     if args.yaml:
         import yaml
 

@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 def run(args, extra) -> int:
     from ..eval.perplexity import perplexity
     from ..checkpoint import load_checkpoint
-    from ..config import parse_overrides
+    from ..config_overrides import parse_overrides
 
     if args.lm_eval:
         return _run_lm_eval(args)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig, parse_overrides
+from ..config import ConfigError, RunConfig
+from ..config_overrides import parse_overrides
 from .common import base_config, override_keys
 
 TOKENIZER_KEYS = ("data.tokenizer", "data.bpe_vocab_size")  # given: a new tokenizer; absent: SOURCE's

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig, parse_overrides
+from ..config import ConfigError, RunConfig
+from ..config_overrides import parse_overrides
 from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import FIELDS_EPILOG, ConfigFieldsHelpFormatter, add_config_args, base_config
 

@@ -13,7 +13,9 @@ import json
 import math
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig, parse_overrides
+from ..config import ConfigError
+from ..config_migration import saved_run_config
+from ..config_overrides import parse_overrides
 from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
@@ -202,7 +204,7 @@ def _run_compare(plan: dict, quiet: bool, say) -> dict:
     for run in plan["runs"]:
         say(f"[{run['preset']} seed {run['seed']}] {run['steps']} steps")
         run_dir = Path(run["config"]["train"]["out_dir"])
-        res = run_resumable(RunConfig.from_dict(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
+        res = run_resumable(saved_run_config(copy.deepcopy(run["config"])), run_dir, quiet=quiet, say=say)
         record_outputs(out, [PLAN_FILE], runs=[run_dir])
         done = read_done(run_dir)
         finals[run["preset"]].append(float(done["val_loss"]))

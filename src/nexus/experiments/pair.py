@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError
+from ..config_migration import saved_run_config
 from .curves import first_crossing
 from .runs import run_resumable, write_json_atomic, write_text_atomic
 
@@ -69,7 +70,7 @@ def _run_pair(plan: dict, quiet: bool, say) -> dict:
         write_json_atomic(Path(p["out_dir"]) / "plan.json", p)
         for sd in plan["seeds"]:
             say(f"[{m} seed {sd}] grown run")
-            cfg = RunConfig.from_dict(copy.deepcopy(p["configs"][str(sd)]["grown"]))
+            cfg = saved_run_config(copy.deepcopy(p["configs"][str(sd)]["grown"]))
             run_resumable(cfg, Path(p["out_dir"]) / f"seed{sd}" / "grown", quiet=quiet, say=say)
             record_outputs(out_dir, [Path(p["out_dir"]) / "plan.json"], runs=[Path(p["out_dir"]) / f"seed{sd}" / "grown"])
     results = build_pair_results(plan)
@@ -90,7 +91,7 @@ def build_pair_results(plan: dict) -> dict:
     for m in (a, b):
         p = plan["plans"][m]
         first = plan["plans"][m]["configs"][str(plan["seeds"][0])]["grown"]
-        cfg = RunConfig.from_dict(first)
+        cfg = saved_run_config(first)
         meth = _resolve_method(m)
         small = _model_summary(cfg.model, cfg.data.seq_len)
         large = _model_summary(dry_run_growth(cfg, meth, cfg.train.hook("growth")["spec"]), cfg.data.seq_len)

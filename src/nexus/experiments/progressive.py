@@ -26,7 +26,9 @@ import copy
 import math
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig, apply_override, parse_overrides
+from ..config import ConfigError, RunConfig
+from ..config_migration import saved_run_config
+from ..config_overrides import apply_override, parse_overrides
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -295,7 +297,7 @@ def _current_form(configs):
     changed form (model.moe -> model.mlp, ...) still names the same experiment. Unreadable ones stay as
     they are (and differ)."""
     try:
-        return {sd: {name: RunConfig.from_dict(c).to_dict() for name, c in per.items()} for sd, per in configs.items()}
+        return {sd: {name: saved_run_config(c).to_dict() for name, c in per.items()} for sd, per in configs.items()}
     except (ConfigError, AttributeError, TypeError):
         return configs
 
@@ -316,7 +318,7 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
         for sd in plan["seeds"]:
             for name, cfg_dict in plan["configs"][str(sd)].items():
                 say(f"[seed {sd} {name}] {_describe_run(plan, name)}")
-                cfg = RunConfig.from_dict(copy.deepcopy(cfg_dict))
+                cfg = saved_run_config(copy.deepcopy(cfg_dict))
                 runs.append(out_dir / f"seed{sd}" / name)
                 run_resumable(cfg, runs[-1], quiet=quiet, say=say)
                 record_outputs(out_dir, runs=[runs[-1]])

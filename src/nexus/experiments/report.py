@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ModelConfig, RunConfig
+from ..config import ModelConfig
+from ..config_migration import saved_run_config
 from .curves import (active_params, cumulative_flops, first_crossing, read_metrics, train_curve, train_flops_per_token, val_curve,
                      value_at)
 from .runs import read_done
@@ -128,8 +129,8 @@ def summarize_seeds(per_seed: dict) -> dict:
 def build_progressive_results(plan: dict, out_dir: Path) -> dict:
     out_dir = Path(out_dir)
     first = plan["configs"][str(plan["seeds"][0])]
-    grown_cfg = RunConfig.from_dict(first["grown"])
-    scratch_cfg = RunConfig.from_dict(first["scratch"])
+    grown_cfg = saved_run_config(first["grown"])
+    scratch_cfg = saved_run_config(first["scratch"])
     seq = grown_cfg.data.seq_len
     small, large = _model_summary(grown_cfg.model, seq), _model_summary(scratch_cfg.model, seq)
     per_seed = {str(sd): seed_results(plan, out_dir / f"seed{sd}", plan["configs"][str(sd)], small, large)

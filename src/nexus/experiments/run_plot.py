@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
+from ..config_migration import load_config_file
 from ..train.hooks import Hook
 from .curves import read_metrics, train_flops_per_token
 
@@ -35,7 +36,7 @@ def _model_configs(run: Path) -> list[RunConfig]:
 
     out = []
     if (run / "config.yaml").is_file():
-        out.append(RunConfig.load_yaml(run / "config.yaml", flag=f"{run}/config.yaml"))
+        out.append(load_config_file(run / "config.yaml", flag=f"{run}/config.yaml"))
     if (run / "checkpoint" / "config.json").is_file():
         out.append(read_config(run / "checkpoint"))
     if not out:

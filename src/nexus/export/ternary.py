@@ -183,7 +183,9 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     from safetensors import SafetensorError, safe_open
 
     from ..checkpoint import load_state_dict_checked
-    from ..config import ConfigError, RunConfig, apply_override
+    from ..config import ConfigError
+    from ..config_migration import saved_run_config
+    from ..config_overrides import apply_override
     from ..models import build_model
 
     path = Path(path)
@@ -201,7 +203,7 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     if meta.get("sha256") != _digest(tensors):
         raise CheckpointError(f"ternary file {where!r} is corrupted (sha256 of its tensors does not match its header)")
     try:
-        cfg = RunConfig.from_dict(json.loads(meta["config"])).validate()
+        cfg = saved_run_config(json.loads(meta["config"])).validate()
         shapes = json.loads(meta["shapes"])
         packing = meta["packing"]
         tok_meta = json.loads(meta["tokenizer"])

@@ -15,7 +15,7 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     `train_overrides` (dotted `--train.*` arguments, e.g. --train.steps 600) are recorded in the grown
     checkpoint's config: the continued run's length and so its LR schedule after the growth."""
     from ..checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
-    from ..config import parse_overrides
+    from ..config_overrides import parse_overrides
 
     src, out = Path(src), Path(out)
     if out.resolve() == src.resolve():

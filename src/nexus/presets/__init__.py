@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
+from ..config_migration import load_config_file
 from ..plugins import Registry
 
 # name -> (builder, one-line description); the modules of this package register themselves
@@ -48,7 +49,7 @@ def preset_label(name: str) -> str:
 def get_preset(name: str) -> RunConfig:
     """The registered preset `name`, or the config in YAML file `name` (a preset of your own)."""
     if is_preset_file(name):
-        cfg = RunConfig.load_yaml(name, flag="--preset")
+        cfg = load_config_file(name, flag="--preset")
         cfg.preset = preset_label(name)
         return cfg
     if name not in PRESETS:

@@ -17,7 +17,8 @@ import copy
 import os
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig, parse_overrides
+from ..config import ConfigError, RunConfig
+from ..config_overrides import parse_overrides
 
 # Fields that decide the tokenizer a checkpoint stores (its embedding rows are laid out for it).
 TOKENIZER_FIELDS = ("data.tokenizer", "data.bpe_vocab_size", "data.chat")

@@ -1,0 +1,168 @@
+"""Configs written by earlier versions of nexus, upgraded to the current form where a file is read.
+
+A config file (`--config`, a preset YAML), a checkpoint's config.json and a saved experiment plan are read
+through `read_config_file` / `saved_run_config`; each upgrades the mapping once, before it is parsed
+(`RunConfig.from_dict` parses the current form only). A value an upgrade drops that was not its default
+(it had no effect) is named in one line on stderr.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+import yaml
+
+from .config import KindOptions, ModelConfig, ProjectionOptions, RunConfig
+from .errors import ConfigError
+
+LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # once model.projection.<name>
+# Before each kind owned its options, model.attention and model.projection held every kind's fields.
+LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
+LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
+                     "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
+# Before the MLP was a kind, model.moe held the experts' options; n_experts 0 meant the dense MLP.
+LEGACY_MOE = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
+
+
+def upgrade(d):
+    """Configs (and checkpoints) written by earlier versions, to the current form:
+    model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
+    model.projection holding every kind's fields -> {kind, **that kind's own fields};
+    model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
+    or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
+    {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
+    not its default (it had no effect) is named in one line on stderr."""
+    if not isinstance(d, dict):
+        return d
+    d = copy.deepcopy(d)
+    _upgrade_train_growth(d)
+    model = d.get("model")
+    if not isinstance(model, dict):
+        return d
+    attn = model.get("attention")
+    if isinstance(attn, dict) and "kind" not in attn:
+        order = attn.get("order", 1)
+        if not (isinstance(order, int) and not isinstance(order, bool) and order > 1):
+            model["attention"] = {"kind": "standard", **_keep(attn, {"gate"}, "model.attention",
+                                                              "order 1 is standard attention")}
+        else:
+            model["attention"] = {"kind": "higher_order", **attn}
+    proj = model.get("projection")
+    if isinstance(proj, dict) and set(LEGACY_PROJECTION) <= set(proj):
+        kind = proj.get("kind", "linear")
+        cls = ProjectionOptions.registered.get(kind) or ProjectionOptions.kinds().get(kind)
+        own = {f.name for f in dataclasses.fields(cls)} if cls is not None else set(proj)
+        model["projection"] = _keep(proj, own | set(LEGACY_GROWTH_STATE), "model.projection",
+                                    f"not an option of projection kind {kind!r}")
+    if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
+        _move_growth_state(model)
+    if isinstance(model.get("moe"), dict):
+        _move_moe(model)
+    _move_kind_sections(model)
+    return d
+
+
+def _move_kind_sections(model: dict) -> None:
+    """Written before a section's kinds owned their options: `model.<kind>: {options}` beside
+    `model.<section>: <kind>` (model.arch: <kind>, model.<kind>: {options}) -> model.<section>:
+    {kind, **options}. The sections of kinds not selected had no effect: dropped, a non-default value named
+    in one line on stderr."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    stray = [k for k in model if k not in names and isinstance(model[k], dict)]
+    if not stray:
+        return
+    hints = typing.get_type_hints(ModelConfig)
+    for section, tp in hints.items():
+        if not (isinstance(tp, type) and issubclass(tp, KindOptions) and tp.addressed_by_kind):
+            continue
+        if section not in model:  # a partial config file: its model.<kind>.<option> apply as overrides do
+            continue
+        kinds = tp.kinds()
+        chosen = model.get(section, tp.kind_name)
+        chosen = chosen if isinstance(chosen, dict) else {"kind": chosen}
+        for k in [k for k in stray if k in kinds]:
+            options = model.pop(k)
+            if k == chosen.get("kind", tp.kind_name):
+                chosen = {**options, **chosen}
+                continue
+            defaults = dataclasses.asdict(kinds[k]())
+            for name, v in options.items():
+                if name in defaults and v != defaults[name]:
+                    print(f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
+                          f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)", file=sys.stderr)
+        model[section] = {"kind": chosen.pop("kind", tp.kind_name), **chosen}
+
+
+def _move_moe(model: dict) -> None:
+    """model.moe (written before the MLP was a kind) -> model.mlp."""
+    if "mlp" in model:
+        raise ConfigError("model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
+                          "old form of model.mlp: {kind: moe, n_experts: N, ...})")
+    moe = model.pop("moe")
+    n = moe.get("n_experts", 0)
+    if isinstance(n, int) and not isinstance(n, bool) and n == 0:
+        model["mlp"] = {"kind": "dense", **_keep(moe, set(), "model.moe", "no experts: the dense MLP", LEGACY_MOE)}
+    else:  # a bad n_experts is refused by the moe kind's own check, naming model.mlp.n_experts
+        model["mlp"] = {"kind": "moe", **moe}
+
+
+def _keep(section: dict, names: set, where: str, why: str, legacy: dict | None = None) -> dict:
+    """`section` without the `legacy` fields (default: the old attention and projection ones) outside `names`;
+    one stderr line for each non-default one."""
+    legacy = legacy if legacy is not None else {**LEGACY_ATTENTION, **LEGACY_PROJECTION}
+    for k, v in section.items():
+        if k not in names and k != "kind" and k in legacy and v != legacy[k]:
+            print(f"config: dropped {where}.{k}={v!r} from an old config ({why}; it had no effect)", file=sys.stderr)
+    return {k: v for k, v in section.items() if k in names or k == "kind" or k not in legacy}
+
+
+def _move_growth_state(model: dict) -> None:
+    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
+    proj = model["projection"]
+    state = model.setdefault("growth_state", {}) or {}
+    for k in LEGACY_GROWTH_STATE:
+        if k in proj:
+            state.setdefault(k, proj.pop(k))
+    model["growth_state"] = state
+
+
+def _upgrade_train_growth(d: dict) -> None:
+    """Written before growth was a configured hook: train.grow_at / train.growth -> a train.hooks entry
+    {kind: growth, at, spec} (none when both were empty: no growth)."""
+    train = d.get("train")
+    if not isinstance(train, dict) or not ({"grow_at", "growth"} & set(train)):
+        return
+    at, spec = train.pop("grow_at", 0), train.pop("growth", None)
+    if at or spec:
+        hooks = train.setdefault("hooks", [])
+        if isinstance(hooks, list) and not any(isinstance(h, dict) and h.get("kind") == "growth" for h in hooks):
+            hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
+
+
+
+
+def saved_run_config(d: dict) -> RunConfig:
+    """A RunConfig from a mapping nexus saved (a checkpoint's config.json, an experiment plan), of any version."""
+    return RunConfig.from_dict(upgrade(d))
+
+
+def read_config_file(path: str | Path, flag: str = "--config") -> dict:
+    """A config YAML file as its (possibly partial) mapping; `flag` names the option in errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{flag}={str(path)!r} (valid: an existing YAML file)")
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
+    return upgrade(d)
+
+
+def load_config_file(path: str | Path, flag: str = "--config") -> RunConfig:
+    """A whole config YAML file as a RunConfig (defaults for the fields it leaves out)."""
+    return saved_run_config(read_config_file(path, flag))
