@@ -68,7 +68,7 @@ def test_wandb_is_not_imported_unless_chosen(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    code = ("import sys, os; from nexus.config import parse_overrides; from nexus.presets import get_preset; "
+    code = ("import sys, os; from nexus.config_overrides import parse_overrides; from nexus.presets import get_preset; "
             "from nexus.train.trainer import Trainer; "
             f"cfg = parse_overrides(get_preset('baseline-micro'), {RUN!r} + ['--train.out_dir', {str(tmp_path / 'r')!r}]); "
             "Trainer(cfg.validate(), quiet=True).fit(); assert 'wandb' not in sys.modules and 'tensorboard' not in sys.modules")

@@ -32,12 +32,64 @@ def _positive(errors, path, value):
            "a finite number > 0")
 
 
-def option(default, reason: str):
+def option(default, reason: str, **metadata):
     """A config field with its one-line reason (what `nexus config` prints beside it). A mutable
     default (list, dict) is copied per instance."""
+    metadata = {"reason": reason, **metadata}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"reason": reason})
-    return field(default=default, metadata={"reason": reason})
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One value a `choice` setting may take, declared by the module that implements it."""
+
+    reason: str  # what choosing it does (listed by `nexus config`)
+    check: typing.Callable | None = None  # check(section, errors, path): rules it adds on the rest of its section
+
+
+_DECLARED: dict[str, dict[str, Choice]] = {}  # "train.optimizer" -> {value: Choice}
+
+
+def declare_choice(setting: str, value: str, reason: str, check=None) -> None:
+    """Make `value` valid for `setting` ("train.optimizer", ...): called at import by the module that
+    implements it, as a layer kind declares its options in its own file, so a new optimizer, schedule,
+    log sink or parallelism edits its owner only. A plugin declares its own the same way."""
+    table = _DECLARED.setdefault(setting, {})
+    if value in table:
+        raise RuntimeError(f"{setting} {value!r} declared twice")
+    table[value] = Choice(reason, check)
+
+
+def choice(default: str | list, setting: str, declared_in: str, reason: str):
+    """A setting whose valid values the module `declared_in` declares (imported by name on the first check:
+    the config layer imports no layer above it; that module imports no torch)."""
+    return option(default, reason, setting=setting, declared_in=declared_in)
+
+
+def declared_choices(setting: str, declared_in: str) -> dict[str, Choice]:
+    """Every value declared for `setting` (importing its owner module and the plugins first)."""
+    import importlib
+
+    importlib.import_module(declared_in)
+    load_plugins()
+    return dict(_DECLARED.get(setting, {}))
+
+
+def _check_choices(section, errors: list[str], p: str) -> None:
+    """Every `choice` field of `section` holds declared values (a list field: each of them)."""
+    for f in dataclasses.fields(section):
+        if "declared_in" not in f.metadata:
+            continue
+        v, table = getattr(section, f.name), declared_choices(f.metadata["setting"], f.metadata["declared_in"])
+        values = v if isinstance(v, list) else [v]
+        if not all(isinstance(x, str) and x in table for x in values):
+            _check(errors, False, f"{p}.{f.name}", v, ("a list of " if isinstance(v, list) else "") + "|".join(table))
+            continue
+        for x in values:
+            if table[x].check is not None:
+                table[x].check(section, errors, p)
 
 
 def _choices(tp) -> tuple | None:
@@ -382,10 +434,10 @@ class TrainConfig:
     schedule_steps: int = 0  # LR schedule horizon (0 = steps); a resume that changes steps keeps the old horizon here
     batch_size: int = 16  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step
-    optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
+    optimizer: str = choice("adamw", "train.optimizer", "nexus.optim.kinds", "the optimizer (each declared in optim/kinds.py)")
     lr: float = 3e-3  # peak AdamW learning rate
     min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
-    schedule: str = "cosine"  # cosine | wsd | linear_warmdown | constant (all after linear warmup)
+    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedule", "the LR schedule after linear warmup (each declared in optim/schedule.py)")
     warmup_steps: int = 30  # linear warmup steps
     decay_fraction: float = 0.2  # wsd / linear_warmdown: share of steps spent decaying at the end
     weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices
@@ -405,7 +457,7 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     compile_mode: str = "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer kernel launches for small models on a GPU)
-    parallel: str = "ddp"  # ddp | fsdp2 under torchrun: replicate the model (DDP) or shard params, grads and optimizer state (FSDP2)
+    parallel: str = choice("ddp", "train.parallel", "nexus.train.parallelism", "how torchrun ranks share the model (each declared in train/parallelism.py)")
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
     eval_every: int = 100  # validation every N steps (0 = only at the end)
     eval_batches: int = 8  # micro-batches per validation
@@ -415,7 +467,7 @@ class TrainConfig:
     save_every: int = 100  # step checkpoint every N steps, so a killed run can resume (0 = only at the end)
     keep_last: int = 2  # keep the last k step checkpoints
     log_every: int = 10  # metrics.jsonl / progress-bar refresh interval in steps
-    log_to: list[str] = field(default_factory=lambda: ["jsonl"])  # jsonl | tensorboard | wandb: metric sinks (metrics.jsonl is always written)
+    log_to: list[str] = choice(["jsonl"], "train.log_to", "nexus.train.loggers", "metric sinks (metrics.jsonl is always written; each declared in train/loggers.py)")
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
@@ -464,9 +516,6 @@ class TrainConfig:
                f"{p}.muon_momentum", self.muon_momentum, "a number in [0, 1)")
         _check(errors, isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0, f"{p}.muon_ns_steps",
                self.muon_ns_steps, "an integer > 0")
-        _check(errors, self.optimizer in ("adamw", "muon"), f"{p}.optimizer", self.optimizer, "adamw|muon")
-        _check(errors, self.schedule in ("cosine", "wsd", "linear_warmdown", "constant"), f"{p}.schedule", self.schedule,
-               "cosine|wsd|linear_warmdown|constant")
         _check(errors, self.muon_ns in ("newton_schulz", "polar_express"), f"{p}.muon_ns", self.muon_ns, "newton_schulz|polar_express")
         _check(errors, isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1, f"{p}.min_lr_ratio",
                self.min_lr_ratio, "a number in [0, 1]")
@@ -477,16 +526,12 @@ class TrainConfig:
         _check(errors, isinstance(self.betas, (list, tuple)) and len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"{p}.betas", self.betas, "two numbers in [0, 1)")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
-        _check(errors, self.parallel in ("ddp", "fsdp2"), f"{p}.parallel", self.parallel, "ddp|fsdp2")
         _check(errors, self.compile_mode in ("default", "reduce-overhead"), f"{p}.compile_mode", self.compile_mode,
                "default|reduce-overhead")
         _check(errors, self.compile or self.compile_mode == "default", f"{p}.compile_mode", self.compile_mode,
                "default unless train.compile is true (a mode without compiling would do nothing)")
-        _check(errors, not (self.parallel == "fsdp2" and self.optimizer == "muon"), f"{p}.optimizer", self.optimizer,
-               "adamw with train.parallel=fsdp2 (Muon orthogonalizes whole matrices, FSDP2 holds row shards)")
-        _check(errors, isinstance(self.log_to, list) and all(t in ("jsonl", "tensorboard", "wandb") for t in self.log_to),
-               f"{p}.log_to", self.log_to, "a list of jsonl|tensorboard|wandb")
         _check(errors, isinstance(self.grad_clip, (int, float)) and self.grad_clip >= 0, f"{p}.grad_clip", self.grad_clip, "a number >= 0")
+        _check_choices(self, errors, p)  # optimizer, schedule, parallel, log_to: declared by their owners
         _check(errors, isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                f"{p}.device", self.device, "auto|cpu|cuda|cuda:N")
 

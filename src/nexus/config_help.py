@@ -13,7 +13,7 @@ import tokenize
 import typing
 from functools import lru_cache
 
-from .config import RunConfig
+from .config import RunConfig, declared_choices
 
 
 @lru_cache(maxsize=None)
@@ -21,6 +21,10 @@ def field_reasons(cls) -> dict[str, str]:
     """{field name: its reason} for a config dataclass: a field declared with `config.option(default,
     reason)` carries it (a kind's options, inherited fields included), else the comment on its line."""
     declared = {f.name: f.metadata["reason"] for f in dataclasses.fields(cls) if "reason" in f.metadata}
+    for f in dataclasses.fields(cls):  # a `choice` setting: the values its owner declares, listed beside it
+        if "declared_in" in f.metadata:
+            values = declared_choices(f.metadata["setting"], f.metadata["declared_in"])
+            declared[f.name] += f" (valid: {'|'.join(values)})"
     return {**_comment_reasons(cls), **declared}
 
 

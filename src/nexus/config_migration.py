@@ -165,4 +165,4 @@ def read_config_file(path: str | Path, flag: str = "--config") -> dict:
 
 def load_config_file(path: str | Path, flag: str = "--config") -> RunConfig:
     """A whole config YAML file as a RunConfig (defaults for the fields it leaves out)."""
-    return saved_run_config(read_config_file(path, flag))
+    return RunConfig.from_dict(read_config_file(path, flag))

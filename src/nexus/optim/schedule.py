@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import math
 
-from ..config import TrainConfig
+from ..config import TrainConfig, declare_choice
+
+declare_choice("train.schedule", "cosine", "cosine decay to min_lr_ratio x lr over the horizon")
+declare_choice("train.schedule", "wsd", "warmup-stable-decay: flat, then linear decay over the last decay_fraction")
+declare_choice("train.schedule", "linear_warmdown", "flat, then linear decay over the last decay_fraction (the same "
+               "curve as wsd, ExoFormer's name for it)")
+declare_choice("train.schedule", "constant", "the peak lr after warmup, no decay")
 
 
 def lr_factor(step: int, tcfg: TrainConfig) -> float:

@@ -12,13 +12,18 @@ import json
 import numbers
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config import ConfigError, declare_choice
 from ..outdir import TRAIN_RUN, read_manifest
 from ..outdir.crash import crash_point
 from ..outdir.manifest import entry_unchanged, record_growing
 from .run_dir import logger_dir_started, record_run_files
 
-TARGETS = ("jsonl", "tensorboard", "wandb")
+SINKS = {"jsonl": "metrics.jsonl in the run directory (written whether named or not)",
+         "tensorboard": "TensorBoard event files in the run directory (needs the tensorboard package)",
+         "wandb": "Weights & Biases (needs the wandb package; WANDB_MODE=offline works without an account)"}
+for _name, _reason in SINKS.items():
+    declare_choice("train.log_to", _name, _reason)
+TARGETS = tuple(SINKS)
 _PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"), "wandb": ("wandb", "pip install wandb")}
 
 
