@@ -14,7 +14,7 @@ from nexus.plugins import Registry
 
 
 def test_families_are_the_registered_growers_sorted(builtin_growth_families):
-    assert R.families() == ["nexus_rank", "retrofit", "tokenformer", "width"]
+    assert {"nexus_rank", "retrofit", "tokenformer", "width"} <= set(R.families())  # the built-ins among them
     assert R.families() == sorted(R.GROWERS.names())
 
 

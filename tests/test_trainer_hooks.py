@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from nexus.config import ConfigError
 from nexus.config_migration import saved_run_config
-
 from nexus.train.hooks import Hook
 from nexus.train.trainer import Trainer
 from test_core_train import micro_cfg  # the same micro run (log every step, no periodic eval)
@@ -128,7 +128,7 @@ def test_the_trainer_knows_no_growth():
 
 
 @pytest.mark.parametrize("entry,needle", [
-    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: growth)"),
+    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: growth"),
     ({"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}, "when": 3}, "train.hooks[0].when=3"),
     ({"kind": "growth", "at": 6, "spec": {"family": "width", "hidden": 64}}, "train.hooks[0].at=6"),
     ({"kind": "growth", "at": 3}, "train.hooks[0].spec is missing"),
@@ -142,6 +142,16 @@ def test_a_bad_hook_entry_is_one_config_error_before_anything_is_written(tmp_pat
         Trainer(cfg.validate(), quiet=True).fit()
     assert needle in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_hook_kind_names_every_registered_one(tmp_path):
+    from nexus.train.hooks import HOOK_KINDS
+
+    cfg = micro_cfg(tmp_path / "run", "--train.steps", "6")
+    cfg.train.hooks = [{"kind": "growht"}]
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg.validate(), quiet=True)
+    assert str(e.value) == f"train.hooks[].kind='growht' (valid: {'|'.join(HOOK_KINDS.names())})"
 
 
 def test_a_configured_kind_passed_again_by_the_caller_is_refused(tmp_path):
@@ -211,4 +221,35 @@ def test_cli_grow_at_moves_a_preset_growth_and_keeps_its_spec():
     extra, growth = flag_overrides(args, extra)
     plan = _plan_start(args, extra, None, growth=growth)
     spec = get_preset("sparkling-dense-tiny").train.hook("growth")["spec"]
-    assert plan.cfg.train.hooks == [{"kind": "growth", "at": 7, "spec": spec}]
+    assert [h for h in plan.cfg.train.hooks if h["kind"] == "growth"] == [{"kind": "growth", "at": 7, "spec": spec}]
+
+
+def test_nexus_train_adds_no_hook_its_config_does_not_ask_for(tmp_path):
+    """The trainer `nexus train` builds gets the built-ins and the hooks of its config's train.hooks entries,
+    nothing else; the run's own loss curve is one of those entries, in the config.yaml it writes."""
+    from nexus.cli import build_parser
+    from nexus.cli.train import _plan_start, execute, flag_overrides
+    from nexus.train.hooks import HOOK_KINDS
+
+    args, extra = build_parser("train").parse_known_args(["train", "--preset", "baseline-micro", "--out",
+                                                          str(tmp_path / "r")])
+    extra, growth = flag_overrides(args, extra)
+    plan = _plan_start(args, extra, None, growth=growth)
+    assert {"kind": "loss_curve"} in plan.cfg.train.hooks
+    seen = {}
+
+    class Spy:
+        is_main = True
+
+        def __init__(self, cfg, **kw):
+            seen.update(kw)
+
+        def fit(self):
+            return {}
+
+        def release_parallel_wrapper(self):
+            pass
+
+    execute(plan, trainer_class=Spy)
+    assert list(seen["hooks"]) == []
+    assert [type(h) for h in seen["configured"]] == [HOOK_KINDS.get(e["kind"]) for e in plan.cfg.train.hooks]

@@ -69,13 +69,14 @@ def import_submodules(package_name: str, package_path) -> None:
 
 class Registry(Generic[T]):
     """name -> entry. `what` names the setting users choose the entry with (for error messages);
-    `package` is imported, with all its modules, before the first lookup."""
+    `package` (or each of a tuple of packages) is imported, with all its modules, before the first lookup."""
 
-    def __init__(self, what: str, package: str | None = None, plugins: bool = True):
-        self.what, self.package, self.plugins = what, package, plugins
+    def __init__(self, what: str, package: str | tuple[str, ...] | None = None, plugins: bool = True):
+        self.what, self.plugins = what, plugins
+        self.packages = (package,) if isinstance(package, str) else tuple(package or ())  # each scanned whole
         self._entries: dict[str, T] = {}
         self.origins: dict[str, str] = {}  # entry name -> the plugin that registered it (built-ins: absent)
-        self._loaded = package is None and not plugins
+        self._loaded = not self.packages and not plugins
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: `@registry.register(name)` on the entry; returns the entry unchanged."""
@@ -94,9 +95,8 @@ class Registry(Generic[T]):
             return
         self._loaded = True  # set first: a module may look entries up while it is imported
         try:
-            if self.package is not None:
-                package = importlib.import_module(self.package)
-                import_submodules(self.package, package.__path__)
+            for name in self.packages:
+                import_submodules(name, importlib.import_module(name).__path__)
         except BaseException:
             self._loaded = False
             raise

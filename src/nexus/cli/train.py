@@ -115,7 +115,6 @@ class Plan:
 def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, push_to_hub: str | None = None):
     """Build the trainer for `plan`, train, and push the final checkpoint -> (result, trainer). Every
     rank calls this; only the main process writes."""
-    from ..experiments.run_plot import LossCurveHook
     from ..train.distributed import shutdown
     from ..train.trainer import Trainer
 
@@ -125,8 +124,7 @@ def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, pu
         check_hub_reachable(push_to_hub)  # offline or a bad repo id: fail now, not after training
     trainer = (trainer_class or Trainer)(plan.cfg, resume=plan.resume, quiet=quiet, init_model=plan.init_model,
                                          init_tokenizer=plan.init_tokenizer, resize_vocab=plan.resize_vocab,
-                                         notes=plan.notes, hooks=[LossCurveHook(), *hooks],  # the run draws its own curve
-                                         configured=plan.hooks)
+                                         notes=plan.notes, hooks=hooks, configured=plan.hooks)
     if plan.replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
@@ -199,31 +197,34 @@ def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Pl
 
 def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None) -> Plan:
     """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
-    of a new run, each merged with the growth flags' entry and validated once, and its configured hooks
-    built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at its step)."""
+    of a new run, each merged with the hook entries `nexus train` adds (add_hooks) and validated once, and
+    its configured hooks built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at
+    its step)."""
     plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
 
-    def add_growth(cfg: RunConfig) -> None:
-        if growth is None:
-            return
-        entry = cfg.train.set_hook("growth", **growth)
-        if "spec" in growth and not entry.get("at"):
-            what = (f"--growth={args.growth!r}" if args.growth is not None else
-                    f"growth flags for family {growth['spec'].get('family')!r}")
-            raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+    def add_hooks(cfg: RunConfig) -> None:
+        """The hook entries `nexus train` asks for: the growth flags' and the run's own loss curve."""
+        if growth is not None:
+            entry = cfg.train.set_hook("growth", **growth)
+            if "spec" in growth and not entry.get("at"):
+                what = (f"--growth={args.growth!r}" if args.growth is not None else
+                        f"growth flags for family {growth['spec'].get('family')!r}")
+                raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+        if cfg.train.hook("loss_curve") is None:  # the run draws its own curve: asked for in the config it writes
+            cfg.train.set_hook("loss_curve")
 
     if resume:
         from ..train.resume import resume_config
 
-        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra), amend=add_growth)
+        plan.cfg, plan.notes = resume_config(resume, extra, out_dir=out or _explicit_out(extra), amend=add_hooks)
     elif args.init_from:
         from .init_from import plan_init_from
 
         plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from,
-                                                                                    amend=add_growth)
+                                                                                    amend=add_hooks)
     else:
         plan.cfg = parse_overrides(base_config(args), extra)
-        add_growth(plan.cfg)
+        add_hooks(plan.cfg)
         plan.cfg.validate()
     from ..train.hooks import configured_hooks
 

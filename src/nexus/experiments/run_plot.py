@@ -7,13 +7,14 @@ and the model at the run's last start) and checkpoint/config.json (the final, po
 """
 from __future__ import annotations
 
+import copy
 import csv
 import io
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..config_migration import load_config_file
-from ..train.hooks import Hook
+from ..train.hooks import HOOK_KINDS, Hook
 from .curves import read_metrics, train_flops_per_token
 
 CSV_COLUMNS = ["run", "series", "step", "tokens", "flops", "wall_s", "loss"]
@@ -63,12 +64,13 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     return f * params / n, False
 
 
-def read_run(path: str, name: str) -> dict:
+def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> dict:
     """-> {name, dir, train: [...], val: [...], growth: [...], notes}; each point has step, tokens, flops and
-    wall_s (None where not recorded), train and val points also the loss."""
+    wall_s (None where not recorded), train and val points also the loss. configs: the run's configs at its
+    last start and at its end when the caller holds them (the training run itself), else read from its files."""
     run = find_run_dir(path)
     rows = read_metrics(run / "metrics.jsonl")
-    configs = _model_configs(run)
+    configs = configs or _model_configs(run)
     tc, seq_len = configs[0].train, configs[0].data.seq_len
     world = next((int(r["world"]) for r in rows if "world" in r), None)
     notes = []
@@ -251,18 +253,28 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
 CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them
 
 
+@HOOK_KINDS.register("loss_curve")
 class LossCurveHook(Hook):
-    """`nexus train` draws its own curve at the end: loss_curve.png and loss_curve.csv in the run directory,
-    as `nexus plot RUN` draws them (the whole run, earlier resumed parts included)."""
+    """The run draws its own curve at the end: loss_curve.png and loss_curve.csv in the run directory, as
+    `nexus plot RUN` draws them (the whole run, earlier resumed parts included). `nexus train` asks for it
+    in the config it writes (a `{kind: loss_curve}` entry in train.hooks)."""
 
     priority = -50  # after the final evaluation and checkpoint (their records are in), before the console's last lines
+
+    def __init__(self):
+        self.start_cfg = None  # the config this run started with (what it writes as config.yaml)
+
+    def on_fit_start(self, trainer):
+        self.start_cfg = copy.deepcopy(trainer.cfg)
 
     def on_fit_end(self, trainer, result):
         if not trainer.is_main:
             return
         from ..atomic import write_text_atomic
 
-        run = with_smoothing([read_run(str(trainer.out_dir), trainer.out_dir.name)])[0]
+        # the configs the trainer holds (at the start, and the possibly grown one it saved): not read back
+        configs = [self.start_cfg, trainer.cfg] if self.start_cfg is not None else None
+        run = with_smoothing([read_run(str(trainer.out_dir), trainer.out_dir.name, configs)])[0]
         png, csv_path = (trainer.out_dir / name for name in CURVE_FILES)
         # the run's own files, entered in its manifest as they are renamed (a resume rewrites, --overwrite removes them)
         plot_runs([run], png, enter=True)

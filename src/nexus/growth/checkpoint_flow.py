@@ -47,7 +47,9 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     # The post-growth monitor of an earlier growth describes the model before *that* growth: it is replaced
     # by this growth's, built as GrowthHook builds it in training, so the continued run logs the
     # symmetry lock and RMS ratio as a run grown in training does.
-    hooks = {k: v for k, v in (tstate.get("hooks") or {}).items() if k != "growth"}
+    from .hook import GrowthHook
+
+    hooks = {k: v for k, v in (tstate.get("hooks") or {}).items() if k != GrowthHook.state_key}
     if tstate:
         from ..data.loader import DataModule
         from .diagnostics import monitor_after_growth
@@ -56,7 +58,7 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
         monitor, rms_report = monitor_after_growth(model, new_model, cfg.model.max_seq_len, new_cfg.model,
                                                    result.param_maps, next(iter(data.val_batches(1, cfg.train.batch_size))))
         report.update(rms_report)
-        hooks["growth"] = {"n_growths": len(new_cfg.growth_history), "monitor": monitor.state_dict()}
+        hooks[GrowthHook.state_key] = GrowthHook.saved_state(monitor, len(new_cfg.growth_history))
     report["continued run"] = continued_run_plan(new_cfg, step, out)
     new_tstate = {k: v for k, v in tstate.items() if k != "hooks"} | ({"hooks": hooks} if hooks else {})
     new_tstate["optimizer"] = new_opt.state_dict()

@@ -14,9 +14,11 @@ resume, so a resumed run logs the values the uninterrupted run would have.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ..config import ConfigError
+from ..config import option
 from ..train.hooks import HOOK_KINDS, Hook
 from .generic_grow import grow, jsonable
 from .registry import parse_growth_spec
@@ -38,11 +40,28 @@ def already_grown(cfg, step: int) -> bool:
     return any(rec.get("step") == step for rec in cfg.growth_history)
 
 
+@dataclass
+class GrowthOptions:
+    """The options of a `{kind: growth}` entry in train.hooks."""
+
+    at: int = option(0, "the step at which the model grows (0: never)")
+    spec: dict | None = option(None, "the growth spec, e.g. {family: width, hidden: 128} (`nexus grow --help`)")
+
+    def check(self, errors: list[str], where: str, cfg) -> None:
+        at, steps = self.at, cfg.train.steps
+        if not 0 <= at < steps:
+            errors.append(f"{where}.at={at!r} (valid: the step at which the model grows, below train.steps "
+                          f"({steps}), or 0 for no growth)")
+        elif at and not self.spec:
+            errors.append(f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})")
+
+
 @HOOK_KINDS.register("growth")
 class GrowthHook(Hook):
     """Grows the trainer's model at step `at`; restores the re-warmup rule of a grown run on resume."""
 
     state_key = "growth"  # where the trainer keeps state_dict() in trainer_state.pt
+    Options = GrowthOptions
 
     def __init__(self, at: int = 0, spec: GrowthSpec | None = None):
         self.at, self.spec = at, spec  # grow at step `at` (0: never) with the parsed spec
@@ -53,21 +72,12 @@ class GrowthHook(Hook):
         self.idle_note: str | None = None  # a configured spec that never applies (at 0): said at start, not silent
 
     @classmethod
-    def from_config(cls, entry: dict, cfg, where: str) -> "GrowthHook":
-        extra = sorted(set(entry) - {"kind", "at", "spec"})
-        if extra:
-            raise ConfigError(f"{where}.{extra[0]}={entry[extra[0]]!r} (valid options of the growth hook: at, spec)")
-        at, spec = entry.get("at", 0), entry.get("spec") or None
-        steps = cfg.train.steps
-        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < steps:
-            raise ConfigError(f"{where}.at={at!r} (valid: the step at which the model grows, below train.steps "
-                              f"({steps}), or 0 for no growth)")
-        if at and spec is None:
-            raise ConfigError(f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})")
+    def from_options(cls, options: GrowthOptions, cfg, where: str) -> "GrowthHook":
+        at, spec = options.at, options.spec or None
         hook = cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
         if not at and spec is not None:  # kept, not refused: an upgraded train.grow_at 0 + train.growth is this entry
             hook.idle_note = (f"{where} has a spec but at=0: this run never grows (valid: at N with 0 < N < "
-                              f"train.steps ({steps}) to grow at step N)")
+                              f"train.steps ({cfg.train.steps}) to grow at step N)")
         return hook
 
     @classmethod
@@ -87,7 +97,13 @@ class GrowthHook(Hook):
     def state_dict(self) -> dict | None:
         if self.monitor is None:
             return None
-        return {"n_growths": self.monitor_growths, "monitor": self.monitor.state_dict()}
+        return self.saved_state(self.monitor, self.monitor_growths)
+
+    @staticmethod
+    def saved_state(monitor, n_growths: int) -> dict:
+        """What this hook keeps in trainer_state.pt: the post-growth monitor of growth number `n_growths`
+        (also written by `nexus grow` into a grown checkpoint, so its continued run logs the diagnostics)."""
+        return {"n_growths": n_growths, "monitor": monitor.state_dict()}
 
     def on_fit_start(self, trainer) -> None:
         cfg = trainer.cfg

@@ -21,19 +21,25 @@ on the device otherwise: reading them waits for the step). A hook with a `state_
 dicts: it is loaded weights_only); on resume `load_state_dict(state)` gets it back, None when the
 checkpoint holds none for it, before `on_checkpoint_load`.
 
-A run config turns hooks on by kind: `train.hooks: [{kind: growth, at: 150, spec: {...}}, ...]`. The
-kinds are registered in `HOOK_KINDS` by the module that defines them; `from_config` parses an entry's
-options once, `check` refuses a config the hook cannot serve (before anything is written), and the
-trainer builds them itself (`configured_hooks`), so a configured feature never depends on the caller
-remembering its hook. A kind may also be implied by the config without an entry (`implied_by`: a grown
-model needs its re-warmup back on resume).
+A run config turns hooks on by kind: `train.hooks: [{kind: growth, at: 150, spec: {...}}, ...]`. A kind
+is a Hook subclass registered in `HOOK_KINDS` by the file that defines it, anywhere in nexus/train,
+nexus/growth or nexus/experiments or in a plugin (found by name: a new kind is a new file). Its options
+are a typed dataclass, `Options` (torch-free, each field an `option(default, reason)`, rules beyond the
+types in its `check`), parsed from the entry like a config section: a wrong type or an unknown option is
+one ConfigError naming `train.hooks[i].<option>`. `from_options` builds the hook from them, `check`
+refuses a config the hook cannot serve (before anything is written), and the trainer builds them itself
+(`configured_hooks`), so a configured feature never depends on the caller remembering its hook. A kind
+may also be implied by the config without an entry (`implied_by`: a grown model needs its re-warmup back
+on resume). A hook's saved state is its own: the format of `state_dict` is defined by its class only.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
+import typing
 
-from ..config import ConfigError
+from ..config import ConfigError, from_dict
 from ..plugins import Registry
 
 
@@ -44,15 +50,21 @@ class Hook:
     # default 0 (a hook sees the step record written and the final result filled in), the console after.
     priority = 0
     state_key: str | None = None  # where state_dict() is kept in trainer_state.pt (None: stateless)
+    Options: typing.ClassVar[type | None] = None  # a registered kind's options dataclass (None: it takes none)
 
     @classmethod
     def from_config(cls, entry: dict, cfg, where: str) -> "Hook":
         """A registered kind's hook from its `train.hooks` entry ({kind, **options}); `where` names the
-        entry in errors. A kind without options takes none."""
-        extra = sorted(set(entry) - {"kind"})
-        if extra:
-            raise ConfigError(f"{where}.{extra[0]}={entry[extra[0]]!r} (valid: hook kind {entry['kind']!r} takes no options)")
-        return cls()
+        entry in errors."""
+        return cls.from_options(parse_hook_options(cls, entry, cfg, where), cfg, where)
+
+    @classmethod
+    def from_options(cls, options, cfg, where: str) -> "Hook":
+        """The hook from its parsed options (None: a kind without options); by default the options'
+        fields are its keyword arguments."""
+        if options is None:
+            return cls()
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)})
 
     @classmethod
     def implied_by(cls, cfg) -> bool:
@@ -102,9 +114,31 @@ class Hook:
         pass
 
 
-# Hook kinds a run config can ask for. Their modules live in these packages, imported on first lookup
-# by name (the trainer never imports them: growth sits above it).
-HOOK_KINDS: Registry[type[Hook]] = Registry("train.hooks[].kind", "nexus.growth")
+# Hook kinds a run config can ask for. Their modules live in these packages (and plugins), imported on
+# the first lookup by name (the trainer never imports them: growth and experiments sit above it).
+HOOK_KINDS: Registry[type[Hook]] = Registry("train.hooks[].kind", ("nexus.train", "nexus.growth", "nexus.experiments"))
+
+
+def parse_hook_options(kind: type[Hook], entry: dict, cfg, where: str):
+    """The options of a `train.hooks` entry as `kind.Options` (None for a kind without options): types
+    coerced as a config section's are, an unknown option or a broken rule one ConfigError naming it."""
+    given = {k: v for k, v in entry.items() if k != "kind"}
+    names = [f.name for f in dataclasses.fields(kind.Options)] if kind.Options is not None else []
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        valid = f"options of hook kind {entry['kind']!r}: {', '.join(names)}" if names else \
+            f"hook kind {entry['kind']!r} takes no options"
+        raise ConfigError(f"{where}.{unknown[0]}={given[unknown[0]]!r} (valid: {valid})")
+    if kind.Options is None:
+        return None
+    options = from_dict(kind.Options, given, f"{where}.")
+    errors: list[str] = []
+    check = getattr(options, "check", None)
+    if check is not None:
+        check(errors, where, cfg)
+    if errors:
+        raise ConfigError("; ".join(errors))
+    return options
 
 
 def configured_hooks(cfg, present=(), built=None) -> list[Hook]:
