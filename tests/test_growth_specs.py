@@ -121,7 +121,8 @@ def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):
     cfg = json.loads((out / "checkpoint" / "config.json").read_text())
     rec = cfg["growth_history"][-1]
     assert cfg["model"]["projection"]["rank_m"] == 56 and rec["family"] == "nexus_rank" and rec["seed"] == 3
-    assert cfg["train"]["hooks"] == [{"kind": "growth", "at": 2, "spec": {"family": "nexus_rank", "delta_m": 8, "seed": 3}}]
+    assert cfg["train"]["hooks"] == [{"kind": "growth", "at": 2, "spec": {"family": "nexus_rank", "delta_m": 8, "seed": 3}},
+                                     {"kind": "loss_curve"}]  # `nexus train` asks for its curve
     capsys.readouterr()
     code = main(["train", *MICRO, "--delta-m", "8", "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err

@@ -196,6 +196,14 @@ class KindOptions:
     def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
         """Rules beyond each field's own type and choices (a kind overrides it)."""
 
+    def check_width_growth(self, model: "ModelConfig", targets: dict[str, int]) -> None:
+        """Raise ConfigError for a width growth to `targets` ({axis: new size}, the axes given) that this kind
+        cannot serve (growth/width.py asks the kind of every section, naming none)."""
+
+    def pin_sizes(self, model: "ModelConfig") -> None:
+        """Before a hidden-size growth: write explicitly each size this kind derives from d_model, so the
+        grown model keeps it."""
+
 
 @dataclass
 class ArchitectureOptions(KindOptions, kind="transformer"):
@@ -346,6 +354,10 @@ class ModelConfig:
         if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
             value = ArchitectureOptions.make(value)
         super().__setattr__(name, value)
+
+    def kind_sections(self) -> list[KindOptions]:
+        """The sections whose `kind` picks a registered entry (arch, attention, projection, mlp)."""
+        return [v for v in (getattr(self, f.name) for f in dataclasses.fields(self)) if isinstance(v, KindOptions)]
 
     @property
     def kv_heads(self) -> int:

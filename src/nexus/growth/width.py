@@ -128,7 +128,7 @@ class WidthSpec(GrowthSpec):
 
     def current_sizes(self, m) -> dict[str, int]:
         """Every axis's size; an axis the model's MLP kind does not have (`width_axes`) is 0."""
-        return {"hidden": m.d_model, "ffn": 0, "expert_inner": 0, **m.mlp.width_axes(m)}
+        return {**dict.fromkeys(AXES, 0), "hidden": m.d_model, **m.mlp.width_axes(m)}
 
     def applies_to(self, m) -> None:
         """A model no module of which refuses width growth (`width_refusal`), every target at least the
@@ -140,23 +140,23 @@ class WidthSpec(GrowthSpec):
         if refusals:
             where, why = refusals[0]
             raise ConfigError(f"width growth of {where}: {why}")
-        if m.projection.kind == "nexus_rank":
-            _check_nexus_rank(m, self)
+        targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
+        for section in m.kind_sections():  # what a kind cannot grow, it refuses itself
+            section.check_width_growth(m, targets)
         mlp_axes = m.mlp.width_axes(m)
-        for axis in ("ffn", "expert_inner"):
+        for axis in AXES[1:]:  # the inner axes: each exists only where the MLP's kind declares it
             if getattr(self, axis) and axis not in mlp_axes:
                 raise ConfigError(f"width.{axis}={getattr(self, axis)} on a model whose MLP (model.mlp.kind="
                                   f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
                                   "its inner size)")
         current = self.current_sizes(m)
-        targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
         for axis, new in targets.items():
             if new < current[axis]:
                 raise ConfigError(f"width.{axis}={new} is smaller than the current size {current[axis]} "
                                   f"(valid: >= {current[axis]}; width growth never shrinks)")
         if not any(new > current[a] for a, new in targets.items()):
             raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
-                              "(valid: give --width.hidden/--width.ffn/--width.expert_inner larger than now)")
+                              f"(valid: give --width.{'/--width.'.join(AXES)} larger than now)")
         if self.init_out == "zero" and self.init_in == "zero":
             raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
                               "exactly zero gradient forever)")
@@ -339,22 +339,6 @@ def _zero_sum_perturbation(t: torch.Tensor, dim: int, plan: AxisPlan, std: float
 
 
 # ----------------------------------------------------------------------------- the grower
-def _check_nexus_rank(m, ws: WidthSpec) -> None:
-    """Hidden-size (D) growth of a Nexus-Rank model: what cannot stay exact or valid is refused."""
-    p = m.projection
-    if ws.ffn and p.uses("ffn"):
-        raise ConfigError(f"width.ffn={ws.ffn} on a Nexus-Rank FFN (valid: grow its M and A with --delta-m/--delta-a)")
-    if ws.hidden and p.form == "l2norm" and (p.uses("o") or p.uses("ffn")):
-        raise ConfigError(f"width.hidden={ws.hidden} with model.projection.form='l2norm' on the o/ffn projections: "
-                          "their sqrt(D_out) factor would follow D and change every output (valid: form paper or "
-                          "l2norm_width, or Nexus-Rank on q/k/v only)")
-    m_width = p.resolved_m(m.d_model)
-    if ws.hidden and not p.relax_order and ws.hidden >= m_width:
-        raise ConfigError(f"width.hidden={ws.hidden} with Nexus-Rank M={m_width}: the order D < M < A would break "
-                          "(valid: grow M and A first with --delta-m/--delta-a, as Table 7's 240M -> 440M path has "
-                          "M 780 -> 1540, A 960 -> 1730 with D 768 -> 1024; or set model.projection.relax_order=true)")
-
-
 def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     """The ModelConfig of `m` grown by `ws` along `plans`."""
     current = ws.current_sizes(m)
@@ -363,9 +347,8 @@ def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
     new_mcfg.ffn_hidden = m.ffn  # explicit: the default would follow d_model
     new_mcfg.mlp.set_width_axes(new_mcfg, {a: targets.get(a, current[a]) for a in m.mlp.width_axes(m)})
-    if m.projection.kind == "nexus_rank":  # M and A stay; their defaults (2d, 4d) would follow D otherwise
-        new_mcfg.projection.rank_m = m.projection.resolved_m(m.d_model)
-        new_mcfg.projection.rank_a = m.projection.resolved_a(m.d_model)
+    for section in new_mcfg.kind_sections():  # sizes a kind derives from d_model stay (e.g. Nexus-Rank's M, A)
+        section.pin_sizes(m)
     new_mcfg.d_model = targets.get("hidden", m.d_model)
     if "hidden" in plans and m.tie_embeddings:
         new_mcfg.logit_scale = m.logit_scale * plans["hidden"].tied_scale

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import ModelConfig, ProjectionOptions, option
+from ..errors import ConfigError
 
 Target = Literal["q", "k", "v", "o", "ffn"]
 
@@ -31,6 +32,25 @@ class NexusRankOptions(ProjectionOptions, kind="nexus_rank"):
         if not self.relax_order and not d < m < a:
             errors.append(f"{p}.rank_m/rank_a={(m, a)!r} (valid: d_model ({d}) < rank_m < rank_a, or set "
                           f"{p}.relax_order=true)")
+
+    def check_width_growth(self, model: ModelConfig, targets: dict[str, int]) -> None:
+        """Hidden-size (D) growth of a Nexus-Rank model: what cannot stay exact or valid is refused."""
+        ffn, hidden = targets.get("ffn"), targets.get("hidden")
+        if ffn and self.uses("ffn"):
+            raise ConfigError(f"width.ffn={ffn} on a Nexus-Rank FFN (valid: grow its M and A with --delta-m/--delta-a)")
+        if hidden and self.form == "l2norm" and (self.uses("o") or self.uses("ffn")):
+            raise ConfigError(f"width.hidden={hidden} with model.projection.form='l2norm' on the o/ffn projections: "
+                              "their sqrt(D_out) factor would follow D and change every output (valid: form paper or "
+                              "l2norm_width, or Nexus-Rank on q/k/v only)")
+        m_width = self.resolved_m(model.d_model)
+        if hidden and not self.relax_order and hidden >= m_width:
+            raise ConfigError(f"width.hidden={hidden} with Nexus-Rank M={m_width}: the order D < M < A would break "
+                              "(valid: grow M and A first with --delta-m/--delta-a, as Table 7's 240M -> 440M path has "
+                              "M 780 -> 1540, A 960 -> 1730 with D 768 -> 1024; or set model.projection.relax_order=true)")
+
+    def pin_sizes(self, model: ModelConfig) -> None:
+        """M and A stay through a hidden growth: their defaults (2d, 4d) would follow D otherwise."""
+        self.rank_m, self.rank_a = self.resolved_m(model.d_model), self.resolved_a(model.d_model)
 
     def resolved_m(self, d_model: int) -> int:
         return self.rank_m or 2 * d_model
