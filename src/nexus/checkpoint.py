@@ -142,12 +142,18 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
                               f"{str(cause).splitlines()[0][:120] if str(cause) else ''})") from None
 
 
-def read_config(path, flag: str = "--checkpoint") -> RunConfig:
+def checkpoint_dir(path, flag: str = "--checkpoint") -> Path:
+    """`path` as an existing checkpoint directory (a save killed between its two renames put back first)."""
     path = Path(path)
     if not path.is_dir():
-        recover_interrupted(path)  # a save killed between its two renames: put the checkpoint back
+        recover_interrupted(path)
     if not path.is_dir():
         raise CheckpointError(f"{flag}={str(path)!r} (valid: an existing checkpoint directory)")
+    return path
+
+
+def read_config(path, flag: str = "--checkpoint") -> RunConfig:
+    path = checkpoint_dir(path, flag)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise CheckpointError(f"{flag}={str(path)!r} has no config.json (valid: a directory written by nexus)")
@@ -208,12 +214,13 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
 
 
 def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
-                    flag: str = "--checkpoint", model_cfg=None):
+                    flag: str = "--checkpoint", model_cfg=None, stored_config: bool = True):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
     (e.g. {'arch.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
     builds the model instead of the stored one, for a run that changed fields its weights do not depend
-    on; the returned RunConfig stays the stored one. Weights holding NaN/inf are refused unless
-    `allow_nonfinite` (to inspect a diverged model)."""
+    on; the returned RunConfig stays the stored one, or is None with stored_config=False: a caller that
+    holds the run's config already (a resumed trainer) has config.json not read again. Weights holding
+    NaN/inf are refused unless `allow_nonfinite` (to inspect a diverged model)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
                         f"{type(path).__name__}: {path!r}")
@@ -221,10 +228,10 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     from .data.tokenizer_files import load_tokenizer_from_dir
     from .models import build_model
 
-    path = Path(path)
-    cfg = read_config(path, flag)
+    cfg = read_config(path, flag) if model_cfg is None or stored_config else None
+    path = checkpoint_dir(path, flag)
     verify_checksums(path, flag)
-    for k, v in (overrides or {}).items():
+    for k, v in (overrides or {}).items() if cfg is not None else ():
         apply_override(cfg, f"model.{k}", v)
     if model_cfg is None:  # a given model_cfg comes from a config its caller validated
         cfg.validate()

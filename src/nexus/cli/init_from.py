@@ -110,7 +110,7 @@ def _read_source(src: Path):
         from ..checkpoint import load_checkpoint, read_config
 
         def load_nexus(cfg):
-            model, _, tok = load_checkpoint(src, flag="--init-from", model_cfg=cfg.model)
+            model, _, tok = load_checkpoint(src, flag="--init-from", model_cfg=cfg.model, stored_config=False)
             return model, tok
 
         return read_config(src, flag="--init-from"), load_nexus

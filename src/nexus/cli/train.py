@@ -195,11 +195,11 @@ def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Pl
     return plan
 
 
-def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None) -> Plan:
+def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = None, merged=None) -> Plan:
     """The config of a resumed run (train/resume.py), of a run from --init-from weights (init_from.py) or
     of a new run, each merged with the hook entries `nexus train` adds (add_hooks) and validated once, and
     its configured hooks built once (a bad entry, e.g. a growth spec that does not apply, fails now, not at
-    its step)."""
+    its step). merged: a new run's config already merged from the arguments (--resume auto's), not merged again."""
     plan = Plan(cfg=None, resume=str(resume) if resume else None, resize_vocab=args.resize_vocab)
 
     def add_hooks(cfg: RunConfig) -> None:
@@ -223,7 +223,7 @@ def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = 
         plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from,
                                                                                     amend=add_hooks)
     else:
-        plan.cfg = parse_overrides(base_config(args), extra)
+        plan.cfg = merged if merged is not None else parse_overrides(base_config(args), extra)
         add_hooks(plan.cfg)
         plan.cfg.validate()
     from ..train.hooks import configured_hooks
@@ -235,8 +235,9 @@ def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = 
 def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
     from ..train import run_dir as R
 
-    # only where the run writes: the config itself is validated once, by whichever plan follows
-    out = Path(parse_overrides(base_config(args), extra).train.out_dir)
+    # merged once, for where the run writes; validated once, by whichever plan follows (a new run reuses it)
+    merged = parse_overrides(base_config(args), extra)
+    out = Path(merged.train.out_dir)
     # ownership first: nothing in a folder nexus cannot prove is a run of its own is touched, not even
     # the recovery of interrupted saves (which happens when the lock is taken)
     lock = _locked(out, lambda: check_output(out, TRAIN_RUN, resume=True))
@@ -246,7 +247,7 @@ def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
             restart = out.is_dir() and any(p.name != MARKER for p in out.iterdir())
             if restart:
                 R.check_in_place(out)
-            plan = _plan_start(args, extra, None, growth=growth)
+            plan = _plan_start(args, extra, None, growth=growth, merged=merged)
             plan.replace = restart
             # said once the plan stands: a config refused above must not be preceded by "starting a new run"
             say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "

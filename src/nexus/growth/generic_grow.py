@@ -12,17 +12,21 @@ from .optimizer_surgery import transplant_optimizer_state
 from .registry import GROWERS, parse_growth_spec
 
 
-def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = None, step: int = 0):
+def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = None, step: int = 0,
+         checked_against=None):
     """Grow `model` per `spec` (a spec dataclass, or a mapping with "family"). Returns (new_model,
     new_cfg, new_optimizer, result).
 
     The new optimizer is built from cfg.train and receives the transplanted state; pass
-    optimizer_state=None for a fresh optimizer (no state to carry).
+    optimizer_state=None for a fresh optimizer (no state to carry). checked_against: the ModelConfig the
+    caller already checked `spec` against (the growth hook, when the trainer was built): not checked again
+    while the model is still that one.
     """
     from ..optim.param_groups import build_optimizer
 
     spec = parse_growth_spec(spec, "growth spec")
-    spec.applies_to(cfg.model)
+    if checked_against is None or checked_against != cfg.model:
+        spec.applies_to(cfg.model)
     result = GROWERS.get(spec.family)(model, cfg, spec)
     new_cfg = copy.deepcopy(cfg)
     new_cfg.model = result.model_cfg

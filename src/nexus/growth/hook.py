@@ -14,6 +14,7 @@ resume, so a resumed run logs the values the uninterrupted run would have.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,7 @@ class GrowthHook(Hook):
         self.report: dict | None = None
         self.loaded: dict | None = None  # the state a resumed checkpoint held for this hook
         self.idle_note: str | None = None  # a configured spec that never applies (at 0): said at start, not silent
+        self.checked_model = None  # the model config `spec` was checked against (check)
 
     @classmethod
     def from_options(cls, options: GrowthOptions, cfg, where: str) -> "GrowthHook":
@@ -90,6 +92,7 @@ class GrowthHook(Hook):
     def check(self, cfg) -> None:
         if self.pending(cfg):
             self.spec.applies_to(cfg.model)  # before the run directory is written and before step 0
+            self.checked_model = copy.deepcopy(cfg.model)  # growing that model, grow() need not check again
 
     def load_state_dict(self, state: dict | None) -> None:
         self.loaded = state
@@ -160,7 +163,8 @@ class GrowthHook(Hook):
         # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
         # itself is the single-process code, and trainer.swap shards the grown model again.
         old_model, old_state = trainer.full_model_and_optimizer_state()
-        new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step)
+        new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step,
+                                                   checked_against=self.checked_model if spec is self.spec else None)
         torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
         from .diagnostics import monitor_after_growth
 

@@ -95,9 +95,10 @@ def spec_classes() -> dict[str, type[GrowthSpec]]:
 
 
 def spec_from_dict(d, where: str = "growth spec") -> GrowthSpec:
-    """The union parser: a mapping with "family" -> that family's validated spec dataclass."""
+    """The union parser: a mapping with "family" -> that family's validated spec dataclass. A spec
+    dataclass this returned before, unchanged since, is not validated again (a run parses its spec once)."""
     if isinstance(d, GrowthSpec):
-        return d.validate()
+        return d if d.__dict__.get("_validated") == d.to_dict() else _validated(d.validate())
     family = d.get("family") if isinstance(d, dict) else None
     if family not in _SPECS:
         raise ConfigError(f"{where}={d!r} (valid: a mapping with family one of {', '.join(sorted(_SPECS))}, "
@@ -108,7 +109,12 @@ def spec_from_dict(d, where: str = "growth spec") -> GrowthSpec:
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}={d[unknown[0]]!r} is not a {family} growth option "
                           f"(valid: {', '.join(sorted(names))})")
-    return cls(**{k: v for k, v in d.items() if k != "family"}).validate()
+    return _validated(cls(**{k: v for k, v in d.items() if k != "family"}).validate())
+
+
+def _validated(spec: GrowthSpec) -> GrowthSpec:
+    spec.__dict__["_validated"] = spec.to_dict()  # not a field: never saved or compared
+    return spec
 
 
 # ----------------------------------------------------------------------------- command-line flags

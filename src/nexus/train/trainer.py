@@ -104,7 +104,8 @@ class Trainer:
             tstate = load_trainer_state(resume)
             if tstate is None:
                 raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
-            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model)
+            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model,
+                                                            stored_config=False)
         cfg.validated()  # a config from the front door (cli/train.py) or resume_config is not checked twice
         from .loggers import check_log_targets
 
