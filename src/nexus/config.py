@@ -355,6 +355,14 @@ class ModelConfig:
             value = ArchitectureOptions.make(value)
         super().__setattr__(name, value)
 
+    @classmethod
+    def mechanism_sections(cls) -> list[str]:
+        """The sub-configs each of which switches a mechanism of the transformer on, off at its defaults
+        (attention, projection, mixing, mlp, and any section added later): not arch, which picks the
+        architecture, nor growth_state, which growth sets."""
+        return [f.name for f in dataclasses.fields(cls) if f.name != "arch" and not f.metadata.get("set_by_growth")
+                and isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory)]
+
     def kind_sections(self) -> list[KindOptions]:
         """The sections whose `kind` picks a registered entry (arch, attention, projection, mlp)."""
         return [v for v in (getattr(self, f.name) for f in dataclasses.fields(self)) if isinstance(v, KindOptions)]

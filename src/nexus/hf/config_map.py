@@ -86,16 +86,13 @@ def model_config_from_hf(hf_cfg) -> tuple[ModelConfig, str]:
     return cfg, arch
 
 
-# Sub-configs that must keep their defaults: each switches on a mechanism HF Llama/Qwen lack.
-BASELINE_SECTIONS = ("attention", "projection", "mixing", "mlp")
-
-
 def check_exportable(cfg: ModelConfig) -> None:
     """Refuse every architecture HF Llama/Qwen cannot express (one line naming the first offender)."""
     if cfg.arch.kind != "transformer":
         raise ConfigError(f"model.arch.kind={cfg.arch.kind!r} cannot be exported to HF (valid: transformer baseline)")
     baseline = ModelConfig()
-    offenders = [name for name in BASELINE_SECTIONS if getattr(cfg, name) != getattr(baseline, name)]
+    # the sub-configs must keep their defaults: each switches on a mechanism HF Llama/Qwen lack
+    offenders = [name for name in cfg.mechanism_sections() if getattr(cfg, name) != getattr(baseline, name)]
     if offenders:
         name = offenders[0]
         raise ConfigError(f"model.{name}={getattr(cfg, name)!r} cannot be exported to HF "

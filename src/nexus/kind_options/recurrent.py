@@ -28,7 +28,7 @@ class RecurrentOptions(ArchitectureOptions, kind="recurrent"):
             if not (isinstance(v, int) and v >= 1):
                 errors.append(f"{p}.{name}={v!r} (valid: an integer >= 1)")
         baseline = ModelConfig()
-        non_default = [n for n in ("attention", "projection", "mixing", "mlp") if getattr(model, n) != getattr(baseline, n)]
+        non_default = [n for n in model.mechanism_sections() if getattr(model, n) != getattr(baseline, n)]
         if non_default:
             errors.append(f"{p}.kind={self.kind!r} (valid: transformer when {', '.join(non_default)} options are set "
                           "(the recurrent model has no attention))")
