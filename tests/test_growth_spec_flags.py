@@ -103,7 +103,7 @@ def test_several_families_or_a_stray_family_flag_is_one_config_error():
         assert str(e.value).startswith(message), (argv, str(e.value))
 
 
-def test_help_groups_every_flag_once_under_its_family_with_its_reason_and_default():
+def test_help_groups_every_flag_once_under_its_family_with_its_reason_and_default(builtin_growth_families):
     text = _words(_parser().format_help())
     # every registered family has its section (the built-ins among them): width first, the others by name
     families = sorted(S.spec_classes())
