@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from nexus import config as C
+from nexus import config_base as C
 from nexus.config import ConfigError, RunConfig, TrainConfig
 
 

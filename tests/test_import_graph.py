@@ -22,6 +22,7 @@ SRC = Path(nexus.__file__).resolve().parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),  # ConfigError: below everything, so the registry and the schema need not import each other
     ("plugins",),  # the registries (they find the kinds and plugins by name)
+    ("config_base",),  # how config dataclasses are declared (option, choice, KindOptions), checked and parsed
     ("config",),  # the schema: dataclasses and their validation
     ("config_migration", "config_help", "console", "cpu_info", "kind_options", "outdir", "runtime"),
     ("config_overrides", "atomic", "presets"),
@@ -186,3 +187,41 @@ def test_checker_finds_circles_through_lazy_relative_and_init_imports(tmp_path):
     assert upward_arrows(edges, (("config",), ("models",), ("data",), ("nexus",))) == []
     assert upward_arrows(edges, (("config",), ("data",), ("models",), ("nexus",))) == [
         "nexus.data.loader (data, tier 1) -> nexus.models.higher (models, tier 2)"]
+
+
+def literal_dynamic_imports(root: Path) -> dict[str, set[str]]:
+    """{module: the nexus modules it imports by a literal name (`importlib.import_module("nexus.x")`)}."""
+    top, out = root.name, {}
+    for f in sorted(root.rglob("*.py")):
+        parts = list(f.relative_to(root.parent).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                    and node.args[0].value.startswith(top + ".")):
+                out.setdefault(name, set()).add(node.args[0].value)
+    return out
+
+
+def test_no_circle_hides_behind_an_import_by_literal_name():
+    """A literal `importlib.import_module("nexus.plugins")` is an import written another way (how config.py
+    reached plugins.py while plugins.py imported ConfigError from it: issue 37): counted as an arrow, the
+    graph still has no circle. A registry's package named by a variable is how plugins register, not this."""
+    edges = module_graph(SRC)
+    for mod, targets in literal_dynamic_imports(SRC).items():
+        edges[mod] = edges[mod] | {t for t in targets if t in edges}
+    assert cycles(edges) == []
+
+
+def test_the_literal_import_check_can_fail(tmp_path):
+    _write(tmp_path, {
+        "nexus/__init__.py": "",
+        "nexus/config.py": "import importlib\ndef kinds():\n    return importlib.import_module('nexus.plugins')\n",
+        "nexus/plugins.py": "from .config import kinds\n",
+    })
+    root = tmp_path / "nexus"
+    assert literal_dynamic_imports(root) == {"nexus.config": {"nexus.plugins"}}
+    edges = module_graph(root)
+    assert cycles(edges) == []  # invisible to the static graph
+    edges["nexus.config"] |= literal_dynamic_imports(root)["nexus.config"]
+    assert cycles(edges) == [["nexus.config", "nexus.plugins"]]

@@ -13,7 +13,8 @@ import tokenize
 import typing
 from functools import lru_cache
 
-from .config import RunConfig, declared_choices
+from .config import RunConfig
+from .config_base import declared_choices
 
 
 @lru_cache(maxsize=None)

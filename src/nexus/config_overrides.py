@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from .config import KindOptions, RunConfig, coerce
+from .config import KindOptions, RunConfig
+from .config_base import coerce
 from .config_migration import read_config_file
 from .errors import ConfigError
 

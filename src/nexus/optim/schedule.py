@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from ..config import TrainConfig, declare_choice
+from ..config import TrainConfig
+from ..config_base import declare_choice
 
 declare_choice("train.schedule", "cosine", "cosine decay to min_lr_ratio x lr over the horizon")
 declare_choice("train.schedule", "wsd", "warmup-stable-decay: flat, then linear decay over the last decay_fraction")

@@ -12,7 +12,8 @@ import json
 import numbers
 from pathlib import Path
 
-from ..config import ConfigError, declare_choice
+from ..config import ConfigError
+from ..config_base import declare_choice
 from ..outdir import TRAIN_RUN, read_manifest
 from ..outdir.crash import crash_point
 from ..outdir.manifest import entry_unchanged, record_growing

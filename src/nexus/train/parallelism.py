@@ -2,7 +2,7 @@
 without importing it; the trainer wraps the model (DDP) or fsdp.py shards it (FSDP2)."""
 from __future__ import annotations
 
-from ..config import declare_choice
+from ..config_base import declare_choice
 
 
 def _fsdp2_rules(train, errors: list[str], p: str) -> None:
