@@ -164,7 +164,8 @@ def test_chunked_loss_under_bf16_autocast_is_within_bf16_rounding_of_the_plain_p
 
 
 def test_loss_chunk_tokens_refuses_a_negative_value():
-    from nexus.config import ConfigError, parse_overrides
+    from nexus.config import ConfigError
+    from nexus.config_overrides import parse_overrides
     from nexus.presets import get_preset
 
     cfg = get_preset("baseline-micro")
