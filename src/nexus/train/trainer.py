@@ -642,7 +642,7 @@ def _valid_targets(labels: torch.Tensor) -> int:
 
 
 def group_lrs(optimizer) -> dict[str, float]:
-    """{"lr/<group>": lr} of every parameter group, and {"lr/<group>_new": lr} for the entries a growth
+    """{"lr/<group>": lr} of every parameter group, and {"lr/<group>_new": lr} for the entries a hook (a model swap)
     marked new while they follow their own lr (the re-warmup): recorded beside `lr` (the first group's),
     flat so TensorBoard and W&B get them as scalars too."""
     out = {}
