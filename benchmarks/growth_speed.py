@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from nexus.config import ModelConfig, ProjectionConfig, RunConfig, TrainConfig
+from nexus.config import ModelConfig, ProjectionOptions, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
@@ -38,7 +38,7 @@ def main() -> None:
     print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
-    proj = ProjectionConfig(kind="nexus_rank", rank_m=args.m, rank_a=args.a)
+    proj = ProjectionOptions.make("nexus_rank", rank_m=args.m, rank_a=args.a)
     cfg = RunConfig(model=ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=12, vocab_size=32000,
                                       ffn_hidden=2048, max_seq_len=512, projection=proj),
                     train=TrainConfig(optimizer=args.optimizer))
