@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nexus.cli import main
-from nexus.config import DataConfig
+from nexus.config import ConfigError, DataConfig
 from nexus.data import prepare as P
 from nexus.data.loader import DataModule
 from nexus.data.shards import ShardedTokens
@@ -211,3 +211,163 @@ def test_prepared_output_records_every_file_it_wrote(tmp_path):
     assert ownership_problems(out) == []
     (out / "NOTES.md").write_text("mine")
     assert [name for name, _ in ownership_problems(out)] == ["NOTES.md"]
+
+
+# ----------------------------------------------------------------------------- lock, shard hashes, workers
+def _prepare_cli(tmp_path, out, *more):
+    return main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
+                 "--num-proc", "1", "--shard-mb", "1", "--quiet", *more])
+
+
+def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    """Two prepares at once used to both exit 0, the directory silently holding the second one's corpus."""
+    import subprocess
+    import sys
+
+    corpus(tmp_path, 50)
+    out = tmp_path / "prep"
+    holder = subprocess.Popen(  # a live process holding --out's lock, as a running prepare does
+        [sys.executable, "-c", "import sys; from nexus.outdir import acquire_output_lock as a; "
+         f"lk = a({str(out)!r}); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert _prepare_cli(tmp_path, out) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "being written by another nexus process" in err
+        assert f"pid {holder.pid}" in err
+        assert not (out / "manifest.json").exists()
+    finally:
+        holder.communicate("")
+    assert _prepare_cli(tmp_path, out) == 0  # the holder gone, the same command goes ahead
+
+
+def _flip_byte(path, at=10):
+    b = bytearray(path.read_bytes())
+    b[at] ^= 1
+    path.write_bytes(bytes(b))
+
+
+def test_a_changed_byte_in_a_shard_is_refused_by_the_rerun_and_by_training(tmp_path, capsys):
+    corpus(tmp_path, 300)
+    out = tmp_path / "prep"
+    assert _prepare_cli(tmp_path, out) == 0
+    shard = out / "train-00000.bin"
+    m = json.loads((out / "manifest.json").read_text())
+    import hashlib
+
+    assert m["shards"]["train"][0]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+    _flip_byte(shard)
+    before = shard.read_bytes()
+    capsys.readouterr()
+    assert _prepare_cli(tmp_path, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "train-00000.bin" in err and "sha256" in err
+    assert shard.read_bytes() == before  # refused, not rewritten: a changed file may be the user's
+    with pytest.raises(ConfigError, match=r"train-00000\.bin does not match the sha256"):
+        DataModule(DataConfig(source=str(out), seq_len=32))
+
+
+def test_a_truncated_shard_is_refused_in_one_line_and_a_deleted_one_is_prepared_again(tmp_path, capsys):
+    """A truncated shard made training advise "prepare it again", and that rerun exited 0 leaving it broken."""
+    docs = corpus(tmp_path, 300)
+    out = tmp_path / "prep"
+    assert _prepare_cli(tmp_path, out) == 0
+    shard = out / "train-00000.bin"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:len(good) // 2])
+    capsys.readouterr()
+    assert _prepare_cli(tmp_path, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "train-00000.bin" in err and "truncated" in err
+    with pytest.raises(ConfigError, match="truncated"):
+        DataModule(DataConfig(source=str(out), seq_len=32))
+    shard.unlink()  # what the refusal advises
+    assert _prepare_cli(tmp_path, out) == 0
+    assert shard.read_bytes() == good
+    ref = reference(docs, ByteTokenizer(), 0.05, 1234)
+    assert read_split(out, "train") == ref["train"] and read_split(out, "val") == ref["val"]
+    assert DataModule(DataConfig(source=str(out), seq_len=32)).train.tokens is not None
+
+
+def test_a_changed_shard_of_an_interrupted_prepare_is_not_kept(tmp_path, monkeypatch):
+    """Resuming keeps finished shards only when their bytes are the ones written."""
+    corpus(tmp_path, 300)
+    src, cfg = resolve_source(str(tmp_path / "c.txt")), DataConfig()
+    real = P.encode_shard
+
+    def dies_at_2(tok, idx, *a):
+        if idx == 2:
+            raise KeyboardInterrupt
+        return real(tok, idx, *a)
+
+    monkeypatch.setattr(P, "encode_shard", dies_at_2)
+    with pytest.raises(KeyboardInterrupt):
+        P.prepare(src, cfg, ByteTokenizer(), tmp_path / "cut", num_proc=1, shard_bytes=2000, progress=False)
+    monkeypatch.setattr(P, "encode_shard", real)
+    _flip_byte(tmp_path / "cut" / "train-00001.bin")
+    with pytest.raises(ConfigError, match=r"train-00001\.bin .*sha256"):
+        P.prepare(src, cfg, ByteTokenizer(), tmp_path / "cut", num_proc=1, shard_bytes=2000, progress=False)
+
+
+def _descendants(pid):
+    """Every live process below `pid` (by parent links in /proc)."""
+    import os
+
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            kids.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _running(pid):
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_prepare_leaves_no_worker_behind(tmp_path):
+    """kill -9 of `data prepare --num-proc 2` left its workers alive for 40+ minutes, still writing shards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = "\n\n".join(f"document {i} " + "some words of text " * 300 for i in range(6000))  # ~34 MB
+    (tmp_path / "c.txt").write_text(text)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "nexus", "data", "prepare", str(tmp_path / "c.txt"), "--tokenizer",
+                          "byte", "--out", str(tmp_path / "prep"), "--num-proc", "2", "--shard-mb", "1", "--quiet"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen: set[int] = set()
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        seen |= set(_descendants(p.pid))
+        if len(seen) >= 3 and any(tmp_path.joinpath("prep").glob(".train-*.tmp-*")):  # forkserver + 2 workers, at work
+            break
+        time.sleep(0.05)
+    assert p.poll() is None, "prepare finished before its workers could be seen; make the corpus larger"
+    seen |= set(_descendants(p.pid))
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_running(c) for c in seen):
+        time.sleep(0.1)
+    left = [c for c in seen if _running(c)]
+    for c in left:  # do not leave them to the next test either way
+        os.kill(c, signal.SIGKILL)
+    assert not left, f"{len(left)} process(es) of the killed prepare still running"

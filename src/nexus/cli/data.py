@@ -40,6 +40,7 @@ def run(args, extra) -> int:
     import sys
     from pathlib import Path
 
+    from ..atomic import guard_output
     from ..config import ConfigError, DataConfig
     from ..data.loader import default_num_proc
     from ..data.prepare import fingerprint, prepare
@@ -72,29 +73,34 @@ def run(args, extra) -> int:
         from ..data.stdlib_corpus import describe
 
         print(f"nexus data: {describe()}", file=sys.stderr)
-    done = _already_prepared(out, fingerprint(source, cfg, tok, args.shard_mb << 20))
-    if done is not None:
-        tot, files = done["tokens"], sum(len(v) for v in done["shards"].values())
-        print(f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
-              f"tokens, {files} shard files); nothing to do", file=sys.stderr)
-        if args.quiet:
-            print(json.dumps({"out": str(out), "tokens": tot, "documents": done["documents"]}))
-        return 0
-    m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(), shard_bytes=args.shard_mb << 20,
-                progress=not args.quiet, label="data prepare", mark_output=True)
+    # one writer per --out: a second prepare into the same directory is refused in one line, never interleaved
+    with guard_output(out, PREPARED, resume=True, sources=source.all_files):
+        done = _already_prepared(out, fingerprint(source, cfg, tok, args.shard_mb << 20))
+        if done is not None:
+            tot, files = done["tokens"], sum(len(v) for v in done["shards"].values())
+            print(f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
+                  f"tokens, {files} shard files); nothing to do", file=sys.stderr)
+            if args.quiet:
+                print(json.dumps({"out": str(out), "tokens": tot, "documents": done["documents"]}))
+            return 0
+        m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(),
+                    shard_bytes=args.shard_mb << 20, progress=not args.quiet, label="data prepare", mark_output=True)
     if args.quiet:
         print(json.dumps({"out": str(out), "tokens": m["tokens"], "documents": m["documents"]}))
     return 0
 
 
 def _already_prepared(out, fp: dict) -> dict | None:
-    """The manifest of a finished directory prepared with exactly these settings, else None."""
-    from ..data.shards import MANIFEST, read_manifest
+    """The manifest of a finished directory prepared with exactly these settings whose every shard still holds
+    the bytes prepare wrote, else None (prepare then refuses a changed shard, or prepares a missing one again)."""
+    from ..data.shards import MANIFEST, SPLITS, read_manifest, shard_problems
 
     if not (out / MANIFEST).is_file():
         return None
     m = read_manifest(out, str(out))
-    return m if m.get("fingerprint") == fp else None
+    if m.get("fingerprint") != fp or shard_problems(out, [e for s in SPLITS for e in m["shards"][s]], m["dtype"]):
+        return None
+    return m
 
 
 def _tokenizer(spec: str, source, cfg):

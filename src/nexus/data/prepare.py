@@ -10,12 +10,14 @@ the same shard boundaries); `manifest.json` is written last, atomically.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
 import pickle
 import re
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -25,7 +27,8 @@ import numpy as np
 from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
 from ..outdir import PREPARED, write_marker
-from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, token_dtype, tokenizer_identity
+from .shards import (FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, shard_problems, token_dtype,
+                     tokenizer_identity)
 from .split import SPLIT_BLOCK
 
 SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
@@ -83,26 +86,42 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     ranks may fill at once, is not marked."""
     out = Path(out)
     fp = fingerprint(source, cfg, tok, shard_bytes)
+    state_path = out / STATE
+    done: dict[int, dict] = {}
     if (out / MANIFEST).is_file():
         m = read_manifest(out, str(out))
-        if m.get("fingerprint") == fp:
+        if m.get("fingerprint") != fp:
+            raise ConfigError(f"--out={str(out)!r} holds a corpus prepared with other settings: "
+                              f"{differences(m.get('fingerprint') or {}, fp)} (valid: a new directory, or the settings it "
+                              "was prepared with)")
+        bad = shard_problems(out, [e for s in SPLITS for e in m["shards"][s]], m["dtype"])
+        if not bad:
             return m
-        raise ConfigError(f"--out={str(out)!r} holds a corpus prepared with other settings: "
-                          f"{differences(m.get('fingerprint') or {}, fp)} (valid: a new directory, or the settings it "
-                          "was prepared with)")
+        _refuse_changed(out, bad)
+        # only missing shards: redo exactly those (shards are deterministic given the fingerprint)
+        done = _done_from_manifest(m, {name for name, _ in bad})
+        write_text_atomic(state_path, json.dumps({"fingerprint": fp, "done": done}))
+        (out / MANIFEST).unlink()
+        if progress:
+            print(f"nexus {label}: {len(bad)} shard file(s) missing from {out} ({', '.join(n for n, _ in bad[:3])}"
+                  f"{' ...' if len(bad) > 3 else ''}); preparing them again", file=sys.stderr, flush=True)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     if mark_output:
         write_marker(out, PREPARED)  # at once: an interrupted directory is still recognised as ours to resume
-    done: dict[int, dict] = {}
-    state_path = out / STATE
-    if state_path.is_file():
+    if state_path.is_file() and not done:
         try:
             st = json.loads(state_path.read_text())
             if st.get("fingerprint") == fp:
                 done = {int(k): v for k, v in st["done"].items()}
         except (OSError, ValueError, KeyError, AttributeError):
             done = {}  # a damaged state file: shards are redone, never trusted
+    if done:  # finished shards of an interrupted run are kept only when their bytes are still the ones written
+        kept = [e for res in done.values() for s in SPLITS if (e := res.get(s))]
+        bad = shard_problems(out, kept, token_dtype(tok.vocab_size))
+        _refuse_changed(out, bad)
+        gone = {name for name, _ in bad}
+        done = {i: res for i, res in done.items() if not any(res.get(s) and res[s]["file"] in gone for s in SPLITS)}
     for p in out.iterdir():  # shard files an interrupted run left half-written; not a live process's
         m = _SHARD_TMP.match(p.name)  # (torchrun ranks may fill one cache directory at once)
         if m and not _alive(int(m.group(1))):
@@ -151,6 +170,28 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                   f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
                   f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
     return manifest
+
+
+def _refuse_changed(out: Path, bad: list[tuple[str, str]]) -> None:
+    """A shard whose bytes differ from what prepare wrote (edited, truncated, damaged) is refused, never
+    rewritten: once changed it may be the user's (nexus.outdir owns only what it wrote, unchanged)."""
+    changed = [(n, why) for n, why in bad if why != "missing"]
+    if changed:
+        name, why = changed[0]
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise ConfigError(f"--out={str(out)!r}: shard {name}{more} {why} (valid: delete the damaged shard "
+                          f"file(s) and run the same command again to prepare them anew, or a new --out)")
+
+
+def _done_from_manifest(m: dict, drop: set[str]) -> dict[int, dict]:
+    """The finished-shard state a manifest describes, less every shard index with a file in `drop`."""
+    done: dict[int, dict] = {}
+    for split in SPLITS:
+        for e in m["shards"][split]:
+            idx = int(re.fullmatch(r"(?:train|val)-(\d+)\.bin", e["file"]).group(1))
+            done.setdefault(idx, {"chars": 0, "train": None, "val": None})[split] = e
+    lost = {i for i, res in done.items() if any(res[s] and {res[s]["file"], res[s].get("mask")} & drop for s in SPLITS)}
+    return {i: res for i, res in done.items() if i not in lost}
 
 
 def _finish(done: dict, idx: int, res: dict, fp: dict, state_path: Path, meter) -> None:
@@ -212,6 +253,13 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
     tmp_tok = out / f".{stem}.bin.tmp-{os.getpid()}"
     tmp_mask = out / f".{stem}.mask.tmp-{os.getpid()}" if chat else None
     n = hi = nbytes = 0
+    h_tok, h_mask = hashlib.sha256(), hashlib.sha256()  # of the bytes as written: checked on every later open
+
+    def put(f, h, arr: np.ndarray) -> None:
+        b = arr.tobytes()
+        h.update(b)
+        f.write(b)
+
     try:
         with open(tmp_tok, "wb") as ft, (open(tmp_mask, "wb") if chat else _Null()) as fm:
             for i in range(0, len(docs), ENCODE_BATCH):
@@ -223,14 +271,14 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
                     for d in batch:
                         t, m = encode_conversation(tok, d)
                         arr = np.asarray(t, dtype=np.int64)
-                        np.asarray(m, dtype=np.uint8).tofile(fm)
+                        put(fm, h_mask, np.asarray(m, dtype=np.uint8))
                         hi = max(hi, int(arr.max(initial=0)))
-                        arr.astype(dtype).tofile(ft)
+                        put(ft, h_tok, arr.astype(dtype))
                         n += len(arr)
                     continue
                 arr = encode_with_eos(tok, [doc_text(d) for d in batch])
                 hi = max(hi, int(arr.max(initial=0)))
-                arr.astype(dtype).tofile(ft)
+                put(ft, h_tok, arr.astype(dtype))
                 n += len(arr)
         os.replace(tmp_tok, out / f"{stem}.bin")
         if chat:
@@ -240,7 +288,8 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
         if tmp_mask is not None:
             tmp_mask.unlink(missing_ok=True)
     return {"file": f"{stem}.bin", "mask": f"{stem}.mask" if chat else None, "tokens": n, "documents": len(docs),
-            "bytes": nbytes, "max_id": hi}
+            "bytes": nbytes, "max_id": hi, "sha256": h_tok.hexdigest(),
+            **({"mask_sha256": h_mask.hexdigest()} if chat else {})}
 
 
 def encode_with_eos(tok, texts: list[str]) -> np.ndarray:
@@ -273,10 +322,40 @@ class _Null:
 _WORKER_TOK = None
 
 
-def _init_worker(tok_bytes: bytes) -> None:
+def _init_worker(tok_bytes: bytes, parent_pid: int) -> None:
     global _WORKER_TOK
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process: num_proc means what it says
+    _die_with(parent_pid)
     _WORKER_TOK = pickle.loads(tok_bytes)
+
+
+def _die_with(pid: int) -> None:
+    """End this worker the moment process `pid` (the prepare that started it) ends, however it ends: a
+    `kill -9` of prepare must not leave workers writing shards. The worker's own parent is the
+    multiprocessing forkserver, not prepare, so PR_SET_PDEATHSIG would not fire on prepare's death;
+    a pidfd (Linux >= 5.3) becomes readable exactly when `pid` exits, elsewhere a 1 s poll stands in."""
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            os._exit(1)  # already gone
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            import select
+
+            select.select([fd], [], [])
+            os._exit(1)
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="nexus-die-with-parent", daemon=True).start()
 
 
 def _encode_in_worker(idx, docs, out, dtype, chat):
@@ -305,7 +384,7 @@ class _Runner:
 
             ctx = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
             self.pool = ProcessPoolExecutor(self.num_proc, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(pickle.dumps(self.tok),))
+                                            initargs=(pickle.dumps(self.tok), os.getpid()))
             self._submit(*self.held)
             self.held = None
         self._submit(idx, task)

@@ -128,25 +128,64 @@ def check_tokenizer(manifest: dict, tok, shown: str, model_tokenizer: bool = Fal
 
 
 def open_prepared(directory: Path, manifest: dict) -> dict:
-    """{split: (tokens, mask or None)} memory-mapped; shard files are checked against the manifest's sizes."""
+    """{split: (tokens, mask or None)} memory-mapped; shard files are checked against the manifest's sizes and
+    sha256 first (one read of the corpus, at disk speed: a shard changed after prepare is never trained on)."""
     directory = Path(directory)
     dtype = np.dtype(manifest["dtype"])
+    bad = shard_problems(directory, [e for s in SPLITS for e in manifest["shards"][s]], dtype)
+    if bad:
+        name, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ConfigError(f"data.source={str(directory)!r}: shard {name} {why}{more} (valid: an intact prepared "
+                          "directory: run the `nexus data prepare` command that made it again; a changed shard must "
+                          "be deleted first)")
     out = {}
     for split in SPLITS:
         toks, masks = [], []
         for e in manifest["shards"][split]:
-            toks.append(_map(directory / e["file"], dtype, int(e["tokens"]), directory))
+            toks.append(_map(directory / e["file"], dtype, int(e["tokens"])))
             if e.get("mask"):
-                masks.append(_map(directory / e["mask"], np.dtype(np.uint8), int(e["tokens"]), directory))
+                masks.append(_map(directory / e["mask"], np.dtype(np.uint8), int(e["tokens"])))
         out[split] = (joined(toks) if toks else np.empty(0, dtype), joined(masks) if masks else None)
     return out
 
 
-def _map(path: Path, dtype, n: int, directory: Path) -> np.ndarray:
-    if not path.is_file() or path.stat().st_size != n * dtype.itemsize:
-        size = path.stat().st_size if path.is_file() else "missing"
-        raise ConfigError(f"data.source={str(directory)!r}: shard {path.name} is {size} bytes, the manifest says "
-                          f"{n * dtype.itemsize} (valid: an intact prepared directory; prepare it again)")
+def shard_problems(directory: Path, entries: list[dict], dtype) -> list[tuple[str, str]]:
+    """(file name, what is wrong) for every shard file of `entries` (manifest shard entries) that is missing
+    or whose bytes are not the ones prepare wrote: size against the token count, then sha256 (entries from
+    before hashes were recorded are checked by size only)."""
+    directory = Path(directory)
+    bad = []
+    for e in entries:
+        for key, hkey in (("file", "sha256"), ("mask", "mask_sha256")):
+            if not e.get(key):
+                continue
+            path = directory / e[key]
+            want = int(e["tokens"]) * (1 if key == "mask" else np.dtype(dtype).itemsize)
+            if not path.is_file():
+                bad.append((e[key], "missing"))
+            elif path.stat().st_size != want:
+                bad.append((e[key], f"is {path.stat().st_size:,} bytes, the manifest says {want:,} (truncated or "
+                                    "damaged)"))
+            elif e.get(hkey) and _sha256(path) != e[hkey]:
+                bad.append((e[key], f"does not match the sha256 the manifest recorded ({e[hkey][:16]}...): its bytes "
+                                    "changed after it was prepared"))
+    return bad
+
+
+def _sha256(path: Path) -> str:
+    """Hashed through a memory map: the page cache is read in place, no copy of the shard is made."""
+    import mmap
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if path.stat().st_size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                h.update(mm)
+    return h.hexdigest()
+
+
+def _map(path: Path, dtype, n: int) -> np.ndarray:
     if n == 0:
         return np.empty(0, dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
