@@ -183,3 +183,97 @@ def test_build_model_names_a_wrong_argument():
         nexus.build_model(get_preset("baseline-micro"))
     with pytest.raises(TypeError, match="ModelConfig"):
         nexus.build_model({"d_model": 32})
+
+
+# ----------------------------------------------------------------------------- issue 42 item 5: the API validates like the CLI
+@pytest.mark.parametrize("fields,needle", [
+    ({"d_model": -1}, "model.d_model=-1 (valid: an integer > 0)"),
+    ({"d_model": "64"}, "model.d_model='64' (valid: an integer > 0)"),
+    ({"d_model": math.nan}, "model.d_model=nan (valid: an integer > 0)"),
+    ({"arch": "no-such-arch"}, "model.arch.kind='no-such-arch' (valid: transformer"),
+    ({"n_heads": 3, "d_model": 64}, "model.d_model=64 (valid: a multiple of n_heads (3)"),
+    ({"vocab_size": 0}, "model.vocab_size=0 (valid: an integer > 0)"),
+    ({"n_layers": 0}, "model.n_layers=0 (valid: an integer > 0)"),
+    ({"n_kv_heads": 3, "n_heads": 4}, "model.n_kv_heads=3 (valid: a divisor of n_heads (4))")])
+def test_build_model_refuses_what_the_cli_refuses(fields, needle):
+    """These built silently or raised torch/Attribute errors from the Python API, while the CLI refused them."""
+    from nexus.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        build_model(nexus.ModelConfig(**fields))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_build_model_refuses_a_model_larger_than_free_memory_before_allocating(monkeypatch):
+    """The size check counts parameters by arithmetic and compares them with the free memory: here 0.5 MB
+    free, a model whose fp32 weights take ~0.9 MB (vocab 259 x 64 + 4 x (4 x 64 x 64 + 3 x 64 x 192 + 2 x 64) + 64)."""
+    from nexus.config import ConfigError
+    from nexus.models import accounting
+
+    cfg = nexus.ModelConfig(d_model=64, n_layers=4, n_heads=4)
+    expected = 259 * 64 + 4 * (4 * 64 * 64 + 3 * 64 * 192 + 2 * 64) + 64  # tied embedding, Llama block, final norm
+    assert sum(p.numel() for p in build_model(cfg).parameters()) == expected
+    monkeypatch.setattr(accounting, "available_bytes", lambda device: 500_000)
+    with pytest.raises(ConfigError, match=rf"{expected:,} parameters need 0\.0 GB as float32 but 0\.0 GB is free"):
+        build_model(cfg)
+    with torch.device("meta"):  # counting on the meta device allocates nothing: no refusal
+        assert sum(p.numel() for p in build_model(cfg).parameters()) == expected
+
+
+@pytest.mark.parametrize("flag", ["--model.n_layers=1000000", "--model.d_model=1000000000"])
+def test_an_absurd_model_size_is_refused_at_once_by_the_cli(tmp_path, flag):
+    """`--model.n_layers 1000000` printed nothing for 10+ minutes while memory grew to 11 GB (its parameters
+    were counted by building it on the meta device); `--model.d_model 1000000000` ended in a torch
+    'Storage size overflow'. Run in a child limited to 6 GB of address space and 120 s, so the unfixed
+    behaviour fails the test instead of exhausting the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        r = subprocess.run([sys.executable, "-m", "nexus", "train", *MICRO, flag, "--out", str(tmp_path / "run")],
+                           capture_output=True, text=True, timeout=120, preexec_fn=limit, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{flag}: still running after 120 s")
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "training needs at least" in lines[0] and "(valid: a smaller model" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_generate_refuses_a_prompt_longer_than_the_context(ckpt):
+    """model.generate(300 ids) on a 256-token model returned the prompt unchanged; the CLI refuses it."""
+    model = nexus.load(ckpt)
+    ctx = model.cfg.max_seq_len
+    with pytest.raises(ValueError, match=rf"input_ids=.*{ctx + 44} tokens.*context of {ctx} tokens"):
+        model.generate(torch.ones(1, ctx + 44, dtype=torch.long), max_new_tokens=5)
+
+
+def test_generate_cut_short_by_the_context_warns(ckpt):
+    model = nexus.load(ckpt)
+    ctx = model.cfg.max_seq_len
+    with pytest.warns(UserWarning, match=r"generation stops after 3 new tokens, not max_new_tokens=10"):
+        out = model.generate(torch.ones(1, ctx - 2, dtype=torch.long), max_new_tokens=10, temperature=0)
+    assert out.shape == (1, ctx + 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32])
+def test_generate_takes_ids_of_any_integer_dtype(ckpt, dtype):
+    """uint8 ids (a byte buffer) gave a torch error inside the embedding."""
+    model = nexus.load(ckpt)
+    prompt = torch.tensor([[104, 105, 33]])
+    want = model.generate(prompt, max_new_tokens=4, temperature=0)
+    got = model.generate(prompt.to(dtype), max_new_tokens=4, temperature=0)
+    assert got.dtype == torch.long and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("eos_id,needle", [(259, r"eos_id=259 \(valid: None or a token id in \[0, 259\)\)"),
+                                           (True, "eos_id=True"), (-1, "eos_id=-1")])
+def test_generate_refuses_an_eos_id_outside_the_vocabulary(ckpt, eos_id, needle):
+    model = nexus.load(ckpt)
+    with pytest.raises(ValueError, match=needle):
+        model.generate(torch.tensor([[1, 2]]), max_new_tokens=2, eos_id=eos_id)

@@ -31,8 +31,10 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
              top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
              use_cache: bool = True) -> torch.Tensor:
-    """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step."""
-    check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id)
+    """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step. Ids of any
+    integer dtype are accepted (uint8 ids from a byte buffer too) and returned as int64."""
+    check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, use_cache)
+    input_ids = input_ids.long()  # embedding lookups take int64 (int32 on some kernels, never uint8/int16)
     was_training = model.training
     model.eval()
     try:
@@ -43,10 +45,14 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
         model.train(was_training)
 
 
-def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id) -> None:
-    """What `nexus generate` checks on its flags, for the Python API: a ValueError/TypeError naming the argument."""
+def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id,
+                        use_cache: bool = True) -> None:
+    """What `nexus generate` checks on its flags, for the Python API: a ValueError/TypeError naming the argument.
+    A prompt longer than the context is refused with the cache (which cannot slide: nothing would be
+    generated); a generation the context cuts short is said with a warning (the CLI prints a note)."""
     import math
     import numbers
+    import warnings
 
     def bad(name, value, valid, kind=ValueError):
         raise kind(f"generate: {name}={value!r} (valid: {valid})")
@@ -71,8 +77,18 @@ def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, to
         bad("top_k", top_k, "an integer >= 0 (0 = off)")
     if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
         bad("top_p", top_p, "a number in (0, 1]")
-    if eos_id is not None and (not isinstance(eos_id, numbers.Integral) or eos_id < 0):
-        bad("eos_id", eos_id, "None or a token id >= 0")
+    if eos_id is not None and (not isinstance(eos_id, numbers.Integral) or isinstance(eos_id, bool) or eos_id < 0
+                               or (vocab is not None and eos_id >= vocab)):
+        bad("eos_id", eos_id, f"None or a token id in [0, {vocab})" if vocab is not None else "None or a token id >= 0")
+    context = getattr(getattr(model, "cfg", None), "max_seq_len", None)
+    if use_cache and context is not None:
+        if input_ids.shape[1] > context:
+            bad("input_ids", f"a prompt of {input_ids.shape[1]} tokens",
+                f"at most the model's context of {context} tokens (keep its last {context}: input_ids[:, -{context}:])")
+        room = context - input_ids.shape[1] + 1  # the last new token is never fed back
+        if max_new_tokens > room:
+            warnings.warn(f"generate: the model's context is {context} tokens; generation stops after {room} new "
+                          f"tokens, not max_new_tokens={max_new_tokens}", stacklevel=3)
 
 
 def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache):
