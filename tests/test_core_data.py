@@ -214,3 +214,75 @@ def test_a_failure_mid_build_leaves_no_cache(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- issue 42 item 6: surviving mutants
+@pytest.mark.parametrize("n_tokens,seq_len", [(103, 10), (64, 7), (41, 8)])
+def test_every_window_of_every_epoch_lies_inside_the_corpus_and_the_offset_spans_the_slack(n_tokens, seq_len):
+    """From the sampler's rule (window = seq_len + 1 tokens from start; n = (N-1)//L windows an epoch, the
+    epoch's offset uniform in [0, N-1-n*L]): over many epochs, every window ends inside the corpus and every
+    offset of the slack occurs, so an offset one token past the slack, or one short of it, is seen."""
+    from nexus.data.sampler import WindowSampler
+
+    n = (n_tokens - 1) // seq_len
+    slack = n_tokens - 1 - n * seq_len
+    s = WindowSampler(n_tokens, seq_len, seed=3)
+    offsets = set()
+    for e in range(300):
+        starts = np.sort(s.starts(e * n, n))
+        off = int(starts[0])
+        assert starts.tolist() == [off + k * seq_len for k in range(n)]  # each window once, on the epoch's grid
+        assert int(starts.max()) + seq_len + 1 <= n_tokens  # the last target still a corpus token
+        offsets.add(off)
+    assert offsets == set(range(slack + 1))
+
+
+def test_sft_targets_out_of_the_loader_are_exactly_the_assistant_tokens(tmp_path):
+    """The masked targets the trainer gets, against an independent rule on the tokens themselves: user text
+    is upper case, replies lower case, so a target is kept iff it is a lower-case byte or the <eos> that
+    closes a reply (the chat template), and is then the token itself; everything else is ignored (-100)."""
+    from nexus.data.chat import ChatByteTokenizer
+    from nexus.models.lm_loss import IGNORE_INDEX
+
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "chat.jsonl", "w") as f:
+        for i in range(120):
+            msgs = []
+            for _ in range(1 + i % 3):
+                msgs.append({"role": "user", "content": "".join(rng.choice(list("ABCDEFG"), 5 + i % 7))})
+                msgs.append({"role": "assistant", "content": "".join(rng.choice(list("abcdefg"), 3 + i % 5))})
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    tok = ChatByteTokenizer()
+    dm = DataModule(DataConfig(source=str(tmp_path / "chat.jsonl"), chat=True, seq_len=24,
+                               cache_dir=str(tmp_path / "cache")))
+    tokens = np.asarray(dm.train.tokens).astype(np.int64)
+    lower = set(tok.encode("abcdefg"))
+    for step in range(6):
+        x, y = dm.train_batch(step, 0, 8, accum=1)
+        starts = dm.sampler.starts(dm.sample_index(step, 0, 8, 1), 8)
+        for row, st in enumerate(starts):
+            target = tokens[st + 1:st + 1 + 24]
+            keep = np.array([t in lower or t == tok.eos_id for t in target])
+            want = np.where(keep, target, IGNORE_INDEX)
+            assert x[row].tolist() == tokens[st:st + 24].tolist()
+            assert y[row].tolist() == want.tolist()
+    assert (y != IGNORE_INDEX).any() and (y == IGNORE_INDEX).any()
+
+
+def test_a_corpus_prepared_with_another_bpe_of_the_same_size_is_refused(tmp_path):
+    """The tokenizer check compares the tokenizer's hash, not only its kind and vocabulary size: two BPE
+    tokenizers of one size trained on different text give different ids."""
+    from nexus.data.prepare import prepare
+
+    write_docs(tmp_path, 200)
+    words = ["".join(chr(97 + (i * 7 + j * 3) % 26) for j in range(2 + i % 6)) for i in range(400)]
+    a = BPETokenizer.train([" ".join(words[k:k + 40]) for k in range(0, 400, 40)] * 5, 300)
+    b = BPETokenizer.train(["lorem ipsum dolor sit amet consectetur adipiscing " * 50] * 20 + words, 300)
+    assert a.vocab_size == b.vocab_size and a.encode("lorem ipsum") != b.encode("lorem ipsum")
+    out = tmp_path / "prep"
+    prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), a, out, num_proc=1, progress=False)
+    b.save(tmp_path)
+    with pytest.raises(ConfigError, match=r"was prepared with tokenizer bpe \(vocab 300, sha256 [0-9a-f]{16}\), but "
+                                          r"the run's data.tokenizer is bpe \(vocab 300, sha256"):
+        DataModule(DataConfig(source=str(out), seq_len=16, tokenizer=str(tmp_path / "tokenizer.json")))
+    assert DataModule(DataConfig(source=str(out), seq_len=16, tokenizer=str(out / "tokenizer.json"))).vocab_size == 300
