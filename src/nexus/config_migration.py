@@ -155,9 +155,12 @@ def read_config_file(path: str | Path, flag: str = "--config") -> dict:
     if not path.is_file():
         raise ConfigError(f"{flag}={str(path)!r} (valid: an existing YAML file)")
     try:
-        d = yaml.safe_load(path.read_text()) or {}
+        d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except UnicodeDecodeError as e:  # a binary file (a checkpoint, an archive) named by mistake
+        raise ConfigError(f"{flag}={str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}) (valid: a YAML "
+                          "mapping with model/data/train sections)") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
     return upgrade(d)

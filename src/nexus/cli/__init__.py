@@ -126,13 +126,40 @@ SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the comm
             return 128 + e.signum
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except RuntimeError as e:
-        from ..train.trainer import TrainingAborted
+    except Exception as e:
+        if isinstance(e, RuntimeError):
+            from ..train.trainer import TrainingAborted
 
-        if not isinstance(e, TrainingAborted):
+            if isinstance(e, TrainingAborted):
+                print(f"{prog}: training aborted: {e}", file=sys.stderr)
+                return 1
+        line = file_system_refusal(e)
+        if line is None:
             raise  # an internal fault: keep its traceback
-        print(f"{prog}: training aborted: {e}", file=sys.stderr)
-        return 1
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def file_system_refusal(e: BaseException) -> str | None:
+    """One line for a write the file system refused (disk full, quota, permission, immutable file, read-only
+    mount), or None for anything else. Every writer goes through a temporary name and a rename, so no file is
+    left half-written. torch's and safetensors' writers lose the errno, so their messages are recognised by
+    text."""
+    import errno
+
+    text = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+    where = f" writing {e.filename!r}" if isinstance(e, OSError) and e.filename else ""
+    if ((isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+            or "No space left on device" in str(e) or "(os error 28)" in str(e)):
+        return (f"no space left on the device{where} ({type(e).__name__}: {text}) (valid: free space there, or another "
+                "output path; no file was left half-written)")
+    if "file write failed" in str(e):  # torch's PytorchStreamWriter: full disk most often, the cause is not kept
+        return (f"a file could not be written ({type(e).__name__}: {text}) (valid: check the free space and permissions "
+                "of the output path; no file was left half-written)")
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"the file system refused{where}: {e.strerror} (valid: a path this user may write; an immutable "
+                "(chattr +i) file or a read-only mount cannot be written or replaced)")
+    return None
 
 
 def entry() -> None:

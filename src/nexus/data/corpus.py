@@ -145,6 +145,7 @@ def _table_rows(files: list[Path], path: str) -> Iterator[dict]:
     import datasets
 
     kind = "parquet" if files[0].suffix.lower() == ".parquet" else "json"
+    _quiet_reader_errors()
     try:
         ds = datasets.load_dataset(kind, data_files=[str(p) for p in files], split="train", streaming=True)
         yield from ds
@@ -174,7 +175,51 @@ def hub_documents(spec: str, cfg: DataConfig) -> Iterator:
     yield from (rows if cfg.chat else _rows_to_text(rows, cfg.text_field, spec))
 
 
+class _DropReaderErrors:
+    """datasets logs a malformed file's error itself and then raises it; nexus turns the raise into its one
+    line, so the library's copy printed before it is dropped (a logging filter: datasets has no option)."""
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith(("Failed to load JSON from file", "Failed to read file"))
+
+
+def _quiet_reader_errors() -> None:
+    import logging
+
+    for name in ("datasets.packaged_modules.json.json", "datasets.packaged_modules.parquet.parquet"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropReaderErrors) for f in logger.filters):
+            logger.addFilter(_DropReaderErrors())
+
+
+def _go_offline_if_hub_unreachable() -> bool:
+    """One TCP connection to the hub (3 s at most) before anything asks it: when it cannot be reached, hub
+    access is switched to offline (HF_HUB_OFFLINE), so a dataset in the local cache still loads and any
+    other fails at once with one line, instead of huggingface_hub's 5 retries over ~40 s, each logged.
+    Skipped behind a proxy (a direct connection says nothing there). True when it switched."""
+    import os
+    import socket
+    import sys
+    from urllib.parse import urlparse
+
+    if _hub_offline() or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
+        return False
+    except OSError:
+        pass
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for mod, attr in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
+                      ("datasets.config", "HF_DATASETS_OFFLINE")):  # read once at import: set where already imported
+        if mod in sys.modules and hasattr(sys.modules[mod], attr):
+            setattr(sys.modules[mod], attr, True)
+    return True
+
+
 def _open_hub_stream(name: str, conf: str | None, spec: str) -> Iterator:
+    went_offline = _go_offline_if_hub_unreachable()
     import datasets
 
     verbosity = datasets.logging.get_verbosity()
@@ -184,7 +229,8 @@ def _open_hub_stream(name: str, conf: str | None, spec: str) -> Iterator:
         it = iter(ds)
         first = next(it, None)
     except Exception as e:  # offline, unknown dataset, gated: one line, no traceback
-        offline = " (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)" if _hub_offline() else ""
+        offline = (" (the hub is unreachable from here, so only the local cache was looked in)" if went_offline else
+                   " (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)" if _hub_offline() else "")
         raise ConfigError(f"data.source={spec!r} could not be loaded from the hub{offline} ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:160] if str(e) else ''}) (valid: an online dataset name, or "
                           "a local file, folder or prepared directory)") from None

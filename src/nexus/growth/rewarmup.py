@@ -88,6 +88,9 @@ def make_rewarmup(record: dict):
     t_e = int(record["step"])
     rho, tau = (float(rw["rho"]), int(rw["tau"])) if rw else (1.0, 0)
     old_f, new_f = planned_factors(record)
+    if rw and (not 0 < rho < float("inf") or tau < 0):  # a record written before --rewarmup refused nan
+        raise ConfigError(f"growth record rewarmup={rw!r} (valid: a finite rho > 0 and tau >= 0; grow the checkpoint "
+                          "again with a valid --rewarmup RHO,TAU)")
 
     def lr_new(step: int, base_lr: float, factor: float, tcfg) -> float:
         return base_lr * new_f(step, tcfg)

@@ -200,10 +200,10 @@ def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dic
         rho, tau = parts
     try:
         rho, tau = float(rho), int(float(tau))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: TAU inf
         raise ConfigError(f"{what}={value!r} (valid: RHO,TAU with RHO a number > 0, TAU an integer >= 0)") from None
-    if rho <= 0 or tau < 0:
-        raise ConfigError(f"{what}={value!r} (valid: RHO > 0 and TAU >= 0, e.g. 1.3,250)")
+    if not rho > 0 or rho == float("inf") or tau < 0:  # `not rho > 0`: nan fails every comparison
+        raise ConfigError(f"{what}={value!r} (valid: a finite RHO > 0 and TAU >= 0, e.g. 1.3,250)")
     return {"rho": rho, "tau": tau}
 
 

@@ -203,6 +203,13 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
         if e.errno == errno.ENAMETOOLONG:
             raise ConfigError(f"{shown} is too long for the filesystem (valid: a shorter path)") from None
         raise
+    try:  # undecodable bytes (surrogate escapes) would fail later, in a plot title or a printed path
+        str(resolved).encode("utf-8")
+    except UnicodeEncodeError as e:
+        shown_bytes = str(p).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ConfigError(f"{flag}='{shown_bytes}' is not valid UTF-8 (byte "
+                          f"{str(resolved)[e.start].encode('utf-8', 'surrogateescape')!r}) (valid: a path whose names "
+                          "are UTF-8 text)") from None
     ancestor = resolved.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
