@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ FORMAT = "nexus-prepared"
 VERSION = 1
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
+VERIFY_NOTE_BYTES = 1 << 30  # shards hashed on open (~0.4 GB/s a core): from this size the wait is announced
 
 
 def tokenizer_identity(tok) -> dict:
@@ -132,6 +135,11 @@ def open_prepared(directory: Path, manifest: dict) -> dict:
     sha256 first (one read of the corpus, at disk speed: a shard changed after prepare is never trained on)."""
     directory = Path(directory)
     dtype = np.dtype(manifest["dtype"])
+    size = sum(int(e["tokens"]) * (dtype.itemsize + (1 if e.get("mask") else 0))
+               for s in SPLITS for e in manifest["shards"][s])
+    if size >= VERIFY_NOTE_BYTES and os.environ.get("RANK", "0") in ("", "0"):  # a wait of seconds is said
+        print(f"nexus data: checking {size / 1e9:,.1f} GB of shards in {directory} against their sha256",
+              file=sys.stderr, flush=True)
     bad = shard_problems(directory, [e for s in SPLITS for e in manifest["shards"][s]], dtype)
     if bad:
         name, why = bad[0]
