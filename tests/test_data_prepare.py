@@ -371,3 +371,19 @@ def test_kill_9_of_prepare_leaves_no_worker_behind(tmp_path):
     for c in left:  # do not leave them to the next test either way
         os.kill(c, signal.SIGKILL)
     assert not left, f"{len(left)} process(es) of the killed prepare still running"
+
+
+def test_a_large_corpus_says_it_is_being_checked(tmp_path, monkeypatch, capsys):
+    """Hashing the shards on open takes seconds from about a GB on: said, never a silent wait (the threshold
+    lowered here so a small corpus crosses it)."""
+    from nexus.data import shards
+
+    corpus(tmp_path, 100)
+    out = tmp_path / "prep"
+    assert _prepare_cli(tmp_path, out) == 0
+    capsys.readouterr()
+    DataModule(DataConfig(source=str(out), seq_len=32))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(shards, "VERIFY_NOTE_BYTES", 1000)
+    DataModule(DataConfig(source=str(out), seq_len=32))
+    assert f"checking 0.0 GB of shards in {out} against their sha256" in capsys.readouterr().err

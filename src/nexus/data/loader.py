@@ -104,7 +104,7 @@ class DataModule:
             m = read_manifest(d, str(d))
             # a tokenizer handed in is a model's (eval, resume, init-from)
             check_tokenizer(m, self.tokenizer, cfg.source, model_tokenizer=tokenizer is not None)
-            streams = open_prepared(d, m)
+            streams = open_prepared(d, m, verify=self.source.kind == "prepared")  # the cache: prepare just checked it
             self.manifest = m
             self.train, self.val = (TokenStream(*streams[s]) for s in ("train", "val"))
         for name, stream in (("train", self.train), ("validation", self.val)):

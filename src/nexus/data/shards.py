@@ -130,11 +130,26 @@ def check_tokenizer(manifest: dict, tok, shown: str, model_tokenizer: bool = Fal
                           f"{have['sha256']}) (valid: {fix})")
 
 
-def open_prepared(directory: Path, manifest: dict) -> dict:
+def open_prepared(directory: Path, manifest: dict, verify: bool = True) -> dict:
     """{split: (tokens, mask or None)} memory-mapped; shard files are checked against the manifest's sizes and
-    sha256 first (one read of the corpus, at disk speed: a shard changed after prepare is never trained on)."""
+    sha256 first (one read of the corpus, at disk speed: a shard changed after prepare is never trained on).
+    verify=False: the caller has just checked or written them (the automatic cache, through `prepare`)."""
     directory = Path(directory)
     dtype = np.dtype(manifest["dtype"])
+    if verify:
+        _verify_shards(directory, manifest, dtype)
+    out = {}
+    for split in SPLITS:
+        toks, masks = [], []
+        for e in manifest["shards"][split]:
+            toks.append(_map(directory / e["file"], dtype, int(e["tokens"])))
+            if e.get("mask"):
+                masks.append(_map(directory / e["mask"], np.dtype(np.uint8), int(e["tokens"])))
+        out[split] = (joined(toks) if toks else np.empty(0, dtype), joined(masks) if masks else None)
+    return out
+
+
+def _verify_shards(directory: Path, manifest: dict, dtype) -> None:
     size = sum(int(e["tokens"]) * (dtype.itemsize + (1 if e.get("mask") else 0))
                for s in SPLITS for e in manifest["shards"][s])
     if size >= VERIFY_NOTE_BYTES and os.environ.get("RANK", "0") in ("", "0"):  # a wait of seconds is said
@@ -147,15 +162,6 @@ def open_prepared(directory: Path, manifest: dict) -> dict:
         raise ConfigError(f"data.source={str(directory)!r}: shard {name} {why}{more} (valid: an intact prepared "
                           "directory: run the `nexus data prepare` command that made it again; a changed shard must "
                           "be deleted first)")
-    out = {}
-    for split in SPLITS:
-        toks, masks = [], []
-        for e in manifest["shards"][split]:
-            toks.append(_map(directory / e["file"], dtype, int(e["tokens"])))
-            if e.get("mask"):
-                masks.append(_map(directory / e["mask"], np.dtype(np.uint8), int(e["tokens"])))
-        out[split] = (joined(toks) if toks else np.empty(0, dtype), joined(masks) if masks else None)
-    return out
 
 
 def shard_problems(directory: Path, entries: list[dict], dtype) -> list[tuple[str, str]]:
