@@ -81,7 +81,8 @@ def run(args, extra) -> int:
         print(f"nexus generate: note: the model's context is {context} tokens; generation stops after {room} new "
               f"tokens (--max-new-tokens={args.max_new_tokens})", file=sys.stderr)
     g = torch.Generator().manual_seed(args.seed)
-    out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+    n_new = args.max_new_tokens if room is None else min(args.max_new_tokens, room)  # the note above said it: no API warning
+    out = model.generate(torch.tensor([ids]), max_new_tokens=n_new, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, eos_id=tok.eos_id if args.chat else None, generator=g)
     new = out[0, len(ids):].tolist()
     print(args.prompt + tok.decode(new) if not args.chat else tok.decode(new))
