@@ -217,7 +217,7 @@ def test_a_failure_mid_build_leaves_no_cache(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- issue 42 item 6: surviving mutants
-@pytest.mark.parametrize("n_tokens,seq_len", [(103, 10), (64, 7), (41, 8)])
+@pytest.mark.parametrize("n_tokens,seq_len", [(103, 10), (64, 7), (41, 8), (20, 10), (12, 10)])
 def test_every_window_of_every_epoch_lies_inside_the_corpus_and_the_offset_spans_the_slack(n_tokens, seq_len):
     """From the sampler's rule (window = seq_len + 1 tokens from start; n = (N-1)//L windows an epoch, the
     epoch's offset uniform in [0, N-1-n*L]): over many epochs, every window ends inside the corpus and every
