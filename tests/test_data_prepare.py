@@ -387,3 +387,148 @@ def test_a_large_corpus_says_it_is_being_checked(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shards, "VERIFY_NOTE_BYTES", 1000)
     DataModule(DataConfig(source=str(out), seq_len=32))
     assert f"checking 0.0 GB of shards in {out} against their sha256" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 42: data/shards.py under mutation
+def test_sharded_tokens_read_as_their_concatenation():
+    """ShardedTokens against np.concatenate of its arrays: every contiguous slice (negative, open, empty,
+    past the end), its length and dtype, np.asarray with and without a dtype; other indexing refused."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 60000, n).astype(np.uint16) for n in (5, 1, 0, 7, 3)]
+    st, ref = ShardedTokens(arrays), np.concatenate(arrays)
+    assert len(st) == len(ref) == 16 and st.dtype == np.uint16
+    bounds = [None, -20, -16, -5, -1, 0, 1, 4, 5, 6, 12, 15, 16, 30]
+    for a in bounds:
+        for b in bounds:
+            got = st[a:b]
+            assert got.dtype == np.uint16 and got.tolist() == ref[a:b].tolist(), (a, b)
+    assert st[3:3].shape == (0,) and st[9:2].shape == (0,)
+    for bad in (3, slice(0, 8, 2), slice(None, None, -1)):
+        with pytest.raises(TypeError):
+            st[bad]
+    assert np.asarray(st).tolist() == ref.tolist() and np.asarray(st).dtype == np.uint16
+    assert np.asarray(st, dtype=np.int64).dtype == np.int64 and np.asarray(st, dtype=np.int64).tolist() == ref.tolist()
+    wide = ShardedTokens([np.arange(3, dtype=np.uint32), np.arange(2, dtype=np.uint32)])
+    assert wide.dtype == np.uint32 and wide[1:4].dtype == np.uint32 and wide[2:2].dtype == np.uint32
+    empty = ShardedTokens([np.empty(0, np.uint32)])
+    assert len(empty) == 0 and empty.dtype == np.uint16 and np.asarray(empty).shape == (0,)
+    assert np.asarray(empty).dtype == np.uint16 and empty[0:5].shape == (0,) and empty[0:5].dtype == np.uint16
+
+
+def test_prepared_shards_are_mapped_read_only(tmp_path):
+    corpus(tmp_path, 300)
+    out = tmp_path / "prep"
+    assert _prepare_cli(tmp_path, out) == 0
+    dm = DataModule(DataConfig(source=str(out), seq_len=32))
+    arrays = dm.train.tokens.arrays if isinstance(dm.train.tokens, ShardedTokens) else [dm.train.tokens]
+    assert arrays and all(isinstance(a, np.memmap) and not a.flags.writeable for a in arrays)
+
+
+def _chat_corpus(tmp_path, n=200):
+    with open(tmp_path / "chat.jsonl", "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"question {i} " * 20},
+                                             {"role": "assistant", "content": f"answer {i} " * 30}]}) + "\n")
+
+
+def _chat_cli(tmp_path, out):
+    return main(["data", "prepare", str(tmp_path / "chat.jsonl"), "--tokenizer", "byte", "--chat", "--out", str(out),
+                 "--num-proc", "1", "--shard-mb", "1", "--quiet"])
+
+
+@pytest.mark.parametrize("damage,needle", [("flip", "does not match the sha256"), ("truncate", "truncated or damaged")])
+def test_a_damaged_loss_mask_shard_is_refused_like_a_token_shard(tmp_path, capsys, damage, needle):
+    _chat_corpus(tmp_path)
+    out = tmp_path / "prep"
+    assert _chat_cli(tmp_path, out) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    entry = m["shards"]["train"][0]
+    mask = out / entry["mask"]
+    assert mask.stat().st_size == entry["tokens"]  # one byte a token
+    import hashlib
+
+    assert entry["mask_sha256"] == hashlib.sha256(mask.read_bytes()).hexdigest()
+    if damage == "flip":
+        _flip_byte(mask)
+    else:
+        mask.write_bytes(mask.read_bytes()[:-3])
+    capsys.readouterr()
+    assert _chat_cli(tmp_path, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"shard {entry['mask']} " in err and needle in err
+    with pytest.raises(ConfigError, match=needle):
+        DataModule(DataConfig(source=str(out), seq_len=32, chat=True, tokenizer=str(out)))
+
+
+def test_the_refusal_names_the_recorded_hash_and_counts_the_other_damaged_shards(tmp_path):
+    corpus(tmp_path, 300)
+    out = tmp_path / "prep"
+    P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1,
+              shard_bytes=2000, progress=False)
+    m = json.loads((out / "manifest.json").read_text())
+    first, second = m["shards"]["train"][0], m["shards"]["train"][1]
+    _flip_byte(out / first["file"])
+    _flip_byte(out / second["file"])
+    with pytest.raises(ConfigError) as e:
+        DataModule(DataConfig(source=str(out), seq_len=32))
+    assert (f"shard {first['file']} does not match the sha256 the manifest recorded ({first['sha256'][:16]}...): its "
+            "bytes changed after it was prepared (and 1 more) (valid:") in str(e.value)
+    shard = out / first["file"]
+    shard.write_bytes(shard.read_bytes()[:4])
+    with pytest.raises(ConfigError) as e:
+        DataModule(DataConfig(source=str(out), seq_len=32))
+    assert f"shard {first['file']} is 4 bytes, the manifest says {first['tokens'] * 2:,} (truncated or damaged)" in str(e.value)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_check_is_announced_exactly_from_its_threshold_on_rank_0(tmp_path, monkeypatch, capsys, chat):
+    """The announced size is every shard's bytes (2 a token for uint16 ids, + 1 a token for a loss mask)."""
+    from nexus.data import shards
+
+    if chat:
+        _chat_corpus(tmp_path)
+    else:
+        corpus(tmp_path, 100)
+    out = tmp_path / "prep"
+    assert (_chat_cli if chat else _prepare_cli)(tmp_path, out) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    size = sum(e["tokens"] * (3 if chat else 2) for s in ("train", "val") for e in m["shards"][s])
+    cfg = DataConfig(source=str(out), seq_len=32, chat=chat, tokenizer=str(out) if chat else "byte")
+    capsys.readouterr()
+    for threshold, rank, said in ((size + 1, None, False), (size, None, True), (size, "0", True), (size, "", True),
+                                  (size, "1", False)):
+        monkeypatch.setattr(shards, "VERIFY_NOTE_BYTES", threshold)
+        if rank is None:
+            monkeypatch.delenv("RANK", raising=False)
+        else:
+            monkeypatch.setenv("RANK", rank)
+        DataModule(cfg)
+        err = capsys.readouterr().err
+        assert ("against their sha256" in err) == said, (threshold, rank, err)
+
+
+def test_a_model_tokenizer_mismatch_advises_preparing_with_the_model_tokenizer(tmp_path):
+    from nexus.data.shards import check_tokenizer, tokenizer_identity
+    from nexus.data.chat import ChatByteTokenizer
+
+    m = {"tokenizer": tokenizer_identity(ByteTokenizer())}
+    with pytest.raises(ConfigError) as e:
+        check_tokenizer(m, ChatByteTokenizer(), "data/x", model_tokenizer=True)
+    assert ("but the model's tokenizer (from its checkpoint) is byte_chat (vocab 262" in str(e.value) and
+            "(valid: a corpus prepared with the model's tokenizer: nexus data prepare TEXT --tokenizer CHECKPOINT "
+            "--out DIR)" in str(e.value))
+    with pytest.raises(ConfigError, match=r"but the run's data.tokenizer is byte_chat .*\(valid: --data.tokenizer "
+                                          r"data/x, the tokenizer stored with the corpus\)"):
+        check_tokenizer(m, ChatByteTokenizer(), "data/x")
+
+
+@pytest.mark.parametrize("edit", [lambda m: m.update(dtype="bogus"), lambda m: m["shards"]["train"][0].pop("file")])
+def test_a_manifest_with_a_bad_dtype_or_a_shard_without_a_file_is_refused(tmp_path, edit):
+    corpus(tmp_path, 100)
+    out = tmp_path / "prep"
+    assert _prepare_cli(tmp_path, out) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    edit(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ConfigError, match="manifest.json is not a nexus prepared-corpus manifest"):
+        DataModule(DataConfig(source=str(out), seq_len=32))
