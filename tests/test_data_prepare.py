@@ -264,8 +264,9 @@ def test_a_changed_byte_in_a_shard_is_refused_by_the_rerun_and_by_training(tmp_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "train-00000.bin" in err and "sha256" in err
     assert shard.read_bytes() == before  # refused, not rewritten: a changed file may be the user's
-    with pytest.raises(ConfigError, match=r"train-00000\.bin does not match the sha256"):
+    with pytest.raises(ConfigError, match=r"train-00000\.bin does not match the sha256") as e:
         DataModule(DataConfig(source=str(out), seq_len=32))
+    assert "more)" not in str(e.value)  # the only damaged shard: no count of others
 
 
 def test_a_truncated_shard_is_refused_in_one_line_and_a_deleted_one_is_prepared_again(tmp_path, capsys):
@@ -532,3 +533,61 @@ def test_a_manifest_with_a_bad_dtype_or_a_shard_without_a_file_is_refused(tmp_pa
     (out / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ConfigError, match="manifest.json is not a nexus prepared-corpus manifest"):
         DataModule(DataConfig(source=str(out), seq_len=32))
+
+
+def test_open_prepared_checks_by_default_and_maps_one_token_empty_and_missing_splits(tmp_path):
+    """A hand-written prepared directory (uint32 ids): a one-token shard, an empty one, a split without shards;
+    open_prepared verifies unless told the caller just did (eval calls it with the default)."""
+    import hashlib
+
+    from nexus.data.shards import open_prepared
+
+    a, c = np.array([70000], np.uint32), np.array([5, 70001], np.uint32)
+    entries = []
+    for name, arr in (("train-00000.bin", a), ("train-00001.bin", np.empty(0, np.uint32)), ("train-00002.bin", c)):
+        (tmp_path / name).write_bytes(arr.tobytes())
+        entries.append({"file": name, "tokens": len(arr), "sha256": hashlib.sha256(arr.tobytes()).hexdigest()})
+    m = {"dtype": "uint32", "shards": {"train": entries, "val": []}}
+    got = open_prepared(tmp_path, m)
+    train, val = got["train"][0], got["val"][0]
+    assert np.asarray(train).tolist() == [70000, 5, 70001] and np.asarray(train).dtype == np.uint32
+    assert isinstance(val, np.ndarray) and val.shape == (0,) and val.dtype == np.uint32
+    assert got["train"][1] is None and got["val"][1] is None
+    _flip_byte(tmp_path / "train-00002.bin", at=0)
+    with pytest.raises(ConfigError, match=r"train-00002\.bin does not match the sha256"):
+        open_prepared(tmp_path, m)
+    assert np.asarray(open_prepared(tmp_path, m, verify=False)["train"][0]).tolist()[:2] == [70000, 4]
+
+
+def test_split_tail_takes_the_last_tokens_across_arrays():
+    from nexus.data.shards import split_tail
+
+    arrays = [np.arange(0, 4), np.arange(4, 6), np.arange(6, 9)]
+    ref = np.arange(9)
+    for n in range(0, 10):
+        head, tail = split_tail(arrays, n)
+        whole = lambda xs: np.concatenate(xs).tolist() if xs else []  # noqa: E731
+        assert whole(head) == ref[:9 - n].tolist() and whole(tail) == ref[9 - n:].tolist(), n
+
+
+def test_a_bin_file_is_mapped_read_only_and_its_ids_checked_from_the_first():
+    """The largest id is found wherever it is (the very first token too), and an id equal to the vocabulary
+    size is already outside it."""
+    import tempfile
+    from pathlib import Path
+
+    from nexus.data.shards import open_bin
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "t.bin"
+        np.array([258] + [1] * 9, np.uint16).tofile(f)
+        mm = open_bin(f, "uint16", 259, "t.bin")
+        assert not mm.flags.writeable and mm.tolist()[:2] == [258, 1]
+        np.array([259] + [1] * 9, np.uint16).tofile(f)
+        with pytest.raises(ConfigError, match="holds id 259 but the tokenizer has 259 ids"):
+            open_bin(f, "uint16", 259, "t.bin")
+
+
+def test_sharded_tokens_of_one_wide_array_keep_its_dtype():
+    one = ShardedTokens([np.arange(3, dtype=np.uint32)])
+    assert one.dtype == np.uint32 and one[0:2].dtype == np.uint32 and one[0:2].tolist() == [0, 1]
