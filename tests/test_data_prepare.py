@@ -266,7 +266,7 @@ def test_a_changed_byte_in_a_shard_is_refused_by_the_rerun_and_by_training(tmp_p
     assert shard.read_bytes() == before  # refused, not rewritten: a changed file may be the user's
     with pytest.raises(ConfigError, match=r"train-00000\.bin does not match the sha256") as e:
         DataModule(DataConfig(source=str(out), seq_len=32))
-    assert "more)" not in str(e.value)  # the only damaged shard: no count of others
+    assert "changed after it was prepared (valid: " in str(e.value)  # the only damaged shard: no count of others
 
 
 def test_a_truncated_shard_is_refused_in_one_line_and_a_deleted_one_is_prepared_again(tmp_path, capsys):
