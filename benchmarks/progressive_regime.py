@@ -75,6 +75,7 @@ SCALES = {
     "smoke": {"grow_steps": 4, "batch": 2, "seq": 32, "eval_batches": 2, "evals": 4},
 }
 SWEEP_FILE = "lr_sweep.json"
+WIDE_LR = "@wide-lr"
 PAPER_GAP_CLOSED = "0.84-0.90"
 
 
@@ -144,12 +145,21 @@ def _sans_dir(cfg: dict) -> str:
     return json.dumps(c, sort_keys=True)
 
 
+def base_method(m: str) -> str:
+    """The library method behind a run name: `<method>@wide-lr` is that method's growth with the grown run moved to
+    the wide (scratch) shape's tuned lr at growth (issue 38 item 3), instead of keeping the small model's."""
+    return m[: -len(WIDE_LR)] if m.endswith(WIDE_LR) else m
+
+
 def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path,
-                lrs: dict | None) -> dict:
+                lrs: dict | None, tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "") -> dict:
     """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
     Methods whose small models differ (Nexus-Rank, TokenFormer, SPARKLING's FFN axis) form separate bases: each
     base has its own prefix, small run, growth step (40 tokens per parameter of its own small model) and scratch.
-    lrs: the sweep's best lr per base ("small", "<base>-small") and per scratch shape, or None (untuned)."""
+    lrs: the sweep's best lr per base ("small", "<base>-small") and per scratch shape, or None (untuned).
+    tokens_per_param: growth point (default the scale's); post_mult: steps after growth as a multiple of the steps
+    before it (1: train to 2x; the horizon scan's 2 and 4); ns: a prefix of every run's name and directory, so plans
+    of one study share a ledger without sharing names."""
     from nexus.experiments import progressive as P
     from nexus.experiments.curves import active_params
 
@@ -157,7 +167,7 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
     tps = scale["batch"] * scale["seq"]
 
     def small_of(m: str):
-        return P._small_config(P.methods()[m], None, base_overrides(scale, data, None), None)
+        return P._small_config(P.methods()[base_method(m)], None, base_overrides(scale, data, None), None)
 
     groups: dict[str, list[str]] = {}  # small model (as JSON) -> its methods, in the order given
     small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
@@ -175,8 +185,8 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
         label = "" if small_json == default_small else sorted(ms)[0]
         pre = f"{label}-" if label else ""
         n_small = active_params(small_cfgs[small_json].model)
-        grow_step = scale.get("grow_steps") or math.ceil(scale["tokens_per_param"] * n_small / tps)
-        steps = 2 * grow_step
+        grow_step = scale.get("grow_steps") or math.ceil((tokens_per_param or scale["tokens_per_param"]) * n_small / tps)
+        steps = (1 + post_mult) * grow_step
         small_lr = None
         if lrs is not None:
             if f"{pre}small" not in lrs:
@@ -184,29 +194,32 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
                               f"--lr-sweep with the same methods, it sweeps every base and shape they use)")
             small_lr = lrs[f"{pre}small"]
         for m in ms:
-            plans[m] = P.plan_progressive(m, overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
-                                          grow_at=grow_step * tps, seeds=seeds, out=str(out), eval_points=scale["evals"])
+            plans[m] = P.plan_progressive(base_method(m), overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
+                                          grow_at=grow_step * tps, seeds=seeds, out=str(out),
+                                          eval_points=scale["evals"] * (1 + post_mult) // 2)
         bases[label or "small"] = {"methods": ms, "small_params": n_small, "grow_step": grow_step, "steps": steps,
                                    "token_budget": steps * tps, "tokens_per_param_at_growth": grow_step * tps / n_small,
                                    "small_run": f"{pre}small", "prefix_run": f"{pre}prefix"}
         for sd in seeds:
             first = plans[ms[0]]["configs"][str(sd)]
             where = dict(base=label or "small", grow_step=grow_step, steps=steps)
-            small = _finish(first["small"], out / f"seed{sd}" / f"{pre}small", steps)
-            prefix = _finish(first["small"], out / f"seed{sd}" / f"{pre}prefix", steps)
+            small = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}small", steps)
+            prefix = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}prefix", steps)
             prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
-            runs[f"seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
-            runs[f"seed{sd}/{pre}small"] = {"cfg": small, "after": f"seed{sd}/{pre}prefix", "kind": "small", "seed": sd,
-                                            **where}
+            runs[f"{ns}seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
+            runs[f"{ns}seed{sd}/{pre}small"] = {"cfg": small, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "small",
+                                                "seed": sd, **where}
             for m in ms:
                 c = plans[m]["configs"][str(sd)]
                 key = shape_key(c["scratch"]["model"])
-                runs[f"seed{sd}/{m}"] = {"cfg": _finish(c["grown"], out / f"seed{sd}" / m, steps),
-                                         "after": f"seed{sd}/{pre}prefix", "kind": "grown", "seed": sd, "method": m,
-                                         "shape": key, **where}
-                name = f"seed{sd}/scratch-{key}"
+                grown = _finish(c["grown"], out / f"{ns}seed{sd}" / m, steps)
+                if m.endswith(WIDE_LR):  # the grown run moves to the wide shape's lr at growth (the branch point)
+                    grown["train"]["lr"] = lrs[key] if lrs is not None else c["scratch"]["train"]["lr"]
+                runs[f"{ns}seed{sd}/{m}"] = {"cfg": grown, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "grown",
+                                             "seed": sd, "method": m, "shape": key, **where}
+                name = f"{ns}seed{sd}/scratch-{key}"
                 if name not in runs:
-                    sc = _finish(c["scratch"], out / f"seed{sd}" / f"scratch-{key}", steps)
+                    sc = _finish(c["scratch"], out / f"{ns}seed{sd}" / f"scratch-{key}", steps)
                     if lrs is not None:
                         if key not in lrs:
                             raise Refused(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep "
@@ -217,7 +230,7 @@ def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str
     return {"scale": scale_name, "data": data, "methods": methods, "seeds": seeds, "tokens_per_step": tps,
             "grow_step": b0["grow_step"], "steps": b0["steps"], "token_budget": max(b["token_budget"] for b in bases.values()),
             "small_params": b0["small_params"], "tokens_per_param_at_growth": b0["tokens_per_param_at_growth"],
-            "bases": bases, "tau_rule": plans[methods[0]]["tau_rule"],
+            "bases": bases, "tau_rule": plans[methods[0]]["tau_rule"], "ns": ns, "post_mult": post_mult,
             "eval_tokens": scale["eval_batches"] * tps, "tuned": lrs is not None, "lrs": lrs,
             "specs": {m: plans[m]["spec"] for m in methods}, "runs": runs}
 
@@ -292,12 +305,31 @@ def _run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> d
                          start_from=None if start_from is None else Path(start_from))
 
 
-def execute(runs: dict, workers: int, threads: int, say) -> dict:
-    """Run every job whose dependency has finished, `workers` at a time (separate processes when > 1)."""
+def needed_runs(runs: dict, ledger) -> list[str]:
+    """The runs to train now: those the ledger does not hold, and the prefix of any of them whose checkpoint is not
+    on this machine (a prefix trained in another session is trained again: the same config on the same device gives
+    the same checkpoint; its ledger file is kept as it is)."""
+    todo = [n for n in runs if ledger is None or not ledger.holds(n, runs[n]["cfg"])]
+    for n in list(todo):
+        after = runs[n]["after"]
+        if after and after not in todo and not (Path(runs[after]["cfg"]["train"]["out_dir"]) / "checkpoint").is_dir():
+            todo.append(after)
+    return todo
+
+
+def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per_step: int = 0) -> dict:
+    """Run every job the ledger does not hold, each once its dependency has finished, `workers` at a time (separate
+    processes when > 1; a worker trains exactly what a lone process would: each run seeds itself from its config).
+    Each finished run goes into the ledger at once (one file, written atomically)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     import multiprocessing
 
-    order = sorted(runs, key=lambda k: {"prefix": 0, "scratch": 1, "grown": 2, "small": 3}[runs[k]["kind"]])
+    todo = needed_runs(runs, ledger)
+    skipped = len(runs) - len(todo)
+    if ledger is not None and skipped:
+        say(f"ledger {ledger.root}: {skipped} of {len(runs)} runs already there, skipped; {len(todo)} to run")
+    rank = {"prefix": 0, "scratch": 1, "grown": 2, "small": 3}
+    order = sorted(todo, key=lambda k: rank[runs[k]["kind"]])
     results, t0 = {}, time.perf_counter()
 
     def args(name):
@@ -305,8 +337,14 @@ def execute(runs: dict, workers: int, threads: int, say) -> dict:
         start = None if r["after"] is None else str(Path(runs[r["after"]]["cfg"]["train"]["out_dir"]) / "checkpoint")
         return r["cfg"], r["cfg"]["train"]["out_dir"], start, threads
 
+    def ready(name):
+        after = runs[name]["after"]
+        return after is None or after in results or after not in todo
+
     def finished(name, res):
         results[name] = res
+        if ledger is not None and not ledger.holds(name, runs[name]["cfg"]):
+            ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
         say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s)")
 
     if workers <= 1:
@@ -316,7 +354,7 @@ def execute(runs: dict, workers: int, threads: int, say) -> dict:
     pending, running = list(order), {}
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
         while pending or running:
-            for name in [n for n in pending if runs[n]["after"] is None or runs[n]["after"] in results]:
+            for name in [n for n in pending if ready(n)]:
                 if len(running) >= workers:
                     break
                 pending.remove(name)
@@ -328,51 +366,50 @@ def execute(runs: dict, workers: int, threads: int, say) -> dict:
 
 
 # ----------------------------------------------------------------------------- results
-def curve(run_dir: Path, tps: int, segments: list[dict], prefix_dir: Path | None = None) -> list[dict]:
-    """Validation points (tokens, FLOPs, loss); a branch's curve starts with its prefix's points."""
-    from nexus.experiments.curves import cumulative_flops, read_metrics, val_curve
+def curve(ledger, name: str, segments: list[dict], prefix: str | None = None) -> list[dict]:
+    """Validation points (tokens, FLOPs, loss) from the ledger; a branch's curve starts with its prefix's points
+    (those before the branch point: the branch's own curve starts where the prefix's ends)."""
+    from nexus.experiments.curves import cumulative_flops
 
-    pts = []
-    if prefix_dir is not None:
-        pts = val_curve(read_metrics(prefix_dir / "metrics.jsonl"), tps)
-    pts += val_curve(read_metrics(run_dir / "metrics.jsonl"), tps)
-    return [{**p, "flops": cumulative_flops(p["tokens"], segments)} for p in pts]
+    own = ledger.curve(name)
+    start = own[0]["step"] if own else float("inf")
+    pts = [p for p in ledger.curve(prefix) if p["step"] < start] if prefix is not None else []
+    return [{**p, "flops": cumulative_flops(p["tokens"], segments)} for p in pts + own]
 
 
-def summarize(plan: dict, out: Path) -> dict:
+def summarize(plan: dict, ledger) -> dict:
     from nexus.config_migration import saved_run_config
     from nexus.experiments.curves import active_params, first_crossing, train_flops_per_token
     from nexus.experiments.report import eq29
-    from nexus.experiments.runs import read_done
     from nexus.experiments.stats import describe, gap_closed, paired
 
-    tps, seeds, methods = plan["tokens_per_step"], plan["seeds"], plan["methods"]
+    tps, seeds, methods, ns = plan["tokens_per_step"], plan["seeds"], plan["methods"], plan.get("ns", "")
     runs = plan["runs"]
     model = {k: saved_run_config(r["cfg"]).model for k, r in runs.items()}
     seq = plan_seq(plan)
     fpt = {k: train_flops_per_token(m, seq)[0] for k, m in model.items()}
-    final = {k: float(read_done(Path(r["cfg"]["train"]["out_dir"]))["val_loss"]) for k, r in runs.items()}
+    final = {k: ledger.final_val_loss(k) for k in runs if runs[k]["kind"] != "prefix"}
     per_method = {}
     for m in methods:
-        first = runs[f"seed{seeds[0]}/{m}"]
+        first = runs[f"{ns}seed{seeds[0]}/{m}"]
         base = plan["bases"][first["base"]]
         small_run, prefix_run = base["small_run"], base["prefix_run"]
         d_e, budget = base["grow_step"] * tps, base["token_budget"]
         sc_name = f"scratch-{first['shape']}"
-        large_fpt = fpt[f"seed{seeds[0]}/{sc_name}"]
-        small_fpt = fpt[f"seed{seeds[0]}/{small_run}"]
+        large_fpt = fpt[f"{ns}seed{seeds[0]}/{sc_name}"]
+        small_fpt = fpt[f"{ns}seed{seeds[0]}/{small_run}"]
         segs = [{"start_tokens": 0.0, "flops_per_token": small_fpt}, {"start_tokens": d_e, "flops_per_token": large_fpt}]
-        g = [final[f"seed{sd}/{m}"] for sd in seeds]
-        sc = [final[f"seed{sd}/{sc_name}"] for sd in seeds]
-        sm = [final[f"seed{sd}/{small_run}"] for sd in seeds]
+        g = [final[f"{ns}seed{sd}/{m}"] for sd in seeds]
+        sc = [final[f"{ns}seed{sd}/{sc_name}"] for sd in seeds]
+        sm = [final[f"{ns}seed{sd}/{small_run}"] for sd in seeds]
         reach = []
         for sd in seeds:
-            pts = curve(out / f"seed{sd}" / m, tps, segs, out / f"seed{sd}" / prefix_run)
-            hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"seed{sd}/{sc_name}"])
+            pts = curve(ledger, f"{ns}seed{sd}/{m}", segs, f"{ns}seed{sd}/{prefix_run}")
+            hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"{ns}seed{sd}/{sc_name}"])
             reach.append(None if hit is None else hit / (large_fpt * budget))
         got = [v for v in reach if v is not None]
-        n_small = active_params(model[f"seed{seeds[0]}/{small_run}"])
-        n_large = active_params(model[f"seed{seeds[0]}/{sc_name}"])
+        n_small = active_params(model[f"{ns}seed{seeds[0]}/{small_run}"])
+        n_large = active_params(model[f"{ns}seed{seeds[0]}/{sc_name}"])
         per_method[m] = {
             "base": first["base"], "shape": first["shape"], "grown": describe(g), "scratch": describe(sc),
             "small": describe(sm), "gap_closed": gap_closed(sm, g, sc), "grown_minus_scratch": paired(g, sc),
@@ -401,7 +438,7 @@ def summarize(plan: dict, out: Path) -> dict:
     return {"methods": per_method, "between_methods": between, "between_bases": architectures}
 
 
-def plot_regime(plan: dict, out: Path) -> str:
+def plot_regime(plan: dict, ledger, out: Path) -> str:
     """loss_vs_tokens.png: one row per base; left the whole run, right the post-growth half zoomed; small, its
     scratch and every grown method, each seed faint and the seeds' mean bold, growth marked. A branch's curve
     starts with its prefix's points, so every line of a seed shares the first half exactly."""
@@ -409,14 +446,14 @@ def plot_regime(plan: dict, out: Path) -> str:
     from nexus.figures import pyplot, save_figure
 
     plt = pyplot()
-    tps, seeds = plan["tokens_per_step"], plan["seeds"]
+    tps, seeds, ns = plan["tokens_per_step"], plan["seeds"], plan.get("ns", "")
     bases = plan["bases"]
     fig, axes = plt.subplots(len(bases), 2, figsize=(11, 3.8 * len(bases)), dpi=100, squeeze=False)
     palette = ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     for row, (name, b) in zip(axes, bases.items()):
         grow_tokens = b["grow_step"] * tps
         # every scratch shape the base's methods grow to (the hidden-axis ablations have their own)
-        shapes = list(dict.fromkeys(plan["runs"][f"seed{seeds[0]}/{m}"]["shape"] for m in b["methods"]))
+        shapes = list(dict.fromkeys(plan["runs"][f"{ns}seed{seeds[0]}/{m}"]["shape"] for m in b["methods"]))
         greys = ["tab:gray", "k", "silver"]
         lines = [("small alone" + ("" if name == "small" else f" ({name})"), b["small_run"], True, "tab:orange")]
         lines += [(f"scratch {sh}" + (" (tuned)" if plan["tuned"] else ""), f"scratch-{sh}", False, greys[i % len(greys)])
@@ -424,7 +461,7 @@ def plot_regime(plan: dict, out: Path) -> str:
         lines += [(m, m, True, palette[i % len(palette)]) for i, m in enumerate(b["methods"])]
         tail, late = [], []
         for label, run, branched, color in lines:
-            curves = [curve(out / f"seed{sd}" / run, tps, [], out / f"seed{sd}" / b["prefix_run"] if branched else None)
+            curves = [curve(ledger, f"{ns}seed{sd}/{run}", [], f"{ns}seed{sd}/{b['prefix_run']}" if branched else None)
                       for sd in seeds]
             for ax in row:
                 for c in curves:
@@ -612,7 +649,8 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
 def timed_config(run: dict, plan: dict) -> dict:
     """The config whose step a run pays for: a grown run trains the grown model, which is its shape's scratch model."""
     if run["kind"] == "grown":
-        return plan["runs"][f"seed{run['seed']}/scratch-{run['shape']}"]["cfg"]
+        ns = plan.get("ns", "")
+        return plan["runs"][f"{ns}seed{run['seed']}/scratch-{run['shape']}"]["cfg"]
     return run["cfg"]
 
 
@@ -759,8 +797,11 @@ def _main(argv: list[str] | None) -> int:
     if not plan["tuned"]:
         print("note: --untuned: scratch runs at the small model's preset lr, not a tuned one", flush=True)
     t0 = time.perf_counter()
-    execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
-    summary = summarize(plan, out)
+    from nexus.experiments.ledger import Ledger
+
+    ledger = Ledger(out / "ledger")  # each finished run's config, final metrics and curve; a rerun skips them
+    execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True), ledger, plan["tokens_per_step"])
+    summary = summarize(plan, ledger)
     wall = time.perf_counter() - t0
     text = render(plan, summary, corpus, f"{head} | wall {wall:.0f} s")
     print("\n" + text, flush=True)
@@ -769,7 +810,7 @@ def _main(argv: list[str] | None) -> int:
     write_json_atomic(out / "results.json", {"command": sys.argv, "plan": plan, "corpus": corpus, "summary": summary,
                                              "wall_s": wall})
     write_text_atomic(out / "table.md", f"`{' '.join(sys.argv)}`\n\n{text}")
-    print(f"plot: {out / plot_regime(plan, out)}", flush=True)
+    print(f"plot: {out / plot_regime(plan, ledger, out)}", flush=True)
     return 0
 
 

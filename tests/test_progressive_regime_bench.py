@@ -67,7 +67,9 @@ def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys, monk
 
     figs = []
     monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or Path(path).name)
-    bench.plot_regime(res["plan"], out / "smoke")
+    from nexus.experiments.ledger import Ledger
+
+    bench.plot_regime(res["plan"], Ledger(out / "smoke" / "ledger"), out / "smoke")
     whole, after = figs[0].axes[:2]
     labels = [ln.get_label() for ln in whole.lines if not ln.get_label().startswith("_")]
     assert len(labels) == 2 + len(bench.DEFAULT_METHODS) + 1  # small, scratch, each method, the growth mark
@@ -76,10 +78,11 @@ def test_smoke_run_branches_resumes_and_summarizes(bench, tmp_path, capsys, monk
     grow_tokens = plan["grow_step"] * plan["tokens_per_step"]
     assert bold["sparkling"][0] == bold["small alone"][0] < grow_tokens  # both begin with the prefix's points
 
-    # a rerun skips finished runs and retrains an unfinished one to the same result
+    # a rerun skips finished runs and retrains an unfinished one (neither in the ledger nor done) to the same result
     victim = out / "smoke" / "seed0" / "naive-copy" / "done.json"
     before = json.loads(victim.read_text())["val_loss"]
     victim.unlink()
+    (out / "smoke" / "ledger" / "runs" / "seed0" / "naive-copy.json").unlink()
     kept = (out / "smoke" / "seed0" / "sparkling" / "done.json").stat().st_mtime_ns
     assert bench.main(args) == 0
     assert json.loads(victim.read_text())["val_loss"] == before
@@ -240,13 +243,16 @@ def test_each_base_is_scored_against_its_own_small_and_scratch(bench, tmp_path):
             planted[f"seed{sd}/{name}-small"] = planted[f"seed{sd}/{name}-prefix"] = small
             planted[f"seed{sd}/{name}"] = grown
             planted[f"seed{sd}/scratch-{plan['runs'][f'seed{sd}/{name}']['shape']}"] = scratch
+    from nexus.experiments.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "ledger")
     for name, loss in planted.items():
         d = tmp_path / name
         d.mkdir(parents=True)
-        (d / "done.json").write_text(json.dumps({"val_loss": loss}))
         (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "val_loss": loss + 1}) + "\n" +
                                          json.dumps({"step": plan["steps"], "val_loss": loss}) + "\n")
-    summary = bench.summarize(plan, tmp_path)
+        ledger.record(name, plan["runs"][name]["cfg"], {"val_loss": loss}, d, plan["tokens_per_step"])
+    summary = bench.summarize(plan, ledger)
     nr, tf = (summary["methods"][m] for m in bench.ARCH_SHAPES)
     assert nr["base"] == "nexus-rank-regime" and tf["base"] == "tokenformer-regime"
     assert nr["gap_closed"]["estimate"] == pytest.approx(0.5, abs=1e-9)
@@ -289,7 +295,9 @@ def test_the_plot_draws_every_scratch_shape_of_a_base(bench, tmp_path, monkeypat
     res = json.loads((out / "smoke" / "results.json").read_text())
     figs = []
     monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or Path(path).name)
-    bench.plot_regime(res["plan"], out / "smoke")
+    from nexus.experiments.ledger import Ledger
+
+    bench.plot_regime(res["plan"], Ledger(out / "smoke" / "ledger"), out / "smoke")
     labels = [ln.get_label() for ln in figs[0].axes[0].lines if ln.get_label().startswith("scratch")]
     shapes = {r["shape"] for r in res["plan"]["runs"].values() if r["kind"] == "scratch"}
     assert len(shapes) == 2 and len(labels) == 2 and all(any(sh in lab for lab in labels) for sh in shapes)
