@@ -6,9 +6,9 @@ its validation curve downsampled to at most MAX_POINTS points, enough to redraw 
 table without the run directory (checkpoints and metrics.jsonl stay out of the repository). A rerun of the same
 command on any machine skips what the ledger holds and runs the rest.
 
-A run is identified by its name (e.g. "seed0/sparkling") and its config without the paths it writes to: a ledger
-file whose config differs from today's plan is a different experiment, refused with one line rather than reused or
-overwritten.
+A run is identified by its name (e.g. "seed0/sparkling") and its config without the paths it writes to and the
+device it runs on: a ledger file whose config differs from today's plan is a different experiment, refused with one
+line rather than reused or overwritten.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import datetime
 import hashlib
 import json
 import platform
+import time
 from pathlib import Path
 
 from ..config import ConfigError
@@ -28,9 +29,11 @@ MAX_POINTS = 200  # a regime run evaluates ~20 times; a longer one is thinned to
 
 
 def config_key(cfg: dict) -> str:
-    """The config's identity: everything but where it writes (out_dir), hashed."""
+    """The config's identity: everything but where it writes (out_dir) and what it runs on (device: the same
+    experiment on a GPU is the same run; its ledger file records the device), hashed."""
     c = copy.deepcopy(cfg)
     c.get("train", {}).pop("out_dir", None)
+    c.get("train", {}).pop("device", None)
     return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -108,3 +111,77 @@ class Ledger:
     def names(self) -> list[str]:
         base = self.root / RUNS
         return sorted(p.relative_to(base).with_suffix("").as_posix() for p in base.rglob("*.json")) if base.is_dir() else []
+
+
+# ----------------------------------------------------------------------------- the runner
+def run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> dict:
+    """One run in this process (a worker's whole job): the result is a function of the config alone, so a run in a
+    parallel worker equals the same run alone (tests/test_ledger.py checks it bitwise on the CPU)."""
+    import torch
+
+    from nexus.config_migration import saved_run_config
+    from nexus.experiments.runs import run_resumable
+
+    torch.set_num_threads(threads)
+    return run_resumable(saved_run_config(copy.deepcopy(cfg)), Path(run_dir), quiet=True, say=lambda *_: None,
+                         start_from=None if start_from is None else Path(start_from))
+
+
+def needed_runs(runs: dict, ledger) -> list[str]:
+    """The runs to train now: those the ledger does not hold, and the prefix of any of them whose checkpoint is not
+    on this machine (a prefix trained in another session is trained again: the same config on the same device gives
+    the same checkpoint; its ledger file is kept as it is)."""
+    todo = [n for n in runs if ledger is None or not ledger.holds(n, runs[n]["cfg"])]
+    for n in list(todo):
+        after = runs[n]["after"]
+        if after and after not in todo and not (Path(runs[after]["cfg"]["train"]["out_dir"]) / "checkpoint").is_dir():
+            todo.append(after)
+    return todo
+
+
+def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per_step: int = 0) -> dict:
+    """Run every job the ledger does not hold, each once its dependency has finished, `workers` at a time (separate
+    processes when > 1; a worker trains exactly what a lone process would: each run seeds itself from its config).
+    Each finished run goes into the ledger at once (one file, written atomically)."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    import multiprocessing
+
+    todo = needed_runs(runs, ledger)
+    skipped = len(runs) - len(todo)
+    if ledger is not None and skipped:
+        say(f"ledger {ledger.root}: {skipped} of {len(runs)} runs already there, skipped; {len(todo)} to run")
+    rank = {"prefix": 0, "scratch": 1, "grown": 2, "small": 3}
+    order = sorted(todo, key=lambda k: rank[runs[k]["kind"]])
+    results, t0 = {}, time.perf_counter()
+
+    def args(name):
+        r = runs[name]
+        start = None if r["after"] is None else str(Path(runs[r["after"]]["cfg"]["train"]["out_dir"]) / "checkpoint")
+        return r["cfg"], r["cfg"]["train"]["out_dir"], start, threads
+
+    def ready(name):
+        after = runs[name]["after"]
+        return after is None or after in results or after not in todo
+
+    def finished(name, res):
+        results[name] = res
+        if ledger is not None and not ledger.holds(name, runs[name]["cfg"]):
+            ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
+        say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s)")
+
+    if workers <= 1:
+        for name in order:
+            finished(name, run_job(*args(name)))
+        return results
+    pending, running = list(order), {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        while pending or running:
+            for name in [n for n in pending if ready(n)]:
+                if len(running) >= workers:
+                    break
+                pending.remove(name)
+                running[ex.submit(_run_job, *args(name))] = name
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                finished(running.pop(fut), fut.result())
+    return results
