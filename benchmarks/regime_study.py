@@ -111,7 +111,7 @@ def build(scale: str, data: str, out: Path, ledger) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
     parts: dict[str, dict] = {}
     parts["tune"] = {"plans": [tuning_plan(R.DEFAULT_METHODS[:1], TUNING_SEEDS, TUNE_LRS, scale, data, out, "tune/")]}
-    if True:
+    with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape
         parts["arch-tune"] = {"plans": [tuning_plan(ARCH, ARCH_TUNING_SEEDS, ARCH_LRS, scale, data, out, "arch-tune/",
                                                     ARCH_TOKENS_PER_PARAM)]}
         choice = {p: choose_lrs(parts[p]["plans"][0], ledger) for p in ("tune", "arch-tune")}

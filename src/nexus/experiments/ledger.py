@@ -180,7 +180,7 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
                 if len(running) >= workers:
                     break
                 pending.remove(name)
-                running[ex.submit(_run_job, *args(name))] = name
+                running[ex.submit(run_job, *args(name))] = name
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
                 finished(running.pop(fut), fut.result())
