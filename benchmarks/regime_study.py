@@ -48,6 +48,8 @@ EVAL_SEEDS = (0, 1, 2, 3, 4)
 # the leak-free grid, in the order it runs: the seed-0 sweep's optima (3.2e-2 small, 1.6e-2 scratch) first, so a
 # session that ends early leaves the most informative points in the ledger
 TUNE_LRS = (1.6e-2, 3.2e-2, 8e-3, 6.4e-2, 4e-3)
+# --scale main (the main job's budget, 150 steps on the embedded corpus): its seed-0 sweep picked 2e-3 for both shapes
+MAIN_TUNE_LRS = (2e-3, 4e-3, 1e-3, 8e-3, 5e-4)
 HEADLINE = ("sparkling", "sparkling-random", "naive-copy", "naive-copy-locked", "sparkling" + R.WIDE_LR)
 ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric")
 HORIZONS = (2, 4)  # post-growth steps as a multiple of the steps before growth (the headline is 1x)
@@ -107,10 +109,10 @@ def choose_lrs(plan: dict, ledger) -> dict:
     return out
 
 
-def build(scale: str, data: str, out: Path, ledger) -> dict:
+def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
     parts: dict[str, dict] = {}
-    parts["tune"] = {"plans": [tuning_plan(R.DEFAULT_METHODS[:1], TUNING_SEEDS, TUNE_LRS, scale, data, out, "tune/")]}
+    parts["tune"] = {"plans": [tuning_plan(R.DEFAULT_METHODS[:1], TUNING_SEEDS, tune_lrs, scale, data, out, "tune/")]}
     with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape
         parts["arch-tune"] = {"plans": [tuning_plan(ARCH, ARCH_TUNING_SEEDS, ARCH_LRS, scale, data, out, "arch-tune/",
                                                     ARCH_TOKENS_PER_PARAM)]}
@@ -213,16 +215,93 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
                 + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)"))
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"], root / "tune.png")
+    ready = {}
     for p in ("headline", "ablations", "horizon", "arch"):
         part = parts[p]
         held = sum(ledger.read(k) is not None for k in part["runs"])
-        if held < len(part["runs"]) or not part.get("tuned"):
-            say(f"{p}: {held} of {len(part['runs'])} runs in the ledger; not summarized yet")
-            continue
-        out[p] = [R.summarize(plan, ledger) for plan in part["plans"]]
-        if p == "headline":
-            R.plot_regime(part["plans"][0], ledger, root)
+        ready[p] = held == len(part["runs"]) and part.get("tuned")
+        if not ready[p]:
+            say(f"{p}: {held} of {len(part['runs'])} runs in the ledger" + ("" if part.get("tuned") else
+                " (its lrs are not tuned yet)") + "; not summarized yet")
+    if ready["headline"]:
+        plans = [parts["headline"]["plans"][0]] + (parts["ablations"]["plans"] if ready["ablations"] else [])
+        plan = {**plans[0], "methods": [m for pl in plans for m in pl["methods"]],
+                "runs": merge(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
+        out["headline"] = R.summarize(plan, ledger)
+        say(R.render(plan, out["headline"], {"train_tokens": 0, "share_of_split_drawn": 0, "sampler": "see the plan"},
+                     f"headline from the ledger {root}"))
+        R.plot_regime(plan, ledger, root)
+    if ready["headline"] and ready["horizon"]:
+        out["horizon"] = horizon(parts, ledger, root, say)
+    if ready["arch"]:
+        out["arch"] = arch_summary(parts["arch"]["plans"][0], ledger, say)
     return out
+
+
+def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:
+    """The share of the gap closed against post-growth steps (1x: the headline's runs of the horizon seeds), and
+    whether the grown run reaches scratch's final loss at equal total tokens and at equal FLOPs."""
+    from nexus.experiments.stats import fmt_gap
+
+    h = parts["headline"]["plans"][0]
+    one = R.plan_regime(["sparkling"], list(HORIZON_SEEDS), h["scale"], h["data"],
+                        Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1], h["lrs"])
+    rows = []
+    for k, plan in [(1, one)] + list(zip(HORIZONS, parts["horizon"]["plans"])):
+        m = R.summarize(plan, ledger)["methods"]["sparkling"]
+        d = m["grown_minus_scratch"]["diff"]
+        rows.append({"post_mult": k, "post_steps": plan["steps"] - plan["grow_step"], "gap_closed": m["gap_closed"],
+                     "grown_minus_scratch": d, "reached_equal_tokens": sum(v <= 0 for v in
+                     [g - s for g, s in zip(m["per_seed"]["grown"], m["per_seed"]["scratch"])]),
+                     "reached_equal_flops": m["compute_to_scratch_loss"]["reached"], "seeds": len(HORIZON_SEEDS)})
+        say(f"horizon {k}x ({rows[-1]['post_steps']} steps after growth): share {fmt_gap(m['gap_closed'])}; grown - "
+            f"scratch {d['mean']:+.4f}; reaches scratch's loss at equal tokens in {rows[-1]['reached_equal_tokens']} "
+            f"and within scratch's FLOPs in {rows[-1]['reached_equal_flops']} of {len(HORIZON_SEEDS)} seeds")
+    from nexus.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for r in rows:
+        g = r["gap_closed"]
+        if g["estimate"] is not None:
+            lo, hi = (g["ci_low"], g["ci_high"]) if g["bounded"] else (g["estimate"], g["estimate"])
+            ax.errorbar([r["post_steps"]], [g["estimate"]], yerr=[[g["estimate"] - lo], [hi - g["estimate"]]], fmt="o",
+                        color="tab:blue", capsize=3)
+    ax.plot([r["post_steps"] for r in rows], [r["gap_closed"]["estimate"] for r in rows], "-", color="tab:blue",
+            label="sparkling, share of the gap closed (Fieller 95%)")
+    ax.axhspan(0.84, 0.90, color="tab:green", alpha=0.2, label="SPARKLING Table 1 (0.84-0.90)")
+    ax.set(xscale="log", xlabel="optimizer steps after growth", ylabel="(small - grown) / (small - scratch)",
+           title=f"horizon scan, seeds {', '.join(map(str, HORIZON_SEEDS))}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, root / "horizon.png")
+    return rows
+
+
+def arch_summary(plan: dict, ledger, say) -> dict:
+    """Nexus-Rank vs TokenFormer: the paired difference of growth gains (small - grown) over ARCH_SEEDS, and each
+    one's share of its own gap over the seeds with a scratch run."""
+    from nexus.experiments.stats import fmt, fmt_gap, gap_closed, paired
+
+    ns = plan["ns"]
+    final = {k: ledger.final_val_loss(k) for k, r in plan["runs"].items() if r["kind"] != "prefix"}
+    gain, share = {}, {}
+    for m in ARCH:
+        b = plan["bases"][m] if m in plan["bases"] else next(v for v in plan["bases"].values() if m in v["methods"])
+        sc = plan["runs"][f"{ns}seed{ARCH_SEEDS[0]}/{m}"]["shape"]
+        sm = [final[f"{ns}seed{sd}/{b['small_run']}"] for sd in ARCH_SEEDS]
+        gr = [final[f"{ns}seed{sd}/{m}"] for sd in ARCH_SEEDS]
+        gain[m] = [a - g for a, g in zip(sm, gr)]
+        idx = [ARCH_SEEDS.index(sd) for sd in ARCH_SCRATCH_SEEDS]
+        share[m] = gap_closed([sm[i] for i in idx], [gr[i] for i in idx],
+                              [final[f"{ns}seed{sd}/scratch-{sc}"] for sd in ARCH_SCRATCH_SEEDS])
+    a, b = ARCH
+    d = paired(gain[a], gain[b])
+    say(f"arch ({ARCH_TOKENS_PER_PARAM:g} tokens/param at growth, seeds {','.join(map(str, ARCH_SEEDS))}): growth gain "
+        f"(small - grown) {a} minus {b}: {fmt(d['diff'])}, paired t p = {R._p(d['t_p'])}; share of own gap (seeds "
+        f"{','.join(map(str, ARCH_SCRATCH_SEEDS))}): {a} {fmt_gap(share[a])}, {b} {fmt_gap(share[b])}")
+    return {"gain_difference": d, "gains": gain, "share": share}
 
 
 def plot_tuning(choice: dict, path: Path) -> str:
@@ -270,6 +349,8 @@ def _main(argv) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)")
     ap.add_argument("--cuda-steps-per-s", type=float, default=None,
                     help="--estimate --device cuda: the assumed optimizer steps/s of one worker (stated, not measured)")
+    ap.add_argument("--lrs", default=None, help="the tune part's lrs, comma-separated, in the order they run (default "
+                    f"{','.join(f'{x:g}' for x in TUNE_LRS)}; --scale main: {','.join(f'{x:g}' for x in MAIN_TUNE_LRS)})")
     ap.add_argument("--workers", type=int, default=1, help="runs at once, each in its own process")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--timing-steps", type=int, default=20)
@@ -279,6 +360,12 @@ def _main(argv) -> int:
     if a.estimate and a.device == "cuda" and not (a.cuda_steps_per_s and a.cuda_steps_per_s > 0):
         raise R.Refused(f"--cuda-steps-per-s={a.cuda_steps_per_s!r} (valid: with --estimate --device cuda, the assumed "
                         f"optimizer steps/s of one worker, > 0, e.g. 40)")
+    try:
+        tune_lrs = tuple(float(x) for x in a.lrs.split(",")) if a.lrs else (MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS)
+    except ValueError:
+        tune_lrs = ()
+    if len(set(tune_lrs)) < 3 or not all(x > 0 for x in tune_lrs):
+        raise R.Refused(f"--lrs={a.lrs!r} (valid: at least 3 distinct learning rates > 0, comma-separated)")
     chosen = a.parts.split(",") if a.parts else []
     bad = [p for p in chosen if p not in PARTS]
     if bad:
@@ -299,7 +386,7 @@ def _main(argv) -> int:
     say(f"study {a.study} ({a.scale}, {data}) | ledger {root} | {len(ledger.names())} runs held | "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     try:
-        parts = build(a.scale, data, out, ledger)
+        parts = build(a.scale, data, out, ledger, tune_lrs)
         if a.estimate:
             estimate_parts(parts, ledger, a.threads, a.workers, a.timing_steps, a.device, a.cuda_steps_per_s, say)
             return 0
@@ -322,7 +409,15 @@ def _main(argv) -> int:
             R.execute(runs, a.workers, a.threads, say, ledger, plan0["tokens_per_step"])
             say(f"part {p}: finished in {time.perf_counter() - t0:.0f} s wall")
         if a.plot or chosen:
-            summarize_parts(build(a.scale, data, out, ledger), ledger, root, say)
+            lines: list[str] = []
+            summarize_parts(build(a.scale, data, out, ledger, tune_lrs), ledger, root,
+                            lambda s: (say(s), lines.append(s)))
+            if a.plot:  # the ledger's own summary, redrawn from nothing but the ledger
+                from nexus.experiments.runs import write_text_atomic
+
+                write_text_atomic(root / "summary.md", f"`{' '.join(['python benchmarks/regime_study.py', *sys.argv[1:]])}`"
+                                  "\n\n```\n" + "\n".join(lines) + "\n```\n")
+                say(f"summary: {root / 'summary.md'}")
     except ConfigError as e:
         raise R.Refused(str(e)) from None
     return 0
