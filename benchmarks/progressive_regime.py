@@ -284,7 +284,7 @@ def _corpus_check(plan: dict) -> dict:
     if passes > 1:
         raise Refused(f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
                       f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
-                      f"tokens, e.g. the stdlib corpus)")
+                      f"tokens{'' if plan['data'] == 'stdlib' else ', e.g. the stdlib corpus'})")
     if n_val < SCALES[plan["scale"]].get("min_val_tokens", 0):
         raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
                       f"for the fixed final evaluation)")

@@ -195,6 +195,11 @@ def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps
         say(f"{r['part']:10s} {r['runs']:5d} {r['done']:5d} {r['remaining']:5d} {r['remaining_steps']:11,d} "
             f"{r['serial_s'] / 3600:8.2f}h {r['wall_s'] / 3600:8.2f}h  ({workers} worker(s))"
             + ("" if r["tuned"] else "  [lrs not tuned yet: planned at estimate-only lrs, same cost]"))
+    for name, part in parts.items():  # a corpus too small for a part is said now, not found after hours of runs
+        for plan in part["plans"]:
+            problem = R.corpus_check(plan, refuse=False).get("problem")
+            if problem:
+                say(f"part {name} ({plan.get('ns') or 'main plan'}): a run would refuse the corpus: {problem}")
     tot = sum(r["serial_s"] for r in rows)
     say(f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
         f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)")

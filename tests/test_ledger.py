@@ -235,3 +235,40 @@ def test_estimate_counts_done_and_prices_what_remains(study, bench, tmp_path, ca
     gpu = study.estimate_parts(parts, ledger, 1, 2, 3, "cuda", 40.0, print)
     assert gpu[0]["serial_s"] == pytest.approx(gpu[0]["remaining_steps"] / 40.0)
     assert "ASSUMED rate of 40" in capsys.readouterr().out
+
+
+def test_arch_summary_is_the_paired_difference_of_growth_gains(study, tmp_path):
+    """Planted finals: Nexus-Rank's growth gain (small - grown) is 0.10 + e_s, TokenFormer's 0.04 + e_s (paired noise
+    e_s), so the paired difference is exactly 0.06 over 5 seeds; each one's share uses the 3 scratch seeds only."""
+    ledger = L.Ledger(tmp_path / "ledger")
+    with study.R.arch_methods_known():
+        plan = study.build("smoke", "embedded", tmp_path / "runs", ledger)["arch"]["plans"][0]
+    assert {r["seed"] for r in plan["runs"].values() if r["kind"] == "scratch"} == set(study.ARCH_SCRATCH_SEEDS)
+    noise = [0.0, 0.013, -0.007, 0.021, -0.015]
+    want = {"nexus-rank-regime": (0.10, 0.20), "tokenformer-regime": (0.04, 0.08)}  # gain, small - scratch
+    for name, run in plan["runs"].items():
+        if run["kind"] == "prefix":
+            continue
+        e = noise[run["seed"]]
+        if run["kind"] == "scratch":  # TokenFormer's projection is Pattention
+            m = "tokenformer-regime" if "pattention" in run["shape"] else "nexus-rank-regime"
+        else:  # arch/seedN/<method> (grown) or arch/seedN/<method>-small
+            m = next(x for x in study.ARCH if name.split("/")[-1] in (x, f"{x}-small"))
+        gain, gap = want[m]
+        loss = {"small": 3.0 + e, "grown": 3.0 + e - gain - e / 2, "scratch": 3.0 + e - gap}[run["kind"]]
+        _record(ledger, name, run, loss)
+    lines = []
+    got = study.arch_summary(plan, ledger, lines.append)
+    assert got["gain_difference"]["diff"]["mean"] == pytest.approx(0.06, abs=1e-12)
+    assert got["gain_difference"]["diff"]["std"] == pytest.approx(0.0, abs=1e-12)
+    for m, (gain, gap) in want.items():  # scratch seeds 0-2: share = mean(gain + e/2) / gap
+        assert got["share"][m]["estimate"] == pytest.approx((gain + sum(noise[:3]) / 6) / gap, rel=1e-9)
+    assert "nexus-rank-regime minus tokenformer-regime" in lines[0]
+
+
+def test_a_study_ledger_in_benchmarks_results_is_not_git_ignored():
+    """The ledger is what gets committed between sessions; a `runs/` ignore rule once hid it from git silently."""
+    repo = BENCHMARKS.parent
+    rel = (Path("benchmarks") / "results" / "some-study" / L.RUNS / "seed0" / "small.json").as_posix()
+    r = subprocess.run(["git", "check-ignore", "-q", "--no-index", rel], cwd=repo)
+    assert r.returncode == 1, f"{rel} is git-ignored"
