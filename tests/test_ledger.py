@@ -272,3 +272,23 @@ def test_a_study_ledger_in_benchmarks_results_is_not_git_ignored():
     rel = (Path("benchmarks") / "results" / "some-study" / L.RUNS / "seed0" / "small.json").as_posix()
     r = subprocess.run(["git", "check-ignore", "-q", "--no-index", rel], cwd=repo)
     assert r.returncode == 1, f"{rel} is git-ignored"
+
+
+def test_a_run_trained_on_another_corpus_under_the_same_name_is_refused(trained, tmp_path):
+    """data.source names a corpus whose contents can change (the embedded corpus lost 27 duplicate docstrings): the
+    ledger keys a run by its tokens' hash too, so a record from the old contents is not taken as today's run."""
+    plan, ledger, _ = trained[1]
+    rec = ledger.read("seed0/small")
+    assert rec["data_key"] == L.data_key(plan["runs"]["seed0/small"]["cfg"])
+    other = L.Ledger(tmp_path / "l")
+    p = other.path("seed0/small")
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps({**rec, "data_key": "0" * 16}))
+    with pytest.raises(ConfigError) as e:
+        other.holds("seed0/small", plan["runs"]["seed0/small"]["cfg"])
+    assert "another corpus" in str(e.value) and "\n" not in str(e.value)
+    cfg = json.loads(json.dumps(plan["runs"]["seed0/small"]["cfg"]))
+    text = tmp_path / "corpus.txt"
+    text.write_text("a different corpus " * 20000)
+    cfg["data"]["source"] = str(text)
+    assert L.data_key(cfg) != rec["data_key"]

@@ -7,8 +7,9 @@ table without the run directory (checkpoints and metrics.jsonl stay out of the r
 command on any machine skips what the ledger holds and runs the rest.
 
 A run is identified by its name (e.g. "seed0/sparkling") and its config without the paths it writes to and the
-device it runs on: a ledger file whose config differs from today's plan is a different experiment, refused with one
-line rather than reused or overwritten.
+device it runs on, and by the corpus it read (a hash of its training and validation tokens: a name such as
+"embedded" stays while its contents change): a ledger file whose config or corpus differs from today's is a
+different experiment, refused with one line rather than reused or overwritten.
 """
 from __future__ import annotations
 
@@ -55,9 +56,31 @@ def device_line() -> dict:
     return d
 
 
+def data_key(cfg: dict) -> str:
+    """The corpus a run reads, hashed: its training and validation tokens as the data module loads them."""
+    import numpy as np
+
+    from ..config import RunConfig
+    from ..data.loader import DataModule
+
+    dm = DataModule(RunConfig.from_dict(copy.deepcopy(cfg)).data, seed=0, quiet=True)
+    h = hashlib.sha256()
+    for split in (dm.train, dm.val):
+        tokens = getattr(split, "tokens", None)
+        h.update(np.ascontiguousarray(tokens).tobytes() if tokens is not None else repr(len(split)).encode())
+    return h.hexdigest()[:16]
+
+
 class Ledger:
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._data_keys: dict[str, str] = {}  # data section (JSON) -> data_key: one corpus load per ledger
+
+    def data_key(self, cfg: dict) -> str:
+        k = json.dumps(cfg.get("data", {}), sort_keys=True, default=str)
+        if k not in self._data_keys:
+            self._data_keys[k] = data_key(cfg)
+        return self._data_keys[k]
 
     def path(self, name: str) -> Path:
         if not name or name.startswith("/") or ".." in Path(name).parts:
@@ -83,13 +106,18 @@ class Ledger:
             raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} with another config "
                               f"(key {rec.get('config_key')} vs today's {config_key(cfg)}) (valid: the same study "
                               f"settings, another --study, or delete that file to rerun it)")
+        if rec.get("data_key") != self.data_key(cfg):
+            raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} trained on another corpus under the "
+                              f"name data.source={cfg['data'].get('source')!r} (corpus key {rec.get('data_key')} vs "
+                              f"today's {self.data_key(cfg)}) (valid: that corpus, another --study, or delete the "
+                              f"file to rerun it)")
         return True
 
     def record(self, name: str, cfg: dict, result: dict, run_dir: Path, tokens_per_step: int) -> dict:
         """Write the finished run's ledger file (atomically) from its result and its metrics.jsonl."""
         curve = val_curve(read_metrics(Path(run_dir) / "metrics.jsonl"), tokens_per_step)
         final = {k: v for k, v in result.items() if isinstance(v, (int, float, str, type(None)))}
-        rec = {"name": name, "config_key": config_key(cfg), "config": cfg, "final": final,
+        rec = {"name": name, "config_key": config_key(cfg), "data_key": self.data_key(cfg), "config": cfg, "final": final,
                "val_curve": downsample(curve), "curve_points_total": len(curve), "device": device_line(),
                "finished_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
         p = self.path(name)
