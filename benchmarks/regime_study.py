@@ -91,7 +91,7 @@ def choose_lrs(plan: dict, ledger) -> dict:
     shape is in the ledger, with its neighbours on the grid (a best lr at the grid's edge is flagged)."""
     table: dict[str, dict] = {}
     for name, r in plan["runs"].items():
-        rec = ledger.read(name)
+        rec = ledger.read(name) if ledger.holds(name, r["cfg"]) else None  # another config or corpus: refused
         row = table.setdefault(r["shape"], {}).setdefault(r["lr"], {})
         row[r["seed"]] = None if rec is None else float(rec["final"]["val_loss"])
     out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": True, "seeds": plan["seeds"]}
@@ -223,7 +223,7 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
     ready = {}
     for p in ("headline", "ablations", "horizon", "arch"):
         part = parts[p]
-        held = sum(ledger.read(k) is not None for k in part["runs"])
+        held = sum(ledger.holds(k, r["cfg"]) for k, r in part["runs"].items())
         ready[p] = held == len(part["runs"]) and part.get("tuned")
         if not ready[p]:
             say(f"{p}: {held} of {len(part['runs'])} runs in the ledger" + ("" if part.get("tuned") else
