@@ -233,8 +233,7 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
         plan = {**plans[0], "methods": [m for pl in plans for m in pl["methods"]],
                 "runs": merge(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
         out["headline"] = R.summarize(plan, ledger)
-        say(R.render(plan, out["headline"], {"train_tokens": 0, "share_of_split_drawn": 0, "sampler": "see the plan"},
-                     f"headline from the ledger {root}"))
+        say(R.render(plan, out["headline"], R.corpus_check(plan), f"headline from the ledger {root}"))
         R.plot_regime(plan, ledger, root)
     if ready["headline"] and ready["horizon"]:
         out["horizon"] = horizon(parts, ledger, root, say)
