@@ -292,3 +292,27 @@ def test_a_run_trained_on_another_corpus_under_the_same_name_is_refused(trained,
     text.write_text("a different corpus " * 20000)
     cfg["data"]["source"] = str(text)
     assert L.data_key(cfg) != rec["data_key"]
+
+
+def test_a_record_from_before_a_config_field_was_added_is_still_held(trained, tmp_path):
+    """A ledger outlives schema additions: a field the recorded config lacks takes its default on both sides (two
+    were added while this study ran: model.loss_chunk_tokens and train.compile_mode); a changed value does not."""
+    plan, ledger, _ = trained[1]
+    rec = ledger.read("seed0/small")
+    older = json.loads(json.dumps(rec))
+    older["config"]["train"].pop("compile_mode", None)
+    older["config"]["model"].pop("loss_chunk_tokens", None)
+    import hashlib
+
+    raw = json.loads(json.dumps(older["config"]))  # the key such a record carried: its own raw form, hashed
+    raw["train"].pop("out_dir"), raw["train"].pop("device", None)
+    older["config_key"] = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
+    other = L.Ledger(tmp_path / "l")
+    p = other.path("seed0/small")
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(older))
+    assert other.holds("seed0/small", plan["runs"]["seed0/small"]["cfg"])
+    changed = json.loads(json.dumps(plan["runs"]["seed0/small"]["cfg"]))
+    changed["train"]["seed"] += 1
+    with pytest.raises(ConfigError):
+        other.holds("seed0/small", changed)

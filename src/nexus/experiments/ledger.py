@@ -31,8 +31,16 @@ MAX_POINTS = 200  # a regime run evaluates ~20 times; a longer one is thinned to
 
 def config_key(cfg: dict) -> str:
     """The config's identity: everything but where it writes (out_dir) and what it runs on (device: the same
-    experiment on a GPU is the same run; its ledger file records the device), hashed."""
-    c = copy.deepcopy(cfg)
+    experiment on a GPU is the same run; its ledger file records the device), hashed, in the form today's code
+    parses it to: a field added since the run was recorded takes its default on both sides, so a ledger outlives
+    schema additions (a default that changes what a run computes is a code change no key can see)."""
+    from ..config_migration import saved_run_config
+    from ..errors import ConfigError as _Bad
+
+    try:
+        c = saved_run_config(copy.deepcopy(cfg)).to_dict()
+    except (_Bad, TypeError, AttributeError, KeyError):  # unreadable today: its raw form (it then matches nothing)
+        c = copy.deepcopy(cfg)
     c.get("train", {}).pop("out_dir", None)
     c.get("train", {}).pop("device", None)
     return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -60,10 +68,10 @@ def data_key(cfg: dict) -> str:
     """The corpus a run reads, hashed: its training and validation tokens as the data module loads them."""
     import numpy as np
 
-    from ..config import RunConfig
+    from ..config_migration import saved_run_config
     from ..data.loader import DataModule
 
-    dm = DataModule(RunConfig.from_dict(copy.deepcopy(cfg)).data, seed=0, quiet=True)
+    dm = DataModule(saved_run_config(copy.deepcopy(cfg)).data, seed=0, quiet=True)
     h = hashlib.sha256()
     for split in (dm.train, dm.val):
         tokens = getattr(split, "tokens", None)
@@ -102,9 +110,9 @@ class Ledger:
         rec = self.read(name)
         if rec is None:
             return False
-        if rec.get("config_key") != config_key(cfg):
+        if config_key(rec.get("config") or {}) != config_key(cfg):
             raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} with another config "
-                              f"(key {rec.get('config_key')} vs today's {config_key(cfg)}) (valid: the same study "
+                              f"(key {config_key(rec.get('config') or {})} vs today's {config_key(cfg)}) (valid: the same study "
                               f"settings, another --study, or delete that file to rerun it)")
         if rec.get("data_key") != self.data_key(cfg):
             raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} trained on another corpus under the "
