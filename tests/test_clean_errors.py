@@ -208,12 +208,12 @@ def test_build_model_refuses_a_model_larger_than_free_memory_before_allocating(m
     """The size check counts parameters by arithmetic and compares them with the free memory: here 0.5 MB
     free, a model whose fp32 weights take ~0.9 MB (vocab 259 x 64 + 4 x (4 x 64 x 64 + 3 x 64 x 192 + 2 x 64) + 64)."""
     from nexus.config import ConfigError
-    from nexus.models import accounting
+    from nexus.models import size_check
 
     cfg = nexus.ModelConfig(d_model=64, n_layers=4, n_heads=4)
     expected = 259 * 64 + 4 * (4 * 64 * 64 + 3 * 64 * 192 + 2 * 64) + 64  # tied embedding, Llama block, final norm
     assert sum(p.numel() for p in build_model(cfg).parameters()) == expected
-    monkeypatch.setattr(accounting, "available_bytes", lambda device: 500_000)
+    monkeypatch.setattr(size_check, "available_bytes", lambda device: 500_000)
     with pytest.raises(ConfigError, match=rf"{expected:,} parameters need 0\.0 GB as float32 but 0\.0 GB is free"):
         build_model(cfg)
     with torch.device("meta"):  # counting on the meta device allocates nothing: no refusal

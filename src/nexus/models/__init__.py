@@ -1,6 +1,7 @@
 """Model zoo: `build_model(ModelConfig)` builds the architecture `model.arch` names (models/kinds.py)."""
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
@@ -18,10 +19,19 @@ def build_model(cfg: ModelConfig) -> nn.Module:
         from ..config import ConfigError
 
         raise ConfigError("invalid model config: " + "; ".join(errors))
-    from .accounting import check_model_size
-    from .kinds import architecture
+    from .size_check import check_model_size, formula_count
 
-    check_model_size(cfg)
+    n = formula_count(cfg)
+    if n is None and torch.get_default_device().type != "meta":  # a kind with no count of its own: count on meta
+        with torch.device("meta"):
+            n = count_parameters(_build(cfg))
+    check_model_size(cfg, n)
+    return _build(cfg)
+
+
+def _build(cfg: ModelConfig) -> nn.Module:
+    """The architecture `cfg.arch` names, built from a validated config."""
+    from .kinds import architecture
 
     arch = architecture(cfg)
     if arch is not None:

@@ -3,7 +3,7 @@
 An attention kind is two files. `nexus/kind_options/<kind>.py` holds what needs no torch: its options (a
 subclass of `config.AttentionOptions` registered under its name, `class XOptions(AttentionOptions,
 kind="x")`) and its parameter count, `XOptions.params(model_cfg, base)`: one layer's parameters given
-`base`, the count of standard attention with the same projections (analysis/param_formula.py adds the
+`base`, the count of standard attention with the same projections (kind_options/param_formula.py adds the
 model up without building it, or importing torch). `nexus/models/<kind>.py` holds its module and its
 registration line,
 

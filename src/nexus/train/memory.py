@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError, RunConfig
-from ..models.accounting import available_bytes, param_count
+from ..models.accounting import param_count
+from ..models.size_check import available_bytes
 
 GB = 1e9
 
