@@ -183,7 +183,7 @@ def test_each_token_count_needs_pattention_where_it_adds_tokens_and_only_there()
 def _default_token_model(freeze=True, act="gelu_l2"):
     """Token counts left unset: TokenFormer's defaults, n = d_model for q/k/v/o and n = ffn for the FFN."""
     cfg = tf_cfg(freeze, act)
-    cfg.model.projection.param_tokens = cfg.model.projection.ffn_param_tokens = None
+    cfg.model.projection.param_tokens = cfg.model.projection.ffn_param_tokens = 0  # 0: the documented "unset" (None is refused)
     torch.manual_seed(5)
     return perturbed(build_model(cfg.model)), cfg
 
@@ -231,7 +231,7 @@ def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, no
     assert res.report == expected
     counts = {n: m.n_tokens for n, m in pattention_modules(res.model).items()}
     assert counts == {n: (ffn + add_ffn if n.endswith("mlp") else d + add) for n in counts}
-    assert (cfg.model.projection.param_tokens, cfg.model.projection.ffn_param_tokens) == (None, None)  # caller's config untouched
+    assert (cfg.model.projection.param_tokens, cfg.model.projection.ffn_param_tokens) == (0, 0)  # caller's config untouched
 
 
 @pytest.mark.parametrize("init,key_scale,value_scale", [("exact", 0.0, 1.0), ("noise", 0.5, 0.5), ("zero", 0.0, 0.0)])
