@@ -136,14 +136,14 @@ def test_the_old_spelling_of_an_architecture_option_still_sets_it():
 
 
 def test_a_partial_config_file_in_the_old_architecture_form_applies_to_the_presets_architecture(tmp_path):
-    from nexus.config_overrides import config_file_overrides, parse_overrides
+    from nexus.config_overrides import merge_config_file
 
     path = tmp_path / "depth.yaml"
     path.write_text("model:\n  recurrent: {t_inner: 5}\n")
-    cfg = parse_overrides(get_preset("nexus-micro"), config_file_overrides(path))
+    cfg = merge_config_file(get_preset("nexus-micro"), path)
     assert cfg.model.arch.t_inner == 5 and cfg.model.arch.n_sup == get_preset("nexus-micro").model.arch.n_sup
     with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent"):
-        parse_overrides(get_preset("baseline-micro"), config_file_overrides(path))
+        merge_config_file(get_preset("baseline-micro"), path)
 
 
 def test_an_option_of_another_kind_names_the_kind_that_has_it():
@@ -164,7 +164,7 @@ def test_an_option_of_another_kind_names_the_kind_that_has_it():
 def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
     import yaml
 
-    from nexus.config_overrides import config_file_overrides, parse_overrides
+    from nexus.config_overrides import merge_config_file
 
     for form, d in (("new", get_preset("nexus-qk-tiny").to_dict()), ("old", OLD["nexus-qk-tiny"])):
         d = json.loads(json.dumps(d))
@@ -172,11 +172,11 @@ def test_a_config_file_in_either_form_applies_on_top_of_a_preset(tmp_path):
         del d["preset"], d["growth_history"]  # top-level records, not settings
         path = tmp_path / f"{form}.yaml"
         path.write_text(yaml.safe_dump(d, sort_keys=False))
-        cfg = parse_overrides(get_preset("baseline-tiny"), config_file_overrides(path))
+        cfg = merge_config_file(get_preset("baseline-tiny"), path)
         assert cfg.model == get_preset("nexus-qk-tiny").model and cfg.train == get_preset("nexus-qk-tiny").train
     partial = tmp_path / "partial.yaml"  # names its kind and one option: the preset's other options stay
     partial.write_text("model:\n  attention: {kind: higher_order, order: 3}\n")
-    cfg = parse_overrides(get_preset("nexus-qk-tiny"), config_file_overrides(partial))
+    cfg = merge_config_file(get_preset("nexus-qk-tiny"), partial)
     assert cfg.model.attention.order == 3 and cfg.model.attention.ho_shared is False
 
 

@@ -64,6 +64,9 @@ class MLPOptions(KindOptions, kind="dense"):
     (`moe`) register their options in their own files."""
 
     section: typing.ClassVar[str] = "mlp"
+    # the inner axes this kind's `width_axes` can return, each with the reason of its --width.<axis> flag
+    # (growth/width.py makes one option per axis any registered MLP kind declares)
+    width_axis_reasons: typing.ClassVar[dict[str, str]] = {"ffn": "new dense FFN inner size (0 = unchanged)"}
 
     def width_axes(self, model: "ModelConfig") -> dict[str, int]:
         """The inner axes width growth may grow in this MLP, with their sizes (growth/width.py)."""

@@ -129,27 +129,12 @@ def merge_config_file(cfg: RunConfig, path: str | Path | None, flag: str = "--co
     return cfg if path is None else merge_mapping(cfg, read_config_file(path, flag))
 
 
-def config_file_overrides(path: str | Path, flag: str = "--config") -> list[str]:
-    """A config file as the dotted overrides it amounts to (`--model.d_model=64`, ...): only the fields
-    it names change, so it goes on top of a preset, and command-line overrides after it win. Being
-    plain override strings, it travels where only overrides do: an experiment plan stores its runs as a preset
-    and overrides. A run built here merges the file as a mapping instead (merge_config_file)."""
-    out: list[str] = []
-
-    def walk(section, d: dict, prefix: str) -> None:
-        for k, v in d.items():
-            sub = getattr(section, str(k), None)
-            if sub is None and isinstance(v, dict) and _section_named_by_kind(section, str(k)):
-                sub = getattr(section, _section_named_by_kind(section, str(k))[0])  # the old model.<kind> form
-            if dataclasses.is_dataclass(sub) and isinstance(v, dict):
-                walk(sub, v, f"{prefix}{k}.")
-            else:  # strings as they are (a str field keeps them verbatim); the rest as YAML apply_override reads
-                out.append(f"--{prefix}{k}=" + (v if isinstance(v, str) else
-                                                yaml.safe_dump(v, default_flow_style=True, width=2 ** 30).strip()
-                                                .removesuffix("\n...").strip()))
-
-    walk(RunConfig(), read_config_file(path, flag), "")
-    return out
+def mapping_sets(d: dict | None, dotted: str) -> bool:
+    """Whether a (partial) config mapping names the field at `dotted` (`train.lr`)."""
+    *sections, name = dotted.split(".")
+    for s in sections:
+        d = d.get(s) if isinstance(d, dict) else None
+    return isinstance(d, dict) and name in d
 
 
 def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:

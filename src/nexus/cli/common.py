@@ -64,13 +64,13 @@ def add_config_file_arg(p: argparse.ArgumentParser) -> None:
                         "overrides apply on top of both")
 
 
-def with_config_file(args, extra: list[str]) -> list[str]:
-    """The overrides of `--config FILE` (when given) followed by the command line's: file over preset,
-    command line over file. For an experiment, whose plan stores each run as a preset and overrides; a
-    single run merges the file as a mapping (base_config)."""
-    from ..config_overrides import config_file_overrides
+def config_file_mapping(args) -> dict | None:
+    """The fields `--config FILE` names (None: no file), read and migrated once: an experiment merges
+    this mapping onto each run's preset (config_overrides.merge_mapping), then the command line's
+    overrides on top, as a single run does (base_config)."""
+    from ..config_migration import read_config_file
 
-    return (config_file_overrides(args.config) if getattr(args, "config", None) else []) + list(extra)
+    return read_config_file(args.config) if getattr(args, "config", None) else None
 
 
 def build_config(args, extra: list[str]) -> RunConfig:

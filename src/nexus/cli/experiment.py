@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import add_config_file_arg, nonneg_float, positive_int, with_config_file
+from .common import add_config_file_arg, config_file_mapping, nonneg_float, positive_int
 
 
 def _csv(name: str, item=str):
@@ -113,10 +113,10 @@ def run_progressive_cmd(args, extra) -> int:
     from ..experiments.stats import fmt
 
     t0 = time.perf_counter()
-    extra = with_config_file(args, extra)
     plan = plan_progressive(args.method or DEFAULT_METHOD, args.preset, extra, args.tokens, args.grow_at, args.seed,
                             args.out, seeds=args.seeds, recipe=args.recipe, tau=args.tau,
-                            steplaw_scratch=args.steplaw_scratch, scratch_lr=args.scratch_lr)
+                            steplaw_scratch=args.steplaw_scratch, scratch_lr=args.scratch_lr,
+                            config_mapping=config_file_mapping(args))
     runs = list(plan["configs"][str(plan["seeds"][0])])
     print(f"progressive experiment: {plan['method']} | recipe {plan['recipe']} | {plan['token_budget']:,} tokens per run "
           f"| grow at step {plan['grow_step']}/{plan['steps']} | seeds {','.join(map(str, plan['seeds']))} | runs "
@@ -149,7 +149,8 @@ def _run_pair_cmd(args, extra) -> int:
                           f"methods' own same-size bases and compares grown runs only)")
     t0 = time.perf_counter()
     seeds = [args.seed] if args.seed is not None else args.seeds
-    plan = plan_pair(args.method, with_config_file(args, extra), args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau)
+    plan = plan_pair(args.method, extra, args.tokens, args.grow_at, seeds, args.out, args.recipe, args.tau,
+                     config_mapping=config_file_mapping(args))
     print(f"method pair {plan['pair']}: {' vs '.join(plan['methods'])} | seeds {','.join(map(str, plan['seeds']))} "
           f"| out {plan['out_dir']}")
     r = run_pair(plan, quiet=args.quiet)
@@ -164,8 +165,8 @@ def run_compare_cmd(args, extra) -> int:
     from ..experiments.compare import plan_compare, run_compare
 
     t0 = time.perf_counter()
-    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, with_config_file(args, extra), args.out, args.eval_task,
-                        args.lm_eval, args.lm_eval_include, args.lm_eval_limit)
+    plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task,
+                        args.lm_eval, args.lm_eval_include, args.lm_eval_limit, config_mapping=config_file_mapping(args))
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:

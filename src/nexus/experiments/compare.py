@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..config_migration import saved_run_config
-from ..config_overrides import parse_overrides
+from ..config_overrides import merge_mapping, parse_overrides
 from .curves import train_flops_per_token
 from .runs import read_done, run_resumable, write_json_atomic, write_text_atomic
 
@@ -29,7 +29,9 @@ EVAL_TASKS = ("mqar", "khop", "induction")
 def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", tokens: int | None = None,
                  overrides: list[str] | None = None, out: str = "runs/compare", eval_task: str | None = None,
                  lm_eval: list[str] | None = None, lm_eval_include: str | None = None,
-                 lm_eval_limit: int | None = None) -> dict:
+                 lm_eval_limit: int | None = None, config_mapping: dict | None = None) -> dict:
+    """Validate every run and return the plan; trains nothing. config_mapping: the fields a --config file
+    names, merged onto each preset before `overrides`."""
     from ..presets import get_preset, preset_label
 
     if equal not in ("tokens", "flops"):
@@ -45,6 +47,8 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
     cfgs = []
     for name in presets:
         cfg = get_preset(name)
+        if config_mapping:
+            merge_mapping(cfg, copy.deepcopy(config_mapping))
         parse_overrides(cfg, list(overrides or []))
         cfgs.append(cfg.validate())
         if lm_eval and cfg.data.source.startswith("synthetic:"):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..config_migration import saved_run_config
-from ..config_overrides import apply_override, parse_overrides
+from ..config_overrides import apply_override, mapping_sets, merge_mapping, parse_overrides
 from .runs import run_resumable, write_json_atomic
 
 PLAN_FILE = "plan.json"
@@ -84,7 +84,8 @@ def _resolve_method(name: str):
     return m
 
 
-def _small_config(m, preset: str | None, overrides: list[str], seed: int | None) -> RunConfig:
+def _small_config(m, preset: str | None, overrides: list[str], seed: int | None,
+                  config_mapping: dict | None = None) -> RunConfig:
     from ..presets import get_preset
 
     cfg = get_preset(preset or m.preset)
@@ -92,6 +93,8 @@ def _small_config(m, preset: str | None, overrides: list[str], seed: int | None)
         tuned = {"train.lr": m.lrs["small"]} if m.lrs else {}
         for k, v in {**QUICK, **m.overrides, **tuned}.items():
             apply_override(cfg, k, v)
+    if config_mapping:  # a --config file's fields: over the preset, under the command line
+        merge_mapping(cfg, copy.deepcopy(config_mapping))
     parse_overrides(cfg, overrides)
     if seed is not None:
         cfg.train.seed = seed
@@ -188,8 +191,9 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
                      tokens: int | None = None, grow_at: float = 0.5, seed: int | None = None,
                      out: str | None = None, eval_points: int = 10, seeds: list[int] | None = None,
                      recipe: str = "paper", tau=None, steplaw_scratch: bool = False,
-                     scratch_lr: float | None = None) -> dict:
-    """Validate everything and return the plan (configs of every run of every seed); trains nothing."""
+                     scratch_lr: float | None = None, config_mapping: dict | None = None) -> dict:
+    """Validate everything and return the plan (configs of every run of every seed); trains nothing.
+    config_mapping: the fields a --config file names, merged onto the small model's preset before `overrides`."""
     if recipe not in RECIPES:
         raise ConfigError(f"--recipe={recipe!r} (valid: {'|'.join(RECIPES)})")
     if seed is not None and seeds is not None:
@@ -198,7 +202,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} (valid: distinct integers, e.g. 0,1,2)")
     m = _resolve_method(method)
-    small = _small_config(m, preset, overrides or [], None)
+    small = _small_config(m, preset, overrides or [], None, config_mapping)
     tps = _tokens_per_step(small)
     budget = int(tokens) if tokens is not None else small.train.steps * tps
     if budget < 2 * tps:
@@ -232,7 +236,8 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
     scratch.model = copy.deepcopy(target_model)
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
-    user_lr = any(o.lstrip("-").split("=")[0] == "train.lr" for o in (overrides or []))
+    user_lr = (any(o.lstrip("-").split("=")[0] == "train.lr" for o in (overrides or []))
+               or mapping_sets(config_mapping, "train.lr"))
     scratch_lr_rule = "the small model's lr (untuned)"
     if scratch_lr is None and preset is None and m.lrs and not user_lr:
         scratch_lr, scratch_lr_rule = m.lrs["scratch"], f"tuned: {m.lrs['scratch']:.3g} ({MAIN_JOB_SWEEP})"

@@ -38,11 +38,24 @@ class GrowthSpec:
     """Fields every family shares."""
     family: ClassVar[str] = ""  # set by register_grower
     triggers: ClassVar[tuple[str, ...]] = ()  # fields whose flags select this family on the command line
+    declared_after: ClassVar[str | None] = None  # the field the `declared_options` follow (in help and records)
 
     optimizer_state: str = option("asymmetric", "what the new entries' optimizer state starts from: asymmetric (old "
                                   "keep theirs, new start at zero) | copy | drop | scaled (asymmetric, and the old "
                                   "moments of rescaled fan-in tensors scaled like their weights)",
                                   "--optimizer-state", metavar="POLICY", choices=OPTIMIZER_STATE_POLICIES)
+
+    @classmethod
+    def declared_options(cls) -> list:
+        """Options this family takes from declarations made elsewhere (width growth: each MLP kind's inner
+        axis), as `option(...)` fields with their names set; they are instance attributes, not dataclass
+        fields, so a kind registered by a plugin adds its option without an edit to the family's file."""
+        return []
+
+    @classmethod
+    def trigger_names(cls) -> tuple[str, ...]:
+        """The options whose flags select this family on the command line (`triggers` unless computed)."""
+        return cls.triggers
 
     def validate(self) -> "GrowthSpec":
         """Check (and normalize) the fields; ConfigError names the field, the value and what is valid."""
@@ -56,7 +69,7 @@ class GrowthSpec:
 
     def to_dict(self) -> dict:
         """{"family": ..., every field}: what a growth record and a growth hook's `spec` store."""
-        return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"family": self.family, **{f.name: getattr(self, f.name, f.default) for f in spec_fields(type(self))}}
 
 
 @dataclass
@@ -82,6 +95,14 @@ class NewEntriesSpec(GrowthSpec):
         return int(train_seed if self.seed is None else self.seed)
 
 
+def spec_fields(cls: type[GrowthSpec]) -> list:
+    """A family's options: its dataclass fields with the options it takes from declarations elsewhere
+    placed after the field `declared_after` names (at the end when none)."""
+    own = list(fields(cls))
+    at = next((i + 1 for i, f in enumerate(own) if f.name == cls.declared_after), len(own))
+    return [*own[:at], *cls.declared_options(), *own[at:]]
+
+
 _SPECS: dict[str, type[GrowthSpec]] = {}
 
 
@@ -104,7 +125,7 @@ def spec_from_dict(d, where: str = "growth spec") -> GrowthSpec:
         raise ConfigError(f"{where}={d!r} (valid: a mapping with family one of {', '.join(sorted(_SPECS))}, "
                           "e.g. --growth '{family: width, hidden: 192}')")
     cls = _SPECS[family]
-    names = [f.name for f in fields(cls)]
+    names = [f.name for f in spec_fields(cls)]
     unknown = sorted(set(d) - set(names) - {"family"})
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}={d[unknown[0]]!r} is not a {family} growth option "
@@ -128,7 +149,7 @@ def _field_dest(f) -> str:
 
 
 def _flag_fields(cls: type[GrowthSpec]):
-    return [f for f in fields(cls) if f.metadata.get("flag") or f.metadata.get("consts")]
+    return [f for f in spec_fields(cls) if f.metadata.get("flag") or f.metadata.get("consts")]
 
 
 def add_spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -190,17 +211,17 @@ def spec_from_flags(args) -> dict | None:
             if v is not None:
                 given[f.name] = v
         given_by[family] = given
-        if any(t in given for t in cls.triggers):
+        if any(t in given for t in cls.trigger_names()):
             claimed.append(family)
     if len(claimed) > 1:
-        raise ConfigError(f"several growth families requested ({', '.join(claimed)}); grow one at a time")
+        raise ConfigError(f"several growth families requested ({', '.join(sorted(claimed))}); grow one at a time")
     if not claimed:
         stray = [(fam, name) for fam, given in given_by.items() for name in given
                  if not _shared(name, fam)]
         if stray:
             fam, name = stray[0]
             flag = _field_flag(_SPECS[fam], name)
-            want = " or ".join(_field_flag(_SPECS[fam], t) for t in _SPECS[fam].triggers)
+            want = " or ".join(_field_flag(_SPECS[fam], t) for t in _SPECS[fam].trigger_names())
             raise ConfigError(f"{flag} is a {fam} growth option, given without {want} (valid: add {want})")
         return None
     family = claimed[0]
@@ -215,7 +236,7 @@ def spec_from_flags(args) -> dict | None:
 
 
 def _field_flag(cls, name: str) -> str:
-    f = next(f for f in fields(cls) if f.name == name)
+    f = next(f for f in spec_fields(cls) if f.name == name)
     return f.metadata["flag"] or "/".join(f.metadata["consts"])
 
 
@@ -236,5 +257,5 @@ def check_int(value, flag: str, minimum: int = 1, allow_none: bool = True, what:
     return value
 
 
-__all__ = ["GrowthSpec", "NewEntriesSpec", "option", "register_spec", "spec_classes", "spec_from_dict", "add_spec_flags",
+__all__ = ["GrowthSpec", "NewEntriesSpec", "option", "register_spec", "spec_classes", "spec_from_dict", "spec_fields", "add_spec_flags",
            "spec_from_flags", "check_int", "OPTIMIZER_STATE_POLICIES"]

@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import torch
 
-from ..config import ConfigError, ModelConfig, RunConfig
+from ..config import ConfigError, MLPOptions, ModelConfig, RunConfig
 from ..models.accounting import build_on_meta
 from ..models.width_roles import Roles, collect_refusals, collect_roles
 from .param_map import ParamMap
@@ -54,17 +54,29 @@ from .spec import GrowthSpec, option
 INITS = ("copy", "random", "zero")
 PRESERVE_MODES = ("rms", "exact", "none")
 SPLITS = ("even", "1:2", "random")
-AXES = ("hidden", "ffn", "expert_inner")
+
+
+def inner_axes() -> dict[str, str]:
+    """Every inner axis a registered MLP kind declares (`width_axis_reasons`), with its flag's reason: the
+    baseline kind's first, then the others' in registration order."""
+    axes: dict[str, str] = {}
+    for cls in MLPOptions.kinds().values():
+        for axis, reason in cls.width_axis_reasons.items():
+            axes.setdefault(axis, reason)
+    return axes
+
+
+def all_axes() -> tuple[str, ...]:
+    """The hidden axis (d_model, every model has it) and every declared inner axis."""
+    return ("hidden", *inner_axes())
 
 # ----------------------------------------------------------------------------- the spec
 @dataclass
 class WidthSpec(GrowthSpec):
     """SPARKLING: hidden size, dense FFN and MoE expert inner size."""
-    triggers: ClassVar[tuple[str, ...]] = AXES
+    declared_after: ClassVar[str] = "hidden"  # --width.hidden, then each MLP kind's --width.<axis>
 
     hidden: int = option(0, "new hidden size d_model (0 = unchanged)", "--width.hidden", kind=int, metavar="N")
-    ffn: int = option(0, "new dense FFN inner size (0 = unchanged)", "--width.ffn", kind=int, metavar="N")
-    expert_inner: int = option(0, "new MoE expert inner size (0 = unchanged)", "--width.expert_inner", kind=int, metavar="N")
     init: object = option("copy,copy", "fan-out,fan-in init of the new channels, copy|random|zero each", "--init",
                           metavar="OUT,IN")
     preserve: str = option("rms", "rms (SPARKLING's RMS-preserving fan-in factor) | exact (function preserving) | "
@@ -80,6 +92,26 @@ class WidthSpec(GrowthSpec):
     rewarmup_all: object = option(None, "baseline: the same re-warmup drives every parameter (RHO,TAU)",
                                   "--rewarmup-all", metavar="RHO,TAU")
 
+    @classmethod
+    def declared_options(cls) -> list:
+        """One `--width.<axis>` option per inner axis a registered MLP kind declares (dense: ffn, MoE:
+        expert_inner), so a new MLP kind with its own axis edits nothing here."""
+        opts = []
+        for axis, reason in inner_axes().items():
+            f = option(0, reason, f"--width.{axis}", kind=int, metavar="N")
+            f.name = axis  # what dataclasses would set for a class field
+            opts.append(f)
+        return opts
+
+    @classmethod
+    def trigger_names(cls) -> tuple[str, ...]:
+        return all_axes()
+
+    def __eq__(self, other) -> bool:  # the inner axes are instance attributes, not dataclass fields
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    __hash__ = None  # mutable, compared by value
+
     @property
     def init_out(self) -> str:
         return self.init.split(",")[0]
@@ -90,8 +122,8 @@ class WidthSpec(GrowthSpec):
 
     def validate(self) -> "WidthSpec":
         super().validate()
-        for axis in AXES:
-            v = getattr(self, axis) or 0
+        for axis in all_axes():
+            v = getattr(self, axis, 0) or 0
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"width.{axis}={v!r} (valid: a positive integer, the new size)")
             setattr(self, axis, v)
@@ -126,9 +158,13 @@ class WidthSpec(GrowthSpec):
         self.rewarmup_all = bool(rw_all) and self.rewarmup is not None
         return self
 
+    def targets(self) -> dict[str, int]:
+        """The axes given a new size (a nonzero target), by name."""
+        return {a: getattr(self, a, 0) for a in all_axes() if getattr(self, a, 0)}
+
     def current_sizes(self, m) -> dict[str, int]:
         """Every axis's size; an axis the model's MLP kind does not have (`width_axes`) is 0."""
-        return {**dict.fromkeys(AXES, 0), "hidden": m.d_model, **m.mlp.width_axes(m)}
+        return {**dict.fromkeys(all_axes(), 0), "hidden": m.d_model, **m.mlp.width_axes(m)}
 
     def applies_to(self, m) -> None:
         """A model no module of which refuses width growth (`width_refusal`), every target at least the
@@ -140,13 +176,13 @@ class WidthSpec(GrowthSpec):
         if refusals:
             where, why = refusals[0]
             raise ConfigError(f"width growth of {where}: {why}")
-        targets = {a: getattr(self, a) for a in AXES if getattr(self, a)}
+        targets = self.targets()
         for section in m.kind_sections():  # what a kind cannot grow, it refuses itself
             section.check_width_growth(m, targets)
         mlp_axes = m.mlp.width_axes(m)
-        for axis in AXES[1:]:  # the inner axes: each exists only where the MLP's kind declares it
-            if getattr(self, axis) and axis not in mlp_axes:
-                raise ConfigError(f"width.{axis}={getattr(self, axis)} on a model whose MLP (model.mlp.kind="
+        for axis in inner_axes():  # each exists only where the model's MLP kind has it
+            if targets.get(axis) and axis not in mlp_axes:
+                raise ConfigError(f"width.{axis}={targets[axis]} on a model whose MLP (model.mlp.kind="
                                   f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
                                   "its inner size)")
         current = self.current_sizes(m)
@@ -156,7 +192,7 @@ class WidthSpec(GrowthSpec):
                                   f"(valid: >= {current[axis]}; width growth never shrinks)")
         if not any(new > current[a] for a, new in targets.items()):
             raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
-                              f"(valid: give --width.{'/--width.'.join(AXES)} larger than now)")
+                              f"(valid: give --width.{'/--width.'.join(all_axes())} larger than now)")
         if self.init_out == "zero" and self.init_in == "zero":
             raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
                               "exactly zero gradient forever)")
@@ -205,6 +241,22 @@ def parse_pair(value, what: str, default: tuple[float, int] = (1.3, 250)) -> dic
     if not rho > 0 or rho == float("inf") or tau < 0:  # `not rho > 0`: nan fails every comparison
         raise ConfigError(f"{what}={value!r} (valid: a finite RHO > 0 and TAU >= 0, e.g. 1.3,250)")
     return {"rho": rho, "tau": tau}
+
+
+def _init_with_declared_axes(dataclass_init):
+    """WidthSpec's constructor: the dataclass fields, and each declared inner axis (`declared_options`) as a
+    keyword (0 = unchanged) kept as an instance attribute; an axis no registered kind declares is refused
+    as the dataclass refuses an unknown field."""
+    def __init__(self, *args, **kw):
+        axes = inner_axes()
+        sizes = {a: kw.pop(a, 0) for a in axes}
+        dataclass_init(self, *args, **kw)
+        for axis, size in sizes.items():
+            setattr(self, axis, size)
+    return __init__
+
+
+WidthSpec.__init__ = _init_with_declared_axes(WidthSpec.__init__)
 
 
 # ----------------------------------------------------------------------------- per-axis plan
@@ -342,7 +394,7 @@ def _zero_sum_perturbation(t: torch.Tensor, dim: int, plan: AxisPlan, std: float
 def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
     """The ModelConfig of `m` grown by `ws` along `plans`."""
     current = ws.current_sizes(m)
-    targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
+    targets = ws.targets()
     new_mcfg = copy.deepcopy(m)
     new_mcfg.head_dim = m.hd  # hidden growth keeps head count and head size
     new_mcfg.ffn_hidden = m.ffn  # explicit: the default would follow d_model
@@ -362,7 +414,7 @@ def grown_config(m: ModelConfig, ws: WidthSpec, plans: dict) -> ModelConfig:
 def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     m = cfg.model
     current = ws.current_sizes(m)
-    targets = {a: getattr(ws, a) for a in AXES if getattr(ws, a)}
+    targets = ws.targets()
     gen = torch.Generator().manual_seed(ws.seed)
     plans = {a: plan_axis(a, current[a], new, ws, gen) for a, new in targets.items() if new > current[a]}
     new_mcfg = grown_config(m, ws, plans)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..config import MLPOptions, ModelConfig, option
 
@@ -16,6 +17,8 @@ class MoEOptions(MLPOptions, kind="moe"):
     expert_hidden: int = option(0, "inner size of each expert (0 -> model.ffn_hidden // top_k: the dense model's active FFN size)")
     lb_loss_coef: float = option(0.01, "load-balancing loss weight (Switch/OLMoE form)")
     router_z_coef: float = option(0.001, "router z-loss weight (ST-MoE)")
+    # width growth grows the experts' inner size, not a dense FFN's (there is none)
+    width_axis_reasons: ClassVar[dict[str, str]] = {"expert_inner": "new MoE expert inner size (0 = unchanged)"}
 
     def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
         n = self.n_experts
