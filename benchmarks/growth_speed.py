@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 
 import torch
 
@@ -21,7 +20,7 @@ from nexus.config import ModelConfig, ProjectionOptions, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
-from _result import print_machine
+from _harness import StepTimer, print_machine
 
 
 def main() -> None:
@@ -52,16 +51,17 @@ def main() -> None:
     opt.step()
     state = opt.state_dict()
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    ref_model = copy.deepcopy(model)
-    ref_state = {k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in v.items()} for k, v in state["state"].items()}
-    t_ref, c_ref = time.perf_counter() - t0, time.process_time() - c0
+    with StepTimer() as ref:
+        ref_model = copy.deepcopy(model)
+        ref_state = {k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in v.items()}
+                     for k, v in state["state"].items()}
+    t_ref, c_ref = ref.elapsed.wall, ref.elapsed.cpu
     del ref_model, ref_state
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    new_model, new_cfg, new_opt, res = grow(model, cfg, {"family": "nexus_rank", "delta_m": args.delta_m,
-                                                         "delta_a": args.delta_a}, state, step=1000)
-    t_grow, c_grow = time.perf_counter() - t0, time.process_time() - c0
+    with StepTimer() as growth:
+        new_model, new_cfg, new_opt, res = grow(model, cfg, {"family": "nexus_rank", "delta_m": args.delta_m,
+                                                             "delta_a": args.delta_a}, state, step=1000)
+    t_grow, c_grow = growth.elapsed.wall, growth.elapsed.cpu
     n_new = sum(p.numel() for p in new_model.parameters())
     print(f"model: {n_params / 1e6:.1f}M -> {n_new / 1e6:.1f}M parameters "
           f"(M {args.m}->{args.m + args.delta_m}, A {args.a}->{args.a + args.delta_a}, {args.layers} layers, "

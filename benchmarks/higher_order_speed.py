@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -24,7 +23,7 @@ from nexus.config import AttentionOptions, ModelConfig, TrainConfig
 from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
 from nexus.optim.param_groups import build_optimizer
-from _result import print_machine
+from _harness import StepTimer, alternate, print_machine
 
 
 def make(args, order: int, max_len: int) -> TransformerLM:
@@ -35,13 +34,10 @@ def make(args, order: int, max_len: int) -> TransformerLM:
     return TransformerLM(cfg)
 
 
-def time_steps(model, opt, x, y, n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        opt.zero_grad(set_to_none=True)
-        model(x, labels=y).loss.backward()
-        opt.step()
-    return (time.perf_counter() - t0) / n
+def train_step(model, opt, x, y) -> None:
+    opt.zero_grad(set_to_none=True)
+    model(x, labels=y).loss.backward()
+    opt.step()
 
 
 def training(args) -> list[dict]:
@@ -52,13 +48,11 @@ def training(args) -> list[dict]:
     runs = {}
     for m in orders:
         model = make(args, m, args.seq).train()
-        opt = build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3))
-        time_steps(model, opt, x, y, 2)  # warm-up
-        runs[m] = (model, opt, [])
-    for _ in range(args.reps):  # interleaved so machine load affects every order alike
-        for m in orders:
-            model, opt, times = runs[m]
-            times.append(time_steps(model, opt, x, y, args.steps))
+        runs[m] = (model, build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3)))
+    # one warm-up round, then rounds in which the orders alternate who goes first, so machine load hits all alike
+    times = alternate({m: (lambda mo=mo, o=o: train_step(mo, o, x, y)) for m, (mo, o) in runs.items()},
+                      args.reps, calls=args.steps)
+    runs = {m: (mo, o, times[m]) for m, (mo, o) in runs.items()}
     base_t = min(runs[1][2])
     base_med = statistics.median(runs[1][2])
     base_f = train_flops_per_token(runs[1][0], args.seq)
@@ -79,9 +73,9 @@ def generation(args) -> dict:
     for name, use_cache in (("cached", True), ("uncached", False)):
         times = []
         for _ in range(args.gen_reps):
-            t0 = time.perf_counter()
-            ids = generate(model, prompt, max_new_tokens=args.gen_tokens, temperature=0, use_cache=use_cache)
-            times.append(time.perf_counter() - t0)
+            with StepTimer() as t:
+                ids = generate(model, prompt, max_new_tokens=args.gen_tokens, temperature=0, use_cache=use_cache)
+            times.append(t.elapsed.wall)
         out[name] = (min(times), ids)
     assert torch.equal(out["cached"][1], out["uncached"][1]), "cached generation must equal uncached"
     return {"cached_s": out["cached"][0], "uncached_s": out["uncached"][0],

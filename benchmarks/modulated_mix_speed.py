@@ -10,14 +10,12 @@ Prints each side's median milliseconds per call and the ratio Function / autogra
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from nexus.models.modulated_mix import modulated_mix
 from nexus.runtime import tune_cpu_allocator
-from _result import print_machine
+from _harness import alternate, emit, medians, print_machine, ratios
 
 
 def by_autograd(cur, anc, l1, l2, g1, g2):
@@ -52,21 +50,18 @@ def main() -> None:
         for t in leaves:
             t.grad = None
 
-    sides = {"function": modulated_mix, "autograd": by_autograd}
-    times: dict[str, list[float]] = {k: [] for k in sides}
-    for r in range(args.rounds + 1):  # round 0 warms up
-        for name, fn in (sides.items() if r % 2 == 0 else reversed(sides.items())):
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                call(fn)
-            if r:
-                times[name].append((time.perf_counter() - t0) / args.calls * 1e3)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    sides = {name: (lambda fn=fn: call(fn)) for name, fn in (("function", modulated_mix), ("autograd", by_autograd))}
+    # seconds per call -> ms; one warm-up round, then the sides alternate who goes first
+    times = {k: [t * 1e3 for t in v] for k, v in alternate(sides, args.rounds, calls=args.calls).items()}
+    med = medians(times)
     print(f"{torch.get_num_threads()} threads | component ({args.tokens} tokens, {args.heads} x {args.head_dim}) "
           f"| dynamic factors | {args.rounds} rounds x {args.calls} calls")
     for k, v in times.items():
         print(f"{k:>9}: median {med[k]:.3f} ms per forward+backward | rounds {[round(x, 3) for x in v]}")
     print(f"RATIO function / autograd = {med['function'] / med['autograd']:.3f}")
+    emit("ExoFormer mixing Function vs autograd", ratios(times, "function", "autograd"), target="< 1 (faster)",
+         met=med["function"] < med["autograd"], function_ms=round(med["function"], 4),
+         autograd_ms=round(med["autograd"], 4))
 
 
 if __name__ == "__main__":

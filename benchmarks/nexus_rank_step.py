@@ -10,8 +10,6 @@ target <= 1.1 (Nexus-Rank costs what its extra FLOPs say, no hidden overhead).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -19,7 +17,7 @@ from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, ProjectionOptions, TrainConfig
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
-from _result import print_machine
+from _harness import alternate, emit, medians, print_machine, ratios
 
 
 def make(args, nexus: bool):
@@ -30,12 +28,10 @@ def make(args, nexus: bool):
     return model, build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3)), cfg
 
 
-def step(model, opt, x, y) -> float:
-    t0 = time.perf_counter()
+def step(model, opt, x, y) -> None:
     opt.zero_grad(set_to_none=True)
     model(x, labels=y).loss.backward()
     opt.step()
-    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -58,13 +54,9 @@ def main() -> None:
     x = torch.randint(0, 259, (args.batch, args.seq), generator=g)
     y = torch.randint(0, 259, (args.batch, args.seq), generator=g)
     runs = {"baseline": make(args, False), "nexus_rank": make(args, True)}
-    times = {k: [] for k in runs}
-    for k, (m, o, _) in runs.items():  # warm-up
-        step(m, o, x, y)
-    for _ in range(args.reps):  # interleaved so machine-load drift hits both alike
-        for k, (m, o, _) in runs.items():
-            times[k].append(step(m, o, x, y))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    # one warm-up step each, then alternated rounds so machine-load drift hits both alike
+    times = alternate({k: (lambda m=m, o=o: step(m, o, x, y)) for k, (m, o, _) in runs.items()}, args.reps)
+    med = medians(times)
     flops = {k: train_flops_per_token(c, args.seq) for k, (_, _, c) in runs.items()}
     t_ratio, f_ratio = med["nexus_rank"] / med["baseline"], flops["nexus_rank"] / flops["baseline"]
     print(f"shape: d={args.d_model} layers={args.layers} M={args.m} A={args.a} form={args.form} seq={args.seq} "
@@ -73,6 +65,9 @@ def main() -> None:
         print(f"{k:>10}: median step {med[k] * 1e3:8.1f} ms  (min {min(times[k]) * 1e3:.1f})  "
               f"train FLOPs/token {flops[k] / 1e6:8.2f} M")
     print(f"step-time ratio {t_ratio:.3f} / FLOPs ratio {f_ratio:.3f} = {t_ratio / f_ratio:.3f}  (target <= 1.1)")
+    emit(f"Nexus-Rank step time / FLOPs ratio, form {args.form}",
+         [r / f_ratio for r in ratios(times, "nexus_rank", "baseline")], target="<= 1.1", unit="",
+         met=t_ratio / f_ratio <= 1.1, flops_ratio=round(f_ratio, 4), step_time_ratio=round(t_ratio, 4))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ hand-written / foreach (how many times slower the Python loop is).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -19,7 +17,7 @@ from nexus.models import build_model
 from nexus.presets import get_preset
 from nexus.optim.optimizers import AdamW
 from nexus.optim.param_groups import build_optimizer
-from _result import print_machine
+from _harness import alternate, emit, medians, print_machine, ratios
 
 
 def _optimizers(model, tcfg):
@@ -50,18 +48,17 @@ def main() -> None:
     print(f"{args.preset}: {n / 1e6:.1f}M parameters, {torch.get_num_threads()} threads, device cpu")
     for o in opts.values():  # allocate state outside the timing
         o.step()
-    times: dict[str, list[float]] = {k: [] for k in opts}
-    for r in range(args.rounds):
-        for name, o in opts.items():
-            t = time.perf_counter()
-            for _ in range(args.steps):
-                o.step()
-            times[name].append((time.perf_counter() - t) / args.steps * 1e3)
-        print(f"round {r + 1}: " + " | ".join(f"{k} {v[-1]:.1f} ms" for k, v in times.items()))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    # the optimizers alternate who goes first each round (the state was allocated above: no warm-up round)
+    times = alternate({k: o.step for k, o in opts.items()}, args.rounds, calls=args.steps, warmup=0,
+                      after_round=lambda r, t: print(f"round {r + 1}: " + " | ".join(
+                          f"{k} {v * 1e3:.1f} ms" for k, v in t.items())))
+    times = {k: [t * 1e3 for t in v] for k, v in times.items()}
+    med = medians(times)
     print("median ms/step: " + " | ".join(f"{k} {v:.1f}" for k, v in med.items()))
     print(f"RATIO hand-written/fused = {med['hand-written'] / med['fused']:.2f} | "
           f"hand-written/foreach = {med['hand-written'] / med['foreach']:.2f}")
+    emit(f"hand-written AdamW vs fused, {args.preset}", ratios(times, "hand-written", "fused"), target="report",
+         unit="x", **{f"{k}_ms": round(v, 3) for k, v in med.items()})
 
 
 if __name__ == "__main__":
