@@ -5,6 +5,7 @@ read text and build parsers only (no command is run), so they stay fast.
 """
 import re
 import shlex
+import sys
 import subprocess
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def test_no_tracked_file_holds_a_conflict_marker():
 # name an existing script that defines the flag. No command is run: this reads text and builds parsers only.
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# benchmarks/README.md is the index of claims; each claim's figure, command and machine sit in a result card
+BENCH_DOCS = [ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").rglob("*.md"))]
 NEXUS_CMD = re.compile(r"^(?:\$ )?(?:time )?(?:[A-Z_]+=\S+ )*(?:torchrun .*?-m |python -m )?nexus ([a-z]+\b.*)$")
 BENCH_CMD = re.compile(r"(?:^|\s)(?:\$ )?(?:[A-Z_]+=\S+ )*python3? (benchmarks/\w+\.py)((?: [^`#\n|;&]*)?)")
 
@@ -202,6 +205,8 @@ def test_every_documented_command_names_existing_subcommands_options_and_presets
     for path in DOCS:
         where = str(path.relative_to(ROOT))
         problems += command_problems(path.read_text(), where) + bench_problems(path.read_text(), where)
+    for path in BENCH_DOCS:  # result cards quote the commands that produced their figures
+        problems += bench_problems(path.read_text(), str(path.relative_to(ROOT)))
     assert not problems, "documented commands that today's CLI does not accept:\n" + "\n".join(problems)
 
 
@@ -264,7 +269,7 @@ def test_empty_table_check_catches_a_header_without_rows():
 
 
 def test_no_doc_table_lost_its_rows():
-    problems = [p for path in [*DOCS, ROOT / "benchmarks" / "README.md"]
+    problems = [p for path in [*DOCS, *BENCH_DOCS]
                 for p in empty_tables(path.read_text(), str(path.relative_to(ROOT)))]
     assert not problems, "\n".join(problems)
 
@@ -300,6 +305,37 @@ def test_citation_check_catches_a_renamed_test_and_a_moved_module():
 
 
 def test_every_cited_test_and_source_file_exists():
-    problems = [p for path in [*DOCS, ROOT / "benchmarks" / "README.md"]
+    problems = [p for path in [*DOCS, *BENCH_DOCS]
                 for p in citation_problems(path.read_text(), str(path.relative_to(ROOT)))]
     assert not problems, "\n".join(problems)
+
+
+# ---- relative links in the benchmark index and result cards resolve -------------------------------------------
+# The index links each claim to its script and card, and each card back to its script: a moved or renamed file
+# must not leave a claim pointing nowhere.
+
+LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+def broken_links(path: Path) -> list[str]:
+    return [f"{path.relative_to(ROOT)}: link {m.group(1)} resolves to nothing"
+            for m in LINK.finditer(path.read_text()) if not (path.parent / m.group(1)).exists()]
+
+
+def test_link_check_catches_a_moved_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "here.md").write_text("[ok](here.md) [web](https://x.org/a) [anchor](#a) [gone](old/script.py#L3)")
+    assert broken_links(tmp_path / "here.md") == ["here.md: link old/script.py resolves to nothing"]
+
+
+def test_benchmark_index_and_cards_link_to_existing_files():
+    problems = [p for path in BENCH_DOCS for p in broken_links(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_benchmark_script_has_a_row_in_the_index():
+    index = (ROOT / "benchmarks" / "README.md").read_text()
+    tools = {"mutation.py", "mix_kernel_mutants.py"}  # tooling, not claims: no figure to index
+    missing = [p.name for p in (ROOT / "benchmarks").glob("*.py")
+               if not p.name.startswith("_") and p.name not in tools and f"({p.name})" not in index]
+    assert not missing, f"benchmark scripts without a claim in benchmarks/README.md: {missing}"
