@@ -261,7 +261,7 @@ def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
     the job ends without the launcher waiting out its shutdown grace for a rank that cannot act on
     SIGTERM (on a failed worker torchrun waits a fixed 30 s, whatever --shutdown-timeout says, then
     logs "Unable to shutdown process ... forcefully exiting"): nexus ends the stopped rank itself.
-    Nothing here is timed (benchmarks/stopped_rank.py measures how long the job takes)."""
+    Nothing here is timed (benchmarks/speed/stopped_rank.py measures how long the job takes)."""
     script = tmp_path / "stop_rank1.py"
     script.write_text(STOPPING_RANK)
     out = tmp_path / "run"

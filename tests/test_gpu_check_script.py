@@ -1,7 +1,7 @@
-"""benchmarks/gpu_check.py's plumbing, checkable without a GPU: the stages it runs on the GPU fit the
+"""tools/gpu_check.py's plumbing, checkable without a GPU: the stages it runs on the GPU fit the
 8-minute budget and select the CUDA tests, the package hiding of its dry run really hides a package,
 and pytest's closing line is read back into counts. (The whole dry run takes minutes on the shared
-CPU: `python benchmarks/gpu_check.py --out DIR --dry-run`, recorded in benchmarks/README.md.)"""
+CPU: `python tools/gpu_check.py --out DIR --dry-run`, recorded in benchmarks/README.md.)"""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
 
 
 def _value(cmd: list[str], flag: str) -> str:
@@ -23,7 +24,8 @@ def _value(cmd: list[str], flag: str) -> str:
 
 @pytest.fixture
 def gpu_check(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    monkeypatch.syspath_prepend(str(BENCH / "studies"))  # gpu_check adds it at its first import only
     import gpu_check
 
     return gpu_check
@@ -53,7 +55,7 @@ def test_the_trainer_stage_trains_the_bare_steps_shape(gpu_check, tmp_path, monk
     """The Trainer's tokens/s compares with gpu_mfu's bare step only on the same model, batch and settings:
     the stage's overrides are checked against gpu_mfu.py's own defaults, and the vocabulary is the one the
     stage's tokenizer file really has."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
     import gpu_mfu
 
     bare = gpu_mfu.parse_args([])

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_mfu.py's plumbing, checkable without a GPU: the device-name lookup of the data-sheet
+"""benchmarks/speed/gpu_mfu.py's plumbing, checkable without a GPU: the device-name lookup of the data-sheet
 peak, the 124M model it builds, and one tiny CPU run that ends with a RESULT line (nothing is timed or
 compared against a speed here)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "speed"
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_default_model_is_the_124m_tied_baseline(gpu_mfu):
 
 @pytest.mark.slow  # runs the GPU MFU script end to end on CPU (~14 s); run with -m slow
 def test_tiny_cpu_run_emits_a_result():
-    sys.path.insert(0, str(BENCH))
+    sys.path.insert(0, str(BENCH.parent))  # benchmarks/: the shared _result
     from _result import parse
 
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_mfu.py"), "--device", "cpu", "--dtype", "float32",

@@ -23,12 +23,12 @@ LRS = {"small": 8e-3, "d64-ffn256": 2e-2}  # two different lrs, so the wide-lr a
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("progressive_regime.py")
+    return load_benchmark("studies/progressive_regime.py")
 
 
 @pytest.fixture(scope="module")
 def study():
-    return load_benchmark("regime_study.py")
+    return load_benchmark("studies/regime_study.py")
 
 
 def _plan(bench, out: Path) -> dict:
@@ -141,7 +141,7 @@ def test_a_study_killed_mid_way_is_finished_by_the_rerun_to_the_same_results(ben
     import os
 
     killed, whole = tmp_path / "killed", tmp_path / "whole"
-    script = KILL_SCRIPT.format(bench=str(BENCHMARKS), out=str(killed), lrs=LRS)
+    script = KILL_SCRIPT.format(bench=str(BENCHMARKS / "studies"), out=str(killed), lrs=LRS)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.time()

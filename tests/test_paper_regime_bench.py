@@ -1,4 +1,4 @@
-"""benchmarks/progressive_paper_regime.py: its shrunk shapes are the regime it claims (>= 100 tokens
+"""benchmarks/studies/progressive_paper_regime.py: its shrunk shapes are the regime it claims (>= 100 tokens
 per active parameter before growth, 2x growth, *-matched bases equal in parameters), and its run
 cache shares only runs whose whole configuration is identical."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from benchmark_module import load_benchmark
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("progressive_paper_regime.py")
+    return load_benchmark("studies/progressive_paper_regime.py")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""benchmarks/progressive_regime.py at its --smoke scale: the plan is the regime it claims (40 tokens per
+"""benchmarks/studies/progressive_regime.py at its --smoke scale: the plan is the regime it claims (40 tokens per
 parameter, FFN 128 -> 256, train to 2x, >= 64K evaluation tokens), every grown variant branches from the
 seed's one small checkpoint, a rerun skips finished runs and retrains an unfinished one to the same
 result, and bad input (a corpus that would repeat, a missing or foreign lr sweep, too few lrs) is one
@@ -15,7 +15,7 @@ from benchmark_module import load_benchmark
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("progressive_regime.py")
+    return load_benchmark("studies/progressive_regime.py")
 
 
 def test_full_plan_is_the_issue_regime(bench, tmp_path):

@@ -1,4 +1,4 @@
-"""benchmarks/speed_suite.py's plumbing: it gathers each benchmark's RESULT line into one table, refuses
+"""benchmarks/speed/speed_suite.py's plumbing: it gathers each benchmark's RESULT line into one table, refuses
 bad input with exit 2, and writes its --out directory whole or not at all. The benchmarks themselves
 are never timed here (speed is measured in benchmarks/, not in tests): a stand-in script emits a result."""
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"  # the shared _result lives here
+SPEED = BENCH / "speed"  # the suite and its scripts
 
 
 @pytest.fixture
 def suite(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(SPEED))
     import speed_suite
 
     return speed_suite
@@ -32,7 +33,7 @@ def test_result_line_round_trips(capsys, suite):
 
 def test_every_suite_script_exists_and_ends_with_a_result(suite):
     for name, (script, _, _) in suite.BENCHMARKS.items():
-        text = (BENCH / script).read_text()
+        text = (SPEED / script).read_text()
         assert "emit(" in text, f"{script} ({name}) prints no RESULT line for the suite to read"
 
 
@@ -50,7 +51,7 @@ def test_table_and_out_dir(tmp_path, monkeypatch, capsys, suite):
     monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--out", str(out)])
     assert suite.main() == 0
     text = capsys.readouterr().out
-    assert "| fake ratio | 2.50x [2.00, 3.00] (3 rounds) | >= 1.5 | yes | `python benchmarks/fake_bench.py --a` |" in text
+    assert "| fake ratio | 2.50x [2.00, 3.00] (3 rounds) | >= 1.5 | yes | `python benchmarks/speed/fake_bench.py --a` |" in text
     saved = json.loads((out / "suite.json").read_text())
     assert saved["results"][0]["argv"] == ["--a"] and saved["failed"] == []
     assert sorted(p.name for p in out.iterdir()) == ["fake.log", "suite.json", "suite.md"]
@@ -67,7 +68,7 @@ def test_a_benchmark_without_result_fails_the_suite(tmp_path, monkeypatch, capsy
 @pytest.mark.parametrize("argv, field", [(["--only", "ternary,nope"], "--only="), (["--out", "EXISTING"], "--out=")])
 def test_bad_input_is_one_line_exit_2(tmp_path, argv, field):
     argv = [str(tmp_path) if a == "EXISTING" else a for a in argv]
-    proc = subprocess.run([sys.executable, str(BENCH / "speed_suite.py"), *argv], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(SPEED / "speed_suite.py"), *argv], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and field in proc.stderr and "valid:" in proc.stderr
     assert proc.stdout == ""

@@ -5,7 +5,7 @@ and it returns free memory at the heap top to the OS. A training step allocates 
 of activation-sized tensors, so each step faults all that memory in again. The kernel zeroes every
 page first. On the 2-core CPU machine this put dynamic ExoFormer at 1.052x gated attention's step
 time instead of 1.025x, because the elementwise-heavy model pays more of it
-(benchmarks/variant_overhead.py --threads 1, with and without --no-malloc-tuning).
+(benchmarks/speed/variant_overhead.py --threads 1, with and without --no-malloc-tuning).
 PyTorch's CPU performance guide fixes the same problem by preloading jemalloc or tcmalloc. Here,
 `mallopt` keeps freed blocks in the process instead. It needs no extra library and no LD_PRELOAD,
 and a caching allocator (CUDA's, for one) makes the same trade. Written by hand because torch has

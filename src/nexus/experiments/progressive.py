@@ -59,7 +59,7 @@ DEFAULT_METHOD = "sparkling"
 # --tokens overrides it.
 QUICK = {"train.steps": 150, "train.warmup_steps": 15}
 # where Method.lrs come from: 5 log-spaced lrs, one seed, the small and the scratch shape at the quick budget
-MAIN_JOB_SWEEP = "sweep: python benchmarks/progressive_regime.py --scale main --data embedded --lr-sweep"
+MAIN_JOB_SWEEP = "sweep: python benchmarks/studies/progressive_regime.py --scale main --data embedded --lr-sweep"
 
 
 def method_table() -> list[dict]:

@@ -474,7 +474,7 @@ _FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
 # copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
 _SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
 # Peak lrs of the FFN-axis methods' two shapes (small d 64 FFN 128; scratch FFN 256) at the main job's budget,
-# best of 1e-3..1.6e-2 (5 log-spaced, seed 0, both interior): `python benchmarks/progressive_regime.py --scale
+# best of 1e-3..1.6e-2 (5 log-spaced, seed 0, both interior): `python benchmarks/studies/progressive_regime.py --scale
 # main --data embedded --lr-sweep` (2026-11-26; table in docs/sparkling.md). The hidden/both axes are not swept.
 _FFN_AXIS_LRS = {"small": 2e-3, "scratch": 2e-3}
 _NAIVE = {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state": "copy"}

@@ -11,7 +11,7 @@ the per-channel and per-token reductions) about eighteen, each reading or writin
 activation. Here the forward is one pass (read current and anchor, write out) and the backward one
 pass (read grad, current, anchor; write both input gradients)
 that also accumulates the four reductions in registers. What that buys a training step is measured
-by benchmarks/variant_overhead.py (docs/exoformer.md#benchmark). The eager Function remains the
+by benchmarks/speed/variant_overhead.py (docs/exoformer.md#benchmark). The eager Function remains the
 path for GPUs, half precision and torch.compile (see modulated_mix.py).
 
 Single-threaded on purpose: numba's parallel layers start their own OpenMP/TBB pool beside

@@ -171,7 +171,7 @@ def record_growing(directory, kind: str, name: str, size: int, sha256: str, appe
     """Record an append-only log nexus writes line by line: its bytes so far (`size`, `sha256`, known
     to the writer without reading the file again) and the line it is about to append. Not fsynced: the
     lines themselves are not (a log is flushed, not synced, per line), and an fsync per line cost ~6 ms
-    on an ext4 virtual disk (benchmarks/metrics_sink_overhead.py)."""
+    on an ext4 virtual disk (benchmarks/speed/metrics_sink_overhead.py)."""
     d = Path(directory)
     m = read_manifest(d) or new_manifest(kind)
     entry = {"size": size, "sha256": sha256, "grows": True}

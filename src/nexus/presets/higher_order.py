@@ -108,7 +108,7 @@ def _synthetic(task: str, options: dict, out: str, steps: int, lr: float) -> Run
     return cfg
 
 
-# Calibrated (docs/higher_order.md, benchmarks/higher_order_tasks.py) so the standard 2-layer model
+# Calibrated (docs/higher_order.md, benchmarks/studies/higher_order_tasks.py) so the standard 2-layer model
 # ends between chance and 100%: with 8 pairs it stayed on the ~0.2 plateau for 2,000 steps at lr 3e-3
 # and 1e-3 (it never learned recall), with 16 pairs and lr 1e-3 it leaves the plateau within ~800 steps.
 MQAR_OPTIONS = {"vocab": 64, "pairs": 16}  # 16 key-value pairs in 64 tokens, keys from 31, values from 32

@@ -1,0 +1,60 @@
+"""What the train/validation overlap check (data/overlap.py) costs at a run's start, and what it finds.
+
+    python benchmarks/speed/overlap_check.py --data stdlib [--cache-dir DIR] [--rounds 3]
+
+Builds the run's data as `nexus train --data SOURCE` would (byte tokenizer, the cache), then alternates
+round after round: find_overlap over all training tokens, and the reference, one plain read of the same
+training tokens (their sum, chunk by chunk: what any scan of them costs at least). Prints both times, the
+ratio, what the check found and the CPU capability. No target: a figure to report beside the docs' claim.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _result import emit  # noqa: E402
+
+
+def read_once(tokens, chunk: int) -> int:
+    return sum(int(np.asarray(tokens[a:min(a + chunk, len(tokens))], dtype=np.int64).sum())
+               for a in range(0, len(tokens), chunk))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="stdlib")
+    ap.add_argument("--cache-dir", default="")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    from nexus.config import DataConfig
+    from nexus.data.loader import DataModule
+    from nexus.data.overlap import CHUNK, MAX_SCAN, find_overlap
+
+    dm = DataModule(DataConfig(source=a.data, cache_dir=a.cache_dir), quiet=True)
+    train, val = dm.train.tokens, dm.val.tokens
+    check, ref, found = [], [], None
+    for _ in range(a.rounds):
+        t = time.perf_counter()
+        found = find_overlap(train, val)
+        check.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        read_once(train, CHUNK)
+        ref.append(time.perf_counter() - t)
+    cap = torch.backends.cpu.get_cpu_capability()
+    print(f"data {a.data}: {len(train):,} training, {len(val):,} validation tokens; scan limit {MAX_SCAN:,}")
+    print(f"found {found.found} of {found.sampled} sampled {found.window}-token validation windows in training "
+          f"({found.scanned:,} training tokens read)")
+    print(f"check s {[round(x, 3) for x in check]} | plain read s {[round(x, 3) for x in ref]} | cpu capability {cap}")
+    emit("overlap check vs one plain read of the training tokens", [c / r for c, r in zip(check, ref)], "report",
+         check_s=[round(x, 3) for x in check], read_s=[round(x, 3) for x in ref], found=found.found,
+         sampled=found.sampled, train_tokens=len(train), cpu_capability=cap)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""Issue 38: the regime benchmark's open questions as one study that outlives a session.
+
+Every run of the study is planned by benchmarks/studies/progressive_regime.py (one planner: the regime, its bases, branch
+points and tuned scratch) and trained by the ledger runner (nexus.experiments.ledger): each finished run is one
+JSON file under benchmarks/results/<study>/runs/ (config, final metrics, downsampled validation curve), written
+atomically when it finishes. Rerunning a command skips what the ledger holds and runs the rest, on the CPU or a GPU,
+in any session; `--workers N` runs N at once (separate processes, same results as alone).
+
+Parts (run in this order; a part that needs tuned lrs refuses until its tuning is complete in the ledger):
+  tune       leak-free lr sweep: the small and the scratch shape, 5 lrs a factor 2 apart, tuning seeds 100 and 101
+             (never evaluation seeds); the lr with the lowest mean final validation loss over both seeds is chosen,
+             and its neighbours are reported beside it
+  headline   evaluation seeds 0-4 at the chosen lrs: small, scratch, sparkling, sparkling-random, naive-copy (the
+             paper's naive expansion, symmetry broken by a stated tiny perturbation), naive-copy-locked (the exact
+             copy, a control) and sparkling@wide-lr (the grown run moves to scratch's tuned lr at growth, item 3)
+  ablations  sparkling-no-rewarmup and sparkling-symmetric on the headline's seeds, branched from the same prefixes
+             (paired by branch with sparkling)
+  horizon    post-growth budget 2x and 4x of the headline's (1x), seeds 0-2, small / scratch / sparkling at equal
+             total tokens each: the share of the gap closed against post-growth steps
+  arch-tune  Nexus-Rank vs TokenFormer at 20 tokens per parameter: each small shape and scratch shape, 3 lrs, tuning
+             seed 100
+  arch       both grown 2x from their own base at matched parameters and equal compute, seeds 0-4 (small, grown),
+             scratch on seeds 0-2: the paired difference of the growth gains (small - grown), Nexus-Rank minus
+             TokenFormer, and each one's share of its own gap
+
+    python benchmarks/studies/regime_study.py --estimate                   # done / remaining / cost per part; trains nothing
+    python benchmarks/studies/regime_study.py --estimate --device cuda --cuda-steps-per-s 40   # the same at a stated GPU rate
+    python benchmarks/studies/regime_study.py --parts tune                 # run (or continue) a part; commit the ledger after
+    python benchmarks/studies/regime_study.py --plot                       # tables and figures from the ledger alone
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
+import progressive_regime as R  # noqa: E402  (the one planner of the regime)
+
+STUDY = "progressive-regime"
+TUNING_SEEDS = (100, 101)  # never evaluation seeds
+EVAL_SEEDS = (0, 1, 2, 3, 4)
+# the leak-free grid, in the order it runs: the seed-0 sweep's optima (3.2e-2 small, 1.6e-2 scratch) first, so a
+# session that ends early leaves the most informative points in the ledger
+TUNE_LRS = (1.6e-2, 3.2e-2, 8e-3, 6.4e-2, 4e-3)
+# --scale main (the main job's budget, 150 steps on the embedded corpus): its seed-0 sweep picked 2e-3 for both shapes
+MAIN_TUNE_LRS = (2e-3, 4e-3, 1e-3, 8e-3, 5e-4)
+HEADLINE = ("sparkling", "sparkling-random", "naive-copy", "naive-copy-locked", "sparkling" + R.WIDE_LR)
+ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric")
+HORIZONS = (2, 4)  # post-growth steps as a multiple of the steps before growth (the headline is 1x)
+HORIZON_SEEDS = (0, 1, 2)
+ARCH = tuple(R.ARCH_SHAPES)
+ARCH_TOKENS_PER_PARAM = 20.0
+ARCH_SEEDS = (0, 1, 2, 3, 4)
+ARCH_SCRATCH_SEEDS = (0, 1, 2)
+ARCH_TUNING_SEEDS = (100,)
+ARCH_LRS = (1.6e-2, 8e-3, 3.2e-2)
+PARTS = ("tune", "headline", "ablations", "horizon", "arch-tune", "arch")
+NEEDS = {"headline": "tune", "ablations": "tune", "horizon": "tune", "arch": "arch-tune"}
+# the seed-0 sweep's lrs (issue 29), used only to *estimate* parts whose tuning is not finished: cost does not
+# depend on the lr, and no run is ever trained at them by this study
+ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
+
+
+def tuning_plan(methods, seeds, lrs, scale: str, data: str, out: Path, ns: str, tokens_per_param=None) -> dict:
+    """Every lr x tuning seed x shape (the small model of every base and the scratch model of every shape the methods
+    grow to), each trained alone for its base's full budget."""
+    base = R.plan_regime(list(methods), [seeds[0]], scale, data, out / ns / "probe", None,
+                         tokens_per_param=tokens_per_param)
+    shapes = {b["small_run"]: base["runs"][f"seed{seeds[0]}/{b['small_run']}"] for b in base["bases"].values()}
+    shapes.update({r["shape"]: r for r in base["runs"].values() if r["kind"] == "scratch"})
+    runs = {}
+    for lr in lrs:
+        for sd in seeds:
+            for shape, r in shapes.items():
+                c = copy.deepcopy(r["cfg"])
+                c["train"]["lr"], c["train"]["seed"] = lr, sd
+                c["train"]["out_dir"] = str(out / ns / shape / f"lr{lr:.3g}" / f"seed{sd}")
+                runs[f"{ns}{shape}/lr{lr:.3g}/seed{sd}"] = {**r, "cfg": c, "after": None, "kind": "scratch", "seed": sd,
+                                                           "shape": shape, "lr": lr}
+    return {**base, "runs": runs, "ns": ns, "seeds": list(seeds)}
+
+
+def choose_lrs(plan: dict, ledger) -> dict:
+    """Per shape: mean final validation loss per lr over the tuning seeds; the best lr once every (lr, seed) of the
+    shape is in the ledger, with its neighbours on the grid (a best lr at the grid's edge is flagged)."""
+    table: dict[str, dict] = {}
+    for name, r in plan["runs"].items():
+        rec = ledger.read(name) if ledger.holds(name, r["cfg"]) else None  # another config or corpus: refused
+        row = table.setdefault(r["shape"], {}).setdefault(r["lr"], {})
+        row[r["seed"]] = None if rec is None else float(rec["final"]["val_loss"])
+    out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": True, "seeds": plan["seeds"]}
+    for shape, by_lr in table.items():
+        rows = [{"lr": lr, "losses": {str(s): v for s, v in per.items()},
+                 "mean": None if None in per.values() else sum(per.values()) / len(per)} for lr, per in sorted(by_lr.items())]
+        out["table"][shape] = rows
+        if any(r["mean"] is None for r in rows):
+            out["complete"] = False
+            continue
+        i = min(range(len(rows)), key=lambda j: rows[j]["mean"])
+        out["best"][shape] = rows[i]["lr"]
+        out["neighbours"][shape] = [rows[j] for j in (i - 1, i + 1) if 0 <= j < len(rows)]
+        out["edge"][shape] = i in (0, len(rows) - 1)
+    return out
+
+
+def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS) -> dict:
+    """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
+    parts: dict[str, dict] = {}
+    parts["tune"] = {"plans": [tuning_plan(R.DEFAULT_METHODS[:1], TUNING_SEEDS, tune_lrs, scale, data, out, "tune/")]}
+    with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape
+        parts["arch-tune"] = {"plans": [tuning_plan(ARCH, ARCH_TUNING_SEEDS, ARCH_LRS, scale, data, out, "arch-tune/",
+                                                    ARCH_TOKENS_PER_PARAM)]}
+        choice = {p: choose_lrs(parts[p]["plans"][0], ledger) for p in ("tune", "arch-tune")}
+        for p, c in choice.items():
+            parts[p]["choice"] = c
+        lrs = choice["tune"]["best"] if choice["tune"]["complete"] else None
+        plan = dict(lrs=lrs or ESTIMATE_ONLY_LRS, scale_name=scale, data=data, out=out)
+        parts["headline"] = {"plans": [R.plan_regime(list(HEADLINE), list(EVAL_SEEDS), **plan)], "tuned": lrs is not None}
+        parts["ablations"] = {"plans": [R.plan_regime(list(ABLATIONS), list(EVAL_SEEDS), **plan)], "tuned": lrs is not None}
+        parts["horizon"] = {"plans": [R.plan_regime(["sparkling"], list(HORIZON_SEEDS), **plan, post_mult=k, ns=f"post{k}x/")
+                                      for k in HORIZONS], "tuned": lrs is not None}
+        alrs = choice["arch-tune"]["best"] if choice["arch-tune"]["complete"] else None
+        arch = R.plan_regime(list(ARCH), list(ARCH_SEEDS), scale, data, out,
+                             alrs or {k: 1.6e-2 for k in choice["arch-tune"]["table"]},
+                             tokens_per_param=ARCH_TOKENS_PER_PARAM, ns="arch/")
+        arch["runs"] = {k: r for k, r in arch["runs"].items() if r["kind"] != "scratch" or r["seed"] in ARCH_SCRATCH_SEEDS}
+        parts["arch"] = {"plans": [arch], "tuned": alrs is not None}
+    for name, part in parts.items():
+        part["runs"] = merge(p["runs"] for p in part["plans"])
+    return parts
+
+
+def merge(run_dicts) -> dict:
+    """One run dict from several plans; a name two plans share must be the same run (the ablations' prefixes are the
+    headline's)."""
+    from nexus.experiments.ledger import config_key
+
+    out: dict = {}
+    for runs in run_dicts:
+        for k, r in runs.items():
+            if k in out and config_key(out[k]["cfg"]) != config_key(r["cfg"]):
+                raise R.Refused(f"two parts plan run {k!r} with different configs (valid: one config per run name)")
+            out.setdefault(k, r)
+    return out
+
+
+# ----------------------------------------------------------------------------- estimate
+def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps: int, device: str,
+                   cuda_rate: float | None, say) -> list[dict]:
+    """done / remaining / cost per part: CPU seconds from this machine's measured step and evaluation time, or
+    steps at a stated GPU rate."""
+    import torch
+
+    cost: dict = {}
+    rows = []
+    seen: set = set()  # a run two parts share (the ablations' prefixes are the headline's) is counted once, first
+    for name, part in parts.items():
+        done, todo_s, todo_steps, remaining = 0, 0.0, 0, 0
+        for plan in part["plans"]:
+            est = R.estimate(plan, threads, workers, timing_steps, cost) if device == "cpu" else None
+            for r in (est["rows"] if est else [{"run": k, **R.describe_run(v, plan)} for k, v in plan["runs"].items()]):
+                if r["run"] in seen or r["run"] not in part["runs"]:
+                    continue
+                seen.add(r["run"])
+                if ledger.holds(r["run"], part["runs"][r["run"]]["cfg"]):
+                    done += 1
+                    continue
+                remaining += 1
+                todo_steps += r["steps"]
+                todo_s += r.get("est_s", 0.0)
+        if device == "cuda":
+            todo_s = todo_steps / cuda_rate
+        rows.append({"part": name, "runs": done + remaining, "done": done, "remaining": remaining,
+                     "remaining_steps": todo_steps, "serial_s": todo_s, "wall_s": todo_s / max(1, workers),
+                     "tuned": part.get("tuned", True)})
+    if device == "cpu":
+        rate = ", ".join(f"{1 / s:.1f} steps/s ({json.loads(k)['ffn_hidden']} FFN, {json.loads(k)['projection']['kind']})"
+                         for k, (s, _) in cost.items())
+        basis = (f"CPU: per-step and per-evaluation CPU time measured here ({timing_steps} steps per model, {threads} "
+                 f"thread(s), capability {torch.backends.cpu.get_cpu_capability()}, load {os.getloadavg()[0]:.1f}): "
+                 f"{rate}")
+    else:
+        basis = (f"GPU: an ASSUMED rate of {cuda_rate:g} optimizer steps/s per worker (not measured here; tiny models "
+                 f"are launch-bound, so {workers} worker(s) on one GPU are assumed not to slow each other)")
+    say(f"estimate basis: {basis}")
+    say(f"{'part':10s} {'runs':>5s} {'done':>5s} {'left':>5s} {'steps left':>11s} {'serial':>9s} {'wall':>9s}"
+        "   (runs: not counted again where an earlier part has them)")
+    for r in rows:
+        say(f"{r['part']:10s} {r['runs']:5d} {r['done']:5d} {r['remaining']:5d} {r['remaining_steps']:11,d} "
+            f"{r['serial_s'] / 3600:8.2f}h {r['wall_s'] / 3600:8.2f}h  ({workers} worker(s))"
+            + ("" if r["tuned"] else "  [lrs not tuned yet: planned at estimate-only lrs, same cost]"))
+    for name, part in parts.items():  # a corpus too small for a part is said now, not found after hours of runs
+        for plan in part["plans"]:
+            problem = R.corpus_check(plan, refuse=False).get("problem")
+            if problem:
+                say(f"part {name} ({plan.get('ns') or 'main plan'}): a run would refuse the corpus: {problem}")
+    tot = sum(r["serial_s"] for r in rows)
+    say(f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
+        f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)")
+    return rows
+
+
+# ----------------------------------------------------------------------------- results from the ledger
+def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
+    """Every table and figure the ledger can support now; a part not complete says how far it is."""
+    out: dict = {}
+    for p in ("tune", "arch-tune"):
+        c = parts[p]["choice"]
+        out[p] = c
+        for shape, rows in c["table"].items():
+            cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
+            best = c["best"].get(shape)
+            say(f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)"))
+    if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
+        plot_tuning(parts["tune"]["choice"], root / "tune.png")
+    ready = {}
+    for p in ("headline", "ablations", "horizon", "arch"):
+        part = parts[p]
+        held = sum(ledger.holds(k, r["cfg"]) for k, r in part["runs"].items())
+        ready[p] = held == len(part["runs"]) and part.get("tuned")
+        if not ready[p]:
+            say(f"{p}: {held} of {len(part['runs'])} runs in the ledger" + ("" if part.get("tuned") else
+                " (its lrs are not tuned yet)") + "; not summarized yet")
+    if ready["headline"]:
+        plans = [parts["headline"]["plans"][0]] + (parts["ablations"]["plans"] if ready["ablations"] else [])
+        plan = {**plans[0], "methods": [m for pl in plans for m in pl["methods"]],
+                "runs": merge(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
+        out["headline"] = R.summarize(plan, ledger)
+        say(R.render(plan, out["headline"], R.corpus_check(plan), f"headline from the ledger {root}"))
+        R.plot_regime(plan, ledger, root)
+    if ready["headline"] and ready["horizon"]:
+        out["horizon"] = horizon(parts, ledger, root, say)
+    if ready["arch"]:
+        out["arch"] = arch_summary(parts["arch"]["plans"][0], ledger, say)
+    return out
+
+
+def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:
+    """The share of the gap closed against post-growth steps (1x: the headline's runs of the horizon seeds), and
+    whether the grown run reaches scratch's final loss at equal total tokens and at equal FLOPs."""
+    from nexus.experiments.stats import fmt_gap
+
+    h = parts["headline"]["plans"][0]
+    one = R.plan_regime(["sparkling"], list(HORIZON_SEEDS), h["scale"], h["data"],
+                        Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1], h["lrs"])
+    rows = []
+    for k, plan in [(1, one)] + list(zip(HORIZONS, parts["horizon"]["plans"])):
+        m = R.summarize(plan, ledger)["methods"]["sparkling"]
+        d = m["grown_minus_scratch"]["diff"]
+        rows.append({"post_mult": k, "post_steps": plan["steps"] - plan["grow_step"], "gap_closed": m["gap_closed"],
+                     "grown_minus_scratch": d, "reached_equal_tokens": sum(v <= 0 for v in
+                     [g - s for g, s in zip(m["per_seed"]["grown"], m["per_seed"]["scratch"])]),
+                     "reached_equal_flops": m["compute_to_scratch_loss"]["reached"], "seeds": len(HORIZON_SEEDS)})
+        say(f"horizon {k}x ({rows[-1]['post_steps']} steps after growth): share {fmt_gap(m['gap_closed'])}; grown - "
+            f"scratch {d['mean']:+.4f}; reaches scratch's loss at equal tokens in {rows[-1]['reached_equal_tokens']} "
+            f"and within scratch's FLOPs in {rows[-1]['reached_equal_flops']} of {len(HORIZON_SEEDS)} seeds")
+    from nexus.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for r in rows:
+        g = r["gap_closed"]
+        if g["estimate"] is not None:
+            lo, hi = (g["ci_low"], g["ci_high"]) if g["bounded"] else (g["estimate"], g["estimate"])
+            ax.errorbar([r["post_steps"]], [g["estimate"]], yerr=[[g["estimate"] - lo], [hi - g["estimate"]]], fmt="o",
+                        color="tab:blue", capsize=3)
+    ax.plot([r["post_steps"] for r in rows], [r["gap_closed"]["estimate"] for r in rows], "-", color="tab:blue",
+            label="sparkling, share of the gap closed (Fieller 95%)")
+    ax.axhspan(0.84, 0.90, color="tab:green", alpha=0.2, label="SPARKLING Table 1 (0.84-0.90)")
+    ax.set(xscale="log", xlabel="optimizer steps after growth", ylabel="(small - grown) / (small - scratch)",
+           title=f"horizon scan, seeds {', '.join(map(str, HORIZON_SEEDS))}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, root / "horizon.png")
+    return rows
+
+
+def arch_summary(plan: dict, ledger, say) -> dict:
+    """Nexus-Rank vs TokenFormer: the paired difference of growth gains (small - grown) over ARCH_SEEDS, and each
+    one's share of its own gap over the seeds with a scratch run."""
+    from nexus.experiments.stats import fmt, fmt_gap, gap_closed, paired
+
+    ns = plan["ns"]
+    final = {k: ledger.final_val_loss(k) for k, r in plan["runs"].items() if r["kind"] != "prefix"}
+    gain, share = {}, {}
+    for m in ARCH:
+        b = plan["bases"][m] if m in plan["bases"] else next(v for v in plan["bases"].values() if m in v["methods"])
+        sc = plan["runs"][f"{ns}seed{ARCH_SEEDS[0]}/{m}"]["shape"]
+        sm = [final[f"{ns}seed{sd}/{b['small_run']}"] for sd in ARCH_SEEDS]
+        gr = [final[f"{ns}seed{sd}/{m}"] for sd in ARCH_SEEDS]
+        gain[m] = [a - g for a, g in zip(sm, gr)]
+        idx = [ARCH_SEEDS.index(sd) for sd in ARCH_SCRATCH_SEEDS]
+        share[m] = gap_closed([sm[i] for i in idx], [gr[i] for i in idx],
+                              [final[f"{ns}seed{sd}/scratch-{sc}"] for sd in ARCH_SCRATCH_SEEDS])
+    a, b = ARCH
+    d = paired(gain[a], gain[b])
+    say(f"arch ({ARCH_TOKENS_PER_PARAM:g} tokens/param at growth, seeds {','.join(map(str, ARCH_SEEDS))}): growth gain "
+        f"(small - grown) {a} minus {b}: {fmt(d['diff'])}, paired t p = {R._p(d['t_p'])}; share of own gap (seeds "
+        f"{','.join(map(str, ARCH_SCRATCH_SEEDS))}): {a} {fmt_gap(share[a])}, {b} {fmt_gap(share[b])}")
+    return {"gain_difference": d, "gains": gain, "share": share}
+
+
+def plot_tuning(choice: dict, path: Path) -> str:
+    """Final validation loss against lr per shape: each tuning seed a point, the seeds' mean a line."""
+    from nexus.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for i, (shape, rows) in enumerate(choice["table"].items()):
+        color = ["tab:orange", "tab:gray", "tab:blue", "tab:green"][i % 4]
+        for r in rows:
+            pts = [v for v in r["losses"].values() if v is not None]
+            ax.plot([r["lr"]] * len(pts), pts, "o", color=color, alpha=0.4, ms=4)
+        full = [r for r in rows if r["mean"] is not None]
+        ax.plot([r["lr"] for r in full], [r["mean"] for r in full], "-", color=color, lw=2, label=f"{shape}, mean")
+    ax.set(xscale="log", xlabel="peak lr", ylabel="final validation loss",
+           title=f"leak-free lr sweep, tuning seeds {', '.join(map(str, choice['seeds']))}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    try:
+        with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape (part arch)
+            return _main(argv)
+    except R.Refused as e:
+        print(f"error: {e.line}", file=sys.stderr)
+        raise
+
+
+def _main(argv) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--study", default=STUDY, help="the ledger's name under --results")
+    ap.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "results"),
+                    help="where ledgers live (default benchmarks/results)")
+    ap.add_argument("--out", default="runs/regime-study", help="run directories (checkpoints; not committed)")
+    ap.add_argument("--scale", choices=sorted(R.SCALES), default="full")
+    ap.add_argument("--data", default="stdlib")
+    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)}")
+    ap.add_argument("--estimate", action="store_true", help="done / remaining / cost per part; train nothing")
+    ap.add_argument("--plot", action="store_true", help="tables and figures from the ledger alone; train nothing")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)")
+    ap.add_argument("--cuda-steps-per-s", type=float, default=None,
+                    help="--estimate --device cuda: the assumed optimizer steps/s of one worker (stated, not measured)")
+    ap.add_argument("--lrs", default=None, help="the tune part's lrs, comma-separated, in the order they run (default "
+                    f"{','.join(f'{x:g}' for x in TUNE_LRS)}; --scale main: {','.join(f'{x:g}' for x in MAIN_TUNE_LRS)})")
+    ap.add_argument("--workers", type=int, default=1, help="runs at once, each in its own process")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    ap.add_argument("--timing-steps", type=int, default=20)
+    a = ap.parse_args(argv)
+    if a.workers < 1 or a.threads < 1:
+        raise R.Refused(f"--workers={a.workers} / --threads={a.threads} (valid: integers >= 1)")
+    if a.estimate and a.device == "cuda" and not (a.cuda_steps_per_s and a.cuda_steps_per_s > 0):
+        raise R.Refused(f"--cuda-steps-per-s={a.cuda_steps_per_s!r} (valid: with --estimate --device cuda, the assumed "
+                        f"optimizer steps/s of one worker, > 0, e.g. 40)")
+    try:
+        tune_lrs = tuple(float(x) for x in a.lrs.split(",")) if a.lrs else (MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS)
+    except ValueError:
+        tune_lrs = ()
+    if len(set(tune_lrs)) < 3 or not all(x > 0 for x in tune_lrs):
+        raise R.Refused(f"--lrs={a.lrs!r} (valid: at least 3 distinct learning rates > 0, comma-separated)")
+    chosen = a.parts.split(",") if a.parts else []
+    bad = [p for p in chosen if p not in PARTS]
+    if bad:
+        raise R.Refused(f"--parts: {bad[0]!r} (valid: comma-separated of {', '.join(PARTS)})")
+    if not (chosen or a.estimate or a.plot):
+        raise R.Refused("nothing to do (valid: --estimate, --plot, or --parts PART[,PART])")
+    import torch
+
+    from nexus.config import ConfigError
+    from nexus.experiments.ledger import Ledger
+
+    torch.set_num_threads(a.threads)
+    root = Path(a.results) / a.study
+    ledger = Ledger(root)
+    out = Path(a.out) / a.scale
+    data = "embedded" if a.scale == "smoke" and a.data == "stdlib" else a.data
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    say(f"study {a.study} ({a.scale}, {data}) | ledger {root} | {len(ledger.names())} runs held | "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    try:
+        parts = build(a.scale, data, out, ledger, tune_lrs)
+        if a.estimate:
+            estimate_parts(parts, ledger, a.threads, a.workers, a.timing_steps, a.device, a.cuda_steps_per_s, say)
+            return 0
+        for p in chosen:
+            if p in NEEDS and not parts[p].get("tuned"):
+                c = parts[NEEDS[p]]["choice"]
+                n = sum(v is not None for rows in c["table"].values() for r in rows for v in r["losses"].values())
+                m = sum(len(r["losses"]) for rows in c["table"].values() for r in rows)
+                raise R.Refused(f"--parts {p} needs part {NEEDS[p]!r} complete in the ledger ({n} of {m} runs there) "
+                                f"(valid: run --parts {NEEDS[p]} first)")
+        for p in chosen:
+            runs = parts[p]["runs"]
+            if a.device == "cuda":
+                for r in runs.values():
+                    r["cfg"]["train"]["device"] = "cuda"
+            plan0 = parts[p]["plans"][0]
+            corpus = R.corpus_check({**plan0, "token_budget": max(pl["token_budget"] for pl in parts[p]["plans"])})
+            say(f"part {p}: {len(runs)} runs; corpus {corpus['share_of_split_drawn']:.2f} of the training split per run")
+            t0 = time.perf_counter()
+            R.execute(runs, a.workers, a.threads, say, ledger, plan0["tokens_per_step"])
+            say(f"part {p}: finished in {time.perf_counter() - t0:.0f} s wall")
+        if a.plot or chosen:
+            lines: list[str] = []
+            summarize_parts(build(a.scale, data, out, ledger, tune_lrs), ledger, root,
+                            lambda s: (say(s), lines.append(s)))
+            if a.plot:  # the ledger's own summary, redrawn from nothing but the ledger
+                from nexus.experiments.runs import write_text_atomic
+
+                write_text_atomic(root / "summary.md", f"`{' '.join(['python benchmarks/studies/regime_study.py', *sys.argv[1:]])}`"
+                                  "\n\n```\n" + "\n".join(lines) + "\n```\n")
+                say(f"summary: {root / 'summary.md'}")
+    except ConfigError as e:
+        raise R.Refused(str(e)) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
