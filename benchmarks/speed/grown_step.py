@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import alternate, emit, ratios as ratios_of  # noqa: E402
 
 from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow
@@ -34,23 +33,6 @@ def step(model, opt, x, y) -> None:
     opt.zero_grad(set_to_none=True)
     model(x, labels=y).loss.backward()
     opt.step()
-
-
-def timed(model, opt, x, y, n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step(model, opt, x, y)
-    return (time.perf_counter() - t0) / n
-
-
-def timed_optimizer(model, opt, x, y, n: int) -> float:
-    """Seconds of opt.step() alone (gradients computed once, outside the clock)."""
-    opt.zero_grad(set_to_none=True)
-    model(x, labels=y).loss.backward()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        opt.step()
-    return (time.perf_counter() - t0) / n
 
 
 def main() -> None:
@@ -98,16 +80,15 @@ def main() -> None:
           f"threads {args.threads}; grown optimizer: {n_masks} tensors with new_mask, {n_elem_steps} with "
           f"per-element steps; reference optimizer: {type(next(iter(plain_opt.optimizers.values()))).__module__}."
           f"{type(next(iter(plain_opt.optimizers.values()))).__name__}")
-    ratios, opt_ratios = [], []
-    for r in range(args.rounds):
-        tg = timed(grown, grown_opt, x, y, args.steps)
-        tp = timed(plain, plain_opt, x, y, args.steps)
-        og = timed_optimizer(grown, grown_opt, x, y, args.steps)
-        op = timed_optimizer(plain, plain_opt, x, y, args.steps)
-        ratios.append(tg / tp)
-        opt_ratios.append(og / op)
-        print(f"  round {r}: grown {1e3 * tg:.1f} ms/step, not grown {1e3 * tp:.1f} ms/step, ratio {tg / tp:.3f}; "
-              f"optimizer step alone {1e3 * og:.1f} vs {1e3 * op:.1f} ms, ratio {og / op:.3f}")
+    # the whole step and the optimizer step alone (on the gradients the last whole step left, outside the clock),
+    # the four alternating who goes first round by round; the warm-up steps above stand for a warm-up round
+    sides = {"grown": lambda: step(grown, grown_opt, x, y), "plain": lambda: step(plain, plain_opt, x, y),
+             "grown-opt": grown_opt.step, "plain-opt": plain_opt.step}
+    times = alternate(sides, args.rounds, calls=args.steps, warmup=0, after_round=lambda r, t: print(
+        f"  round {r}: grown {1e3 * t['grown']:.1f} ms/step, not grown {1e3 * t['plain']:.1f} ms/step, ratio "
+        f"{t['grown'] / t['plain']:.3f}; optimizer step alone {1e3 * t['grown-opt']:.1f} vs "
+        f"{1e3 * t['plain-opt']:.1f} ms, ratio {t['grown-opt'] / t['plain-opt']:.3f}"))
+    ratios, opt_ratios = ratios_of(times, "grown", "plain"), ratios_of(times, "grown-opt", "plain-opt")
     print(f"grown / not-grown training step time: median {statistics.median(ratios):.3f}, "
           f"range [{min(ratios):.3f}, {max(ratios):.3f}] over {args.rounds} rounds (target <= 1.10)")
     print(f"optimizer step alone: median {statistics.median(opt_ratios):.3f}, "

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import alternate, emit, ratios as ratios_of  # noqa: E402
 
 from nexus.config import ModelConfig
 from nexus.models import build_model
@@ -72,13 +71,10 @@ def main() -> None:
     models = {"recurrent": rec, "transformer": tf}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
 
-    def run(name: str) -> float:
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            opts[name].zero_grad(set_to_none=True)
-            models[name](x, labels=y).loss.backward()
-            opts[name].step()
-        return (time.perf_counter() - t0) / args.steps
+    def train_step(name: str) -> None:
+        opts[name].zero_grad(set_to_none=True)
+        models[name](x, labels=y).loss.backward()
+        opts[name].step()
 
     rc = rec_cfg.arch
     print(f"{args.preset}: {n_params(rec) / 1e6:.2f}M params, d {rec_cfg.d_model}, {rec_cfg.n_layers} layers x T_inner "
@@ -86,17 +82,13 @@ def main() -> None:
     print(f"Transformer++: {n_params(tf) / 1e6:.2f}M params, d {tf_cfg.d_model}, {tf_cfg.n_layers} layers, "
           f"{tf_cfg.n_heads} heads, ffn {tf_cfg.ffn}")
     print(f"batch {args.batch} x {args.seq}, fp32, threads {args.threads}, forward + backward + AdamW")
-    run("recurrent"), run("transformer")  # warm-up
     tokens = args.batch * args.seq
-    times = {"recurrent": [], "transformer": []}
-    for r in range(args.rounds):
-        order = ["recurrent", "transformer"] if r % 2 == 0 else ["transformer", "recurrent"]
-        for name in order:
-            times[name].append(run(name))
-        print(f"  round {r}: recurrent {1e3 * times['recurrent'][-1]:.0f} ms/step, "
-              f"transformer {1e3 * times['transformer'][-1]:.0f} ms/step")
+    # one warm-up round, then rounds in which the two alternate who goes first
+    times = alternate({k: (lambda k=k: train_step(k)) for k in models}, args.rounds, calls=args.steps,
+                      after_round=lambda r, t: print(f"  round {r}: recurrent {1e3 * t['recurrent']:.0f} ms/step, "
+                                                     f"transformer {1e3 * t['transformer']:.0f} ms/step"))
     tps = {k: tokens / statistics.median(v) for k, v in times.items()}
-    ratios = [t / r for r, t in zip(times["recurrent"], times["transformer"])]
+    ratios = ratios_of(times, "transformer", "recurrent")  # step-time ratio = tokens/s ratio the other way
     print(f"tokens/s: recurrent {tps['recurrent']:.0f}, transformer {tps['transformer']:.0f}; recurrent/transformer "
           f"median {statistics.median(ratios):.3f}, range [{min(ratios):.3f}, {max(ratios):.3f}]")
     print(f"effective layer applications per second (tokens/s x depth {depth}): recurrent "
