@@ -105,7 +105,6 @@ class DataModule:
             # a tokenizer handed in is a model's (eval, resume, init-from)
             check_tokenizer(m, self.tokenizer, cfg.source, model_tokenizer=tokenizer is not None)
             streams = open_prepared(d, m, verify=self.source.kind == "prepared")  # the cache: prepare just checked it
-            self.manifest = m
             self.train, self.val = (TokenStream(*streams[s]) for s in ("train", "val"))
         for name, stream in (("train", self.train), ("validation", self.val)):
             if len(stream) < cfg.seq_len + 2:
@@ -210,7 +209,7 @@ class DataModule:
 
     def epochs(self, tokens_seen: int) -> float:
         """Training tokens seen / training tokens: above 1 the corpus has repeated."""
-        return tokens_seen / max(len(self.train), 1) if self.task is None else 0.0
+        return tokens_seen / len(self.train) if self.task is None else 0.0  # never empty: __init__ refuses < seq_len+2
 
     # ------------------------------------------------------------------ batches
     def global_train_batch(self, step: int, micro: int, global_bs: int, accum: int | None = None):
@@ -240,8 +239,7 @@ class DataModule:
                 yield self.task.batch(batch_size, g)
             return
         L = self.cfg.seq_len
-        hi = len(self.val) - L - 1
-        total = n_batches * batch_size
-        starts = np.linspace(0, hi, num=total).astype(np.int64) if hi > 0 else np.zeros(total, np.int64)
+        hi = len(self.val) - L - 1  # >= 1: __init__ refuses a validation stream below seq_len+2 tokens
+        starts = np.linspace(0, hi, num=n_batches * batch_size).astype(np.int64)
         for b in range(n_batches):
             yield self.val.windows(starts[b * batch_size:(b + 1) * batch_size], L)
