@@ -221,3 +221,70 @@ def test_the_cache_is_built_where_NEXUS_CACHE_points_with_the_run_settings(tmp_p
     assert [(c["num_proc"], c["progress"]) for c in calls] == [(3, False), (2, True)]
     assert all(c["label"] == "data" and c["shard_bytes"] == SHARD_BYTES and c["quiet_below_s"] == Progress.EVERY_S
                for c in calls)
+
+
+# ------------------------------------------------------------------ after the first mutation run (issue 42)
+def test_a_module_built_without_a_seed_draws_as_a_default_run(tmp_path):
+    from nexus.config import RunConfig
+
+    cfg = DataConfig(source=str(_ramp_bin(tmp_path, 240)), seq_len=8)
+    x, _ = DataModule(cfg).global_train_batch(0, 0, 6, accum=1)
+    assert torch.equal(x, DataModule(cfg, seed=RunConfig().train.seed).global_train_batch(0, 0, 6, accum=1)[0])
+
+
+def test_a_synthetic_task_name_is_everything_after_the_first_colon():
+    with pytest.raises(ConfigError, match=r"^data.source='synthetic:mqar:extra' \(valid: "):
+        DataModule(DataConfig(source="synthetic:mqar:extra", seq_len=24))
+
+
+def _prepared(tmp_path) -> Path:
+    from nexus.data.prepare import prepare
+    from nexus.data.sources import resolve_source
+
+    (tmp_path / "c.txt").write_text("".join(f"document {i} with a few words in it\n\n" for i in range(40)))
+    cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=8)
+    prepare(resolve_source(cfg.source), cfg, ByteTokenizer(), tmp_path / "prep", num_proc=1, progress=False)
+    return tmp_path / "prep"
+
+
+def test_refusals_of_a_prepared_corpus_name_the_directory(tmp_path):
+    prep = _prepared(tmp_path)
+    with pytest.raises(ConfigError) as e:  # another tokenizer than the corpus's: the advice names the corpus
+        DataModule(DataConfig(source=str(prep), tokenizer="byte", chat=True, seq_len=8))
+    assert str(e.value).startswith(f"data.source={str(prep)!r} was prepared with tokenizer byte")
+    assert f"--data.tokenizer {prep}, the tokenizer stored with the corpus" in str(e.value)
+    (prep / "manifest.json").write_text("{}")
+    with pytest.raises(ConfigError, match=rf"^data.source={str(prep)!r}: manifest.json is not"):
+        DataModule(DataConfig(source=str(prep), tokenizer="byte", seq_len=8))
+
+
+def test_refusals_of_a_bin_name_the_file_given_and_a_named_validation_file(tmp_path):
+    np.array([1, 2, 300, 4] * 50, dtype=np.uint16).tofile(tmp_path / "big.bin")
+    with pytest.raises(ConfigError, match=rf"^data.source={str(tmp_path / 'big.bin')!r}: big.bin holds id 300"):
+        DataModule(DataConfig(source=str(tmp_path / "big.bin"), seq_len=8))
+    (np.arange(100) % 250).astype(np.uint16).tofile(tmp_path / "train.bin")
+    np.array([1, 2, 300, 4] * 50, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    with pytest.raises(ConfigError, match=rf"^data.source={str(tmp_path / 'val.bin')!r}: val.bin holds id 300"):
+        DataModule(DataConfig(source=str(tmp_path / "train.bin"), seq_len=8))
+
+
+def test_the_overlap_note_is_none_for_unseen_validation_and_a_line_for_copied(tmp_path):
+    (np.arange(240) % 250).astype(np.uint16).tofile(tmp_path / "train.bin")
+    np.random.default_rng(0).integers(0, 250, 240).astype(np.uint16).tofile(tmp_path / "val.bin")
+    assert DataModule(DataConfig(source=str(tmp_path / "train.bin"), seq_len=8)).overlap_note() is None
+    (np.arange(240) % 250).astype(np.uint16).tofile(tmp_path / "val.bin")  # validation = the training tokens
+    note = DataModule(DataConfig(source=str(tmp_path / "train.bin"), seq_len=8)).overlap_note()
+    assert isinstance(note, str) and note
+    (np.arange(10) % 250).astype(np.uint16).tofile(tmp_path / "val.bin")  # shorter than overlap.py's window
+    assert DataModule(DataConfig(source=str(tmp_path / "train.bin"), seq_len=8)).overlap_note() is None
+
+
+def test_a_new_cache_names_every_bad_file_at_once(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "good.txt").write_text("".join(f"document {i} with words\n\n" for i in range(40)))
+    (tmp_path / "src" / "a_bad.txt").write_bytes(b"\xff\xfe\x00 not utf-8 \xc3")
+    (tmp_path / "src" / "b_bad.txt").write_bytes(b"\x80\x81 also not utf-8")
+    with pytest.raises(ConfigError) as e:
+        DataModule(DataConfig(source=str(tmp_path / "src"), seq_len=8, cache_dir=str(tmp_path / "cache")))
+    assert str(e.value).startswith(f"data.source={str(tmp_path / 'src')!r} holds ")
+    assert "a_bad.txt" in str(e.value) and "b_bad.txt" in str(e.value)
