@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pytest
 
-from nexus.config import ConfigError, RunConfig, TrainConfig
+from nexus.config import ConfigError, DataConfig, RunConfig, TrainConfig
 from nexus.train.resume import (changed_fields, keep_global_batch, launched_world_size, nothing_to_train,
                                 refuse_unread_data, refuse_unresumable)
 
@@ -43,9 +43,11 @@ def test_a_new_world_size_keeps_the_global_batch_through_grad_accum(bs, ga, old_
     old, new = _train(bs, ga), _train(bs, ga)
     notes = keep_global_batch(old, new, old_world, world, W)
     before = bs * ga * old_world
-    assert new.batch_size * new.grad_accum * world == before and new.batch_size == bs
-    assert notes == [f"world size {old_world} -> {world}: train.grad_accum {ga} -> {new.grad_accum} keeps the "
-                     f"global batch of {before} sequences ({bs} x {new.grad_accum} x {world})"]
+    want = before // (bs * world)
+    assert type(new.grad_accum) is int and new.grad_accum == want and new.batch_size == bs
+    assert bs * want * world == before
+    assert notes == [f"world size {old_world} -> {world}: train.grad_accum {ga} -> {want} keeps the "
+                     f"global batch of {before} sequences ({bs} x {want} x {world})"]
 
 
 def test_the_same_world_size_changes_nothing():
@@ -53,7 +55,8 @@ def test_the_same_world_size_changes_nothing():
     assert keep_global_batch(_train(4, 3), new, 2, 2, W) == [] and new.grad_accum == 3
 
 
-@pytest.mark.parametrize("bs, ga, old_world, world", [(4, 6, 1, 4), (4, 4, 1, 3), (6, 1, 1, 4), (5, 2, 2, 3)])
+@pytest.mark.parametrize("bs, ga, old_world, world", [(4, 6, 1, 4), (4, 4, 1, 3), (6, 1, 1, 4), (5, 2, 2, 3),
+                                                      (3, 1, 1, 3)])  # the last: only a batch of 1 fits
 def test_a_world_size_that_cannot_keep_the_global_batch_is_refused_with_the_largest_batch_that_can(bs, ga, old_world,
                                                                                                    world):
     before = bs * ga * old_world
@@ -83,6 +86,8 @@ def test_a_checkpoint_without_its_world_size_is_taken_at_the_launched_one():
     assert keep_global_batch(_train(4, 2), _train(4, 2), None, 1, W) == []
     assert keep_global_batch(_train(4, 2), _train(4, 2), None, 3, W) == [
         "the checkpoint does not record its world size: the global batch is now 4 x 2 x 3 = 24 sequences"]
+    assert keep_global_batch(_train(4, 2), _train(4, 2), None, 2, W) == [
+        "the checkpoint does not record its world size: the global batch is now 4 x 2 x 2 = 16 sequences"]
     # a batch given on resume: measured against the same world, so 4 x 2 x 3 -> 8 x 1 x 3
     assert keep_global_batch(_train(4, 2), _train(8, 1), None, 3, W) == []
     assert keep_global_batch(_train(4, 2), _train(8, 2), None, 3, W) == [
@@ -156,3 +161,29 @@ def test_a_data_field_the_source_does_not_read_is_refused_and_one_it_reads_passe
     refuse_unread_data(cfg, _changes(data__seq_len=64)[2], W)  # read by every source
     cfg.data.source = "embedded"
     refuse_unread_data(cfg, changes, W)  # a text source reads its document cap
+
+
+def test_a_prepared_source_is_told_to_prepare_again_and_every_unread_change_is_named(tmp_path):
+    from nexus.data.prepare import prepare
+    from nexus.data.sources import resolve_source
+    from nexus.data.tokenizer import ByteTokenizer
+
+    (tmp_path / "c.txt").write_text("".join(f"line {i} of a small corpus\n\n" for i in range(30)))
+    text = DataConfig(source=str(tmp_path / "c.txt"))
+    prepare(resolve_source(text.source), text, ByteTokenizer(), tmp_path / "prep", num_proc=1, progress=False)
+    stored, cfg, changes = _changes(data__max_documents=5, data__num_proc=3)
+    cfg.data.source = str(tmp_path / "prep")
+    with pytest.raises(ConfigError) as e:
+        refuse_unread_data(cfg, changes, W)
+    assert str(e.value) == (f"{W}: data.max_documents=5 (checkpoint: 0), data.num_proc=3 (checkpoint: 0) has no effect "
+                            f"on data.source={str(tmp_path / 'prep')!r}, a prepared source, which does not read it (valid: "
+                            "resume without it (prepare the data again with the new setting: `nexus data prepare`))")
+
+
+def test_resume_config_names_the_resume_flag_when_the_checkpoint_is_not_one(tmp_path):
+    from nexus.train.resume import resume_config
+
+    (tmp_path / "ck").mkdir()
+    with pytest.raises(ConfigError) as e:  # CheckpointError is a ConfigError: one line, exit 2
+        resume_config(tmp_path / "ck")
+    assert str(e.value).startswith(f"--resume={str(tmp_path / 'ck')!r}")

@@ -48,7 +48,7 @@ UNREAD_DATA_FIELDS = {
 
 def launched_world_size() -> int:
     """The world size torchrun (or a scheduler) gives this process, read before joining the group."""
-    return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+    return max(int(os.environ.get("WORLD_SIZE") or 1), 1)  # unset or empty: one process
 
 
 def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
