@@ -187,3 +187,42 @@ def test_resume_config_names_the_resume_flag_when_the_checkpoint_is_not_one(tmp_
     with pytest.raises(ConfigError) as e:  # CheckpointError is a ConfigError: one line, exit 2
         resume_config(tmp_path / "ck")
     assert str(e.value).startswith(f"--resume={str(tmp_path / 'ck')!r}")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A 4-step micro run with a step checkpoint at 2 (~5 s): resume_config reads a real one."""
+    from nexus.cli import main
+
+    out = tmp_path_factory.mktemp("runs") / "base"
+    assert main(["train", "--preset", "baseline-micro", "--train.eval_every", "0", "--model.d_model", "32",
+                 "--data.seq_len", "32", "--train.batch_size", "2", "--train.sample_tokens", "4", "--train.warmup_steps",
+                 "1", "--train.steps", "4", "--train.save_every", "2", "--out", str(out), "--quiet"]) == 0
+    return out / "step_0000002"
+
+
+def test_resume_config_notes_each_change_once_and_nothing_without_one(checkpoint, tmp_path):
+    from nexus.train.resume import resume_config
+
+    cfg, notes = resume_config(checkpoint, world=1)
+    assert notes == [] and cfg.train.steps == 4
+    cfg, notes = resume_config(checkpoint, ["--train.log_every", "3", "--train.eval_every", "5"], out_dir=tmp_path / "o",
+                               world=1)
+    assert notes[0].startswith("resumed with ")
+    from nexus.checkpoint import read_config
+
+    log_every = read_config(checkpoint).train.log_every  # the stored run's value
+    assert sorted(notes[0][len("resumed with "):].split(", ")) == ["train.eval_every 0 -> 5",
+                                                                   f"train.log_every {log_every} -> 3"]
+    assert cfg.train.out_dir == str(tmp_path / "o") and (cfg.train.log_every, cfg.train.eval_every) == (3, 5)
+    _, notes = resume_config(checkpoint, ["--train.out_dir", str(tmp_path / "elsewhere")], world=1)
+    assert notes == []  # a new run location is not a change worth a note
+
+
+def test_resume_config_refuses_naming_the_checkpoint_in_its_flag_and_its_fix(checkpoint):
+    from nexus.train.resume import resume_config
+
+    with pytest.raises(ConfigError) as e:
+        resume_config(checkpoint, ["--model.n_layers", "3"], world=1)
+    assert str(e.value).startswith(f"--resume={str(checkpoint)!r}: model.n_layers=3")
+    assert f"`nexus grow --checkpoint {checkpoint} --out DIR ...`" in str(e.value)
