@@ -226,3 +226,13 @@ def test_resume_config_refuses_naming_the_checkpoint_in_its_flag_and_its_fix(che
         resume_config(checkpoint, ["--model.n_layers", "3"], world=1)
     assert str(e.value).startswith(f"--resume={str(checkpoint)!r}: model.n_layers=3")
     assert f"`nexus grow --checkpoint {checkpoint} --out DIR ...`" in str(e.value)
+
+
+def test_resume_config_reads_the_checkpoints_step_and_world(checkpoint):
+    from nexus.train.resume import resume_config
+
+    _, notes = resume_config(checkpoint, ["--train.steps", "2"], world=1)  # saved at step 2
+    assert notes[-1].startswith("the checkpoint is at step 2 and train.steps is 2: no step is trained")
+    with pytest.raises(ConfigError) as e:  # trained on 1 process with 2 x 1 sequences: 2 processes cannot keep 2
+        resume_config(checkpoint, world=2)
+    assert str(e.value).startswith(f"--resume={str(checkpoint)!r}: world size 1 -> 2 cannot keep the global batch of 2")
