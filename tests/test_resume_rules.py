@@ -98,16 +98,16 @@ def test_a_checkpoint_at_its_last_step_is_refused_only_when_it_was_just_grown():
     cfg = RunConfig()
     cfg.train.steps = 10
     stored = copy.deepcopy(cfg)
-    assert nothing_to_train(stored, cfg, None, W, "ck") == []
-    assert nothing_to_train(stored, cfg, 9, W, "ck") == []
-    assert nothing_to_train(stored, cfg, 10, W, "ck") == [
+    assert nothing_to_train(stored, cfg, None, W) == []
+    assert nothing_to_train(stored, cfg, 9, W) == []
+    assert nothing_to_train(stored, cfg, 10, W) == [
         "the checkpoint is at step 10 and train.steps is 10: no step is trained, only the final evaluation and "
         "checkpoint (give --train.steps N with N > 10 to train further)"]
     stored.growth_history = [{"step": 4}]  # grown earlier: the note, not a refusal
-    assert len(nothing_to_train(stored, cfg, 10, W, "ck")) == 1
+    assert len(nothing_to_train(stored, cfg, 10, W)) == 1
     stored.growth_history = [{"step": 4}, {"step": 10}]
     with pytest.raises(ConfigError) as e:
-        nothing_to_train(stored, cfg, 10, W, "ck")
+        nothing_to_train(stored, cfg, 10, W)
     assert str(e.value) == (f"{W}: the checkpoint was grown at step 10 and train.steps is 10: nothing left to train "
                             "(valid: --train.steps N with N > 10; its LR schedule is then re-planned over N steps)")
 
@@ -236,3 +236,23 @@ def test_resume_config_reads_the_checkpoints_step_and_world(checkpoint):
     with pytest.raises(ConfigError) as e:  # trained on 1 process with 2 x 1 sequences: 2 processes cannot keep 2
         resume_config(checkpoint, world=2)
     assert str(e.value).startswith(f"--resume={str(checkpoint)!r}: world size 1 -> 2 cannot keep the global batch of 2")
+
+
+def test_an_unread_data_change_is_refused_under_the_resume_flag(tmp_path):
+    p = tmp_path / "c.bin"
+    np.arange(100, dtype=np.uint16).tofile(p)
+    stored, cfg, changes = _changes(data__max_documents=5)
+    cfg.data.source = stored.data.source = str(p)
+    with pytest.raises(ConfigError, match=rf"^{W}: data.max_documents=5 \(checkpoint: 0\) has no effect"):
+        refuse_unresumable(stored, cfg, changes, W, "ck")
+
+
+def test_resume_config_applies_amend_last_and_takes_the_launched_world_only_when_none_is_given(checkpoint, monkeypatch):
+    from nexus.train.resume import resume_config
+
+    cfg, _ = resume_config(checkpoint, world=1, amend=lambda c: setattr(c.train, "log_every", 7))
+    assert cfg.train.log_every == 7
+    monkeypatch.setenv("WORLD_SIZE", "2")  # the launcher's 2 cannot keep this checkpoint's batch of 2 ...
+    with pytest.raises(ConfigError, match="world size 1 -> 2"):
+        resume_config(checkpoint)
+    assert resume_config(checkpoint, world=1)[1] == []  # ... a world given explicitly wins

@@ -72,7 +72,7 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     st = load_trainer_state(ckpt, with_optimizer=False) or {}
     notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history), step=st.get("step"))
     record_replan(stored.train, cfg.train, cfg.growth_history, st.get("step"))
-    notes += nothing_to_train(stored, cfg, st.get("step"), where, ckpt)
+    notes += nothing_to_train(stored, cfg, st.get("step"), where)
     notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
                                launched_world_size() if world is None else world, where)
     cfg.train.out_dir = str(out_dir or resume_run_dir(ckpt))
@@ -81,7 +81,7 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     return cfg.validate(), notes
 
 
-def nothing_to_train(stored: RunConfig, cfg: RunConfig, step: int | None, where: str, ckpt) -> list[str]:
+def nothing_to_train(stored: RunConfig, cfg: RunConfig, step: int | None, where: str) -> list[str]:
     """A checkpoint already at train.steps: refused when it is a checkpoint just grown (`nexus grow` without
     --train.steps: resuming it would train 0 steps and exit 0), else a note (a finished run evaluated and
     saved again)."""
