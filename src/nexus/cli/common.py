@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..config import ConfigError, RunConfig
+from ..config import RunConfig
 from ..config_migration import load_config_file
 from ..config_overrides import merge_config_file, parse_overrides
 

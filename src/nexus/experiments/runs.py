@@ -8,7 +8,6 @@ or starts over when it has none.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 

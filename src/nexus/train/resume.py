@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..config_overrides import parse_overrides
