@@ -24,11 +24,11 @@ def test_every_field_has_a_reason():
     assert [n for n, _, _ in listed] == _leaf_names(RunConfig())
     missing = [n for n, _, why in listed if len(why) < 5]
     assert missing == [], f"config fields without a one-line reason: {missing}"
-    from nexus.config import GrowthState
-    from nexus.config_help import field_reasons
-
-    assert all(len(why) >= 5 for why in field_reasons(GrowthState).values())  # not listed, still explained
-    assert "model.growth_state.frozen_n" not in [n for n, _, _ in listed]
+    # growth pins are not listed (set by growth only) but each kind explains the ones it declares
+    pins = {(k, name): why for section in RunConfig().model.kind_sections() for k, c in type(section).kinds().items()
+            for name, why in c.growth_pins.items()}
+    assert pins and all(isinstance(why, str) and len(why) >= 5 for why in pins.values()), pins
+    assert not any(n.startswith("model.growth_state") for n, _, _ in listed)
 
 
 def test_nexus_config_prints_defaults_and_reasons(capsys):

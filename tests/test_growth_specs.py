@@ -219,7 +219,7 @@ def test_growth_state_left_the_user_config_and_old_checkpoints_still_load(tmp_pa
     cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:] + MODEL_OF["tokenformer"]).validate()
     model = build_model(cfg.model)
     grown, gcfg, _, _ = grow(model, cfg, {"family": "tokenformer", "add_tokens": 8})
-    assert gcfg.model.growth_state.frozen_n == 16 and gcfg.model.projection.param_tokens == 24
+    assert gcfg.model.growth_state["frozen_n"] == 16 and gcfg.model.projection.param_tokens == 24
     assert "frozen_n" not in gcfg.to_dict()["model"]["projection"]
     from nexus.checkpoint import save_checkpoint
     from nexus.data.tokenizer import ByteTokenizer
@@ -235,7 +235,7 @@ def test_growth_state_left_the_user_config_and_old_checkpoints_still_load(tmp_pa
     meta["sha256"]["config.json"] = hashlib.sha256((ckpt / "config.json").read_bytes()).hexdigest()
     (ckpt / "meta.json").write_text(json.dumps(meta))
     loaded, lcfg, _ = load_checkpoint(ckpt)
-    assert lcfg.model.growth_state.frozen_n == 16 and lcfg.model.growth_state.ffn_frozen_n == state["ffn_frozen_n"]
+    assert lcfg.model.growth_state == state and state["frozen_n"] == 16
     taus = {m.tau for m in loaded.modules() if hasattr(m, "tau") and hasattr(m, "n_tokens")}
     assert taus == {4.0}  # sqrt(16): the pinned pre-growth scale, not sqrt(24)
     with pytest.raises(ConfigError, match="set by growth only"):

@@ -40,7 +40,7 @@ def _model(freeze: bool, **model):
                                   ffn_param_tokens=0, freeze_scale=freeze, pattention_act="softmax")
     cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj, attention_bias=True,
                       init_std=0.05, **model)
-    cfg.growth_state.frozen_n, cfg.growth_state.ffn_frozen_n = 5, 7
+    cfg.growth_state.update(frozen_n=5, ffn_frozen_n=7)
     torch.manual_seed(0)
     return build_model(cfg)
 

@@ -123,23 +123,6 @@ class MixingConfig:
 
 
 @dataclass
-class GrowthState:
-    """Scales a growth pinned so the grown model computes what the model before it did. Only growth sets
-    them (never a user): `nexus config` does not list them and an override is refused. Configs written
-    before this section carry them as model.projection.frozen_*; loading moves them here."""
-
-    frozen_n: int = 0  # Pattention tau = sqrt(frozen_n) on q/k/v/o (0 -> current param_tokens); TokenFormer growth pins it with projection.freeze_scale
-    ffn_frozen_n: int = 0  # the same for the FFN Pattention (0 -> current ffn tokens)
-    frozen_m: int = 0  # l2norm_width form: width whose sqrt scales the M stage (0 -> rank_m); Nexus-Rank growth pins it so old units keep their scale
-    frozen_a: int = 0  # l2norm_width form: width whose sqrt scales the A stage (0 -> rank_a)
-
-    def validate(self, errors: list[str], p: str) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            _check(errors, isinstance(v, int) and v >= 0, f"{p}.{f.name}", v, "an integer >= 0 (0 = not pinned)")
-
-
-@dataclass
 class ModelConfig:
     """Architecture. The baseline is a Llama-style Transformer++; sub-configs switch mechanisms on."""
 
@@ -167,7 +150,7 @@ class ModelConfig:
     projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
     mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
-    growth_state: GrowthState = field(default_factory=GrowthState, metadata={"set_by_growth": True})  # scales growth pinned (not a user setting)
+    growth_state: dict[str, int] = field(default_factory=dict, metadata={"set_by_growth": True})  # scales growth pinned so the grown model computes what the model before it did, {name: value}; each name declared by a selected kind (growth_pins); set by growth only
 
     def __setattr__(self, name: str, value) -> None:
         if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
@@ -185,6 +168,38 @@ class ModelConfig:
     def kind_sections(self) -> list[KindOptions]:
         """The sections whose `kind` picks a registered entry (arch, attention, projection, mlp)."""
         return [v for v in (getattr(self, f.name) for f in dataclasses.fields(self)) if isinstance(v, KindOptions)]
+
+    def growth_pins(self) -> dict[str, str]:
+        """{name: reason} of the scales the selected kinds let growth pin in `growth_state`."""
+        return {name: why for section in self.kind_sections() for name, why in type(section).growth_pins.items()}
+
+    def pinned(self, name: str) -> int:
+        """The scale growth pinned under `name` (0: not pinned, the module uses its current size)."""
+        return self.growth_state.get(self._declared_pin(name), 0)
+
+    def pin(self, name: str, value: int) -> None:
+        """Record a scale a growth pins (growth only: a user cannot set these)."""
+        self.growth_state[self._declared_pin(name)] = value
+
+    def _declared_pin(self, name: str) -> str:
+        # a misspelt or foreign name would otherwise read 0 (not pinned) and silently change the function
+        if name not in self.growth_pins():
+            raise RuntimeError(f"growth pin {name!r} is not declared by the selected kinds (declared: "
+                               f"{', '.join(self.growth_pins()) or 'none'})")
+        return name
+
+    def _validate_growth_state(self, errors: list[str], p: str) -> None:
+        state = self.growth_state
+        if not isinstance(state, dict):
+            _check(errors, False, p, state, "a mapping of pinned scales, written by growth")
+            return
+        declared = self.growth_pins()
+        for name, v in state.items():
+            if name not in declared:
+                _check(errors, False, f"{p}.{name}", v, f"a scale the selected kinds pin: {', '.join(declared) or 'none'}")
+            else:
+                _check(errors, isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{p}.{name}", v,
+                       "an integer >= 0 (0 = not pinned)")
 
     @property
     def kv_heads(self) -> int:
@@ -223,7 +238,7 @@ class ModelConfig:
         _positive(errors, f"{p}.logit_scale", self.logit_scale)
         self.attention.validate(errors, f"{p}.attention", self)
         self.projection.validate(errors, f"{p}.projection", self)
-        self.growth_state.validate(errors, f"{p}.growth_state")
+        self._validate_growth_state(errors, f"{p}.growth_state")
         self.mixing.validate(errors, f"{p}.mixing")
         self.mlp.validate(errors, f"{p}.mlp", self)
         self.arch.validate(errors, f"{p}.arch", self)  # last: an architecture's rules read the other sections

@@ -115,9 +115,13 @@ class KindOptions:
     # the old spelling `model.<kind>.<option>` (a section per kind, written before the kind owned its options)
     # still addresses this section's options when that kind is selected
     addressed_by_kind: typing.ClassVar[bool] = False
+    # the scales this kind's growth pins in model.growth_state so a grown model computes what the model before
+    # it did, {name: one-line reason}; only growth writes them, 0 (or absent) = not pinned
+    growth_pins: typing.ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, kind: str | None = None, **kw):
         super().__init_subclass__(**kw)
+        _claim_growth_pins(cls)
         if "section" in cls.__dict__:
             cls.registered = {}  # a section's base class: its own table of kinds
         if kind is not None:
@@ -200,11 +204,29 @@ class KindOptions:
         grown model keeps it."""
 
 
+_PIN_SECTIONS: dict[str, str] = {}  # growth-pin name -> the section whose kinds declare it
+
+
+def _claim_growth_pins(cls) -> None:
+    """A pin name belongs to one section: kinds of two sections are selected together, and one value read by
+    both would pin two different scales. (Kinds of one section may share a name: one is selected at a time.)"""
+    for name in cls.__dict__.get("growth_pins", {}):
+        owner = _PIN_SECTIONS.setdefault(name, cls.section)
+        if owner != cls.section:
+            raise RuntimeError(f"{cls.__name__} declares growth pin {name!r} for {cls.section}, but {owner} kinds "
+                               "declare it already (valid: a name of its own)")
+
+
 def to_dict(obj) -> dict:
+    """Plain mappings and lists, each a copy: a snapshot (`RunConfig.validated`) must not follow later edits."""
     out = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        out[f.name] = to_dict(v) if dataclasses.is_dataclass(v) else (list(v) if isinstance(v, tuple) else v)
+        if dataclasses.is_dataclass(v):
+            v = to_dict(v)
+        elif isinstance(v, (list, tuple, dict)):
+            v = copy.deepcopy(list(v) if isinstance(v, tuple) else v)
+        out[f.name] = v
     return out
 
 

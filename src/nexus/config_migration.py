@@ -18,7 +18,9 @@ import yaml
 from .config import KindOptions, ModelConfig, ProjectionOptions, RunConfig
 from .errors import ConfigError
 
-LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")  # once model.projection.<name>
+# Every kind's growth pins, once model.projection.<name>, then all four always in model.growth_state (0 = not
+# pinned); now model.growth_state holds only the pins a growth wrote, each declared by a selected kind.
+LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")
 # Before each kind owned its options, model.attention and model.projection held every kind's fields.
 LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
 LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
@@ -31,7 +33,8 @@ def upgrade(d):
     """Configs (and checkpoints) written by earlier versions, to the current form:
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*; model.moe -> model.mlp {kind: moe, **its options},
+    model.projection.frozen_* -> model.growth_state.*, and of those only the pins the selected kinds declare,
+    set (not 0); model.moe -> model.mlp {kind: moe, **its options},
     or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
     {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
     not its default (it had no effect) is named in one line on stderr."""
@@ -62,6 +65,8 @@ def upgrade(d):
     if isinstance(model.get("moe"), dict):
         _move_moe(model)
     _move_kind_sections(model)
+    if isinstance(model.get("growth_state"), dict):
+        _drop_unset_pins(model)
     return d
 
 
@@ -120,13 +125,42 @@ def _keep(section: dict, names: set, where: str, why: str, legacy: dict | None =
 
 
 def _move_growth_state(model: dict) -> None:
-    """A config written before GrowthState existed: model.projection.frozen_* -> model.growth_state.*."""
+    """A config written before model.growth_state existed: model.projection.frozen_* -> model.growth_state.*."""
     proj = model["projection"]
     state = model.setdefault("growth_state", {}) or {}
     for k in LEGACY_GROWTH_STATE:
         if k in proj:
             state.setdefault(k, proj.pop(k))
     model["growth_state"] = state
+
+
+def _drop_unset_pins(model: dict) -> None:
+    """The old model.growth_state held all four pins whatever the kinds: a 0 one (not pinned) is dropped, and
+    one no selected kind declares (no module read it) is dropped too, named in one line on stderr when set.
+    Any other name is left for validation to refuse."""
+    state, declared = model["growth_state"], _declared_pins(model)
+    for name in [k for k in LEGACY_GROWTH_STATE if k in state]:
+        v = state[name]
+        if v == 0 and not isinstance(v, bool):
+            del state[name]
+        elif declared is not None and name not in declared:
+            print(f"config: dropped model.growth_state.{name}={state.pop(name)!r} from an old config (no selected "
+                  "kind reads it; it had no effect)", file=sys.stderr)
+
+
+def _declared_pins(model: dict) -> set[str] | None:
+    """The growth pins the kinds `model` selects declare (None: a kind is not known; parsing will name it)."""
+    names: set[str] = set()
+    for section, tp in typing.get_type_hints(ModelConfig).items():
+        if not (isinstance(tp, type) and issubclass(tp, KindOptions)):
+            continue
+        chosen = model.get(section) or tp.kind_name
+        kind = chosen.get("kind", tp.kind_name) if isinstance(chosen, dict) else chosen
+        cls = tp.kinds().get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            return None
+        names |= set(cls.growth_pins)
+    return names
 
 
 def _upgrade_train_growth(d: dict) -> None:

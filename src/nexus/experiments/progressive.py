@@ -279,7 +279,7 @@ def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, ov
 def _reset_growth_only_fields(model_cfg, small_model_cfg) -> None:
     """Fields that growth sets only to preserve the old function (frozen_* scales, the tied-head
     logit_scale, an adjusted norm_eps): a model trained from scratch uses its natural values."""
-    model_cfg.growth_state = type(model_cfg.growth_state)()
+    model_cfg.growth_state = {}
     if hasattr(model_cfg, "logit_scale"):
         model_cfg.logit_scale = type(model_cfg)().logit_scale
     model_cfg.norm_eps = small_model_cfg.norm_eps

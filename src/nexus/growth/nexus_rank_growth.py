@@ -98,9 +98,8 @@ def grown_model_config(model_cfg, spec: NexusRankSpec):
     np_ = new_model_cfg.projection
     np_.rank_m, np_.rank_a = old_m + (spec.delta_m or 0), old_a + (spec.delta_a or 0)
     if pcfg.form == "l2norm_width":  # pin the sqrt(width) factors so old units keep their scale
-        old_state = model_cfg.growth_state
-        new_model_cfg.growth_state.frozen_m = old_state.frozen_m or old_m
-        new_model_cfg.growth_state.frozen_a = old_state.frozen_a or old_a
+        new_model_cfg.pin("frozen_m", model_cfg.pinned("frozen_m") or old_m)
+        new_model_cfg.pin("frozen_a", model_cfg.pinned("frozen_a") or old_a)
     return new_model_cfg
 
 

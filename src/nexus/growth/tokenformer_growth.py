@@ -6,9 +6,9 @@ gradient at once (init=exact, the default). TokenFormer itself zeroes both (init
 dead, every new token's gradient is zero forever.
 
 Exactness also needs tau = sqrt(n) to stay at its pre-growth value. With
-model.projection.freeze_scale (default) growth records the old n in model.growth_state.frozen_n / ffn_frozen_n;
-without it tau follows the new n, every old score is rescaled, and the report says the growth is
-not exact. The softmax variant is never exact (a zero score still takes softmax mass).
+model.projection.freeze_scale (default) growth pins the old n in model.growth_state (frozen_n /
+ffn_frozen_n, growth pins the pattention kind declares); without it tau follows the new n, every old
+score is rescaled, and the report says the growth is not exact. The softmax variant is never exact (a zero score still takes softmax mass).
 """
 from __future__ import annotations
 
@@ -82,9 +82,8 @@ def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResu
     if add_ffn:
         np_.ffn_param_tokens = old_ffn_n + add_ffn
     if pcfg.freeze_scale:  # tau stays sqrt(n before the first growth)
-        old_state, state = cfg.model.growth_state, new_model_cfg.growth_state
-        state.frozen_n = old_state.frozen_n or old_n
-        state.ffn_frozen_n = old_state.ffn_frozen_n or old_ffn_n
+        new_model_cfg.pin("frozen_n", cfg.model.pinned("frozen_n") or old_n)
+        new_model_cfg.pin("ffn_frozen_n", cfg.model.pinned("ffn_frozen_n") or old_ffn_n)
 
     gen = torch.Generator(device="cpu").manual_seed(spec.generator_seed(cfg.train.seed))
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..config import ModelConfig, ProjectionOptions, option
 from ..errors import ConfigError
@@ -13,6 +13,12 @@ Target = Literal["q", "k", "v", "o", "ffn"]
 @dataclass
 class NexusRankOptions(ProjectionOptions, kind="nexus_rank"):
     """Nexus-Rank projections (Nexusformer): D -> M -> A -> D_out with two nonlinear stages."""
+
+    growth_pins: ClassVar[dict[str, str]] = {
+        "frozen_m": "l2norm_width form: the width whose sqrt scales the M stage (0 -> rank_m); Nexus-Rank growth "
+                    "pins it so the old units keep their scale",
+        "frozen_a": "l2norm_width form: the width whose sqrt scales the A stage (0 -> rank_a)",
+    }
 
     targets: list[Target] = option(["q", "k", "v"], "which projections are Nexus-Rank (q,k,v,o,ffn)")
     rank_m: int = option(0, "first hidden width M (0 -> 2*d_model)")

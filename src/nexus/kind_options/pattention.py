@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..config import ModelConfig, ProjectionOptions, option
 
@@ -10,6 +10,12 @@ from ..config import ModelConfig, ProjectionOptions, option
 @dataclass
 class PattentionOptions(ProjectionOptions, kind="pattention"):
     """TokenFormer's Pattention: projections whose weights are learnable parameter tokens."""
+
+    growth_pins: ClassVar[dict[str, str]] = {
+        "frozen_n": "tau = sqrt(frozen_n) on the q/k/v/o Pattention (0 -> param_tokens); TokenFormer growth pins "
+                    "it with freeze_scale so the old scores keep their scale",
+        "ffn_frozen_n": "the same for the FFN Pattention (0 -> its tokens)",
+    }
 
     targets: list[Literal["q", "k", "v", "o", "ffn"]] = option(["q", "k", "v"], "which projections are Pattention (q,k,v,o,ffn)")
     param_tokens: int = option(0, "parameter tokens per q/k/v/o projection (0 -> d_model)")
@@ -23,6 +29,11 @@ class PattentionOptions(ProjectionOptions, kind="pattention"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 0):
                 errors.append(f"{p}.{name}={v!r} (valid: an integer >= 0 (0 = default))")
+
+    @staticmethod
+    def pin_of(target: str) -> str:
+        """The growth pin that holds tau's n for the Pattention of `target`."""
+        return "ffn_frozen_n" if target == "ffn" else "frozen_n"
 
     def tokens(self, target: str, model: ModelConfig) -> int:
         return (self.ffn_param_tokens or model.ffn) if target == "ffn" else (self.param_tokens or model.d_model)

@@ -7,7 +7,7 @@ Three forms:
                  D_out is the projection's output width. Growing M or A leaves that factor alone.
   l2norm_width : the public code's earlier form, h / ||h||_2 * sqrt(width of h) (eps 1e-6 here, to
                  keep an all-zero pre-activation finite). The sqrt(width) factor is read from
-                 `growth_state.frozen_m/frozen_a` when set, so growing M or A does not rescale the old
+                 the growth pins `frozen_m`/`frozen_a` (model.growth_state) when set, so growing M or A does not rescale the old
                  units (growth freezes it at the pre-growth width, like TokenFormer's sqrt(n)).
 
 The three stages are plain nn.Linear layers: the optimizer, Muon, the FLOPs walker and the growth
@@ -81,7 +81,7 @@ class NexusRank(nn.Module):
 def make_nexus_rank(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> NexusRank:
     p = cfg.projection
     return NexusRank(d_in, d_out, p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model), p.form, bias,
-                     cfg.growth_state.frozen_m, cfg.growth_state.frozen_a)
+                     cfg.pinned("frozen_m"), cfg.pinned("frozen_a"))
 
 
 PROJECTIONS.register("nexus_rank")(ProjectionKind(make_nexus_rank))

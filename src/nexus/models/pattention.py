@@ -71,7 +71,7 @@ class Pattention(nn.Module):
 
 def make_pattention(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> Pattention:
     p = cfg.projection
-    frozen = (cfg.growth_state.ffn_frozen_n if target == "ffn" else cfg.growth_state.frozen_n) if p.freeze_scale else 0
+    frozen = cfg.pinned(p.pin_of(target)) if p.freeze_scale else 0
     return Pattention(d_in, d_out, p.tokens(target, cfg), p.pattention_act, frozen, bias, cfg.init_std)
 
 
