@@ -33,8 +33,8 @@ def upgrade(d):
     """Configs (and checkpoints) written by earlier versions, to the current form:
     model.attention without a kind -> {kind: higher_order when order > 1, else standard, **its options};
     model.projection holding every kind's fields -> {kind, **that kind's own fields};
-    model.projection.frozen_* -> model.growth_state.*, and of those only the pins the selected kinds declare,
-    set (not 0); model.moe -> model.mlp {kind: moe, **its options},
+    model.projection.frozen_* -> model.growth_state.*, which keeps only the set (non-0) pins the selected
+    kinds declare; model.moe -> model.mlp {kind: moe, **its options},
     or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
     {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
     not its default (it had no effect) is named in one line on stderr."""

@@ -7,8 +7,9 @@ dead, every new token's gradient is zero forever.
 
 Exactness also needs tau = sqrt(n) to stay at its pre-growth value. With
 model.projection.freeze_scale (default) growth pins the old n in model.growth_state (frozen_n /
-ffn_frozen_n, growth pins the pattention kind declares); without it tau follows the new n, every old
-score is rescaled, and the report says the growth is not exact. The softmax variant is never exact (a zero score still takes softmax mass).
+ffn_frozen_n, pins the pattention kind declares); without it tau follows the new n, every old score
+is rescaled, and the report says the growth is not exact. The softmax variant is never exact (a zero
+score still takes softmax mass).
 """
 from __future__ import annotations
 
