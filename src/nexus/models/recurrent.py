@@ -32,6 +32,7 @@ from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
 from .kinds import ARCHITECTURES, Architecture
 from .layers import RMSNorm
+from .ternary_swiglu import fused_swiglu
 from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
 
 
@@ -120,6 +121,9 @@ class RecurrentMLP(nn.Module):
         self.down_proj = lin(h, d, subln=subln)  # SubLN: norm the inner activation before quantizing it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fused = fused_swiglu(self.gate_proj, self.up_proj, self.down_proj, x)  # a decoded token, packed weights
+        if fused is not None:
+            return fused
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     def flops_per_token(self, seq_len: int) -> float:
