@@ -67,3 +67,15 @@ def test_train_help_shows_every_fields_default_and_each_options(capsys):
     listed = [line.split(" = ", 1)[0].strip() for line in out.splitlines() if " = " in line and "#" in line]
     assert listed == [name for name, _, _ in rows(tiny)]  # every field, in `nexus config`'s order
     assert "no progress output (default: off)" in " ".join(out.split())
+
+
+def test_each_kind_line_lists_the_registered_kinds_of_its_section(capsys):
+    """A kind added in its own file shows in `nexus config` as a valid value of its section's kind, as a
+    choice setting lists its declared values (tests/test_extension_by_new_files.py adds one in a copy)."""
+    assert main(["config", "--section", "model"]) == 0
+    lines = {l.split(" = ", 1)[0]: l for l in capsys.readouterr().out.splitlines()}
+    sections = RunConfig().model.kind_sections()
+    assert len(sections) >= 4
+    for section in sections:
+        line = lines[f"model.{section.section}.kind"]
+        assert line.endswith(f"(valid: {'|'.join(type(section).kinds())})"), line

@@ -14,7 +14,7 @@ import typing
 from functools import lru_cache
 
 from .config import RunConfig
-from .config_base import declared_choices
+from .config_base import KindOptions, declared_choices
 
 
 @lru_cache(maxsize=None)
@@ -56,6 +56,8 @@ def rows(cfg, prefix: str = "") -> list[tuple[str, object, str]]:
         v = getattr(cfg, f.name)
         if dataclasses.is_dataclass(hints[f.name]):
             out += rows(v, f"{prefix}{f.name}.")
+        elif f.name == "kind" and isinstance(cfg, KindOptions):  # the kinds registered now, plugins' included
+            out.append((prefix + f.name, v, f"{reasons.get(f.name, '')} (valid: {'|'.join(type(cfg).kinds())})"))
         else:
             out.append((prefix + f.name, v, reasons.get(f.name, "")))
     return out

@@ -62,7 +62,7 @@ def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
 
         if entry_points(group=PLUGIN_GROUP):
             return
-    from .common import GROWTH_FLAGS
+    from .common import growth_flags
 
     try:
         with contextlib.redirect_stderr(io.StringIO()):
@@ -72,7 +72,7 @@ def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
     for a in extra:
         name = a.split("=", 1)[0]
         # dotted: a config override, checked with the config; a prefix of a growth flag: argparse's abbreviation
-        if a.startswith("--") and "." not in name and not any(f.startswith(name) for f in GROWTH_FLAGS):
+        if a.startswith("--") and "." not in name and not any(f.startswith(name) for f in growth_flags()):
             raise ConfigError(f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4, "
                               f"or an option of `nexus {word} --help`)")
 

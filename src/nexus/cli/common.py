@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 from ..config import RunConfig
@@ -22,12 +23,27 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
-# The option strings `cli/grow.py:add_growth_flags` adds for the built-in families, known without importing torch so a
-# mistyped flag is refused before it (cli/__init__.py); tests/test_core_cli.py holds it to the generated set.
-GROWTH_FLAGS = ("--add-ffn-tokens", "--add-tokens", "--cut", "--delta-a", "--delta-m", "--growth-seed", "--ho-form",
-                "--ho-separate", "--ho-shared", "--ho-targets", "--init", "--lossless", "--noise-frac",
-                "--optimizer-state", "--order", "--perturb", "--preserve", "--rank-init", "--retrofit", "--rewarmup",
-                "--rewarmup-all", "--split", "--token-init", "--width.expert_inner", "--width.ffn", "--width.hidden")
+@functools.lru_cache(maxsize=None)
+def growth_flags() -> frozenset[str]:
+    """The option strings the growth families' specs declare (`option(default, reason, "--flag")` and the
+    flags of its `consts`), read from the source of the growth package's modules without importing them (they
+    import torch), so a mistyped flag is refused before torch loads (cli/__init__.py) and a new family's file
+    is found with no list to edit. A flag built at run time is dotted (`--width.<axis>`): such names are never
+    refused early. tests/test_core_cli.py holds this to the flags `cli/grow.py:add_growth_flags` generates."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    flags = set()
+    for folder in importlib.util.find_spec("nexus.growth").submodule_search_locations:
+        for path in sorted(Path(folder).glob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            for node in ast.walk(ast.parse(text)) if "option(" in text else ():
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "option":
+                    given = dict(zip(("default", "reason", "flag"), node.args)) | {k.arg: k.value for k in node.keywords}
+                    flags |= {c.value for c in [given.get("flag"), *getattr(given.get("consts"), "keys", [])]
+                              if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return frozenset(flags)
 
 
 FIELDS_EPILOG = "\0config fields of preset "  # + a preset name: the epilog ConfigFieldsHelpFormatter fills in
