@@ -40,16 +40,26 @@ def check_clock(clock: str) -> str:
 
 class StepTimer:
     """`with StepTimer() as t: step()` then `t.elapsed.wall` / `t.elapsed.cpu`: both clocks, since on a
-    shared machine the wall clock also counts waiting for the CPU and the process clock does not."""
+    shared machine the wall clock also counts waiting for the CPU and the process clock does not.
+
+    A stopwatch for a long stretch (a study's runs, a whole subprocess) is the same clock, left running:
+    `clock = StepTimer().start()`, then `clock.so_far().wall` whenever a progress line wants it."""
 
     elapsed: Elapsed
 
-    def __enter__(self) -> "StepTimer":
+    def start(self) -> "StepTimer":
         self._wall, self._cpu = time.perf_counter(), time.process_time()
         return self
 
+    def so_far(self) -> Elapsed:
+        """Seconds since start() (or since entering the `with`), on both clocks; the timer keeps running."""
+        return Elapsed(time.perf_counter() - self._wall, time.process_time() - self._cpu)
+
+    def __enter__(self) -> "StepTimer":
+        return self.start()
+
     def __exit__(self, *exc) -> None:
-        self.elapsed = Elapsed(time.perf_counter() - self._wall, time.process_time() - self._cpu)
+        self.elapsed = self.so_far()
 
 
 def timed(fn: Callable[[], object], calls: int = 1) -> Elapsed:
@@ -66,15 +76,22 @@ def round_order(names: list[str], r: int) -> list[str]:
 
 
 def alternate(sides: dict[str, Callable[[], object]], rounds: int, calls: int = 1, warmup: int = 1,
-              clock: str = "wall", after_round: Callable[[int, dict[str, float]], None] | None = None
-              ) -> dict[str, list[float]]:
+              clock: str = "wall", after_round: Callable[[int, dict[str, float]], None] | None = None,
+              budget_s: float | None = None) -> dict[str, list[float]]:
     """Time each side `calls` times per round for `rounds` rounds after `warmup` untimed rounds, the sides
     alternating who goes first; returns seconds per call on `clock` ("wall" or "cpu"), one entry per
-    timed round. `after_round(r, {side: seconds})` is called after each timed round (e.g. to print it)."""
+    timed round. `after_round(r, {side: seconds})` is called after each timed round (e.g. to print it).
+    `budget_s`: start no new timed round once that many wall seconds have passed since the first timed
+    round began (at least one timed round runs); the caller sees how many ran from the lists' length."""
     check_clock(clock)  # refuse an unknown clock before any work
     names = list(sides)
     times: dict[str, list[float]] = {k: [] for k in names}
+    budget = StepTimer()
     for r in range(warmup + rounds):
+        if r == warmup:
+            budget.start()
+        elif r > warmup and budget_s and budget.so_far().wall > budget_s:
+            break
         this_round = {}
         for name in round_order(names, r):
             this_round[name] = timed(sides[name], calls).on(clock)

@@ -59,3 +59,23 @@ def test_emit_prints_machine_line_then_a_parseable_result(harness, capsys):
     assert harness.parse(out) == [rec]
     assert rec["value"] == 2.0 and rec["range"] == [1.0, 3.0] and rec["rounds"] == 3
     assert rec["cpu"] == harness.machine()
+
+
+def test_stopwatch_keeps_running_and_reads_both_clocks(harness):
+    clock = harness.StepTimer().start()
+    time.sleep(0.05)
+    first = clock.so_far()
+    time.sleep(0.05)
+    second = clock.so_far()
+    assert first.wall >= 0.05 and second.wall >= first.wall + 0.05  # not reset by reading it
+    assert second.cpu < second.wall
+
+
+def test_budget_stops_new_rounds_but_runs_at_least_one(harness):
+    calls: list[str] = []
+    times = harness.alternate({"a": lambda: (calls.append("a"), time.sleep(0.03))}, rounds=10, warmup=1,
+                              budget_s=0.05)
+    # the warm-up round is outside the budget; after it, rounds start until 0.05 s have passed
+    assert 2 <= len(times["a"]) < 10 and len(calls) == len(times["a"]) + 1
+    once = harness.alternate({"a": lambda: time.sleep(0.03)}, rounds=3, warmup=0, budget_s=1e-9)
+    assert len(once["a"]) == 1
