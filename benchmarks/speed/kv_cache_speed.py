@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
-import torch
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
 from nexus.config import AttentionOptions
 from nexus.models.generate import generate
@@ -40,12 +39,6 @@ def build(preset: str, order: int, max_len: int):
     return build_model(cfg).eval()
 
 
-def timed(model, prompt, n: int, use_cache: bool):
-    t0 = time.perf_counter()
-    out = generate(model, prompt, max_new_tokens=n, temperature=0, use_cache=use_cache)
-    return time.perf_counter() - t0, out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="baseline-tiny")
@@ -57,6 +50,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared CPU steady)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    print_machine()  # CPU model and capability beside the figures below
     print(f"{args.preset}, prompt {args.prompt_tokens} + {args.new_tokens} new tokens, greedy, cpu, "
           f"threads {args.threads}, {args.rounds} alternated rounds")
     for order in [int(o) for o in args.orders.split(",")]:
@@ -64,24 +58,30 @@ def main() -> None:
         for batch in [int(b) for b in args.batches.split(",")]:
             prompt = torch.randint(0, model.cfg.vocab_size, (batch, args.prompt_tokens),
                                    generator=torch.Generator().manual_seed(1))
-            timed(model, prompt, 4, True), timed(model, prompt, 4, False)  # warm-up
-            ratios, cached, uncached = [], [], []
-            for r in range(args.rounds):
-                # alternate who goes first, so a slow moment does not always land on one side
-                runs = {cached: timed(model, prompt, args.new_tokens, cached) for cached in (r % 2 == 0, r % 2 != 0)}
-                (tc, a), (tu, b) = runs[True], runs[False]
-                cached.append(round(tc, 4)), uncached.append(round(tu, 4))
-                assert torch.equal(a, b), "cached and uncached generation must give the same tokens"
-                ratios.append(tu / tc)
-                print(f"  order {order} batch {batch} round {r}: cached {tc:.2f} s, uncached {tu:.2f} s, "
-                      f"ratio {tu / tc:.2f}")
-            print(f"order {order} batch {batch}: cached/uncached speedup median {statistics.median(ratios):.2f}x, "
-                  f"range [{min(ratios):.2f}, {max(ratios):.2f}]")
+            for use_cache in (True, False):  # warm-up, untimed: a short generation each way
+                generate(model, prompt, max_new_tokens=4, temperature=0, use_cache=use_cache)
+            out = {}
+
+            def side(use_cache: bool):
+                return lambda: out.__setitem__(use_cache, generate(model, prompt, max_new_tokens=args.new_tokens,
+                                                                   temperature=0, use_cache=use_cache))
+
+            def check_round(r: int, t: dict) -> None:
+                assert torch.equal(out[True], out[False]), "cached and uncached generation must give the same tokens"
+                print(f"  order {order} batch {batch} round {r}: cached {t['cached']:.2f} s, uncached "
+                      f"{t['uncached']:.2f} s, ratio {t['uncached'] / t['cached']:.2f}")
+
+            # the two ways alternate who goes first, so a slow moment does not always land on one side
+            times = alternate({"cached": side(True), "uncached": side(False)}, args.rounds, warmup=0,
+                              after_round=check_round)
+            speedup = ratios(times, "uncached", "cached")
+            print(f"order {order} batch {batch}: cached/uncached speedup median {statistics.median(speedup):.2f}x, "
+                  f"range [{min(speedup):.2f}, {max(speedup):.2f}]")
             target = TARGETS.get((order, batch))  # the issue sets targets for the baseline (order 1) only
             emit(f"KV-cached vs uncached generation ({args.preset}, order {order}, B={batch}, {args.new_tokens} new)",
-                 ratios, f">= {target}" if target else "report",
-                 met=None if target is None else statistics.median(ratios) >= target, cached_s=cached, uncached_s=uncached)
-
+                 speedup, f">= {target}" if target else "report",
+                 met=None if target is None else statistics.median(speedup) >= target,
+                 cached_s=[round(v, 4) for v in times["cached"]], uncached_s=[round(v, 4) for v in times["uncached"]])
 
 if __name__ == "__main__":
     main()

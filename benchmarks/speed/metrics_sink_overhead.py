@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
-
-import torch
 
 from nexus.outdir import TRAIN_RUN, record
 from nexus.train.loggers import JsonlSink
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
 RECORD = {"step": 0, "loss": 3.14159, "lr": 0.0003, "grad_norm": 1.2345, "tokens": 131072, "tok_per_s": 51234.5,
           "epoch": 0.01}
@@ -31,26 +32,12 @@ def plain_append(path: Path, rec: dict) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
-def one_round(root: Path, lines: int, i: int) -> tuple[float, float]:
-    """Seconds per line: (the sink, the plain append)."""
-    a, b = root / f"sink{i}", root / f"plain{i}"
-    for d in (a, b):
-        d.mkdir()
-        # a run folder's manifest as a run has it when logging starts (a few entries)
-        (d / "config.yaml").write_text("model: {}\n")
-        record(d, TRAIN_RUN, files=["config.yaml"])
-    sink = JsonlSink(a)
-    t0 = time.perf_counter()
-    for s in range(lines):
-        sink.write(dict(RECORD, step=s))
-    t_sink = (time.perf_counter() - t0) / lines
-    sink.close()
-    t0 = time.perf_counter()
-    for s in range(lines):
-        plain_append(b / "metrics.jsonl", dict(RECORD, step=s))
-    t_plain = (time.perf_counter() - t0) / lines
-    assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
-    return t_sink, t_plain
+def run_folder(d: Path) -> Path:
+    """A run folder's manifest as a run has it when logging starts (a few entries)."""
+    d.mkdir()
+    (d / "config.yaml").write_text("model: {}\n")
+    record(d, TRAIN_RUN, files=["config.yaml"])
+    return d
 
 
 def main() -> None:
@@ -59,17 +46,40 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where the run folders go (default: the system's temp dir)")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        res = [one_round(Path(tmp), args.lines, i) for i in range(args.rounds)]
-    sink = [r[0] * 1e6 for r in res]
-    plain = [r[1] * 1e6 for r in res]
-    ratio = [s / p for s, p in zip(sink, plain)]
-    print(f"cpu capability: {torch.backends.cpu.get_cpu_capability()} | dir: {args.dir or tempfile.gettempdir()} | "
-          f"{args.lines} lines x {args.rounds} rounds")
+        root = Path(tmp)
+        # every round writes into fresh run folders, made (and the sink opened) before any timing
+        sinks = [JsonlSink(run_folder(root / f"sink{i}")) for i in range(args.rounds)]
+        plains = [run_folder(root / f"plain{i}") for i in range(args.rounds)]
+        turn = {"sink": iter(sinks), "plain": iter(plains)}
+
+        def with_sink() -> None:
+            sink = next(turn["sink"])
+            for s in range(args.lines):
+                sink.write(dict(RECORD, step=s))
+
+        def plain() -> None:
+            path = next(turn["plain"]) / "metrics.jsonl"
+            for s in range(args.lines):
+                plain_append(path, dict(RECORD, step=s))
+
+        def same_bytes(r: int, _) -> None:  # closing is not part of a logged line's cost
+            sinks[r].close()
+            assert sinks[r].path.read_bytes() == (plains[r] / "metrics.jsonl").read_bytes()
+
+        times = alternate({"sink": with_sink, "plain": plain}, args.rounds, warmup=0, after_round=same_bytes)
+    sink = [t / args.lines * 1e6 for t in times["sink"]]
+    plain = [t / args.lines * 1e6 for t in times["plain"]]
+    ratio = ratios(times, "sink", "plain")
+    print(f"dir: {args.dir or tempfile.gettempdir()} | {args.lines} lines x {args.rounds} alternated rounds")
     print(f"sink with manifest entry: {statistics.median(sink):.1f} us/line (rounds {min(sink):.1f}-{max(sink):.1f})")
     print(f"plain append (reference): {statistics.median(plain):.1f} us/line (rounds {min(plain):.1f}-{max(plain):.1f})")
     print(f"ratio: {statistics.median(ratio):.1f}x [{min(ratio):.1f}, {max(ratio):.1f}]; added per logged line: "
           f"{statistics.median(sink) - statistics.median(plain):.1f} us")
+    emit("metrics sink with manifest entry vs plain append, per logged line", ratio, "report",
+         sink_us=[round(v, 1) for v in sink], plain_us=[round(v, 1) for v in plain],
+         added_us=round(statistics.median(sink) - statistics.median(plain), 1))
 
 
 if __name__ == "__main__":
