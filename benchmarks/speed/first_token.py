@@ -20,32 +20,32 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+BENCHMARKS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCHMARKS))  # benchmarks/: the shared _harness, _result
+from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
-
-# One process that stamps each phase of the generate path, in the order `nexus generate` runs them.
+# One process that stamps each phase of the generate path, in the order `nexus generate` runs them, on the
+# harness's clock (argv: the checkpoint, then benchmarks/ to import the harness from before the clock starts).
 PHASES = r"""
-import json, sys, time
-t = [time.perf_counter()]
-import torch; t.append(time.perf_counter())
-import nexus.cli, nexus.cli.generate; from nexus.checkpoint import load_checkpoint; t.append(time.perf_counter())
-model, cfg, tok = load_checkpoint(sys.argv[1]); model.eval(); t.append(time.perf_counter())
+import json, sys
+sys.path.insert(0, sys.argv[2]); from _harness import StepTimer
+clock = StepTimer().start(); t = [0.0]
+import torch; t.append(clock.so_far().wall)
+import nexus.cli, nexus.cli.generate; from nexus.checkpoint import load_checkpoint; t.append(clock.so_far().wall)
+model, cfg, tok = load_checkpoint(sys.argv[1]); model.eval(); t.append(clock.so_far().wall)
 ids = torch.tensor([tok.encode("The ")])
 with torch.no_grad():
     model.generate(ids, max_new_tokens=1, temperature=0.0)
-t.append(time.perf_counter())
+t.append(clock.so_far().wall)
 print(json.dumps([b - a for a, b in zip(t, t[1:])]))
 """
 
 
-def wall(cmd: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+def process(cmd: list[str], env: dict):
+    """A fresh process running `cmd`, for the harness to time on the wall clock."""
+    return lambda: subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def tiny_checkpoint(workdir: Path, env: dict) -> Path:
@@ -72,23 +72,22 @@ def main() -> None:
         gen = [sys.executable, "-m", "nexus", "generate", "--checkpoint", str(ckpt), "--max-new-tokens", "1",
                "--temperature", "0"]
         floor = [sys.executable, "-c", "import torch"]
-        wall(gen, env), wall(floor, env)  # warm the page cache for both, untimed
-        gen_s, floor_s = [], []
-        for r in range(args.rounds):
-            pair = [(gen, gen_s), (floor, floor_s)]
-            for cmd, acc in (pair if r % 2 == 0 else pair[::-1]):  # alternate who goes first
-                acc.append(wall(cmd, env))
-            print(f"  round {r}: nexus generate {gen_s[-1]:.2f} s, import torch alone {floor_s[-1]:.2f} s")
-        phases = json.loads(subprocess.run([sys.executable, "-c", PHASES, str(ckpt)], check=True, env=env,
-                                           capture_output=True, text=True).stdout.splitlines()[-1])
-    ratios = [g / f for g, f in zip(gen_s, floor_s)]
+        print_machine()  # CPU model and capability beside the figures below
+        # one untimed round warms the page cache for both, then they alternate who goes first
+        times = alternate({"generate": process(gen, env), "floor": process(floor, env)}, args.rounds, warmup=1,
+                          after_round=lambda r, t: print(f"  round {r}: nexus generate {t['generate']:.2f} s, "
+                                                         f"import torch alone {t['floor']:.2f} s"))
+        phases = json.loads(subprocess.run([sys.executable, "-c", PHASES, str(ckpt), str(BENCHMARKS)], check=True,
+                                           env=env, capture_output=True, text=True).stdout.splitlines()[-1])
+    gen_s, floor_s = times["generate"], times["floor"]
+    per_round = ratios(times, "generate", "floor")
     print(f"whole process to the first token: median {statistics.median(gen_s):.2f} s {[round(v, 2) for v in gen_s]}; "
           f"import torch alone: median {statistics.median(floor_s):.2f} s {[round(v, 2) for v in floor_s]}")
     names = ["import torch", "nexus imports", "checkpoint load", "prompt + first token"]
     print("one process, by phase: " + ", ".join(f"{n} {v:.3f} s" for n, v in zip(names, phases)))
-    print(f"generate / import-torch floor: median {statistics.median(ratios):.2f}, "
-          f"range [{min(ratios):.2f}, {max(ratios):.2f}]; load average {os.getloadavg()[0]:.1f}")
-    emit("nexus generate first token, whole process / bare `import torch` process", ratios, "report",
+    print(f"generate / import-torch floor: median {statistics.median(per_round):.2f}, "
+          f"range [{min(per_round):.2f}, {max(per_round):.2f}]; load average {os.getloadavg()[0]:.1f}")
+    emit("nexus generate first token, whole process / bare `import torch` process", per_round, "report",
          generate_s=[round(v, 3) for v in gen_s], import_torch_s=[round(v, 3) for v in floor_s],
          phases_s=dict(zip(names, [round(v, 4) for v in phases])))
 

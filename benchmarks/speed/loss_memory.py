@@ -18,13 +18,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
-
-import torch
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import alternate, emit, print_machine, ratios, round_order  # noqa: E402
 
 PATHS = ("plain", "chunked")
 
@@ -65,7 +64,7 @@ def measure_memory(args) -> dict[str, list[float]]:
     base = [sys.executable, __file__, "--tokens", str(args.tokens), "--d-model", str(args.d_model), "--vocab",
             str(args.vocab), "--chunk", str(args.chunk), "--threads", str(args.threads)]
     for r in range(args.rounds):
-        for path in (PATHS if r % 2 == 0 else PATHS[::-1]):
+        for path in round_order(PATHS, r):  # the paths alternate who goes first, as the timed rounds do
             proc = subprocess.run(base + ["--one", path], capture_output=True, text=True, check=True)
             out[path].append(json.loads(proc.stdout.strip().splitlines()[-1])["peak_mib"])
     return out
@@ -84,17 +83,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.one:
         return one_process(args)
+    print_machine()  # CPU model and capability beside the figures below
     mem = measure_memory(args)
     h, w, y = inputs(args)
-    times = {p: [] for p in PATHS}
     losses = {}
     for path in PATHS:  # warm-up (allocator, thread pool), and the two losses to compare
         losses[path] = loss_step(path, h, w, y, args.chunk)
-    for r in range(args.rounds):
-        for path in (PATHS if r % 2 == 0 else PATHS[::-1]):
-            t0 = time.perf_counter()
-            loss_step(path, h, w, y, args.chunk)
-            times[path].append(time.perf_counter() - t0)
+    times = alternate({path: (lambda path=path: loss_step(path, h, w, y, args.chunk)) for path in PATHS},
+                      args.rounds, warmup=0)
     cap = torch.backends.cpu.get_cpu_capability()
     logits_mib = args.tokens * args.vocab * 4 / 2**20
     print(f"shape: {args.tokens} tokens x d {args.d_model} -> vocab {args.vocab} (fp32 logits {logits_mib:.0f} MiB); "
@@ -103,7 +99,7 @@ def main() -> None:
     for path in PATHS:
         print(f"{path:>8}: peak RSS growth per round {[round(m, 1) for m in mem[path]]} MiB; "
               f"step time per round {[round(t * 1e3, 1) for t in times[path]]} ms")
-    time_ratio = [c / pl for c, pl in zip(times["chunked"], times["plain"])]
+    time_ratio = ratios(times, "chunked", "plain")
     print(f"RATIO chunked/plain step time = {statistics.median(time_ratio):.3f} (CPU capability {cap})")
     if min(mem["plain"]) <= 0:  # a loss this small fits in pages the process already had: nothing to compare
         print("memory: the plain path's RSS did not grow (shape too small to measure); no memory ratio")

@@ -20,11 +20,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import print_machine  # noqa: E402
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -69,18 +68,17 @@ def child(args) -> dict:
     stop = threading.Event()
 
     def sample():
-        while not stop.is_set():
+        while not stop.wait(0.0005):
             peak[0] = max(peak[0], rss_mb())
-            time.sleep(0.0005)
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    secs = (time.perf_counter() - t0) / args.steps
+    with StepTimer() as t:
+        for _ in range(args.steps):
+            step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    secs = t.elapsed.wall / args.steps
     stop.set()
     th.join()
     res = {"t_inner": args.t_inner, "n_sup": args.n_sup, "full_backprop": args.full_backprop, "s_per_step": secs,
@@ -113,10 +111,10 @@ def main() -> None:
     p.add_argument("--full-backprop", action="store_true")
     p.add_argument("--no-control", action="store_true")
     args = p.parse_args()
-    print_machine()  # CPU model and capability beside the figures below
     if args.child:
         print(json.dumps(child(args)))
         return
+    print_machine()  # CPU model and capability beside the figures below
     rows = {}
     for t in (4, 24):
         rows[t] = run_config(args, t, args.n_sup, False)
@@ -128,6 +126,8 @@ def main() -> None:
           f"pre-step baseline T_inner=24 {rows[24][key]:.1f} MB vs T_inner=4 {rows[4][key]:.1f} MB -> ratio {ratio:.3f} "
           f"(target <= 1.10); raw peak {rows[24][peak_key]:.0f} vs {rows[4][peak_key]:.0f} MB "
           f"(ratio {rows[24][peak_key] / rows[4][peak_key]:.3f})")
+    emit(f"recurrent training memory T_inner 24 / T_inner 4 ({args.preset}, {args.device})", [ratio], "<= 1.10",
+         met=ratio <= 1.10, t_inner_24_mb=round(rows[24][key], 1), t_inner_4_mb=round(rows[4][key], 1))
     if not args.no_control:
         c = {t: run_config(args, t, 1, True) for t in (4, 24)}
         for t in (4, 24):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import emit, print_machine  # noqa: E402
 
 STOPPING_RANK = textwrap.dedent("""
     import os, signal, sys, time
@@ -52,6 +52,8 @@ def one_round(work: Path, timeout_s: int) -> tuple[float, bool]:
     env = dict(os.environ, OMP_NUM_THREADS="1", STOP_STAMP=str(stamp), NEXUS_CACHE=str(work / "cache"))
     env.pop("NEXUS_DIST_TIMEOUT", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 300)
+    # from a moment in another process (rank 1's stamp) to this one's: only the epoch clock is shared by
+    # both processes, so this, not the harness's per-process timer (tests/test_benchmark_clocks.py allows it)
     ended = time.time()
     named = sum("rank 1 stopped answering" in line for line in proc.stderr.splitlines()) == 1
     return ended - float(stamp.read_text()), named and proc.returncode != 0
@@ -62,6 +64,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=10, help="train.dist_timeout_s (the steady collective timeout)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     elapsed, named = [], []
     with tempfile.TemporaryDirectory(prefix="nexus-stopped-rank-") as d:
         for i in range(args.rounds):
