@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 
 import torch
 
@@ -27,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import print_machine  # noqa: E402
+from _harness import StepTimer, alternate, emit, print_machine  # noqa: E402
 
 
 def main() -> None:
@@ -54,11 +53,11 @@ def main() -> None:
 
     def timed(name, fn):
         def wrapper(*a, **k):
-            t0 = time.process_time()
+            clock = StepTimer().start()
             try:
                 return fn(*a, **k)
             finally:
-                spent[name] = spent.get(name, 0.0) + time.process_time() - t0
+                spent[name] = spent.get(name, 0.0) + clock.so_far().cpu
         return wrapper
 
     kf, kb, kg = mix_kernels.forward_layer_kernel(), mix_kernels.backward_layer_kernel(), mix_kernels.gate_backward_kernel()
@@ -71,14 +70,13 @@ def main() -> None:
     mixing.ExoAnchor.forward = timed("anchor forward (projection, norms)", mixing.ExoAnchor.forward)
     mixing.AnchorMixer.forward = timed("mixer forward (all, incl. dispatch)", mixing.AnchorMixer.forward)
 
-    totals = {"gated": 0.0, "exo-dynamic-e": 0.0}
-    for r in range(2 + args.steps):
-        if r == 2:
-            spent.clear()
-        for name, model in (("gated", gated), ("exo-dynamic-e", exo)) if r % 2 == 0 else (("exo-dynamic-e", exo), ("gated", gated)):
-            t = vo.step(model, None, x, y, device, torch.float32, time.process_time)
-            if r >= 2:
-                totals[name] += t
+    models = {"gated": gated, "exo-dynamic-e": exo}
+    sides = {name: (lambda model=model: vo.step(model, None, x, y, device, torch.float32)) for name, model in models.items()}
+    alternate(sides, rounds=2, warmup=0)  # 2 untimed steps each (their parts' time is dropped below)
+    spent.clear()
+    # the models alternate who goes first, step after step, on the process CPU clock
+    times = alternate(sides, rounds=args.steps, warmup=0, clock="cpu")
+    totals = {name: sum(t) for name, t in times.items()}
     n = args.steps
     print(f"d_model {d} x 29 layers, {shape.seq} tokens, {torch.get_num_threads()} thread(s), process CPU time, "
           f"mean of {n} steps per model | mixing path: {'fused' if fused_mix.enabled() and mix_kernels.available() else 'eager'}")
@@ -87,6 +85,9 @@ def main() -> None:
     print(f"difference           {(totals['exo-dynamic-e'] - totals['gated']) / n * 1e3:8.1f} ms")
     for name, t in spent.items():
         print(f"  {name:<45} {t / n * 1e3:7.2f} ms per step")
+    emit(f"dynamic ExoFormer vs gated attention step, CPU time (d {d} x 29, {shape.seq} tokens)",
+         [e / g for e, g in zip(times["exo-dynamic-e"], times["gated"])], "report",
+         parts_ms_per_step={name: round(t / n * 1e3, 3) for name, t in spent.items()})
 
 
 if __name__ == "__main__":
