@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import StepTimer, alternate, emit, print_machine  # noqa: E402
 
 
 def cpu_bf16_report() -> str:
@@ -57,14 +56,8 @@ def speed(args) -> dict:
     sides = {f"{name} {dtype}": make_step(model, name == "hf", dtype)
              for name, model in (("nexus", ours), ("hf", hf)) for dtype in ("fp32", "bf16")}
     losses = {k: fn() for k, fn in sides.items()}  # warm-up (and the losses each mode computes)
-    times = {k: [] for k in sides}
-    order = list(sides)
-    for r in range(args.rounds):
-        for k in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.process_time()
-            for _ in range(args.steps):
-                sides[k]()
-            times[k].append((time.process_time() - t0) / args.steps)
+    # every (model, mode) alternates who goes first, round after round, on the process CPU clock
+    times = alternate(sides, args.rounds, calls=args.steps, warmup=0, clock="cpu")
     print(f"shape: d {cfg.d_model} x {cfg.n_layers} layers, seq {args.seq}, batch {args.batch}, vocab {args.vocab}; "
           f"threads {torch.get_num_threads()}; CPU time per step, {args.rounds} alternated rounds x {args.steps} steps")
     for k, v in times.items():
@@ -106,10 +99,10 @@ def loss_parity(args) -> None:
     val = {"float32": [], "bfloat16": []}
     for seed in args.seeds:
         for dtype in val:
-            t0 = time.process_time()
-            tr, v = train_loss(seed, dtype, args.loss_steps, out)
+            with StepTimer() as run:
+                tr, v = train_loss(seed, dtype, args.loss_steps, out)
             val[dtype].append(v)
-            print(f"  loss: seed {seed} {dtype:>8}: train {tr:.4f} val {v:.4f} ({time.process_time() - t0:.0f} s CPU)")
+            print(f"  loss: seed {seed} {dtype:>8}: train {tr:.4f} val {v:.4f} ({run.elapsed.cpu:.0f} s CPU)")
     diffs = [b - a for a, b in zip(val["float32"], val["bfloat16"])]
     spread = statistics.stdev(val["float32"]) if len(val["float32"]) > 1 else float("nan")
     print(f"val loss after {args.loss_steps} steps of baseline-tiny, seeds {args.seeds}: fp32 "
@@ -138,18 +131,13 @@ def compile_check(args) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    t0 = time.perf_counter()
-    step(compiled)
-    step(compiled)
-    first = time.perf_counter() - t0
+    with StepTimer() as compiling:
+        step(compiled)
+        step(compiled)
+    first = compiling.elapsed.wall
     print(f"compile: first two compiled steps of baseline-tiny {first:.1f} s wall (compilation included)")
-    times = {"eager": [], "compiled": []}
-    for r in range(args.rounds):
-        for k, fwd in ((("eager", model), ("compiled", compiled)) if r % 2 == 0 else (("compiled", compiled), ("eager", model))):
-            t0 = time.process_time()
-            for _ in range(args.compile_steps):
-                step(fwd)
-            times[k].append((time.process_time() - t0) / args.compile_steps)
+    times = alternate({"eager": lambda: step(model), "compiled": lambda: step(compiled)}, args.rounds,
+                      calls=args.compile_steps, warmup=0, clock="cpu")
     print(f"  eager {[round(t * 1e3, 1) for t in times['eager']]} ms, compiled {[round(t * 1e3, 1) for t in times['compiled']]} ms")
     emit("baseline-tiny compiled vs eager training step (speed)",
          [e / c for e, c in zip(times["eager"], times["compiled"])], "> 1 and compile < 60 s to default to compile",
@@ -179,6 +167,7 @@ def main() -> None:
     from nexus.runtime import tune_cpu_allocator
 
     tune_cpu_allocator()  # what nexus's CLI does; HF's model shares the process
+    print_machine()  # CPU model and capability beside the figures below
     print(f"cpu: {cpu_bf16_report()}; torch {torch.__version__}")
     if not args.no_speed:
         speed(args)

@@ -24,15 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
-
-import torch
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
-from train_throughput import training_step
+from _harness import StepTimer, alternate, emit, print_machine  # noqa: E402
+from train_throughput import training_step  # noqa: E402
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
 SPEC_BF16_TFLOPS = {"H100 SXM": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100 NVL": 835.0,
@@ -55,14 +54,13 @@ def sync(device: torch.device) -> None:
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> float:
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
     sync(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+
+    def gemm() -> None:  # waits for the device, so the GEMM is inside the timed call
         a @ b
         sync(device)
-        times.append(time.perf_counter() - t0)
+
+    times = alternate({"gemm": gemm}, rounds=repeats, warmup=1)["gemm"]  # one untimed call first
     return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
@@ -146,35 +144,44 @@ def main() -> None:
         hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, fused=True)
         sides["hf"] = (hf, hf_opt, training_step(compile_(hf), hf_opt, x, y, dtype, hf=True))
 
-    t0 = time.perf_counter()
+    print_machine()  # CPU model and capability beside the figures below
     first = {}
-    for name, (_, _, step) in sides.items():
-        first[name] = float(step())  # the same weights and batch: the same first loss (to bf16 rounding)
-        for _ in range(2):  # compilation and autotuning, untimed
-            step()
-    sync(device)
-    print(f"warm-up (compile) {time.perf_counter() - t0:.1f} s; first-step loss "
+    with StepTimer() as warm:
+        for name, (_, _, step) in sides.items():
+            first[name] = float(step())  # the same weights and batch: the same first loss (to bf16 rounding)
+            for _ in range(2):  # compilation and autotuning, untimed
+                step()
+        sync(device)
+    print(f"warm-up (compile) {warm.elapsed.wall:.1f} s; first-step loss "
           + ", ".join(f"{k} {v:.4f}" for k, v in first.items()))
-    rounds = {name: [] for name in sides}
     peak_mem = {name: [] for name in sides}
     peaks = []
-    for r in range(args.rounds):
-        for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):  # alternate who goes first
-            _, _, step = sides[name]
-            others = sum(resident_bytes(m, o) for k, (m, o, _) in sides.items() if k != name)
+    last = {}
+    # what stays allocated between steps: each side's peak below is the device's less the other sides' state
+    others = {name: sum(resident_bytes(m, o) for k, (m, o, _) in sides.items() if k != name) for name in sides}
+
+    def window(name: str):
+        """One timed window of a side: --steps steps, the device waited for at both ends."""
+        step = sides[name][2]
+
+        def run() -> None:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             sync(device)
-            t0 = time.perf_counter()
             for _ in range(args.steps):
-                out = step()
-            if name == "nexus":
-                loss = out
+                last[name] = step()
             sync(device)
-            rounds[name].append(args.batch * args.seq * args.steps / (time.perf_counter() - t0))
-            if device.type == "cuda":  # this side's peak: the device's peak less the other side's resident state
-                peak_mem[name].append((torch.cuda.max_memory_allocated(device) - others) / 2**30)
+            if device.type == "cuda":
+                peak_mem[name].append((torch.cuda.max_memory_allocated(device) - others[name]) / 2**30)
+        return run
+
+    def measure_peak(r: int, _) -> None:
         peaks.append(matmul_tflops(device, dtype, args.peak_n))  # under the same conditions, every round
+
+    # the sides alternate who goes first, round after round (the warm-up above was the untimed round)
+    times = alternate({name: window(name) for name in sides}, args.rounds, warmup=0, after_round=measure_peak)
+    rounds = {name: [args.batch * args.seq * args.steps / t for t in v] for name, v in times.items()}
+    loss = last["nexus"]
     rates = rounds["nexus"]
     achieved = [r * flops_tok / 1e12 for r in rates]
     spec = spec_peak_tflops(device, dtype)

@@ -18,23 +18,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
-import torch
-import torch.nn.functional as F
 import sys
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import CLOCKS, StepTimer, alternate, emit, print_machine, ratios  # noqa: E402
 
-# wall: elapsed time (the honest measure on a quiet machine). cpu: this process's CPU time, which
-# ignores time spent descheduled, so with --threads 1 it stays meaningful on a shared, overloaded box.
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = time.perf_counter
-
-
-def matmul_rate_gflops(shapes, repeats: int = 3) -> tuple[float, str]:
+def matmul_rate_gflops(shapes, repeats: int = 3, clock: str = "wall") -> tuple[float, str]:
     """fp32 torch.mm rate: for each shape (m, k, n, layout) the median of `repeats` timings, best shape wins.
     layout "nn" multiplies plain row-major operands, "tn"/"nt" a transposed view as the first/second
     operand (what backward passes hand to mm). Medians, not minima, so a lucky quiet moment on a shared
@@ -43,12 +36,8 @@ def matmul_rate_gflops(shapes, repeats: int = 3) -> tuple[float, str]:
     for m, k, n, layout in shapes:
         a = torch.randn(k, m).t() if layout == "tn" else torch.randn(m, k)
         b = torch.randn(n, k).t() if layout == "nt" else torch.randn(k, n)
-        torch.mm(a, b)  # warm-up (thread pool, caches)
-        times = []
-        for _ in range(repeats):
-            t0 = clock()
-            torch.mm(a, b)
-            times.append(clock() - t0)
+        # one warm-up call (thread pool, caches), then `repeats` timed ones
+        times = alternate({"mm": lambda: torch.mm(a, b)}, rounds=repeats, warmup=1, clock=clock)["mm"]
         rate = 2 * m * k * n / statistics.median(times) / 1e9
         if rate > best:
             best, best_shape = rate, f"{m}x{k}x{n} {layout}"
@@ -161,6 +150,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default malloc (nexus's CLI tunes it for both models; see nexus/runtime.py)")
+    # wall: elapsed time (the honest measure on a quiet machine). cpu: this process's CPU time, which ignores
+    # time spent descheduled, so with --threads 1 it stays meaningful on a shared, overloaded box.
     p.add_argument("--clock", default="wall", choices=list(CLOCKS), help="cpu: process CPU time (use with --threads 1)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile both models (inductor; what `--train.compile true` does for nexus), HF too")
@@ -169,8 +160,7 @@ def main() -> None:
                         "CPU, HF Trainer's adamw_torch_fused since torch 2.8)")
     p.add_argument("--profile", action="store_true", help="after timing, profile one step of each side")
     args = p.parse_args()
-    global clock
-    clock = CLOCKS[args.clock]
+    print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.no_malloc_tuning:  # a process-wide setting: HF's model gets it too
@@ -197,26 +187,24 @@ def main() -> None:
     fused = args.adamw == "fused"
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=0.0, fused=fused, foreach=not fused)
     opt_hf = torch.optim.AdamW(hf.parameters(), lr=0.0, fused=fused, foreach=not fused)
-    t0 = time.perf_counter()
-    l_ours, l_hf = step_ours(opt_ours), step_hf(opt_hf)  # warm-up, and a correctness check
+    with StepTimer() as warm:
+        l_ours, l_hf = step_ours(opt_ours), step_hf(opt_hf)  # warm-up, and a correctness check
     if args.compile:
-        print(f"compile + first steps: {time.perf_counter() - t0:.1f} s wall")
+        print(f"compile + first steps: {warm.elapsed.wall:.1f} s wall")
         step_ours(opt_ours), step_hf(opt_hf)  # a second step: any recompilation also stays untimed
     assert abs(l_ours - l_hf) < 1e-4, (l_ours, l_hf)
 
     T = args.batch * args.seq
     gemms = model_gemm_shapes(cfg, T)
-    times = {"nexus": [], "hf": []}
     peaks, ceilings = [], []
-    for r in range(args.rounds):
-        order = [("nexus", step_ours, opt_ours), ("hf", step_hf, opt_hf)]
-        for name, fn, opt in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
-            t0 = clock()
-            for _ in range(args.steps):
-                fn(opt)
-            times[name].append((clock() - t0) / args.steps)
-        peaks.append(matmul_rate_gflops(gemms))  # the peak is measured under the same load, every round
-        ceilings.append(matmul_rate_gflops(CEILING_SHAPES)[0])
+
+    def matmul_peaks(r: int, _) -> None:  # the peak is measured under the same load, every round
+        peaks.append(matmul_rate_gflops(gemms, clock=args.clock))
+        ceilings.append(matmul_rate_gflops(CEILING_SHAPES, clock=args.clock)[0])
+
+    # the two models alternate who goes first, round after round; --steps steps per model and round
+    times = alternate({"nexus": lambda: step_ours(opt_ours), "hf": lambda: step_hf(opt_hf)}, args.rounds,
+                      calls=args.steps, warmup=0, clock=args.clock, after_round=matmul_peaks)
 
     peak = statistics.median(p for p, _ in peaks)
     peak_shape = max(set(s for _, s in peaks), key=[s for _, s in peaks].count)
@@ -244,7 +232,7 @@ def main() -> None:
     print(f"RATIO nexus/hf tokens/s = {tps['nexus'] / tps['hf']:.3f}  (target >= 1.25, ceiling {ceiling / hf_rate:.3f})")
     print(f"RATIO nexus / matmul peak = {util['nexus']:.3f}  (target >= 0.85)")
     mode = "compiled" if args.compile else "eager"
-    per_round = [h / n for n, h in zip(times["nexus"], times["hf"])]
+    per_round = ratios(times, "hf", "nexus")  # HF's step time / nexus's = nexus/HF tokens/s
     emit(f"training tokens/s vs HF LlamaForCausalLM ({mode}, d{cfg.d_model} x {cfg.n_layers}, seq {args.seq})",
          per_round, f">= 1.25 (same-FLOPs ceiling here {ceiling / hf_rate:.2f})", met=statistics.median(per_round) >= 1.25,
          ceiling=round(ceiling / hf_rate, 4),
