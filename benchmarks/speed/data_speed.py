@@ -29,13 +29,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import StepTimer, alternate, emit, print_machine, ratios  # noqa: E402
 
 WORDS = ("the of and to in is was for on that with as by at from his an were are which this be or has had not "
          "first one their its new after who they two her she been other when there all during into school time "
@@ -97,14 +96,14 @@ def cpu_preset_tokens_per_s(steps: int = 1) -> float:
     opt = build_optimizer(model, cfg.train)
     B, L = cfg.train.batch_size, cfg.data.seq_len
     x = torch.randint(0, 259, (B, L))
-    times = []
-    for _ in range(steps + 1):
-        t = time.perf_counter()
+
+    def step() -> None:
         model(x, labels=x).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t)
-    return B * L / statistics.median(times[1:])
+
+    times = alternate({"step": step}, rounds=steps, warmup=1)["step"]
+    return B * L / statistics.median(times)
 
 
 def run_loader(args) -> None:
@@ -116,9 +115,9 @@ def run_loader(args) -> None:
     try:
         text = work / "corpus.txt"
         generated_text(text, args.tokens)
-        t = time.perf_counter()
-        m = _prepare(text, work / "prep", ByteTokenizer(), args.procs)
-        prep_s = time.perf_counter() - t
+        with StepTimer() as t:
+            m = _prepare(text, work / "prep", ByteTokenizer(), args.procs)
+        prep_s = t.elapsed.wall
         text.unlink()
         n_train = m["tokens"]["train"]
         print(f"prepared {n_train:,} train tokens in {len(m['shards']['train'])} shards, {prep_s:.1f} s")
@@ -126,30 +125,26 @@ def run_loader(args) -> None:
             for e in m["shards"]["train"]:
                 f.write((work / "prep" / e["file"]).read_bytes())
         B, L = 12, 1024
-        t = time.perf_counter()
-        dm = DataModule(DataConfig(source=str(work / "prep"), seq_len=L), quiet=True)
-        open_s = time.perf_counter() - t
+        with StepTimer() as t:
+            dm = DataModule(DataConfig(source=str(work / "prep"), seq_len=L), quiet=True)
+        open_s = t.elapsed.wall
         print(f"DataModule on the prepared directory ready in {open_s * 1000:.0f} ms")
-        ours, ref = [], []
-        step = 0
-        for r in range(args.rounds):
-            for name in (("nexus", "nanoGPT") if r % 2 == 0 else ("nanoGPT", "nexus")):
-                t = time.perf_counter()
-                for _ in range(args.batches):
-                    if name == "nexus":
-                        dm.global_train_batch(step, 0, B, 1)
-                        step += 1
-                    else:
-                        nanogpt_get_batch(work / "train.bin", L, B)
-                rate = args.batches / (time.perf_counter() - t)
-                (ours if name == "nexus" else ref).append(rate)
-        ratios = [a / b for a, b in zip(ours, ref)]
+        step = iter(range(1 << 62))  # nexus's batches go on through the training steps, round after round
+
+        def nexus_batch() -> None:
+            dm.global_train_batch(next(step), 0, B, 1)
+
+        # the two loaders alternate who goes first, round after round, --batches batches each per round
+        times = alternate({"nexus": nexus_batch, "nanoGPT": lambda: nanogpt_get_batch(work / "train.bin", L, B)},
+                          args.rounds, calls=args.batches, warmup=0)
+        ours, ref = ([1 / t for t in times[k]] for k in ("nexus", "nanoGPT"))
+        per_round = ratios(times, "nanoGPT", "nexus")  # nexus batches/s over nanoGPT's
         print(f"batches/s (batch {B} x {L}): nexus {[round(v, 1) for v in ours]}, nanoGPT {[round(v, 1) for v in ref]}")
         train_tps = cpu_preset_tokens_per_s()
         loader_tps = statistics.median(ours) * B * L
         print(f"loader {loader_tps:,.0f} tokens/s vs baseline-small training {train_tps:,.0f} tokens/s: "
               f"{loader_tps / train_tps:,.0f}x")
-        emit("loader vs nanoGPT get_batch", ratios, ">= 1.0x", met=statistics.median(ratios) >= 1.0,
+        emit("loader vs nanoGPT get_batch", per_round, ">= 1.0x", met=statistics.median(per_round) >= 1.0,
              nexus_batches_per_s=ours, nanogpt_batches_per_s=ref, train_tokens=n_train, open_ms=round(open_s * 1000, 1),
              loader_tokens_per_s=round(loader_tps), cpu_preset_train_tokens_per_s=round(train_tps),
              loader_over_training=round(loader_tps / train_tps, 1))
@@ -191,23 +186,30 @@ def run_prepare(args) -> None:
         docs = [d.strip() for d in text.read_text().split("\n\n") if d.strip()]
         print(f"corpus: {text.stat().st_size / 2**20:.1f} MB, {len(docs):,} documents, {args.procs} processes")
         ctx = multiprocessing.get_context("forkserver")
-        ours, ref = [], []
-        for r in range(args.rounds):
-            for name in (("nexus", "tokenizers") if r % 2 == 0 else ("tokenizers", "nexus")):
-                t = time.perf_counter()
-                if name == "nexus":
-                    shutil.rmtree(work / "prep", ignore_errors=True)
-                    m = _prepare(text, work / "prep", tok, args.procs, shard_mb=max(1, args.mb // (4 * args.procs)))
-                    n = m["tokens"]["train"] + m["tokens"]["val"] - sum(m["documents"].values())  # without EOS
-                else:
-                    with ctx.Pool(args.procs, initializer=_base_init, initargs=(tok.tok.to_str(),)) as pool:
-                        chunks = [docs[i::args.procs * 8] for i in range(args.procs * 8)]
-                        n = sum(pool.map(_base_encode, chunks))
-                rate = n / (time.perf_counter() - t)
-                (ours if name == "nexus" else ref).append(rate)
-        ratios = [a / b for a, b in zip(ours, ref)]
+        n = {}
+
+        def nexus_prepare() -> None:
+            shutil.rmtree(work / "prep", ignore_errors=True)
+            m = _prepare(text, work / "prep", tok, args.procs, shard_mb=max(1, args.mb // (4 * args.procs)))
+            n["nexus"] = m["tokens"]["train"] + m["tokens"]["val"] - sum(m["documents"].values())  # without EOS
+
+        def bare_encode() -> None:
+            with ctx.Pool(args.procs, initializer=_base_init, initargs=(tok.tok.to_str(),)) as pool:
+                chunks = [docs[i::args.procs * 8] for i in range(args.procs * 8)]
+                n["tokenizers"] = sum(pool.map(_base_encode, chunks))
+
+        # the two alternate who goes first, round after round; every round counts the tokens it made
+        rates = {"nexus": [], "tokenizers": []}
+
+        def tokens_per_s(r: int, seconds: dict) -> None:
+            for k in rates:
+                rates[k].append(n[k] / seconds[k])
+
+        alternate({"nexus": nexus_prepare, "tokenizers": bare_encode}, args.rounds, warmup=0, after_round=tokens_per_s)
+        ours, ref = rates["nexus"], rates["tokenizers"]
+        per_round = [a / b for a, b in zip(ours, ref)]
         print(f"tokens/s: nexus prepare {[round(v) for v in ours]}, bare encode_batch {[round(v) for v in ref]}")
-        emit("prepare vs bare tokenizers encode_batch", ratios, ">= 0.8x", met=statistics.median(ratios) >= 0.8,
+        emit("prepare vs bare tokenizers encode_batch", per_round, ">= 0.8x", met=statistics.median(per_round) >= 0.8,
              nexus_tokens_per_s=[round(v) for v in ours], tokenizers_tokens_per_s=[round(v) for v in ref],
              procs=args.procs, corpus_mb=round(text.stat().st_size / 2 ** 20, 1))
     finally:
@@ -265,9 +267,9 @@ def run_memory(args) -> None:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        t = time.perf_counter()
-        m = _prepare(text, work / "prep", ByteTokenizer(), args.procs, shard_mb=args.shard_mb)
-        dt = time.perf_counter() - t
+        with StepTimer() as t:
+            m = _prepare(text, work / "prep", ByteTokenizer(), args.procs, shard_mb=args.shard_mb)
+        dt = t.elapsed.wall
         done.set()
         sampler.join()
         tokens = m["tokens"]["train"] + m["tokens"]["val"]
@@ -293,6 +295,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=32, help="prepare/memory: corpus size in MB")
     ap.add_argument("--shard-mb", type=int, default=8, help="memory: characters per shard, in millions")
     args = ap.parse_args()
+    print_machine()  # CPU model and capability beside the figures below
     {"loader": run_loader, "prepare": run_prepare, "memory": run_memory}[args.mode](args)
 
 

@@ -29,13 +29,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit, print_machine  # noqa: E402
+from _harness import CLOCKS, alternate, emit, print_machine  # noqa: E402
 
 
 def avx2_numba_features() -> str:
@@ -48,34 +47,25 @@ def avx2_numba_features() -> str:
     return ",".join(f"{'-' if k.startswith(off) else '+' if v else '-'}{k}" for k, v in sorted(feats.items()))
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = time.perf_counter
-
-
-def tokens_per_s(model, prompt, new_tokens: int) -> float:
-    t0 = clock()
-    out = model.generate(prompt, max_new_tokens=new_tokens, temperature=0)
-    dt = clock() - t0
-    assert out.shape[1] == prompt.shape[1] + new_tokens
-    return new_tokens * prompt.shape[0] / dt
+def decode(model, prompt, new_tokens: int):
+    """One greedy generation of `new_tokens` tokens, for the harness to time."""
+    def run() -> None:
+        out = model.generate(prompt, max_new_tokens=new_tokens, temperature=0)
+        assert out.shape[1] == prompt.shape[1] + new_tokens
+    return run
 
 
 def step_ratios(packed, fp32_model, prompt, rounds: int) -> tuple[list, list]:
-    """ms per cached one-token decode step after the prompt, alternated between the two models."""
+    """ms per cached one-token decode step after the prompt, the two models alternating who goes first."""
     caches = {}
-    times = {"packed": [], "fp32": []}
     models = {"packed": packed, "fp32": fp32_model}
     with torch.no_grad():
         for name, model in models.items():
             caches[name] = model.new_cache()
             model(prompt, cache=caches[name])
-        for _ in range(rounds):
-            for name, model in models.items():
-                t0 = time.perf_counter()
-                for _ in range(3):
-                    model(prompt[:, :1], cache=caches[name])
-                times[name].append((time.perf_counter() - t0) / 3 * 1e3)
-    return times["packed"], times["fp32"]
+        times = alternate({name: (lambda name=name, model=model: model(prompt[:, :1], cache=caches[name]))
+                           for name, model in models.items()}, rounds, calls=3, warmup=0)
+    return [t * 1e3 for t in times["packed"]], [t * 1e3 for t in times["fp32"]]
 
 
 def main() -> None:
@@ -110,8 +100,6 @@ def main() -> None:
         sys.exit(f"--kernel={bad[0]!r} (valid: comma-separated {'|'.join(PACKED_KERNELS)})")
     if args.threads:
         torch.set_num_threads(args.threads)
-    global clock
-    clock = CLOCKS[args.clock]
     print_machine()
 
     from nexus.checkpoint import save_checkpoint
@@ -151,17 +139,16 @@ def main() -> None:
             accuracy[k] = (diff, agree)
     del exact
     for model in [*packed.values(), fp32_model]:
-        tokens_per_s(model, prompt, 2)  # warm-up (allocations, first-call dispatch)
-    tok_s = {k: [] for k in packed}
-    fp = []
-    t_start = time.perf_counter()
-    for r in range(args.reps):
-        if r and args.budget_s and time.perf_counter() - t_start > args.budget_s:
-            print(f"--budget-s {args.budget_s:g} reached: {r} of {args.reps} rounds run")
-            break
-        for k, model in packed.items():
-            tok_s[k].append(tokens_per_s(model, prompt, args.new_tokens))
-        fp.append(tokens_per_s(fp32_model, prompt, args.new_tokens))
+        decode(model, prompt, 2)()  # warm-up (allocations, first-call dispatch)
+    # every packed model and the fp32 one alternate who goes first, round after round; no new round starts
+    # once --budget-s seconds of rounds have passed
+    sides = {**{k: decode(model, prompt, args.new_tokens) for k, model in packed.items()},
+             "fp32": decode(fp32_model, prompt, args.new_tokens)}
+    times = alternate(sides, args.reps, warmup=0, clock=args.clock, budget_s=args.budget_s or None)
+    if len(times["fp32"]) < args.reps:
+        print(f"--budget-s {args.budget_s:g} reached: {len(times['fp32'])} of {args.reps} rounds run")
+    tok_s = {k: [args.new_tokens * args.batch / t for t in v] for k, v in times.items()}
+    fp = tok_s.pop("fp32")
     rc = cfg.model.arch
     print(f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + {report['other_params'] / 1e6:.2f}M fp32 params, "
           f"N_sup {rc.n_sup} x T_inner {rc.t_inner} x {cfg.model.n_layers} layers, threads {torch.get_num_threads()}")
