@@ -27,12 +27,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 from _revisions import BEFORE_REDESIGN, ROOT, checkout  # noqa: E402
+
 SEQ, BATCH, PROMPT, NEW = 8, 2, 4, 4
 REDUCED_LAYERS = 2
 
@@ -145,12 +145,12 @@ def worker(job: Path, result: Path) -> None:
     spec = json.loads(job.read_text())
     results = {}
     for case in spec["cases"]:
-        t0 = time.perf_counter()
+        clock = StepTimer().start()
         try:
             results[case["name"]] = run_case(case["name"], case["model"], spec["defaults"], case["reduced"])
         except Exception as e:  # a preset one side cannot build is a result, not the end of the run
             results[case["name"]] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        results[case["name"]]["seconds"] = round(time.perf_counter() - t0, 2)
+        results[case["name"]]["seconds"] = round(clock.so_far().wall, 2)
         result.write_text(json.dumps(results))  # after each case: a killed run keeps what it finished
 
 
@@ -173,12 +173,12 @@ def _side(src: Path, cases: list, defaults: dict, tmp: Path, label: str) -> dict
     job, result = tmp / f"{label}_job.json", tmp / f"{label}_result.json"
     job.write_text(json.dumps({"cases": cases, "defaults": defaults}))
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "NEXUS_DISABLE_PLUGINS": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--worker", str(job), str(result)], env=env, cwd=tmp,
-                          capture_output=True, text=True)
+    with StepTimer() as t:
+        proc = subprocess.run([sys.executable, __file__, "--worker", str(job), str(result)], env=env, cwd=tmp,
+                              capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{label} worker failed: {proc.stderr[-2000:]}", file=sys.stderr)
-    print(f"{label}: {len(cases)} presets in {time.perf_counter() - t0:.0f} s ({src})", flush=True)
+    print(f"{label}: {len(cases)} presets in {t.elapsed.wall:.0f} s ({src})", flush=True)
     return json.loads(result.read_text()) if result.is_file() else {}
 
 
@@ -198,6 +198,7 @@ def main() -> int:
     from nexus.config import ModelConfig, to_dict
     from nexus.presets import get_preset, names
 
+    print_machine()  # CPU model and capability beside the results below
     ref, head, here = checkout(args.worktree, args.reference)
     cases = []
     for name in names():

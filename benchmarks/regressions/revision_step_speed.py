@@ -18,11 +18,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import emit  # noqa: E402
+from _harness import StepTimer, emit, print_machine, round_order  # noqa: E402
 from _revisions import BEFORE_REDESIGN, ROOT, checkout  # noqa: E402
 
 
@@ -39,9 +38,9 @@ def worker(preset: str, steps: int, out_dir: str) -> None:
                                                "--train.sample_tokens", "4", "--train.out_dir", out_dir])
     cfg.validate()
     trainer = Trainer(cfg, quiet=True)
-    t0 = time.perf_counter()
-    trainer.fit()
-    print(json.dumps({"seconds": time.perf_counter() - t0}))
+    with StepTimer() as t:
+        trainer.fit()
+    print(json.dumps({"seconds": t.elapsed.wall}))
 
 
 def _run(src: Path, preset: str, steps: int) -> float:
@@ -67,12 +66,14 @@ def main() -> int:
     if args.worker:
         worker(args.worker[0], int(args.worker[1]), args.worker[2])
         return 0
+    print_machine()  # CPU model and capability beside the figures below
     ref, head, here = checkout(args.worktree, args.reference)
     sides = {"this": ROOT / "src", "reference": ref / "src"}
     per_step: dict[str, list[float]] = {k: [] for k in sides}
     for r in range(args.rounds):
-        order = list(sides) if r % 2 == 0 else list(sides)[::-1]  # who goes first alternates
-        for label in order:
+        # who goes first alternates, as in the harness's rounds; each side's time is (long - short) as its
+        # worker processes measured it, so the harness's own timing of a round would add nothing
+        for label in round_order(list(sides), r):
             short, long = _run(sides[label], args.preset, args.short), _run(sides[label], args.preset, args.long)
             per_step[label].append((long - short) / (args.long - args.short) * 1e3)
         print(f"round {r + 1}: this {per_step['this'][-1]:.2f} ms/step, reference {per_step['reference'][-1]:.2f} "

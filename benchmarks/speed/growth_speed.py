@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _harness import StepTimer, print_machine  # noqa: E402
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 
 def main() -> None:
@@ -73,6 +73,9 @@ def main() -> None:
     print(f"growth incl. optimizer state: {t_grow:.2f} s wall, {c_grow:.2f} s CPU  (target <= 5 s)")
     print(f"reference (deepcopy model + clone optimizer state): {t_ref:.2f} s wall, {c_ref:.2f} s CPU; "
           f"ratio growth/reference {t_grow / t_ref:.2f} (wall), {c_grow / c_ref:.2f} (CPU)")
+    emit(f"Nexus-Rank growth incl. optimizer state, {n_params / 1e6:.0f}M -> {n_new / 1e6:.0f}M parameters", [t_grow],
+         "<= 5 s", unit="s", met=t_grow <= 5, cpu_s=round(c_grow, 3), reference_wall_s=round(t_ref, 3),
+         reference_cpu_s=round(c_ref, 3))
 
 
 if __name__ == "__main__":

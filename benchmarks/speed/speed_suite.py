@@ -22,12 +22,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import machine, parse  # noqa: E402
+from _harness import StepTimer, machine, parse  # noqa: E402
 
 HERE = Path(__file__).resolve().parent  # benchmarks/speed/, where the suite's scripts live
 ROOT = HERE.parents[1]  # the checkout: each script runs from it, as its recorded command reads
@@ -51,10 +49,11 @@ NEEDS_CUDA = {"gpu-mfu"}
 
 def run_one(name: str, argv: list[str]) -> tuple[list[dict], str, dict]:
     script = HERE / BENCHMARKS[name][0]
-    load0, t0 = os.getloadavg()[0], time.perf_counter()
-    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, cwd=ROOT)
+    load0 = os.getloadavg()[0]
+    with StepTimer() as t:
+        proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, cwd=ROOT)
     info = {"command": f"python benchmarks/speed/{script.name} {' '.join(argv)}", "rc": proc.returncode,
-            "wall_s": round(time.perf_counter() - t0, 1), "load": [round(load0, 1), round(os.getloadavg()[0], 1)]}
+            "wall_s": round(t.elapsed.wall, 1), "load": [round(load0, 1), round(os.getloadavg()[0], 1)]}
     return parse(proc.stdout), proc.stdout + proc.stderr, info
 
 
