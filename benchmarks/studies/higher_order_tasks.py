@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
-import time
+from pathlib import Path
 
 import torch
 
@@ -35,6 +36,9 @@ from nexus.eval.synthetic_eval import task_accuracy
 from nexus.experiments.stats import describe, fmt, paired, quartiles, rank_sum
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 TASKS = ("mqar", "khop")
 
@@ -53,13 +57,13 @@ def run(task_name: str, order: int, seed: int, steps: int, out_dir: str) -> dict
     cfg.train.seed, cfg.train.steps, cfg.train.out_dir = seed, steps, out_dir  # the schedule spans `steps`
     cfg.train.eval_every = 0
     cfg.validate()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    trainer = Trainer(cfg, quiet=True)
-    res = trainer.fit()
-    task = make_task(task_name, cfg.data.synthetic, cfg.data.seq_len)
-    acc = task_accuracy(trainer.model, task, n_batches=8, batch_size=64)
+    with StepTimer() as t:
+        trainer = Trainer(cfg, quiet=True)
+        res = trainer.fit()
+        task = make_task(task_name, cfg.data.synthetic, cfg.data.seq_len)
+        acc = task_accuracy(trainer.model, task, n_batches=8, batch_size=64)
     return {"order": order, "seed": seed, "accuracy": acc["accuracy"], "scored": acc["scored"],
-            "val_loss": res.get("val_loss"), "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}
+            "val_loss": res.get("val_loss"), "cpu_s": t.elapsed.cpu, "wall_s": t.elapsed.wall}
 
 
 def summarize(rows: list[dict], task_name: str, options: dict, steps: int, seeds: list[int], chance: float) -> dict:
@@ -93,6 +97,13 @@ def summarize(rows: list[dict], task_name: str, options: dict, steps: int, seeds
             r_p = "n/a" if c["rank_sum_p"] is None else f"{c['rank_sum_p']:.3g}"
             print(f"  order {o} - order 1: {fmt(c['diff'])}; paired t p={t_p}, Wilcoxon signed-rank p={w_p}, "
                   f"Mann-Whitney p={r_p}; higher in {wins}/{len(acc[1])} seeds")
+            emit(f"{task_name} accuracy, order {o} - order 1 (same seeds, {steps} steps)",
+                 [a - b for a, b in zip(acc[o], acc[1])], "report (> 0: the higher order is better)",
+                 unit="accuracy", seeds=common, t_p=c["t_p"], wilcoxon_p=c["wilcoxon_p"], rank_sum_p=c["rank_sum_p"])
+    if len(orders) == 1 or 1 not in acc:  # nothing to pair with: each order's accuracy is the figure
+        for o in orders:
+            emit(f"{task_name} accuracy, order {o} ({steps} steps)", acc[o], f"report (chance {chance:.4f})",
+                 unit="accuracy", seeds=common)
     print(f"total CPU {sum(r['cpu_s'] for r in rows):.0f} s over {len(rows)} runs")
     return summary
 
@@ -120,6 +131,7 @@ def main() -> None:
             _write(args.json, rows, summary)
         return
     torch.set_num_threads(args.threads)
+    print_machine()  # CPU model and capability beside the figures below
     preset = get_preset(f"{args.task}-baseline")
     steps = args.steps or preset.train.steps
     options = make_task(args.task, preset.data.synthetic, preset.data.seq_len).__dict__

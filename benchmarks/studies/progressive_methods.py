@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 
 def main() -> None:
@@ -32,18 +36,24 @@ def main() -> None:
     names = a.methods.split(",") if a.methods else [m for m, meth in methods().items() if meth.family in installed]
     overrides = [f"--{o}" if o.startswith(("model.", "train.", "data.")) else o for o in a.overrides]
     seeds = [int(s) for s in a.seeds.split(",")]
+    print_machine()  # CPU model and capability beside the figures below
     rows = []
     for name in names:
-        t0 = time.perf_counter()
-        plan = plan_progressive(name, overrides=overrides, tokens=a.tokens, grow_at=a.grow_at, seeds=seeds,
-                                out=f"{a.out}/{name}")
-        r = run_progressive(plan, quiet=True, say=lambda *_: None)
+        with StepTimer() as t:
+            plan = plan_progressive(name, overrides=overrides, tokens=a.tokens, grow_at=a.grow_at, seeds=seeds,
+                                    out=f"{a.out}/{name}")
+            r = run_progressive(plan, quiet=True, say=lambda *_: None)
         sm = r["summary"]
         rows.append({"method": name, "seeds": seeds, "final": sm["final_val_loss"],
                      "grown_minus_scratch": sm["grown_minus_scratch_final"], "measured_saved": sm["measured_flops_saved"],
                      "eq29_saved": r["eq29"]["flops_saved"], "tokens": r["token_budget"],
-                     "wall_s": time.perf_counter() - t0})
+                     "wall_s": t.elapsed.wall})
         print(json.dumps(rows[-1], default=str), flush=True)
+        finals = [v["runs"] for v in r["per_seed"].values()]
+        emit(f"{name}: grown - scratch final val loss (paired by seed, {r['token_budget']:,} tokens)",
+             [f["grown"]["final_val_loss"] - f["scratch"]["final_val_loss"] for f in finals],
+             "report (< 0: growth beat scratch)", unit="nats", seeds=seeds, t_p=sm["grown_minus_scratch_final"]["t_p"],
+             eq29_saved=r["eq29"]["flops_saved"])
     print(f"\nseeds {a.seeds}; mean +- std over seeds")
     print(f"{'method':20s} {'grown':>16s} {'scratch':>16s} {'small':>16s} {'grown-scratch':>14s} {'p (paired t)':>12s} "
           f"{'measured saved':>22s} {'eq29 saved':>11s}")

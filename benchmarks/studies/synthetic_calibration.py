@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -21,6 +22,19 @@ from nexus.config import AttentionOptions, ModelConfig
 from nexus.data.synthetic import make_task
 from nexus.eval.synthetic_eval import task_accuracy
 from nexus.models import build_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import StepTimer, emit, print_machine  # noqa: E402
+
+
+def model_config(a, order: int, vocab_size: int) -> ModelConfig:
+    """The small Transformer of --d/--layers/--heads; order 1 is standard attention (the higher-order kind
+    takes orders >= 2 only), order m > 1 the presets' higher-order form."""
+    cfg = ModelConfig(d_model=a.d, n_layers=a.layers, n_heads=a.heads, max_seq_len=max(128, a.seq),
+                      vocab_size=max(64, vocab_size))
+    if order > 1:
+        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
+    return cfg
 
 
 def main() -> None:
@@ -39,17 +53,15 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     a = p.parse_args()
     torch.set_num_threads(1)
+    print_machine()  # CPU model and capability beside the figures below
     task = make_task(a.task, json.loads(a.opts), a.seq)
     for order in a.orders:
         torch.manual_seed(a.seed)
-        cfg = ModelConfig(d_model=a.d, n_layers=a.layers, n_heads=a.heads, max_seq_len=max(128, a.seq),
-                          vocab_size=max(64, task.vocab_size))
-        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
-        model = build_model(cfg)
+        model = build_model(model_config(a, order, task.vocab_size))
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 30))
         g = torch.Generator().manual_seed(a.seed + 1000)
-        t0, curve = time.process_time(), []
+        clock, curve = StepTimer().start(), []
         for step in range(1, a.steps + 1):
             x, y = task.batch(a.bs, g)
             loss = model(x, labels=y).loss
@@ -61,7 +73,11 @@ def main() -> None:
             if step % a.every == 0:
                 curve.append(round(task_accuracy(model, task, n_batches=4, batch_size=64)["accuracy"], 3))
         print(f"{a.task} {a.opts} seq {a.seq} lr {a.lr} order {order} seed {a.seed}: accuracy every {a.every} steps "
-              f"{curve} (cpu {time.process_time() - t0:.0f} s)", flush=True)
+              f"{curve} (cpu {clock.so_far().cpu:.0f} s)", flush=True)
+        final = curve[-1] if a.steps % a.every == 0 and curve else round(
+            task_accuracy(model, task, n_batches=4, batch_size=64)["accuracy"], 3)  # the curve ends before the last step
+        emit(f"{a.task} {a.opts} order {order}: held-out accuracy after {a.steps} steps (seed {a.seed})", [final],
+             "report (calibrated: between chance and 1)", unit="accuracy", curve=curve, every=a.every, lr=a.lr)
 
 
 if __name__ == "__main__":
