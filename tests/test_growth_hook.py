@@ -5,6 +5,7 @@ carries through the growth, the probe batch of its post-growth monitor (the one 
 the growth step t_e to rho times it at t_e + tau) on a constant schedule, where the base lr is `train.lr`."""
 import contextlib
 import io
+import json
 
 import pytest
 import torch
@@ -179,3 +180,22 @@ def test_a_boolean_growth_step_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"train.hooks\[0\].at=True"):
         Trainer(cfg.validate(), quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_grow_in_training_on_a_resumed_trainer_before_fit_keeps_its_event_and_trains_on(tmp_path):
+    """benchmarks/studies/width_growth.py's path: resume a checkpoint into a new folder, grow before fit(), train
+    on. The growth event used to be written before fit() cut metrics.jsonl back to the resumed step, which dropped
+    it and changed the file under the open sink: the next logged line was refused ("was changed while the run
+    wrote it"). Records logged before fit() now go in once the run directory is prepared."""
+    from nexus.train.resume import resume_config
+
+    Trainer(micro_cfg(tmp_path / "a", "--train.steps", "2"), quiet=True).fit()
+    cfg, _ = resume_config(tmp_path / "a" / "checkpoint", ["--train.steps", "4", "--train.log_every", "1"],
+                           out_dir=tmp_path / "b")
+    trainer = Trainer(cfg.validate(), resume=str(tmp_path / "a" / "checkpoint"), quiet=True)
+    grow_in_training(trainer, parse_growth_spec({"family": "width", "hidden": 48}, "spec"))
+    assert not (tmp_path / "b" / "metrics.jsonl").exists()  # nothing written before fit() prepares the folder
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("event") == "growth"] == [2]
+    assert [r["step"] for r in rows if "loss" in r] == [3, 4] and trainer.model.cfg.d_model == 48

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import tempfile
-import time
 from pathlib import Path
 
 from nexus.analysis.compute import growth_compute
@@ -28,7 +27,7 @@ from nexus.train.trainer import Trainer
 import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _result import print_machine  # noqa: E402
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 VARIANTS = {
     "naive": {"preserve": "none", "optimizer_state": "copy"},
@@ -84,7 +83,7 @@ def main() -> None:
     grow_at = args.steps // 2
     results: dict[str, list] = {k: [] for k in [*VARIANTS, "scratch-wide"]}
     jumps: dict[str, list] = {k: [] for k in VARIANTS}
-    t0 = time.perf_counter()
+    clock = StepTimer().start()  # progress lines say how long the study has run
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             ckpt = Path(tmp) / f"small-{seed}"
@@ -98,12 +97,12 @@ def main() -> None:
                 results[name].append(loss)
                 jumps[name].append(event.get("loss_jump", float("nan")))
                 print(f"seed {seed} {name:12s} val {loss:.4f} jump {jumps[name][-1]:+.4f} "
-                      f"rms ratio {event.get('rms_ratio_per_layer')}  ({time.perf_counter() - t0:.0f}s)", flush=True)
+                      f"rms ratio {event.get('rms_ratio_per_layer')}  ({clock.so_far().wall:.0f}s)", flush=True)
             wide = small_config(args.steps, seed, Path(tmp) / f"wide-{seed}")
             wide.model.d_model, wide.model.ffn_hidden = 128, 256
             loss = final_val(Trainer(wide, quiet=True))
             results["scratch-wide"].append(loss)
-            print(f"seed {seed} scratch-wide val {loss:.4f}  ({time.perf_counter() - t0:.0f}s)", flush=True)
+            print(f"seed {seed} scratch-wide val {loss:.4f}  ({clock.so_far().wall:.0f}s)", flush=True)
     small, large = small_config(args.steps, 0, Path(".")).model, copy.deepcopy(small_config(args.steps, 0, Path(".")).model)
     large.d_model, large.ffn_hidden = 128, 256
     tokens_per_step = 8 * 64
@@ -116,7 +115,11 @@ def main() -> None:
         print(f"{name:14s} " + " ".join(f"{v:.4f}   " for v in losses) + f" {sum(losses) / len(losses):.4f}   {jtxt}")
     print(f"\nactive params small/large: {comp['active_params_small']:,} / {comp['active_params_large']:,}")
     print(f"FLOPs saved vs scratch-wide: eq. 29 (6ND) {comp['saved_eq29']:.1%}, measured FLOPs {comp['saved_measured']:.1%}")
-    print(f"total time {time.perf_counter() - t0:.0f}s")
+    print(f"total time {clock.so_far().wall:.0f}s")
+    for name in VARIANTS:
+        emit(f"width growth {name} - scratch-wide final val loss (paired by seed, {args.steps} steps)",
+             [g - w for g, w in zip(results[name], results["scratch-wide"])], "report (< 0: growth beat scratch)",
+             unit="nats", seeds=args.seeds, saved_eq29=round(comp["saved_eq29"], 4))
 
 
 if __name__ == "__main__":

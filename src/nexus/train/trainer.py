@@ -134,6 +134,10 @@ class Trainer:
         self.step = 0
         self.health = StepHealth(self.device)
         self._metric_log = None  # metrics.jsonl + optional TensorBoard / W&B, opened at the first record
+        # records logged before fit() has prepared the run directory (a hook's event from a model change made
+        # before training starts): held until then, so the resume's cut of metrics.jsonl cannot drop them or
+        # change the file under an open sink, and nothing is written before on_fit_start's checks have passed
+        self._early_records: list[dict] | None = []
         self.tokens_seen = 0
         self.elapsed_before = 0.0  # wall seconds of the run before this process (a resumed run's earlier parts)
         self._t0 = None  # when this process's fit() began
@@ -422,6 +426,9 @@ class Trainer:
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
+        if self._early_records is not None:
+            self._early_records.append(record)
+            return
         if self._metric_log is None:
             from .loggers import MetricLog
 
@@ -593,6 +600,9 @@ class Trainer:
 
             # the run's from now on, entered in its manifest as it is renamed: a restart may replace it, nothing else
             write_text_atomic(self.out_dir / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False), enter=True)
+            early, self._early_records = self._early_records or [], None
+            for record in early:  # the run directory is ready: what was logged before fit() goes in now
+                self.log(record)
             for note in self.notes:  # what changed from what the user asked: shown even with quiet
                 print(f"note: {note}", file=sys.stderr, flush=True)
         self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
