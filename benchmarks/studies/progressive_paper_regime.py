@@ -42,8 +42,10 @@ import os
 import platform
 import shutil
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 # The recipe its recorded results were measured with (before issue 29): no QK-norm, weight decay on matrices only,
 # and naive-copy with the asymmetric optimizer state. benchmarks/studies/progressive_regime.py runs the paper's recipe.
@@ -171,11 +173,11 @@ def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
         tr = Trainer(cfg.validate(), quiet=True)
         for s in range(warm):
             tr.train_step(s)
-        t0 = time.perf_counter()
-        for s in range(warm, warm + steps):
-            m = tr.train_step(s)
-        float(m["loss"])
-        return (time.perf_counter() - t0) / steps
+        with StepTimer() as t:
+            for s in range(warm, warm + steps):
+                m = tr.train_step(s)
+            float(m["loss"])
+        return t.elapsed.wall / steps
 
 
 def estimate(plans: dict, seeds: list[int]) -> dict:
@@ -275,27 +277,28 @@ def main() -> None:
     plans, counts = {}, {}
     for name in names:
         plans[name], counts[name] = plan_method(P, name, tpp, seeds, out)
-    t_all = time.perf_counter()
+    clock = StepTimer().start()  # progress lines and the foot say how long the study has run
     head = (f"paper regime: {tpp:g} tokens/active param before growth | seeds {a.seeds} | threads "
             f"{__import__('torch').get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {platform.node()}")
     print(head, flush=True)
+    print_machine()  # CPU model and capability beside the figures below
     if a.estimate:
         e = estimate(plans, seeds)
         print("\n".join(e["lines"]))
         print(f"idle estimate (per-step cost timed here x steps, distinct runs once, +10%): {e['total_s'] / 60:.1f} min "
-              f"| load now {os.getloadavg()[0]:.1f} | {time.perf_counter() - t_all:.0f} s to measure", flush=True)
+              f"| load now {os.getloadavg()[0]:.1f} | {clock.so_far().wall:.0f} s to measure", flush=True)
         return
 
     def say(msg: str) -> None:
         if msg.startswith("["):  # one line per run (the runner's "[seed k run] what" line)
-            print(f"  {time.perf_counter() - t_all:7.0f} s  {msg}", flush=True)
+            print(f"  {clock.so_far().wall:7.0f} s  {msg}", flush=True)
         elif "skipped" in msg:
-            print(f"  {time.perf_counter() - t_all:7.0f} s  {msg.strip()} (trained earlier)", flush=True)
+            print(f"  {clock.so_far().wall:7.0f} s  {msg.strip()} (trained earlier)", flush=True)
 
     cache, rows, results = RunCache(), [], {}
     for name in names:
-        t0 = time.perf_counter()
+        method_clock = StepTimer().start()
         plan = plans[name]
         copied = cache.fill(plan["configs"], Path(plan["out_dir"]))
         print(f"[{name}] {plan['steps']} steps/run, {plan['token_budget']:,} tokens, growth at step {plan['grow_step']}"
@@ -312,11 +315,14 @@ def main() -> None:
                "grown_minus_scratch": sm["grown_minus_scratch_final"],
                "grown_minus_small": sm.get("grown_minus_small_final"),
                "measured_saved": sm["measured_flops_saved"], "eq29_saved": r["eq29"]["flops_saved"],
-               "schedules": r["schedules"], "tau_rule": r["tau_rule"], "wall_s": time.perf_counter() - t0}
+               "schedules": r["schedules"], "tau_rule": r["tau_rule"], "wall_s": method_clock.so_far().wall}
         rows.append(row)
         results[name] = row
         print(json.dumps({k: row[k] for k in ("method", "tokens", "steps", "params", "tpp_active", "grown_minus_scratch",
                                                 "wall_s")}, default=str), flush=True)
+        emit(f"paper regime ({tpp:g} tokens/active param): {name} grown - scratch final val loss (paired by seed)",
+             [v["runs"]["grown"]["final_val_loss"] - v["runs"]["scratch"]["final_val_loss"] for v in r["per_seed"].values()],
+             "report (< 0: growth beat scratch)", unit="nats", seeds=seeds, t_p=sm["grown_minus_scratch_final"]["t_p"])
 
     pair = None
     for pname, (pa, pb, _) in PR.PAIRS.items():
@@ -325,7 +331,7 @@ def main() -> None:
             for m, p in pplan["plans"].items():
                 cache.fill(p["configs"], Path(p["out_dir"]), claim=False)
             pair = PR.run_pair(pplan, quiet=True, say=say)
-    wall = time.perf_counter() - t_all
+    wall = clock.so_far().wall
     table = render_table(rows, pair)
     foot = f"wall {wall:.0f} s ({wall / 60:.1f} min) | load at end {os.getloadavg()[0]:.1f}"
     print(f"\n{head}\n{foot}\n{table}", flush=True)

@@ -49,8 +49,10 @@ import math
 import os
 import platform
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
+from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 DEFAULT_METHODS = ("sparkling", "sparkling-random", "naive-copy")
 ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric", "sparkling-hidden", "sparkling-both")
@@ -569,14 +571,13 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
         tr = Trainer(c.validate(), quiet=True)
         for s in range(3):
             tr.train_step(s)
-        t0 = time.process_time()
-        for s in range(3, steps + 3):
-            m = tr.train_step(s)
-        float(m["loss"])
-        per_step = (time.process_time() - t0) / steps
-        t0 = time.process_time()
-        tr.evaluate()
-        return per_step, time.process_time() - t0
+        with StepTimer() as train:  # process CPU time: what one thread per run pays on idle cores
+            for s in range(3, steps + 3):
+                m = tr.train_step(s)
+            float(m["loss"])
+        with StepTimer() as evaluation:
+            tr.evaluate()
+        return train.elapsed.cpu / steps, evaluation.elapsed.cpu
 
 
 def timed_config(run: dict, plan: dict) -> dict:
@@ -693,6 +694,7 @@ def _main(argv: list[str] | None) -> int:
             f"{os.getloadavg()[0]:.1f} | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | "
             f"{platform.node()}")
     print(head, flush=True)
+    print_machine()  # CPU model and capability beside the figures below
     from nexus.config import ConfigError
 
     try:
@@ -728,13 +730,13 @@ def _main(argv: list[str] | None) -> int:
     print_plan(plan, None, corpus, print)
     if not plan["tuned"]:
         print("note: --untuned: scratch runs at the small model's preset lr, not a tuned one", flush=True)
-    t0 = time.perf_counter()
+    clock = StepTimer().start()
     from nexus.experiments.ledger import Ledger
 
     ledger = Ledger(out / "ledger")  # each finished run's config, final metrics and curve; a rerun skips them
     execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True), ledger, plan["tokens_per_step"])
     summary = summarize(plan, ledger)
-    wall = time.perf_counter() - t0
+    wall = clock.so_far().wall
     text = render(plan, summary, corpus, f"{head} | wall {wall:.0f} s")
     print("\n" + text, flush=True)
     from nexus.experiments.runs import write_json_atomic, write_text_atomic
@@ -743,7 +745,16 @@ def _main(argv: list[str] | None) -> int:
                                              "wall_s": wall})
     write_text_atomic(out / "table.md", f"`{' '.join(sys.argv)}`\n\n{text}")
     print(f"plot: {out / plot_regime(plan, ledger, out)}", flush=True)
+    emit_headline(summary, f"progressive regime ({scale})", plan["seeds"])
     return 0
+
+
+def emit_headline(summary: dict, label: str, seeds: list[int]) -> None:
+    """The RESULT line of each growth method of a summary (summarize()): grown - scratch final val loss, seed by seed."""
+    for m, pm in summary["methods"].items():
+        emit(f"{label}: {m} grown - scratch final val loss (paired by seed)",
+             [g - sc for g, sc in zip(pm["per_seed"]["grown"], pm["per_seed"]["scratch"])],
+             "report (< 0: growth beat scratch)", unit="nats", seeds=list(seeds), t_p=pm["grown_minus_scratch"]["t_p"])
 
 
 def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
@@ -759,7 +770,7 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
               f"min wall with {a.workers} worker(s)", flush=True)
         return 0
     print_plan(plan, None, corpus, print)
-    t0 = time.perf_counter()
+    clock = StepTimer().start()
     execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
     table, best = {}, {}
     for name, run in plan["runs"].items():
@@ -773,7 +784,7 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
         edge = b["lr"] in (rows[0]["lr"], rows[-1]["lr"])
         print(f"{shape:16s} " + "  ".join(f"{r['lr']:.3g}: {r['final_val_loss']:.4f}" for r in rows) +
               f"  -> best {b['lr']:.3g}" + ("  (at the edge of the grid: widen --lrs)" if edge else ""), flush=True)
-    wall = time.perf_counter() - t0
+    wall = clock.so_far().wall
     cost = sum(r["wall_s"] or 0 for rows in table.values() for r in rows)
     write_json_atomic(out / SWEEP_FILE, {"key": sweep_key(plan), "best": best, "table": table, "seed": 0,
                                          "cost": {"wall_s": wall, "run_seconds": cost}, "command": sys.argv})

@@ -36,11 +36,11 @@ import datetime
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
 import progressive_regime as R  # noqa: E402  (the one planner of the regime)
+from _harness import StepTimer, print_machine  # noqa: E402  (progressive_regime put benchmarks/ on the path)
 
 STUDY = "progressive-regime"
 TUNING_SEEDS = (100, 101)  # never evaluation seeds
@@ -389,6 +389,7 @@ def _main(argv) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     say(f"study {a.study} ({a.scale}, {data}) | ledger {root} | {len(ledger.names())} runs held | "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print_machine()  # CPU model and capability beside the figures below
     try:
         parts = build(a.scale, data, out, ledger, tune_lrs)
         if a.estimate:
@@ -409,13 +410,15 @@ def _main(argv) -> int:
             plan0 = parts[p]["plans"][0]
             corpus = R.corpus_check({**plan0, "token_budget": max(pl["token_budget"] for pl in parts[p]["plans"])})
             say(f"part {p}: {len(runs)} runs; corpus {corpus['share_of_split_drawn']:.2f} of the training split per run")
-            t0 = time.perf_counter()
-            R.execute(runs, a.workers, a.threads, say, ledger, plan0["tokens_per_step"])
-            say(f"part {p}: finished in {time.perf_counter() - t0:.0f} s wall")
+            with StepTimer() as t:
+                R.execute(runs, a.workers, a.threads, say, ledger, plan0["tokens_per_step"])
+            say(f"part {p}: finished in {t.elapsed.wall:.0f} s wall")
         if a.plot or chosen:
             lines: list[str] = []
-            summarize_parts(build(a.scale, data, out, ledger, tune_lrs), ledger, root,
-                            lambda s: (say(s), lines.append(s)))
+            summary = summarize_parts(build(a.scale, data, out, ledger, tune_lrs), ledger, root,
+                                      lambda s: (say(s), lines.append(s)))
+            if "headline" in summary:  # the RESULT lines: the headline's methods against scratch, seed by seed
+                R.emit_headline(summary["headline"], f"regime study {a.study} ({a.scale})", EVAL_SEEDS)
             if a.plot:  # the ledger's own summary, redrawn from nothing but the ledger
                 from nexus.experiments.runs import write_text_atomic
 
