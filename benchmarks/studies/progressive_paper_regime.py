@@ -34,10 +34,8 @@ paired tests vs scratch), also written to OUT/table.md and OUT/results.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
-import math
 import os
 import platform
 import shutil
@@ -68,18 +66,15 @@ QUICK_TOKENS_PER_PARAM = 4.0
 
 
 def regime_methods(names: list[str]) -> dict:
-    """The progressive experiment's methods with the shrunk shapes and 2x growth above."""
-    from nexus.experiments.progressive import methods
+    """The progressive experiment's methods with the shrunk shapes and 2x growth above (the benchmark's own
+    variants: the library's methods stay as they are)."""
+    from nexus.experiments.progressive import method_variant
 
-    out = {}
-    for name in names:
-        if name not in REGIME:
-            raise SystemExit(f"--methods: {name!r} has no paper-regime shape (valid: {', '.join(REGIME)})")
-        m = methods()[name]
-        spec_changes, extra = REGIME[name]
-        out[name] = dataclasses.replace(m, spec={**m.spec, **spec_changes}, overrides={**m.overrides, **SMALL, **extra},
-                                        description=f"{m.description} [paper regime: shrunk, 2x]")
-    return out
+    bad = [n for n in names if n not in REGIME]
+    if bad:
+        raise SystemExit(f"--methods: {bad[0]!r} has no paper-regime shape (valid: {', '.join(REGIME)})")
+    return {name: method_variant(name, spec=REGIME[name][0], overrides={**SMALL, **REGIME[name][1]},
+                                 note="paper regime: shrunk, 2x") for name in names}
 
 
 def param_counts(model_cfg) -> dict:
@@ -143,17 +138,16 @@ def _rewrite_out_dir(run_dir: Path, new: str) -> None:
         f.write_text("\n".join(f"  out_dir: {new}" if ln.strip().startswith("out_dir:") else ln for ln in lines) + "\n")
 
 
-def plan_method(P, name: str, tpp: float, seeds: list[int], out: Path) -> tuple[dict, dict]:
-    """The method's plan at tpp tokens per active parameter before growth, and its parameter counts."""
+def plan_method(method, tpp: float, seeds: list[int], out: Path) -> tuple[dict, dict]:
+    """The method's plan (a Method: regime_methods) growing at tpp tokens per active parameter, trained to 2x that,
+    and its parameter counts."""
     from nexus.config_migration import saved_run_config
+    from nexus.experiments.study_plan import plan_at_tokens_per_param
 
-    probe = P.plan_progressive(name, out=str(out / name), seeds=[seeds[0]])  # sizes only; trains nothing
-    first = probe["configs"][str(seeds[0])]
-    counts = {"small": param_counts(saved_run_config(first["small"]).model),
-              "large": param_counts(saved_run_config(first["scratch"]).model)}
-    tps = probe["tokens_per_step"]
-    budget = 2 * math.ceil(tpp * counts["small"]["active"] / tps) * tps  # growth at half: D_e >= tpp x N_small
-    return P.plan_progressive(name, tokens=budget, grow_at=0.5, seeds=seeds, out=str(out / name)), counts
+    plan = plan_at_tokens_per_param(method, tpp, seeds=seeds, out=str(out / method.name))
+    first = plan["configs"][str(seeds[0])]
+    return plan, {"small": param_counts(saved_run_config(first["small"]).model),
+                  "large": param_counts(saved_run_config(first["scratch"]).model)}
 
 
 def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
@@ -271,12 +265,11 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     installed = set(families())
     names = a.methods.split(",") if a.methods else [n for n, m in P.methods().items() if m.family in installed and n in REGIME]
-    known = {**P.methods(), **regime_methods(names)}  # the shrunk methods replace their namesakes
-    P.methods = lambda: dict(known)
+    shrunk = regime_methods(names)  # the shrunk methods, in place of their namesakes
     out = Path(a.out) / ("quick" if a.quick else "full")
     plans, counts = {}, {}
     for name in names:
-        plans[name], counts[name] = plan_method(P, name, tpp, seeds, out)
+        plans[name], counts[name] = plan_method(shrunk[name], tpp, seeds, out)
     clock = StepTimer().start()  # progress lines and the foot say how long the study has run
     head = (f"paper regime: {tpp:g} tokens/active param before growth | seeds {a.seeds} | threads "
             f"{__import__('torch').get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
@@ -327,7 +320,8 @@ def main() -> None:
     pair = None
     for pname, (pa, pb, _) in PR.PAIRS.items():
         if pa in plans and pb in plans:  # the pair from its members' grown runs (copied: nothing trains)
-            pplan = PR.plan_pair(pname, tokens=plans[pa]["token_budget"], grow_at=0.5, seeds=seeds, out=str(out / pname))
+            pplan = PR.plan_pair(pname, tokens=plans[pa]["token_budget"], grow_at=0.5, seeds=seeds, out=str(out / pname),
+                                 variants=shrunk)
             for m, p in pplan["plans"].items():
                 cache.fill(p["configs"], Path(p["out_dir"]), claim=False)
             pair = PR.run_pair(pplan, quiet=True, say=say)

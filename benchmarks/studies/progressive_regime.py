@@ -41,7 +41,6 @@ OUT/<scale>/loss_vs_tokens.png (each seed faint, the mean bold, the post-growth 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import datetime
 import json
@@ -53,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402
+from nexus.experiments.study_plan import (WIDE_LR, Scale, _sans_dir, describe_run, plan_branched, plan_lr_grid,  # noqa: E402, F401
+                                          shape_key, timed_config)
 
 DEFAULT_METHODS = ("sparkling", "sparkling-random", "naive-copy")
 ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric", "sparkling-hidden", "sparkling-both")
@@ -67,17 +68,17 @@ DEFAULT_SEEDS = (0, 1, 2)
 # 5 log-spaced peak lrs, a factor 2 apart, around the preset's 3e-3
 DEFAULT_LRS = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
 MIN_SWEEP_LRS = 5
-# scale -> tokens per parameter at growth, batch, sequence length, evaluation batches, evaluations per run
-SCALES = {
-    "full": {"tokens_per_param": 40.0, "batch": 16, "seq": 128, "eval_batches": 32, "evals": 20, "min_val_tokens": 65536},
+# the regimes: tokens per parameter at growth (or a fixed growth step), batch, sequence length, evaluation batches,
+# evaluations per run
+SCALES = {s.name: s for s in (
+    Scale("full", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=40.0, min_val_tokens=65536),
     # the main job's budget and shapes (`nexus experiment progressive`: 150 steps, growth at 75, 8 eval batches on
     # the embedded corpus): its lr sweep is `--scale main --data embedded --lr-sweep`
-    "main": {"grow_steps": 75, "batch": 16, "seq": 128, "eval_batches": 8, "evals": 10},
+    Scale("main", batch=16, seq=128, eval_batches=8, evals=10, grow_steps=75),
     # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
-    "smoke": {"grow_steps": 4, "batch": 2, "seq": 32, "eval_batches": 2, "evals": 4},
-}
+    Scale("smoke", batch=2, seq=32, eval_batches=2, evals=4, grow_steps=4),
+)}
 SWEEP_FILE = "lr_sweep.json"
-WIDE_LR = "@wide-lr"
 PAPER_GAP_CLOSED = "0.84-0.90"
 
 
@@ -89,173 +90,28 @@ class Refused(SystemExit):
         super().__init__(2)
 
 
-# ----------------------------------------------------------------------------- the plan
-def base_overrides(scale: dict, data: str, lr: float | None) -> list[str]:
-    o = ["--train.batch_size", str(scale["batch"]), "--data.seq_len", str(scale["seq"]),
-         "--train.eval_batches", str(scale["eval_batches"]), "--data.source", data, "--train.sample_tokens", "1",
-         "--train.grad_accum", "1"]
-    return o + (["--train.lr", repr(lr)] if lr is not None else [])
-
-
-def shape_key(model: dict) -> str:
-    """A model shape's name; a projection other than nn.Linear adds its kind and sizes (two architectures of
-    one width are different shapes, each with its own scratch run and swept lr)."""
-    key = f"d{model['d_model']}-ffn{model['ffn_hidden'] or 'auto'}"
-    proj = model.get("projection") or {}
-    if proj.get("kind", "linear") != "linear":
-        sizes = [f"{k}{v}" for k, v in sorted(proj.items()) if type(v) is int and v]
-        key += "-" + "-".join([proj["kind"], *sizes])
-    return key
-
-
+# ----------------------------------------------------------------------------- the plan (data for the shared planner)
 def arch_methods() -> dict:
-    """Issue 29 item 5's pair at the regime's shape (d 64, 4 heads of 16, FFN 128, the same recipe), each grown
-    2x in its Q/K/V projections from its own base. Their *-matched namesakes are sized at d 128; at d 64 the same
-    matching holds exactly: per projection Nexus-Rank has d*M + M*A + A*d parameters (Nexusformer Sec. 3), TokenFormer
-    2*n*d (n parameter tokens): M 72, A 80 -> 15,488 = n 121; grown to M 96, A 160 -> 31,744 = n 248."""
-    import dataclasses
-
+    """Issue 29 item 5's pair at the regime's shape (d 64, 4 heads of 16, FFN 128, the same recipe), each grown 2x
+    in its Q/K/V projections from its own base. Their *-matched namesakes are sized at d 128; at d 64 the same
+    matching holds exactly: per projection Nexus-Rank has d*M + M*A + A*d parameters (Nexusformer Sec. 3),
+    TokenFormer 2*n*d (n parameter tokens): M 72, A 80 -> 15,488 = n 121; grown to M 96, A 160 -> 31,744 = n 248.
+    The benchmark's own methods (study_plan's variants), not the library's: the main job and `--list` stay as
+    they are."""
     from nexus.experiments import progressive as P
 
-    known, shape = P.methods(), P.methods()["sparkling"].overrides
-    out = {}
-    for name, (src, spec, sizes) in ARCH_SHAPES.items():
-        m = known[src]
-        out[name] = dataclasses.replace(m, name=name, spec={**m.spec, **spec}, overrides={**m.overrides, **shape, **sizes},
-                                        lrs={}, description=f"{m.description} [regime: d 64, own base]")
-    return out
+    shape = P.methods()["sparkling"].overrides
+    return {name: P.method_variant(src, name=name, spec=spec, overrides={**shape, **sizes}, lrs={},
+                                   note="regime: d 64, own base")
+            for name, (src, spec, sizes) in ARCH_SHAPES.items()}
 
 
-@contextlib.contextmanager
-def arch_methods_known():
-    """The pair is known to `nexus.experiments.progressive` while this benchmark plans and runs (its own methods,
-    not the library's: the main job and `--list` stay as they are)."""
-    from nexus.experiments import progressive as P
-
-    saved = P.methods
-    known = {**saved(), **arch_methods()}
-    P.methods = lambda: dict(known)
-    try:
-        yield
-    finally:
-        P.methods = saved
-
-
-def _sans_dir(cfg: dict) -> str:
-    c = copy.deepcopy(cfg)
-    c["train"].pop("out_dir", None)
-    return json.dumps(c, sort_keys=True)
-
-
-def base_method(m: str) -> str:
-    """The library method behind a run name: `<method>@wide-lr` is that method's growth with the grown run moved to
-    the wide (scratch) shape's tuned lr at growth (issue 38 item 3), instead of keeping the small model's."""
-    return m[: -len(WIDE_LR)] if m.endswith(WIDE_LR) else m
-
-
-def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path,
-                lrs: dict | None, tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "") -> dict:
-    """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
-    Methods whose small models differ (Nexus-Rank, TokenFormer, SPARKLING's FFN axis) form separate bases: each
-    base has its own prefix, small run, growth step (40 tokens per parameter of its own small model) and scratch.
-    lrs: the sweep's best lr per base ("small", "<base>-small") and per scratch shape, or None (untuned).
-    tokens_per_param: growth point (default the scale's); post_mult: steps after growth as a multiple of the steps
-    before it (1: train to 2x; the horizon scan's 2 and 4); ns: a prefix of every run's name and directory, so plans
-    of one study share a ledger without sharing names."""
-    from nexus.experiments import progressive as P
-    from nexus.experiments.curves import active_params
-
-    scale = SCALES[scale_name]
-    tps = scale["batch"] * scale["seq"]
-
-    def small_of(m: str):
-        return P._small_config(P.methods()[base_method(m)], None, base_overrides(scale, data, None), None)
-
-    groups: dict[str, list[str]] = {}  # small model (as JSON) -> its methods, in the order given
-    small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
-    for m in methods:
-        cfg = small_of(m)
-        key = _sans_dir(cfg.to_dict())
-        groups.setdefault(key, []).append(m)
-        small_cfgs.setdefault(key, cfg)
-    default_small = _sans_dir(small_of(DEFAULT_METHODS[0]).to_dict())
-    runs: dict[str, dict] = {}
-    bases, plans = {}, {}
-    for small_json, ms in groups.items():
-        # the default FFN-axis base keeps the plain names; any other base is named by its first method (sorted, so
-        # the name does not depend on the order of --methods and a rerun finds its runs)
-        label = "" if small_json == default_small else sorted(ms)[0]
-        pre = f"{label}-" if label else ""
-        n_small = active_params(small_cfgs[small_json].model)
-        grow_step = scale.get("grow_steps") or math.ceil((tokens_per_param or scale["tokens_per_param"]) * n_small / tps)
-        steps = (1 + post_mult) * grow_step
-        small_lr = None
-        if lrs is not None:
-            if f"{pre}small" not in lrs:
-                raise Refused(f"the lr sweep has no lr for the small model of base {label or 'small'!r} (valid: run "
-                              f"--lr-sweep with the same methods, it sweeps every base and shape they use)")
-            small_lr = lrs[f"{pre}small"]
-        for m in ms:
-            plans[m] = P.plan_progressive(base_method(m), overrides=base_overrides(scale, data, small_lr), tokens=steps * tps,
-                                          grow_at=grow_step * tps, seeds=seeds, out=str(out),
-                                          eval_points=scale["evals"] * (1 + post_mult) // 2)
-        bases[label or "small"] = {"methods": ms, "small_params": n_small, "grow_step": grow_step, "steps": steps,
-                                   "token_budget": steps * tps, "tokens_per_param_at_growth": grow_step * tps / n_small,
-                                   "small_run": f"{pre}small", "prefix_run": f"{pre}prefix"}
-        for sd in seeds:
-            first = plans[ms[0]]["configs"][str(sd)]
-            where = dict(base=label or "small", grow_step=grow_step, steps=steps)
-            small = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}small", steps)
-            prefix = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}prefix", steps)
-            prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
-            runs[f"{ns}seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
-            runs[f"{ns}seed{sd}/{pre}small"] = {"cfg": small, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "small",
-                                                "seed": sd, **where}
-            for m in ms:
-                c = plans[m]["configs"][str(sd)]
-                key = shape_key(c["scratch"]["model"])
-                grown = _finish(c["grown"], out / f"{ns}seed{sd}" / m, steps)
-                if m.endswith(WIDE_LR):  # the grown run moves to the wide shape's lr at growth (the branch point)
-                    grown["train"]["lr"] = lrs[key] if lrs is not None else c["scratch"]["train"]["lr"]
-                runs[f"{ns}seed{sd}/{m}"] = {"cfg": grown, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "grown",
-                                             "seed": sd, "method": m, "shape": key, **where}
-                name = f"{ns}seed{sd}/scratch-{key}"
-                if name not in runs:
-                    sc = _finish(c["scratch"], out / f"{ns}seed{sd}" / f"scratch-{key}", steps)
-                    if lrs is not None:
-                        if key not in lrs:
-                            raise Refused(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep "
-                                          f"with the same methods, it sweeps every shape they use)")
-                        sc["train"]["lr"] = lrs[key]
-                    runs[name] = {"cfg": sc, "after": None, "kind": "scratch", "seed": sd, "shape": key, **where}
-    b0 = bases[next(iter(bases))]
-    return {"scale": scale_name, "data": data, "methods": methods, "seeds": seeds, "tokens_per_step": tps,
-            "grow_step": b0["grow_step"], "steps": b0["steps"], "token_budget": max(b["token_budget"] for b in bases.values()),
-            "small_params": b0["small_params"], "tokens_per_param_at_growth": b0["tokens_per_param_at_growth"],
-            "bases": bases, "tau_rule": plans[methods[0]]["tau_rule"], "ns": ns, "post_mult": post_mult,
-            "eval_tokens": scale["eval_batches"] * tps, "tuned": lrs is not None, "lrs": lrs,
-            "specs": {m: plans[m]["spec"] for m in methods}, "runs": runs}
-
-
-def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
-    """Run-level settings: where it writes, evaluations, checkpoints every ~10% (resumable), the full horizon."""
-    c = copy.deepcopy(cfg)
-    tc = c["train"]
-    tc["out_dir"], tc["schedule_steps"] = str(run_dir), steps
-    tc["save_every"], tc["keep_last"], tc["sample_every"] = max(1, steps // 10), 1, 0
-    return c
-
-
-def describe_run(run: dict, plan: dict) -> dict:
-    m = run["cfg"]["model"]
-    tc = run["cfg"]["train"]
-    start = run["grow_step"] if run["kind"] in ("small", "grown") else 0
-    row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
-           "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
-    if run["kind"] == "grown":
-        g = next(h for h in tc["hooks"] if h["kind"] == "growth")["spec"]
-        row["grows_to"] = {"d_model": g.get("hidden") or m["d_model"], "ffn": g.get("ffn") or m["ffn_hidden"]}
-    return row
+def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path, lrs: dict | None,
+                tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "") -> dict:
+    """The regime's plan: `methods` (library methods, `<method>@wide-lr` arms and the --arch pair) on `seeds` at a
+    scale of SCALES (study_plan.plan_branched: bases, branch points, tuned scratch; trains nothing)."""
+    return plan_branched(methods, seeds, SCALES[scale_name], data, out, lrs, tokens_per_param, post_mult, ns,
+                         arch_methods())
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -287,7 +143,7 @@ def _corpus_check(plan: dict) -> dict:
         raise Refused(f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
                       f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
                       f"tokens{'' if plan['data'] == 'stdlib' else ', e.g. the stdlib corpus'})")
-    if n_val < SCALES[plan["scale"]].get("min_val_tokens", 0):
+    if n_val < SCALES[plan["scale"]].min_val_tokens:
         raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
                       f"for the fixed final evaluation)")
     return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "share_of_split_drawn": passes,
@@ -491,17 +347,8 @@ def _p(x) -> str:
 def plan_sweep(methods: list[str], scale_name: str, data: str, out: Path, lrs: list[float]) -> dict:
     """One seed, every lr, the small model of every base and the scratch model of every shape the methods use, at
     the full budget of their base."""
-    base = plan_regime(methods, [0], scale_name, data, out / "sweep-probe", None)
-    runs = {}
-    shapes = {b["small_run"]: base["runs"][f"seed0/{b['small_run']}"]["cfg"] for b in base["bases"].values()}
-    shapes.update({r["shape"]: r["cfg"] for k, r in base["runs"].items() if r["kind"] == "scratch"})
-    for shape, cfg in shapes.items():
-        for lr in lrs:
-            c = copy.deepcopy(cfg)
-            c["train"]["lr"] = lr
-            c["train"]["out_dir"] = str(out / "lr-sweep" / shape / f"lr{lr:.3g}")
-            runs[f"{shape}/lr{lr:.3g}"] = {"cfg": c, "after": None, "kind": "scratch", "seed": 0, "shape": shape, "lr": lr}
-    return {**base, "runs": runs, "lrs_swept": lrs}
+    return plan_lr_grid(methods, [0], lrs, SCALES[scale_name], data, out, variants=arch_methods(),
+                        name="{shape}/lr{lr:.3g}", where="lr-sweep/{shape}/lr{lr:.3g}")
 
 
 def read_sweep(path: Path, plan_key: dict) -> dict:
@@ -580,13 +427,6 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
         return train.elapsed.cpu / steps, evaluation.elapsed.cpu
 
 
-def timed_config(run: dict, plan: dict) -> dict:
-    """The config whose step a run pays for: a grown run trains the grown model, which is its shape's scratch model."""
-    if run["kind"] == "grown":  # any seed's scratch run of the shape (a plan may run scratch on fewer seeds)
-        return next(r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch" and r.get("shape") == run["shape"])
-    return run["cfg"]
-
-
 def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: dict | None = None) -> dict:
     """Per-step and per-evaluation cost of every distinct model timed here x each run's steps and evaluations.
     `cost` caches the timings by model across plans (the sweep's models are the benchmark's)."""
@@ -642,8 +482,7 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     try:
-        with arch_methods_known():
-            return _main(argv)
+        return _main(argv)
     except Refused as e:
         print(f"error: {e.line}", file=sys.stderr)
         raise
@@ -685,8 +524,9 @@ def _main(argv: list[str] | None) -> int:
 
     methods = (a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
                + (list(ARCH_SHAPES) if a.arch else []))
+    known = {**P.methods(), **arch_methods()}
     for m in methods:
-        if m not in P.methods() or (P.methods()[m].family != "width" and m not in ARCH_SHAPES):
+        if m not in known or (known[m].family != "width" and m not in ARCH_SHAPES):
             raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
                           f"{', '.join(DEFAULT_METHODS + ABLATIONS)}, or {', '.join(ARCH_SHAPES)})")
     out = Path(a.out) / scale

@@ -1,7 +1,9 @@
 """Issue 38: the regime benchmark's open questions as one study that outlives a session.
 
-Every run of the study is planned by benchmarks/studies/progressive_regime.py (one planner: the regime, its bases, branch
-points and tuned scratch) and trained by the ledger runner (nexus.experiments.ledger): each finished run is one
+The study is data (study_parts below: its tuning grids and the arms each part compares, on which seeds, at which
+growth point and horizon) over the regimes of benchmarks/studies/progressive_regime.py; every run is planned by the
+planner `nexus experiment progressive` uses (nexus.experiments.study_plan / study_parts: bases, branch points, tuned
+scratch) and trained by the ledger runner (nexus.experiments.ledger): each finished run is one
 JSON file under benchmarks/results/<study>/runs/ (config, final metrics, downsampled validation curve), written
 atomically when it finishes. Rerunning a command skips what the ledger holds and runs the rest, on the CPU or a GPU,
 in any session; `--workers N` runs N at once (separate processes, same results as alone).
@@ -31,7 +33,6 @@ Parts (run in this order; a part that needs tuned lrs refuses until its tuning i
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import os
@@ -39,7 +40,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
-import progressive_regime as R  # noqa: E402  (the one planner of the regime)
+import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
+from nexus.experiments.study_plan import merge_runs  # noqa: E402
+from nexus.experiments.study_parts import Arms, LrGrid, build_parts, plan_arms  # noqa: E402
 from _harness import StepTimer, print_machine  # noqa: E402  (progressive_regime put benchmarks/ on the path)
 
 STUDY = "progressive-regime"
@@ -67,87 +70,29 @@ NEEDS = {"headline": "tune", "ablations": "tune", "horizon": "tune", "arch": "ar
 ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
 
 
-def tuning_plan(methods, seeds, lrs, scale: str, data: str, out: Path, ns: str, tokens_per_param=None) -> dict:
-    """Every lr x tuning seed x shape (the small model of every base and the scratch model of every shape the methods
-    grow to), each trained alone for its base's full budget."""
-    base = R.plan_regime(list(methods), [seeds[0]], scale, data, out / ns / "probe", None,
-                         tokens_per_param=tokens_per_param)
-    shapes = {b["small_run"]: base["runs"][f"seed{seeds[0]}/{b['small_run']}"] for b in base["bases"].values()}
-    shapes.update({r["shape"]: r for r in base["runs"].values() if r["kind"] == "scratch"})
-    runs = {}
-    for lr in lrs:
-        for sd in seeds:
-            for shape, r in shapes.items():
-                c = copy.deepcopy(r["cfg"])
-                c["train"]["lr"], c["train"]["seed"] = lr, sd
-                c["train"]["out_dir"] = str(out / ns / shape / f"lr{lr:.3g}" / f"seed{sd}")
-                runs[f"{ns}{shape}/lr{lr:.3g}/seed{sd}"] = {**r, "cfg": c, "after": None, "kind": "scratch", "seed": sd,
-                                                           "shape": shape, "lr": lr}
-    return {**base, "runs": runs, "ns": ns, "seeds": list(seeds)}
+def study_parts(tune_lrs=TUNE_LRS) -> dict:
+    """The study as data, in the order its parts are built and estimated (each tuning grid before the parts it
+    tunes): the shared planner (nexus.experiments.study_parts) plans every part from this."""
+    tuned = dict(tuned_by="tune", untuned_lrs=ESTIMATE_ONLY_LRS)
+    return {
+        "tune": LrGrid(R.DEFAULT_METHODS[:1], TUNING_SEEDS, "tune/", tuple(tune_lrs)),
+        "arch-tune": LrGrid(ARCH, ARCH_TUNING_SEEDS, "arch-tune/", ARCH_LRS, ARCH_TOKENS_PER_PARAM),
+        "headline": Arms(HEADLINE, EVAL_SEEDS, **tuned),
+        "ablations": Arms(ABLATIONS, EVAL_SEEDS, **tuned),
+        "horizon": tuple(Arms(("sparkling",), HORIZON_SEEDS, **tuned, post_mult=k, ns=f"post{k}x/") for k in HORIZONS),
+        # before arch-tune is complete, every shape at 1.6e-2 (estimate only)
+        "arch": Arms(ARCH, ARCH_SEEDS, "arch-tune", 1.6e-2, ns="arch/", tokens_per_param=ARCH_TOKENS_PER_PARAM,
+                     scratch_seeds=ARCH_SCRATCH_SEEDS),
+    }
 
 
-def choose_lrs(plan: dict, ledger) -> dict:
-    """Per shape: mean final validation loss per lr over the tuning seeds; the best lr once every (lr, seed) of the
-    shape is in the ledger, with its neighbours on the grid (a best lr at the grid's edge is flagged)."""
-    table: dict[str, dict] = {}
-    for name, r in plan["runs"].items():
-        rec = ledger.read(name) if ledger.holds(name, r["cfg"]) else None  # another config or corpus: refused
-        row = table.setdefault(r["shape"], {}).setdefault(r["lr"], {})
-        row[r["seed"]] = None if rec is None else float(rec["final"]["val_loss"])
-    out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": True, "seeds": plan["seeds"]}
-    for shape, by_lr in table.items():
-        rows = [{"lr": lr, "losses": {str(s): v for s, v in per.items()},
-                 "mean": None if None in per.values() else sum(per.values()) / len(per)} for lr, per in sorted(by_lr.items())]
-        out["table"][shape] = rows
-        if any(r["mean"] is None for r in rows):
-            out["complete"] = False
-            continue
-        i = min(range(len(rows)), key=lambda j: rows[j]["mean"])
-        out["best"][shape] = rows[i]["lr"]
-        out["neighbours"][shape] = [rows[j] for j in (i - 1, i + 1) if 0 <= j < len(rows)]
-        out["edge"][shape] = i in (0, len(rows) - 1)
-    return out
+# the horizon scan's 1x point: the headline's runs of the horizon seeds
+HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
 
 def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
-    parts: dict[str, dict] = {}
-    parts["tune"] = {"plans": [tuning_plan(R.DEFAULT_METHODS[:1], TUNING_SEEDS, tune_lrs, scale, data, out, "tune/")]}
-    with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape
-        parts["arch-tune"] = {"plans": [tuning_plan(ARCH, ARCH_TUNING_SEEDS, ARCH_LRS, scale, data, out, "arch-tune/",
-                                                    ARCH_TOKENS_PER_PARAM)]}
-        choice = {p: choose_lrs(parts[p]["plans"][0], ledger) for p in ("tune", "arch-tune")}
-        for p, c in choice.items():
-            parts[p]["choice"] = c
-        lrs = choice["tune"]["best"] if choice["tune"]["complete"] else None
-        plan = dict(lrs=lrs or ESTIMATE_ONLY_LRS, scale_name=scale, data=data, out=out)
-        parts["headline"] = {"plans": [R.plan_regime(list(HEADLINE), list(EVAL_SEEDS), **plan)], "tuned": lrs is not None}
-        parts["ablations"] = {"plans": [R.plan_regime(list(ABLATIONS), list(EVAL_SEEDS), **plan)], "tuned": lrs is not None}
-        parts["horizon"] = {"plans": [R.plan_regime(["sparkling"], list(HORIZON_SEEDS), **plan, post_mult=k, ns=f"post{k}x/")
-                                      for k in HORIZONS], "tuned": lrs is not None}
-        alrs = choice["arch-tune"]["best"] if choice["arch-tune"]["complete"] else None
-        arch = R.plan_regime(list(ARCH), list(ARCH_SEEDS), scale, data, out,
-                             alrs or {k: 1.6e-2 for k in choice["arch-tune"]["table"]},
-                             tokens_per_param=ARCH_TOKENS_PER_PARAM, ns="arch/")
-        arch["runs"] = {k: r for k, r in arch["runs"].items() if r["kind"] != "scratch" or r["seed"] in ARCH_SCRATCH_SEEDS}
-        parts["arch"] = {"plans": [arch], "tuned": alrs is not None}
-    for name, part in parts.items():
-        part["runs"] = merge(p["runs"] for p in part["plans"])
-    return parts
-
-
-def merge(run_dicts) -> dict:
-    """One run dict from several plans; a name two plans share must be the same run (the ablations' prefixes are the
-    headline's)."""
-    from nexus.experiments.ledger import config_key
-
-    out: dict = {}
-    for runs in run_dicts:
-        for k, r in runs.items():
-            if k in out and config_key(out[k]["cfg"]) != config_key(r["cfg"]):
-                raise R.Refused(f"two parts plan run {k!r} with different configs (valid: one config per run name)")
-            out.setdefault(k, r)
-    return out
+    return build_parts(study_parts(tune_lrs), R.SCALES[scale], data, out, ledger, tuple(tune_lrs), R.arch_methods())
 
 
 # ----------------------------------------------------------------------------- estimate
@@ -231,7 +176,7 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
     if ready["headline"]:
         plans = [parts["headline"]["plans"][0]] + (parts["ablations"]["plans"] if ready["ablations"] else [])
         plan = {**plans[0], "methods": [m for pl in plans for m in pl["methods"]],
-                "runs": merge(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
+                "runs": merge_runs(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
         out["headline"] = R.summarize(plan, ledger)
         say(R.render(plan, out["headline"], R.corpus_check(plan), f"headline from the ledger {root}"))
         R.plot_regime(plan, ledger, root)
@@ -248,8 +193,8 @@ def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:
     from nexus.experiments.stats import fmt_gap
 
     h = parts["headline"]["plans"][0]
-    one = R.plan_regime(["sparkling"], list(HORIZON_SEEDS), h["scale"], h["data"],
-                        Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1], h["lrs"])
+    one = plan_arms(HORIZON_1X, h["lrs"], R.SCALES[h["scale"]], h["data"],
+                    Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1], R.arch_methods())
     rows = []
     for k, plan in [(1, one)] + list(zip(HORIZONS, parts["horizon"]["plans"])):
         m = R.summarize(plan, ledger)["methods"]["sparkling"]
@@ -332,8 +277,7 @@ def plot_tuning(choice: dict, path: Path) -> str:
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     try:
-        with R.arch_methods_known():  # the Nexus-Rank / TokenFormer pair at the regime's shape (part arch)
-            return _main(argv)
+        return _main(argv)
     except R.Refused as e:
         print(f"error: {e.line}", file=sys.stderr)
         raise

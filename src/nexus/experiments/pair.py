@@ -29,14 +29,15 @@ PAIRS = {
 
 def plan_pair(name: str, overrides: list[str] | None = None, tokens: int | None = None, grow_at: float = 0.5,
               seeds: list[int] | None = None, out: str | None = None, recipe: str = "paper", tau=None,
-              eval_points: int = 10, config_mapping: dict | None = None) -> dict:
+              eval_points: int = 10, config_mapping: dict | None = None, variants: dict | None = None) -> dict:
+    """variants: a study's own methods by name (progressive.method_variant), used in place of the registered ones."""
     from .progressive import plan_progressive
 
     if name not in PAIRS:
         raise ConfigError(f"--method={name!r} is not a method pair (valid: {', '.join(PAIRS)})")
     a, b, description = PAIRS[name]
     out_dir = Path(out or f"runs/progressive-{name}")
-    plans = {m: plan_progressive(m, None, list(overrides or []), tokens, grow_at, None, str(out_dir / m),
+    plans = {m: plan_progressive((variants or {}).get(m, m), None, list(overrides or []), tokens, grow_at, None, str(out_dir / m),
                                  eval_points, seeds, recipe, tau, config_mapping=config_mapping) for m in (a, b)}
     pa, pb = plans[a], plans[b]
     for key in ("token_budget", "grow_step", "tokens_per_step"):

@@ -25,11 +25,15 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import ConfigError, RunConfig
 from ..config_migration import saved_run_config
 from ..config_overrides import apply_override, mapping_sets, merge_mapping, parse_overrides
 from .runs import run_resumable, write_json_atomic
+
+if TYPE_CHECKING:
+    from ..growth.methods import Method
 
 PLAN_FILE = "plan.json"
 RECIPES = ("paper", "preset")
@@ -70,13 +74,29 @@ def method_table() -> list[dict]:
             for m in methods().values()]
 
 
-def _resolve_method(name: str):
+def method_variant(base, name: str | None = None, spec: dict | None = None, overrides: dict | None = None,
+                   lrs: dict | None = None, note: str = ""):
+    """A study's own method: a registered one (name or Method) with its growth spec and small-model overrides
+    changed (each merged over the base's), e.g. the same growth at another shape. Passed to plan_progressive as
+    a Method, so the library's methods (and `--list`) stay as they are."""
+    import dataclasses
+
+    m = _resolve_method(base) if isinstance(base, str) else base
+    return dataclasses.replace(m, name=name or m.name, spec={**m.spec, **(spec or {})},
+                               overrides={**m.overrides, **(overrides or {})}, lrs=m.lrs if lrs is None else lrs,
+                               description=m.description + (f" [{note}]" if note else ""))
+
+
+def _resolve_method(name):
+    """A registered method by name, or a Method given as it is (a study's variant); its family must be installed."""
+    from ..growth.methods import Method
+
     known = methods()
-    if name not in known:
+    if not isinstance(name, Method) and name not in known:
         raise ConfigError(f"--method={name!r} is not a known growth method (valid: {', '.join(known)})")
     from ..growth import families
 
-    m = known[name]
+    m = name if isinstance(name, Method) else known[name]
     installed = families()
     if m.family not in installed:
         raise ConfigError(f"--method={name!r} needs growth family {m.family!r}, which is not installed in this build "
@@ -187,12 +207,13 @@ def _total_params(model_cfg) -> int:
     return sum(p.numel() for p in build_on_meta(model_cfg).parameters())
 
 
-def plan_progressive(method: str = DEFAULT_METHOD, preset: str | None = None, overrides: list[str] | None = None,
+def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None = None, overrides: list[str] | None = None,
                      tokens: int | None = None, grow_at: float = 0.5, seed: int | None = None,
                      out: str | None = None, eval_points: int = 10, seeds: list[int] | None = None,
                      recipe: str = "paper", tau=None, steplaw_scratch: bool = False,
                      scratch_lr: float | None = None, config_mapping: dict | None = None) -> dict:
     """Validate everything and return the plan (configs of every run of every seed); trains nothing.
+    method: a registered method's name, or a Method (a study's variant: method_variant).
     config_mapping: the fields a --config file names, merged onto the small model's preset before `overrides`."""
     if recipe not in RECIPES:
         raise ConfigError(f"--recipe={recipe!r} (valid: {'|'.join(RECIPES)})")
