@@ -35,17 +35,17 @@ def _plan(bench, out: Path) -> dict:
     return bench.plan_regime(["sparkling", "sparkling" + bench.WIDE_LR], [0], "smoke", "embedded", out, LRS)
 
 
+def _train(bench, out: Path, workers: int):
+    plan = _plan(bench, out / "runs")
+    ledger = L.Ledger(out / "ledger")
+    L.execute(plan["runs"], workers, 1, lambda s: None, ledger, plan["tokens_per_step"])
+    return plan, ledger, out
+
+
 @pytest.fixture(scope="module")
 def trained(bench, tmp_path_factory):
-    """The same five runs (prefix, small, scratch, two grown branches) in two parallel workers and alone."""
-    got = {}
-    for workers in (2, 1):
-        out = tmp_path_factory.mktemp(f"w{workers}")
-        plan = _plan(bench, out / "runs")
-        ledger = L.Ledger(out / "ledger")
-        L.execute(plan["runs"], workers, 1, lambda s: None, ledger, plan["tokens_per_step"])
-        got[workers] = (plan, ledger, out)
-    return got
+    """Five runs (prefix, small, scratch, two grown branches) in one process: {1: (plan, ledger, out)}."""
+    return {1: _train(bench, tmp_path_factory.mktemp("w1"), 1)}
 
 
 def test_each_finished_run_is_one_ledger_file_with_config_final_and_curve(trained):
@@ -62,8 +62,9 @@ def test_each_finished_run_is_one_ledger_file_with_config_final_and_curve(traine
     assert not list((out / "ledger").rglob("*.tmp")) and not list((out / "ledger").rglob(".*"))
 
 
-def test_runs_in_parallel_workers_equal_the_same_runs_alone_bitwise(trained):
-    (_, par, _), (plan, alone, _) = trained[2], trained[1]
+@pytest.mark.slow
+def test_runs_in_parallel_workers_equal_the_same_runs_alone_bitwise(bench, trained, tmp_path):
+    (_, par, _), (plan, alone, _) = _train(bench, tmp_path, 2), trained[1]
     for name in plan["runs"]:
         a, b = par.read(name), alone.read(name)
         assert a["final"]["val_loss"] == b["final"]["val_loss"], name
@@ -107,9 +108,12 @@ def test_the_wide_lr_arm_continues_the_schedule_at_scratchs_lr(trained):
         assert wide[step][0] == pytest.approx(keep[step][0] * LRS["d64-ffn256"] / LRS["small"], rel=1e-9)
 
 
-def test_summary_and_figure_come_from_the_ledger_alone(bench, trained, monkeypatch):
-    plan, ledger, out = trained[2]
-    shutil.rmtree(out / "runs")  # checkpoints and metrics gone: a later session holds only the ledger
+def test_summary_and_figure_come_from_the_ledger_alone(bench, trained, monkeypatch, tmp_path):
+    _, held, _ = trained[1]
+    out = tmp_path / "later"  # a later session holds only the ledger: no checkpoints, no metrics
+    shutil.copytree(held.root, out / "ledger")
+    plan, ledger = _plan(bench, out / "runs"), L.Ledger(out / "ledger")
+    assert not (out / "runs").exists()
     summary = bench.summarize(plan, ledger)
     assert summary["methods"]["sparkling"]["per_seed"]["small"] == [ledger.final_val_loss("seed0/small")]
     import nexus.figures
@@ -135,6 +139,7 @@ L.execute(plan["runs"], 1, 1, print, L.Ledger(Path({out!r}) / "ledger"), plan["t
 """
 
 
+@pytest.mark.slow
 def test_a_study_killed_mid_way_is_finished_by_the_rerun_to_the_same_results(bench, tmp_path):
     """SIGKILL once the first run is in the ledger (the second one mid-way); the same command again skips the
     first, finishes the rest, and every ledger record equals an uninterrupted run's."""
@@ -241,8 +246,7 @@ def test_arch_summary_is_the_paired_difference_of_growth_gains(study, tmp_path):
     """Planted finals: Nexus-Rank's growth gain (small - grown) is 0.10 + e_s, TokenFormer's 0.04 + e_s (paired noise
     e_s), so the paired difference is exactly 0.06 over 5 seeds; each one's share uses the 3 scratch seeds only."""
     ledger = L.Ledger(tmp_path / "ledger")
-    with study.R.arch_methods_known():
-        plan = study.build("smoke", "embedded", tmp_path / "runs", ledger)["arch"]["plans"][0]
+    plan = study.build("smoke", "embedded", tmp_path / "runs", ledger)["arch"]["plans"][0]
     assert {r["seed"] for r in plan["runs"].values() if r["kind"] == "scratch"} == set(study.ARCH_SCRATCH_SEEDS)
     noise = [0.0, 0.013, -0.007, 0.021, -0.015]
     want = {"nexus-rank-regime": (0.10, 0.20), "tokenformer-regime": (0.04, 0.08)}  # gain, small - scratch
@@ -316,3 +320,49 @@ def test_a_record_from_before_a_config_field_was_added_is_still_held(trained, tm
     changed["train"]["seed"] += 1
     with pytest.raises(ConfigError):
         other.holds("seed0/small", changed)
+
+
+# ----------------------------------------------------------------------------- the committed ledger and today's planner
+MAIN_LEDGER = BENCHMARKS / "results" / "progressive-main"  # issue 38's study at the main scale: 70 finished runs
+MAIN_OUT = Path("runs/regime-study/main")  # the default --out of the commands that trained them (README of the ledger)
+
+
+def _held(ledger, runs: dict, names: list[str]) -> None:
+    """Each named ledger run is planned today under its name, with the config it was trained with (compared as today's
+    code parses both, as the ledger keys them; the directory and device too) on the same corpus."""
+    from nexus.config_migration import saved_run_config
+
+    for name in names:
+        assert name in runs, f"ledger run {name} is not in today's plan"
+        assert ledger.holds(name, runs[name]["cfg"]), name  # config key and corpus key; refuses another config
+        recorded = saved_run_config(json.loads(json.dumps(ledger.read(name)["config"]))).to_dict()
+        assert saved_run_config(json.loads(json.dumps(runs[name]["cfg"]))).to_dict() == recorded, name
+
+
+def test_todays_plan_holds_the_main_ledgers_tuning_and_sparkling_runs(study):
+    """The fast half of the check below: the tune part and the headline's sparkling arm (40 of the 70 runs)."""
+    import dataclasses
+
+    from nexus.experiments.study_parts import build_parts
+
+    ledger = L.Ledger(MAIN_LEDGER)
+    spec = study.study_parts(study.MAIN_TUNE_LRS)
+    parts = build_parts({"tune": spec["tune"], "headline": dataclasses.replace(spec["headline"], arms=("sparkling",))},
+                        study.R.SCALES["main"], "embedded", MAIN_OUT, ledger, study.MAIN_TUNE_LRS)
+    assert parts["tune"]["choice"]["complete"] and parts["headline"]["tuned"]  # the choice is read from the ledger
+    runs = {**parts["tune"]["runs"], **parts["headline"]["runs"]}
+    names = [n for n in ledger.names() if n in runs]
+    assert len(names) == len(runs) == 40
+    _held(ledger, runs, names)
+
+
+@pytest.mark.slow
+def test_todays_plan_holds_every_run_of_the_main_ledger(study):
+    """Every finished run of the committed main-scale study: today's planner plans it under its name with its config,
+    so a rerun of the study's commands skips all 70 and nothing is trained twice or refused."""
+    ledger = L.Ledger(MAIN_LEDGER)
+    parts = study.build("main", "embedded", MAIN_OUT, ledger, study.MAIN_TUNE_LRS)
+    runs = {k: r for part in parts.values() for k, r in part["runs"].items()}
+    assert len(ledger.names()) == 70
+    _held(ledger, runs, ledger.names())
+    assert all(parts[p]["tuned"] for p in ("headline", "ablations"))

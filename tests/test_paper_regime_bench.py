@@ -17,13 +17,9 @@ def bench():
 
 
 @pytest.fixture
-def plans(bench, monkeypatch, tmp_path):
-    from nexus.experiments import progressive as P
-
-    names = list(bench.REGIME)
-    known = {**P.methods(), **bench.regime_methods(names)}
-    monkeypatch.setattr(P, "methods", lambda: dict(known))
-    return {name: bench.plan_method(P, name, bench.TOKENS_PER_PARAM, [0], tmp_path / "out") for name in names}
+def plans(bench, tmp_path):
+    shrunk = bench.regime_methods(list(bench.REGIME))
+    return {name: bench.plan_method(m, bench.TOKENS_PER_PARAM, [0], tmp_path / "out") for name, m in shrunk.items()}
 
 
 def test_every_method_grows_after_100_tokens_per_active_parameter(plans):

@@ -195,8 +195,7 @@ def test_the_sweeps_run_of_a_benchmark_config_is_not_trained_again(bench, tmp_pa
 def test_arch_pair_is_matched_and_each_grows_from_its_own_base(bench, tmp_path):
     """Item 5: Nexus-Rank and TokenFormer at the regime's d 64, equal in size before and after growth, each
     branched from its own small checkpoint at 40 tokens per parameter of its own small model."""
-    with bench.arch_methods_known():
-        plan = bench.plan_regime(["sparkling", *bench.ARCH_SHAPES], [0, 1], "full", "embedded", tmp_path, None)
+    plan = bench.plan_regime(["sparkling", *bench.ARCH_SHAPES], [0, 1], "full", "embedded", tmp_path, None)
     d, vocab, ffn, layers = 64, 259, 128, 4
     # per projection: Nexus-Rank d*M + M*A + A*d (Nexusformer Sec. 3), TokenFormer 2*n*d (TokenFormer Sec. 3)
     nr = lambda m, a: d * m + m * a + a * d  # noqa: E731
@@ -232,8 +231,7 @@ def test_each_base_is_scored_against_its_own_small_and_scratch(bench, tmp_path):
     is 0.3 nats better at equal tokens. The summary must report each share against its own base and the
     architectures' gap apart from it."""
     seeds = [0, 1, 2]
-    with bench.arch_methods_known():
-        plan = bench.plan_regime(list(bench.ARCH_SHAPES), seeds, "smoke", "embedded", tmp_path, None)
+    plan = bench.plan_regime(list(bench.ARCH_SHAPES), seeds, "smoke", "embedded", tmp_path, None)
     noise = {0: 0.0, 1: 0.02, 2: -0.01}
     planted = {}  # run name -> final loss
     for sd in seeds:
