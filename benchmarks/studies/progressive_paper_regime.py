@@ -18,7 +18,8 @@ each method grows 2x:
   retrofit-ho    order-2 higher-order attention retrofit (not a width growth; listed for completeness)
 Each method's budget: growth at 50% of D, D_e = TOKENS_PER_PARAM x the small model's active parameters
 (tied embedding counted once, as the paper's 450M), 16 x 128 tokens per step, SPARKLING's recipe
-(cosine, warmup 3%, final lr ratio 0.01, rho 1.3, tau as the paper's ratio).
+(cosine, warmup 3%, final lr ratio 0.01, rho 1.3, tau as the paper's ratio). The shrunk methods are variants
+of the registered ones (REGIME: data), planned by nexus.experiments.study_plan.plan_at_tokens_per_param.
 
 Runs whose configurations are identical apart from their directory (the width methods' shared small
 and scratch runs, the retrofit's small run, nexus-rank = nexus-rank-matched, the pair's grown runs)

@@ -1,6 +1,8 @@
 """Growth at a regime where the answer means something (issue 29): SPARKLING's recipe on one axis, a tuned
 scratch baseline, a corpus that does not repeat within a run, grown variants branched from one small
-checkpoint per seed, and the share of the small-to-scratch gap closed as the comparable number.
+checkpoint per seed, and the share of the small-to-scratch gap closed as the comparable number. Its runs are
+planned by the planner `nexus experiment progressive` uses (nexus.experiments.study_plan); this script names the
+regime (SCALES), its methods and the --arch pair as data, and holds the sweep, estimate and results code.
 
 The regime (`--scale full`, the default):
   small model   4 layers, d_model 64, 4 heads of 16, FFN inner 128, byte tokens, the paper's recipe (AdamW wd 0.1
