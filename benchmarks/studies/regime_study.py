@@ -64,7 +64,6 @@ ARCH_SCRATCH_SEEDS = (0, 1, 2)
 ARCH_TUNING_SEEDS = (100,)
 ARCH_LRS = (1.6e-2, 8e-3, 3.2e-2)
 PARTS = ("tune", "headline", "ablations", "horizon", "arch-tune", "arch")
-NEEDS = {"headline": "tune", "ablations": "tune", "horizon": "tune", "arch": "arch-tune"}
 # the seed-0 sweep's lrs (issue 29), used only to *estimate* parts whose tuning is not finished: cost does not
 # depend on the lr, and no run is ever trained at them by this study
 ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
@@ -86,6 +85,8 @@ def study_parts(tune_lrs=TUNE_LRS) -> dict:
     }
 
 
+# part -> the tuning part it needs complete in the ledger before it runs
+NEEDS = {name: (p[0] if isinstance(p, tuple) else p).tuned_by for name, p in study_parts().items() if not isinstance(p, LrGrid)}
 # the horizon scan's 1x point: the headline's runs of the horizon seeds
 HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
