@@ -83,7 +83,7 @@ def _run_pair(plan: dict, quiet: bool, say) -> dict:
 
 
 def build_pair_results(plan: dict) -> dict:
-    from .progressive import _resolve_method, dry_run_growth
+    from .progressive import dry_run_growth, resolve_method
     from .report import _model_summary, _run_summary
     from .stats import describe, paired
 
@@ -93,7 +93,7 @@ def build_pair_results(plan: dict) -> dict:
         p = plan["plans"][m]
         first = plan["plans"][m]["configs"][str(plan["seeds"][0])]["grown"]
         cfg = saved_run_config(first)
-        meth = _resolve_method(m)
+        meth = resolve_method(m)
         small = _model_summary(cfg.model, cfg.data.seq_len)
         large = _model_summary(dry_run_growth(cfg, meth, cfg.train.hook("growth")["spec"]), cfg.data.seq_len)
         d_e = p["grow_step"] * p["tokens_per_step"]

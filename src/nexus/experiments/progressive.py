@@ -81,13 +81,13 @@ def method_variant(base, name: str | None = None, spec: dict | None = None, over
     a Method, so the library's methods (and `--list`) stay as they are."""
     import dataclasses
 
-    m = _resolve_method(base) if isinstance(base, str) else base
+    m = resolve_method(base) if isinstance(base, str) else base
     return dataclasses.replace(m, name=name or m.name, spec={**m.spec, **(spec or {})},
                                overrides={**m.overrides, **(overrides or {})}, lrs=m.lrs if lrs is None else lrs,
                                description=m.description + (f" [{note}]" if note else ""))
 
 
-def _resolve_method(name):
+def resolve_method(name):
     """A registered method by name, or a Method given as it is (a study's variant); its family must be installed."""
     from ..growth.methods import Method
 
@@ -104,8 +104,10 @@ def _resolve_method(name):
     return m
 
 
-def _small_config(m, preset: str | None, overrides: list[str], seed: int | None,
-                  config_mapping: dict | None = None) -> RunConfig:
+def small_config(m, preset: str | None, overrides: list[str], seed: int | None,
+                 config_mapping: dict | None = None) -> RunConfig:
+    """Method m's small model: its preset with its own overrides and tuned lr (or a user preset as it is), a
+    --config file's fields, then the command line's overrides; refused unless m's growth applies to it."""
     from ..presets import get_preset
 
     cfg = get_preset(preset or m.preset)
@@ -128,7 +130,8 @@ def _small_config(m, preset: str | None, overrides: list[str], seed: int | None,
     return cfg
 
 
-def _tokens_per_step(cfg: RunConfig) -> int:
+def tokens_per_step(cfg: RunConfig) -> int:
+    """Tokens of one optimizer step."""
     return cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
 
 
@@ -222,9 +225,9 @@ def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None =
     seeds = [seed] if seed is not None else list(seeds if seeds is not None else DEFAULT_SEEDS)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))!r} (valid: distinct integers, e.g. 0,1,2)")
-    m = _resolve_method(method)
-    small = _small_config(m, preset, overrides or [], None, config_mapping)
-    tps = _tokens_per_step(small)
+    m = resolve_method(method)
+    small = small_config(m, preset, overrides or [], None, config_mapping)
+    tps = tokens_per_step(small)
     budget = int(tokens) if tokens is not None else small.train.steps * tps
     if budget < 2 * tps:
         raise ConfigError(f"--tokens={budget} (valid: at least two optimizer steps = {2 * tps} tokens)")

@@ -78,25 +78,25 @@ def base_method(arm: str) -> str:
 def resolve(arm: str, variants: dict | None = None):
     """An arm's Method: a study's own variant of that name, else the registered method (ConfigError if unknown)."""
     name = base_method(arm)
-    return P._resolve_method((variants or {}).get(name, name))
+    return P.resolve_method((variants or {}).get(name, name))
 
 
-def growth_step(small_cfg, tokens_per_param: float, tokens_per_step: int) -> int:
-    """The first step at which the small model has seen tokens_per_param tokens per active parameter (the tied
-    embedding counted once), rounded up."""
-    from .curves import active_params
-
-    return math.ceil(tokens_per_param * active_params(small_cfg.model) / tokens_per_step)
+def growth_step(active_params: int, tokens_per_param: float, tokens_per_step: int) -> int:
+    """The first step at which a small model of `active_params` (the tied embedding counted once:
+    curves.active_params) has seen tokens_per_param tokens per parameter, rounded up."""
+    return math.ceil(tokens_per_param * active_params / tokens_per_step)
 
 
 def plan_at_tokens_per_param(method, tokens_per_param: float, post_mult: int = 1, overrides: list[str] | None = None,
                              **kw) -> dict:
     """plan_progressive with growth after tokens_per_param tokens per active parameter of the small model and
     post_mult times as many steps after growth as before it."""
-    m = P._resolve_method(method)
-    small = P._small_config(m, None, list(overrides or []), None)
-    tps = P._tokens_per_step(small)
-    g = growth_step(small, tokens_per_param, tps)
+    from .curves import active_params
+
+    m = P.resolve_method(method)
+    small = P.small_config(m, None, list(overrides or []), None)
+    tps = P.tokens_per_step(small)
+    g = growth_step(active_params(small.model), tokens_per_param, tps)
     return P.plan_progressive(m, overrides=overrides, tokens=(1 + post_mult) * g * tps, grow_at=g * tps, **kw)
 
 
@@ -124,10 +124,12 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
     "<base>-small") and per scratch shape, or None (untuned). tokens_per_param: the growth point where the scale
     has no fixed step (default the scale's); post_mult: steps after growth as a multiple of the steps before it;
     ns: a prefix of every run's name and directory; variants: the study's own methods by name."""
+    from .curves import active_params
+
     tps = scale.tokens_per_step
 
     def small_of(m: str):
-        return P._small_config(resolve(m, variants), None, run_overrides(scale, data, None), None)
+        return P.small_config(resolve(m, variants), None, run_overrides(scale, data, None), None)
 
     groups: dict[str, list[str]] = {}  # small model (as JSON) -> its arms, in the order given
     small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
@@ -144,10 +146,8 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
         # the name does not depend on the order of the arms and a rerun finds its runs)
         label = "" if small_json == default_small else sorted(ms)[0]
         pre = f"{label}-" if label else ""
-        from .curves import active_params
-
         n_small = active_params(small_cfgs[small_json].model)
-        grow_step = scale.grow_steps or growth_step(small_cfgs[small_json], tokens_per_param or scale.tokens_per_param, tps)
+        grow_step = scale.grow_steps or growth_step(n_small, tokens_per_param or scale.tokens_per_param, tps)
         steps = (1 + post_mult) * grow_step
         small_lr = None
         if lrs is not None:
