@@ -63,19 +63,22 @@ ARCH_SEEDS = (0, 1, 2, 3, 4)
 ARCH_SCRATCH_SEEDS = (0, 1, 2)
 ARCH_TUNING_SEEDS = (100,)
 ARCH_LRS = (1.6e-2, 8e-3, 3.2e-2)
+# --scale main: the full-scale grid ran first (2026-12-07) and 3 of its 4 shapes took an edge lr (8e-3 twice,
+# 3.2e-2 once), so the grid there extends one step on each side
+MAIN_ARCH_LRS = ARCH_LRS + (4e-3, 6.4e-2)
 PARTS = ("tune", "headline", "ablations", "horizon", "arch-tune", "arch")
 # the seed-0 sweep's lrs (issue 29), used only to *estimate* parts whose tuning is not finished: cost does not
 # depend on the lr, and no run is ever trained at them by this study
 ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
 
 
-def study_parts(tune_lrs=TUNE_LRS) -> dict:
+def study_parts(tune_lrs=TUNE_LRS, arch_lrs=ARCH_LRS) -> dict:
     """The study as data, in the order its parts are built and estimated (each tuning grid before the parts it
     tunes): the shared planner (nexus.experiments.study_parts) plans every part from this."""
     tuned = dict(tuned_by="tune", untuned_lrs=ESTIMATE_ONLY_LRS)
     return {
         "tune": LrGrid(R.DEFAULT_METHODS[:1], TUNING_SEEDS, "tune/", tuple(tune_lrs)),
-        "arch-tune": LrGrid(ARCH, ARCH_TUNING_SEEDS, "arch-tune/", ARCH_LRS, ARCH_TOKENS_PER_PARAM),
+        "arch-tune": LrGrid(ARCH, ARCH_TUNING_SEEDS, "arch-tune/", tuple(arch_lrs), ARCH_TOKENS_PER_PARAM),
         "headline": Arms(HEADLINE, EVAL_SEEDS, **tuned),
         "ablations": Arms(ABLATIONS, EVAL_SEEDS, **tuned),
         "horizon": tuple(Arms(("sparkling",), HORIZON_SEEDS, **tuned, post_mult=k, ns=f"post{k}x/") for k in HORIZONS),
@@ -91,9 +94,11 @@ NEEDS = {name: (p[0] if isinstance(p, tuple) else p).tuned_by for name, p in stu
 HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
 
-def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS) -> dict:
+def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=None) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
-    return build_parts(study_parts(tune_lrs), R.SCALES[scale], data, out, ledger, tuple(tune_lrs), R.arch_methods())
+    arch_lrs = arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS)
+    return build_parts(study_parts(tune_lrs, arch_lrs), R.SCALES[scale], data, out, ledger, tuple(tune_lrs),
+                       R.arch_methods())
 
 
 # ----------------------------------------------------------------------------- estimate
