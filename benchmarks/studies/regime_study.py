@@ -64,8 +64,9 @@ ARCH_SCRATCH_SEEDS = (0, 1, 2)
 ARCH_TUNING_SEEDS = (100,)
 ARCH_LRS = (1.6e-2, 8e-3, 3.2e-2)
 # --scale main: the full-scale grid ran first (2026-12-07) and 3 of its 4 shapes took an edge lr (8e-3 twice,
-# 3.2e-2 once), so the grid there extends one step on each side
-MAIN_ARCH_LRS = ARCH_LRS + (4e-3, 6.4e-2)
+# 3.2e-2 once); one step on each side moved three to the new lower edge (4e-3), so it extends down to 1e-3 (the
+# main tune part's small model took 2e-3)
+MAIN_ARCH_LRS = ARCH_LRS + (4e-3, 6.4e-2, 2e-3, 1e-3)
 PARTS = ("tune", "headline", "ablations", "horizon", "arch-tune", "arch")
 # the seed-0 sweep's lrs (issue 29), used only to *estimate* parts whose tuning is not finished: cost does not
 # depend on the lr, and no run is ever trained at them by this study
