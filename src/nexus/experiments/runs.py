@@ -3,7 +3,9 @@
 A run directory is finished when it holds `done.json` (the trainer's result, written atomically
 after `fit()`); a finished run is never retrained. An unfinished one resumes from its newest
 `step_*` checkpoint (metrics.jsonl is cut back to that step first, so no point is counted twice),
-or starts over when it has none.
+or starts over when it has none. `plan.json` holds the config the directory was started for: a
+finished or resumed run is reused only for that config (a study whose tuning picked another lr once
+got the old lr's result under the new lr's name); another config is refused in one line.
 """
 from __future__ import annotations
 
@@ -20,6 +22,46 @@ from ..outdir.manifest import entry_unchanged
 from ..train.run_dir import remove_entries, trim_metrics
 
 DONE = "done.json"
+PLAN = "plan.json"  # the config the run directory was started for (out_dir and device left out)
+
+
+def _plan_fields(cfg_dict: dict) -> dict:
+    """The config's fields in today's parsed form (a field added since takes its default on both sides), without
+    where the run writes and what it runs on, flattened to dotted names."""
+    from ..config_migration import saved_run_config
+
+    d = saved_run_config(json.loads(json.dumps(cfg_dict, default=str))).to_dict()
+    d.get("train", {}).pop("out_dir", None)
+    d.get("train", {}).pop("device", None)
+    flat = {}
+
+    def walk(x, prefix):
+        if isinstance(x, dict) and x:
+            for k, v in x.items():
+                walk(v, f"{prefix}.{k}" if prefix else k)
+        else:
+            flat[prefix] = json.dumps(x, sort_keys=True, default=str)
+    walk(d, "")
+    return flat
+
+
+def check_plan(run_dir: Path, cfg: RunConfig) -> None:
+    """Refuse a run directory started for another config (its plan.json); one without a plan.json predates it."""
+    path = Path(run_dir) / PLAN
+    if not path.is_file():
+        return
+    try:
+        old = _plan_fields(json.loads(path.read_text()))
+    except (ValueError, ConfigError) as e:
+        raise ConfigError(f"run directory {str(run_dir)!r}: {PLAN} is unreadable ({e}) (valid: the file this run "
+                          f"wrote; delete the directory to train the run again)") from None
+    new = _plan_fields(cfg.to_dict())
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if changed:
+        shown = ", ".join(f"{k}: {old.get(k, '(absent)')} -> {new.get(k, '(absent)')}" for k in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise ConfigError(f"run directory {str(run_dir)!r} holds a run of another config ({shown}{more}) (valid: the "
+                          f"config it was started with, another directory, or delete it to train this config)")
 
 
 def is_done(run_dir: Path) -> bool:
@@ -78,12 +120,15 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
+    check_plan(run_dir, cfg)
     if is_done(run_dir):
         say(f"  {run_dir.name}: finished earlier, skipped")
         return read_done(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.train.out_dir = str(run_dir)
     resume = latest_step_checkpoint(run_dir)
+    if resume is None or not (run_dir / PLAN).is_file():
+        write_json_atomic(run_dir / PLAN, cfg.to_dict(), enter=True)
     t0 = time.perf_counter()
     if resume is not None:
         step = _ckpt_step(resume)

@@ -1,0 +1,43 @@
+"""A run directory is reused only for the config it was started for (experiments/runs.py, plan.json).
+
+Bug (2026-12-07): the regime study's arch part was planned, killed, re-tuned (its lr moved 4e-3 -> 2e-3) and
+run again into the same directories; `run_resumable` found done.json and returned the 4e-3 run's result, which
+the ledger then recorded under the 2e-3 config."""
+import pytest
+
+from nexus.config import ConfigError
+from nexus.experiments.runs import PLAN, check_plan, run_resumable
+from nexus.presets import get_preset
+
+
+def _cfg(tmp_path, lr=3e-3):
+    cfg = get_preset("baseline-micro")
+    cfg.train.steps, cfg.train.eval_every, cfg.train.log_every, cfg.train.lr = 2, 2, 1, lr
+    cfg.train.out_dir = str(tmp_path / "ignored")  # run_resumable writes into the run directory it is given
+    return cfg
+
+
+def test_a_finished_run_is_reused_for_its_config_and_refused_for_another(tmp_path):
+    run = tmp_path / "run"
+    first = run_resumable(_cfg(tmp_path), run, say=lambda *_: None)
+    assert (run / PLAN).is_file()
+    again = run_resumable(_cfg(tmp_path), run, say=lambda *_: None)  # the same config: skipped, same result
+    assert again["val_loss"] == first["val_loss"]
+    with pytest.raises(ConfigError) as e:
+        run_resumable(_cfg(tmp_path, lr=1e-3), run, say=lambda *_: None)
+    msg = str(e.value)
+    assert "train.lr: 0.003 -> 0.001" in msg and str(run) in msg and "\n" not in msg
+
+
+def test_where_a_run_writes_and_runs_is_not_part_of_its_plan(tmp_path):
+    run = tmp_path / "run"
+    run_resumable(_cfg(tmp_path), run, say=lambda *_: None)
+    other = _cfg(tmp_path)
+    other.train.out_dir, other.train.device = str(tmp_path / "elsewhere"), "cuda"
+    check_plan(run, other)  # no refusal: a GPU rerun of the same run is the same run
+
+
+def test_a_directory_from_before_plan_json_is_not_refused(tmp_path):
+    run = tmp_path / "old"
+    run.mkdir()
+    check_plan(run, _cfg(tmp_path))
