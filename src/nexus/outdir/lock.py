@@ -90,7 +90,7 @@ def read_journal(path: Path) -> tuple[dict, list[str], dict[str, str]]:
     for i, line in enumerate(lines):
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a torn line, or JSON nested past Python's stack (forged)
             continue
         if not isinstance(rec, dict):
             continue

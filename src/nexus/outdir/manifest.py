@@ -87,7 +87,7 @@ def read_manifest(directory) -> dict | None:
         return None
     try:
         m = json.loads(f.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past Python's stack (forged)
         return None
     if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
         return None
