@@ -23,3 +23,35 @@ def test_a_journal_line_nested_past_the_recursion_limit_is_skipped(tmp_path):
     lf.write_text(json.dumps(holder) + "\n" + DEEP + "\n" + json.dumps({"pending": ".run.tmp-1-1"}) + "\n")
     h, pending, _ = read_journal(lf)
     assert h == holder and pending == [".run.tmp-1-1"]
+
+
+def test_a_fifo_under_the_lock_name_is_refused_at_once_not_read_forever(tmp_path):
+    import os
+    import threading
+
+    import pytest
+
+    from nexus.config import ConfigError
+    from nexus.outdir import acquire_output_lock
+
+    target = tmp_path / "run"
+    lf = tmp_path / ".run.nexus-lock"
+    os.mkfifo(lf)
+    outcome = []
+
+    def take():
+        try:
+            acquire_output_lock(target).release()
+            outcome.append("taken")
+        except ConfigError as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    t.join(timeout=20)
+    if t.is_alive():  # unblock the reader so the test process can end, then fail
+        os.close(os.open(lf, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(timeout=5)
+        pytest.fail("reading a FIFO lock name blocked")
+    assert len(outcome) == 1 and "not a regular file" in outcome[0]
+    assert lf.exists() and not lf.is_file()  # the user's FIFO is left where it was

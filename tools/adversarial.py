@@ -794,7 +794,9 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
     shutil.rmtree(ws, ignore_errors=True)
     return {"name": c.name, "group": c.group, "verdict": verdict, "detail": detail,
             "exits": [r.rc for r, _ in results], "seconds": round(time.monotonic() - t0, 1),
-            "commands": [" ".join(r.argv) for r, _ in results][:4]}
+            "commands": [" ".join(r.argv) for r, _ in results][:4],
+            "said": [next((line for line in r.err.splitlines() if ": error:" in line), r.err.strip()[-200:])[:300]
+                     for r, _ in results]}
 
 
 def all_cases() -> list[Case]:

@@ -83,6 +83,8 @@ def read_lock(path: Path) -> tuple[dict, list[str]]:
 def read_journal(path: Path) -> tuple[dict, list[str], dict[str, str]]:
     """(holder, pending temporaries not yet done, {pending name: sha256 recorded when it was complete})."""
     holder, pending, ready = {}, [], {}
+    if not path.is_file():  # nexus writes its lock as a regular file; a FIFO under the name would block the read
+        return holder, pending, ready
     try:
         lines = path.read_bytes().decode("utf-8", "replace").splitlines()
     except OSError:
@@ -115,6 +117,7 @@ def check_lock_file(lf: Path, flag: str, target: Path) -> None:
     """Refuse (one line) a lock name held by something nexus did not write: a folder, a symlink, a file
     whose first line is not a nexus holder. Nexus never takes such a thing over, so never deletes it."""
     what = ("a folder" if lf.is_dir() and not lf.is_symlink() else "a symlink" if lf.is_symlink() else
+            "not a regular file" if not lf.is_file() else  # a FIFO would block the read below forever
             None if is_nexus_holder(read_lock(lf)[0]) else "a file that is not a nexus lock")
     if what:
         raise ConfigError(f"{flag}={str(target)!r}: its lock name {str(lf)!r} is {what} (valid: move it away, or "
