@@ -55,3 +55,15 @@ def test_a_fifo_under_the_lock_name_is_refused_at_once_not_read_forever(tmp_path
         pytest.fail("reading a FIFO lock name blocked")
     assert len(outcome) == 1 and "not a regular file" in outcome[0]
     assert lf.exists() and not lf.is_file()  # the user's FIFO is left where it was
+
+
+def test_a_journal_name_longer_than_a_filesystem_allows_is_refused_in_one_line(tmp_path):
+    import pytest
+
+    from nexus.config import ConfigError
+    from nexus.outdir.lock import confined_pending
+
+    target = tmp_path / "run"
+    target.mkdir()
+    with pytest.raises(ConfigError, match="not a temporary of this output"):
+        confined_pending(target, tmp_path, ["run/." + "a" * 300 + ".tmp-1-1"], tmp_path / ".run.nexus-lock")

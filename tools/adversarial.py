@@ -46,7 +46,7 @@ SRC = ROOT / "src"
 TINY = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
         "--train.eval_every", "0", "--train.sample_tokens", "4", "--quiet"]
 TRAIN = ["train", *TINY, "--train.steps", "2", "--train.save_every", "1", "--train.keep_last", "1"]
-TIMEOUT = 120  # seconds one command may take before it counts as a hang
+TIMEOUT = 90  # seconds one command may take before it counts as a hang
 BOOKKEEPING = (".nexus-run",)  # nexus's own record: a forged one may be rewritten, it holds no user bytes
 
 
@@ -124,6 +124,18 @@ def user_entries(before_case: dict, after_setup: dict) -> dict:
     """What the case made the user's: entries it created or changed (nexus's own record excluded)."""
     return {rel: v for rel, v in after_setup.items()
             if before_case.get(rel) != v and Path(rel).name not in BOOKKEEPING and not rel.startswith(".cache")}
+
+
+def nexus_lock(p: Path) -> bool:
+    """A lock file in nexus's own format (its first line a holder): bookkeeping a dead writer left, which a
+    later writer takes over by design. Anything else under a lock name stays the user's."""
+    if not p.name.endswith(".nexus-lock") or p.is_symlink() or not p.is_file():
+        return False
+    try:
+        first = json.loads(p.read_bytes().split(b"\n", 1)[0])
+    except ValueError:
+        return False
+    return isinstance(first, dict) and isinstance(first.get("pid"), int) and isinstance(first.get("host"), str)
 
 
 # ---------------------------------------------------------------- cases
@@ -756,7 +768,7 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
         before = snapshot(ws)
         if c.setup:
             c.setup(ws)
-        user = user_entries(before, snapshot(ws))
+        user = {rel: v for rel, v in user_entries(before, snapshot(ws)).items() if not nexus_lock(ws / rel)}
         if c.name == "kill-prepare-parallel-orphans":
             results = [(r, "killed") for r in _killed_prepare(ws)]
             if "outlived" in results[0][0].err:

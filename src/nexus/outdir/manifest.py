@@ -66,7 +66,8 @@ def confined_name(rel) -> bool:
     if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/"):
         return False
     parts = rel.split("/")
-    return all(part not in ("", ".", "..") for part in parts) and rel != MARKER
+    # a name longer than any filesystem allows is none nexus wrote (and os.lstat on it raises ENAMETOOLONG)
+    return all(part not in ("", ".", "..") and len(os.fsencode(part)) <= 255 for part in parts) and rel != MARKER
 
 
 def through_symlink(directory: Path, rel: str) -> bool:
