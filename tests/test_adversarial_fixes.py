@@ -67,3 +67,26 @@ def test_a_journal_name_longer_than_a_filesystem_allows_is_refused_in_one_line(t
     target.mkdir()
     with pytest.raises(ConfigError, match="not a temporary of this output"):
         confined_pending(target, tmp_path, ["run/." + "a" * 300 + ".tmp-1-1"], tmp_path / ".run.nexus-lock")
+
+
+MICRO = ["--preset", "baseline-micro", "--train.steps", "2", "--train.eval_every", "0", "--model.d_model", "32",
+         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
+
+
+def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_deleted(capsys, tmp_path):
+    from nexus.cli import main
+    from test_output_safety import one_line_exit_2
+
+    run = tmp_path / "run"
+    tb = ["--train.log_to", "[jsonl, tensorboard]"]
+    assert main(["train", *MICRO, *tb, "--out", str(run)]) == 0
+    events = sorted(p.name for p in (run / "tensorboard").iterdir())
+    assert events  # the library's events file, written during the run
+    (run / "tensorboard" / "my_notes.txt").write_text("what I saw in these curves")
+    one_line_exit_2(capsys, ["train", *MICRO, *tb, "--out", run, "--overwrite"], "tensorboard/my_notes.txt")
+    one_line_exit_2(capsys, ["train", *MICRO, *tb, "--train.steps", "3", "--out", run, "--resume", "auto"],
+                    "tensorboard/my_notes.txt")
+    assert (run / "tensorboard" / "my_notes.txt").read_text() == "what I saw in these curves"
+    (run / "tensorboard" / "my_notes.txt").unlink()  # moved out: the run is nexus's again, and is replaced
+    assert main(["train", *MICRO, *tb, "--out", str(run), "--overwrite"]) == 0
+    assert sorted(p.name for p in (run / "tensorboard").iterdir()) != events  # the old events file went

@@ -9,8 +9,10 @@ nexus owns is proven by the record, never guessed from file names:
                           "appending": "{...}\\n"},  # the line being appended: the file is nexus's when it
                           # holds the recorded bytes, then at most a prefix of this line (a kill mid-append)
         "step_0000100":  {"dir": true},      # a nested nexus output, proven by its own manifest
-        "tb":            {"dir": "library"}  # written by a logging library nexus started (TensorBoard, W&B)
-    }}
+        "tb":            {"dir": "library", "files": {"events.out": {"size": 88, "sha256": "..."}}}
+    }}                   # a folder a logging library nexus started writes (TensorBoard, W&B): the files it
+                         # had written when nexus last recorded it; the library appends to its files, so a
+                         # listed file is the library's while it starts with the recorded bytes
 
 Whole-directory outputs (a checkpoint, an analysis, an HF export) list every file below them by its
 relative path. A file that is listed and unchanged is nexus's; a listed file whose bytes changed, and
@@ -154,8 +156,60 @@ def record(directory, kind: str, files=(), grows=(), dirs=(), library_dirs=()) -
     for name in dirs:
         m["files"][name] = {"dir": True}
     for name in library_dirs:
-        m["files"][name] = {"dir": "library"}
+        m["files"][name] = {"dir": "library", "files": library_files(d / name)}
     write_manifest(d, m)
+
+
+def is_library(entry) -> bool:
+    return isinstance(entry, dict) and entry.get("dir") == "library"
+
+
+def library_files(folder: Path) -> dict:
+    """{relative path: {size, sha256}} of every regular file below a logging library's folder (symlinks are
+    not followed: the library writes none)."""
+    found = {}
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            p = Path(dirpath) / name
+            if p.is_file() and not p.is_symlink():
+                found[p.relative_to(folder).as_posix()] = file_entry(p)
+    return found
+
+
+def library_problems(folder: Path, entry: dict) -> list[tuple[str, str]]:
+    """[(path relative to `folder`, "changed" | "not written by nexus")] for what in a logging library's
+    folder nexus cannot prove the library wrote: a file the record does not list (a user's, dropped into
+    it), or a listed file that no longer starts with the recorded bytes. An entry of an older manifest
+    without its files is the library's as a whole."""
+    listed = entry.get("files")
+    if not isinstance(listed, dict):
+        return []
+    problems = []
+    for dirpath, dirs, names in os.walk(folder):
+        for name in sorted(dirs + names):
+            p = Path(dirpath) / name
+            rel = p.relative_to(folder).as_posix()
+            if p.is_dir() and not p.is_symlink():
+                continue
+            e = listed.get(rel)
+            if not confined_name(rel) or e is None:
+                problems.append((rel, "not written by nexus"))
+            elif not _starts_with_recorded(p, e):
+                problems.append((rel, "changed"))
+    return problems
+
+
+def _starts_with_recorded(p: Path, e) -> bool:
+    if p.is_symlink() or not p.is_file() or not isinstance(e, dict) or not isinstance(e.get("size"), int) \
+            or isinstance(e.get("size"), bool) or e["size"] < 0:
+        return False
+    return p.stat().st_size >= e["size"] and sha256_of(p, e["size"]) == e.get("sha256")
+
+
+def library_file_owned(folder: Path, rel: str, entry: dict) -> bool:
+    """Whether `folder/rel` is a file the library wrote (listed, starting with its recorded bytes)."""
+    listed = entry.get("files") if isinstance(entry, dict) else None
+    return not isinstance(listed, dict) or _starts_with_recorded(folder / rel, listed.get(rel))
 
 
 def forget(directory, names) -> None:
@@ -188,7 +242,7 @@ def entry_unchanged(path: Path, entry: dict) -> bool:
     if not isinstance(entry, dict) or path.is_symlink():
         return False
     if entry.get("dir") == "library":
-        return path.is_dir()
+        return path.is_dir() and not library_problems(path, entry)
     if entry.get("dir"):
         return path.is_dir() and read_manifest(path) is not None and not ownership_problems(path)
     if not path.is_file() or not isinstance(entry.get("size"), int):
@@ -216,7 +270,9 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     problems = []
     for rel, entry in sorted(listed.items()):
         p = d / rel
-        if through_symlink(d, rel) or (p.exists() and not entry_unchanged(p, entry)):
+        if is_library(entry) and p.is_dir() and not through_symlink(d, rel):
+            problems += [(f"{rel}/{inner}", why) for inner, why in library_problems(p, entry)]
+        elif through_symlink(d, rel) or (p.exists() and not entry_unchanged(p, entry)):
             problems.append((rel, "changed"))
     covered = {rel for rel, e in listed.items() if isinstance(e, dict) and e.get("dir")}
     parents = {Path(rel).parent.as_posix() for rel in listed}

@@ -10,6 +10,7 @@ copied or grown checkpoint must not write into the run it came from.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_man
 from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
-from ..outdir.manifest import MARKER_TMP, entry_unchanged, through_symlink
+from ..outdir.manifest import (MARKER_TMP, entry_unchanged, is_library, library_file_owned, library_problems,
+                               through_symlink)
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
@@ -118,6 +120,9 @@ def check_in_place(out_dir, flag: str = "--out", log_to=()) -> None:
         if p.name not in RUN_FILES and p.name not in logged and not _CKPT_NAME.match(p.name) or p.name in pending:
             continue
         entry = m["files"].get(p.name)
+        if is_library(entry) and p.is_dir() and not p.is_symlink():
+            foreign_in_library(out, p.name, entry, shown)
+            continue
         if entry is None or not entry_unchanged(p, entry):
             what = "was changed since nexus wrote it" if entry is not None else "was not written by nexus"
             raise ConfigError(f"{shown}: {p.name!r} {what}, and the resumed run would write it (valid: move it out "
@@ -168,10 +173,22 @@ def logger_dir_started(out_dir, name: str) -> None:
     p = out / name
     m = read_manifest(out)
     entry = (m or {"files": {}})["files"].get(name)
-    if (p.exists() or p.is_symlink()) and (entry is None or entry.get("dir") != "library" or not entry_unchanged(p, entry)):
+    if (p.exists() or p.is_symlink()) and (not is_library(entry) or p.is_symlink() or not p.is_dir()):
         raise ConfigError(f"--out={str(out)!r}: {name!r} was not written by nexus, and the run would log into it "
                           "(valid: move it out of the folder, or drop it from --train.log_to)")
+    if p.is_dir():
+        foreign_in_library(out, name, entry, f"--out={str(out)!r}")
     _LOGGER_DIRS_STARTED.add(p.resolve())
+
+
+def foreign_in_library(out: Path, name: str, entry: dict, shown: str) -> None:
+    """Refuse (one line) a logging library's folder holding a file the library did not write: the user's,
+    which the run's record would adopt. A listed file the library changed in place since (a killed W&B
+    run) is its own, which it continues."""
+    foreign = [rel for rel, why in library_problems(out / name, entry) if why != "changed"]
+    if foreign:
+        raise ConfigError(f"{shown}: {name + '/' + foreign[0]!r} was not written by nexus, and the run would log into "
+                          "its folder (valid: move it out of the folder, or drop it from --train.log_to)")
 
 
 def record_run_files(out_dir) -> None:
@@ -200,14 +217,33 @@ def remove_entries(out_dir, names) -> None:
     recorded (a later --overwrite or --resume auto finds only files it can prove are nexus's)."""
     out = Path(out_dir)
     lk = held_lock(out)
+    listed = (read_manifest(out) or {"files": {}})["files"]
     for name in names:
         p = out / name
-        if p.is_dir() and not p.is_symlink():
+        if is_library(listed.get(name)) and p.is_dir() and not p.is_symlink():
+            remove_library_files(p, listed[name])
+        elif p.is_dir() and not p.is_symlink():
             remove_recorded(lk, p)
         else:
             p.unlink(missing_ok=True)
         crash_point("entry-removed")
         forget(out, [name])
+
+
+def remove_library_files(folder: Path, entry: dict) -> None:
+    """Remove what a logging library wrote in `folder` (the files its entry lists, still starting with the
+    recorded bytes), then the folders left empty; anything else stays where it is."""
+    for dirpath, dirs, names in os.walk(folder, topdown=False):
+        for name in names:
+            rel = (Path(dirpath) / name).relative_to(folder).as_posix()
+            if library_file_owned(folder, rel, entry):
+                (Path(dirpath) / name).unlink()
+        for name in dirs:
+            d = Path(dirpath) / name
+            if not d.is_symlink() and d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def clear_run(out_dir) -> None:
@@ -220,6 +256,8 @@ def clear_run(out_dir) -> None:
         return
     changed = [rel for rel, e in sorted(m["files"].items()) if through_symlink(out, rel) or (
         isinstance(e, dict) and not e.get("dir") and (out / rel).exists() and not entry_unchanged(out / rel, e))]
+    changed += [f"{rel}/{inner}" for rel, e in sorted(m["files"].items()) if is_library(e) and (out / rel).is_dir()
+                and not through_symlink(out, rel) for inner, _ in library_problems(out / rel, e)]
     if changed:
         raise ConfigError(f"--out={str(out)!r}: {changed[0]!r} was changed since nexus wrote it, so the run is not "
                           "replaced (valid: move it out of the folder; nothing was removed)")
