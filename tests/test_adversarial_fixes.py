@@ -3,6 +3,7 @@ fails without its fix. Fast, in-process where it can be."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -90,3 +91,23 @@ def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_dele
     (run / "tensorboard" / "my_notes.txt").unlink()  # moved out: the run is nexus's again, and is replaced
     assert main(["train", *MICRO, *tb, "--out", str(run), "--overwrite"]) == 0
     assert sorted(p.name for p in (run / "tensorboard").iterdir()) != events  # the old events file went
+
+
+def test_only_the_manifests_own_temporary_is_removed_never_a_users_file_of_that_name(tmp_path):
+    import subprocess
+
+    from nexus.outdir.manifest import new_manifest, write_manifest
+    from nexus.train.run_dir import remove_dead_manifest_temporaries
+
+    dead = []
+    for _ in range(2):  # two pids no process has now
+        p = subprocess.Popen(["true"])
+        p.wait()
+        dead.append(p.pid)
+    write_manifest(tmp_path, new_manifest("train run"))
+    users = tmp_path / f".nexus-run.tmp-{dead[0]}"
+    users.write_text("my shopping list\n")
+    killed = tmp_path / f".nexus-run.tmp-{dead[1]}"
+    killed.write_bytes((tmp_path / MARKER).read_bytes()[:9])  # a kill mid-write of the manifest
+    remove_dead_manifest_temporaries(tmp_path)
+    assert users.read_text() == "my shopping list\n" and not killed.exists()

@@ -832,6 +832,7 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the static cases and exit")
     ap.add_argument("--jobs", type=int, default=1, help="cases at once (only 1 is supported: the machine is shared)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still unmount and clean up when stopped
     if args.jobs != 1:
         ap.error("--jobs: only 1 is supported (valid: 1)")
     cases = all_cases()

@@ -58,6 +58,24 @@ def _is_marker_tmp(name: str) -> bool:
     return name.startswith(MARKER_TMP) and name[len(MARKER_TMP):].isdigit()
 
 
+# how write_manifest's text begins (sort_keys puts "created" first; indented or not)
+_MANIFEST_STARTS = (b'{"created": "', b'{\n "created": "')
+
+
+def manifest_temporary(p: Path) -> bool:
+    """Whether `p` is the manifest's own temporary: named `.nexus-run.tmp-PID`, a regular file, and holding
+    the start of a manifest as write_manifest writes it (or a part of that start: a kill mid-write). A
+    user's file under such a name holds something else, and stays the user's."""
+    if not _is_marker_tmp(p.name) or p.is_symlink() or not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return any(head.startswith(s) or s.startswith(head) for s in _MANIFEST_STARTS)
+
+
 class ManifestError(ConfigError):
     """A manifest naming something outside its own directory: refused, never acted on."""
 
@@ -280,7 +298,7 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     skip = set(covered) | set(ignore)  # folders whose contents are accounted for (or reported) as a whole
     for p in sorted(d.rglob("*")):
         rel = p.relative_to(d).as_posix()
-        if rel == MARKER or _is_marker_tmp(rel) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
+        if rel == MARKER or manifest_temporary(p) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
             continue
         if p.is_dir() and rel in parents:
             continue  # a folder that holds listed files

@@ -21,7 +21,7 @@ from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
 from ..outdir.manifest import (MARKER_TMP, entry_unchanged, is_library, library_file_owned, library_problems,
-                               through_symlink)
+                               manifest_temporary, through_symlink)
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
@@ -95,7 +95,7 @@ def remove_dead_manifest_temporaries(out: Path) -> list[str]:
     notes = []
     for p in sorted(out.glob(f"{MARKER_TMP}*")) if out.is_dir() else []:
         pid = p.name[len(MARKER_TMP):]
-        if pid.isdigit() and p.is_file() and not p.is_symlink() and not pid_alive(int(pid)):
+        if pid.isdigit() and manifest_temporary(p) and not pid_alive(int(pid)):
             p.unlink()
             notes.append(f"removed {p.name} left by an interrupted manifest update")
     return notes
