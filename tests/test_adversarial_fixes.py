@@ -111,3 +111,36 @@ def test_only_the_manifests_own_temporary_is_removed_never_a_users_file_of_that_
     killed.write_bytes((tmp_path / MARKER).read_bytes()[:9])  # a kill mid-write of the manifest
     remove_dead_manifest_temporaries(tmp_path)
     assert users.read_text() == "my shopping list\n" and not killed.exists()
+
+
+def test_a_lock_taken_over_by_another_process_between_the_read_and_the_rename_is_never_stolen(tmp_path, monkeypatch):
+    """The stale-lock window: A reads a dead holder's lock; before A renames it aside, B takes it over and
+    creates its own live lock; A's rename then moves B's live lock. A must put it back and refuse."""
+    import subprocess
+
+    import pytest
+
+    from nexus.config import ConfigError
+    from nexus.outdir import acquire_output_lock
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    target = tmp_path / "run"
+    lf = tmp_path / ".run.nexus-lock"
+    lf.write_text(json.dumps({"pid": p.pid, "host": socket.gethostname()}) + "\n")
+    live = {"pid": os.getppid(), "host": socket.gethostname()}  # B: a process that is running
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src) == lf and not hasattr(replace, "raced"):
+            replace.raced = True  # B's takeover happens here, just before A's rename
+            (tmp_path / "b-took-it").write_text(json.dumps(live) + "\n")
+            real_replace(tmp_path / "b-took-it", lf)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(ConfigError, match="being written by another nexus process"):
+        acquire_output_lock(target)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert json.loads(lf.read_text().splitlines()[0]) == live  # B's lock is where B left it
+    assert sorted(q.name for q in tmp_path.iterdir()) == [".run.nexus-lock"]

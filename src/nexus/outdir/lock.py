@@ -258,6 +258,15 @@ def _remove_dead_lock_temporaries(lf: Path) -> None:
             t.unlink(missing_ok=True)
 
 
+def _same_file(p: Path, seen: os.stat_result) -> bool:
+    """Whether `p` is still the very file `seen` was taken of (same inode), not another under its name."""
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return False
+    return (st.st_ino, st.st_dev) == (seen.st_ino, seen.st_dev)
+
+
 def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
     """Lock `target` for writing (its parent directory must exist). Raises ConfigError (one line)
     when another live process (or one on another host) holds it, or when the lock's name holds
@@ -280,8 +289,14 @@ def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
                 lk.taken_over, lk.taken_ready = stale_pending, stale_ready
                 _HELD[target.resolve()] = lk
                 return lk
+            try:
+                seen = os.lstat(lk.file)
+            except FileNotFoundError:
+                continue  # released meanwhile: try to create it again
             check_lock_file(lk.file, flag, target)
             holder, pending, ready = read_journal(lk.file)
+            if not _same_file(lk.file, seen):
+                continue  # replaced while being read: look again
             alive = holder_alive(holder)
             if alive is None:
                 raise ConfigError(f"{flag}={str(target)!r} is locked by {_describe(holder)}, which cannot be checked from "
@@ -296,6 +311,17 @@ def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
                 os.replace(lk.file, aside)
             except FileNotFoundError:
                 continue  # another process took it over first: try again (it now holds a live lock)
+            if not _same_file(aside, seen):
+                # Between the read and the rename another process took the dead lock over and created its
+                # own, live one under the name: that is what was moved. Put it back, and look again.
+                try:
+                    os.link(aside, lk.file)
+                    aside.unlink()
+                except FileExistsError:  # a third writer's lock is there now: keep the moved one, say so
+                    raise ConfigError(f"{flag}={str(target)!r}: several processes took over its stale lock at once; "
+                                      f"{str(aside)!r} holds one of their records (valid: wait for them to finish, "
+                                      "then retry)") from None
+                continue
             stale_pending += pending
             stale_ready.update(ready)
             aside.unlink(missing_ok=True)
