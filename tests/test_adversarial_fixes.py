@@ -144,3 +144,23 @@ def test_a_lock_taken_over_by_another_process_between_the_read_and_the_rename_is
     monkeypatch.setattr(os, "replace", real_replace)
     assert json.loads(lf.read_text().splitlines()[0]) == live  # B's lock is where B left it
     assert sorted(q.name for q in tmp_path.iterdir()) == [".run.nexus-lock"]
+
+
+def test_a_validation_fraction_with_files_named_as_splits_is_refused_not_ignored(capsys, tmp_path):
+    import pytest
+
+    from nexus.cli import main
+    from nexus.config import ConfigError, DataConfig
+    from nexus.data.loader import DataModule
+    from test_output_safety import one_line_exit_2
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "train.txt").write_text("\n\n".join(f"training document {i}" for i in range(40)))
+    (tmp_path / "d" / "val.txt").write_text("\n\n".join(f"held out document {i}" for i in range(5)))
+    with pytest.raises(ConfigError, match=r"data.val_fraction=0.3 is not used: .*val.txt"):
+        DataModule(DataConfig(source=str(tmp_path / "d"), seq_len=16, val_fraction=0.3, cache_dir=str(tmp_path / "c")))
+    one_line_exit_2(capsys, ["data", "prepare", tmp_path / "d", "--tokenizer", "byte", "--out", tmp_path / "p",
+                             "--val-fraction", "0.3", "--quiet"], "--val-fraction=0.3 is not used")
+    assert not (tmp_path / "p").exists()
+    dm = DataModule(DataConfig(source=str(tmp_path / "d"), seq_len=16, cache_dir=str(tmp_path / "c")))
+    assert "val.txt" in dm.summary()  # the default fraction with split files: the named split, as before

@@ -57,6 +57,7 @@ def run(args, extra) -> int:
     if errors:
         raise ConfigError(errors[0])
     source = resolve_source(args.source)
+    source.check_fraction_unused(cfg.val_fraction, "--val-fraction")
     if source.kind not in ("embedded", "stdlib", "hub", "files"):
         raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
                           "(valid: text: a file, folder, glob, list, stdlib, embedded or hf:<name>)")

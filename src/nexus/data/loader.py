@@ -91,6 +91,7 @@ class DataModule:
             self.vocab_size = self.task.vocab_size
             return
         self.source = resolve_source(cfg.source)
+        self.source.check_fraction_unused(cfg.val_fraction, "data.val_fraction")
         if self.source.tokenized and cfg.tokenizer == "bpe":
             raise ConfigError(f"data.tokenizer='bpe' trains a tokenizer on text, but data.source={cfg.source!r} holds "
                               "token ids (valid: the tokenizer the ids were made with: --data.tokenizer PATH)")

@@ -44,6 +44,15 @@ class Source:
     def all_files(self) -> list[Path]:
         return self.files + self.val_files
 
+    def check_fraction_unused(self, val_fraction: float, flag: str) -> None:
+        """Files named as splits choose the validation split, so a held-out fraction would be silently
+        ignored: refused (one line) when one other than the default was asked for."""
+        if self.val_files and val_fraction != DataConfig.val_fraction:
+            names = ", ".join(p.name for p in self.val_files[:3])
+            raise ConfigError(f"{flag}={val_fraction!r} is not used: the source names its held-out file(s) ({names}), "
+                              f"which are the validation split (valid: drop {flag}, or a source without files named "
+                              "as splits)")
+
     def split_note(self) -> str:
         """How the validation split was chosen when files named it (empty otherwise)."""
         if not self.val_files:
