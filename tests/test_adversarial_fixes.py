@@ -164,3 +164,13 @@ def test_a_validation_fraction_with_files_named_as_splits_is_refused_not_ignored
     assert not (tmp_path / "p").exists()
     dm = DataModule(DataConfig(source=str(tmp_path / "d"), seq_len=16, cache_dir=str(tmp_path / "c")))
     assert "val.txt" in dm.summary()  # the default fraction with split files: the named split, as before
+
+
+def test_torch_saves_short_write_on_a_full_disk_is_one_line_not_a_traceback():
+    from nexus.cli import file_system_refusal
+
+    # what torch.save raised on a full tmpfs (tools/adversarial.py disk-full-train-at-checkpoint)
+    e = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 140992 vs 140880")
+    line = file_system_refusal(e)
+    assert line is not None and line.startswith("a file could not be written") and "\n" not in line
+    assert file_system_refusal(RuntimeError("an internal fault")) is None  # the rest keeps its traceback

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 TINY = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
-        "--train.eval_every", "0", "--train.sample_tokens", "4", "--quiet"]
+        "--train.eval_every", "0", "--train.sample_tokens", "4", "--train.log_every", "1", "--quiet"]
 TRAIN = ["train", *TINY, "--train.steps", "2", "--train.save_every", "1", "--train.keep_last", "1"]
 TIMEOUT = 90  # seconds one command may take before it counts as a hang
 BOOKKEEPING = (".nexus-run",)  # nexus's own record: a forged one may be rewritten, it holds no user bytes
@@ -401,7 +401,7 @@ def _adopt_cases():
     case("adopt-users-file-inside-checkpoint", "adopted name", ["run"], [Step(RESUME), Step(OVERWRITE)],
          lambda ws: write(ws / "run" / "checkpoint" / "README.md", "user's readme\n"))
     case("adopt-users-file-inside-step-checkpoint-pruned", "adopted name", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / "run" / "step_0000002" / "notes.txt", "user's notes in a step that would be pruned\n"))
+         lambda ws: write(ws / "run" / "step_0000001" / "notes.txt", "user's notes in a step that would be pruned\n"))
     case("adopt-hardlink-of-users-file-into-run", "adopted name", ["run"], [Step(OVERWRITE)],
          lambda ws: (victim(ws), os.link(ws / "victim" / "thesis.txt", ws / "run" / "thesis.txt")))
     case("adopt-users-probe-look-alike-in-empty-out", "adopted name", [], [Step([*TRAIN, "--out", "fresh"])],
@@ -435,16 +435,18 @@ def _edited_cases():
         ("loss_curve.png", ("truncate",), (RESUME,)),
         ("checkpoint/model.safetensors", ("edit",), (RESUME, OVERWRITE)),
         ("checkpoint/meta.json", ("append",), (RESUME,)),
-        ("step_0000002/trainer_state.pt", ("truncate",), (RESUME,)),
+        ("step_0000001/trainer_state.pt", ("truncate",), (RESUME,)),
     ]:
         for how in hows:
             case(f"{how}-{rel.replace('/', '-')}", "edited file", ["run"], [Step(c) for c in cmds],
                  lambda ws, rel=rel, how=how: _edit(ws / "run" / rel, how))
     prep = ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"]
     train_on = [*TRAIN, "--data", "prep", "--out", "r2"]
-    for rel, how in [("train-00000.bin", "edit"), ("train-00000.bin", "truncate"), ("manifest.json", "append"),
-                     ("tokenizer.txt", "edit")]:
-        case(f"{how}-prepared-{rel}", "edited file", ["prep"], [Step(train_on), Step(prep)],
+    # a changed shard or manifest must be refused; the stored tokenizer file is read only when named as a
+    # tokenizer, and then checked against the identity manifest.json records, so training on the corpus is right
+    for rel, how, want in [("train-00000.bin", "edit", "refuse"), ("train-00000.bin", "truncate", "refuse"),
+                           ("manifest.json", "append", "refuse"), ("tokenizer.txt", "edit", "any")]:
+        case(f"{how}-prepared-{rel}", "edited file", ["prep"], [Step(train_on, want), Step(prep, want)],
              lambda ws, rel=rel, how=how: _edit(ws / "prep" / rel, how))
     case("edit-hf-export-config-json", "edited file", ["run", "hf"],
          [Step(["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"])],
@@ -594,8 +596,8 @@ def _disk_cases():
          lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "config.yaml")], check=True),
          teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "config.yaml")]), needs=can_chattr)
     case("immutable-step-checkpoint-prune", "read-only", ["run"], [Step(RESUME)],
-         lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "step_0000002" / "meta.json")], check=True),
-         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "step_0000002" / "meta.json")]),
+         lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "step_0000001" / "meta.json")], check=True),
+         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "step_0000001" / "meta.json")]),
          needs=can_chattr)
 
 

@@ -153,7 +153,9 @@ def file_system_refusal(e: BaseException) -> str | None:
             or "No space left on device" in str(e) or "(os error 28)" in str(e)):
         return (f"no space left on the device{where} ({type(e).__name__}: {text}) (valid: free space there, or another "
                 "output path; no file was left half-written)")
-    if "file write failed" in str(e):  # torch's PytorchStreamWriter: full disk most often, the cause is not kept
+    # torch's PytorchStreamWriter: a full disk most often, the cause is not kept ("unexpected pos": a short
+    # write found when the archive is closed)
+    if "file write failed" in str(e) or ("inline_container" in str(e) and "unexpected pos" in str(e)):
         return (f"a file could not be written ({type(e).__name__}: {text}) (valid: check the free space and permissions "
                 "of the output path; no file was left half-written)")
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
