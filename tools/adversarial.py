@@ -146,6 +146,7 @@ class Step:
     expect: str = "any"  # ok | refuse | any (0 or 2) | killed (137)
     env: dict | None = None
     parallel: int = 1  # run this many copies at once
+    alongside: list | None = None  # another command started at the same moment
 
 
 @dataclass
@@ -608,8 +609,8 @@ def _concurrent_cases():
     case("concurrent-prepare-same-out-x3", "concurrent", [], [Step(prep, "any", parallel=3)],
          then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"))
     case("concurrent-prepare-different-sources", "concurrent", [],
-         [Step(prep, "any"), Step(["data", "prepare", "stdlib", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1",
-                                   "--max-documents", "50", "--quiet"], "any")],
+         [Step(prep, "any", alongside=["data", "prepare", "stdlib", "--tokenizer", "byte", "--out", "prep", "--num-proc",
+                                       "1", "--max-documents", "50", "--quiet"])],
          then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"))
     case("concurrent-train-same-out-x2", "concurrent", [], [Step([*TRAIN, "--out", "run"], "any", parallel=2)],
          then=lambda ws: Step([*TRAIN, "--train.steps", "3", "--out", "run", "--resume", "auto"], "ok"),
@@ -777,8 +778,9 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
                 extra = "unclean: " + results[0][0].err.strip().splitlines()[-1].removeprefix("[harness] ")
         for s in c.steps:
             t1 = time.monotonic()
-            procs = [start(ws, s.argv, s.env) for _ in range(s.parallel)]
-            results += [(finish(p, s.argv, t1), s.expect) for p in procs]
+            runs = [s.argv] * s.parallel + ([s.alongside] if s.alongside else [])
+            procs = [(start(ws, argv, s.env), argv) for argv in runs]
+            results += [(finish(p, argv, t1), s.expect) for p, argv in procs]
         if c.then and not any(r.rc == "hang" for r, _ in results):
             s = c.then(ws)
             r = cli(ws, s.argv, s.env)
