@@ -174,3 +174,22 @@ def test_torch_saves_short_write_on_a_full_disk_is_one_line_not_a_traceback():
     line = file_system_refusal(e)
     assert line is not None and line.startswith("a file could not be written") and "\n" not in line
     assert file_system_refusal(RuntimeError("an internal fault")) is None  # the rest keeps its traceback
+
+
+def test_a_run_killed_before_its_first_manifest_continues_by_resume_auto(capsys, tmp_path):
+    """Killed as its first manifest was being written (NEXUS_CRASH_AT=manifest-before-rename): the folder
+    holds only the manifest's temporary, which is nothing, so the same command with --resume auto starts."""
+    import subprocess
+
+    from nexus.cli import main
+    from nexus.outdir.manifest import new_manifest, write_manifest
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    run = tmp_path / "run"
+    run.mkdir()
+    write_manifest(run, new_manifest("train run"))
+    (run / MARKER).rename(run / f".nexus-run.tmp-{p.pid}")  # the dead writer's complete temporary, never renamed
+    assert main(["train", *MICRO, "--out", str(run), "--resume", "auto"]) == 0
+    assert read_manifest(run)["kind"] == "train run"
+    assert sorted(q.name for q in run.iterdir() if q.name.startswith(".")) == [MARKER]

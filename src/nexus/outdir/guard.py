@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from .lock import check_lock_file, confined_pending, holder_alive, lock_file, read_lock
-from .manifest import ownership_problems, read_manifest
+from .manifest import dead_manifest_temporary, ownership_problems, read_manifest
 
 CHECKPOINT = "checkpoint"  # model.safetensors + config.json + meta.json (train, grow, import)
 TRAIN_RUN = "train run"  # a `nexus train` output directory (metrics.jsonl, step_*/, checkpoint/)
@@ -122,8 +122,8 @@ def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = Fals
             where = "is inside" if is_inside(p, src) else "contains"
             raise ConfigError(f"{shown} {where} the source {str(src)!r} (valid: a path outside the source; "
                               "the source stays untouched)")
-    if p.is_dir() and not any(p.iterdir()):
-        return p  # an empty directory: nothing to lose
+    if p.is_dir() and all(dead_manifest_temporary(q) for q in p.iterdir()):
+        return p  # an empty directory (or one a writer killed before its first manifest left): nothing to lose
     if p.exists():
         found = output_kind(p)
         if found != kind and found not in kinds:

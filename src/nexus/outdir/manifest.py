@@ -76,6 +76,23 @@ def manifest_temporary(p: Path) -> bool:
     return any(head.startswith(s) or s.startswith(head) for s in _MANIFEST_STARTS)
 
 
+def dead_manifest_temporary(p: Path) -> bool:
+    """The manifest's temporary left by a writer no longer running (killed while replacing the manifest):
+    the manifest beside it, if any, is the previous whole one, and the temporary is nothing."""
+    if not manifest_temporary(p):
+        return False
+    pid = int(p.name[len(MARKER_TMP):])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class ManifestError(ConfigError):
     """A manifest naming something outside its own directory: refused, never acted on."""
 

@@ -14,14 +14,14 @@ import os
 import re
 from pathlib import Path
 
-from ..atomic import pid_alive, recover_recorded, remove_recorded, write_text_atomic
+from ..atomic import recover_recorded, remove_recorded, write_text_atomic
 from ..config import ConfigError
 from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_manifest, record
 from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
 from ..outdir.manifest import (MARKER_TMP, entry_unchanged, is_library, library_file_owned, library_problems,
-                               manifest_temporary, through_symlink)
+                               dead_manifest_temporary, through_symlink)
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
@@ -94,8 +94,7 @@ def remove_dead_manifest_temporaries(out: Path) -> list[str]:
     while replacing it: removed once its process is gone (the manifest beside it is the previous whole one)."""
     notes = []
     for p in sorted(out.glob(f"{MARKER_TMP}*")) if out.is_dir() else []:
-        pid = p.name[len(MARKER_TMP):]
-        if pid.isdigit() and manifest_temporary(p) and not pid_alive(int(pid)):
+        if dead_manifest_temporary(p):
             p.unlink()
             notes.append(f"removed {p.name} left by an interrupted manifest update")
     return notes
