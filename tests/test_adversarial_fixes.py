@@ -193,3 +193,25 @@ def test_a_run_killed_before_its_first_manifest_continues_by_resume_auto(capsys,
     assert main(["train", *MICRO, "--out", str(run), "--resume", "auto"]) == 0
     assert read_manifest(run)["kind"] == "train run"
     assert sorted(q.name for q in run.iterdir() if q.name.startswith(".")) == [MARKER]
+
+
+def test_overwrite_killed_between_a_rename_and_its_manifest_entry_is_finished_by_the_same_command(tmp_path):
+    """Killed after config.yaml's rename, before its manifest entry (NEXUS_CRASH_AT=file-after-rename@config.yaml
+    under --overwrite): the dead writer's journal holds the new file's hash, which proves it is nexus's; the
+    up-front check must accept it, as the recovery under the lock does, so the same --overwrite runs."""
+    import hashlib
+    import subprocess
+
+    from nexus.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", *MICRO, "--out", str(run)]) == 0
+    p = subprocess.Popen(["true"])
+    p.wait()
+    new = (run / "config.yaml").read_text() + "# rewritten\n"
+    (run / "config.yaml").write_text(new)  # renamed into place by the killed writer, not yet entered
+    journal = [{"pid": p.pid, "host": socket.gethostname()}, {"pending": "run/.config.yaml.tmp-1-1"},
+               {"ready": "run/.config.yaml.tmp-1-1", "sha256": "enter:" + hashlib.sha256(new.encode()).hexdigest()}]
+    (tmp_path / ".run.nexus-lock").write_text("".join(json.dumps(x) + "\n" for x in journal))
+    assert main(["train", *MICRO, "--out", str(run), "--overwrite"]) == 0
+    assert not (tmp_path / ".run.nexus-lock").exists() and "# rewritten" not in (run / "config.yaml").read_text()

@@ -32,8 +32,8 @@ from .config import ConfigError
 from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
-from .outdir.manifest import (MARKER, entry_unchanged, manifest_of_tree, ownership_problems, read_manifest,
-                              record, sha256_of, write_manifest)
+from .outdir.manifest import (entry_unchanged, holds_recorded_output, manifest_of_tree, output_hash, ownership_problems,
+                              read_manifest, record, write_manifest)
 
 
 def fsync_tree(root: Path) -> None:
@@ -152,12 +152,6 @@ def recover_recorded(lock: OutputLock) -> list[str]:
     return actions
 
 
-def output_hash(path: Path) -> str:
-    """What a `ready` journal line records: a file's sha256, or a folder output's own manifest's (which
-    lists the sha256 of every file in it)."""
-    return sha256_of(path / MARKER if path.is_dir() else path)
-
-
 def _ready_hash(path: Path, enter: bool) -> str:
     return ("enter:" if enter else "") + output_hash(path)
 
@@ -166,15 +160,9 @@ def enter_completed(final: Path, ready: str) -> bool:
     """After a kill: `final` holds the output whose hash the journal recorded (`ready`, prefixed with
     `enter:` when its writer enters it in the folder's manifest). Enter it there if so; whether it was
     nexus's completed rename."""
-    enter, digest = ready.startswith("enter:"), ready.removeprefix("enter:")
-    if final.is_symlink() or not (final.is_dir() or final.is_file()):
+    if not holds_recorded_output(final, ready):
         return False
-    try:
-        if output_hash(final) != digest:
-            return False
-    except OSError:
-        return False
-    if enter:
+    if ready.startswith("enter:"):
         enter_in_folder(final)
     return True
 

@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from ..config import ConfigError
-from .lock import check_lock_file, confined_pending, holder_alive, lock_file, read_lock
-from .manifest import dead_manifest_temporary, ownership_problems, read_manifest
+from .lock import SIDE, check_lock_file, confined_pending, holder_alive, lock_file, read_journal
+from .manifest import dead_manifest_temporary, holds_recorded_output, ownership_problems, read_manifest
 
 CHECKPOINT = "checkpoint"  # model.safetensors + config.json + meta.json (train, grow, import)
 TRAIN_RUN = "train run"  # a `nexus train` output directory (metrics.jsonl, step_*/, checkpoint/)
@@ -68,14 +68,15 @@ def is_inside(path, other) -> bool:
 
 
 def recorded_temporaries(p: Path, flag: str = "--out") -> set[str]:
-    """Names below `p` that a dead writer of `p` recorded in its lock (recovered once the lock is taken).
-    A lock name holding something else, or a journal naming a path that is no temporary of `p`, is
-    refused (one line)."""
+    """Names below `p` that a dead writer of `p` recorded in its lock (recovered once the lock is taken):
+    its temporaries, and the outputs it renamed into place but was killed before entering in the manifest
+    (the journal's `ready` hash proves them). A lock name holding something else, or a journal naming a
+    path that is no temporary of `p`, is refused (one line)."""
     lf = lock_file(p)
     if not (lf.exists() or lf.is_symlink()):
         return set()
     check_lock_file(lf, flag, p)
-    holder, pending = read_lock(lf)
+    holder, pending, ready = read_journal(lf)
     if holder_alive(holder) is not False:
         return set()
     out = set()
@@ -83,6 +84,9 @@ def recorded_temporaries(p: Path, flag: str = "--out") -> set[str]:
         q = lf.parent / rel
         if p in q.parents:
             out.add(q.relative_to(p).as_posix())
+            final = q.parent / SIDE.match(q.name)["name"]
+            if rel in ready and not (q.exists() or q.is_symlink()) and holds_recorded_output(final, ready[rel]):
+                out.add(final.relative_to(p).as_posix())
     return out
 
 

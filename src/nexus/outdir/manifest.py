@@ -155,6 +155,23 @@ def write_manifest(directory, manifest: dict, durable: bool = True) -> None:
     os.replace(tmp, d / MARKER)
 
 
+def output_hash(path: Path) -> str:
+    """What a lock journal's `ready` line records: a file's sha256, or a folder output's own manifest's
+    (which lists the sha256 of every file in it)."""
+    return sha256_of(path / MARKER if path.is_dir() else path)
+
+
+def holds_recorded_output(final: Path, ready: str) -> bool:
+    """Whether `final` holds the output a journal's `ready` line recorded (`ready`: its hash, prefixed with
+    `enter:` when the writer enters it in its folder's manifest): nexus's rename completed before a kill."""
+    if final.is_symlink() or not (final.is_dir() or final.is_file()):
+        return False
+    try:
+        return output_hash(final) == ready.removeprefix("enter:")
+    except OSError:
+        return False
+
+
 def file_entry(path: Path, grows: bool = False, sha256: str | None = None) -> dict:
     entry = {"size": path.stat().st_size, "sha256": sha256 or sha256_of(path)}
     if grows:
@@ -305,6 +322,8 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     problems = []
     for rel, entry in sorted(listed.items()):
         p = d / rel
+        if rel in ignore:
+            continue
         if is_library(entry) and p.is_dir() and not through_symlink(d, rel):
             problems += [(f"{rel}/{inner}", why) for inner, why in library_problems(p, entry)]
         elif through_symlink(d, rel) or (p.exists() and not entry_unchanged(p, entry)):
