@@ -61,8 +61,12 @@ class Result:
     seconds: float
 
 
+SHARED_CACHE: list[Path] = []  # the tokenized corpus cache every case reads (built once, by the templates)
+
+
 def nexus_env(ws: Path, extra: dict | None = None) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", NEXUS_CACHE=str(ws / ".cache"),
+    cache = SHARED_CACHE[0] if SHARED_CACHE else ws / ".cache"
+    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", NEXUS_CACHE=str(cache),
                HF_HUB_OFFLINE="1", WANDB_MODE="offline", ADVERSARIAL_CASE=str(ws), PYTHONUNBUFFERED="1")
     for k in ("NEXUS_CRASH_AT", "NEXUS_CRASH_TRACE"):
         env.pop(k, None)
@@ -848,10 +852,12 @@ def main(argv=None) -> int:
         return not args.only or fnmatch.fnmatch(name, args.only) or args.only in name
 
     work = Path(tempfile.mkdtemp(prefix="nexus-adversarial-"))
+    # one corpus cache for all: the embedded corpus is tokenized once (the `prepare` scenario kills that)
+    SHARED_CACHE.append(work / "cache")
     started = time.monotonic()
     try:
         kill_wanted = any(wanted(f"kill-{sc}-at-x") for sc in SCENARIOS) or (args.only or "").startswith("kill")
-        need = {t for c in cases if wanted(c.name) for t in c.templates}
+        need = {"run"} | {t for c in cases if wanted(c.name) for t in c.templates}  # "run" also warms the cache
         if kill_wanted:
             need |= {t for tmpl, *_ in SCENARIOS.values() for t in tmpl}
         templates = build_templates(need, work)
