@@ -97,7 +97,7 @@ def test_only_the_manifests_own_temporary_is_removed_never_a_users_file_of_that_
     import subprocess
 
     from nexus.outdir.manifest import new_manifest, write_manifest
-    from nexus.train.run_dir import remove_dead_manifest_temporaries
+    from nexus.outdir.manifest import remove_dead_manifest_temporaries
 
     dead = []
     for _ in range(2):  # two pids no process has now
@@ -215,3 +215,36 @@ def test_overwrite_killed_between_a_rename_and_its_manifest_entry_is_finished_by
     (tmp_path / ".run.nexus-lock").write_text("".join(json.dumps(x) + "\n" for x in journal))
     assert main(["train", *MICRO, "--out", str(run), "--overwrite"]) == 0
     assert not (tmp_path / ".run.nexus-lock").exists() and "# rewritten" not in (run / "config.yaml").read_text()
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+PREP = ["data", "prepare", "embedded", "--tokenizer", "byte", "--num-proc", "1", "--quiet"]
+
+
+def test_a_prepare_killed_mid_manifest_write_or_after_its_last_rename_is_settled_by_the_same_command(tmp_path):
+    """Killed at `manifest-before-rename` (a .nexus-run temporary left) or at
+    `file-after-rename@manifest.json` (the state file left, the shards not yet entered): the same command
+    finds the corpus finished and leaves it as a whole run leaves it."""
+    from nexus.cli import main
+    from nexus.data.prepare import STATE
+
+    out = tmp_path / "prep"
+    assert main([*PREP, "--out", str(out)]) == 0
+    whole = read_manifest(out)["files"]
+    tmp = out / f".nexus-run.tmp-{_dead_pid()}"
+    tmp.write_bytes((out / MARKER).read_bytes())
+    fp = json.loads((out / "manifest.json").read_text())["fingerprint"]
+    (out / STATE).write_text(json.dumps({"fingerprint": fp, "done": {}}))
+    m = json.loads((out / MARKER).read_text())
+    m["files"] = {k: v for k, v in m["files"].items() if not k.endswith(".bin") and k != "manifest.json"}
+    (out / MARKER).write_text(json.dumps(m))
+    assert main([*PREP, "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [MARKER]
+    assert read_manifest(out)["files"] == whole

@@ -33,7 +33,7 @@ from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
 from .outdir.manifest import (entry_unchanged, holds_recorded_output, manifest_of_tree, output_hash, ownership_problems,
-                              read_manifest, record, write_manifest)
+                              read_manifest, record, remove_dead_manifest_temporaries, write_manifest)
 
 
 def fsync_tree(root: Path) -> None:
@@ -217,6 +217,8 @@ def guard_output(path, kind: str, **check):
         notes = [lk.note] if lk.note else []
         if lk.taken_over:
             notes += recover_recorded(lk)
+        if lk.parent is None:
+            notes += remove_dead_manifest_temporaries(Path(path))
         for note in notes:
             print(f"nexus: note: {note}", file=sys.stderr)
         check_output(path, kind, **check)

@@ -43,7 +43,7 @@ def run(args, extra) -> int:
     from ..atomic import guard_output
     from ..config import ConfigError, DataConfig
     from ..data.loader import default_num_proc
-    from ..data.prepare import fingerprint, prepare
+    from ..data.prepare import fingerprint, prepare, settle_finished
     from ..data.sources import resolve_source
     from ..outdir import PREPARED, check_output
 
@@ -78,6 +78,7 @@ def run(args, extra) -> int:
     with guard_output(out, PREPARED, resume=True, sources=source.all_files):
         done = _already_prepared(out, fingerprint(source, cfg, tok, args.shard_mb << 20))
         if done is not None:
+            settle_finished(out, done, mark_output=True)
             tot, files = done["tokens"], sum(len(v) for v in done["shards"].values())
             print(f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
                   f"tokens, {files} shard files); nothing to do", file=sys.stderr)

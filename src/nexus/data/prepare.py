@@ -96,6 +96,7 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
                               "was prepared with)")
         bad = shard_problems(out, [e for s in SPLITS for e in m["shards"][s]], m["dtype"])
         if not bad:
+            settle_finished(out, m, mark_output)
             return m
         _refuse_changed(out, bad)
         # only missing shards: redo exactly those (shards are deterministic given the fingerprint)
@@ -192,6 +193,27 @@ def _done_from_manifest(m: dict, drop: set[str]) -> dict[int, dict]:
             done.setdefault(idx, {"chars": 0, "train": None, "val": None})[split] = e
     lost = {i for i, res in done.items() if any(res[s] and {res[s]["file"], res[s].get("mask")} & drop for s in SPLITS)}
     return {i: res for i, res in done.items() if i not in lost}
+
+
+def settle_finished(out: Path, manifest: dict, mark_output: bool) -> None:
+    """A finished directory whose last steps a kill cut off (after manifest.json's rename): its state file,
+    proven this corpus's by its fingerprint, is removed, and the shards and manifest.json (whose bytes
+    manifest.json's hashes and the shard check just proved) are entered in the output's manifest."""
+    state_path = out / STATE
+    try:
+        if json.loads(state_path.read_text()).get("fingerprint") == manifest.get("fingerprint"):
+            state_path.unlink()
+    except (OSError, ValueError, AttributeError, RecursionError):
+        pass  # none, or not this corpus's: left where it is
+    if mark_output:
+        from ..outdir.manifest import read_manifest as read_ownership
+        from ..outdir.manifest import record
+
+        listed = (read_ownership(out) or {"files": {}})["files"]
+        written = [e[k] for s in SPLITS for e in manifest["shards"][s] for k in ("file", "mask") if e.get(k)]
+        missing = [n for n in (*written, MANIFEST) if n not in listed]
+        if missing:
+            record(out, PREPARED, files=missing)
 
 
 def _finish(done: dict, idx: int, res: dict, fp: dict, state_path: Path, meter) -> None:

@@ -155,6 +155,18 @@ def write_manifest(directory, manifest: dict, durable: bool = True) -> None:
     os.replace(tmp, d / MARKER)
 
 
+def remove_dead_manifest_temporaries(out: Path) -> list[str]:
+    """The manifest's own temporary (`.nexus-run.tmp-PID`) left by a writer killed while replacing it:
+    removed once its process is gone (the manifest beside it is the previous whole one). Call it holding
+    the output's lock. Returns a line per file removed."""
+    notes = []
+    for p in sorted(Path(out).glob(f"{MARKER_TMP}*")) if Path(out).is_dir() else []:
+        if dead_manifest_temporary(p):
+            p.unlink()
+            notes.append(f"removed {p.name} left by an interrupted manifest update")
+    return notes
+
+
 def output_hash(path: Path) -> str:
     """What a lock journal's `ready` line records: a file's sha256, or a folder output's own manifest's
     (which lists the sha256 of every file in it)."""

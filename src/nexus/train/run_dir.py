@@ -20,8 +20,8 @@ from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_man
 from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
-from ..outdir.manifest import (MARKER_TMP, entry_unchanged, is_library, library_file_owned, library_problems,
-                               dead_manifest_temporary, through_symlink)
+from ..outdir.manifest import (entry_unchanged, is_library, library_file_owned, library_problems,
+                               remove_dead_manifest_temporaries, through_symlink)
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
@@ -87,17 +87,6 @@ def run_lock(out_dir, flag: str = "--out"):
     if lk.parent is None:
         lk.notes += remove_dead_manifest_temporaries(out)
     return lk
-
-
-def remove_dead_manifest_temporaries(out: Path) -> list[str]:
-    """The manifest's own temporary (`.nexus-run.tmp-PID`, nexus.outdir.manifest) left by a writer killed
-    while replacing it: removed once its process is gone (the manifest beside it is the previous whole one)."""
-    notes = []
-    for p in sorted(out.glob(f"{MARKER_TMP}*")) if out.is_dir() else []:
-        if dead_manifest_temporary(p):
-            p.unlink()
-            notes.append(f"removed {p.name} left by an interrupted manifest update")
-    return notes
 
 
 def check_in_place(out_dir, flag: str = "--out", log_to=()) -> None:
