@@ -30,6 +30,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -736,6 +737,7 @@ def classify(c: Case, results: list[Result], lost: list[str], extra: str | None)
             problems.append(f"{tag} traceback: {last[0][:160]}")
             continue
         if want == "killed":
+            refused = True  # continued after a kill: a recovery
             if r.rc != 137:
                 problems.append(f"{tag} was not killed at its crash point (rc {r.rc})")
             continue
@@ -884,7 +886,11 @@ def main(argv=None) -> int:
     summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": git,
                "command": "python tools/adversarial.py" + (f" --only {args.only!r}" if args.only else ""),
                "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cases": len(rows), "counts": counts,
-               "unreached_crash_points": sorted(unreached), "seconds": round(time.monotonic() - started), "results": rows}
+               "unreached_crash_points": sorted(unreached), "seconds": round(time.monotonic() - started),
+               # CPU time of every nexus process the pass ran: the cost on an idle machine, whatever the load
+               "child_cpu_seconds": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                                          + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime),
+               "results": rows}
     Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\n{'group':18}{'valid':>7}{'clean':>7}{'unclean':>9}{'loss':>6}{'other':>7}")
     for g in dict.fromkeys(r["group"] for r in rows):
@@ -892,7 +898,8 @@ def main(argv=None) -> int:
         n = {v: sum(r["verdict"] == v for r in rs) for v in ("valid", "clean", "unclean", "loss")}
         print(f"{g:18}{n['valid']:7}{n['clean']:7}{n['unclean']:9}{n['loss']:6}{len(rs) - sum(n.values()):7}")
     print(f"{'total':18}{counts['valid']:7}{counts['clean']:7}{counts['unclean']:9}{counts['loss']:6}"
-          f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, commit {git}, "
+          f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, {summary['child_cpu_seconds']} s of "
+          f"CPU, commit {git}, "
           f"cpu {summary['cpu_capability']}) -> {args.json}")
     if unreached:
         print(f"crash points no scenario reaches: {sorted(unreached)}")
