@@ -600,10 +600,11 @@ def _disk_cases():
          teardown=lambda ws: _umount(ws / "ro"), needs=can_mount)
     case("immutable-config-yaml-overwrite", "read-only", ["run"], [Step(OVERWRITE), Step(RESUME)],
          lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "config.yaml")], check=True),
-         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "config.yaml")]), needs=can_chattr)
+         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "config.yaml")], capture_output=True),
+         needs=can_chattr)
     case("immutable-step-checkpoint-prune", "read-only", ["run"], [Step(RESUME)],
          lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "step_0000001" / "meta.json")], check=True),
-         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "step_0000001" / "meta.json")]),
+         teardown=lambda ws: subprocess.run(["chattr", "-R", "-i", str(ws / "run")], capture_output=True),
          needs=can_chattr)
 
 
