@@ -256,3 +256,54 @@ def test_resume_config_applies_amend_last_and_takes_the_launched_world_only_when
     with pytest.raises(ConfigError, match="world size 1 -> 2"):
         resume_config(checkpoint)
     assert resume_config(checkpoint, world=1)[1] == []  # ... a world given explicitly wins
+
+
+@pytest.fixture(scope="module")
+def grown(checkpoint, tmp_path_factory):
+    """The step-2 checkpoint grown in width (no probe verification: ~1 s): a grown checkpoint's resume path."""
+    from nexus.growth import grow_checkpoint
+
+    out = tmp_path_factory.mktemp("grown") / "ck"
+    grow_checkpoint(checkpoint, out, {"family": "width", "hidden": 64, "init": "copy,copy"}, probe_verify=False)
+    return out
+
+
+def test_a_grown_checkpoint_trained_further_re_plans_its_schedule_and_records_where(grown):
+    from nexus.checkpoint import read_config
+    from nexus.train.resume import resume_config
+
+    stored = read_config(grown)
+    assert stored.growth_history[-1]["step"] == 2 and stored.train.steps == 4 and not stored.train.schedule_steps
+    cfg, notes = resume_config(grown, ["--train.steps", "8"], world=1)
+    assert notes[0] == "resumed with train.steps 4 -> 8"
+    assert notes[1].startswith("train.steps 4 -> 8 on a grown checkpoint: the LR schedule is re-planned over 8 steps")
+    assert not cfg.train.schedule_steps and cfg.train.steps == 8  # the horizon follows the new train.steps
+    # the newest growth record says where the horizon changed and from what (the step-2 checkpoint, horizon 4)
+    assert cfg.growth_history[-1]["lr_replan"] == {"step": 2, "horizon_before": 4}
+    assert cfg.growth_history[:-1] == stored.growth_history[:-1]
+    assert "lr_replan" not in read_config(grown).growth_history[-1]  # the checkpoint itself is not touched
+
+
+def test_a_grown_checkpoint_resumed_unchanged_records_no_replan(grown):
+    from nexus.train.resume import resume_config
+
+    cfg, notes = resume_config(grown, world=1)
+    assert notes == [] and "lr_replan" not in cfg.growth_history[-1]
+
+
+def test_a_checkpoint_that_was_not_grown_keeps_its_horizon_when_trained_further(checkpoint):
+    from nexus.train.resume import resume_config
+
+    cfg, notes = resume_config(checkpoint, ["--train.steps", "8"], world=1)
+    assert notes[1] == "train.steps 4 -> 8: the LR schedule keeps its horizon of 4 steps (set --train.schedule_steps " \
+                       "to re-plan it)"
+    assert cfg.train.schedule_steps == 4 and cfg.growth_history == []
+
+
+def test_a_grown_checkpoint_with_nothing_left_to_train_is_refused_under_the_resume_flag(grown):
+    from nexus.train.resume import resume_config
+
+    with pytest.raises(ConfigError) as e:
+        resume_config(grown, ["--train.steps", "2"], world=1, flag="--init")
+    assert str(e.value).startswith(f"--init={str(grown)!r}: the checkpoint was grown at step 2 and train.steps is 2: "
+                                   "nothing left to train (valid: --train.steps N with N > 2;")
