@@ -37,7 +37,7 @@ def owned(d: Path, files: dict[str, bytes], kind: str = "train run") -> Path:
 
 
 # ----------------------------------------------------------------------------- hashes
-@pytest.mark.parametrize("limit", [None, 0, 5, (1 << 20) - 3, (1 << 20) + 7, 3 << 20, 10 << 20])
+@pytest.mark.parametrize("limit", [None, 0, 1, 5, (1 << 20) - 3, (1 << 20) + 1, (1 << 20) + 7, 3 << 20, 10 << 20])
 def test_sha256_of_hashes_the_whole_file_or_exactly_its_first_bytes(tmp_path, limit):
     data = os.urandom((3 << 20) + 11)  # more than one 1 MiB block
     p = put(tmp_path / "f", data)
@@ -302,3 +302,14 @@ def test_a_listed_folder_of_files_is_not_itself_a_problem_but_an_unlisted_file_i
     put(d / "a" / "b" / "mine.txt", b"m")
     put(d / "a" / "other" / "x", b"x")
     assert ownership_problems(d) == [("a/b/mine.txt", "not written by nexus"), ("a/other", "not written by nexus")]
+
+
+def test_an_entry_that_is_no_record_or_a_file_turned_folder_is_changed_and_what_the_folder_holds_is_named(tmp_path):
+    d = owned(tmp_path / "run", {"a.txt": b"a"})
+    m = read_manifest(d)
+    m["files"]["junk"] = "not an entry"  # a hand-edited manifest: never proof
+    write_manifest(d, m)
+    put(d / "junk", b"x")
+    (d / "a.txt").unlink()
+    put(d / "a.txt" / "inside", b"the user's")  # a listed file's name now a folder of the user's files
+    assert ownership_problems(d) == [("a.txt", "changed"), ("junk", "changed"), ("a.txt/inside", "not written by nexus")]

@@ -100,9 +100,9 @@ class ManifestError(ConfigError):
 def confined_name(rel) -> bool:
     """Whether `rel` is a plain relative path that stays inside the directory it is relative to:
     no absolute path, no `..` or `.` part, no empty part, not the manifest itself."""
-    if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/"):
+    if not isinstance(rel, str) or not rel or "\0" in rel:
         return False
-    parts = rel.split("/")
+    parts = rel.split("/")  # an absolute path's first part is empty
     # a name longer than any filesystem allows is none nexus wrote (and os.lstat on it raises ENAMETOOLONG)
     return all(part not in ("", ".", "..") and len(os.fsencode(part)) <= 255 for part in parts) and rel != MARKER
 
@@ -341,8 +341,7 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
         elif through_symlink(d, rel) or (p.exists() and not entry_unchanged(p, entry)):
             problems.append((rel, "changed"))
     covered = {rel for rel, e in listed.items() if isinstance(e, dict) and e.get("dir")}
-    parents = {Path(rel).parent.as_posix() for rel in listed}
-    parents |= {q.as_posix() for rel in listed for q in Path(rel).parents}
+    parents = {q.as_posix() for rel in listed for q in Path(rel).parents}  # every folder above a listed name
     skip = set(covered) | set(ignore)  # folders whose contents are accounted for (or reported) as a whole
     for p in sorted(d.rglob("*")):
         rel = p.relative_to(d).as_posix()
