@@ -355,3 +355,124 @@ def test_only_a_dead_nexus_holders_own_lock_temporary_is_removed(tmp_path, child
     lock._remove_dead_lock_temporaries(lf)
     assert not dead.exists() and all(p.is_file() for p in keep)
     assert (tmp_path / f"{lf.name}.tmp-{DEAD + 4}").is_dir() and (tmp_path / f"{lf.name}.tmp-{DEAD + 5}").is_symlink()
+
+
+# ----------------------------------------------------------------------------- after the first mutation run
+def test_a_torn_line_mid_journal_is_skipped_and_a_done_name_recorded_again_is_not_ready(tmp_path):
+    lf = write_lines(tmp_path / "lk", {"pid": 5, "host": "h"}, {"pending": "a"}, raw='{"ready": "a", "sha2\n')
+    with open(lf, "a") as f:  # records after a torn line (a kill mid-append, then a taker's lines) still count
+        f.write("".join(json.dumps(r) + "\n" for r in [{"ready": "a", "sha256": "h1"}, {"done": "a"}, {"pending": "a"},
+                                                         {"pending": "b"}]))
+    assert read_journal(lf) == ({"pid": 5, "host": "h"}, ["a", "b"], {})  # a's second life was never complete
+
+
+def test_the_refusal_names_the_default_flag(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ConfigError) as e:
+        confined_pending(tmp_path / "out", tmp_path, ["../x"], tmp_path / "lk")
+    assert str(e.value).startswith(f"--out={str(tmp_path / 'out')!r}: the lock {str(tmp_path / 'lk')!r} records '../x'")
+
+
+def test_refusals_while_taking_a_lock_name_the_callers_flag_and_the_lock(tmp_path):
+    out = tmp_path / "run"
+    lock_file(out).mkdir()
+    with pytest.raises(ConfigError) as e:
+        acquire_output_lock(out, "--save")
+    assert str(e.value).startswith(f"--save={str(out)!r}: its lock name {str(lock_file(out))!r} is a folder")
+    lock_file(out).rmdir()
+    lf = write_lines(lock_file(out), {"pid": DEAD, "host": HOST}, {"pending": "../VB13/.photos.del-1-1"})
+    with pytest.raises(ConfigError) as e:
+        acquire_output_lock(out, "--save")
+    assert str(e.value).startswith(f"--save={str(out)!r}: the lock {str(lf)!r} records '../VB13/.photos.del-1-1', which")
+
+
+def test_checking_a_holder_sends_it_no_signal(tmp_path):
+    code = ("import signal, sys\n"
+            "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):\n"
+            "    signal.signal(s, lambda n, f: sys.exit(100 + n))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"ready\n"  # its handlers are in place
+        assert holder_alive({"pid": p.pid, "host": HOST, "proc_start": lock._proc_start(p.pid)}) is True
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(timeout=0.5)  # still running: a probe only asks whether the pid exists
+    finally:
+        p.stdin.close()
+        p.wait()
+    assert p.returncode == 0
+
+
+def test_a_nested_lock_took_nothing_over_and_made_no_folders(tmp_path):
+    out = tmp_path / "run"
+    with acquire_output_lock(out) as outer:
+        inner = acquire_output_lock(out / "step_1")
+        assert (inner.taken_over, inner.taken_ready, inner.created, inner.note) == ([], {}, [], "")
+        assert outer.created == []
+
+
+def test_releasing_twice_or_after_the_lock_file_was_removed_is_harmless(tmp_path):
+    out = tmp_path / "run"
+    lk = acquire_output_lock(out)
+    lk.file.unlink()  # removed by hand while held
+    lk.release()
+    lk.release()
+    assert held_lock(out) is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_taken_over_twice_in_a_row_carries_both_dead_holders_records(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real, calls = lock._create_whole, []
+
+    def create_whole(lf, lines):
+        calls.append(lines[1:])
+        if len(calls) <= 2:  # a dead holder's lock stands in the way, twice (each taken over in turn)
+            write_lines(lf, {"pid": DEAD + len(calls), "host": HOST}, {"pending": f"run/.f{len(calls)}.tmp-1-2"},
+                        {"ready": f"run/.f{len(calls)}.tmp-1-2", "sha256": f"h{len(calls)}"})
+            return False
+        return real(lf, lines)
+
+    monkeypatch.setattr(lock, "_create_whole", create_whole)
+    with acquire_output_lock(out) as lk:
+        assert lk.taken_over == ["run/.f1.tmp-1-2", "run/.f2.tmp-1-2"]
+        assert lk.taken_ready == {"run/.f1.tmp-1-2": "h1", "run/.f2.tmp-1-2": "h2"}
+        assert read_journal(lk.file)[1:] == (lk.taken_over, lk.taken_ready)  # still recorded until recovered
+        assert calls[1] == [{"pending": "run/.f1.tmp-1-2"}, {"ready": "run/.f1.tmp-1-2", "sha256": "h1"}]
+        assert f"pid {DEAD + 2}" in lk.note
+
+
+def test_the_lock_file_made_without_hard_links_is_never_executable(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock.os, "link", lambda src, dst: (_ for _ in ()).throw(OSError(1, "no links")))
+    old = os.umask(0)
+    try:
+        assert lock._create_whole(tmp_path / ".x.nexus-lock", [{"pid": 1, "host": "h"}])
+    finally:
+        os.umask(old)
+    assert (tmp_path / ".x.nexus-lock").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_dead_temporary_removed_by_another_taker_meanwhile_is_no_error(tmp_path, monkeypatch):
+    lf = tmp_path / ".x.nexus-lock"
+    t = write_lines(tmp_path / f"{lf.name}.tmp-{DEAD}", {"pid": DEAD, "host": HOST})
+
+    def gone_meanwhile(h):
+        t.unlink()  # another taker removed it between the check and the removal
+        return False
+
+    monkeypatch.setattr(lock, "holder_alive", gone_meanwhile)
+    lock._remove_dead_lock_temporaries(lf)
+    assert not t.exists()
+
+
+def test_every_dead_temporary_is_removed_whatever_the_folder_lists_first(tmp_path, monkeypatch):
+    lf = tmp_path / ".x.nexus-lock"
+    elsewhere = write_lines(tmp_path / "elsewhere", {"pid": DEAD + 9, "host": HOST})
+    link = tmp_path / f"{lf.name}.tmp-{DEAD + 9}"
+    link.symlink_to(elsewhere)  # a dead holder's line reached through a link: a link is never nexus's
+    skipped = [write_lines(tmp_path / f"{lf.name}.tmp-x{i}", {"pid": DEAD, "host": HOST}) for i in range(3)]
+    dead = write_lines(tmp_path / f"{lf.name}.tmp-{DEAD}", {"pid": DEAD, "host": HOST})
+    real_glob = Path.glob
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: sorted(real_glob(self, pattern), key=lambda p: p == dead))
+    lock._remove_dead_lock_temporaries(lf)
+    assert not dead.exists() and link.is_symlink() and elsewhere.is_file() and all(p.is_file() for p in skipped)
