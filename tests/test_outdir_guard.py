@@ -126,7 +126,8 @@ def test_an_output_of_the_same_kind_is_replaced_or_continued_only_when_asked(tmp
         f"--save={str(out)!r} already holds a nexus train run output (valid: another --save, or --overwrite to replace it)")
     assert check_output(out, TRAIN_RUN, overwrite=True) == out and check_output(out, TRAIN_RUN, resume=True) == out
     (out / "mine.txt").write_text("x")
-    assert "'mine.txt' was not written by nexus" in refusal(check_output, out, TRAIN_RUN, overwrite=True)
+    assert refusal(check_output, out, TRAIN_RUN, overwrite=True, flag="--save").startswith(
+        f"--save={str(out)!r}: 'mine.txt' was not written by nexus")
     assert check_output(out, TRAIN_RUN, resume=True) == out  # continuing in place deletes nothing
 
 
@@ -153,12 +154,13 @@ def test_a_run_from_before_manifests_is_told_how_to_continue_in_a_new_folder(tmp
     hint = f"; if it is a run from a nexus release before manifests, continue it in a new folder: --resume " \
            f"{old / 'checkpoint'} --out NEW_DIR"
     assert refusal(check_output, old, TRAIN_RUN, resume=True).endswith(hint)
-    assert not refusal(check_output, old, CHECKPOINT, resume=True).endswith(hint)  # only a train run has one
+    plain = "nexus never replaces what it did not write)"
+    assert refusal(check_output, old, CHECKPOINT, resume=True).endswith(plain)  # only a train run has a hint
     (old / "checkpoint" / "meta.json").unlink()
-    assert not refusal(check_output, old, TRAIN_RUN, resume=True).endswith(hint)
+    assert refusal(check_output, old, TRAIN_RUN, resume=True).endswith(plain)
     (old / "checkpoint" / "meta.json").write_text("{}")
     write_marker(old, ANALYSIS)  # a nexus output of another kind: no hint either
-    assert not refusal(check_output, old, TRAIN_RUN, resume=True).endswith(hint)
+    assert refusal(check_output, old, TRAIN_RUN, resume=True).endswith(plain)
 
 
 def test_an_output_inside_a_source_or_holding_one_is_refused(tmp_path):
@@ -192,14 +194,16 @@ def test_claim_directory_creates_the_output_with_a_manifest_of_its_kind_and_keep
 
 # ----------------------------------------------------------------------------- where nexus may write
 def test_the_filesystem_of_a_path_is_that_of_the_longest_mount_point_above_it(monkeypatch):
-    mounts = ("rootfs / ext4 rw 0 0\nsrv /data nfs rw 0 0\nx /data/deep xfs rw 0 0\nshm /data\\040x tmpfs rw 0 0\n"
-              "short\n")
+    mounts = ("short\nrootfs / ext4 rw 0 0\nsrv /data nfs rw 0 0\nx /data/deep xfs rw 0 0\nshm /data\\040x tmpfs rw 0 0\n"
+              "three /three btrfs\n")  # a line of fewer than 3 fields says nothing; 3 are enough
     real = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: mounts if str(self) == "/proc/self/mounts"
                         else real(self, *a, **k))
     fs = guard._filesystem_type
-    assert [fs(Path(p)) for p in ("/data/deep/f", "/data/deeper", "/data", "/data x/f", "/other", "/")] == [
-        "xfs", "nfs", "nfs", "tmpfs", "ext4", "ext4"]
+    assert [fs(Path(p)) for p in ("/data/deep/f", "/data/deeper", "/data", "/data x/f", "/other", "/", "/three/a")] == [
+        "xfs", "nfs", "nfs", "tmpfs", "ext4", "ext4", "btrfs"]
+    mounts += "ram /data tmpfs rw 0 0\n"  # mounted over /data later: the nfs below it is hidden
+    assert fs(Path("/data/f")) == "tmpfs" and fs(Path("/data/deep/f")) == "xfs"
 
     def unreadable(self, *a, **k):
         raise PermissionError(self)
@@ -216,6 +220,8 @@ def test_the_kernels_own_filesystems_are_refused_and_a_ram_disk_is_not(tmp_path,
     assert "kernel filesystem proc/sys" in refusal(check_usable, Path("/sys/kernel/x"), "--save")
     assert "kernel filesystem proc/sys" in refusal(check_usable, Path("/proc"))
     check_usable(tmp_path / "out")
+    monkeypatch.undo()
+    assert "kernel filesystem proc " in refusal(check_usable, Path("/proc"))  # the mount point itself
     monkeypatch.setattr(guard, "_filesystem_type", lambda p: "tmpfs")
     check_usable(tmp_path / "out")
 
@@ -284,3 +290,55 @@ def test_writability_is_tried_in_the_output_and_in_the_nearest_existing_folder_a
         f"--save={str(tmp_path / 'ro' / 'new')!r}: cannot write in {str(tmp_path / 'ro')!r} (Read-only file system) "
         "(valid: a writable directory)")
     assert list((tmp_path / "out").iterdir()) == []  # the probe is removed again
+
+
+# ----------------------------------------------------------------------------- after the first mutation run
+def test_an_unusable_path_is_refused_under_the_callers_flag(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert refusal(check_output, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(f"--save={str(tmp_path / 'f')!r} is a file")
+    assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(f"--save=")
+    assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN).startswith(f"--out={str(tmp_path / 'f')!r} is a file")
+
+
+def test_claim_directory_replaces_or_continues_an_output_only_when_asked(tmp_path):
+    out = output(tmp_path / "run", TRAIN_RUN, **{"config.yaml": "a"})
+    assert refusal(claim_directory, out, TRAIN_RUN) == (f"--out={str(out)!r} already holds a nexus train run output "
+                                                        "(valid: another --out, or --overwrite to replace it)")
+    assert claim_directory(out, TRAIN_RUN, overwrite=True) == out
+    (out / "mine.txt").write_text("x")
+    assert "'mine.txt' was not written by nexus" in refusal(claim_directory, out, TRAIN_RUN, overwrite=True)
+    assert claim_directory(out, TRAIN_RUN, resume=True) == out and (out / "mine.txt").is_file()
+
+
+def test_a_dead_writers_lock_is_refused_under_the_callers_flag_naming_the_lock(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    lock_file(out).mkdir()
+    assert refusal(recorded_temporaries, out) == (
+        f"--out={str(out)!r}: its lock name {str(lock_file(out))!r} is a folder (valid: move it away, or another output "
+        "path; nexus never deletes what it did not write)")
+    lock_file(out).rmdir()
+    dead_lock(out, "../x/.y.tmp-1-2")
+    assert refusal(recorded_temporaries, out, "--save").startswith(
+        f"--save={str(out)!r}: the lock {str(lock_file(out))!r} records '../x/.y.tmp-1-2'")
+
+
+def test_paths_are_refused_from_linuxs_path_max_of_4096_bytes_on(tmp_path):
+    base = tmp_path.resolve()
+    room = 4095 - len(os.fsencode(str(base))) - 1  # a 4095-byte path: the longest one with its terminating NUL
+    names, left = [], room
+    while left > 0:
+        n = min(200, left - 1 if left > 200 else left)  # each part plus its "/" separator
+        names.append("p" * n)
+        left -= n + (1 if left > n else 0)
+    longest = base.joinpath(*names)
+    assert len(os.fsencode(str(longest))) == 4095
+    check_usable(longest)
+    assert refusal(check_usable, Path(str(longest) + "q")).endswith("is too long for the filesystem (valid: a shorter path)")
+
+
+def test_a_probe_left_by_a_kill_is_a_hidden_folder_named_for_nexus(tmp_path, monkeypatch):
+    removed, real_rmdir = [], os.rmdir
+    monkeypatch.setattr(guard.os, "rmdir", lambda d: (removed.append(Path(d).name), real_rmdir(d)))
+    check_usable(tmp_path / "new")
+    assert len(removed) == 1 and removed[0].startswith(".nexus-probe-")

@@ -162,7 +162,8 @@ def write_marker(directory, kind: str) -> None:
 
 
 def _filesystem_type(path: Path) -> str | None:
-    """fstype of the mount holding `path` (longest mount point above it), from /proc/self/mounts."""
+    """fstype of the mount holding `path` (longest mount point above it), from /proc/self/mounts. Of two
+    mounts on one point the later line wins: it was mounted over the other, which is hidden."""
     try:
         lines = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
@@ -173,7 +174,7 @@ def _filesystem_type(path: Path) -> str | None:
         if len(parts) < 3:
             continue
         mnt = parts[1].replace("\\040", " ")
-        if (path == Path(mnt) or Path(mnt) in path.parents) and len(mnt) > best:
+        if (path == Path(mnt) or Path(mnt) in path.parents) and len(mnt) >= best:
             best, fstype = len(mnt), parts[2]
     return fstype
 
@@ -217,7 +218,7 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
     ancestor = resolved.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
-    fstype = _filesystem_type(resolved if resolved.exists() else ancestor)
+    fstype = _filesystem_type(resolved)  # a path not there yet lies on the mount of the folder above it
     if fstype in PSEUDO_FILESYSTEMS or (fstype is None and any(
             resolved == r or r in resolved.parents for r in _PSEUDO_FALLBACK)):
         raise ConfigError(f"{shown} is on the kernel filesystem {fstype or 'proc/sys'} (valid: a path on a disk or a "
