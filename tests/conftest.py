@@ -48,3 +48,15 @@ def builtin_growth_families(monkeypatch):
         growers.register(name)(R.GROWERS.get(name))
     monkeypatch.setattr(R, "GROWERS", growers)
     monkeypatch.setattr(S, "_SPECS", specs)
+
+
+@pytest.fixture
+def live_process():
+    """A live process other than this one, held open by its stdin (a lock holder that is still running)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    yield p
+    p.stdin.close()
+    p.wait()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -194,14 +192,6 @@ def _write_lock(target: Path, pid: int, host: str | None = None, proc_start: str
                              "proc_start": proc_start or _proc_start(pid), "started": "2026-01-01T00:00:00",
                              "command": "nexus train"}) + "\n")
     return f
-
-
-@pytest.fixture
-def live_process():
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    yield p
-    p.stdin.close()
-    p.wait()
 
 
 @pytest.mark.parametrize("cmd", ["train", "grow", "analyze"])

@@ -31,15 +31,6 @@ def write_lines(path: Path, *records, raw: str = "") -> Path:
     return path
 
 
-@pytest.fixture
-def child():
-    """A live process other than this one (its stdin holds it open)."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    yield p
-    p.stdin.close()
-    p.wait()
-
-
 @pytest.fixture(autouse=True)
 def no_held_locks():
     yield
@@ -79,11 +70,11 @@ def test_the_holder_line_names_this_process_its_host_and_start_and_the_command(m
     assert lock._holder()["command"] == ("nexus " + "y" * 300)[:200]
 
 
-def test_a_holder_is_alive_only_as_the_same_process_on_this_host(child, monkeypatch):
+def test_a_holder_is_alive_only_as_the_same_process_on_this_host(live_process, monkeypatch):
     assert holder_alive(me()) is True
     assert holder_alive({**me(), "proc_start": None}) is True  # a holder written without its start time
     assert holder_alive({**me(), "proc_start": "1"}) is False  # the pid reused by another process
-    assert holder_alive({"pid": child.pid, "host": HOST, "proc_start": lock._proc_start(child.pid)}) is True
+    assert holder_alive({"pid": live_process.pid, "host": HOST, "proc_start": lock._proc_start(live_process.pid)}) is True
     assert holder_alive({"pid": DEAD, "host": HOST}) is False
     assert holder_alive({"pid": str(os.getpid()), "host": HOST}) is False
     assert holder_alive({"host": HOST}) is False
@@ -243,15 +234,15 @@ def test_the_folders_made_to_hold_a_lock_are_removed_again_when_left_empty(tmp_p
     assert out.is_dir()
 
 
-def test_a_lock_held_by_a_live_process_or_another_host_is_refused_and_left_as_it_was(tmp_path, child):
+def test_a_lock_held_by_a_live_process_or_another_host_is_refused_and_left_as_it_was(tmp_path, live_process):
     out = tmp_path / "sub" / "run"
     (tmp_path / "sub").mkdir()
-    lf = write_lines(lock_file(out), {"pid": child.pid, "host": HOST, "proc_start": lock._proc_start(child.pid),
+    lf = write_lines(lock_file(out), {"pid": live_process.pid, "host": HOST, "proc_start": lock._proc_start(live_process.pid),
                                       "started": "then", "command": "nexus train"})
     before = lf.read_text()
     with pytest.raises(ConfigError) as e:
         acquire_output_lock(out, "--save")
-    assert str(e.value) == (f"--save={str(out)!r} is being written by another nexus process: pid {child.pid} on host "
+    assert str(e.value) == (f"--save={str(out)!r} is being written by another nexus process: pid {live_process.pid} on host "
                             f"{HOST!r} since then (nexus train) (valid: wait for it to finish, or another output path)")
     assert lf.read_text() == before
     write_lines(lf, {"pid": 1, "host": "node-17.cluster", "started": "then"})
@@ -342,10 +333,10 @@ def test_without_hard_links_the_lock_is_still_created_only_where_the_name_is_fre
     assert sorted(p.name for p in tmp_path.iterdir()) == [lf.name]
 
 
-def test_only_a_dead_nexus_holders_own_lock_temporary_is_removed(tmp_path, child):
+def test_only_a_dead_nexus_holders_own_lock_temporary_is_removed(tmp_path, live_process):
     lf = tmp_path / ".x.nexus-lock"
     dead = write_lines(tmp_path / f"{lf.name}.tmp-{DEAD}", {"pid": DEAD, "host": HOST})
-    keep = [write_lines(tmp_path / f"{lf.name}.tmp-{child.pid}", {"pid": child.pid, "host": HOST}),  # alive
+    keep = [write_lines(tmp_path / f"{lf.name}.tmp-{live_process.pid}", {"pid": live_process.pid, "host": HOST}),  # alive
             write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 1}", {"pid": DEAD, "host": HOST}),  # another pid inside
             write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 2}", {"pid": DEAD + 2, "host": "node-17"}),  # another host
             write_lines(tmp_path / f"{lf.name}.tmp-x{DEAD}", {"pid": DEAD, "host": HOST}),  # not a pid
