@@ -189,3 +189,93 @@ def test_a_corpus_with_named_validation_files_records_its_split_by_file(tmp_path
     assert m["split"] == {"unit": "file", "val_files": [str(tmp_path / "val.txt")]}
     assert json.loads((tmp_path / "p" / "manifest.json").read_text())["split"] == m["split"]
     assert m["documents"]["val"] == 1
+
+
+# ----------------------------------------------------------------------------- a worker's start (in-process here)
+class Exited(Exception):
+    pass
+
+
+def _exit_raises(monkeypatch):
+    def fake_exit(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(P.os, "_exit", fake_exit)
+
+
+def _thread_runs_inline(monkeypatch, started):
+    class Inline:
+        def __init__(self, target, name, daemon):
+            started.append({"name": name, "daemon": daemon})
+            self.target = target
+
+        def start(self):
+            self.target()
+
+    monkeypatch.setattr(P.threading, "Thread", Inline)
+
+
+def test_a_worker_ends_the_moment_its_prepare_ends_watched_by_a_daemon_thread(monkeypatch):
+    import subprocess
+    import sys
+
+    started = []
+    _exit_raises(monkeypatch)
+    _thread_runs_inline(monkeypatch, started)
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    try:
+        with pytest.raises(Exited) as e:
+            P._die_with(p.pid)  # returns (here: raises) only once p has exited
+        assert e.value.args == (1,) and p.poll() == 0  # it had ended: its exit status is there to collect
+    finally:
+        p.wait()
+    assert started == [{"name": "nexus-die-with-parent", "daemon": True}]  # never keeps a worker alive itself
+    with pytest.raises(Exited) as e:
+        P._die_with(p.pid)  # already gone (reaped)
+    assert e.value.args == (1,)
+
+
+def test_without_pidfds_a_worker_polls_its_prepare_and_ends_once_it_is_gone(monkeypatch):
+    probes, sleeps = [], []
+    _exit_raises(monkeypatch)
+    _thread_runs_inline(monkeypatch, [])
+
+    def no_pidfd(pid):
+        raise OSError(38, "Function not implemented")
+
+    def kill(pid, sig):
+        probes.append((pid, sig))
+        if len(probes) == 1:
+            raise PermissionError  # alive, another user's
+        if len(probes) == 3:
+            raise ProcessLookupError
+
+    monkeypatch.setattr(P.os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(P.os, "kill", kill)
+    monkeypatch.setattr(P.time, "sleep", sleeps.append)
+    with pytest.raises(Exited) as e:
+        P._die_with(4321)
+    assert e.value.args == (1,) and probes == [(4321, 0)] * 3 and sleeps == [1.0] * 3
+    monkeypatch.delattr(P.os, "pidfd_open")  # an older Python or kernel
+    probes.clear()
+    with pytest.raises(Exited):
+        P._die_with(4321)
+    assert len(probes) == 3
+
+
+def test_a_worker_takes_its_tokenizer_one_thread_and_its_parent_and_encodes_like_prepare(tmp_path, monkeypatch):
+    import pickle
+
+    watched = []
+    monkeypatch.setattr(P, "_die_with", watched.append)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    monkeypatch.setattr(P, "_WORKER_TOK", None)
+    P._init_worker(pickle.dumps(ByteTokenizer()), 4321)
+    assert watched == [4321] and P.os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    assert isinstance(P._WORKER_TOK, ByteTokenizer)
+    docs = [("abc", False), ("de", True)]
+    (tmp_path / "w").mkdir()
+    (tmp_path / "p").mkdir()
+    assert P._encode_in_worker(2, docs, tmp_path / "w", "uint16", False) == P.encode_shard(
+        ByteTokenizer(), 2, docs, tmp_path / "p", "uint16", False)
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["train-00002.bin", "val-00002.bin"]
