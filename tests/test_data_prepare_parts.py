@@ -279,3 +279,21 @@ def test_a_worker_takes_its_tokenizer_one_thread_and_its_parent_and_encodes_like
     assert P._encode_in_worker(2, docs, tmp_path / "w", "uint16", False) == P.encode_shard(
         ByteTokenizer(), 2, docs, tmp_path / "p", "uint16", False)
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["train-00002.bin", "val-00002.bin"]
+
+
+def test_one_process_encodes_in_place_and_more_start_a_forkserver_pool_once_a_second_shard_exists(tmp_path):
+    one = P._Runner(1, ByteTokenizer(), tmp_path, "uint16", False)
+    assert [i for i, _ in one.submit(0, [("a", False)], 1)] == [0] and one.pool is None
+    r = P._Runner(2, ByteTokenizer(), tmp_path, "uint16", False)
+    try:
+        assert r.submit(1, [("b", False)], 1) == [] and r.pool is None  # one shard so far: no pool for it
+        done = r.submit(2, [("c", False)], 1)
+        # forked from a process that runs threads (the tokenizers', torch's) a worker could deadlock: a forkserver
+        assert r.pool is not None and r.pool._mp_context.get_start_method() == "forkserver"
+        done += r.finish()
+    finally:
+        r.close()
+    assert r.pool is None and [i for i, _ in done] == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train-00000.bin", "train-00001.bin", "train-00002.bin"]
+    alone = P._Runner(2, ByteTokenizer(), tmp_path, "uint16", False)
+    assert alone.submit(3, [("d", False)], 1) == [] and [i for i, _ in alone.finish()] == [3] and alone.pool is None

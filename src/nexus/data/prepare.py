@@ -67,8 +67,8 @@ def _shown(show, value) -> str:
 def differences(old: dict, new: dict) -> str:
     """The settings two fingerprints differ in, as `--shard-mb 8 -> 2`, old value first."""
     out = []
-    # the settings in _SETTING's order, then the rest by name (a set's order changes with the hash seed)
-    for key in sorted(set(old) | set(new), key=lambda k: (list(_SETTING).index(k) if k in _SETTING else 99, k)):
+    order = {k: i for i, k in enumerate(_SETTING)}  # the known settings first, then the rest by name (a set's
+    for key in sorted(set(old) | set(new), key=lambda k: (order.get(k, len(order)), k)):  # order follows the hash seed)
         if old.get(key) != new.get(key):
             name, show = _SETTING.get(key, (key, str))
             a, b = (_shown(show, v) for v in (old.get(key, _OFF.get(key)), new.get(key, _OFF.get(key))))
