@@ -222,6 +222,7 @@ def test_a_worker_ends_the_moment_its_prepare_ends_watched_by_a_daemon_thread(mo
     started = []
     _exit_raises(monkeypatch)
     _thread_runs_inline(monkeypatch, started)
+    monkeypatch.setattr(P.time, "sleep", lambda s: pytest.fail("polled although a pidfd tells the exit at once"))
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
     try:
         with pytest.raises(Exited) as e:
