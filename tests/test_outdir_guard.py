@@ -324,17 +324,21 @@ def test_a_dead_writers_lock_is_refused_under_the_callers_flag_naming_the_lock(t
 
 
 def test_paths_are_refused_from_linuxs_path_max_of_4096_bytes_on(tmp_path):
+    # the path as given is short (a link to a deep folder): only the resolved path's length can tell
     base = tmp_path.resolve()
-    room = 4095 - len(os.fsencode(str(base))) - 1  # a 4095-byte path: the longest one with its terminating NUL
-    names, left = [], room
-    while left > 0:
-        n = min(200, left - 1 if left > 200 else left)  # each part plus its "/" separator
-        names.append("p" * n)
-        left -= n + (1 if left > n else 0)
-    longest = base.joinpath(*names)
-    assert len(os.fsencode(str(longest))) == 4095
+    deep, parts = base, []
+    while len(os.fsencode(str(deep))) < 3900 - 201:
+        parts.append("d" * 200)
+        deep = base.joinpath(*parts)
+    deep = deep / ("e" * (3900 - len(os.fsencode(str(deep))) - 1))
+    deep.mkdir(parents=True)
+    assert len(os.fsencode(str(deep))) == 3900
+    (tmp_path / "l").symlink_to(deep)
+    longest = tmp_path / "l" / ("n" * (4095 - 3900 - 1))  # 4095 bytes resolved: the longest with its terminating NUL
+    assert len(os.fsencode(str(longest.resolve()))) == 4095
     check_usable(longest)
-    assert refusal(check_usable, Path(str(longest) + "q")).endswith("is too long for the filesystem (valid: a shorter path)")
+    too_long = tmp_path / "l" / ("n" * (4096 - 3900 - 1))
+    assert refusal(check_usable, too_long).endswith("is too long for the filesystem (valid: a shorter path)")
 
 
 def test_a_probe_left_by_a_kill_is_a_hidden_folder_named_for_nexus(tmp_path, monkeypatch):
