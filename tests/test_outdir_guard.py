@@ -187,7 +187,7 @@ def test_claim_directory_creates_the_output_with_a_manifest_of_its_kind_and_keep
     assert out == tmp_path / "a" / "exp" and read_manifest(out)["kind"] == "experiment"
     record(out, "experiment", library_dirs=["tb"])
     assert claim_directory(out, "experiment", resume=True) == out
-    assert read_manifest(out)["files"] == {"tb": {"dir": "library"}}  # the manifest was not replaced
+    assert read_manifest(out)["files"] == {"tb": {"dir": "library", "files": {}}}  # the manifest was not replaced
     write_marker(out, ANALYSIS)
     assert read_manifest(out)["kind"] == "experiment"
 

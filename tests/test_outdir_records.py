@@ -157,7 +157,7 @@ def test_record_creates_the_manifest_of_its_kind_and_adds_or_refreshes_each_sort
     assert m["kind"] == "train run"
     assert m["files"] == {"config.yaml": {"size": 5, "sha256": sha(b"a: 1\n")},
                           "metrics.jsonl": {"size": 12, "sha256": sha(b'{"step": 1}\n'), "grows": True},
-                          "step_1": {"dir": True}, "tb": {"dir": "library"}}
+                          "step_1": {"dir": True}, "tb": {"dir": "library", "files": {}}}  # tb: nothing in it yet
     put(tmp_path / "config.yaml", b"a: 22\n")
     record(tmp_path, "analysis", files=["config.yaml"])  # an existing manifest keeps its kind and its other entries
     m2 = read_manifest(tmp_path)
@@ -257,7 +257,7 @@ def test_ownership_problems_is_empty_when_nexus_wrote_everything_and_names_a_fol
     m = read_manifest(d)
     m["files"].update({"step_1": {"dir": True}, "tb": {"dir": "library"}, "gone.txt": {"size": 1, "sha256": "0"}})
     write_manifest(d, m)
-    put(d / f"{manifest.MARKER_TMP}77", b"torn manifest")
+    put(d / f"{manifest.MARKER_TMP}77", b'{"created": "2026-12-0')  # a manifest's temporary cut by a kill
     assert ownership_problems(d) == []  # listed files missing (gone.txt) are no problem: nothing to delete
     assert ownership_problems(tmp_path / "nothing") == [(".", "not written by nexus")]
 
