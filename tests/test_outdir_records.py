@@ -313,3 +313,124 @@ def test_an_entry_that_is_no_record_or_a_file_turned_folder_is_changed_and_what_
     (d / "a.txt").unlink()
     put(d / "a.txt" / "inside", b"the user's")  # a listed file's name now a folder of the user's files
     assert ownership_problems(d) == [("a.txt", "changed"), ("junk", "changed"), ("a.txt/inside", "not written by nexus")]
+
+
+# ----------------------------------------------------------------------------- since the rebase (main's new code)
+from nexus.outdir.manifest import (dead_manifest_temporary, holds_recorded_output, is_library, library_file_owned,  # noqa: E402
+                                   library_files, library_problems, manifest_temporary, output_hash,
+                                   remove_dead_manifest_temporaries)
+
+DEAD = 2 ** 22 + 4321  # above the kernel's pid_max default: no process has it
+
+
+@pytest.mark.parametrize("head, want", [(b'{"created": "2026-01-01"', True), (b'{\n "created": "2', True), (b"{", True),
+                                        (b'{"crea', True), (b"", True), (b'{"kind": "x"}', False), (b"notes", False),
+                                        (b'{\n "kind"', False)])
+def test_a_manifest_temporary_holds_the_start_of_a_manifest_under_its_name(tmp_path, head, want):
+    p = put(tmp_path / f"{manifest.MARKER_TMP}{DEAD}", head)
+    assert manifest_temporary(p) is want
+    assert dead_manifest_temporary(p) is want  # its writer is gone
+
+
+def test_only_a_regular_file_under_the_temporarys_name_is_one(tmp_path):
+    real = put(tmp_path / "real", b'{"created": ')
+    assert not manifest_temporary(put(tmp_path / f"{manifest.MARKER_TMP}x1", b'{"created": '))
+    assert not manifest_temporary(put(tmp_path / f"{manifest.MARKER_TMP}", b'{"created": '))
+    (tmp_path / f"{manifest.MARKER_TMP}5").symlink_to(real)
+    assert not manifest_temporary(tmp_path / f"{manifest.MARKER_TMP}5")
+    (tmp_path / f"{manifest.MARKER_TMP}6").mkdir()
+    assert not manifest_temporary(tmp_path / f"{manifest.MARKER_TMP}6")
+
+
+def test_a_manifest_temporary_is_dead_only_when_its_writer_no_longer_runs(tmp_path, live_process, monkeypatch):
+    start = b'{"created": "'
+    mine = put(tmp_path / f"{manifest.MARKER_TMP}{os.getpid()}", start)
+    alive = put(tmp_path / f"{manifest.MARKER_TMP}{live_process.pid}", start)
+    dead = put(tmp_path / f"{manifest.MARKER_TMP}{DEAD}", start)
+    user = put(tmp_path / f"{manifest.MARKER_TMP}{DEAD + 1}", b"the user's notes")
+    assert not dead_manifest_temporary(mine) and not dead_manifest_temporary(alive) and dead_manifest_temporary(dead)
+    assert not dead_manifest_temporary(user)
+    assert remove_dead_manifest_temporaries(tmp_path) == [f"removed {dead.name} left by an interrupted manifest update"]
+    assert mine.exists() and alive.exists() and user.exists() and not dead.exists()
+    assert remove_dead_manifest_temporaries(tmp_path / "missing") == []
+
+    def denied(pid, sig):
+        raise PermissionError  # another user's process under that pid: alive
+
+    monkeypatch.setattr(manifest.os, "kill", denied)
+    assert not dead_manifest_temporary(put(tmp_path / f"{manifest.MARKER_TMP}{DEAD + 2}", start))
+
+
+def test_a_recorded_output_is_recognised_by_its_hash_or_its_manifests(tmp_path):
+    f = put(tmp_path / "model.bin", b"weights")
+    assert output_hash(f) == sha(b"weights") and holds_recorded_output(f, sha(b"weights"))
+    assert holds_recorded_output(f, "enter:" + sha(b"weights")) and not holds_recorded_output(f, sha(b"other"))
+    d = owned(tmp_path / "ck", {"a": b"1"})
+    assert output_hash(d) == sha((d / MARKER).read_bytes()) and holds_recorded_output(d, output_hash(d))
+    assert not holds_recorded_output(tmp_path / "missing", sha(b""))
+    (tmp_path / "link").symlink_to(f)
+    assert not holds_recorded_output(tmp_path / "link", sha(b"weights"))
+    assert not holds_recorded_output(put(tmp_path / "empty" / "x", b"") .parent, sha(b""))  # a folder without manifest
+
+
+def test_a_library_entry_is_a_record_whose_dir_is_library():
+    assert is_library({"dir": "library"}) and is_library({"dir": "library", "files": {}})
+    for e in [{"dir": True}, {"dir": "lib"}, {"size": 1}, "library", None, ["dir", "library"]]:
+        assert not is_library(e), e
+
+
+def test_a_library_folders_files_are_listed_by_their_bytes_and_its_links_left_out(tmp_path):
+    put(tmp_path / "tb" / "events.1", b"abc")
+    put(tmp_path / "tb" / "run" / "events.2", b"de")
+    (tmp_path / "tb" / "empty").mkdir()
+    (tmp_path / "tb" / "link").symlink_to(tmp_path / "tb" / "events.1")
+    assert library_files(tmp_path / "tb") == {"events.1": {"size": 3, "sha256": sha(b"abc")},
+                                              "run/events.2": {"size": 2, "sha256": sha(b"de")}}
+
+
+def test_a_library_folder_is_the_librarys_while_each_file_starts_with_its_recorded_bytes(tmp_path):
+    tb = tmp_path / "tb"
+    put(tb / "events.1", b"abc")
+    put(tb / "run" / "events.2", b"de")
+    entry = {"dir": "library", "files": library_files(tb)}
+    assert library_problems(tb, entry) == []
+    put(tb / "events.1", b"abcdef")  # the library appended: still its file
+    put(tb / "run" / "events.2", b"Xe")  # its recorded bytes changed
+    put(tb / "mine.txt", b"the user's")
+    put(tb / "run" / "deeper" / "x", b"x")
+    (tb / "link").symlink_to(tb / "events.1")
+    assert library_problems(tb, entry) == [("link", "not written by nexus"), ("mine.txt", "not written by nexus"),
+                                           ("run/events.2", "changed"), ("run/deeper/x", "not written by nexus")]
+    assert library_problems(tb, {"dir": "library"}) == []  # an older record without its files: the library's whole
+    assert library_problems(tb, {"dir": "library", "files": "x"}) == []
+    assert entry_unchanged(tb, entry) is False and entry_unchanged(tb, {"dir": "library"}) is True
+
+
+@pytest.mark.parametrize("e", [None, "x", {"sha256": "0"}, {"size": "3", "sha256": "0"}, {"size": True, "sha256": "0"},
+                               {"size": -1, "sha256": "0"}, {"size": 4, "sha256": "0"}])
+def test_a_library_file_with_an_unusable_or_longer_record_is_not_owned(tmp_path, e):
+    put(tmp_path / "tb" / "f", b"abc")
+    assert not library_file_owned(tmp_path / "tb", "f", {"dir": "library", "files": {"f": e}})
+
+
+def test_a_library_file_is_owned_when_listed_with_its_start_or_when_the_record_lists_none(tmp_path):
+    tb = tmp_path / "tb"
+    put(tb / "f", b"abcdef")
+    assert library_file_owned(tb, "f", {"dir": "library", "files": {"f": {"size": 3, "sha256": sha(b"abc")}}})
+    assert library_file_owned(tb, "f", {"dir": "library", "files": {"f": {"size": 6, "sha256": sha(b"abcdef")}}})
+    assert library_file_owned(tb, "f", {"dir": "library", "files": {"f": {"size": 0, "sha256": sha(b"")}}})
+    assert not library_file_owned(tb, "f", {"dir": "library", "files": {"f": {"size": 3, "sha256": sha(b"abd")}}})
+    assert not library_file_owned(tb, "g", {"dir": "library", "files": {"f": {"size": 3, "sha256": sha(b"abc")}}})
+    assert library_file_owned(tb, "anything", {"dir": "library"}) and library_file_owned(tb, "f", None)
+    (tb / "l").symlink_to(tb / "f")
+    assert not library_file_owned(tb, "l", {"dir": "library", "files": {"l": {"size": 3, "sha256": sha(b"abc")}}})
+
+
+def test_ownership_problems_names_a_library_folders_unproven_files_and_skips_ignored_entries(tmp_path):
+    d = owned(tmp_path / "run", {"config.yaml": b"c", "x.txt": b"x"})
+    put(d / "tb" / "events", b"e")
+    record(d, "train run", library_dirs=["tb"])
+    put(d / "tb" / "mine.txt", b"m")
+    put(d / "x.txt", b"changed")
+    assert ownership_problems(d) == [("tb/mine.txt", "not written by nexus"), ("x.txt", "changed")]
+    assert ownership_problems(d, ignore=["x.txt"]) == [("tb/mine.txt", "not written by nexus")]
