@@ -346,3 +346,31 @@ def test_a_probe_left_by_a_kill_is_a_hidden_folder_named_for_nexus(tmp_path, mon
     monkeypatch.setattr(guard.os, "rmdir", lambda d: (removed.append(Path(d).name), real_rmdir(d)))
     check_usable(tmp_path / "new")
     assert len(removed) == 1 and removed[0].startswith(".nexus-probe-")
+
+
+# ----------------------------------------------------------------------------- since the rebase (main's new code)
+def test_an_output_a_dead_writer_renamed_into_place_is_known_by_its_ready_hash(tmp_path):
+    import hashlib
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "loss_curve.csv").write_text("step,loss\n")
+    digest = hashlib.sha256(b"step,loss\n").hexdigest()
+    lf = dead_lock(out, "run/.loss_curve.csv.tmp-1-2", "run/.other.csv.tmp-1-2", "run/.kept.csv.tmp-1-2")
+    with open(lf, "a") as f:
+        for name, h in [("loss_curve.csv", digest), ("other.csv", digest), ("kept.csv", digest)]:
+            f.write(json.dumps({"ready": f"run/.{name}.tmp-1-2", "sha256": h}) + "\n")
+    (out / "other.csv").write_text("not what was recorded")
+    (out / "kept.csv").write_text("step,loss\n")
+    (out / ".kept.csv.tmp-1-2").write_text("the temporary is still there: the rename never happened")
+    assert recorded_temporaries(out) == {".loss_curve.csv.tmp-1-2", "loss_curve.csv", ".other.csv.tmp-1-2",
+                                         ".kept.csv.tmp-1-2"}
+
+
+def test_a_folder_holding_only_a_dead_writers_manifest_temporary_counts_as_empty(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / f".nexus-run.tmp-{DEAD}").write_text('{"created": "2026')
+    assert check_output(out, TRAIN_RUN) == out
+    (out / f".nexus-run.tmp-{DEAD + 1}").write_text("the user's notes")
+    assert "is not a nexus output" in refusal(check_output, out, TRAIN_RUN)
