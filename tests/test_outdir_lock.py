@@ -467,3 +467,28 @@ def test_every_dead_temporary_is_removed_whatever_the_folder_lists_first(tmp_pat
     monkeypatch.setattr(Path, "glob", lambda self, pattern: sorted(real_glob(self, pattern), key=lambda p: p == dead))
     lock._remove_dead_lock_temporaries(lf)
     assert not dead.exists() and link.is_symlink() and elsewhere.is_file() and all(p.is_file() for p in skipped)
+
+
+# ----------------------------------------------------------------------------- since the rebase (main's new code)
+def test_a_fifo_under_the_locks_name_is_never_read_and_is_refused(tmp_path):
+    out = tmp_path / "run"
+    os.mkfifo(lock_file(out))
+    assert read_journal(lock_file(out)) == ({}, [], {})  # returns at once: a FIFO's read would block
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        check_lock_file(lock_file(out), "--out", out)
+
+
+def test_json_nested_past_pythons_stack_is_a_line_skipped(tmp_path):
+    lf = write_lines(tmp_path / "lk", {"pid": 5, "host": "h"}, raw="[" * 200000 + "\n" + '{"pending": "a"}\n')
+    assert read_journal(lf) == ({"pid": 5, "host": "h"}, ["a"], {})
+
+
+def test_same_file_means_the_same_inode_under_the_name(tmp_path):
+    p = write_lines(tmp_path / "lk", {"pid": 5, "host": "h"})
+    seen = os.lstat(p)
+    assert lock._same_file(p, seen)
+    os.rename(p, tmp_path / "kept")  # kept alive elsewhere: its inode cannot be reused for the file below
+    assert not lock._same_file(p, seen)
+    write_lines(tmp_path / "other", {"pid": 6, "host": "h"})
+    os.replace(tmp_path / "other", p)  # another file under the same name
+    assert not lock._same_file(p, seen)
