@@ -492,3 +492,20 @@ def test_same_file_means_the_same_inode_under_the_name(tmp_path):
     write_lines(tmp_path / "other", {"pid": 6, "host": "h"})
     os.replace(tmp_path / "other", p)  # another file under the same name
     assert not lock._same_file(p, seen)
+
+
+def test_a_dead_lock_removed_while_it_is_being_taken_over_is_simply_created_anew(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    write_lines(lock_file(out), {"pid": DEAD, "host": HOST})
+    real, calls = lock.read_journal, []
+
+    def released_after_reading(path):
+        calls.append(path)
+        got = real(path)
+        if len(calls) == 2:  # the taker's own read (the first is check_lock_file's): then the file goes
+            Path(path).unlink()
+        return got
+
+    monkeypatch.setattr(lock, "read_journal", released_after_reading)
+    with acquire_output_lock(out) as lk:
+        assert read_lock(lk.file)[0]["pid"] == os.getpid() and lk.note == ""  # nothing was taken over
