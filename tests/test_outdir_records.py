@@ -45,13 +45,13 @@ def test_sha256_of_hashes_the_whole_file_or_exactly_its_first_bytes(tmp_path, li
 
 
 # ----------------------------------------------------------------------------- names
-@pytest.mark.parametrize("rel", ["a", "a/b", "sub/.nexus-run", ".hidden", "a.b/c..d"])
+@pytest.mark.parametrize("rel", ["a", "a/b", "sub/.nexus-run", ".hidden", "a.b/c..d", "n" * 255, "d/" + "\u00e9" * 127])
 def test_a_plain_relative_name_is_confined(rel):
     assert confined_name(rel)
 
 
 @pytest.mark.parametrize("rel", [None, 3, b"a", "", "/a", "/", "a\0b", "..", ".", "a/../b", "./a", "a/.", "a//b", "a/",
-                                 MARKER])
+                                 MARKER, "n" * 256, "d/" + "\u00e9" * 128])  # a part over 255 bytes: no filesystem's
 def test_absolute_dotted_empty_or_non_text_names_and_the_manifest_itself_are_not_confined(rel):
     assert not confined_name(rel)
 
@@ -407,7 +407,7 @@ def test_a_library_folder_is_the_librarys_while_each_file_starts_with_its_record
 
 
 @pytest.mark.parametrize("e", [None, "x", {"sha256": "0"}, {"size": "3", "sha256": "0"}, {"size": True, "sha256": "0"},
-                               {"size": -1, "sha256": "0"}, {"size": 4, "sha256": "0"}])
+                               {"size": -1, "sha256": sha(b"")}, {"size": 4, "sha256": "0"}])
 def test_a_library_file_with_an_unusable_or_longer_record_is_not_owned(tmp_path, e):
     put(tmp_path / "tb" / "f", b"abc")
     assert not library_file_owned(tmp_path / "tb", "f", {"dir": "library", "files": {"f": e}})
@@ -432,5 +432,39 @@ def test_ownership_problems_names_a_library_folders_unproven_files_and_skips_ign
     record(d, "train run", library_dirs=["tb"])
     put(d / "tb" / "mine.txt", b"m")
     put(d / "x.txt", b"changed")
-    assert ownership_problems(d) == [("tb/mine.txt", "not written by nexus"), ("x.txt", "changed")]
-    assert ownership_problems(d, ignore=["x.txt"]) == [("tb/mine.txt", "not written by nexus")]
+    put(d / "config.yaml", b"edited")  # sorted before the library folder: its problem is kept beside tb's
+    assert ownership_problems(d) == [("config.yaml", "changed"), ("tb/mine.txt", "not written by nexus"),
+                                     ("x.txt", "changed")]
+    assert ownership_problems(d, ignore=["x.txt"]) == [("config.yaml", "changed"), ("tb/mine.txt", "not written by nexus")]
+    assert ownership_problems(d, ignore=["config.yaml"]) == [("tb/mine.txt", "not written by nexus"), ("x.txt", "changed")]
+
+
+def test_checking_a_manifest_temporarys_writer_sends_it_no_signal(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import signal, sys\n"
+            "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):\n"
+            "    signal.signal(s, lambda n, f: sys.exit(100 + n))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        assert not dead_manifest_temporary(put(tmp_path / f"{manifest.MARKER_TMP}{p.pid}", b'{"created": "'))
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(timeout=0.5)  # still running: the probe only asks whether the pid exists
+    finally:
+        p.stdin.close()
+        p.wait()
+    assert p.returncode == 0
+
+
+def test_a_temporary_that_cannot_be_read_is_not_taken_for_the_manifests(tmp_path, monkeypatch):
+    p = put(tmp_path / f"{manifest.MARKER_TMP}{DEAD}", b'{"created": "')
+
+    def unreadable(*a, **k):
+        raise PermissionError(13, "Permission denied")  # root reads anything: the refusal is simulated
+
+    monkeypatch.setattr(manifest, "open", unreadable, raising=False)
+    assert not manifest_temporary(p) and not dead_manifest_temporary(p)
