@@ -60,3 +60,33 @@ def live_process():
     yield p
     p.stdin.close()
     p.wait()
+
+
+@pytest.fixture
+def signal_noting_process():
+    """A live process that exits with 100 + the signal's number on any common catchable signal (its own handlers,
+    so a signal mutmut's worker ignores still shows): a liveness probe must leave it running (returncode 0 at the
+    end). `.still_running()` waits half a second for it."""
+    import subprocess
+    import sys
+
+    code = ("import signal, sys\n"
+            "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):\n"
+            "    signal.signal(s, lambda n, f: sys.exit(100 + n))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"ready\n"  # its handlers are in place
+
+    def still_running() -> bool:
+        try:
+            p.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+
+    p.still_running = still_running
+    yield p
+    p.stdin.close()
+    p.wait()
+    assert p.returncode == 0, f"the probed process got signal {p.returncode - 100}"
