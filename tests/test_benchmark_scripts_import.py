@@ -39,4 +39,7 @@ def test_benchmark_script_imports_and_runs_nothing_at_import(script, monkeypatch
         monkeypatch.delitem(sys.modules, shared, raising=False)  # found again through the script's own path
     monkeypatch.setattr(sys, "argv", [script.name])
     spec = importlib.util.spec_from_file_location(script.stem + "_bench", script)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    module = importlib.util.module_from_spec(spec)
+    # in sys.modules while it runs, as `python x.py` has its __main__: a dataclass looks its module up there
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)

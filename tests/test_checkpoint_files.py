@@ -172,7 +172,9 @@ def test_meta_names_a_source_tree_when_nexus_is_not_installed(tmp_path, monkeypa
 
 def test_a_save_reads_each_file_once_for_its_digest(tmp_path, saved, monkeypatch):
     """Weights can be gigabytes: the ownership manifest reuses meta.json's digests instead of reading
-    every file again; only meta.json itself (which lists no digest of its own) is hashed for it."""
+    every file again; only meta.json itself (which lists no digest of its own) is hashed for it. The folder's
+    own manifest (MARKER, a few hundred bytes) is hashed once more: the lock journal's `ready` line records it
+    as the folder's hash (outdir.manifest.output_hash), so a killed save's rename is proven nexus's."""
     import nexus.outdir.manifest as manifest
 
     hashed = []
@@ -186,7 +188,7 @@ def test_a_save_reads_each_file_once_for_its_digest(tmp_path, saved, monkeypatch
         monkeypatch.setattr(module, name, spy)
     path = ck.save_checkpoint(tmp_path / "c", saved[1], saved[2], tokenizer=ByteTokenizer(), trainer_state={"step": 1})
     files = sorted(p.name for p in path.iterdir() if p.name != MARKER)
-    assert sorted(hashed) == files and len(files) == 5
+    assert len(files) == 5 and sorted(hashed) == sorted([*files, MARKER])
 
 
 def test_a_save_without_tokenizer_or_trainer_state_writes_neither(tmp_path):
