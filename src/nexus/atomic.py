@@ -32,6 +32,7 @@ from .config import ConfigError
 from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
+from .outdir.manifest import pid_alive  # re-exported: data/prepare and the tests import it from here
 from .outdir.manifest import (entry_unchanged, holds_recorded_output, manifest_of_tree, output_hash, ownership_problems,
                               read_manifest, record, remove_dead_manifest_temporaries, write_manifest)
 
@@ -77,19 +78,6 @@ def fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this host (this one included)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _alive = pid_alive  # the name nexus.data.prepare imports

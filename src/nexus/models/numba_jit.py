@@ -7,6 +7,8 @@ size every array.
 """
 from __future__ import annotations
 
+import functools
+
 FASTMATH = {"reassoc", "contract"}
 
 
@@ -17,3 +19,13 @@ def njit():
     except ImportError:
         return None
     return numba.njit(fastmath=FASTMATH, nogil=True, cache=False, boundscheck=False)
+
+
+def compiled_lazily(define):
+    """A cached getter of `define(jit)` (a module's kernels, compiled on their first call) that gives None
+    without numba: the lazy import every kernel module needs, written once."""
+    @functools.cache
+    def kernels():
+        jit = njit()
+        return None if jit is None else define(jit)
+    return kernels

@@ -33,24 +33,15 @@ not offer them.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .numba_jit import compiled_lazily
+
 
 def available() -> bool:
     return _kernels() is not None
-
-
-@functools.cache
-def _kernels():
-    """(planes2, int8) compiled lazily (on their first call), or None without numba."""
-    from .numba_jit import njit
-
-    jit = njit()
-    return None if jit is None else _define(jit)
 
 
 def _define(jit):
@@ -145,6 +136,9 @@ def _define(jit):
             rows_times_decoded(x, w, n0, n_here, scale, out)
 
     return planes2, int8
+
+
+_kernels = compiled_lazily(_define)  # (planes2, int8), or None without numba
 
 
 def pack_planes2(codes: torch.Tensor) -> np.ndarray:

@@ -16,19 +16,10 @@ goes through the tiled kernels of ternary_kernels.py.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
-
-@functools.cache
-def _kernels():
-    """(int8, planes2) fused SwiGLU kernels, or None without numba."""
-    from .numba_jit import njit
-
-    jit = njit()
-    return None if jit is None else _define(jit)
+from .numba_jit import compiled_lazily
 
 
 def _define(jit):
@@ -101,6 +92,9 @@ def _define(jit):
             out[n] = dot_planes(h, pd[n], hsum) * gd
 
     return swiglu_int8, swiglu_planes2
+
+
+_kernels = compiled_lazily(_define)  # (int8, planes2) fused SwiGLU kernels, or None without numba
 
 
 def _fusable(gate, up, down) -> str | None:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ..config import ConfigError
-from .manifest import confined_name, through_symlink
+from .manifest import confined_name, pid_alive, through_symlink
 
 SUFFIX = ".nexus-lock"
 # the temporary names nexus.atomic creates: .NAME.tmp|new|old|del-PID-NS
@@ -64,12 +64,8 @@ def holder_alive(h: dict) -> bool | None:
     pid = h.get("pid")
     if not isinstance(pid, int):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        pass  # exists, owned by another user
     start = h.get("proc_start")
     return start is None or _proc_start(pid) in (None, start)
 

@@ -81,16 +81,20 @@ def dead_manifest_temporary(p: Path) -> bool:
     the manifest beside it, if any, is the previous whole one, and the temporary is nothing."""
     if not manifest_temporary(p):
         return False
-    pid = int(p.name[len(MARKER_TMP):])
+    return not pid_alive(int(p.name[len(MARKER_TMP):]))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (this one included; one of another user too)."""
     if pid == os.getpid():
-        return False
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:
         return False
-    return False
+    except PermissionError:
+        return True
+    return True
 
 
 class ManifestError(ConfigError):
