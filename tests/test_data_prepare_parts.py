@@ -11,6 +11,7 @@ import pytest
 
 from nexus.config import ConfigError, DataConfig
 from nexus.data import prepare as P
+from nexus import lifeline
 from nexus.data.sources import resolve_source
 from nexus.data.tokenizer import ByteTokenizer
 
@@ -212,7 +213,7 @@ def _thread_runs_inline(monkeypatch, started):
         def start(self):
             self.target()
 
-    monkeypatch.setattr(P.threading, "Thread", Inline)
+    monkeypatch.setattr(lifeline.threading, "Thread", Inline)
 
 
 def test_a_worker_ends_the_moment_its_prepare_ends_watched_by_a_daemon_thread(monkeypatch):

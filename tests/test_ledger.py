@@ -176,10 +176,8 @@ def test_downsample_keeps_the_ends_and_at_most_n_points():
 
 # ----------------------------------------------------------------------------- the study (leak-free tuning, estimate)
 def _record(ledger, name, run, loss):
-    d = Path(run["cfg"]["train"]["out_dir"])
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "val_loss": loss}) + "\n")
-    ledger.record(name, run["cfg"], {"val_loss": loss}, d, 64)
+    """A planted record: the run's final loss, without training it."""
+    ledger.write(name, run["cfg"], {"val_loss": loss}, [{"step": 1, "tokens": 64, "val_loss": loss}])
 
 
 def test_tuning_never_uses_an_evaluation_seed_and_chooses_by_the_mean_over_tuning_seeds(study, tmp_path):
@@ -287,7 +285,7 @@ def test_a_run_trained_on_another_corpus_under_the_same_name_is_refused(trained,
     other = L.Ledger(tmp_path / "l")
     p = other.path("seed0/small")
     p.parent.mkdir(parents=True)
-    p.write_text(json.dumps({**rec, "data_key": "0" * 16}))
+    p.write_text(json.dumps(L.seal({**rec, "data_key": "0" * 16})))  # sealed: only the corpus differs
     with pytest.raises(ConfigError) as e:
         other.holds("seed0/small", plan["runs"]["seed0/small"]["cfg"])
     assert "another corpus" in str(e.value) and "\n" not in str(e.value)
@@ -314,7 +312,7 @@ def test_a_record_from_before_a_config_field_was_added_is_still_held(trained, tm
     other = L.Ledger(tmp_path / "l")
     p = other.path("seed0/small")
     p.parent.mkdir(parents=True)
-    p.write_text(json.dumps(older))
+    p.write_text(json.dumps(L.seal(older)))
     assert other.holds("seed0/small", plan["runs"]["seed0/small"]["cfg"])
     changed = json.loads(json.dumps(plan["runs"]["seed0/small"]["cfg"]))
     changed["train"]["seed"] += 1

@@ -244,12 +244,11 @@ def test_each_base_is_scored_against_its_own_small_and_scratch(bench, tmp_path):
     from nexus.experiments.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
+    tps = plan["tokens_per_step"]
     for name, loss in planted.items():
-        d = tmp_path / name
-        d.mkdir(parents=True)
-        (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "val_loss": loss + 1}) + "\n" +
-                                         json.dumps({"step": plan["steps"], "val_loss": loss}) + "\n")
-        ledger.record(name, plan["runs"][name]["cfg"], {"val_loss": loss}, d, plan["tokens_per_step"])
+        ledger.write(name, plan["runs"][name]["cfg"], {"val_loss": loss},
+                     [{"step": 1, "tokens": tps, "val_loss": loss + 1},
+                      {"step": plan["steps"], "tokens": plan["steps"] * tps, "val_loss": loss}])
     summary = bench.summarize(plan, ledger)
     nr, tf = (summary["methods"][m] for m in bench.ARCH_SHAPES)
     assert nr["base"] == "nexus-rank-regime" and tf["base"] == "tokenformer-regime"

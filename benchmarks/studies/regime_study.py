@@ -283,11 +283,35 @@ def plot_tuning(choice: dict, path: Path) -> str:
 
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
+    """Bad input: one line, exit 2. SIGINT / SIGTERM: one line saying where the study stopped and the command that
+    continues it, exit 128 + the signal's number; no worker outlives this process (nexus.experiments.ledger)."""
+    import shlex
+    import signal
+
+    from nexus.experiments.ledger import StudyInterrupted
+
+    again = " ".join(shlex.quote(x) for x in [sys.executable, str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)])
+
+    def term(signum, frame):  # before and after the runs: as Ctrl-C is, a stop with nothing in flight
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, term)
     try:
         return _main(argv)
     except R.Refused as e:
         print(f"error: {e.line}", file=sys.stderr)
         raise
+    except StudyInterrupted as e:
+        saved = f" ({', '.join(e.saved)} saved mid-run, resumed from there)" if e.saved else ""
+        print(f"study stopped by {e.signal_name} at a run boundary: {e.finished} run(s) finished this time, all in the "
+              f"ledger{saved}; continue with: {again}", file=sys.stderr, flush=True)
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        print(f"study stopped before any run was in flight; nothing was lost; continue with: {again}", file=sys.stderr,
+              flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _main(argv) -> int:

@@ -17,7 +17,6 @@ import os
 import pickle
 import re
 import sys
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
+from ..lifeline import die_with as _die_with
 from ..outdir import PREPARED, write_marker
 from .shards import (FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, shard_problems, token_dtype,
                      tokenizer_identity)
@@ -350,35 +350,6 @@ def _init_worker(tok_bytes: bytes, parent_pid: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process: num_proc means what it says
     _die_with(parent_pid)
     _WORKER_TOK = pickle.loads(tok_bytes)
-
-
-def _die_with(pid: int) -> None:
-    """End this worker the moment process `pid` (the prepare that started it) ends, however it ends: a
-    `kill -9` of prepare must not leave workers writing shards. The worker's own parent is the
-    multiprocessing forkserver, not prepare, so PR_SET_PDEATHSIG would not fire on prepare's death;
-    a pidfd (Linux >= 5.3) becomes readable exactly when `pid` exits, elsewhere a 1 s poll stands in."""
-    def watch() -> None:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            os._exit(1)  # already gone
-        except (AttributeError, OSError):
-            fd = None
-        if fd is not None:
-            import select
-
-            select.select([fd], [], [])
-            os._exit(1)
-        while True:
-            time.sleep(1.0)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, name="nexus-die-with-parent", daemon=True).start()
 
 
 def _encode_in_worker(idx, docs, out, dtype, chat):

@@ -64,6 +64,23 @@ def check_plan(run_dir: Path, cfg: RunConfig) -> None:
                           f"config it was started with, another directory, or delete it to train this config)")
 
 
+def finished_outputs(run_dir: Path) -> dict:
+    """{name: sha256} of a finished run's done.json and metrics.jsonl, each as the run directory's manifest
+    recorded it; a file missing, or changed since nexus wrote it (an edited val_loss, another run's done.json
+    copied in, a truncated log), is refused in one line: its result is not this run's."""
+    run_dir = Path(run_dir)
+    files = (read_manifest(run_dir) or {"files": {}})["files"]
+    out = {}
+    for name in (DONE, "metrics.jsonl"):
+        entry = files.get(name)
+        if not (isinstance(entry, dict) and entry_unchanged(run_dir / name, entry)):
+            raise ConfigError(f"run directory {str(run_dir)!r}: {name!r} is not the file nexus wrote there ("
+                              f"{'not in its manifest' if entry is None else 'changed since'}), so its result cannot "
+                              f"be trusted (valid: restore it, or delete the directory to train the run again)")
+        out[name] = entry["sha256"]
+    return out
+
+
 def is_done(run_dir: Path) -> bool:
     return (Path(run_dir) / DONE).is_file()
 
@@ -122,6 +139,7 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
     run_dir = Path(run_dir)
     check_plan(run_dir, cfg)
     if is_done(run_dir):
+        finished_outputs(run_dir)  # a done.json is believed only as nexus wrote it
         say(f"  {run_dir.name}: finished earlier, skipped")
         return read_done(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

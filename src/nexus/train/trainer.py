@@ -528,8 +528,10 @@ class Trainer:
             if self._stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt  # asked twice: stop now
             self._stop_signal = signum
-            print(f"nexus: {signal.Signals(signum).name}: stopping after step {self.step + 1} with a checkpoint "
-                  "(Ctrl-C again stops at once, without one)", file=sys.stderr, flush=True)
+            if not self.quiet:  # a quiet caller (a study's worker) says what stopped once, itself
+                # no step named: a signal during a save stops at the step being saved, one during a step after it
+                print(f"nexus: {signal.Signals(signum).name}: stopping at the next step boundary with a checkpoint "
+                      "(Ctrl-C again stops at once, without one)", file=sys.stderr, flush=True)
 
         before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
