@@ -79,6 +79,8 @@ SCALES = {s.name: s for s in (
     Scale("main", batch=16, seq=128, eval_batches=8, evals=10, grow_steps=75),
     # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
     Scale("smoke", batch=2, seq=32, eval_batches=2, evals=4, grow_steps=4),
+    # issue 47's sparkling-credible study: growth after 20 tokens per parameter, as many steps after it
+    Scale("credible", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=20.0, min_val_tokens=65536),
 )}
 SWEEP_FILE = "lr_sweep.json"
 PAPER_GAP_CLOSED = "0.84-0.90"
@@ -172,7 +174,7 @@ def curve(ledger, name: str, segments: list[dict], prefix: str | None = None) ->
 
 def summarize(plan: dict, ledger) -> dict:
     from nexus.config_migration import saved_run_config
-    from nexus.experiments.curves import active_params, first_crossing, train_flops_per_token
+    from nexus.experiments.curves import active_params, cumulative_flops, first_crossing, train_flops_per_token, value_at
     from nexus.experiments.report import eq29
     from nexus.experiments.stats import describe, gap_closed, paired
 
@@ -201,6 +203,13 @@ def summarize(plan: dict, ledger) -> dict:
             hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"{ns}seed{sd}/{sc_name}"])
             reach.append(None if hit is None else hit / (large_fpt * budget))
         got = [v for v in reach if v is not None]
+        # scratch's loss at the grown run's total FLOPs (its prefix on the small model is cheaper), read off scratch's
+        # own validation curve: the equal-FLOPs comparison
+        grown_flops = cumulative_flops(budget, segs)
+        at_flops = []
+        for sd in seeds:
+            pts = ledger.curve(f"{ns}seed{sd}/{sc_name}")
+            at_flops.append(value_at([p["tokens"] * large_fpt for p in pts], [p["val_loss"] for p in pts], grown_flops))
         n_small = active_params(model[f"{ns}seed{seeds[0]}/{small_run}"])
         n_large = active_params(model[f"{ns}seed{seeds[0]}/{sc_name}"])
         per_method[m] = {
@@ -209,7 +218,8 @@ def summarize(plan: dict, ledger) -> dict:
             "grown_minus_small": paired(g, sm),
             "compute_to_scratch_loss": {"per_seed": reach, "reached": len(got), "of": len(reach), **describe(got)},
             "eq29_equal_tokens": eq29(n_small, n_large, d_e, budget)["flops_saved"],
-            "per_seed": {"grown": g, "scratch": sc, "small": sm}}
+            "per_seed": {"grown": g, "scratch": sc, "small": sm}, "grown_flops": grown_flops,
+            "scratch_at_grown_flops": at_flops}
     between = {}
     for i, a in enumerate(methods):
         for b in methods[i + 1:]:

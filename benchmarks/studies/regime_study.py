@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
+import credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
 import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
 from nexus.experiments.study_plan import merge_runs  # noqa: E402
 from nexus.experiments.study_parts import Arms, LrGrid, build_parts, plan_arms  # noqa: E402
@@ -95,11 +96,20 @@ NEEDS = {name: (p[0] if isinstance(p, tuple) else p).tuned_by for name, p in stu
 HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
 
-def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=None) -> dict:
+def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=None, study: str = STUDY) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
-    arch_lrs = arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS)
-    return build_parts(study_parts(tune_lrs, arch_lrs), R.SCALES[scale], data, out, ledger, tuple(tune_lrs),
-                       R.arch_methods())
+    if study == C.STUDY:
+        parts = C.study_parts(tune_lrs)
+    else:
+        parts = study_parts(tune_lrs, arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS))
+    return build_parts(parts, R.SCALES[scale], data, out, ledger, tuple(tune_lrs), R.arch_methods())
+
+
+def study_def(study: str) -> tuple[tuple, dict, str]:
+    """(its parts in the order they run, part -> the tuning part it needs complete, its default scale)."""
+    if study == C.STUDY:
+        return C.PARTS, C.NEEDS, C.SCALE
+    return PARTS, NEEDS, "full"
 
 
 # ----------------------------------------------------------------------------- estimate
@@ -191,6 +201,25 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
         out["horizon"] = horizon(parts, ledger, root, say)
     if ready["arch"]:
         out["arch"] = arch_summary(parts["arch"]["plans"][0], ledger, say)
+    return out
+
+
+def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
+    """The sparkling-credible study's tables (credible_study.summarize) and its tuning figures."""
+    out = {}
+    for p in ("tune", "tune-halving"):
+        c = parts[p]["choice"]
+        for shape, rows in c["table"].items():
+            cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
+            best = c["best"].get(shape)
+            say(f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)"))
+    c = parts["tune-halving"]["choice"] if parts["tune-halving"]["choice"]["table"] else parts["tune"]["choice"]
+    if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
+        plot_tuning(parts["tune"]["choice"] if not c["complete"] else c, root / "tune.png")
+    out.update(C.summarize(parts, ledger, R.summarize, say))
+    if "methods" in out:
+        R.plot_regime(parts["eval"]["plans"][0], ledger, root)
     return out
 
 
@@ -316,13 +345,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=STUDY, help="the ledger's name under --results")
+    ap.add_argument("--study", default=STUDY, help=f"the ledger's name under --results; {C.STUDY} is issue 47's study "
+                    f"(its own parts: {', '.join(C.PARTS)}), any other name runs the regime study's parts")
     ap.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "results"),
                     help="where ledgers live (default benchmarks/results)")
     ap.add_argument("--out", default="runs/regime-study", help="run directories (checkpoints; not committed)")
-    ap.add_argument("--scale", choices=sorted(R.SCALES), default="full")
+    ap.add_argument("--scale", choices=sorted(R.SCALES), default=None,
+                    help=f"the regime (default: full; --study {C.STUDY}: {C.SCALE})")
     ap.add_argument("--data", default="stdlib")
-    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)}")
+    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)} ("
+                    f"--study {C.STUDY}: {', '.join(C.PARTS)})")
     ap.add_argument("--estimate", action="store_true", help="done / remaining / cost per part; train nothing")
     ap.add_argument("--plot", action="store_true", help="tables and figures from the ledger alone; train nothing")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)")
@@ -339,16 +371,19 @@ def _main(argv) -> int:
     if a.estimate and a.device == "cuda" and not (a.cuda_steps_per_s and a.cuda_steps_per_s > 0):
         raise R.Refused(f"--cuda-steps-per-s={a.cuda_steps_per_s!r} (valid: with --estimate --device cuda, the assumed "
                         f"optimizer steps/s of one worker, > 0, e.g. 40)")
+    parts_of, needs, default_scale = study_def(a.study)
+    a.scale = a.scale or default_scale
+    default_lrs = C.TUNE_LRS if a.study == C.STUDY else MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS
     try:
-        tune_lrs = tuple(float(x) for x in a.lrs.split(",")) if a.lrs else (MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS)
+        tune_lrs = tuple(float(x) for x in a.lrs.split(",")) if a.lrs else default_lrs
     except ValueError:
         tune_lrs = ()
     if len(set(tune_lrs)) < 3 or not all(x > 0 for x in tune_lrs):
         raise R.Refused(f"--lrs={a.lrs!r} (valid: at least 3 distinct learning rates > 0, comma-separated)")
     chosen = a.parts.split(",") if a.parts else []
-    bad = [p for p in chosen if p not in PARTS]
+    bad = [p for p in chosen if p not in parts_of]
     if bad:
-        raise R.Refused(f"--parts: {bad[0]!r} (valid: comma-separated of {', '.join(PARTS)})")
+        raise R.Refused(f"--parts: {bad[0]!r} (valid for --study {a.study}: comma-separated of {', '.join(parts_of)})")
     if not (chosen or a.estimate or a.plot):
         raise R.Refused("nothing to do (valid: --estimate, --plot, or --parts PART[,PART])")
     import torch
@@ -366,17 +401,17 @@ def _main(argv) -> int:
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print_machine()  # CPU model and capability beside the figures below
     try:
-        parts = build(a.scale, data, out, ledger, tune_lrs)
+        parts = build(a.scale, data, out, ledger, tune_lrs, study=a.study)
         if a.estimate:
             estimate_parts(parts, ledger, a.threads, a.workers, a.timing_steps, a.device, a.cuda_steps_per_s, say)
             return 0
         for p in chosen:
-            if p in NEEDS and not parts[p].get("tuned"):
-                c = parts[NEEDS[p]]["choice"]
+            if p in needs and not parts[p].get("tuned"):
+                c = parts[needs[p]]["choice"]
                 n = sum(v is not None for rows in c["table"].values() for r in rows for v in r["losses"].values())
                 m = sum(len(r["losses"]) for rows in c["table"].values() for r in rows)
-                raise R.Refused(f"--parts {p} needs part {NEEDS[p]!r} complete in the ledger ({n} of {m} runs there) "
-                                f"(valid: run --parts {NEEDS[p]} first)")
+                raise R.Refused(f"--parts {p} needs part {needs[p]!r} complete in the ledger ({n} of {m} runs there) "
+                                f"(valid: run --parts {needs[p]} first)")
         for p in chosen:
             runs = parts[p]["runs"]
             if a.device == "cuda":
@@ -390,8 +425,12 @@ def _main(argv) -> int:
             say(f"part {p}: finished in {t.elapsed.wall:.0f} s wall")
         if a.plot or chosen:
             lines: list[str] = []
-            summary = summarize_parts(build(a.scale, data, out, ledger, tune_lrs), ledger, root,
-                                      lambda s: (say(s), lines.append(s)))
+            built = build(a.scale, data, out, ledger, tune_lrs, study=a.study)
+            note = lambda s: (say(s), lines.append(s))  # noqa: E731
+            if a.study == C.STUDY:
+                summary = credible_summary(built, ledger, root, note)
+            else:
+                summary = summarize_parts(built, ledger, root, note)
             if "headline" in summary:  # the RESULT lines: the headline's methods against scratch, seed by seed
                 R.emit_headline(summary["headline"], f"regime study {a.study} ({a.scale})", EVAL_SEEDS)
             if a.plot:  # the ledger's own summary, redrawn from nothing but the ledger

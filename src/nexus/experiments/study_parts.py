@@ -18,6 +18,8 @@ class LrGrid:
     ns: str
     lrs: tuple | None = None
     tokens_per_param: float | None = None
+    top_of: str | None = None  # successive halving: this grid runs, per shape, only the top_k lrs of grid `top_of`
+    top_k: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Arms:
     post_mult: int = 1
     tokens_per_param: float | None = None
     scratch_seeds: tuple | None = None
+    small_lr_mults: tuple = ()  # the small model continued at K x its lr from the growth step, for each K
 
 
 def choose_lrs(plan: dict, ledger) -> dict:
@@ -59,10 +62,43 @@ def choose_lrs(plan: dict, ledger) -> dict:
     return out
 
 
+def top_lrs(choice: dict, k: int) -> dict:
+    """Per shape, the k lrs of a complete grid with the lowest mean final loss, best first."""
+    return {shape: [r["lr"] for r in sorted(rows, key=lambda r: r["mean"])[:k]] for shape, rows in choice["table"].items()}
+
+
+def choose_halving(first: dict, second: dict) -> dict:
+    """Successive halving's choice: per shape, among the lrs the second round ran (the first round's best), the one
+    with the lowest mean over every seed of both rounds; the first round's rows are kept for the table."""
+    out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": first["complete"] and second["complete"],
+           "seeds": list(first["seeds"]) + [s for s in second["seeds"] if s not in first["seeds"]]}
+    for shape, rows in first["table"].items():
+        later = {r["lr"]: r["losses"] for r in second["table"].get(shape, [])}
+        merged = []
+        for r in rows:
+            losses = {**r["losses"], **later.get(r["lr"], {})}
+            vals = list(losses.values())
+            merged.append({"lr": r["lr"], "losses": losses, "rounds": 2 if r["lr"] in later else 1,
+                           "mean": None if None in vals else sum(vals) / len(vals)})
+        out["table"][shape] = merged
+        finalists = [r for r in merged if r["rounds"] == 2]
+        if not out["complete"] or not finalists or any(r["mean"] is None for r in finalists):
+            out["complete"] = False
+            continue
+        best = min(finalists, key=lambda r: r["mean"])
+        i = merged.index(best)
+        out["best"][shape] = best["lr"]
+        out["neighbours"][shape] = [merged[j] for j in (i - 1, i + 1) if 0 <= j < len(merged)]
+        out["edge"][shape] = i in (0, len(merged) - 1)
+    return out
+
+
 def plan_arms(part: Arms, lrs: dict, scale: Scale, data: str, out: Path, variants: dict | None = None) -> dict:
     """One Arms part's plan at the given lrs (its scratch runs only on its scratch seeds)."""
     plan = plan_branched(list(part.arms), list(part.seeds), scale, data, out, lrs, tokens_per_param=part.tokens_per_param,
-                         post_mult=part.post_mult, ns=part.ns, variants=variants)
+                         post_mult=part.post_mult, ns=part.ns, variants=variants, small_lr_mults=part.small_lr_mults)
+    # each shape's scratch config, also where no scratch run is kept: a grown run's step is timed on it
+    plan["shape_cfgs"] = {r["shape"]: r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch"}
     if part.scratch_seeds is not None:
         plan["runs"] = {k: r for k, r in plan["runs"].items() if r["kind"] != "scratch" or r["seed"] in part.scratch_seeds}
     return plan
@@ -73,14 +109,23 @@ def build_parts(parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lr
     compares arms (a part may be a tuple of Arms: one plan each) at its tuning's lrs where that is complete.
     Returns name -> {"plans", "runs" (merged), "choice" (grids) or "tuned" (arms)}."""
     built: dict[str, dict] = {name: {} for name in parts}
-    for name, part in parts.items():
+    for name, part in parts.items():  # in the order given: a halving round after the grid it halves
         if isinstance(part, LrGrid):
-            plan = plan_lr_grid(list(part.arms), list(part.seeds), list(part.lrs or grid_lrs), scale, data, out, part.ns,
+            lrs = list(part.lrs or grid_lrs)
+            keep = None
+            if part.top_of is not None:  # the first round's best per shape; until it is complete, its first lrs
+                src = built[part.top_of]
+                lrs = list(src["plans"][0]["lrs_swept"])
+                keep = top_lrs(src["choice"], part.top_k) if src["choice"]["complete"] else \
+                    {shape: lrs[:part.top_k] for shape in src["choice"]["table"]}
+            plan = plan_lr_grid(list(part.arms), list(part.seeds), lrs, scale, data, out, part.ns,
                                 part.tokens_per_param, variants)
-            built[name] = {"plans": [plan]}
-    for name, part in parts.items():  # every grid's choice (after all grids: a refusal comes before any arm is planned)
-        if isinstance(part, LrGrid):
-            built[name]["choice"] = choose_lrs(built[name]["plans"][0], ledger)
+            if keep is not None:
+                plan["runs"] = {k: r for k, r in plan["runs"].items() if r["lr"] in keep[r["shape"]]}
+            built[name] = {"plans": [plan], "tuned": part.top_of is None or built[part.top_of]["choice"]["complete"]}
+            built[name]["choice"] = choose_lrs(plan, ledger)
+            if part.top_of is not None:
+                built[name]["choice"] = choose_halving(built[part.top_of]["choice"], built[name]["choice"])
     for name, part in parts.items():
         group = part if isinstance(part, tuple) else (part,)
         if not isinstance(group[0], Arms):

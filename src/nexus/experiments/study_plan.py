@@ -54,7 +54,7 @@ def run_overrides(scale: Scale, data: str, lr: float | None) -> list[str]:
     """The regime's settings of every run, as command-line overrides over each method's small model."""
     o = ["--train.batch_size", str(scale.batch), "--data.seq_len", str(scale.seq),
          "--train.eval_batches", str(scale.eval_batches), "--data.source", data, "--train.sample_tokens", "1",
-         "--train.grad_accum", "1"]
+         "--train.grad_accum", "1", "--train.dtype", "float32"]  # pinned: a study keeps its numerics if a default moves
     return o + (["--train.lr", repr(lr)] if lr is not None else [])
 
 
@@ -69,10 +69,21 @@ def shape_key(model: dict) -> str:
     return key
 
 
+def lr_mult(arm: str) -> float | None:
+    """K of an arm named `<name>@lr<K>x` (its lr multiplied by K at growth, the branch point), else None."""
+    import re
+
+    m = re.search(r"@lr(\d+(?:\.\d+)?)x$", arm)
+    return float(m.group(1)) if m else None
+
+
 def base_method(arm: str) -> str:
     """The method behind an arm's name: `<method>@wide-lr` is that method's growth with the grown run moved to the
-    wide (scratch) shape's tuned lr at growth, instead of keeping the small model's."""
-    return arm[: -len(WIDE_LR)] if arm.endswith(WIDE_LR) else arm
+    wide (scratch) shape's tuned lr at growth, instead of keeping the small model's; `<method>@lr<K>x` moves it to K
+    times the small model's lr at growth (the lr-matched partner of the small model continued at K times its lr)."""
+    if arm.endswith(WIDE_LR):
+        return arm[: -len(WIDE_LR)]
+    return arm[: arm.rindex("@lr")] if lr_mult(arm) is not None else arm
 
 
 def resolve(arm: str, variants: dict | None = None):
@@ -117,13 +128,15 @@ def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
 
 def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, out: Path, lrs: dict | None,
                   tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "",
-                  variants: dict | None = None) -> dict:
+                  variants: dict | None = None, small_lr_mults: tuple = ()) -> dict:
     """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
     Arms whose small models differ (Nexus-Rank, TokenFormer, SPARKLING's FFN axis) form separate bases: each base
     has its own prefix, small run, growth step and scratch. lrs: a tuned lr per base's small model ("small",
     "<base>-small") and per scratch shape, or None (untuned). tokens_per_param: the growth point where the scale
     has no fixed step (default the scale's); post_mult: steps after growth as a multiple of the steps before it;
-    ns: a prefix of every run's name and directory; variants: the study's own methods by name."""
+    ns: a prefix of every run's name and directory; variants: the study's own methods by name; small_lr_mults: for
+    each K, a no-growth control per base and seed, `<small>@lr<K>x`, the small model continued from the prefix with its
+    lr multiplied by K at the growth step (the lr-matched control of an arm that changes the lr at growth)."""
     from .curves import active_params
 
     tps = scale.tokens_per_step
@@ -171,12 +184,19 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
             runs[f"{ns}seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
             runs[f"{ns}seed{sd}/{pre}small"] = {"cfg": small, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "small",
                                                 "seed": sd, **where}
+            for k in small_lr_mults:  # the no-growth control of an lr change at growth
+                ctl = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}small@lr{k:g}x", steps)
+                ctl["train"]["lr"] = k * first["small"]["train"]["lr"]
+                runs[f"{ns}seed{sd}/{pre}small@lr{k:g}x"] = {"cfg": ctl, "after": f"{ns}seed{sd}/{pre}prefix",
+                                                           "kind": "small", "seed": sd, "lr_mult": k, **where}
             for m in ms:
                 c = plans[m]["configs"][str(sd)]
                 key = shape_key(c["scratch"]["model"])
                 grown = _finish(c["grown"], out / f"{ns}seed{sd}" / m, steps)
                 if m.endswith(WIDE_LR):  # the grown run moves to the wide shape's lr at growth (the branch point)
                     grown["train"]["lr"] = lrs[key] if lrs is not None else c["scratch"]["train"]["lr"]
+                elif lr_mult(m) is not None:  # K times the small model's lr from the growth step on
+                    grown["train"]["lr"] = lr_mult(m) * first["small"]["train"]["lr"]
                 runs[f"{ns}seed{sd}/{m}"] = {"cfg": grown, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "grown",
                                              "seed": sd, "method": m, "shape": key, **where}
                 name = f"{ns}seed{sd}/scratch-{key}"
@@ -249,5 +269,7 @@ def describe_run(run: dict, plan: dict) -> dict:
 def timed_config(run: dict, plan: dict) -> dict:
     """The config whose step a run pays for: a grown run trains the grown model, which is its shape's scratch model."""
     if run["kind"] == "grown":  # any seed's scratch run of the shape (a plan may run scratch on fewer seeds)
+        if run["shape"] in plan.get("shape_cfgs", {}):
+            return plan["shape_cfgs"][run["shape"]]
         return next(r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch" and r.get("shape") == run["shape"])
     return run["cfg"]

@@ -1,0 +1,150 @@
+"""Issue 47's study `sparkling-credible`: SPARKLING's question at a regime where growth effects can exceed schedule
+effects, with every lr change at growth matched by its no-growth control. Data for benchmarks/studies/regime_study.py
+(`--study sparkling-credible`), and the summary its ledger supports.
+
+Pre-stated (2026-12-07, before any run of this study):
+  regime     small 4 x d64, 4 heads of 16, FFN 128 -> 256 (SPARKLING's copy + RMS rescale, asymmetric state,
+             re-warmup rho 1.3); growth after 20 tokens per active parameter of the small model; as many steps after
+             growth as before; scratch (FFN 256) trained on the same total tokens; 16 x 128 tokens per step; the
+             stdlib corpus (no token repeats within a run: refused otherwise); fp32 on the CPU (pinned by the plan).
+  tuning     successive halving on tuning seeds only: 4 peak lrs a factor 2 apart on seed 100 for the small and the
+             scratch shape, the best 2 of each on seed 101, the lowest mean over both seeds chosen (`tune`,
+             `tune-halving`); then the continuation lr at growth, x1 (the paper: the small model's lr is kept) or x2,
+             for the small model and the grown one, on both tuning seeds (`tune-cont`).
+  evaluation seeds 0-7 (never tuned on): the prefix to the growth step, then from it: small (x1), small@lr2x,
+             sparkling (x1), sparkling@lr2x; scratch at its tuned lr. Both multipliers run whatever tune-cont picks,
+             so the arm at the tuned continuation lr and its lr-matched control are always there.
+  estimand   (primary) grown - scratch final validation loss, paired by seed, at equal tokens and at equal FLOPs
+             (scratch's loss at the grown run's total FLOPs, read off its curve), with an equivalence margin of
+             0.01 nats: "reaches the wide model's loss" is supported when the 95% interval's upper end is below
+             +0.01, refuted when its lower end is above +0.01, undetermined otherwise.
+             growth's own effect: grown - small continued at the same lr (x1 with x1, x2 with x2), paired.
+             the share of the small-to-scratch gap closed, only where that gap exceeds 4 standard errors.
+  pilot      the tuning seeds at the chosen lrs must show scratch below small by >= 4 standard errors of the paired
+             difference before the evaluation is worth running (printed by --plot as `pilot`).
+"""
+from __future__ import annotations
+
+import math
+
+from nexus.experiments.study_parts import Arms, LrGrid
+
+STUDY = "sparkling-credible"
+SCALE = "credible"
+TUNING_SEEDS = (100, 101)  # never evaluation seeds
+EVAL_SEEDS = tuple(range(8))
+# the first round's 4 lrs, in the order they run: the 40-tokens/parameter sweep's optima (3.2e-2 small, 1.6e-2
+# scratch, seed 0 of issue 29) first
+TUNE_LRS = (1.6e-2, 3.2e-2, 8e-3, 6.4e-2)
+TOP_K = 2
+LR_MULT = 2  # the continuation lr at growth tried beside x1
+MARGIN = 0.01  # nats: the equivalence margin of grown - scratch, stated before any run
+GAP_SES = 4.0  # the small-to-scratch gap must exceed this many standard errors for a share to be reported
+ARMS = ("sparkling", f"sparkling@lr{LR_MULT}x")
+PARTS = ("tune", "tune-halving", "tune-cont", "eval")
+# before the tuning is complete, parts are planned at these lrs (cost only: no run trains at them)
+ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
+# part -> the part whose tuning it needs complete in the ledger
+NEEDS = {"tune-halving": "tune", "tune-cont": "tune-halving", "eval": "tune-halving"}
+
+
+def study_parts(tune_lrs=TUNE_LRS) -> dict:
+    """The study as data, in the order it is built (each tuning round before what it tunes)."""
+    tuned = dict(tuned_by="tune-halving", untuned_lrs=ESTIMATE_ONLY_LRS, small_lr_mults=(LR_MULT,))
+    return {
+        "tune": LrGrid(ARMS[:1], TUNING_SEEDS[:1], "tune/", tuple(tune_lrs)),
+        "tune-halving": LrGrid(ARMS[:1], TUNING_SEEDS[1:], "tune/", top_of="tune", top_k=TOP_K),
+        "tune-cont": Arms(ARMS, TUNING_SEEDS, ns="tune-cont/", scratch_seeds=(), **tuned),
+        "eval": Arms(ARMS, EVAL_SEEDS, **tuned),
+    }
+
+
+# ----------------------------------------------------------------------------- the summary
+def _verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
+    if ci_high < margin:
+        return f"supported (95% CI upper end {ci_high:+.4f} < +{margin:g})"
+    if ci_low > margin:
+        return f"refuted (95% CI lower end {ci_low:+.4f} > +{margin:g})"
+    return f"undetermined at this scale (95% CI [{ci_low:+.4f}, {ci_high:+.4f}] straddles +{margin:g})"
+
+
+def continuation_choice(parts: dict, ledger) -> dict | None:
+    """tune-cont's pick per arm kind (small, grown): x1 or x2 by the mean final loss over the tuning seeds."""
+    runs = parts["tune-cont"]["runs"]
+    if not parts["tune-cont"].get("tuned") or not all(ledger.holds(k, r["cfg"]) for k, r in runs.items()):
+        return None
+    mean = {}
+    for label, suffix in (("small x1", "small"), (f"small x{LR_MULT}", f"small@lr{LR_MULT}x"),
+                          ("sparkling x1", ARMS[0]), (f"sparkling x{LR_MULT}", ARMS[1])):
+        vals = [ledger.final_val_loss(f"tune-cont/seed{sd}/{suffix}") for sd in TUNING_SEEDS]
+        mean[label] = sum(vals) / len(vals)
+    pick = {k: min((1, LR_MULT), key=lambda m: mean[f"{k} x{m}"]) for k in ("small", "sparkling")}
+    return {"mean": mean, "pick": pick}
+
+
+def pilot(parts: dict, ledger) -> dict | None:
+    """Scratch below small on the tuning seeds at the chosen lrs, in standard errors of the paired difference."""
+    from nexus.experiments.stats import paired
+
+    c = parts["tune-halving"]["choice"]
+    if not c["complete"]:
+        return None
+    sm = [r for r in c["table"]["small"] if r["lr"] == c["best"]["small"]][0]["losses"]
+    sc_shape = next(k for k in c["table"] if k != "small")
+    sc = [r for r in c["table"][sc_shape] if r["lr"] == c["best"][sc_shape]][0]["losses"]
+    seeds = sorted(sm)
+    d = paired([sm[s] for s in seeds], [sc[s] for s in seeds])["diff"]
+    se = d["std"] / math.sqrt(d["n"]) if d["n"] > 1 else float("nan")
+    return {"small_minus_scratch": d["mean"], "se": se, "ses": d["mean"] / se if se > 0 else float("inf"),
+            "seeds": seeds, "passes": d["mean"] > 0 and (se == 0 or d["mean"] / se >= GAP_SES)}
+
+
+def summarize(parts: dict, ledger, plan_summary, say) -> dict:
+    """Every number the card reports, from the ledger alone: the pilot, the continuation pick, the primary estimand
+    per arm at equal tokens and equal FLOPs, growth's own effect against the lr-matched control, and the share of
+    the gap where the gap is resolved. plan_summary: progressive_regime.summarize (per-method finals and curves)."""
+    from nexus.experiments.stats import fmt, fmt_gap, paired
+
+    out: dict = {"margin": MARGIN}
+    p = pilot(parts, ledger)
+    out["pilot"] = p
+    if p:
+        say(f"pilot (tuning seeds {','.join(p['seeds'])}, chosen lrs): small - scratch {p['small_minus_scratch']:+.4f} "
+            f"= {p['ses']:.1f} standard errors ({'passes' if p['passes'] else 'FAILS'} the >= {GAP_SES:g} SE check)")
+    cont = continuation_choice(parts, ledger)
+    out["continuation"] = cont
+    if cont:
+        say("continuation lr at growth (tuning seeds, mean final loss): " + ", ".join(
+            f"{k} {v:.4f}" for k, v in cont["mean"].items()) + f" -> small x{cont['pick']['small']}, sparkling "
+            f"x{cont['pick']['sparkling']}")
+    ev = parts["eval"]
+    if not (ev.get("tuned") and all(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())):
+        held = sum(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())
+        say(f"eval: {held} of {len(ev['runs'])} runs in the ledger; not summarized yet")
+        return out
+    plan = ev["plans"][0]
+    s = plan_summary(plan, ledger)
+    out["methods"] = {}
+    for arm in ARMS:
+        m = s["methods"][arm]
+        k = LR_MULT if arm != ARMS[0] else 1
+        control = "small" if k == 1 else f"small@lr{k}x"
+        ctl = [ledger.final_val_loss(f"seed{sd}/{control}") for sd in EVAL_SEEDS]
+        g, sc, sm = m["per_seed"]["grown"], m["per_seed"]["scratch"], m["per_seed"]["small"]
+        eq_tokens = paired(g, sc)
+        eq_flops = paired(g, m["scratch_at_grown_flops"])
+        growth = paired(g, ctl)
+        gap = paired(sm, sc)["diff"]
+        gap_ses = gap["mean"] / (gap["std"] / math.sqrt(gap["n"])) if gap["std"] > 0 else float("inf")
+        row = {"grown_minus_scratch_equal_tokens": eq_tokens, "grown_minus_scratch_equal_flops": eq_flops,
+               "verdict_equal_tokens": _verdict(eq_tokens["diff"]["ci_low"], eq_tokens["diff"]["ci_high"]),
+               "verdict_equal_flops": _verdict(eq_flops["diff"]["ci_low"], eq_flops["diff"]["ci_high"]),
+               "growth_effect": growth, "control": control, "gap_ses": gap_ses,
+               "gap_closed": m["gap_closed"] if gap_ses >= GAP_SES else None}
+        out["methods"][arm] = row
+        say(f"{arm}: grown - scratch at equal tokens {fmt(eq_tokens['diff'])} -> {row['verdict_equal_tokens']}")
+        say(f"{arm}: grown - scratch at equal FLOPs {fmt(eq_flops['diff'])} -> {row['verdict_equal_flops']}")
+        say(f"{arm}: growth's own effect, grown - {control} (same lr, no growth) {fmt(growth['diff'])}")
+        say(f"{arm}: small - scratch gap {gap['mean']:+.4f} = {gap_ses:.1f} SE; share closed "
+            + (fmt_gap(m["gap_closed"]) if row["gap_closed"] else f"not reported (gap under {GAP_SES:g} SE)"))
+    return out
