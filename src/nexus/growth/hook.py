@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import option
+from ..config import ConfigError, option
 from ..train.hooks import HOOK_KINDS, Hook
 from .generic_grow import grow, jsonable
 from .registry import parse_growth_spec
@@ -112,6 +112,11 @@ class GrowthHook(Hook):
         cfg = trainer.cfg
         if self.idle_note:
             trainer.notes.append(self.idle_note)
+        if self.pending(cfg) and trainer.step > self.at:  # a resumed run past its growth step would never grow
+            raise ConfigError(f"growth at step {self.at} (--grow-at / train.hooks) but the run resumes at step "
+                              f"{trainer.step}, past it, so it would never grow (valid: --grow-at N with "
+                              f"{trainer.step} <= N < train.steps ({cfg.train.steps}); at {trainer.step} it grows at the "
+                              "resumed run's first step)")
         if self.pending(cfg):  # the spec was checked against the model when the trainer was built
             record = {"step": self.at, "rewarmup": getattr(self.spec, "rewarmup", None)}
         elif cfg.growth_history:
