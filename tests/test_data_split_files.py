@@ -150,3 +150,21 @@ def test_embedded_corpus_holds_each_document_once():
     assert len(docs) == len(set(docs))
     dm = DataModule(DataConfig(source="embedded"), quiet=True)
     assert dm.overlap_note() is None
+
+
+def test_a_split_written_as_uint32_beside_a_uint16_one_is_refused_not_read_as_half_zeros(tmp_path):
+    """Issue 46 item 6: val.bin as uint32 beside train.bin as uint16 read every second validation id as 0."""
+    from nexus.config import ConfigError
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "nano").mkdir()
+    rng.integers(1, 256, 6000).astype(np.uint16).tofile(tmp_path / "nano" / "train.bin")
+    rng.integers(1, 256, 900).astype(np.uint32).tofile(tmp_path / "nano" / "val.bin")
+    with pytest.raises(ConfigError) as e:
+        DataModule(DataConfig(source=str(tmp_path / "nano"), seq_len=32))
+    msg = str(e.value)
+    assert "val.bin" in msg and "uint32" in msg and "\n" not in msg
+    # both uint32, said so: read as they are
+    rng.integers(1, 256, 6000).astype(np.uint32).tofile(tmp_path / "nano" / "train.bin")
+    dm = DataModule(DataConfig(source=str(tmp_path / "nano"), seq_len=32, dtype="uint32"))
+    assert np.asarray(dm.val.tokens).min() >= 1

@@ -219,11 +219,25 @@ def open_bin(path: Path, dtype_name: str, vocab_size: int, shown: str) -> np.nda
                           f"{dtype.itemsize} (valid: --data.dtype {' or '.join(d for d in BIN_DTYPES if d != dtype.name)}"
                           f", or a complete token file)")
     mm = np.memmap(path, dtype=dtype, mode="r")
+    if dtype == np.uint16 and looks_like_wider_ids(mm):
+        raise ConfigError(f"data.source={shown!r}: {path.name} read as uint16 has 0 at every odd position (ids "
+                          f"written as uint32 read as uint16 look so; a split of another dtype reads half its ids "
+                          f"as 0) (valid: every split in one dtype, --data.dtype uint32 when they are uint32)")
     hi = max_id(mm)
     if hi >= vocab_size:
         raise ConfigError(f"data.source={shown!r}: {path.name} holds id {hi} but the tokenizer has {vocab_size} ids "
                           "(valid: the tokenizer the file was made with, --data.tokenizer PATH, or the right --data.dtype)")
     return mm
+
+
+def looks_like_wider_ids(tokens, sample: int = 1 << 20) -> bool:
+    """True when uint16 ids are every second one 0 and the others mostly not: little-endian uint32 ids below
+    65,536 read as uint16 (their high halves). Real text never puts id 0 at every odd position of a sample."""
+    head = np.asarray(tokens[:sample])
+    if head.size < 64:
+        return False
+    odd, even = head[1::2], head[0::2]
+    return bool((odd == 0).all() and (even != 0).mean() > 0.5)
 
 
 def max_id(tokens, chunk: int = 1 << 24) -> int:
