@@ -342,6 +342,9 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None, enter
     lk = lk or held_lock(final)
     if lk:
         lk.pending(tmp)
+    # the bytes the manifest describes now, kept by a hard link until the new ones are entered: an error while
+    # entering them (a manifest that cannot be written) puts these back, so the folder stays as its manifest says
+    aside = _keep_aside(final, lk) if enter else None
     try:
         write_fn(tmp)
         respect_umask(tmp)
@@ -353,12 +356,39 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None, enter
         fsync_dir(final.parent)
         crash_point("file-after-rename", final.name)
         if enter:
-            enter_in_folder(final)
+            try:
+                enter_in_folder(final)
+            except BaseException:
+                if aside is not None:
+                    os.replace(aside, final)
+                    fsync_dir(final.parent)
+                raise
     finally:
         tmp.unlink(missing_ok=True)
+        if aside is not None:
+            aside.unlink(missing_ok=True)
         if lk:
             lk.done(tmp)
+            if aside is not None:
+                lk.done(aside)
     return final
+
+
+def _keep_aside(final: Path, lk) -> Path | None:
+    """A hard link to `final`'s current bytes under a journalled side name (None where there is no plain file or
+    the file system has no hard links: then an error after the rename leaves the new bytes, as before)."""
+    if not final.is_file() or final.is_symlink():
+        return None
+    aside = side_name(final, "old", new_tag())
+    if lk:
+        lk.pending(aside)
+    try:
+        os.link(final, aside)
+    except OSError:
+        if lk:
+            lk.done(aside)
+        return None
+    return aside
 
 
 def write_text_atomic(path, text: str, enter: bool = False) -> None:
