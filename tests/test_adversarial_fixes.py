@@ -252,3 +252,52 @@ def test_a_prepare_killed_mid_manifest_write_or_after_its_last_rename_is_settled
     assert main([*PREP, "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [MARKER]
     assert read_manifest(out)["files"] == whole
+
+
+def test_the_first_undecodable_byte_is_named_also_when_it_ends_the_file(tmp_path, capsys):
+    """Issue 46 item 8: a latin-1 byte at the very end (or cut by a read chunk) was reported 'at byte None'."""
+    from nexus.data.corpus import text_problem
+
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(b"plain ascii text, " * 20 + b"caf\xe9")
+    assert text_problem(f, str(f)) is None  # one bad byte in ~360: a warning, not a refusal
+    err = capsys.readouterr().err
+    assert f"the first at byte {f.stat().st_size - 1}" in err, err
+    g = tmp_path / "all-latin1.txt"
+    g.write_bytes(b"\xe9t\xe9 " * 50)
+    assert "the first at byte 0)" in text_problem(g, str(g))
+
+
+def test_a_bad_token_file_is_not_sent_to_data_prepare(tmp_path):
+    """Issue 46 item 8: an empty .bin's refusal advised `nexus data prepare --skip-bad`, which refuses .bin sources."""
+    import numpy as np
+    import pytest
+
+    from nexus.config import ConfigError
+    from nexus.data.sources import resolve_source
+
+    (tmp_path / "bins").mkdir()
+    np.arange(1, 100, dtype=np.uint16).tofile(tmp_path / "bins" / "a.bin")
+    (tmp_path / "bins" / "b.bin").write_bytes(b"")
+    with pytest.raises(ConfigError) as e:
+        resolve_source(str(tmp_path / "bins")).check_files()
+    assert "b.bin" in str(e.value) and "is empty" in str(e.value) and "--skip-bad" not in str(e.value)
+
+
+def test_sigterm_to_a_command_outside_training_ends_in_one_line(capsys):
+    """Issue 46 item 8: SIGTERM to `nexus grow` (or any command outside a training loop) exited with no line."""
+    import signal
+    import time
+
+    from nexus.cli import run_guarded
+
+    def grow_like():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # never reached: the signal stops the command
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert run_guarded("nexus grow", grow_like) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["nexus grow: stopped by SIGTERM; nothing was left half-written"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the command's only

@@ -110,9 +110,21 @@ def run_guarded(prog: str, command) -> int:
     """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
     input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
 SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
-    an internal fault and keeps its traceback."""
+    an internal fault and keeps its traceback. SIGTERM outside a training loop (which saves a checkpoint first)
+    stops the command as Ctrl-C does: one line, exit 143; every writer renames complete files only."""
+    import signal
+    import threading
+
+    def terminated(signum, frame):
+        raise _Terminated
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         return int(command() or 0)
+    except _Terminated:
+        print(f"{prog}: stopped by SIGTERM; nothing was left half-written", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -138,6 +150,13 @@ SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the comm
             raise  # an internal fault: keep its traceback
         print(f"{prog}: error: {line}", file=sys.stderr)
         return 2
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM outside a training loop: a stop asked for, said in one line."""
 
 
 def file_system_refusal(e: BaseException) -> str | None:

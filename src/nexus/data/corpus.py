@@ -83,13 +83,14 @@ def text_problem(p: Path, shown: str) -> str | None:
             if raw.count(0):
                 nul += raw.count(0)
                 break
+            pending = decoder.getstate()[0]  # the previous chunk's unfinished sequence, decoded with this one
             text = decoder.decode(raw, final=final)
             replaced = text.count("\ufffd") - raw.count("\ufffd".encode())  # not the U+FFFD the file really holds
             if replaced > 0 and first is None:
                 try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    first = offset + e.start
+                    (pending + raw).decode("utf-8")
+                except UnicodeDecodeError as e:  # a sequence cut at the chunk's (or the file's) end starts before it
+                    first = offset - len(pending) + e.start
             bad += max(replaced, 0)
             chars += len(text)
             offset += len(raw)

@@ -91,8 +91,10 @@ class Source:
         """One line naming every bad file at once (bad_files), before anything is tokenized or written."""
         bad = self.bad_files()
         if bad:
-            raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: UTF-8 text files with "
-                              "at least one document; `nexus data prepare SOURCE --skip-bad ...` leaves them out)")
+            fix = ("non-empty token files: move the bad ones out (`nexus data prepare` reads text, not token files)"
+                   if self.tokenized else "UTF-8 text files with at least one document; `nexus data prepare SOURCE "
+                   "--skip-bad ...` leaves them out")
+            raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: {fix})")
 
     def without(self, bad: list[tuple[Path, str]]) -> "Source":
         """The same source less the given files (`nexus data prepare --skip-bad`)."""
