@@ -47,7 +47,8 @@ SRC = ROOT / "src"
 TINY = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
         "--train.eval_every", "0", "--train.sample_tokens", "4", "--train.log_every", "1", "--quiet"]
 TRAIN = ["train", *TINY, "--train.steps", "2", "--train.save_every", "1", "--train.keep_last", "1"]
-TIMEOUT = 90  # seconds one command may take before it counts as a hang
+TIMEOUT = int(os.environ.get("ADVERSARIAL_TIMEOUT", 90))  # seconds one command may take before it counts as a hang
+TEMPLATE_TIMEOUT = 900  # building a template is not under test (the study template trains 12 smoke runs)
 BOOKKEEPING = (".nexus-run",)  # nexus's own record: a forged one may be rewritten, it holds no user bytes
 
 
@@ -76,13 +77,16 @@ def nexus_env(ws: Path, extra: dict | None = None) -> dict:
 
 
 def start(ws: Path, argv, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nexus", *map(os.fsdecode, argv)], cwd=ws, env=nexus_env(ws, env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    argv = [os.fsdecode(a) for a in argv]
+    # a script (the study runner) runs as itself; anything else is a `nexus` command
+    cmd = [sys.executable, *argv] if argv and argv[0].endswith(".py") else [sys.executable, "-m", "nexus", *argv]
+    return subprocess.Popen(cmd, cwd=ws, env=nexus_env(ws, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
 
 
-def finish(p: subprocess.Popen, argv, t0: float) -> Result:
+def finish(p: subprocess.Popen, argv, t0: float, timeout: float = TIMEOUT) -> Result:
     try:
-        out, err = p.communicate(timeout=TIMEOUT)
+        out, err = p.communicate(timeout=timeout)
         rc = p.returncode
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
@@ -92,9 +96,9 @@ def finish(p: subprocess.Popen, argv, t0: float) -> Result:
                   time.monotonic() - t0)
 
 
-def cli(ws: Path, argv, env=None) -> Result:
+def cli(ws: Path, argv, env=None, timeout: float = TIMEOUT) -> Result:
     t0 = time.monotonic()
-    return finish(start(ws, argv, env), argv, t0)
+    return finish(start(ws, argv, env), argv, t0, timeout)
 
 
 # ---------------------------------------------------------------- user bytes
@@ -148,7 +152,7 @@ def nexus_lock(p: Path) -> bool:
 @dataclass
 class Step:
     argv: list
-    expect: str = "any"  # ok | refuse | any (0 or 2) | killed (137)
+    expect: str = "any"  # ok | refuse | any (0 or 2) | killed (137) | stopped (SIGTERM: 143 and one line)
     env: dict | None = None
     parallel: int = 1  # run this many copies at once
     alongside: list | None = None  # another command started at the same moment
@@ -698,6 +702,83 @@ def _name_cases():
                "refuse")])
 
 
+# --- I. the study runner's ledger (issue 46): tampered run directories and records, signals, orphan workers
+
+STUDY = [str(ROOT / "benchmarks" / "studies" / "regime_study.py"), "--scale", "smoke", "--parts", "tune", "--lrs",
+         "0.016,0.032,0.008", "--results", "study/res", "--out", "study/runs"]
+STUDY_RUN = "study/runs/smoke/tune/small/lr{lr}/seed100"
+STUDY_RECORD = "study/res/progressive-regime/runs/tune/small/lr{lr}/seed100.json"
+
+
+def _study_cases():
+    def edit_done(ws):
+        d = ws / STUDY_RUN.format(lr="0.016") / "done.json"
+        done = json.loads(d.read_text())
+        d.write_text(json.dumps({**done, "val_loss": 0.5}))
+        (ws / STUDY_RECORD.format(lr="0.016")).unlink()
+
+    def copy_done(ws):
+        shutil.copy(ws / STUDY_RUN.format(lr="0.032") / "done.json", ws / STUDY_RUN.format(lr="0.016") / "done.json")
+        (ws / STUDY_RECORD.format(lr="0.016")).unlink()
+
+    def not_recorded(ws, results):
+        rec = ws / STUDY_RECORD.format(lr="0.016")
+        return f"loss: {rec.name} recorded from a run directory whose done.json was changed" if rec.exists() else None
+
+    case("study-done-json-edited", "study ledger", ["study"], [Step(STUDY, "refuse")], edit_done, check=not_recorded)
+    case("study-done-json-of-another-lr", "study ledger", ["study"], [Step(STUDY, "refuse")], copy_done,
+         check=not_recorded)
+
+    def edit_record(how):
+        def setup(ws):
+            p = ws / STUDY_RECORD.format(lr="0.016")
+            rec = json.loads(p.read_text())
+            p.write_text(json.dumps(how(rec)))
+        return setup
+
+    for label, how in [("val-loss-edited", lambda r: {**r, "final": {**r["final"], "val_loss": 0.5}}),
+                       ("empty-list", lambda r: []), ("val-loss-not-a-number", lambda r: {**r, "final": {"val_loss": "n/a"}}),
+                       ("no-final", lambda r: {k: v for k, v in r.items() if k != "final"})]:
+        case(f"study-record-{label}", "study ledger", ["study"], [Step([*STUDY, "--plot"], "refuse")], edit_record(how))
+
+    def split_dtypes(ws):
+        import numpy as np
+
+        (ws / "bins").mkdir()
+        np.arange(1, 5000, dtype=np.uint16).astype(np.uint16).tofile(ws / "bins" / "train.bin")
+        (np.arange(1, 900) % 250 + 1).astype(np.uint32).tofile(ws / "bins" / "val.bin")
+    case("split-dtypes-uint16-train-uint32-val", "study ledger", [], [Step([*TRAIN, "--data", "bins", "--out", "r"],
+                                                                          "refuse")], split_dtypes)
+    CASES.append(Case("study-sigterm-two-workers", "study signals", ()))
+    CASES.append(Case("study-kill-9-orphans", "study signals", ()))
+
+
+def _signalled_study(ws: Path, sig: int) -> list[Result]:
+    """A two-worker study signalled once its first run is in the ledger: SIGTERM must end in one line with the
+    command that continues it; no worker may outlive it (SIGTERM or kill -9)."""
+    argv = [*STUDY, "--workers", "2"]
+    t0 = time.monotonic()
+    p = start(ws, argv)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None and not list((ws / "study" / "res").rglob("seed*.json")):
+        time.sleep(0.2)
+    os.kill(p.pid, sig)
+    r = finish(p, argv, t0)
+    r.rc = 128 + sig if r.rc == -sig else r.rc
+    time.sleep(3)
+    left = _orphans(ws)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        r.err += f"\n[harness] {len(left)} process(es) outlived the signalled study: {left}"
+    elif sig == signal.SIGTERM and "continue with:" not in r.err:
+        r.err += "\n[harness] the study's last line does not say how to continue it"
+    return [r]
+
+
 # ---------------------------------------------------------------- templates
 
 TEMPLATES = {
@@ -706,8 +787,9 @@ TEMPLATES = {
     "prep": lambda d: [["data", "prepare", "embedded", "--tokenizer", "byte", "--out", d / "prep", "--num-proc", "1", "--quiet"]],
     "hf": lambda d: [[*TRAIN, "--out", d / "src"], ["export", "--checkpoint", d / "src" / "checkpoint", "--format", "hf", "--out", d / "hf"]],
     "exp": lambda d: [[*EXPERIMENT[:-len(TINY) - 2], "--out", d / "exp", *TINY]],
+    "study": lambda d: [STUDY],
 }
-TEMPLATE_DIR = {"run": "run", "run_tb": "run", "prep": "prep", "hf": "hf", "exp": "exp"}
+TEMPLATE_DIR = {"run": "run", "run_tb": "run", "prep": "prep", "hf": "hf", "exp": "exp", "study": "study"}
 
 
 def build_templates(names: set, work: Path) -> dict:
@@ -716,7 +798,7 @@ def build_templates(names: set, work: Path) -> dict:
         d = work / f"template-{name}"
         d.mkdir()
         for argv in TEMPLATES[name](d):
-            r = cli(d, argv)
+            r = cli(d, argv, timeout=TEMPLATE_TIMEOUT)
             if r.rc != 0:
                 raise SystemExit(f"template {name} failed (rc {r.rc}): {r.err.strip()[-500:]}")
         built[name] = d / TEMPLATE_DIR[name]
@@ -742,13 +824,21 @@ def classify(c: Case, results: list[Result], lost: list[str], extra: str | None)
             if r.rc != 137:
                 problems.append(f"{tag} was not killed at its crash point (rc {r.rc})")
             continue
+        if want == "stopped":  # SIGTERM asked for a stop: exit 143 and one line saying where it stopped
+            refused = True
+            said = [line for line in r.err.splitlines() if line.strip()]
+            if r.rc != 143 or len(said) != 1:
+                problems.append(f"{tag} stopped by SIGTERM with exit {r.rc} and {len(said)} stderr line(s)")
+            continue
         if r.rc not in (0, 2):
             problems.append(f"{tag} exit {r.rc}: {r.err.strip()[-160:]}")
             continue
-        errors = [line for line in r.err.splitlines() if line.startswith("nexus") and ": error:" in line]
+        # `nexus CMD: error: ...`, or a benchmark script's `error: ...`
+        errors = [line for line in r.err.splitlines() if (line.startswith("nexus") and ": error:" in line)
+                  or line.startswith("error: ")]
         if r.rc == 2:
             refused = True
-            stray = [line for line in r.err.splitlines() if line.strip() and not line.startswith("nexus")]
+            stray = [line for line in r.err.splitlines() if line.strip() and not line.startswith(("nexus", "error: "))]
             if len(errors) != 1 or stray:
                 problems.append(f"{tag} exit 2 without exactly one error line: {r.err.strip()[:160]!r}")
             elif want == "ok":
@@ -782,6 +872,11 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
         if c.name == "kill-prepare-parallel-orphans":
             results = [(r, "killed") for r in _killed_prepare(ws)]
             if "outlived" in results[0][0].err:
+                extra = "unclean: " + results[0][0].err.strip().splitlines()[-1].removeprefix("[harness] ")
+        if c.name in ("study-sigterm-two-workers", "study-kill-9-orphans"):
+            sig = signal.SIGTERM if "sigterm" in c.name else signal.SIGKILL
+            results = [(r, "stopped" if sig == signal.SIGTERM else "killed") for r in _signalled_study(ws, sig)]
+            if "[harness]" in results[0][0].err:
                 extra = "unclean: " + results[0][0].err.strip().splitlines()[-1].removeprefix("[harness] ")
         for s in c.steps:
             t1 = time.monotonic()
@@ -831,6 +926,7 @@ def all_cases() -> list[Case]:
     _disk_cases()
     _concurrent_cases()
     _name_cases()
+    _study_cases()
     CASES.append(Case("kill-prepare-parallel-orphans", "kill", ()))
     return list(CASES)
 
