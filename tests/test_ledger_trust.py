@@ -216,3 +216,11 @@ def test_kill_9_of_the_study_runner_takes_its_workers_with_it(tmp_path):
     for w in left:
         os.kill(w, signal.SIGKILL)
     assert not left, "workers outlived a kill -9 of their study"
+
+
+def test_a_grown_runs_record_keeps_its_last_symmetry_lock():
+    rows = [{"step": 5, "loss": 2.0}, {"step": 5, "symmetry_lock_mean": 1.0, "symmetry_lock_min": 1.0},
+            {"step": 9, "symmetry_lock_mean": 0.97, "symmetry_lock_min": 0.9, "rms_ratio_max_dev": 0.02}]
+    assert L.last_growth_diagnostics(rows) == {"final_symmetry_lock_mean": 0.97, "final_symmetry_lock_min": 0.9,
+                                               "final_rms_ratio_max_dev": 0.02}
+    assert L.last_growth_diagnostics([{"step": 1, "loss": 3.0}]) == {}

@@ -22,6 +22,14 @@ Pre-stated (2026-12-07, before any run of this study):
              the share of the small-to-scratch gap closed, only where that gap exceeds 4 standard errors.
   pilot      the tuning seeds at the chosen lrs must show scratch below small by >= 4 standard errors of the paired
              difference before the evaluation is worth running (printed by --plot as `pilot`).
+  bracket    (added 2026-12-07 before its runs, evaluation seeds 0-2, from the same prefixes) SPARKLING's naive
+             expansion as a bracket, not a guess: (a) `naive-copy-locked`, the literal copy (no rescale, copied
+             state, no re-warmup); (b) `naive-copy-random`, Fig. 1's one-side pair: up/gate copied, down random,
+             unscaled, copied state; (c) `natural`, the natural implementation: copy, unscaled, the old entries keep
+             their optimizer state and the new start fresh (asymmetric), no re-warmup; (d) `perturb-<k>`, the
+             Perturb heuristic (App. H: copies kicked by +-eps, zero-sum) at eps = 2^-k of the weights' std, k in
+             {8, 6, 4, 2} (perturb-8 was `naive-copy` in progressive-main). Each arm's symmetry lock at the end
+             (how far each copied unit moved from its twin) is read from its run's metrics.
 """
 from __future__ import annotations
 
@@ -41,11 +49,28 @@ LR_MULT = 2  # the continuation lr at growth tried beside x1
 MARGIN = 0.01  # nats: the equivalence margin of grown - scratch, stated before any run
 GAP_SES = 4.0  # the small-to-scratch gap must exceed this many standard errors for a share to be reported
 ARMS = ("sparkling", f"sparkling@lr{LR_MULT}x")
-PARTS = ("tune", "tune-halving", "tune-cont", "eval")
+BRACKET_SEEDS = (0, 1, 2)
+PERTURB_EXPONENTS = (8, 6, 4, 2)
+BRACKET = ("naive-copy-locked", "naive-copy-random", "natural", *(f"perturb-{k}" for k in PERTURB_EXPONENTS))
+PARTS = ("tune", "tune-halving", "tune-cont", "eval", "bracket")
 # before the tuning is complete, parts are planned at these lrs (cost only: no run trains at them)
 ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
 # part -> the part whose tuning it needs complete in the ledger
-NEEDS = {"tune-halving": "tune", "tune-cont": "tune-halving", "eval": "tune-halving"}
+NEEDS = {"tune-halving": "tune", "tune-cont": "tune-halving", "eval": "tune-halving", "bracket": "tune-halving"}
+
+
+def bracket_methods() -> dict:
+    """The naive bracket's arms as the study's own methods (the library's `--list` stays as it is), each the FFN-axis
+    growth of `sparkling`'s small model with one stated spec."""
+    from nexus.experiments import progressive as P
+
+    naive = {"init": "copy,copy", "preserve": "none", "optimizer_state": "copy"}  # naive-copy-locked's spec: no re-warmup
+    arms = {"naive-copy-random": {**naive, "init": "copy,random"},
+            "natural": {**naive, "optimizer_state": "asymmetric"},
+            **{f"perturb-{k}": {**naive, "perturb": 2.0 ** -k} for k in PERTURB_EXPONENTS}}
+    return {name: P.method_variant("naive-copy-locked", name=name, spec=spec,
+                                   note=f"sparkling-credible bracket: {name}")
+            for name, spec in arms.items()}
 
 
 def study_parts(tune_lrs=TUNE_LRS) -> dict:
@@ -56,6 +81,9 @@ def study_parts(tune_lrs=TUNE_LRS) -> dict:
         "tune-halving": LrGrid(ARMS[:1], TUNING_SEEDS[1:], "tune/", top_of="tune", top_k=TOP_K),
         "tune-cont": Arms(ARMS, TUNING_SEEDS, ns="tune-cont/", scratch_seeds=(), **tuned),
         "eval": Arms(ARMS, EVAL_SEEDS, **tuned),
+        # the bracket branches from the evaluation's prefixes of its seeds: its runs are paired with eval's
+        "bracket": Arms(BRACKET, BRACKET_SEEDS, tuned_by="tune-halving", untuned_lrs=ESTIMATE_ONLY_LRS,
+                        scratch_seeds=()),
     }
 
 
@@ -147,4 +175,35 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
         say(f"{arm}: growth's own effect, grown - {control} (same lr, no growth) {fmt(growth['diff'])}")
         say(f"{arm}: small - scratch gap {gap['mean']:+.4f} = {gap_ses:.1f} SE; share closed "
             + (fmt_gap(m["gap_closed"]) if row["gap_closed"] else f"not reported (gap under {GAP_SES:g} SE)"))
+    return out
+
+
+def bracket_summary(parts: dict, ledger, say) -> dict | None:
+    """Each naive-bracket arm on BRACKET_SEEDS, paired with the evaluation's runs of those seeds (same prefixes):
+    grown - small, grown - sparkling, the share of the small-to-scratch gap, and the symmetry lock at the end."""
+    from nexus.experiments.stats import fmt, fmt_gap, gap_closed, paired
+
+    runs = {**parts["bracket"]["runs"], **parts["eval"]["runs"]}
+    names = [f"seed{sd}/{arm}" for sd in BRACKET_SEEDS for arm in (*BRACKET, "small", ARMS[0])]
+    scratch = next(k.split("/", 1)[1] for k, r in parts["eval"]["runs"].items() if r["kind"] == "scratch")
+    names += [f"seed{sd}/{scratch}" for sd in BRACKET_SEEDS]
+    if not parts["bracket"].get("tuned") or not all(n in runs and ledger.holds(n, runs[n]["cfg"]) for n in names):
+        held = sum(ledger.holds(k, r["cfg"]) for k, r in parts["bracket"]["runs"].items())
+        say(f"bracket: {held} of {len(parts['bracket']['runs'])} runs in the ledger; not summarized yet")
+        return None
+
+    def finals(arm):
+        return [ledger.final_val_loss(f"seed{sd}/{arm}") for sd in BRACKET_SEEDS]
+
+    small, spark, sc = finals("small"), finals(ARMS[0]), finals(scratch)
+    out = {}
+    for arm in (*BRACKET, ARMS[0]):
+        g = finals(arm)
+        lock = [ledger.read(f"seed{sd}/{arm}")["final"].get("final_symmetry_lock_mean") for sd in BRACKET_SEEDS]
+        out[arm] = {"grown_minus_small": paired(g, small), "grown_minus_sparkling": paired(g, spark),
+                    "gap_closed": gap_closed(small, g, sc), "symmetry_lock": lock}
+        locks = "n/a" if None in lock else ", ".join(f"{x:.6f}" for x in lock)
+        say(f"bracket {arm}: grown - small {fmt(out[arm]['grown_minus_small']['diff'])}; grown - sparkling "
+            f"{fmt(out[arm]['grown_minus_sparkling']['diff'])}; share {fmt_gap(out[arm]['gap_closed'])}; symmetry "
+            f"lock at the end (mean cosine copy/twin per seed) {locks}")
     return out

@@ -102,7 +102,8 @@ def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=
         parts = C.study_parts(tune_lrs)
     else:
         parts = study_parts(tune_lrs, arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS))
-    return build_parts(parts, R.SCALES[scale], data, out, ledger, tuple(tune_lrs), R.arch_methods())
+    variants = {**R.arch_methods(), **(C.bracket_methods() if study == C.STUDY else {})}
+    return build_parts(parts, R.SCALES[scale], data, out, ledger, tuple(tune_lrs), variants)
 
 
 def study_def(study: str) -> tuple[tuple, dict, str]:
@@ -218,6 +219,7 @@ def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"] if not c["complete"] else c, root / "tune.png")
     out.update(C.summarize(parts, ledger, R.summarize, say))
+    out["bracket"] = C.bracket_summary(parts, ledger, say)
     if "methods" in out:
         R.plot_regime(parts["eval"]["plans"][0], ledger, root)
     return out

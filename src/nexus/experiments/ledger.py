@@ -96,6 +96,19 @@ def record_problem(rec) -> str | None:
     return None
 
 
+GROWTH_DIAGNOSTICS = ("symmetry_lock_mean", "symmetry_lock_min", "rms_ratio_max_dev")
+
+
+def last_growth_diagnostics(rows: list[dict]) -> dict:
+    """The last logged value of each post-growth diagnostic (growth/diagnostics.py): whether copied channels are
+    still locked to their twins at the end (cosine 1.0) and how far the activation RMS drifted; empty for a run
+    that did not grow by copying."""
+    out = {}
+    for r in rows:
+        out.update({f"final_{k}": r[k] for k in GROWTH_DIAGNOSTICS if isinstance(r.get(k), (int, float))})
+    return out
+
+
 def device_line() -> dict:
     import torch
 
@@ -185,6 +198,7 @@ class Ledger:
                               f"{curve[-1]['step'] if curve else None}, not at the run's last step {last} (valid: a "
                               f"complete run; delete the directory to train the run again)")
         final = {k: v for k, v in result.items() if isinstance(v, (int, float, str, type(None)))}
+        final.update(last_growth_diagnostics(read_metrics(run_dir / "metrics.jsonl")))
         return self.write(name, cfg, final, curve, outputs)
 
     def write(self, name: str, cfg: dict, final: dict, curve: list[dict], outputs: dict | None = None) -> dict:
