@@ -39,13 +39,13 @@ def test_every_declared_value_validates_and_others_are_refused(f):
 
 
 def test_a_value_declared_by_new_code_is_valid_without_editing_config(monkeypatch):
-    monkeypatch.setitem(C._DECLARED, "train.schedule", dict(C.declared_choices("train.schedule", "nexus.optim.schedule")))
+    monkeypatch.setitem(C._DECLARED, "train.log_to", dict(C.declared_choices("train.log_to", "nexus.train.loggers")))
     cfg = RunConfig()
-    cfg.train.schedule = "inverse_sqrt"
+    cfg.train.log_to = ["my_sink"]
     with pytest.raises(ConfigError):
         cfg.validate()
-    C.declare_choice("train.schedule", "inverse_sqrt", "1/sqrt(step) after warmup")
-    cfg.validate()
+    C.declare_choice("train.log_to", "my_sink", "a sink of new code")
+    cfg.validate()  # (a schedule must also bring its shape: tests/test_schedule_kinds.py)
 
 
 def test_a_declared_check_adds_its_rule():

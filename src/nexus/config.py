@@ -291,7 +291,9 @@ class TrainConfig:
     optimizer: str = choice("adamw", "train.optimizer", "nexus.optim.kinds", "the optimizer (each declared in optim/kinds.py)")
     lr: float = 3e-3  # peak AdamW learning rate
     min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
-    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedule", "the LR schedule after linear warmup (each declared in optim/schedule.py)")
+    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedules",
+                           "the LR schedule after linear warmup (each kind one module of optim/schedules/)",
+                           implemented=True)
     warmup_steps: int = 30  # linear warmup steps
     decay_fraction: float = 0.2  # wsd / linear_warmdown: share of steps spent decaying at the end
     weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices
