@@ -46,6 +46,12 @@ class GrowableOptimizer(torch.optim.Optimizer):
         """(keep 0/1 float, finite bool) on p's device while a non-finite step is being skipped, else (None, None)."""
         return _skip_flags(getattr(self, "found_inf", None), p)
 
+    def apply_update(self, p: torch.Tensor, update: torch.Tensor, group: dict, state: dict, keep=None) -> None:
+        """p <- p - lr * (update + decoupled weight decay), with the re-warmup lr on entries `new_mask` marks and
+        nothing changed where `keep` is 0 (a skipped step)."""
+        _apply_update(_local(p), update, _effective_lr(group, state), group.get("weight_decay", 0.0),
+                      group.get("cautious_wd", False), keep)
+
 
 # torch's own AdamW (the fast path of runs that never grew) keeps these; growth swaps it for optim.optimizers.AdamW
 # before its surgery (OptimizerSet.use_elementwise_adamw), which declares the same
@@ -59,12 +65,6 @@ def state_growth_of(optimizer: torch.optim.Optimizer) -> dict[str, int]:
     if isinstance(optimizer, torch.optim.AdamW):
         return TORCH_ADAMW_STATE_GROWTH
     return {}
-
-    def apply_update(self, p: torch.Tensor, update: torch.Tensor, group: dict, state: dict, keep=None) -> None:
-        """p <- p - lr * (update + decoupled weight decay), with the re-warmup lr on entries `new_mask` marks and
-        nothing changed where `keep` is 0 (a skipped step)."""
-        _apply_update(_local(p), update, _effective_lr(group, state), group.get("weight_decay", 0.0),
-                      group.get("cautious_wd", False), keep)
 
 
 def _local(t):
