@@ -74,8 +74,9 @@ def test_integer_weights_are_refused_not_cast(tmp_path, ckpt):
 
 
 # ----------------------------------------------------------------------------- config values
-@pytest.mark.parametrize("field,value", [("train.eps", "-1"), ("train.eps", "nan"), ("train.seed", "-1"),
-                                         ("train.seed", "4294967296"), ("train.muon_momentum", "1.5")])
+@pytest.mark.parametrize("field,value", [("train.optimizer.eps", "-1"), ("train.optimizer.eps", "nan"),
+                                         ("train.seed", "-1"), ("train.seed", "4294967296"),
+                                         ("train.muon_momentum", "1.5")])
 def test_out_of_range_optimizer_and_seed_values_are_one_line(capsys, tmp_path, field, value):
     out = tmp_path / "run"
     one_line_exit_2(capsys, ["train", *MICRO, f"--{field}", value, "--out", out], f"{field}=")

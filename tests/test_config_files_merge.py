@@ -34,4 +34,4 @@ def test_typed_values_are_kept_as_typed(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("train:\n  sample_prompt: 'yes'\n  lr: 1.0e-3\n  betas: [0.8, 0.9]\n")
     cfg = merge_config_file(get_preset("baseline-micro"), path)
-    assert (cfg.train.sample_prompt, cfg.train.lr, cfg.train.betas) == ("yes", 1e-3, [0.8, 0.9])
+    assert (cfg.train.sample_prompt, cfg.train.lr, cfg.train.optimizer.betas) == ("yes", 1e-3, [0.8, 0.9])

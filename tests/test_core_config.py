@@ -9,13 +9,13 @@ from nexus.presets import get_preset, names
 
 def test_yaml_round_trip(tmp_path):
     cfg = get_preset("baseline-tiny")
-    parse_overrides(cfg, ["--model.n_layers", "3", "--train.betas", "[0.8, 0.9]", "--model.projection.kind", "nexus_rank",
+    parse_overrides(cfg, ["--model.n_layers", "3", "--train.optimizer.betas", "[0.8, 0.9]", "--model.projection.kind", "nexus_rank",
                           "--model.projection.targets", "q,k"])
     path = tmp_path / "c.yaml"
     cfg.save_yaml(path)
     again = load_config_file(path)
     assert again.to_dict() == cfg.to_dict()
-    assert again.model.n_layers == 3 and again.train.betas == [0.8, 0.9] and again.model.projection.targets == ["q", "k"]
+    assert again.model.n_layers == 3 and again.train.optimizer.betas == [0.8, 0.9] and again.model.projection.targets == ["q", "k"]
 
 
 def test_overrides_coerce_types():

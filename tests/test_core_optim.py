@@ -411,7 +411,7 @@ def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_opti
     the host is followed by the other optimizers' steps (Muon here)."""
     from nexus.optim.optimizers import OptimizerSet
 
-    tcfg = TrainConfig(optimizer="muon", lr=2e-3, betas=(0.85, 0.97), eps=1e-7)  # none of them AdamW's own default
+    tcfg = TrainConfig(optimizer={"kind": "muon", "betas": [0.85, 0.97], "eps": 1e-7}, lr=2e-3)  # none of them AdamW's own default
     model = _tiny_model()
     opt = build_optimizer(model, tcfg)
     torch_defaults = {k: opt.optimizers["adamw"].defaults[k] for k in ("lr", "betas", "eps")}
@@ -443,7 +443,7 @@ def test_optimizer_classes_built_directly_default_to_a_default_run():
     tc = TrainConfig()
     p = [torch.nn.Parameter(torch.zeros(2, 2))]
     a = AdamW(p).defaults
-    assert (a["lr"], a["betas"], a["eps"], a["cautious_wd"]) == (tc.lr, tuple(tc.betas), tc.eps, tc.cautious_wd)
+    assert (a["lr"], a["betas"], a["eps"], a["cautious_wd"]) == (tc.lr, tuple(tc.optimizer.betas), tc.optimizer.eps, tc.cautious_wd)
     m = Muon(p).defaults
     assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
         tc.muon_lr, tc.muon_momentum, tc.muon_wd, tc.muon_ns_steps, tc.muon_ns, tc.cautious_wd)

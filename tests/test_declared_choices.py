@@ -1,4 +1,4 @@
-"""Optimizer, schedule, log sink and parallelism are chosen from values their owner modules declare
+"""Schedule, log sink and parallelism are chosen from values their owner modules declare
 (issue 37 item 1): config.py lists none of them, every declared value validates, anything else is one
 line naming the field and the declared values, and a value declared by new code (a plugin) is valid
 without editing config.py."""
@@ -18,8 +18,9 @@ def choice_fields():
     return [f for f in dataclasses.fields(TrainConfig) if "declared_in" in f.metadata]
 
 
-def test_the_four_settings_are_declared_choices():
-    assert {"optimizer", "schedule", "parallel", "log_to"} <= {f.name for f in choice_fields()}
+def test_the_three_settings_are_declared_choices():
+    # (train.optimizer is a kind section now: each kind its options and builder, tests/test_optimizer_kinds.py)
+    assert {"schedule", "parallel", "log_to"} <= {f.name for f in choice_fields()}
 
 
 @pytest.mark.parametrize("f", choice_fields(), ids=lambda f: f.name)
@@ -39,19 +40,20 @@ def test_every_declared_value_validates_and_others_are_refused(f):
 
 
 def test_a_value_declared_by_new_code_is_valid_without_editing_config(monkeypatch):
-    monkeypatch.setitem(C._DECLARED, "train.schedule", dict(C.declared_choices("train.schedule", "nexus.optim.schedule")))
+    monkeypatch.setitem(C._DECLARED, "train.log_to", dict(C.declared_choices("train.log_to", "nexus.train.loggers")))
     cfg = RunConfig()
-    cfg.train.schedule = "inverse_sqrt"
+    cfg.train.log_to = ["my_sink"]
     with pytest.raises(ConfigError):
         cfg.validate()
-    C.declare_choice("train.schedule", "inverse_sqrt", "1/sqrt(step) after warmup")
-    cfg.validate()
+    C.declare_choice("train.log_to", "my_sink", "a sink of new code")
+    cfg.validate()  # (a schedule must also bring its shape: tests/test_schedule_kinds.py)
 
 
 def test_a_declared_check_adds_its_rule():
     cfg = RunConfig()
     cfg.train.parallel, cfg.train.optimizer = "fsdp2", "muon"
-    with pytest.raises(ConfigError, match=r"train.optimizer='muon' \(valid: adamw with train.parallel=fsdp2"):
+    with pytest.raises(ConfigError, match=r"train.optimizer='muon' \(valid: an elementwise optimizer such as adamw "
+                                          r"with train.parallel=fsdp2"):
         cfg.validate()
 
 

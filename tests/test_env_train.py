@@ -63,7 +63,7 @@ def test_defaults_are_the_seeds():
     assert (sft["LR"], sft["WARMUP_STEPS"], sft["DATASET"]) == (1e-4, 100, "hf:HuggingFaceTB/smol-smoltalk")
     cfg = env_train.build_run_config(env_train.read_env({"MODEL_SIZE": "tiny", "N_SUP": "2", "T_INNER": "7"}))
     assert cfg.preset == "nexus-tiny" and (cfg.model.arch.n_sup, cfg.model.arch.t_inner) == (2, 7)
-    assert (cfg.train.batch_size, cfg.train.grad_accum, cfg.train.betas, cfg.train.weight_decay) == (4, 8, [0.9, 0.95], 0.01)
+    assert (cfg.train.batch_size, cfg.train.grad_accum, cfg.train.optimizer.betas, cfg.train.weight_decay) == (4, 8, [0.9, 0.95], 0.01)
 
 
 @pytest.mark.parametrize("var,value", [("MODEL_SIZE", "huge"), ("PHASE", "rlhf"), ("BATCH_SIZE", "four"),

@@ -415,7 +415,7 @@ def test_every_table2_row_has_tiny_and_450m_presets_with_the_recipe():
             m, t = cfg.model, cfg.train
             assert m.zero_init_out and m.zero_init_head and not m.tie_embeddings and m.qk_norm
             assert m.z_loss == 1e-5
-            assert t.optimizer == "muon" and t.muon_lr == 0.01 and t.muon_wd == 0.1 and t.cautious_wd
+            assert t.optimizer.kind == "muon" and t.muon_lr == 0.01 and t.muon_wd == 0.1 and t.cautious_wd
             assert t.lr == 3e-3 and t.weight_decay == 0.0
             assert t.schedule == "linear_warmdown" and t.decay_fraction == 0.2
     assert get_preset("gated-450m").model.n_layers == 29 and get_preset("base-transformer-450m").model.n_layers == 32

@@ -1,7 +1,8 @@
 """Issue 37's proof that a contributor extends nexus with new files only: a sigmoid-attention kind, a ReLU^2
 MLP kind that width growth grows, a preset and a growth family (`zero_units`), each written as a contributor
 would write it (tests/fixtures/extension_kinds/<feature>/, laid out as under src/nexus/) into a copy of
-src/nexus. A fresh interpreter with the copy on its path then
+src/nexus (and issue 49's: an optimizer, Lion, with its own betas, and a schedule, a 1 - sqrt cooldown). A fresh
+interpreter with the copy on its path then
 
   * lists the new entry from the command line (torch-free: `nexus config`, `nexus presets`, `nexus grow --help`),
   * trains a tiny model with it through `nexus train`,
@@ -29,7 +30,8 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "extension_kinds"
 PACKAGE = TESTS.parent / "src" / "nexus"
-FEATURES = ("sigmoid_attention", "relu2_mlp", "deep_narrow_preset", "zero_units_growth")
+FEATURES = ("sigmoid_attention", "relu2_mlp", "deep_narrow_preset", "zero_units_growth", "lion_optimizer",
+            "wsd_sqrt_schedule")
 # a short run: 2 steps of a 2x32 model, no evaluation or sample until the end
 TINY_RUN = ["--train.steps", "2", "--train.log_every", "1", "--train.eval_every", "0", "--train.eval_batches", "1",
             "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
@@ -213,12 +215,56 @@ def check_zero_units_growth(work: Path) -> list[str]:
             "tests/test_growth_registry.py::test_families_are_the_registered_growers_sorted"]
 
 
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_lion_optimizer(work: Path) -> list[str]:
+    """Issue 49 item 4: Lion with its own betas (the paper's 0.9/0.99, not AdamW's), from two new files."""
+    (line,) = listed(["config", "--section", "train.optimizer.kind"])
+    assert "|lion" in line.split("(valid: ")[1], line
+    yaml_file = work / "lion.yaml"
+    yaml_file.write_text("train:\n  optimizer: lion\n")
+    (lion,) = listed(["config", "--preset", "baseline-micro", "--config", str(yaml_file), "--section",
+                      "train.optimizer"])
+    assert "train.optimizer.betas = [0.9, 0.99]" in lion, lion
+    ckpt = train(work / "lion", *MICRO, "--train.optimizer", "lion", "--train.lr", "3e-4")
+    saved = json.loads((ckpt / "config.json").read_text())["train"]["optimizer"]
+    assert saved == {"kind": "lion", "betas": [0.9, 0.99]}, saved
+    import torch
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)["optimizer"]
+    assert set(state["groups"]) == {"lion"} and state["groups"]["lion"][0]["betas"] == [0.9, 0.99]
+    grown_logits_equal(work, ckpt, "width", "--width.hidden", "64", "--init", "copy,copy", "--preserve", "exact")
+    node = "tests/test_optimizer_kinds.py::test_"
+    return [f"{node}{t}[lion]" for t in ("every_kind_declares_its_options_and_builds_a_contract_optimizer",
+                                          "save_and_resume_continue_bitwise", "a_non_finite_step_changes_nothing",
+                                          "growth_extends_every_declared_state_tensor")]
+
+
+def check_wsd_sqrt_schedule(work: Path) -> list[str]:
+    """Issue 49 item 4: a 1 - sqrt cooldown from one new file; the lr applied is its formula at every step."""
+    import math
+
+    (line,) = listed(["config", "--section", "train.schedule"])
+    assert "|wsd_sqrt" in line.split("(valid: ")[1], line
+    run = work / "wsd_sqrt"
+    train(run, *MICRO, "--train.schedule", "wsd_sqrt", "--train.warmup_steps", "0", "--train.decay_fraction", "0.5",
+          "--train.min_lr_ratio", "0.1")
+    factors = [r["lr_factor"] for r in metrics(run) if "lr_factor" in r]
+    want = [1.0, 0.1 + 0.9 * (1 - math.sqrt(1.0))]  # 2 steps, the last one decaying: D = 1, progress 1 at T_last
+    assert factors == want, factors
+    node = "tests/test_schedule_kinds.py::test_every_registered_kind_"
+    return [f"{node}keeps_the_invariants", f"{node}is_re_planned_after_growth[wsd_sqrt]"]
+
+
 # invariant tests over every registered kind that each kind feature also passes
 KIND_INVARIANTS = ["tests/test_kind_declarations.py::test_the_registries_and_the_options_tables_name_the_same_kinds",
                    "tests/test_width_growth_names_no_kind.py"]
 CHECKS = {"sigmoid_attention": (check_sigmoid_attention, KIND_INVARIANTS),
           "relu2_mlp": (check_relu2_mlp, KIND_INVARIANTS), "deep_narrow_preset": (check_deep_narrow_preset, []),
-          "zero_units_growth": (check_zero_units_growth, [])}
+          "zero_units_growth": (check_zero_units_growth, []), "lion_optimizer": (check_lion_optimizer, []),
+          "wsd_sqrt_schedule": (check_wsd_sqrt_schedule, [])}
 
 
 class Outcomes:

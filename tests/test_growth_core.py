@@ -52,7 +52,7 @@ MAPS = {"a.weight": ParamMap("a.weight"), "lin.weight": ParamMap("lin.weight", (
 
 @pytest.mark.parametrize("beta2", [0.95, 0.999])
 def test_asymmetric_adamw_new_rows_behave_like_a_fresh_optimizer(beta2):
-    tcfg = TrainConfig(optimizer="adamw", lr=0.01, betas=[0.9, beta2], weight_decay=0.1)
+    tcfg = TrainConfig(optimizer={"kind": "adamw", "betas": [0.9, beta2]}, lr=0.01, weight_decay=0.1)
     torch.manual_seed(0)
     old = Tiny(4)
     old_opt = build_optimizer(old, tcfg)
@@ -92,7 +92,7 @@ def test_asymmetric_adamw_new_rows_behave_like_a_fresh_optimizer(beta2):
 def test_inherited_scalar_step_would_overshoot():
     """Why the per-element step matters: with the old scalar step the new rows' first update skips
     Adam's bias correction and is several times too large at beta2 = 0.999."""
-    tcfg = TrainConfig(optimizer="adamw", lr=0.01, betas=[0.9, 0.999], weight_decay=0.0)
+    tcfg = TrainConfig(optimizer={"kind": "adamw", "betas": [0.9, 0.999]}, lr=0.01, weight_decay=0.0)
     torch.manual_seed(0)
     old = Tiny(4)
     old_opt = build_optimizer(old, tcfg)

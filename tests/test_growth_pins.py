@@ -105,8 +105,8 @@ def test_a_validated_config_edited_in_place_is_checked_again():
     """`validated()` compares against a snapshot: it once held the config's own lists (and would hold its
     growth_state mapping), so an in-place edit after validate() went unchecked."""
     cfg = get_preset("baseline-micro").validate()
-    cfg.train.betas[0] = 2.0
-    with pytest.raises(ConfigError, match=r"train.betas"):
+    cfg.train.optimizer.betas[0] = 2.0
+    with pytest.raises(ConfigError, match=r"train.optimizer.betas"):
         cfg.validated()
     cfg = get_preset("baseline-micro").validate()
     cfg.model.growth_state["frozen_x"] = 1

@@ -67,7 +67,7 @@ def test_embedding_names():
 
 
 def test_every_optimizer_field_reaches_its_optimizer():
-    t = TrainConfig(optimizer="muon", lr=1.5e-3, betas=[0.8, 0.9], eps=1e-7, muon_lr=0.03, muon_momentum=0.9,
+    t = TrainConfig(optimizer={"kind": "muon", "betas": [0.8, 0.9], "eps": 1e-7}, lr=1.5e-3, muon_lr=0.03, muon_momentum=0.9,
                     muon_wd=0.01, muon_ns_steps=4, muon_ns="polar_express", weight_decay=0.05)
     opt = build_optimizer(Net(), t)
     adam, muon = opt.optimizers["adamw"], opt.optimizers["muon"]
@@ -80,7 +80,7 @@ def test_every_optimizer_field_reaches_its_optimizer():
 
 
 def test_cautious_weight_decay_takes_the_hand_written_adamw_with_the_same_fields():
-    t = TrainConfig(optimizer="muon", cautious_wd=True, lr=2e-3, betas=[0.85, 0.9], eps=1e-6)
+    t = TrainConfig(optimizer={"kind": "muon", "betas": [0.85, 0.9], "eps": 1e-6}, cautious_wd=True, lr=2e-3)
     opt = build_optimizer(Net(), t)
     adam = opt.optimizers["adamw"]
     assert type(adam) is AdamW and opt.optimizers["muon"].param_groups[0]["cautious_wd"] is True

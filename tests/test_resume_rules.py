@@ -123,7 +123,7 @@ def _changes(**fields) -> tuple[RunConfig, RunConfig, list]:
 
 @pytest.mark.parametrize("fields, words", [
     ({"data__chat": True}, "data.chat=True (checkpoint: False) changes the tokenizer the checkpoint was trained with"),
-    ({"train__optimizer": "muon"}, "train.optimizer='muon' (checkpoint: 'adamw') cannot take the checkpoint's "
+    ({"train__optimizer": "muon"}, "train.optimizer.kind='muon' (checkpoint: 'adamw') cannot take the checkpoint's "
                                    "optimizer state"),
     ({"model__n_layers": 6}, "model.n_layers=6 (checkpoint: 4) changes the model's shape (valid: resume without it; "
                              "grow the checkpoint with `nexus grow --checkpoint ck --out DIR ...`"),

@@ -156,7 +156,7 @@ def test_verify_defaults_two_probes_of_two_sequences_of_32_tokens_from_seed_0(tr
     maps = {q: ParamMap(q, (slice(0, 24), slice(0, 32)))}
     rep = verify(before, after, maps, 64, train_cfg=train_cfg)
     tcfg = train_cfg or TrainConfig()
-    assert rep["optimizer"] == tcfg.optimizer and rep["probe_steps"] == 2 and rep["max_abs_dlogits"] == 0.0
+    assert rep["optimizer"] == tcfg.optimizer.kind and rep["probe_steps"] == 2 and rep["max_abs_dlogits"] == 0.0
     x, y = probe_batch(64, 2, 32, seed=0, device="cpu")
     want = _probe_norms(after, (q, (slice(24, 32), slice(0, 32))), tcfg, x, y, 2)
     assert rep["new_block_grad_norms"] == {f"{q}[new,old]": pytest.approx(want, rel=1e-6)}

@@ -28,8 +28,8 @@ def _optimizers(model, tcfg):
     fused = build_optimizer(model, tcfg)
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in fused.optimizers["adamw"].param_groups]
     return {"fused": fused.optimizers["adamw"],
-            "foreach": torch.optim.AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps, foreach=True),
-            "hand-written": AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)}
+            "foreach": torch.optim.AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps, foreach=True),
+            "hand-written": AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps)}
 
 
 def main() -> None:

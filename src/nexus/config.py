@@ -281,6 +281,71 @@ class DataConfig:
 
 # ----------------------------------------------------------------------------- training
 @dataclass
+class OptimizerOptions(KindOptions):
+    """The optimizer, `train.optimizer: {kind, **its options}` (a bare name is its kind with its defaults).
+
+    Each kind declares its own options, with defaults from its paper, as a subclass in its own torch-free file
+    (`class LionOptions(OptimizerOptions, kind="lion")` in nexus/optim/kinds/), and names the function that
+    builds it (`builder = "module:function"`, optim/param_groups.py's contract); the torch optimizer it builds
+    meets optim/base.py's `GrowableOptimizer` contract. The baseline kind, `adamw`, is below. Kinds share no
+    option: a kind switch takes the new kind's defaults (Lion's betas are not AdamW's)."""
+
+    section: typing.ClassVar[str] = "optimizer"
+    package: typing.ClassVar[str] = "nexus.optim.kinds"
+    kind_name: typing.ClassVar[str] = "adamw"  # a mapping without a kind
+    builder: typing.ClassVar[str] = ""  # "module:function" that builds it (optim/param_groups.py)
+    # whether each update is elementwise in the parameter (FSDP2 steps each rank's row shard on its own)
+    elementwise: typing.ClassVar[bool] = True
+
+    def validate(self, errors: list[str], p: str, model=None) -> None:
+        super().validate(errors, p, model)
+        # a kind declared without its builder would validate and then build nothing (or another optimizer)
+        _check(errors, _resolvable(self.builder), f"{p}.kind", self.kind,
+               "a kind whose options name an importable builder, module:function (this one names "
+               f"{self.builder or 'none'!r})")
+
+
+def _resolvable(builder: str) -> bool:
+    """Whether `module:function`'s module exists (found without importing it: no torch at validation)."""
+    import importlib.util
+
+    module, _, fn = builder.partition(":")
+    try:
+        return bool(fn) and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclass
+class AdamWOptions(OptimizerOptions, kind="adamw"):
+    """AdamW (Loshchilov & Hutter, 2019) for every parameter, torch's fused/foreach kernel where no growth state
+    needs the hand-written one (optim/optimizers.py)."""
+
+    builder: typing.ClassVar[str] = "nexus.optim.param_groups:build_adamw"
+    betas: list[float] = option([0.9, 0.95], "AdamW's (beta1, beta2); beta2 0.95, not the paper's 0.999, as "
+                                "LLM pretraining uses (and new entries' bias correction is gentler, DESIGN.md)")
+    eps: float = option(1e-8, "AdamW's epsilon")
+
+    def check(self, errors: list[str], p: str, model) -> None:
+        betas = self.betas
+        _check(errors, isinstance(betas, (list, tuple)) and len(betas) == 2 and all(0 <= b < 1 for b in betas),
+               f"{p}.betas", betas, "two numbers in [0, 1)")
+        _positive(errors, f"{p}.eps", self.eps)
+
+
+def optimizer_options(value) -> OptimizerOptions:
+    """A bare kind name (`"muon"`) as its options with the kind's defaults, a mapping {kind, **options} as those
+    options; options pass through."""
+    if isinstance(value, str):
+        value = {"kind": value}
+    if isinstance(value, dict):  # {kind, **options}, as a config file writes it
+        kind = value.get("kind", OptimizerOptions.kind_name)
+        return from_dict(OptimizerOptions.options_class(kind, "train.optimizer"), {**value, "kind": kind},
+                         "train.optimizer.")
+    return value
+
+
+@dataclass
 class TrainConfig:
     """Optimizer, schedule, loop, logging and checkpointing."""
 
@@ -288,16 +353,18 @@ class TrainConfig:
     schedule_steps: int = 0  # LR schedule horizon (0 = steps); a resume that changes steps keeps the old horizon here
     batch_size: int = 16  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step
-    optimizer: str = choice("adamw", "train.optimizer", "nexus.optim.kinds", "the optimizer (each declared in optim/kinds.py)")
+    # the optimizer and its own options, {kind, **options}: --train.optimizer muon, --train.optimizer.betas 0.9,0.99
+    optimizer: OptimizerOptions = field(default_factory=AdamWOptions, metadata={
+        "reason": "the optimizer and its own options (each kind declared in optim/kinds/, with its paper's defaults)"})
     lr: float = 3e-3  # peak AdamW learning rate
     min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
-    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedule", "the LR schedule after linear warmup (each declared in optim/schedule.py)")
+    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedules",
+                           "the LR schedule after linear warmup (each kind one module of optim/schedules/)",
+                           implemented=True)
     warmup_steps: int = 30  # linear warmup steps
     decay_fraction: float = 0.2  # wsd / linear_warmdown: share of steps spent decaying at the end
     weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices
     decay_all: bool = False  # also decay norms, biases and embeddings (off: the usual rule)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])  # AdamW betas
-    eps: float = 1e-8  # AdamW epsilon
     muon_lr: float = 0.02  # Muon learning rate for 2-D hidden matrices
     muon_wd: float = 0.0  # Muon weight decay
     muon_momentum: float = 0.95  # Muon Nesterov momentum
@@ -327,6 +394,11 @@ class TrainConfig:
     hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
     dist_timeout_s: int = 60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every rank
     dist_init_timeout_s: int = 600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "optimizer":  # `TrainConfig(optimizer="muon")`, `tcfg.optimizer = "muon"`: a bare name is its kind
+            value = optimizer_options(value)
+        super().__setattr__(name, value)
 
     def hook(self, kind: str) -> dict | None:
         """The `hooks` entry of `kind` (None: the run does not configure one)."""
@@ -361,7 +433,6 @@ class TrainConfig:
             _check(errors, isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]), f"{p}.hooks[{i}]",
                    h, "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}")
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
-        _positive(errors, f"{p}.eps", self.eps)
         _check(errors, isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2 ** 32,
                f"{p}.seed", self.seed, "an integer in [0, 2**32)")  # numpy's seed range
         _check(errors, isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0, f"{p}.muon_wd", self.muon_wd,
@@ -377,8 +448,10 @@ class TrainConfig:
                self.decay_fraction, "a number in [0, 1]")
         _check(errors, isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, f"{p}.weight_decay",
                self.weight_decay, "a number >= 0")
-        _check(errors, isinstance(self.betas, (list, tuple)) and len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
-               f"{p}.betas", self.betas, "two numbers in [0, 1)")
+        if isinstance(self.optimizer, OptimizerOptions):
+            self.optimizer.validate(errors, f"{p}.optimizer", None)
+        else:
+            _check(errors, False, f"{p}.optimizer", self.optimizer, "an optimizer kind or {kind, **options}")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
         _check(errors, self.compile_mode in ("default", "reduce-overhead"), f"{p}.compile_mode", self.compile_mode,
                "default|reduce-overhead")

@@ -43,34 +43,47 @@ class Choice:
 
     reason: str  # what choosing it does (listed by `nexus config`)
     check: typing.Callable | None = None  # check(section, errors, path): rules it adds on the rest of its section
+    # what the value does (a schedule's shape object, ...): a setting declared with `implemented=True` refuses a
+    # value declared without one, so a name never validates and then runs as something else
+    implementation: typing.Any = None
 
 
 _DECLARED: dict[str, dict[str, Choice]] = {}  # "train.optimizer" -> {value: Choice}
 
 
-def declare_choice(setting: str, value: str, reason: str, check=None) -> None:
-    """Make `value` valid for `setting` ("train.optimizer", ...): called at import by the module that
-    implements it, as a layer kind declares its options in its own file, so a new optimizer, schedule,
-    log sink or parallelism edits its owner only. A plugin declares its own the same way."""
+def declare_choice(setting: str, value: str, reason: str, check=None, implementation=None) -> None:
+    """Make `value` valid for `setting` ("train.schedule", ...): called at import by the module that
+    implements it, as a layer kind declares its options in its own file, so a new schedule, log sink or
+    parallelism edits its owner only. A plugin declares its own the same way. `implementation` is what the
+    value does (a setting declared `implemented=True` is looked up there and refuses a value without one)."""
     table = _DECLARED.setdefault(setting, {})
     if value in table:
         raise RuntimeError(f"{setting} {value!r} declared twice")
-    table[value] = Choice(reason, check)
+    table[value] = Choice(reason, check, implementation)
 
 
-def choice(default: str | list, setting: str, declared_in: str, reason: str):
+def choice(default: str | list, setting: str, declared_in: str, reason: str, implemented: bool = False):
     """A setting whose valid values the module `declared_in` declares (imported by name on the first check:
-    the config layer imports no layer above it; that module imports no torch)."""
-    return option(default, reason, setting=setting, declared_in=declared_in)
+    the config layer imports no layer above it; that module imports no torch). A package is imported with
+    every module in it, so a value declared in a new file of that package needs no import line anywhere.
+    implemented: each value must be declared with its implementation (validation refuses one without)."""
+    return option(default, reason, setting=setting, declared_in=declared_in, implemented=implemented)
 
 
 def declared_choices(setting: str, declared_in: str) -> dict[str, Choice]:
-    """Every value declared for `setting` (importing its owner module and the plugins first)."""
+    """Every value declared for `setting` (importing its owner module, every module of it when it is a
+    package, and the plugins first)."""
     import importlib
 
-    importlib.import_module(declared_in)
+    module = importlib.import_module(declared_in)
+    if hasattr(module, "__path__") and declared_in not in _SCANNED:
+        _SCANNED.add(declared_in)
+        import_submodules(declared_in, module.__path__)
     load_plugins()
     return dict(_DECLARED.get(setting, {}))
+
+
+_SCANNED: set[str] = set()  # packages whose modules declared_choices imported already
 
 
 def _check_choices(section, errors: list[str], p: str) -> None:
@@ -80,6 +93,8 @@ def _check_choices(section, errors: list[str], p: str) -> None:
             continue
         v, table = getattr(section, f.name), declared_choices(f.metadata["setting"], f.metadata["declared_in"])
         values = v if isinstance(v, list) else [v]
+        if f.metadata.get("implemented"):  # a value declared without its implementation would run as another
+            table = {k: c for k, c in table.items() if c.implementation is not None}
         if not all(isinstance(x, str) and x in table for x in values):
             _check(errors, False, f"{p}.{f.name}", v, ("a list of " if isinstance(v, list) else "") + "|".join(table))
             continue

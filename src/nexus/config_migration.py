@@ -36,12 +36,14 @@ def upgrade(d):
     model.projection.frozen_* -> model.growth_state.*, which keeps only the set (non-0) pins the selected
     kinds declare; model.moe -> model.mlp {kind: moe, **its options},
     or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
-    {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry. A dropped value that was
+    {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry; train.betas / train.eps ->
+    train.optimizer {kind, betas, eps}. A dropped value that was
     not its default (it had no effect) is named in one line on stderr."""
     if not isinstance(d, dict):
         return d
     d = copy.deepcopy(d)
     _upgrade_train_growth(d)
+    _move_optimizer_options(d)
     model = d.get("model")
     if not isinstance(model, dict):
         return d
@@ -176,6 +178,26 @@ def _upgrade_train_growth(d: dict) -> None:
             hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
 
 
+
+
+# train fields that were AdamW's (and Muon's AdamW half's) before each optimizer kind owned its options
+LEGACY_OPTIMIZER_FIELDS = ("betas", "eps")
+
+
+def _move_optimizer_options(d: dict) -> None:
+    """Written before each optimizer kind owned its options: train.betas / train.eps (AdamW's, read by adamw and
+    by muon's AdamW half) -> train.optimizer: {kind, betas, eps}, so a config that set them means what it meant.
+    A bare train.optimizer name becomes {kind: name}; without one (a partial file) the options go onto the kind
+    the file is merged onto."""
+    train = d.get("train")
+    if not isinstance(train, dict) or not any(k in train for k in LEGACY_OPTIMIZER_FIELDS):
+        return
+    opt = train.get("optimizer")
+    opt = {"kind": opt} if isinstance(opt, str) else dict(opt) if isinstance(opt, dict) else {}
+    for k in LEGACY_OPTIMIZER_FIELDS:
+        if k in train:
+            opt.setdefault(k, train.pop(k))
+    train["optimizer"] = opt
 
 
 def saved_run_config(d: dict) -> RunConfig:

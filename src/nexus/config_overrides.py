@@ -25,6 +25,9 @@ MOVED_FIELDS = {
     "model.moe": "model.mlp (valid: --model.mlp.kind moe, then --model.mlp.n_experts N, --model.mlp.top_k K, ...)",
     "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
                      "spec: {family: width, hidden: 128}}]')",
+    "train.betas": "train.optimizer.betas (each optimizer kind has its own, with its paper's default: valid: "
+                   "--train.optimizer.betas 0.9,0.95)",
+    "train.eps": "train.optimizer.eps (each optimizer kind has its own: valid: --train.optimizer.eps 1e-8)",
     "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
                     "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
 }

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ..config import ConfigError, RunConfig
 from ..config_migration import saved_run_config
 from ..config_overrides import apply_override, mapping_sets, merge_mapping, parse_overrides
+from ..optim.schedules import schedule_of
 from .runs import run_resumable, write_json_atomic
 
 if TYPE_CHECKING:
@@ -199,8 +200,7 @@ def apply_paper_recipe(cfg: RunConfig, steps: int) -> None:
 def describe_schedule(tc) -> str:
     """One line naming a run's lr schedule (the report states it for every run)."""
     s = f"{tc.schedule}, peak lr {tc.lr:.3g}, warmup {tc.warmup_steps} steps, final lr ratio {tc.min_lr_ratio}"
-    if tc.schedule in ("wsd", "linear_warmdown"):
-        s += f", decay over the last {tc.decay_fraction:.0%}"
+    s += schedule_of(tc).describe(tc)  # the kind's own words for the fields its shape reads
     return s + f", {tc.steps} steps"
 
 

@@ -136,7 +136,7 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: NexusRankSpec) -> GrowthResult:
               "init": init if init != "exact" else f"exact (cut {spec.cut}, form {pcfg.form})",
               "function preserved by construction": exact}
     if init == "zero":
-        report["warning"] = zero_init_warning(cfg.train.optimizer)
+        report["warning"] = zero_init_warning(cfg.train.optimizer.kind)
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError
+from ..optim.base import state_growth_of
 from .param_map import ParamMap
 from .spec import OPTIMIZER_STATE_POLICIES
 
@@ -33,6 +34,7 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
     # per-element steps and re-warmup masks need the hand-written AdamW (torch's keeps one step per tensor)
     new_optimizer.use_elementwise_adamw()
     for opt in new_optimizer.optimizers.values():
+        declared = state_growth_of(opt)  # the optimizer says which state tensors grow, and how (optim/base.py)
         for group in opt.param_groups:
             for p in group["params"]:
                 name = new_optimizer.param_names[id(p)]
@@ -53,15 +55,15 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                         if not torch.is_tensor(val) or val.shape == () :
                             st[key] = val
                             continue
-                        st[key] = _grow_tensor_state(val, p, pm, policy, _STATE_POWER.get(key, 0))
+                        if key not in declared:
+                            raise RuntimeError(f"{type(opt).__name__} keeps state {key!r} of {name} that its "
+                                               f"state_growth does not declare (declared: {sorted(declared)}; "
+                                               "optim/base.py GrowableOptimizer)")
+                        st[key] = _grow_tensor_state(val, p, pm, policy, declared[key])
                 if mark_new and mask is not None:  # has_new: the mask has new entries (no full scan)
                     st["new_mask"] = mask
                 if st:
                     opt.state[p] = st
-
-
-# How a state tensor scales with its parameter: first moments linearly, second moments quadratically.
-_STATE_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
 
 
 def _grow_tensor_state(val: torch.Tensor, p: torch.Tensor, pm: ParamMap, policy: str, power: int) -> torch.Tensor:

@@ -10,7 +10,9 @@ same last step as the old entries:
     eta_new(t) = eta_e + (rho*eta_e - eta_e) * (t - t_e) / tau_w         for t_e <= t < t_e + tau_w
                = eta_min + (rho*eta_e - eta_min) * d(t)                  after
 
-where d(t) falls from 1 to 0 over the baseline's decay window, started no earlier than t_e + tau_w:
+where d(t) is the baseline schedule's own decay shape (`Schedule.decay` of optim/schedules/, the table the
+trainer's lr uses too), falling from 1 to 0 over the baseline's decay window, started no earlier than t_e + tau_w.
+For the built-in kinds:
   cosine           d = psi((t - t_e - tau_w) / (T_last - t_e - tau_w)), psi(x) = (1 + cos(pi x)) / 2
                    (the paper's eq. 28: the decay window is everything after the warmup)
   wsd, linear_warmdown  flat (d = 1) up to the baseline's last flat step D - 1 (D: start of the last
@@ -42,24 +44,7 @@ import numbers
 
 from ..config import ConfigError
 from ..optim.schedule import lr_factor
-
-
-def _decay_shape(step: int, start: int, tcfg) -> float:
-    """d(step) of the module docstring: 1 before the decay window, 0 at the last step."""
-    total = tcfg.schedule_steps or tcfg.steps  # the baseline's horizon (optim.schedule.lr_factor)
-    last = total - 1
-    if tcfg.schedule == "constant":
-        return 1.0
-    if tcfg.schedule == "cosine":
-        span = max(last - start, 1)
-        return 0.5 * (1.0 + math.cos(math.pi * min(max(step - start, 0) / span, 1.0)))
-    # wsd / linear_warmdown: the baseline's decay window as schedule.lr_factor places it (its last flat
-    # step is D - 1), or from the end of the re-warmup when that comes later
-    decay_steps = max(int(round(total * tcfg.decay_fraction)), 1)
-    anchor = max(total - decay_steps - 1, start)
-    if step <= anchor:
-        return 1.0
-    return 1.0 - min((step - anchor) / max(last - anchor, 1), 1.0)
+from ..optim.schedules import schedule_of
 
 
 def rewarmup_factor(step: int, t_e: int, rho: float, tau: int, tcfg) -> float:
@@ -71,7 +56,7 @@ def rewarmup_factor(step: int, t_e: int, rho: float, tau: int, tcfg) -> float:
     if step < t_e + tau:
         return base_e + (peak - base_e) * (step - t_e) / tau
     floor = tcfg.min_lr_ratio
-    return floor + (peak - floor) * _decay_shape(step, t_e + tau, tcfg)
+    return floor + (peak - floor) * schedule_of(tcfg).decay(step, t_e + tau, tcfg)
 
 
 def make_rewarmup(record: dict):
@@ -164,5 +149,5 @@ def lr_plan(tcfg, start: int, record: dict | None = None) -> tuple[str, bool]:
             parts[-1] += f" (new entries {new(p_new):.3g} at step {p_new})"
     parts.append(f"last step {last}: {old(last):.3g}" + (f" (new entries {new(last):.3g})" if rw else ""))
     floor = tcfg.lr * tcfg.min_lr_ratio
-    at_floor = tcfg.schedule != "constant" and last > start and all(abs(old(t) - floor) <= 1e-12 * tcfg.lr for t in marks)
+    at_floor = schedule_of(tcfg).decays and last > start and all(abs(old(t) - floor) <= 1e-12 * tcfg.lr for t in marks)
     return "lr plan: " + " | ".join(parts), at_floor

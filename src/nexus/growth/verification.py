@@ -90,4 +90,4 @@ def verify(model_before: nn.Module, model_after: nn.Module, param_maps: dict[str
         opt.step()
     dead = [b for b, ns in norms.items() if all(n == 0.0 for n in ns)]
     return {"max_abs_dlogits": dlogits, "new_block_grad_norms": norms, "dead_blocks": dead,
-            "optimizer": tcfg.optimizer, "probe_steps": n_steps}
+            "optimizer": tcfg.optimizer.kind, "probe_steps": n_steps}

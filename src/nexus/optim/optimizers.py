@@ -19,6 +19,8 @@ import torch
 from torch.optim.adamw import adamw as functional_adamw
 from torch.optim.optimizer import _get_capturable_supported_devices
 
+from .base import GrowableOptimizer, _apply_update, _closure_loss, _effective_lr, _local, _skip_flags
+
 # Hyperparameters that say *how* torch's AdamW runs (not what it computes); never copied between
 # optimizers or restored from a checkpoint written on another device.
 _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
@@ -35,68 +37,13 @@ def _bias_correction(t: torch.Tensor, beta: float):
     return (t * math.log(beta)).exp_().neg_().add_(1.0)
 
 
-def _local(t):
-    """The local shard of an FSDP2 DTensor (a view, so in-place updates land in the DTensor), else t.
-    Every AdamW operation is elementwise and the parameter, its gradient and its state share one
-    sharding, so the hand-written optimizers run on the shards unchanged."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _effective_lr(group: dict, state: dict):
-    """Scalar lr, or (lr, lr_new, mask) where a growth re-warmup mask is present."""
-    lr = group["lr"]
-    mask = state.get("new_mask")
-    if mask is None or group.get("lr_new") is None:
-        return lr
-    return lr, group["lr_new"], _local(mask)
-
-
-def _apply_update(p: torch.Tensor, update: torch.Tensor, lr, wd: float, cautious: bool, keep=None) -> None:
-    """p <- p - lr*update - lr*wd*p (decoupled decay; cautious: only where update and p agree in sign).
-    keep: optional 0/1 device scalar; 0 leaves p unchanged (a skipped non-finite step, no host sync)."""
-    if wd:
-        decay = p * wd
-        if cautious:
-            # the signs' product, not update * p: that product underflows to 0 for tiny entries (in float16
-            # already at |update|, |p| ~ 1e-4) and would drop the decay where the signs agree
-            decay = decay * ((update.sign() * p.sign()) > 0).to(p.dtype)
-        update = update + decay
-    if keep is not None:
-        update = update * keep
-    if isinstance(lr, tuple):
-        # Baseline step for every entry, then an extra (lr_new - lr) step on the new entries only:
-        # old entries add exactly 0 and stay bitwise on the baseline schedule (SPARKLING re-warmup).
-        lr, lr_new, mask = lr
-        p.add_(update, alpha=-lr)
-        p.addcmul_(update, mask, value=-(lr_new - lr))  # fused update*mask: mask is 0/1, so bitwise the same
-    elif isinstance(lr, torch.Tensor):
-        p.sub_(lr * update)
-    else:
-        p.add_(update, alpha=-lr)
-
-
-def _closure_loss(closure):
-    """The closure's loss, run with grad mode on inside the step's no_grad block: torch's contract is that
-    the closure re-runs the model and calls backward itself."""
-    if closure is None:
-        return None
-    with torch.enable_grad():
-        return closure()
-
-
-def _skip_flags(found_inf, p: torch.Tensor):
-    """found_inf (device 0-d float, 1 = skip) -> (keep 0/1 float, finite bool) on p's device, or (None, None)."""
-    if found_inf is None:
-        return None, None
-    keep = 1.0 - found_inf.to(device=p.device, dtype=torch.float32)
-    return keep, keep > 0
-
-
-class AdamW(torch.optim.Optimizer):
+class AdamW(GrowableOptimizer):
     """AdamW with per-element step counts and re-warmup masks (see the module docstring).
 
     Like torch's fused AdamW it honours `self.found_inf` (a 0-d tensor, 1 = skip this step): the
     update, the moments and the step counts are left unchanged, decided on the device."""
+
+    state_growth = {"exp_avg": 1, "exp_avg_sq": 2}  # first moment scales like the weight, second like its square
 
     def __init__(self, params, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, cautious_wd=False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
@@ -213,9 +160,11 @@ def orthogonalize(g: torch.Tensor, steps: int = 5, method: str = "newton_schulz"
 # the entries growth marks new (`new_mask`); it also has no device-side skip of a non-finite step
 # (found_inf), no per-block orthogonalization of fused matrices, no polar-express iteration and no
 # cautious weight decay.
-class Muon(torch.optim.Optimizer):
+class Muon(GrowableOptimizer):
     """Momentum + orthogonalized update for 2-D hidden matrices. A parameter with attribute
     `_muon_blocks = n` (a fused matrix) is split along dim 0 into n blocks orthogonalized separately."""
+
+    state_growth = {"momentum_buffer": 1}  # a first moment: scales like the weight
 
     def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, ns_steps=5,
                  ns_method="newton_schulz", cautious_wd=False):

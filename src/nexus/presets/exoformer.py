@@ -25,7 +25,7 @@ def exoformer_recipe(cfg: RunConfig) -> RunConfig:
     m.norm_eps = 1e-6
     t.optimizer, t.muon_ns = "muon", "polar_express"
     t.muon_lr, t.muon_wd, t.muon_momentum = 0.01, 0.1, 0.95
-    t.lr, t.weight_decay, t.betas = 3e-3, 0.0, [0.9, 0.95]
+    t.lr, t.weight_decay, t.optimizer.betas = 3e-3, 0.0, [0.9, 0.95]
     t.cautious_wd = True
     t.schedule, t.decay_fraction, t.min_lr_ratio = "linear_warmdown", 0.2, 0.0
     t.grad_clip = 1.0

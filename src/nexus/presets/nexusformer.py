@@ -69,7 +69,7 @@ def _paper_scale(cfg: RunConfig, layers: int, d: int, name: str, growth_target: 
     cfg.data.seq_len, cfg.data.tokenizer, cfg.data.bpe_vocab_size = 4096, "bpe", 32000
     t = cfg.train
     t.lr = 1e-3 if growth_target else 7e-4  # appendix E: continued training after growth uses 1e-3
-    t.betas, t.batch_size, t.steps, t.warmup_steps = [0.9, 0.95], 8, 20000, 1000
+    t.optimizer.betas, t.batch_size, t.steps, t.warmup_steps = [0.9, 0.95], 8, 20000, 1000
     t.out_dir = f"runs/{name}"
     return cfg
 

@@ -37,8 +37,8 @@ def _nexus(d_model: int, n_layers: int, n_sup: int, t_inner: int, name: str) -> 
                           n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden, max_seq_len=1024),
         data=DataConfig(seq_len=256),
         train=TrainConfig(steps=20000, batch_size=4, grad_accum=8, lr=3e-4, warmup_steps=500, schedule="cosine",
-                          betas=[0.9, 0.95], weight_decay=0.01, grad_clip=1.0, eval_every=500, sample_every=500,
-                          save_every=1000, log_every=10, out_dir=f"runs/{name}"),
+                          optimizer={"kind": "adamw", "betas": [0.9, 0.95]}, weight_decay=0.01, grad_clip=1.0,
+                          eval_every=500, sample_every=500, save_every=1000, log_every=10, out_dir=f"runs/{name}"),
     )
 
 

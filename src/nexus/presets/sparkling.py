@@ -106,8 +106,8 @@ def sparkling_olmoe_testbed() -> RunConfig:
                     max_seq_len=4096, qk_norm=True, tie_embeddings=True,
                     mlp=MLPOptions.make("moe", n_experts=64, top_k=8, expert_hidden=512))
     # batch 3 x grad_accum 4 per process x 64 GPUs = the paper's global batch of 768 sequences
-    t = TrainConfig(steps=TESTBED_STEPS, batch_size=3, grad_accum=4, lr=1.9556e-3, betas=[0.9, 0.95], eps=1e-8,
-                    weight_decay=0.1, decay_all=True, schedule="cosine", warmup_steps=int(0.03 * TESTBED_STEPS),
+    t = TrainConfig(steps=TESTBED_STEPS, batch_size=3, grad_accum=4, lr=1.9556e-3,
+                    optimizer={"kind": "adamw", "betas": [0.9, 0.95], "eps": 1e-8}, weight_decay=0.1, decay_all=True, schedule="cosine", warmup_steps=int(0.03 * TESTBED_STEPS),
                     min_lr_ratio=0.01, dtype="bfloat16", out_dir="runs/sparkling-olmoe-testbed")
     cfg = RunConfig(model=m, train=t)
     cfg.data.seq_len, cfg.data.tokenizer, cfg.data.bpe_vocab_size = 4096, "bpe", 50304

@@ -6,9 +6,10 @@ from ..config_base import declare_choice
 
 
 def _fsdp2_rules(train, errors: list[str], p: str) -> None:
-    if train.optimizer == "muon":
-        errors.append(f"{p}.optimizer={train.optimizer!r} (valid: adamw with train.parallel=fsdp2 (Muon "
-                      "orthogonalizes whole matrices, FSDP2 holds row shards))")
+    opt = train.optimizer
+    if not getattr(opt, "elementwise", True):  # the kind declares it (config.OptimizerOptions.elementwise)
+        errors.append(f"{p}.optimizer={opt.kind!r} (valid: an elementwise optimizer such as adamw with "
+                      f"train.parallel=fsdp2 ({opt.kind} updates whole matrices, FSDP2 holds row shards))")
 
 
 declare_choice("train.parallel", "ddp", "replicate the model on every rank (DistributedDataParallel)")

@@ -22,7 +22,7 @@ from ..config_overrides import parse_overrides
 # Fields that decide the tokenizer a checkpoint stores (its embedding rows are laid out for it).
 TOKENIZER_FIELDS = ("data.tokenizer", "data.bpe_vocab_size", "data.chat")
 # The stored optimizer state belongs to this optimizer.
-OPTIMIZER_FIELDS = ("train.optimizer",)
+OPTIMIZER_FIELDS = ("train.optimizer.kind",)
 # Fields whose change is a different run location or bookkeeping, not a note-worthy change.
 UNNOTED_FIELDS = ("train.out_dir",)
 # The model fields a resume may change: the checkpoint's weights compute the same function with either
