@@ -224,3 +224,18 @@ def test_a_grown_runs_record_keeps_its_last_symmetry_lock():
     assert L.last_growth_diagnostics(rows) == {"final_symmetry_lock_mean": 0.97, "final_symmetry_lock_min": 0.9,
                                                "final_rms_ratio_max_dev": 0.02}
     assert L.last_growth_diagnostics([{"step": 1, "loss": 3.0}]) == {}
+
+
+def test_the_live_rate_is_steps_each_run_trained_over_its_wall_time(tmp_path):
+    """Issue 47 item 6: the estimate says the rate runs really got under load (a branch counts its own steps)."""
+    study = load_benchmark("studies/regime_study.py")
+    ledger = L.Ledger(tmp_path / "ledger")
+    parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, study=study.C.STUDY)
+    assert study.live_rate(parts, ledger) is None
+    runs = parts["tune"]["runs"]
+    (a, ra), (b, rb) = list(runs.items())[:2]
+    for name, run, wall in ((a, ra, 2.0), (b, rb, 6.0)):
+        ledger.write(name, run["cfg"], {"val_loss": 3.0, "wall_s": wall}, [{"step": 1, "tokens": 64, "val_loss": 3.0}])
+    live = study.live_rate(parts, ledger)
+    steps = ra["cfg"]["train"]["steps"] + rb["cfg"]["train"]["steps"]
+    assert live["runs"] == 2 and live["steps_per_s"] == pytest.approx(steps / 8.0)

@@ -164,9 +164,37 @@ def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps
             if problem:
                 say(f"part {name} ({plan.get('ns') or 'main plan'}): a run would refuse the corpus: {problem}")
     tot = sum(r["serial_s"] for r in rows)
+    live = live_rate(parts, ledger)
+    if live and device == "cpu":  # the rate runs really got, under this machine's load, beside the idle-core timing
+        steps = sum(r["remaining_steps"] for r in rows)
+        measured = steps / tot if tot else float("nan")
+        slow = measured / live["steps_per_s"] if live["steps_per_s"] else float("nan")
+        say(f"live rate: {live['steps_per_s']:.1f} steps/s per worker over the ledger's last {live['runs']} runs "
+            f"(finished {live['since']} .. {live['until']}) against {measured:.1f} timed now"
+            + (f": {slow:.1f}x slower, the machine is loaded or was" if slow > 1.3 else "")
+            + f"; at the live rate what remains takes {steps / live['steps_per_s'] / 3600 / max(1, workers):.2f} h wall "
+            f"with {workers} worker(s)")
     say(f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
         f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)")
     return rows
+
+
+def live_rate(parts: dict, ledger, last: int = 8) -> dict | None:
+    """Optimizer steps per second per worker that the ledger's latest finished runs got (steps each trained itself,
+    a branch not its prefix's, over its wall time): the rate under the machine's real load."""
+    recs = []
+    for part in parts.values():
+        for name, run in part["runs"].items():
+            if ledger.holds(name, run["cfg"]):
+                final = ledger.read(name)
+                steps = run["cfg"]["train"]["steps"] - (run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0)
+                if isinstance(final["final"].get("wall_s"), (int, float)) and final["final"]["wall_s"] > 0:
+                    recs.append((final["finished_at"], steps, final["final"]["wall_s"]))
+    if not recs:
+        return None
+    recs = sorted(set(recs))[-last:]
+    return {"steps_per_s": sum(r[1] for r in recs) / sum(r[2] for r in recs), "runs": len(recs),
+            "since": recs[0][0], "until": recs[-1][0]}
 
 
 # ----------------------------------------------------------------------------- results from the ledger

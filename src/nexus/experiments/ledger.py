@@ -350,7 +350,10 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
         results[name] = res
         if ledger is not None and not ledger.holds(name, runs[name]["cfg"]):
             ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
-        say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s)")
+        run = runs[name]
+        steps = run["cfg"]["train"]["steps"] - (run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0)
+        say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s, "
+            f"{steps / max(res['wall_s'], 1e-9):.1f} steps/s live)")
 
     def stopped():
         if _STOP["signum"] is not None:
