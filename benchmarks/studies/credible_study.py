@@ -8,8 +8,9 @@ Pre-stated (2026-12-07, before any run of this study):
              growth as before; scratch (FFN 256) trained on the same total tokens; 16 x 128 tokens per step; the
              stdlib corpus (no token repeats within a run: refused otherwise); fp32 on the CPU (pinned by the plan).
   tuning     successive halving on tuning seeds only: 4 peak lrs a factor 2 apart on seed 100 for the small and the
-             scratch shape, the best 2 of each on seed 101, the lowest mean over both seeds chosen (`tune`,
-             `tune-halving`); then the continuation lr at growth, x1 (the paper: the small model's lr is kept) or x2,
+             scratch shape, extended a factor 2 at a time past an edge that holds the best (rule stated 2026-12-07,
+             after the first 4: both shapes' best was the low edge, 8e-3, so 4e-3 and 2e-3 were added), the best 2
+             of each on seed 101, the lowest mean over both seeds chosen (`tune`, `tune-halving`); then the continuation lr at growth, x1 (the paper: the small model's lr is kept) or x2,
              for the small model and the grown one, on both tuning seeds (`tune-cont`).
   evaluation seeds 0-7 (never tuned on): the prefix to the growth step, then from it: small (x1), small@lr2x,
              sparkling (x1), sparkling@lr2x; scratch at its tuned lr. Both multipliers run whatever tune-cont picks,
@@ -43,7 +44,7 @@ TUNING_SEEDS = (100, 101)  # never evaluation seeds
 EVAL_SEEDS = tuple(range(8))
 # the first round's 4 lrs, in the order they run: the 40-tokens/parameter sweep's optima (3.2e-2 small, 1.6e-2
 # scratch, seed 0 of issue 29) first
-TUNE_LRS = (1.6e-2, 3.2e-2, 8e-3, 6.4e-2)
+TUNE_LRS = (1.6e-2, 3.2e-2, 8e-3, 6.4e-2, 4e-3, 2e-3)  # the last two: the extension past the low edge
 TOP_K = 2
 LR_MULT = 2  # the continuation lr at growth tried beside x1
 MARGIN = 0.01  # nats: the equivalence margin of grown - scratch, stated before any run
