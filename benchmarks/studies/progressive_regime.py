@@ -81,6 +81,8 @@ SCALES = {s.name: s for s in (
     Scale("smoke", batch=2, seq=32, eval_batches=2, evals=4, grow_steps=4),
     # issue 47's sparkling-credible study: growth after 20 tokens per parameter, as many steps after it
     Scale("credible", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=20.0, min_val_tokens=65536),
+    # issue 47 item 3's nexus-rank-vs-tokenformer study: growth after 10 tokens per parameter of each small model
+    Scale("arch", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=10.0, min_val_tokens=65536),
 )}
 SWEEP_FILE = "lr_sweep.json"
 PAPER_GAP_CLOSED = "0.84-0.90"

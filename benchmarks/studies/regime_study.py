@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
+import arch_study as A  # noqa: E402  (issue 47 item 3's nexus-rank-vs-tokenformer study)
 import credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
 import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
 from nexus.experiments.study_plan import merge_runs  # noqa: E402
@@ -90,6 +91,7 @@ def study_parts(tune_lrs=TUNE_LRS, arch_lrs=ARCH_LRS) -> dict:
     }
 
 
+STUDIES = {m.STUDY: m for m in (C, A)}  # studies with parts of their own (the rest: this file's regime study)
 # part -> the tuning part it needs complete in the ledger before it runs
 NEEDS = {name: (p[0] if isinstance(p, tuple) else p).tuned_by for name, p in study_parts().items() if not isinstance(p, LrGrid)}
 # the horizon scan's 1x point: the headline's runs of the horizon seeds
@@ -98,8 +100,8 @@ HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
 def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=None, study: str = STUDY) -> dict:
     """Every part's plan (lrs from the ledger's tuning where complete, else the estimate-only lrs, marked)."""
-    if study == C.STUDY:
-        parts = C.study_parts(tune_lrs)
+    if study in STUDIES:
+        parts = STUDIES[study].study_parts(tune_lrs)
     else:
         parts = study_parts(tune_lrs, arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS))
     variants = {**R.arch_methods(), **(C.bracket_methods() if study == C.STUDY else {})}
@@ -108,8 +110,8 @@ def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=
 
 def study_def(study: str) -> tuple[tuple, dict, str]:
     """(its parts in the order they run, part -> the tuning part it needs complete, its default scale)."""
-    if study == C.STUDY:
-        return C.PARTS, C.NEEDS, C.SCALE
+    if study in STUDIES:
+        return STUDIES[study].PARTS, STUDIES[study].NEEDS, STUDIES[study].SCALE
     return PARTS, NEEDS, "full"
 
 
@@ -231,6 +233,20 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
     if ready["arch"]:
         out["arch"] = arch_summary(parts["arch"]["plans"][0], ledger, say)
     return out
+
+
+def arch_study_summary(parts: dict, ledger, root: Path, say) -> dict:
+    """The nexus-rank-vs-tokenformer study's tuning table, pilot and comparison (arch_study.summarize)."""
+    c = parts["tune"]["choice"]
+    for shape, rows in c["table"].items():
+        cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
+        best = c["best"].get(shape)
+        say(f"tune {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+            + (f" -> {best:.3g}" + (" (edge of the grid: extend it)" if c["edge"][shape] else "") if best else
+               " (incomplete)"))
+    if any(r["mean"] is not None for rows in c["table"].values() for r in rows):
+        plot_tuning(c, root / "tune.png")
+    return A.summarize(parts, ledger, say)
 
 
 def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
@@ -375,16 +391,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=STUDY, help=f"the ledger's name under --results; {C.STUDY} is issue 47's study "
-                    f"(its own parts: {', '.join(C.PARTS)}), any other name runs the regime study's parts")
+    ap.add_argument("--study", default=STUDY, help="the ledger's name under --results; " + "; ".join(
+                    f"{m.STUDY}: its own parts ({', '.join(m.PARTS)}), scale {m.SCALE}" for m in STUDIES.values())
+                    + "; any other name runs the regime study's parts")
     ap.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "results"),
                     help="where ledgers live (default benchmarks/results)")
     ap.add_argument("--out", default="runs/regime-study", help="run directories (checkpoints; not committed)")
     ap.add_argument("--scale", choices=sorted(R.SCALES), default=None,
-                    help=f"the regime (default: full; --study {C.STUDY}: {C.SCALE})")
+                    help="the regime (default: full, or the --study's own scale)")
     ap.add_argument("--data", default="stdlib")
-    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)} ("
-                    f"--study {C.STUDY}: {', '.join(C.PARTS)})")
+    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)} (or the "
+                    "--study's own parts)")
     ap.add_argument("--estimate", action="store_true", help="done / remaining / cost per part; train nothing")
     ap.add_argument("--plot", action="store_true", help="tables and figures from the ledger alone; train nothing")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)")
@@ -403,7 +420,7 @@ def _main(argv) -> int:
                         f"optimizer steps/s of one worker, > 0, e.g. 40)")
     parts_of, needs, default_scale = study_def(a.study)
     a.scale = a.scale or default_scale
-    default_lrs = C.TUNE_LRS if a.study == C.STUDY else MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS
+    default_lrs = STUDIES[a.study].TUNE_LRS if a.study in STUDIES else MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS
     try:
         tune_lrs = tuple(float(x) for x in a.lrs.split(",")) if a.lrs else default_lrs
     except ValueError:
@@ -459,6 +476,8 @@ def _main(argv) -> int:
             note = lambda s: (say(s), lines.append(s))  # noqa: E731
             if a.study == C.STUDY:
                 summary = credible_summary(built, ledger, root, note)
+            elif a.study == A.STUDY:
+                summary = arch_study_summary(built, ledger, root, note)
             else:
                 summary = summarize_parts(built, ledger, root, note)
             if "headline" in summary:  # the RESULT lines: the headline's methods against scratch, seed by seed
