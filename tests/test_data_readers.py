@@ -31,8 +31,8 @@ def generated_documents(n: int = 24) -> list[str]:
     """Documents with non-ASCII text, inner single newlines and different lengths (no blank line inside one)."""
     rng = np.random.default_rng(7)
     words = ["growth", "Ränder", "λ-mixing", "tokens", "naïve", "copy", "RMS", "步骤", "width", "depth"]
-    return [f"doc {i}: " + " ".join(rng.choice(words, size=int(rng.integers(5, 40)))) + ("\nsecond line" if i % 3 else "")
-            for i in range(n)]
+    return [f"doc {i}: " + " ".join(rng.choice(words, size=int(rng.integers(5, 40))))
+            + ("\nsecond line" if i % 3 else "") for i in range(n)]
 
 
 def stream_tokens(dm: DataModule) -> dict[str, np.ndarray]:
