@@ -1,7 +1,8 @@
 """Issue 37's proof that a contributor extends nexus with new files only: a sigmoid-attention kind, a ReLU^2
 MLP kind that width growth grows, a preset and a growth family (`zero_units`), each written as a contributor
 would write it (tests/fixtures/extension_kinds/<feature>/, laid out as under src/nexus/) into a copy of
-src/nexus (and issue 49's: an optimizer, Lion, with its own betas, and a schedule, a 1 - sqrt cooldown). A fresh
+src/nexus (and issue 49's: an optimizer, Lion, with its own betas, a schedule, a 1 - sqrt cooldown, and a data
+source format, tab-separated rows). A fresh
 interpreter with the copy on its path then
 
   * lists the new entry from the command line (torch-free: `nexus config`, `nexus presets`, `nexus grow --help`),
@@ -31,7 +32,7 @@ TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "extension_kinds"
 PACKAGE = TESTS.parent / "src" / "nexus"
 FEATURES = ("sigmoid_attention", "relu2_mlp", "deep_narrow_preset", "zero_units_growth", "lion_optimizer",
-            "wsd_sqrt_schedule")
+            "wsd_sqrt_schedule", "tsv_source")
 # a short run: 2 steps of a 2x32 model, no evaluation or sample until the end
 TINY_RUN = ["--train.steps", "2", "--train.log_every", "1", "--train.eval_every", "0", "--train.eval_batches", "1",
             "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
@@ -258,13 +259,32 @@ def check_wsd_sqrt_schedule(work: Path) -> list[str]:
     return [f"{node}keeps_the_invariants", f"{node}is_re_planned_after_growth[wsd_sqrt]"]
 
 
+def check_tsv_source(work: Path) -> list[str]:
+    """Issue 49 item 4: a source format (.tsv) from one new file: listed by the help texts and the unknown-suffix
+    line, prepared, trained on, and held to the registry-wide source invariants."""
+    from nexus.data.readers import reader
+
+    (help_text,) = listed(["data", "prepare", "--help"])
+    assert ".tsv (tab-separated rows)" in " ".join(help_text.split()), help_text
+    docs = [f"row {i}: tabs\tand\nnewlines, growth at step {i * 7}" for i in range(40)]
+    corpus = reader("tsv").example(work / "rows.tsv", docs)
+    report = json.loads(cli("data", "prepare", str(corpus), "--tokenizer", "byte", "--out", str(work / "prep"),
+                            "--quiet", "--num-proc", "1"))
+    assert sum(report["documents"].values()) == len(docs), report
+    train(work / "run", *MICRO, "--data", str(corpus), "--data.cache_dir", str(work / "cache"))
+    node = "tests/test_data_readers.py::test_"
+    return [f"{node}every_registered_format_reads_the_same_tokens_through_prepare_and_training[tsv-.tsv]",
+            f"{node}every_registered_file_suffix_is_named_when_a_suffix_is_unknown",
+            f"{node}help_texts_list_the_registered_forms"]
+
+
 # invariant tests over every registered kind that each kind feature also passes
 KIND_INVARIANTS = ["tests/test_kind_declarations.py::test_the_registries_and_the_options_tables_name_the_same_kinds",
                    "tests/test_width_growth_names_no_kind.py"]
 CHECKS = {"sigmoid_attention": (check_sigmoid_attention, KIND_INVARIANTS),
           "relu2_mlp": (check_relu2_mlp, KIND_INVARIANTS), "deep_narrow_preset": (check_deep_narrow_preset, []),
           "zero_units_growth": (check_zero_units_growth, []), "lion_optimizer": (check_lion_optimizer, []),
-          "wsd_sqrt_schedule": (check_wsd_sqrt_schedule, [])}
+          "wsd_sqrt_schedule": (check_wsd_sqrt_schedule, []), "tsv_source": (check_tsv_source, [])}
 
 
 class Outcomes:

@@ -58,9 +58,7 @@ def train_small_until(cfg, step: int, ckpt: Path) -> None:
     """The shared first half: train the small model to the growth step and checkpoint it."""
     trainer = Trainer(cfg, quiet=True)
     while trainer.step < step:
-        m = trainer.train_step(trainer.step)
-        trainer.step += 1
-        trainer.tokens_seen += int(m["tokens"])
+        trainer.run_step()  # a step as fit() takes it: counters advanced, hooks fired
     trainer.save(ckpt)
 
 

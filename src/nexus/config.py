@@ -249,7 +249,7 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into training sequences."""
 
-    source: str = "embedded"  # embedded | stdlib | a .txt/.jsonl/.parquet file, folder, glob or comma list | a prepared dir | a .bin token file | hf:<dataset>[:<config>] | synthetic:<mqar|khop|induction>
+    source: str = "embedded"  # embedded | stdlib | hf:<name> | synthetic:<task> | prepared dir | files (train --help)
     tokenizer: str = "byte"  # byte | bpe (train on the corpus) | a tokenizer.json / tokenizer.txt or a directory holding one
     bpe_vocab_size: int = 2048  # vocabulary size when training a BPE tokenizer
     seq_len: int = 128  # tokens per training sequence
@@ -261,7 +261,7 @@ class DataConfig:
     dtype: str = "auto"  # token dtype of a bare .bin file: auto (uint16 for vocabularies up to 65,536, else uint32) | uint16 | uint32
     num_proc: int = 0  # worker processes that tokenize a corpus into the cache (0 = the usable cores, at most 8)
     chat: bool = False  # rows are chat conversations (messages); loss only on assistant tokens (SFT)
-    document_per_file: bool = False  # each .txt/.md file is one document (default: blank lines separate documents)
+    document_per_file: bool = False  # each text file is one document (default: split at blank lines; code: always)
     synthetic: dict = field(default_factory=dict)  # generator options for synthetic:<task> (vocab, pairs, k, ...)
 
     def validate(self, errors: list[str], p: str = "data") -> None:

@@ -5,13 +5,14 @@ from .common import positive_int
 
 
 def add_parser(sub) -> None:
+    from ..data.readers import file_readers, valid_sources
+
     p = sub.add_parser("data", help="prepare a corpus: tokenize it once into memory-mapped shards")
     dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True, parser_class=type(p))
     q = dsub.add_parser("prepare", help="tokenize SOURCE into sharded token files plus manifest.json in --out",
-                        description="Tokenize a file, folder, glob, comma-separated list, stdlib, embedded or "
-                                    "hf:<name>[:<config>] into DIR: train-*.bin / val-*.bin shards, the tokenizer and "
-                                    "manifest.json. Train on it with `nexus train --data DIR`. Interrupted runs "
-                                    "resume: run the same command again.")
+                        description=f"Tokenize SOURCE ({valid_sources(prepare_only=True)}) into DIR: train-*.bin / "
+                                    "val-*.bin shards, the tokenizer and manifest.json. Train on it with `nexus train "
+                                    "--data DIR`. Interrupted runs resume: run the same command again.")
     q.add_argument("source", metavar="SOURCE")
     q.add_argument("--tokenizer", required=True, metavar="T",
                    help="byte | bpe (trained on the training documents) | a tokenizer.json or a directory holding one "
@@ -27,8 +28,12 @@ def add_parser(sub) -> None:
     q.add_argument("--max-documents", type=int, default=None, help="read at most N documents (default: all)")
     q.add_argument("--bpe-vocab-size", type=int, default=None, help="vocabulary of --tokenizer bpe (default 2048)")
     q.add_argument("--chat", action="store_true", help="rows are chat conversations; loss mask on assistant tokens")
+    splitting = [r for r in file_readers() if "document_per_file" in r.options and not r.whole_files]
+    whole = [r for r in file_readers() if r.whole_files]
     q.add_argument("--document-per-file", action="store_true",
-                   help="each .txt/.md file is one document (default: blank lines separate documents)")
+                   help=f"each {'/'.join(r.shown_suffixes() for r in splitting)} file is one document (default: "
+                        f"blank lines separate documents; {'/'.join(r.label for r in whole)} files are always one "
+                        "document each)")
     q.add_argument("--skip-bad", action="store_true",
                    help="leave out empty, binary and non-UTF-8 files (counted and named) instead of refusing")
     q.add_argument("--quiet", action="store_true", help="no progress output")
@@ -44,6 +49,7 @@ def run(args, extra) -> int:
     from ..config import ConfigError, DataConfig
     from ..data.loader import default_num_proc
     from ..data.prepare import fingerprint, prepare, settle_finished
+    from ..data.readers import valid_sources
     from ..data.sources import resolve_source
     from ..outdir import PREPARED, check_output
 
@@ -58,9 +64,9 @@ def run(args, extra) -> int:
         raise ConfigError(errors[0])
     source = resolve_source(args.source)
     source.check_fraction_unused(cfg.val_fraction, "--val-fraction")
-    if source.kind not in ("embedded", "stdlib", "hub", "files"):
+    if not source.reader.documents_to_prepare:
         raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
-                          "(valid: text: a file, folder, glob, list, stdlib, embedded or hf:<name>)")
+                          f"(valid: documents: {valid_sources(prepare_only=True)})")
     out = check_output(Path(args.out), PREPARED, resume=True, sources=source.all_files)
     bad = source.bad_files()  # every bad file named at once, before anything is written
     if bad and not args.skip_bad:

@@ -40,7 +40,13 @@ class Var:
     kind: str  # int | float | str | choice
     minimum: float | None = None  # smallest valid numeric value
     choices: tuple = ()
-    help: str = ""
+    help: object = ""  # str, or a function giving it when usage() is printed (a list built from a registry)
+
+
+def _dataset_help() -> str:
+    from ..data.readers import valid_sources  # the registered sources, listed when asked for, not at import
+
+    return f"{valid_sources()} (default: the v4.1 script's hub set for PHASE)"
 
 
 VARS = [
@@ -61,7 +67,7 @@ VARS = [
     Var("HUB_MODEL_ID", "", "str", help="push the final checkpoint to this HF Hub repo (owner/name)"),
     Var("MAX_SAMPLES", 0, "int", 0, help="limit dataset size in documents (0 = no limit)"),
     # nexus additions
-    Var("DATASET", None, "str", help="embedded | local .txt/.jsonl/.parquet | hf:<name>[:<config>] (default: the v4.1 script's hub set for PHASE)"),
+    Var("DATASET", None, "str", help=_dataset_help),
     Var("TOKENIZER", "byte", "str", help="byte | bpe | path to tokenizer.json"),
     Var("INIT_CHECKPOINT", "", "str", help="start from this nexus checkpoint (e.g. SFT from a pretrain run)"),
     Var("DEVICE", "auto", "str", help="auto | cpu | cuda | cuda:N"),
@@ -270,7 +276,7 @@ def usage() -> str:
     lines = ["usage: [VAR=value ...] python -m nexus.cli.env_train   (or: nexus-train-env)", "", "variables:"]
     for v in VARS:
         default = {"LR": "3e-4 / 1e-4 (sft)", "WARMUP_STEPS": "500 / 100 (sft)", "DATASET": "hub set of PHASE"}.get(v.name, v.default)
-        lines.append(f"  {v.name:<16} default {str(default)!r:<22} {v.help}")
+        lines.append(f"  {v.name:<16} default {str(default)!r:<22} {v.help() if callable(v.help) else v.help}")
     return "\n".join(lines)
 
 

@@ -21,6 +21,8 @@ HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch
 
 
 def add_parser(sub, detailed: bool = True) -> None:
+    from ..data.readers import valid_sources
+
     p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
                        description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
                                    "`nexus config` lists every field with its default and what it is for "
@@ -46,9 +48,7 @@ def add_parser(sub, detailed: bool = True) -> None:
                    help="replace an earlier nexus training run in the output directory (its files only)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--data", default=None, metavar="SOURCE",
-                   help="training data (= --data.source): embedded, stdlib, a file, folder, glob or comma list of .txt/.jsonl/"
-                        ".parquet, a prepared directory (nexus data prepare), a .bin token file, hf:<name>[:<config>] "
-                        "or synthetic:mqar|khop|induction")
+                   help=f"training data (= --data.source): {valid_sources()}")
     p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
                    help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
                         "--growth, the family flags or the config")

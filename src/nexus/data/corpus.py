@@ -68,15 +68,16 @@ def check_utf8_file(p: Path, shown: str) -> None:
         raise ConfigError(f"data.source={shown!r} {problem} (valid: a UTF-8 text file; convert it with iconv)")
 
 
-def text_problem(p: Path, shown: str) -> str | None:
+def text_problem(p: Path, shown: str, opener=open) -> str | None:
     """Why a file is not UTF-8 text: "looks binary (NUL bytes)" or "is not UTF-8 text (...)"; None for
-    text (a few undecodable bytes are warned about once and become U+FFFD)."""
+    text (a few undecodable bytes are warned about once and become U+FFFD). opener: how the file's bytes are
+    read (gzip.open: a compressed file's text is checked, not its compressed bytes)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     nul = bad = chars = 0
     first, offset = None, 0
-    with open(p, "rb") as f:
+    with opener(p, "rb") as f:
         while True:
             raw = f.read(_READ_CHUNK)
             final = not raw
@@ -141,11 +142,12 @@ def _txt_documents(p: Path, shown: str | None = None, whole: bool = False) -> It
         yield carry.strip()
 
 
-def _table_rows(files: list[Path], path: str) -> Iterator[dict]:
-    """.jsonl/.json/.parquet rows as an HF IterableDataset (streamed; no Arrow copy in the HF cache)."""
+def _table_rows(files: list[Path], path: str, kind: str | None = None) -> Iterator[dict]:
+    """Rows of json lines or parquet files as an HF IterableDataset (streamed; no Arrow copy in the HF cache).
+    kind: the `datasets` builder (the reader's; None: parquet by the first file's suffix, else json)."""
     import datasets
 
-    kind = "parquet" if files[0].suffix.lower() == ".parquet" else "json"
+    kind = kind or ("parquet" if files[0].suffix.lower() == ".parquet" else "json")
     _quiet_reader_errors()
     try:
         ds = datasets.load_dataset(kind, data_files=[str(p) for p in files], split="train", streaming=True)

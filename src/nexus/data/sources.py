@@ -1,44 +1,40 @@
 """What `data.source` names, resolved before anything is read or written.
 
-A source is one of: `embedded`, `stdlib`, `hf:<name>[:<config>]`, `synthetic:<task>`, a prepared
-directory (holding `manifest.json`, from `nexus data prepare`), a bare token file (`.bin`, nanoGPT's
-format), or documents in files: a file, a folder (searched recursively), a glob (`'data/*.txt'`) or a
-comma-separated list of those. Files of one source must share one format (text, json lines or parquet).
-Every bad form is one ConfigError line naming the value and what would be valid.
+A source is one of the forms registered in `readers/` (one Reader each): a named source (`embedded`, `stdlib`,
+`hf:<name>[:<config>]`, `synthetic:<task>`, a prepared directory holding `manifest.json` from `nexus data
+prepare`), or files of one registered format (text, json lines, parquet, source code, nanoGPT's `.bin` token
+file, ...): a file, a folder (searched recursively), a glob (`'data/*.txt'`) or a comma-separated list of those.
+Every bad form is one ConfigError line naming the value and what would be valid (listed from the registry).
 """
 from __future__ import annotations
 
 import glob
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from ..config import ConfigError, DataConfig
+from .readers import Reader, file_readers, reader, reader_for_file, readers, suffix_of, valid_sources
 
 MANIFEST = "manifest.json"
-# suffix -> format; files of one source must share a format
-FORMATS = {".txt": "text", ".md": "text", ".text": "text", ".jsonl": "json", ".json": "json",
-           ".parquet": "parquet", ".bin": "bin"}
 # Files named after a split (`train.bin`, `val.jsonl`, `validation-00000-of-00001.parquet`, a `test/` folder) are
 # that split, as nanoGPT and HF datasets name them: a held-out file is never read into training.
 SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
                "dev": "val", "test": "test"}
 # the bare name, or the name then a numbered part (`train-00000-of-00004`, `val_1`); `test_notes` is no split
 _SPLIT_STEM = re.compile(r"^(" + "|".join(sorted(SPLIT_NAMES, key=len, reverse=True)) + r")(?:[-_.]\d.*)?$", re.I)
-VALID = ("embedded, stdlib, hf:<name>[:<config>], synthetic:<task>, a prepared directory, a .bin token file, "
-         "or a .txt/.md/.jsonl/.json/.parquet file, folder, glob or comma-separated list of them")
 
 
 @dataclass
 class Source:
-    kind: str  # embedded | stdlib | hub | synthetic | prepared | bin | files
+    kind: str  # embedded | stdlib | hub | synthetic | prepared | bin | files (the reader's kind)
     spec: str  # data.source as given
     files: list[Path] = field(default_factory=list)  # the files read (files, bin) or the directory (prepared)
-    fmt: str = ""  # text | json | parquet | bin (files and bin)
+    fmt: str = ""  # files and bin: their reader's name (text | json | parquet | code | bin ...)
     val_files: list[Path] = field(default_factory=list)  # files named as a held-out split: the validation split
     unread: list[Path] = field(default_factory=list)  # test files beside validation files: never read
+    via: str = ""  # the named source's reader (files: their format, `fmt`)
 
     @property
     def all_files(self) -> list[Path]:
@@ -65,19 +61,21 @@ class Source:
         return note
 
     @property
+    def reader(self) -> Reader:
+        """The registered reader of this source's form (its format, for files)."""
+        return reader(self.via or self.fmt or self.kind)
+
+    @property
     def tokenized(self) -> bool:
         """Whether the source already holds token ids (nothing to tokenize or cache)."""
-        return self.kind in ("prepared", "bin")
+        return self.reader.tokenized
 
     def bad_files(self) -> list[tuple[Path, str]]:
-        """Every file that cannot be read as documents, with why: empty, binary (NUL bytes) or not UTF-8
-        (text and json lines are read through once, in chunks; parquet and .bin are checked for size only)."""
-        from .corpus import text_problem
-
+        """Every file that cannot be read, with why: empty, or what its reader's check finds (text readers read
+        each file through once, in chunks: NUL bytes, not UTF-8; parquet and .bin are checked for size only)."""
         bad = []
         for f in self.all_files:
-            readable = self.fmt in ("text", "json")
-            why = "is empty" if f.stat().st_size == 0 else text_problem(f, str(f)) if readable else None
+            why = "is empty" if f.stat().st_size == 0 else self.reader.problem(f, str(f))
             if why:
                 bad.append((f, why))
         return bad
@@ -92,8 +90,8 @@ class Source:
         bad = self.bad_files()
         if bad:
             fix = ("non-empty token files: move the bad ones out (`nexus data prepare` reads text, not token files)"
-                   if self.tokenized else "UTF-8 text files with at least one document; `nexus data prepare SOURCE "
-                   "--skip-bad ...` leaves them out")
+                   if self.tokenized else f"{self.reader.label} files with at least one document; `nexus data "
+                   "prepare SOURCE --skip-bad ...` leaves them out")
             raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: {fix})")
 
     def without(self, bad: list[tuple[Path, str]]) -> "Source":
@@ -103,33 +101,16 @@ class Source:
         if not keep:
             raise ConfigError(f"data.source={self.spec!r}: every training file is bad ({self.describe_bad(bad, 3)}) "
                               "(valid: a source with at least one readable file)")
-        return Source(self.kind, self.spec, keep, self.fmt, [f for f in self.val_files if f not in drop], self.unread)
+        return Source(self.kind, self.spec, keep, self.fmt, [f for f in self.val_files if f not in drop], self.unread,
+                      self.via)
 
     def identity(self) -> str:
         """What the source's content depends on, for cache keys (paths, sizes, modification times)."""
-        if self.kind == "embedded":
-            return f"embedded:deduplicated:{sys.version}"  # the copies once kept are dropped: a new cache
-        if self.kind == "stdlib":
-            from .stdlib_corpus import identity
-
-            return identity()
-        if self.kind in ("files", "bin", "prepared"):
-            ident = ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in self.files)
-            if self.val_files:  # the split rule is part of what the tokens are
-                ident += "|val:" + ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                                            for p in self.val_files)
-            return ident
-        return self.spec
+        return self.reader.identity(self)
 
     def total_bytes(self) -> int | None:
         """Bytes the documents are read from (for progress and ETA); None for a stream of unknown size."""
-        if self.kind == "files":
-            return sum(p.stat().st_size for p in self.all_files)
-        if self.kind == "stdlib":
-            from .stdlib_corpus import stdlib_files
-
-            return sum(p.stat().st_size for p in stdlib_files())
-        return None
+        return self.reader.total_bytes(self)
 
     def documents(self, cfg: DataConfig) -> Iterator:
         """Documents one at a time (text, or chat rows when data.chat), never the corpus as a list;
@@ -152,25 +133,12 @@ class Source:
                                ((d, True) for d in self._documents(cfg, self.val_files)))
 
     def _documents(self, cfg: DataConfig, files: list[Path]) -> Iterator:
-        from . import corpus as C
-
-        if cfg.document_per_file and not (self.kind == "files" and self.fmt == "text"):
-            raise ConfigError(f"data.document_per_file=True applies to .txt/.md files, not data.source={self.spec!r} "
-                              "(valid: false; json/parquet rows and stdlib files are documents already)")
-
-        if self.kind == "embedded":
-            docs = iter(C.embedded_documents())
-        elif self.kind == "stdlib":
-            from .stdlib_corpus import stdlib_documents
-
-            docs = stdlib_documents()
-        elif self.kind == "hub":
-            docs = C.hub_documents(self.spec, cfg)
-        elif self.kind == "files":
-            docs = C.file_documents(files, self.fmt, self.spec, cfg)
-        else:
-            raise ConfigError(f"data.source={self.spec!r} holds token ids, not documents (valid here: a text source)")
-        return _capped(docs, cfg.max_documents, self.spec)
+        if cfg.document_per_file and "document_per_file" not in self.reader.options:
+            takers = [r for r in file_readers() if "document_per_file" in r.options]
+            raise ConfigError(f"data.document_per_file=True applies to {'/'.join(r.shown_suffixes() for r in takers)} "
+                              f"files, not data.source={self.spec!r} (valid: false; rows of json/parquet files, "
+                              "stdlib files and the like are documents already)")
+        return _capped(self.reader.documents(self, files, cfg), cfg.max_documents, self.spec)
 
 
 def _capped(docs: Iterator, cap: int, spec: str) -> Iterator:
@@ -186,35 +154,31 @@ def _capped(docs: Iterator, cap: int, spec: str) -> Iterator:
 
 def resolve_source(spec: str) -> Source:
     """data.source -> Source, checking paths, globs and formats; reads no document."""
-    if spec in ("embedded", "stdlib"):
-        return Source(spec, spec)
-    if spec.startswith("hf:"):
-        if not spec[3:].split(":")[0]:
-            raise ConfigError(f"data.source={spec!r} names no dataset (valid: hf:<name>[:<config>])")
-        return Source("hub", spec)
-    if spec.startswith("synthetic:"):
-        return Source("synthetic", spec)
+    for r in readers():
+        if r.claims(spec):
+            r.check_spec(spec)
+            return Source(r.kind, spec, via=r.name)
     parts = [spec] if Path(spec).exists() else [s.strip() for s in spec.split(",") if s.strip()]
     files: list[Path] = []
     for part in parts:
         files += _expand(part, spec)
     if len(files) == 1 and files[0].is_dir():
-        return Source("prepared", spec, files)
+        r = _directory_reader(files[0])
+        return Source(r.kind, spec, files, via=r.name)
     if any(f.is_dir() for f in files):
         raise ConfigError(f"data.source={spec!r} mixes a prepared directory with other inputs (valid: one prepared "
                           "directory alone)")
     by_fmt: dict[str, list[Path]] = {}
     for f in files:
-        by_fmt.setdefault(FORMATS.get(f.suffix.lower(), f.suffix or "(no suffix)"), []).append(f)
-    unknown = [k for k in by_fmt if k not in FORMATS.values()]
-    if unknown:
-        bad = by_fmt[unknown[0]][0]
-        raise ConfigError(f"data.source={spec!r}: {str(bad)!r} has suffix {bad.suffix or '(none)'!r} "
-                          "(valid: .txt, .md, .text, .jsonl, .json, .parquet or .bin)")
+        r = reader_for_file(f)
+        if r is None:
+            raise ConfigError(f"data.source={spec!r}: {str(f)!r} has suffix {suffix_of(f)!r} (valid: a registered "
+                              f"format: {', '.join(s for fr in file_readers() for s in fr.suffixes)})")
+        by_fmt.setdefault(r.name, []).append(f)
     if len(by_fmt) > 1:
-        counts = ", ".join(f"{k}: {len(v)} file(s)" for k, v in sorted(by_fmt.items()))
+        counts = ", ".join(f"{reader(k).label}: {len(v)} file(s)" for k, v in sorted(by_fmt.items()))
         raise ConfigError(f"data.source={spec!r} mixes file formats ({counts}) (valid: files of one format: "
-                          "text, json lines, parquet or .bin)")
+                          f"{', '.join(r.label for r in file_readers())})")
     fmt = next(iter(by_fmt))
     dup = len(files) != len({f.resolve() for f in files})
     if dup:
@@ -227,7 +191,11 @@ def resolve_source(spec: str) -> Source:
     if val and not train:
         raise ConfigError(f"data.source={spec!r} holds only held-out files ({', '.join(p.name for p in val[:3])}) "
                           "(valid: training files beside them, e.g. train.bin or train.jsonl)")
-    return Source("bin" if fmt == "bin" else "files", spec, train, fmt, val, unread)
+    return Source(reader(fmt).kind, spec, train, fmt, val, unread)
+
+
+def _directory_reader(path: Path) -> Reader:
+    return next(r for r in readers() if r.claims_directory(path))
 
 
 def split_of(path: Path, root: Path | None) -> str | None:
@@ -264,13 +232,14 @@ def _expand(part: str, spec: str) -> list[Path]:
     if p.is_file():
         return [p]
     if p.is_dir():
-        if (p / MANIFEST).is_file():
+        if any(r.claims_directory(p) for r in readers()):  # a prepared directory is one source, not its files
             return [p]
         found = sorted((f for f in p.rglob("*") if f.is_file() and not _hidden(f.relative_to(p))),
                        key=lambda f: f.relative_to(p).as_posix())
         if not found:
-            raise ConfigError(f"data.source={spec!r}: folder {part!r} holds no files (valid: a folder of "
-                              ".txt/.md/.jsonl/.json/.parquet/.bin files, or a prepared directory)")
+            raise ConfigError(f"data.source={spec!r}: folder {part!r} holds no files (valid: a folder of files of "
+                              f"one format: {', '.join(r.shown_suffixes() for r in file_readers())}; or a prepared "
+                              "directory)")
         return found
     if glob.has_magic(part):
         found = sorted(Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file())
@@ -278,7 +247,7 @@ def _expand(part: str, spec: str) -> list[Path]:
             raise ConfigError(f"data.source={spec!r}: the glob {part!r} matches no file (valid: a pattern that "
                               "matches at least one file)")
         return found
-    raise ConfigError(f"data.source={spec!r}: {part!r} does not exist (valid: {VALID})")
+    raise ConfigError(f"data.source={spec!r}: {part!r} does not exist (valid: {valid_sources()})")
 
 
 def _hidden(rel: Path) -> bool:

@@ -569,28 +569,45 @@ class Trainer:
         self.call_hooks("on_fit_start")  # checks that must fail before anything is written
         self._announce()
         result: dict = {"params": self.n_params}
-        self._t0, self._start_step = time.perf_counter(), self.step
-        # (when, loss-bearing tokens, processed tokens) since the last logged step: throughput
-        self._since_log = (self._t0, 0, 0)
-        tc = self.cfg.train
-        self._skipped_before = int(self.health.total)
+        self._start_clock()
         while self.step < self.cfg.train.steps:
-            self.call_hooks("on_step_start", self.step)
-            m = self.train_step(self.step)
-            self.step += 1
-            self.tokens_seen += int(m["tokens"])
-            processed = tc.batch_size * tc.grad_accum * self.world * self.cfg.data.seq_len  # every input position
-            self._since_log = (self._since_log[0], self._since_log[1] + int(m["tokens"]), self._since_log[2] + processed)
-            log_now = self.step % self.cfg.train.log_every == 0 or self.step >= self.cfg.train.steps
-            if log_now or any(h.needs_host_metrics(self, self.step) for h in self.hooks):
-                m = self._host_metrics(m)  # the only places a step's numbers reach the host
-            if log_now:
-                self.call_hooks("on_log", self.step, self._log_record(m))
-            self.call_hooks("on_step_end", self.step, m)
-            self._stop_if_signalled()
+            self.run_step()
         result.update(step=self.step, tokens_seen=self.tokens_seen)
         self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
         return result
+
+    def _start_clock(self) -> None:
+        """Throughput and ETA count from here; skipped steps are reported from here on."""
+        self._t0, self._start_step = time.perf_counter(), self.step
+        # (when, loss-bearing tokens, processed tokens) since the last logged step: throughput
+        self._since_log = (self._t0, 0, 0)
+        self._skipped_before = int(self.health.total)
+
+    def run_step(self) -> dict:
+        """One optimizer step exactly as fit() takes it, the public single-step API: on_step_start, the step
+        (train_step at self.step), the step counter and tokens_seen advanced, the metrics read to the host when
+        the step logs or a hook asks, on_log at log steps, on_step_end, then a pending SIGINT/SIGTERM honoured.
+        fit() is this in a loop between on_fit_start and on_fit_end, so N calls train exactly as fit() does for
+        N steps (tests/test_trainer_run_step.py). Returns the step's metrics: host numbers when they were read,
+        else train_step's device tensors. Outside fit() the first call starts the throughput clock; records
+        logged before fit() has prepared the run directory wait for it (as any early record)."""
+        if self._t0 is None:
+            self._start_clock()
+        self.call_hooks("on_step_start", self.step)
+        m = self.train_step(self.step)
+        tc = self.cfg.train  # read after on_step_start: a hook there may have swapped the config
+        self.step += 1
+        self.tokens_seen += int(m["tokens"])
+        processed = tc.batch_size * tc.grad_accum * self.world * self.cfg.data.seq_len  # every input position
+        self._since_log = (self._since_log[0], self._since_log[1] + int(m["tokens"]), self._since_log[2] + processed)
+        log_now = self.step % tc.log_every == 0 or self.step >= tc.steps
+        if log_now or any(h.needs_host_metrics(self, self.step) for h in self.hooks):
+            m = self._host_metrics(m)  # the only places a step's numbers reach the host
+        if log_now:
+            self.call_hooks("on_log", self.step, self._log_record(m))
+        self.call_hooks("on_step_end", self.step, m)
+        self._stop_if_signalled()
+        return m
 
     def _announce(self) -> None:
         """Write the run directory's config and say what the run is (rank 0)."""
