@@ -128,7 +128,7 @@ def test_the_trainer_knows_no_growth():
 
 
 @pytest.mark.parametrize("entry,needle", [
-    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: growth"),
+    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: "),
     ({"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}, "when": 3}, "train.hooks[0].when=3"),
     ({"kind": "growth", "at": 6, "spec": {"family": "width", "hidden": 64}}, "train.hooks[0].at=6"),
     ({"kind": "growth", "at": 3}, "train.hooks[0].spec is missing"),
