@@ -369,8 +369,24 @@ def test_depth_flags_on_a_recurrent_checkpoint_and_a_layer_count_change_on_resum
     runs = [["grow", "--checkpoint", str(rec / "checkpoint"), "--out", str(tmp_path / "o1"), "--depth.layers", "4"],
             ["train", "--resume", str(trained), "--model.n_layers", "8", "--train.steps", "6",
              "--out", str(tmp_path / "o2")]]
-    for argv, match in zip(runs, ["model.arch.kind='recurrent'", "model.n_layers=8 (checkpoint: 4) changes the model's shape"]):
+    needles = ["model.arch.kind='recurrent'", "model.n_layers=8 (checkpoint: 4) changes the model's shape"]
+    for argv, match in zip(runs, needles):
         rc = main(argv)
         err = capsys.readouterr().err.strip()
         assert rc == 2 and match in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_nexus_train_grows_width_and_depth_at_its_step_from_the_flags(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", "--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32",
+               "--train.batch_size", "4", "--train.steps", "4", "--train.eval_every", "0", "--train.sample_tokens", "1",
+               "--grow-at", "2", "--depth.layers", "4", "--width.ffn", "192", "--init", "random,zero", "--preserve",
+               "exact", "--rewarmup", "1.3,2", "--out", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    cfg = load_checkpoint(out / "checkpoint")[1]
+    rec = cfg.growth_history[-1]
+    assert (cfg.model.n_layers, cfg.model.ffn) == (4, 192) and rec["family"] == "depth" and rec["step"] == 2
+    assert rec["width"]["ffn"] == 192 and rec["rewarmup"] == {"rho": 1.3, "tau": 2}
+    event = next(json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"growth"' in line)
+    assert abs(event["loss_jump"]) < 1e-4 and "width first, then depth" in event["order"]

@@ -141,9 +141,9 @@ class DepthSpec(GrowthSpec):
             raise ConfigError(f"--depth.layers={self.layers} with --depth.init stack (valid: a multiple of the current "
                               f"{old} layers, e.g. {2 * old}: G_stack repeats the whole trained stack)")
         if m.mixing.anchor in LAYER_ZERO_ANCHORS and self.where == "bottom":
-            raise ConfigError(f"--depth.where bottom on model.mixing.anchor={m.mixing.anchor!r} (valid: interleave|top; "
-                              "layer 0's own q/k/v/g are every later layer's anchor, so layer 0 must stay the old "
-                              "layer 0)")
+            raise ConfigError(f"--depth.where bottom on model.mixing.anchor={m.mixing.anchor!r} (valid: "
+                              "interleave|top; layer 0's own q/k/v/g are every later layer's anchor, so layer 0 must "
+                              "stay the old layer 0)")
         if self.init in PRESERVING:
             block = build_on_meta(m).layers[0]
             try:
