@@ -348,6 +348,8 @@ def _snapshot(d):
     (["--depth.layers", "8", "--depth.init", "stack", "--depth.where", "top"], "--depth.where='top' with --depth"),
     (["--depth.init", "zero"], "--depth.init is a depth growth option, given without --depth.layers"),
     (["--depth.layers", "8", "--delta-m", "4"], "several growth families requested"),
+    # the re-warmup flag both families take is still no growth on its own
+    (["--rewarmup", "1.3,5"], "--rewarmup is a depth/width growth option, given without --depth.layers or"),
 ])
 def test_cli_bad_depth_input_is_one_line_exit_2_and_writes_nothing(trained, tmp_path, capsys, argv, match):
     before = _snapshot(trained)

@@ -231,8 +231,9 @@ def spec_from_flags(args) -> dict | None:
         if stray:
             fam, name = stray[0]
             flag = _field_flag(_SPECS[fam], name)
-            want = " or ".join(_field_flag(_SPECS[fam], t) for t in _SPECS[fam].trigger_names())
-            raise ConfigError(f"{flag} is a {fam} growth option, given without {want} (valid: add {want})")
+            fams = sorted(_users(flag))  # one family, or a carrier and the families it carries
+            want = " or ".join(_field_flag(_SPECS[f], t) for f in fams for t in _SPECS[f].trigger_names())
+            raise ConfigError(f"{flag} is a {'/'.join(fams)} growth option, given without {want} (valid: add {want})")
         return None
     family = claimed[0]
     own = {_field_flag(_SPECS[fam], f.name) for fam in [family, *carried] for f in _flag_fields(_SPECS[fam])}
@@ -251,10 +252,17 @@ def _field_flag(cls, name: str) -> str:
 
 
 def _shared(name: str, family: str) -> bool:
-    """A field whose flag another family (or the base) also has: not evidence of this family."""
+    """A field whose flag another family (or the base) also has: not evidence of this family. Families one of
+    which carries the other (depth carries width) count as one: their common flag (--rewarmup) alone is still
+    an option given without the family flags that use it."""
     flag = _field_flag(_SPECS[family], name)
-    return name in {f.name for f in fields(GrowthSpec)} or sum(
-        any(_field_flag(c, f.name) == flag for f in _flag_fields(c)) for c in _SPECS.values()) > 1
+    users = _users(flag)
+    carried = {c for u in users for c in _SPECS[u].carries}
+    return name in {f.name for f in fields(GrowthSpec)} or len(users - carried) > 1
+
+
+def _users(flag: str) -> set[str]:
+    return {fam for fam, c in _SPECS.items() if any(_field_flag(c, f.name) == flag for f in _flag_fields(c))}
 
 
 def check_int(value, flag: str, minimum: int = 1, allow_none: bool = True, what: str = "an integer"):
