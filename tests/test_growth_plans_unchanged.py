@@ -54,7 +54,10 @@ def test_the_fixture_covers_every_registered_method():
     from nexus.growth import spec as S
 
     own = {n for n, m in P.methods().items() if S.spec_classes()[m.family].__module__.startswith("nexus.")}
-    assert set(METHODS) == own  # a method registered later has no recorded plan: add it here
+    # a family added after 1dbb173 had no plan to keep (depth growth, issue 48: tests/test_experiment_methods.py
+    # plans its methods); a method of an older family registered later has no recorded plan: add it here
+    later = {n for n, m in P.methods().items() if m.family in ("depth",)}
+    assert set(METHODS) == own - later
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -37,9 +37,9 @@ def test_one_registration_line_registers_the_spec_and_the_grower(monkeypatch):
 
 
 def test_parse_growth_spec_names_its_field_and_takes_a_dataclass(builtin_growth_families):
-    with pytest.raises(ConfigError, match=r"^growth spec=\{'family': 'depth'\} \(valid: a mapping with family one of "
-                                          r"nexus_rank, retrofit, tokenformer, width"):
-        R.parse_growth_spec({"family": "depth"})
+    with pytest.raises(ConfigError, match=r"^growth spec=\{'family': 'height'\} \(valid: a mapping with family one of "
+                                          r"depth, nexus_rank, retrofit, tokenformer, width"):
+        R.parse_growth_spec({"family": "height"})
     with pytest.raises(ConfigError, match=r"^train\.hooks\.spec=3 "):
         R.parse_growth_spec(3, "train.hooks.spec")
     spec = R.parse_growth_spec({"family": "width", "hidden": 8})

@@ -30,6 +30,11 @@ def test_format_report_gives_the_verification_and_names_dead_blocks():
     assert lines[1:] == ["  verification: max |dlogits| = 2.000e+00",
                          "  new blocks with non-zero gradient within two probe steps: 1/1"]
     assert format_report({"family": "w"}, {"verify": {}}, "o") == "grew (w) -> o"
+    # an exactly preserved function reads 0.0, never a rounded-looking 0.000e+00; the smallest non-zero change not 0.0
+    exact = format_report({"family": "depth"}, {"verify": {"max_abs_dlogits": 0.0}}, "o").split("\n")
+    assert exact[1] == "  verification: max |dlogits| = 0.0 (exact)"
+    tiny = format_report({"family": "depth"}, {"verify": {"max_abs_dlogits": 5e-324}}, "o").split("\n")
+    assert tiny[1] == "  verification: max |dlogits| = 4.941e-324"
 
 
 def test_growth_summary_says_what_grew_the_params_the_state_policy_and_the_rewarmup():

@@ -143,8 +143,8 @@ def _reason(cls, name: str) -> str:
 
 
 def test_the_union_parser_refuses_what_is_not_a_spec_and_names_the_field(builtin_growth_families):
-    with pytest.raises(ConfigError, match=r"^growth spec=\['width'\] \(valid: a mapping with family one of nexus_rank, "
-                                          r"retrofit, tokenformer, width"):
+    with pytest.raises(ConfigError, match=r"^growth spec=\['width'\] \(valid: a mapping with family one of depth, "
+                                          r"nexus_rank, retrofit, tokenformer, width"):
         S.spec_from_dict(["width"])
     with pytest.raises(ConfigError, match=r"^hook\.spec=\{'hidden': 8\}"):
         S.spec_from_dict({"hidden": 8}, "hook.spec")

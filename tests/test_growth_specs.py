@@ -109,8 +109,8 @@ def test_spec_from_dict_is_the_union_parser():
     n = parse_growth_spec({"family": "nexus_rank", "delta_a": 4})
     assert isinstance(n, NexusRankSpec) and (n.delta_m, n.delta_a, n.init, n.cut, n.seed) == (None, 4, "exact", "in", None)
     with pytest.raises(ConfigError, match="family one of") as e:
-        parse_growth_spec({"family": "depth"})
-    assert all(f in str(e.value) for f in ("nexus_rank", "retrofit", "tokenformer", "width"))
+        parse_growth_spec({"family": "height"})
+    assert all(f in str(e.value) for f in ("depth", "nexus_rank", "retrofit", "tokenformer", "width"))
 
 
 def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):

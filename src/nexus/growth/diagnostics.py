@@ -46,14 +46,38 @@ def _streams_and_loss(model, ids: torch.Tensor):
         return rms, float(out.ce_loss)
 
 
-def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None) -> dict:
+def stream_pairs(param_maps: dict, n_old: int, n_new: int) -> list[tuple[int, int]]:
+    """(old, new) indices of the residual streams (0: after the embedding, i: after block i-1) to compare.
+    Same depth: each with itself. A growth that added blocks (depth growth) moved old block j to the new
+    position its tensors now have (read from the param maps by name); old stream j (the input of old block j)
+    is compared with the input of that block's new position, and the old final stream with the new final one,
+    so blocks inserted between old ones are judged by what reaches the next old block."""
+    if n_old == n_new:
+        return [(i, i) for i in range(n_old)]
+    moved = {}
+    for name, pm in param_maps.items():
+        a, b = _layer_of(name), _layer_of(pm.old_name)
+        if a is not None and b is not None:
+            moved[b] = a
+    return [(0, 0)] + [(j, moved.get(j, n_new - 1)) for j in range(1, n_old - 1)] + [(n_old - 1, n_new - 1)]
+
+
+def _layer_of(name: str | None) -> int | None:
+    parts = (name or "").split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "layers" and parts[1].isdigit() else None
+
+
+def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None,
+                     pairs: list[tuple[int, int]] | None = None) -> dict:
+    """pairs: (old, new) stream indices to compare (`stream_pairs`; default: each with itself)."""
     dev = next(new_model.parameters()).device
     ids = (probe_batch(vocab_size) if ids is None else ids).to(dev)
     seq = min(ids.shape[1], old_model.cfg.max_seq_len + 1, new_model.cfg.max_seq_len + 1)
     ids = ids[:, :seq]
     rms_old, loss_old = _streams_and_loss(old_model, ids)
     rms_new, loss_new = _streams_and_loss(new_model, ids)
-    ratios = [n / max(o, 1e-12) for o, n in zip(rms_old, rms_new)]
+    pairs = pairs or [(i, i) for i in range(min(len(rms_old), len(rms_new)))]
+    ratios = [rms_new[b] / max(rms_old[a], 1e-12) for a, b in pairs]
     return {"rms_ratio_per_layer": [round(r, 4) for r in ratios],
             "rms_ratio_max_dev": round(max(abs(r - 1) for r in ratios), 4),
             "probe_loss_before": round(loss_old, 4), "probe_loss_after": round(loss_new, 4),
@@ -102,8 +126,9 @@ class PostGrowthMonitor:
     activation RMS ratio against the pre-growth model (`base_rms` on `probe`) every `every` logged steps."""
 
     def __init__(self, param_maps: dict, probe: torch.Tensor | None = None, base_rms: list[float] | None = None,
-                 every: int = 1):
+                 every: int = 1, pairs: list[tuple[int, int]] | None = None):
         self.param_maps, self.every, self.calls = param_maps, every, 0
+        self.pairs = pairs  # (old, new) stream indices compared (stream_pairs); None: each with itself
         self.probe, self.base_rms = probe, base_rms
         self.has_copies = any(pm.copy_source for pm in param_maps.values())
 
@@ -117,7 +142,9 @@ class PostGrowthMonitor:
             if lock:
                 rec.update(symmetry_lock_mean=round(lock["mean"], 6), symmetry_lock_min=round(lock["min"], 6))
         if self.probe is not None and self.base_rms:
-            ratios = [n / max(o, 1e-12) for o, n in zip(self.base_rms, residual_rms(trainer.model, self.probe))]
+            now = residual_rms(trainer.model, self.probe)
+            pairs = self.pairs or [(i, i) for i in range(min(len(self.base_rms), len(now)))]
+            ratios = [now[b] / max(self.base_rms[a], 1e-12) for a, b in pairs]
             rec.update(rms_ratio_per_layer=[round(x, 4) for x in ratios],
                        rms_ratio_max_dev=round(max(abs(x - 1) for x in ratios), 4))
         if rec:
@@ -139,14 +166,17 @@ class PostGrowthMonitor:
                 copy_source.setdefault(name, {})[int(dim)] = j
         return {"probe": None if self.probe is None else self.probe.detach().cpu(),
                 "base_rms": None if self.base_rms is None else [float(x) for x in self.base_rms],
-                "every": self.every, "calls": self.calls, "sources": sources, "copy_source": copy_source}
+                "every": self.every, "calls": self.calls, "sources": sources, "copy_source": copy_source,
+                "pairs": None if self.pairs is None else [[int(a), int(b)] for a, b in self.pairs]}
 
     @classmethod
     def from_state_dict(cls, st: dict) -> "PostGrowthMonitor":
         """The monitor `state_dict` described (KeyError/IndexError/TypeError on a malformed state)."""
         maps = {name: ParamMap(name, copy_source={int(d): st["sources"][j].long() for d, j in dims.items()})
                 for name, dims in st["copy_source"].items()}
-        monitor = cls(maps, st["probe"], st["base_rms"], int(st["every"]))
+        pairs = st.get("pairs")  # absent in states saved before depth growth: same depth, each stream with itself
+        monitor = cls(maps, st["probe"], st["base_rms"], int(st["every"]),
+                      None if pairs is None else [(int(a), int(b)) for a, b in pairs])
         monitor.calls = int(st["calls"])
         return monitor
 
@@ -158,8 +188,10 @@ def monitor_after_growth(old_model, new_model, old_max_seq_len: int, new_model_c
     checkpoint logs what the run grown in training logs."""
     x, y = val_batch
     probe = torch.cat([x, y[:, -1:]], dim=1) if bool((y[:, :-1] == x[:, 1:]).all()) else None  # real text (LM data)
-    report = rms_ratio_report(old_model, new_model, new_model_cfg.vocab_size, probe)
+    n_old, n_new = len(old_model.layers), len(new_model.layers)
+    pairs = stream_pairs(param_maps, n_old + 1, n_new + 1) if n_old != n_new else None  # None: each with itself
+    report = rms_ratio_report(old_model, new_model, new_model_cfg.vocab_size, probe, pairs)
     # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
     ids = (probe if probe is not None else probe_batch(new_model_cfg.vocab_size))[:4]
     ids = ids[:, :min(ids.shape[1], new_model_cfg.max_seq_len + 1, old_max_seq_len + 1)]
-    return PostGrowthMonitor(param_maps, ids, residual_rms(old_model, ids)), report
+    return PostGrowthMonitor(param_maps, ids, residual_rms(old_model, ids), pairs=pairs), report

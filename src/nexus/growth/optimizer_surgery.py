@@ -43,7 +43,9 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                 has_new = pm.old_name is None or (pm.old_slices is not None and
                                                   tuple(sl.stop for sl in pm.old_slices) != tuple(p.shape))
                 mask = pm.new_mask(p.shape).to(p.device) if has_new else None
-                st_old = old.get(pm.old_name) if pm.old_name is not None else None
+                # a new tensor duplicating a whole old one (ParamMap.copy_of) starts from its state under `copy` only
+                source = pm.old_name if pm.old_name is not None else (pm.copy_of if policy == "copy" else None)
+                st_old = old.get(source) if source is not None else None
                 st: dict = {}
                 if policy != "drop" and st_old is not None:
                     for key, val in st_old.items():

@@ -23,12 +23,16 @@ class ParamMap:
     fan_in_scale: for tensors whose entries growth rescaled (SPARKLING's fan-in factor alpha), per
         dimension the factor each index along it was multiplied by (len = new size along that dim);
         used by the `scaled` optimizer-state policy.
+    copy_of: for a brand-new parameter (old_name None) that duplicates a whole old tensor (depth growth's
+        copied or stacked layers), that tensor's old name: the `copy` optimizer-state policy starts it from
+        that tensor's state (its entries are still new: re-warmed, and fresh under the other policies).
     """
 
     old_name: str | None
     old_slices: tuple | None = None
     copy_source: dict[int, torch.Tensor] | None = None
     fan_in_scale: dict[int, torch.Tensor] | None = None
+    copy_of: str | None = None
 
     def scale_of_old(self, old_shape) -> torch.Tensor | None:
         """Old-tensor-shaped factor growth applied to each old entry (None: not rescaled)."""

@@ -12,7 +12,9 @@ def format_report(spec: dict, report: dict, out: str) -> str:
         lines.append(f"  {k}: {v}")
     ver = report.get("verify")
     if ver:
-        lines.append(f"  verification: max |dlogits| = {ver.get('max_abs_dlogits', float('nan')):.3e}")
+        d = ver.get("max_abs_dlogits", float("nan"))
+        # an exactly preserved function prints as 0.0, not 0.000e+00: "exact" is the claim, not "small"
+        lines.append(f"  verification: max |dlogits| = {'0.0 (exact)' if d == 0 else f'{d:.3e}'}")
         dead = ver.get("dead_blocks") or []
         grads = ver.get("new_block_grad_norms") or {}
         if grads:

@@ -39,6 +39,9 @@ class GrowthSpec:
     family: ClassVar[str] = ""  # set by register_grower
     triggers: ClassVar[tuple[str, ...]] = ()  # fields whose flags select this family on the command line
     declared_after: ClassVar[str | None] = None  # the field the `declared_options` follow (in help and records)
+    # families whose flags may be given beside this family's, as one growth: their spec is held in this spec's
+    # field of the same name and the grower applies it (depth carries width: `--depth.* --width.*` in one call)
+    carries: ClassVar[tuple[str, ...]] = ()
 
     optimizer_state: str = option("asymmetric", "what the new entries' optimizer state starts from: asymmetric (old "
                                   "keep theirs, new start at zero) | copy | drop | scaled (asymmetric, and the old "
@@ -213,26 +216,34 @@ def spec_from_flags(args) -> dict | None:
         given_by[family] = given
         if any(t in given for t in cls.trigger_names()):
             claimed.append(family)
+    carried: list[str] = []
     if len(claimed) > 1:
-        raise ConfigError(f"several growth families requested ({', '.join(sorted(claimed))}); grow one at a time")
+        host = next((f for f in claimed if set(claimed) - {f} <= set(_SPECS[f].carries)), None)
+        if host is None:
+            combos = [f"{f} with {'/'.join(_SPECS[f].carries)}" for f in sorted(_SPECS) if _SPECS[f].carries]
+            raise ConfigError(f"several growth families requested ({', '.join(sorted(claimed))}); grow one at a time"
+                              + (f" (valid: one family, or {'; '.join(combos)})" if combos else ""))
+        carried = [f for f in claimed if f != host]
+        claimed = [host]
     if not claimed:
         stray = [(fam, name) for fam, given in given_by.items() for name in given
                  if not _shared(name, fam)]
         if stray:
             fam, name = stray[0]
             flag = _field_flag(_SPECS[fam], name)
-            want = " or ".join(_field_flag(_SPECS[fam], t) for t in _SPECS[fam].trigger_names())
-            raise ConfigError(f"{flag} is a {fam} growth option, given without {want} (valid: add {want})")
+            fams = sorted(_users(flag))  # one family, or a carrier and the families it carries
+            want = " or ".join(_field_flag(_SPECS[f], t) for f in fams for t in _SPECS[f].trigger_names())
+            raise ConfigError(f"{flag} is a {'/'.join(fams)} growth option, given without {want} (valid: add {want})")
         return None
     family = claimed[0]
-    own = {_field_flag(_SPECS[family], f.name) for f in _flag_fields(_SPECS[family])}
+    own = {_field_flag(_SPECS[fam], f.name) for fam in [family, *carried] for f in _flag_fields(_SPECS[fam])}
     for fam, given in given_by.items():
         for name in given:
             flag = _field_flag(_SPECS[fam], name)
             if flag not in own:  # another family's option would be silently ignored
                 raise ConfigError(f"{flag} is a {fam} growth option, not a {family} one (valid: the {family} "
                                   "options, see --help)")
-    return {"family": family, **given_by[family]}
+    return {"family": family, **given_by[family], **{fam: {"family": fam, **given_by[fam]} for fam in carried}}
 
 
 def _field_flag(cls, name: str) -> str:
@@ -241,10 +252,17 @@ def _field_flag(cls, name: str) -> str:
 
 
 def _shared(name: str, family: str) -> bool:
-    """A field whose flag another family (or the base) also has: not evidence of this family."""
+    """A field whose flag another family (or the base) also has: not evidence of this family. Families one of
+    which carries the other (depth carries width) count as one: their common flag (--rewarmup) alone is still
+    an option given without the family flags that use it."""
     flag = _field_flag(_SPECS[family], name)
-    return name in {f.name for f in fields(GrowthSpec)} or sum(
-        any(_field_flag(c, f.name) == flag for f in _flag_fields(c)) for c in _SPECS.values()) > 1
+    users = _users(flag)
+    carried = {c for u in users for c in _SPECS[u].carries}
+    return name in {f.name for f in fields(GrowthSpec)} or len(users - carried) > 1
+
+
+def _users(flag: str) -> set[str]:
+    return {fam for fam, c in _SPECS.items() if any(_field_flag(c, f.name) == flag for f in _flag_fields(c))}
 
 
 def check_int(value, flag: str, minimum: int = 1, allow_none: bool = True, what: str = "an integer"):
