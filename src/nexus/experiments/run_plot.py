@@ -64,6 +64,21 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     return f * params / n, False
 
 
+def _models_before_growths(configs: list[RunConfig]) -> dict[int, RunConfig]:
+    """{growth step: the run's config with the model trained up to that growth}, from the growth records that
+    keep it (`model_before`, written since nexus recorded it). A run resumed from a `nexus grow` checkpoint
+    logged no step of that model, so its parameter count alone cannot say what the tokens before the growth
+    cost."""
+    from ..config_migration import saved_run_config
+
+    out: dict[int, RunConfig] = {}
+    for c in configs:
+        for g in c.growth_history:
+            if isinstance(g.get("step"), int) and isinstance(g.get("model_before"), dict) and g["step"] not in out:
+                out[g["step"]] = saved_run_config({**c.to_dict(), "model": g["model_before"], "growth_history": []})
+    return out
+
+
 def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> dict:
     """-> {name, dir, train: [...], val: [...], growth: [...], notes}; each point has step, tokens, flops and
     wall_s (None where not recorded), train and val points also the loss. configs: the run's configs at its
@@ -88,9 +103,14 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
         if "params" in r and r.get("event") is None:
             seg = sum(1 for g in growth_steps if int(r["step"]) > g)
             seg_params.setdefault(seg, int(r["params"]))
+    before = _models_before_growths(configs)
     seg_fpt = []
     for seg in range(len(growth_steps) + 1):
-        f, exact = _flops_per_token(configs, seg_params.get(seg))
+        if seg < len(growth_steps) and growth_steps[seg] in before:  # the record keeps that model: exact
+            b = before[growth_steps[seg]]
+            f, exact = train_flops_per_token(b.model, b.data.seq_len)[0], True
+        else:
+            f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
             where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else

@@ -588,7 +588,8 @@ class Trainer:
                 self.call_hooks("on_log", self.step, self._log_record(m))
             self.call_hooks("on_step_end", self.step, m)
             self._stop_if_signalled()
-        result.update(step=self.step, tokens_seen=self.tokens_seen)
+        # params again: a growth during the run swapped the model, and the result describes the model it ends with
+        result.update(step=self.step, tokens_seen=self.tokens_seen, params=self.n_params)
         self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
         return result
 
