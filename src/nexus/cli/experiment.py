@@ -162,12 +162,14 @@ def _run_pair_cmd(args, extra) -> int:
 
 
 def run_compare_cmd(args, extra) -> int:
-    from ..experiments.compare import plan_compare, run_compare
+    from ..experiments.compare import difference_lines, plan_compare, run_compare
 
     t0 = time.perf_counter()
     plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task,
                         args.lm_eval, args.lm_eval_include, args.lm_eval_limit, config_mapping=config_file_mapping(args))
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
+    for line in difference_lines(plan):  # what the comparison measures, said before anything trains
+        print(line)
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:
         p, pp = row.get("p_value_vs_reference"), row.get("paired_t_p")
