@@ -273,3 +273,32 @@ def test_compare_says_what_each_arm_changes_before_training(tmp_path, capsys, mo
     assert f"model.d_model {micro.model.d_model} -> {tiny.model.d_model}" in lines[other]
     assert "warning" in lines[other + 1] and "model.d_model" in lines[other + 1]
     assert "qk_norm" not in lines[other + 1]  # the file's own change is not a surprise
+
+
+def test_compare_plot_is_points_with_intervals_on_an_axis_whose_cut_is_drawn(tmp_path, monkeypatch):
+    """Issue 50 item 6: bars on a y axis cut near the values overstated the difference; points with their 95%
+    intervals instead, and the cut drawn on the axis and said in its label."""
+    from PIL import Image
+
+    import nexus.experiments.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path, **kw: (figures.append(fig), real(fig, path, **kw))[1])
+    rows = summarize({"a": [3.30, 3.31, 3.33], "b": [3.25, 3.27, 3.26]}, ["a", "b"], [0, 1, 2])
+    plots.plot_compare(rows, "final validation loss", tmp_path / "compare.png")
+    (fig,) = figures
+    (ax,) = [a for a in fig.axes if a.get_xticklabels()]
+    assert not [p for p in ax.patches if type(p).__name__ == "Rectangle"]  # no bars
+    caps = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(caps) == 2
+    for row, c in zip(rows, caps):
+        (x, y), = c.lines[0].get_xydata()
+        assert y == pytest.approx(row["mean"])
+        seg = c.lines[2][0].get_segments()[0]  # the interval's vertical line
+        assert sorted(p[1] for p in seg) == pytest.approx([row["ci_low"], row["ci_high"]])
+    bottom, _ = ax.get_ylim()
+    assert bottom > 0 and "does not start at 0" in ax.get_ylabel()
+    assert [ln for ln in ax.get_lines() if ln.get_gid() == "axis-break"]
+    with Image.open(tmp_path / "compare.png") as im:
+        assert round(im.info["dpi"][0]) >= 150

@@ -35,7 +35,8 @@ def test_plot_writes_a_png_and_a_csv_with_every_runs_points(two_runs, tmp_path, 
     assert main(["plot", str(plain), str(grown / "checkpoint"), "--out", str(out)]) == 0
     assert f"wrote {out}.png and {out}.csv" in capsys.readouterr().out
     with Image.open(f"{out}.png") as im:
-        assert im.format == "PNG" and im.size == (2160, 660)  # 18 x 5.5 inches at 120 dpi: slide-sized, not a thumbnail
+        # 18 x 5.5 inches at 150 dpi: slide-sized, not a thumbnail (issue 50 item 6: >= 150 dpi)
+        assert im.format == "PNG" and im.size == (2700, 825) and round(im.info["dpi"][0]) == 150
     rows = list(csv.DictReader(open(f"{out}.csv")))
     for run in (plain, grown):
         mine = [r for r in rows if r["run"] == run.name]
@@ -116,6 +117,28 @@ def test_plot_bad_smoothing_is_one_line(two_runs, tmp_path, capsys):
     assert main(["plot", str(two_runs[0]), "--out", str(tmp_path / "p"), "--smooth", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--smooth='1.5'" in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_plot_takes_a_dpi_and_writes_svg_or_pdf(two_runs, tmp_path, capsys):
+    plain = str(two_runs[0])
+    assert main(["plot", plain, "--out", str(tmp_path / "hi"), "--dpi", "300"]) == 0
+    with Image.open(tmp_path / "hi.png") as im:
+        assert im.size == (18 * 300, round(5.5 * 300)) and round(im.info["dpi"][0]) == 300
+    assert main(["plot", plain, "--out", str(tmp_path / "v"), "--format", "svg"]) == 0
+    assert "<svg" in (tmp_path / "v.svg").read_text()[:2000] and (tmp_path / "v.csv").is_file()
+    assert main(["plot", plain, "--out", str(tmp_path / "d"), "--format", "pdf"]) == 0
+    assert (tmp_path / "d.pdf").read_bytes()[:5] == b"%PDF-"
+    assert not (tmp_path / "v.png").exists() and not (tmp_path / "d.png").exists()
+    assert f"wrote {tmp_path / 'd'}.pdf and {tmp_path / 'd'}.csv" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, needle", [(["--dpi", "20"], "--dpi='20'"), (["--dpi", "x"], "--dpi='x'"),
+                                          (["--format", "jpg"], "--format")])
+def test_plot_bad_dpi_or_format_is_one_line_and_writes_nothing(two_runs, tmp_path, capsys, args, needle):
+    assert main(["plot", str(two_runs[0]), "--out", str(tmp_path / "p"), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
     assert not list(tmp_path.iterdir())
 
 

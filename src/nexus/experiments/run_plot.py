@@ -209,16 +209,16 @@ PANELS = (("tokens", "tokens processed"), ("flops", "training FLOPs (3 x forward
 
 
 def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool = False,
-              logy: bool = False, enter: bool = False) -> None:
+              logy: bool = False, enter: bool = False, dpi: int | None = None) -> None:
     """Three panels (loss vs tokens, FLOPs, wall time), made to be read on a slide: per run one colour,
     the raw train loss faint behind its EMA (`with_smoothing`), the validation loss on top, thick with
-    markers, growth steps as dashed vertical lines; log-scaled axes on request. enter: see
-    nexus.figures.save_figure."""
+    markers, growth steps as dashed vertical lines; log-scaled axes on request. enter, dpi (None: 150) and the
+    format (the path's suffix): see nexus.figures.save_figure."""
     from ..figures import pyplot, save_figure
 
     runs = [r if "train_ema" in r else with_smoothing([r])[0] for r in runs]
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), dpi=120)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(runs):
         c = colors[i % len(colors)]
@@ -267,7 +267,7 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
     fig.legend(handles=handles, fontsize=11, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=15)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    save_figure(fig, path, enter=enter)
+    save_figure(fig, path, enter=enter, dpi=dpi)
 
 
 CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them
