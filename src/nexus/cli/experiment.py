@@ -56,8 +56,9 @@ def add_parser(sub) -> None:
                     help="also train scratch at its own step-law lr (small lr x (N_large/N_small)^-0.713), as "
                          "SPARKLING trains its from-scratch baselines")
     pp.add_argument("--scratch-lr", type=float, default=None, metavar="LR",
-                    help="peak lr of the from-scratch run, e.g. the best of an lr sweep (default: the small model's "
-                         "lr, untuned); the grown run keeps the small model's lr, as SPARKLING does")
+                    help="peak lr of the from-scratch run, e.g. the best of an lr sweep (default: the method's swept "
+                         "lr where it has one, 2e-3 for the FFN-axis methods; else the small model's lr, untuned); the "
+                         "grown run keeps the small model's lr, as SPARKLING does")
     pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
     pp.add_argument("--quiet", action="store_true", help="no per-run training output")
     pp.set_defaults(func=run_progressive_cmd, accepts_overrides=True)
