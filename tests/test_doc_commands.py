@@ -261,7 +261,8 @@ def test_every_command_in_the_docs_is_checked_or_listed_with_a_reason():
     checked = {w + c for w, c in [*NEXUS, *PIPS]}
     checked |= {w + c for w, c in COMMANDS_IN_DOCS if _nexus_argv(c) is None and _script(c) is not None}
     rest = [(w, c) for w, c in COMMANDS_IN_DOCS if w + c not in checked]
-    unlisted = [f"{w}: {c}" for w, c in rest if not any(c.startswith(p) or _strip_env(c).startswith(p) for p in NOT_RUN)]
+    unlisted = [f"{w}: {c}" for w, c in rest
+                if not any(c.startswith(p) or _strip_env(c).startswith(p) for p in NOT_RUN)]
     assert unlisted == [], "commands neither checked nor listed in NOT_RUN with a reason"
 
 

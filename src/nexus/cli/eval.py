@@ -81,9 +81,10 @@ def _run_whole_text(args, model, cfg, tok) -> int:
            f"sliding windows of {window} tokens, stride {stride}")
     words = f" | word perplexity {res['word_perplexity']:.2f}" if res["word_perplexity"] is not None else ""
     if res["bits_per_byte"] is None:  # token files: their byte counts are unknown, so no bits per byte is printed
-        print(f"{res['source']} ({split}): loss {res['loss']:.4f} nats per token | perplexity {res['perplexity']:.2f} | "
-              f"bits per byte: not computed (token files hold no byte counts; a text source or a `nexus data "
-              f"prepare` directory has them) | {res['documents']:,} documents, {res['tokens']:,} tokens | {how}")
+        print(f"{res['source']} ({split}): loss {res['loss']:.4f} nats per token | "
+              f"perplexity {res['perplexity']:.2f} | bits per byte: not computed (token files hold no byte counts; "
+              f"a text source or a `nexus data prepare` directory has them) | {res['documents']:,} documents, "
+              f"{res['tokens']:,} tokens | {how}")
         return 0
     print(f"{res['source']} ({split}): loss {res['loss']:.4f} nats per token | perplexity {res['perplexity']:.2f} | "
           f"bits per byte {res['bits_per_byte']:.4f}{words} | {res['documents']:,} documents, {res['tokens']:,} tokens, "
