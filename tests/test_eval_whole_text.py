@@ -112,3 +112,35 @@ def test_eval_cli_scores_whole_text_and_prepared_val_alike(tmp_path, tok, capsys
     assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "t.txt"), "--stride", "8"]) == 0
     line = capsys.readouterr().out
     assert "bits per byte" in line and "sliding windows of 32 tokens, stride 8" in line
+
+
+def test_eval_scores_a_folder_of_nanogpt_token_files_in_nats_per_token(tmp_path, tok, capsys):
+    """Issue 50 item 3: `--split val` on a folder of .bin was refused ("bits per byte need byte counts")."""
+    import numpy as np
+
+    cfg, model = tiny(tok.vocab_size)
+    folder = tmp_path / "bins"
+    folder.mkdir()
+    train_docs, val_docs = [DOCS[0], DOCS[2]] * 3, DOCS[1:]
+    streams = {}
+    for name, docs in (("train", train_docs), ("val", val_docs)):
+        ids = [t for d in docs for t in tok.encode(d) + [tok.eos_id]]  # nanoGPT's layout: EOS after each document
+        np.asarray(ids, dtype=np.uint16).tofile(folder / f"{name}.bin")
+        streams[name] = ids
+    cfg.data.tokenizer, cfg.data.seq_len, cfg.data.source = "bpe", 32, str(folder)
+    save_checkpoint(tmp_path / "ckpt", model, cfg, tok)
+    ckpt = str(tmp_path / "ckpt")
+    # the run's own data, its validation file whole: the issue's command
+    assert main(["eval", "--checkpoint", ckpt, "--split", "val", "--json"]) == 0
+    val = json.loads(capsys.readouterr().out)
+    seqs = [[tok.eos_id] + tok.encode(d) for d in val_docs]
+    want = sum(hand_nll(model, s, 32) for s in seqs) / sum(len(s) - 1 for s in seqs)
+    assert val["tokens"] == sum(len(s) - 1 for s in seqs) and val["loss"] == pytest.approx(want, rel=1e-5)
+    assert val["bits_per_byte"] is None and val["bytes"] is None and val["loss_unit"] == "nats per token"
+    assert main(["eval", "--checkpoint", ckpt, "--data", str(folder), "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["tokens"] == sum(1 for t in streams["train"] + streams["val"] if t != tok.eos_id)
+    # val.bin named alone is the held-out file itself, scored as above
+    assert main(["eval", "--checkpoint", ckpt, "--data", str(folder / "val.bin")]) == 0
+    line = capsys.readouterr().out
+    assert f"loss {val['loss']:.4f} nats per token" in line and "bits per byte: not computed" in line

@@ -193,10 +193,112 @@ def test_compare_refuses_a_bad_yaml_preset_before_any_training(tmp_path, capsys,
     from nexus.train.trainer import Trainer
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model:\n  n_layers: -3\n")
+    bad.write_text("preset: baseline-micro\nmodel:\n  n_layers: -3\n")
     monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
     out = tmp_path / "never"
     rc = main(["experiment", "compare", "--out", str(out), "--presets", f"baseline-micro,{bad}", "--tokens", "96"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "n_layers" in err[0], err
     assert not out.exists()
+
+
+def _no_training(monkeypatch):
+    from nexus.train.trainer import Trainer
+
+    monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("model: {qk_norm: true}\n", "preset: baseline-micro"),  # partial, no base: its other fields would be defaults
+    ("preset: no-such-preset\nmodel: {qk_norm: true}\n", "no-such-preset"),
+    ("preset: other.yaml\nmodel: {qk_norm: true}\n", "other.yaml"),
+])
+def test_a_partial_yaml_preset_without_a_registered_base_is_refused_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                 text, needle):
+    """Issue 50 item 2: `model: {qk_norm: true}` alone trained a 4x128 default model against a 2x64 preset."""
+    _no_training(monkeypatch)
+    mine = tmp_path / "micro_qk.yaml"
+    mine.write_text(text)
+    out = tmp_path / "never"
+    rc = main(["experiment", "compare", "--out", str(out), "--presets", f"baseline-micro,{mine}", "--tokens", "96"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0] and "micro_qk.yaml" in err[0], err
+    assert not out.exists()
+
+
+def test_a_yaml_preset_that_names_its_base_changes_only_what_it_names(tmp_path):
+    import yaml
+
+    from nexus.presets import get_preset
+
+    f = tmp_path / "micro_qk.yaml"
+    f.write_text(yaml.safe_dump({"preset": "baseline-micro", "model": {"qk_norm": True}, "train": {"lr": 0.001}}))
+    got = get_preset(str(f))
+    want = get_preset("baseline-micro")
+    assert not want.model.qk_norm and want.train.lr != 0.001  # the file changes both
+    want.model.qk_norm, want.train.lr, want.preset = True, 0.001, "micro_qk"
+    assert got.to_dict() == want.to_dict()
+
+
+def _printed_before_training(monkeypatch, capsys, argv) -> str:
+    """What `nexus experiment compare` prints before its first run would train (run_compare stopped there)."""
+    import nexus.experiments.compare as C
+
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(C, "run_compare", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    with pytest.raises(Stop):
+        main(argv)
+    return capsys.readouterr().out
+
+
+def test_compare_says_what_each_arm_changes_before_training(tmp_path, capsys, monkeypatch):
+    same_base = tmp_path / "micro_qk.yaml"
+    same_base.write_text("preset: baseline-micro\nmodel: {qk_norm: true}\n")
+    other_base = tmp_path / "tiny_qk.yaml"
+    other_base.write_text("preset: baseline-tiny\nmodel: {qk_norm: true}\n")
+    out = _printed_before_training(monkeypatch, capsys, [
+        "experiment", "compare", "--out", str(tmp_path / "c"), "--presets",
+        f"baseline-micro,{same_base},{other_base}", "--tokens", "96"])
+    lines = out.splitlines()
+    mine = [ln for ln in lines if ln.startswith("micro_qk vs baseline-micro")]
+    assert len(mine) == 1 and "1 field(s) differ: model.qk_norm false -> true" in mine[0], out
+    # the arm whose base is another preset: every field that base changes is named, and flagged as not the file's
+    from nexus.presets import get_preset
+
+    micro, tiny = get_preset("baseline-micro"), get_preset("baseline-tiny")
+    assert micro.model.d_model != tiny.model.d_model
+    other = next(i for i, ln in enumerate(lines) if ln.startswith("tiny_qk vs baseline-micro"))
+    assert f"model.d_model {micro.model.d_model} -> {tiny.model.d_model}" in lines[other]
+    assert "warning" in lines[other + 1] and "model.d_model" in lines[other + 1]
+    assert "qk_norm" not in lines[other + 1]  # the file's own change is not a surprise
+
+
+def test_compare_plot_is_points_with_intervals_on_an_axis_whose_cut_is_drawn(tmp_path, monkeypatch):
+    """Issue 50 item 6: bars on a y axis cut near the values overstated the difference; points with their 95%
+    intervals instead, and the cut drawn on the axis and said in its label."""
+    from PIL import Image
+
+    import nexus.experiments.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path, **kw: (figures.append(fig), real(fig, path, **kw))[1])
+    rows = summarize({"a": [3.30, 3.31, 3.33], "b": [3.25, 3.27, 3.26]}, ["a", "b"], [0, 1, 2])
+    plots.plot_compare(rows, "final validation loss", tmp_path / "compare.png")
+    (fig,) = figures
+    (ax,) = [a for a in fig.axes if a.get_xticklabels()]
+    assert not [p for p in ax.patches if type(p).__name__ == "Rectangle"]  # no bars
+    caps = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(caps) == 2
+    for row, c in zip(rows, caps):
+        (x, y), = c.lines[0].get_xydata()
+        assert y == pytest.approx(row["mean"])
+        seg = c.lines[2][0].get_segments()[0]  # the interval's vertical line
+        assert sorted(p[1] for p in seg) == pytest.approx([row["ci_low"], row["ci_high"]])
+    bottom, _ = ax.get_ylim()
+    assert bottom > 0 and "does not start at 0" in ax.get_ylabel()
+    assert [ln for ln in ax.get_lines() if ln.get_gid() == "axis-break"]
+    with Image.open(tmp_path / "compare.png") as im:
+        assert round(im.info["dpi"][0]) >= 150

@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config_base",),  # how config dataclasses are declared (option, choice, KindOptions), checked and parsed
     ("config",),  # the schema: dataclasses and their validation
     ("config_migration", "config_help", "console", "cpu_info", "kind_options", "lifeline", "outdir", "runtime"),
-    ("config_overrides", "atomic", "presets"),
+    ("config_overrides", "atomic"),
+    ("presets",),  # a preset file that names its base is merged onto it (config_overrides.merge_mapping)
     ("models", "optim", "figures"),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches
     ("checkpoint",),

@@ -56,6 +56,11 @@ def test_each_finished_run_is_one_ledger_file_with_config_final_and_curve(traine
         assert rec["config_key"] == L.config_key(run["cfg"]) and rec["config"] == run["cfg"]
         done = json.loads((Path(run["cfg"]["train"]["out_dir"]) / "done.json").read_text())
         assert rec["final"]["val_loss"] == done["val_loss"]
+        # the parameters of the model the run ends with (a grown branch grows in training), as its checkpoint holds
+        from safetensors.torch import load_file
+
+        weights = load_file(str(Path(run["cfg"]["train"]["out_dir"]) / "checkpoint" / "model.safetensors"))
+        assert rec["final"]["params"] == sum(t.numel() for t in weights.values())
         rows = [json.loads(x) for x in (Path(run["cfg"]["train"]["out_dir"]) / "metrics.jsonl").read_text().splitlines()]
         assert [p["val_loss"] for p in rec["val_curve"]] == [r["val_loss"] for r in rows if "val_loss" in r]
         assert rec["device"]["cpu_capability"]

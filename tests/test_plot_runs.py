@@ -35,7 +35,8 @@ def test_plot_writes_a_png_and_a_csv_with_every_runs_points(two_runs, tmp_path, 
     assert main(["plot", str(plain), str(grown / "checkpoint"), "--out", str(out)]) == 0
     assert f"wrote {out}.png and {out}.csv" in capsys.readouterr().out
     with Image.open(f"{out}.png") as im:
-        assert im.format == "PNG" and im.size == (2160, 660)  # 18 x 5.5 inches at 120 dpi: slide-sized, not a thumbnail
+        # 18 x 5.5 inches at 150 dpi: slide-sized, not a thumbnail (issue 50 item 6: >= 150 dpi)
+        assert im.format == "PNG" and im.size == (2700, 825) and round(im.info["dpi"][0]) == 150
     rows = list(csv.DictReader(open(f"{out}.csv")))
     for run in (plain, grown):
         mine = [r for r in rows if r["run"] == run.name]
@@ -117,3 +118,82 @@ def test_plot_bad_smoothing_is_one_line(two_runs, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--smooth='1.5'" in err[0]
     assert not list(tmp_path.iterdir())
+
+
+def test_plot_takes_a_dpi_and_writes_svg_or_pdf(two_runs, tmp_path, capsys):
+    plain = str(two_runs[0])
+    assert main(["plot", plain, "--out", str(tmp_path / "hi"), "--dpi", "300"]) == 0
+    with Image.open(tmp_path / "hi.png") as im:
+        assert im.size == (18 * 300, round(5.5 * 300)) and round(im.info["dpi"][0]) == 300
+    assert main(["plot", plain, "--out", str(tmp_path / "v"), "--format", "svg"]) == 0
+    assert "<svg" in (tmp_path / "v.svg").read_text()[:2000] and (tmp_path / "v.csv").is_file()
+    assert main(["plot", plain, "--out", str(tmp_path / "d"), "--format", "pdf"]) == 0
+    assert (tmp_path / "d.pdf").read_bytes()[:5] == b"%PDF-"
+    assert not (tmp_path / "v.png").exists() and not (tmp_path / "d.png").exists()
+    assert f"wrote {tmp_path / 'd'}.pdf and {tmp_path / 'd'}.csv" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, needle", [(["--dpi", "20"], "--dpi='20'"), (["--dpi", "x"], "--dpi='x'"),
+                                          (["--format", "jpg"], "--format")])
+def test_plot_bad_dpi_or_format_is_one_line_and_writes_nothing(two_runs, tmp_path, capsys, args, needle):
+    assert main(["plot", str(two_runs[0]), "--out", str(tmp_path / "p"), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not list(tmp_path.iterdir())
+
+
+def _checkpoint_params(ckpt: Path) -> int:
+    """Parameters the checkpoint's weights file holds."""
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for t in load_file(str(ckpt / "model.safetensors")).values())
+
+
+@pytest.fixture(scope="module")
+def grown_then_resumed(tmp_path_factory):
+    """Issue 50's repro, small: a base run, `nexus grow` on its checkpoint, the grown run resumed to its end."""
+    root = tmp_path_factory.mktemp("resumed")
+    base = _train(root / "gbase", "--train.steps", "6")
+    wide = root / "gwide"
+    assert main(["grow", "--checkpoint", str(base / "checkpoint"), "--out", str(wide), "--width.hidden", "96",
+                 "--train.steps", "12", "--no-verify"]) == 0
+    assert main(["train", "--resume", str(wide), "--quiet"]) == 0
+    return base, wide
+
+
+def test_plot_prices_a_resumed_grown_runs_tokens_before_the_growth_at_the_small_models_flops(
+        grown_then_resumed, tmp_path):
+    """The truth from the two runs' own configs and steps (not the growth record): base steps at the base model's
+    FLOPs per token, the steps after the growth at the grown model's."""
+    from nexus.analysis.flops import train_flops_per_token
+    from nexus.checkpoint import read_config
+
+    base, wide = grown_then_resumed
+    out = tmp_path / "c"
+    assert main(["plot", str(base), str(wide), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(open(f"{out}.csv")))
+    small_cfg, wide_cfg = read_config(base / "checkpoint"), read_config(wide / "checkpoint")
+    assert small_cfg.model.d_model == 64 and wide_cfg.model.d_model == 96  # two different models
+    tokens_per_step = 2 * 32
+    base_steps = max(json.loads(line)["step"] for line in (base / "metrics.jsonl").read_text().splitlines())
+    last_step = max(int(r["step"]) for r in rows if r["run"] == wide.name)
+    truth_at_growth = base_steps * tokens_per_step * train_flops_per_token(small_cfg.model, 32)
+    truth_end = truth_at_growth + (last_step - base_steps) * tokens_per_step * train_flops_per_token(wide_cfg.model, 32)
+    growth = [r for r in rows if r["run"] == wide.name and r["series"] == "growth"]
+    assert [int(r["step"]) for r in growth] == [base_steps]
+    assert float(growth[0]["flops"]) == pytest.approx(truth_at_growth, rel=0.01)
+    base_end = max((r for r in rows if r["run"] == base.name), key=lambda r: int(r["step"]))
+    assert float(growth[0]["flops"]) == pytest.approx(float(base_end["flops"]), rel=0.01)  # where the base run ends
+    end = max((r for r in rows if r["run"] == wide.name and r["series"] == "val"), key=lambda r: int(r["step"]))
+    assert int(end["step"]) == last_step and float(end["flops"]) == pytest.approx(truth_end, rel=0.01)
+
+
+def test_quiet_result_of_a_run_grown_in_training_counts_the_grown_model(two_runs, tmp_path, capsys):
+    out = tmp_path / "g"
+    capsys.readouterr()
+    _train(out, "--grow-at", "6", "--width.hidden", "96", "--train.steps", "8")
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    held = _checkpoint_params(out / "checkpoint")
+    small = _checkpoint_params(two_runs[0] / "checkpoint")
+    assert held > small * 1.2  # the growth made it bigger: the two counts differ
+    assert result["params"] == held

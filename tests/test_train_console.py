@@ -82,7 +82,7 @@ def test_train_writes_its_own_curve_at_the_end(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["curve"] == str(run / "loss_curve.png")
     with Image.open(run / "loss_curve.png") as im:
-        assert im.format == "PNG" and im.size == (2160, 660)
+        assert im.format == "PNG" and im.size == (2700, 825)  # 18 x 5.5 inches at 150 dpi
     rows = list(csv.DictReader(open(run / "loss_curve.csv")))
     val = {int(r["step"]): float(r["loss"]) for r in rows if r["series"] == "val"}
     logged = {r["step"]: r["val_loss"] for r in _records(run) if "val_loss" in r}

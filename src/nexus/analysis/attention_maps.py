@@ -83,11 +83,11 @@ def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
     for name in order:
         fig, ax = plt.subplots(figsize=(4, 4))
         _draw(ax, maps[name], TITLES[name])
-        files[name] = save_figure(fig, out / f"{name}.png", dpi=110, bbox_inches="tight")
+        files[name] = save_figure(fig, out / f"{name}.png", bbox_inches="tight")
     fig, axes = plt.subplots(1, len(order), figsize=(4 * len(order), 4), squeeze=False)
     for ax, name in zip(axes[0], order):
         _draw(ax, maps[name], TITLES[name])
-    save_figure(fig, out / "attention_maps.png", dpi=110, bbox_inches="tight")
+    save_figure(fig, out / "attention_maps.png", bbox_inches="tight")
     tmp = out / ".attention_maps.tmp.npz"
     np.savez(tmp, **maps)
     os.replace(tmp, out / "attention_maps.npz")

@@ -131,7 +131,7 @@ def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        written.append(save_figure(fig, out_dir / f"{key}.png", dpi=110))
+        written.append(save_figure(fig, out_dir / f"{key}.png"))
     return written
 
 
@@ -151,7 +151,7 @@ def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
             ax.set_title(f"{c.upper()}: {title}")
             fig.colorbar(im, ax=ax)
             fig.tight_layout()
-            written.append(save_figure(fig, out_dir / f"lambda_{key}_{c}.png", dpi=110))
+            written.append(save_figure(fig, out_dir / f"lambda_{key}_{c}.png"))
     return written
 
 

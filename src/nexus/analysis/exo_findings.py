@@ -66,7 +66,7 @@ def plot_lambda_ratio_by_layer(by_layer: dict, out_dir: Path) -> list[str]:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return [save_figure(fig, Path(out_dir) / "lambda_ratio_by_layer.png", dpi=110)]
+    return [save_figure(fig, Path(out_dir) / "lambda_ratio_by_layer.png")]
 
 
 # ----------------------------------------------------------------------------- Fig. 5b
@@ -92,7 +92,7 @@ def plot_gate_selectivity(sel: dict, out_dir: Path, layer: int) -> list[str]:
     ax.set_title("first-layer gate selectivity (Fig. 5b)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return [save_figure(fig, Path(out_dir) / "first_layer_gate.png", dpi=110)]
+    return [save_figure(fig, Path(out_dir) / "first_layer_gate.png")]
 
 
 # ----------------------------------------------------------------------------- Sec. 3.3

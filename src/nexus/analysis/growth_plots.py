@@ -165,7 +165,7 @@ def plot_growth(result: dict, out_dir: Path, prefix: str = "") -> list[str]:
     ax.set_ylabel("radius R")
     ax.set_title("R(t) = sqrt(U_P%² + NOC%²)")
     fig.tight_layout()
-    files.append(save_figure(fig, out_dir / f"{prefix}growth_radius.png", dpi=120))
+    files.append(save_figure(fig, out_dir / f"{prefix}growth_radius.png"))
     if "pca" in result:
         z = np.array(result["pca"]["z"])
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -180,7 +180,7 @@ def plot_growth(result: dict, out_dir: Path, prefix: str = "") -> list[str]:
         axes[1].set_xlabel("steps since growth")
         axes[1].legend(fontsize=7)
         fig.tight_layout()
-        files.append(save_figure(fig, out_dir / f"{prefix}growth_trajectory.png", dpi=120))
+        files.append(save_figure(fig, out_dir / f"{prefix}growth_trajectory.png"))
     return files
 
 
@@ -201,7 +201,7 @@ def plot_pooled(runs: list[dict], agg: dict, out_dir: Path) -> list[str]:
     ax.set_ylabel("ln PPL")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    files.append(save_figure(fig, Path(out_dir) / "growth_scaling_pooled.png", dpi=120))
+    files.append(save_figure(fig, Path(out_dir) / "growth_scaling_pooled.png"))
     if "pca" in agg:
         fig, ax = plt.subplots(figsize=(5, 3.4))
         for i, z in enumerate(agg["pca"]["z_runs"]):
@@ -212,7 +212,7 @@ def plot_pooled(runs: list[dict], agg: dict, out_dir: Path) -> list[str]:
         ax.set_ylabel(f"PC2 ({ev[1]:.1%})")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        files.append(save_figure(fig, Path(out_dir) / "growth_pca_pooled.png", dpi=120))
+        files.append(save_figure(fig, Path(out_dir) / "growth_pca_pooled.png"))
     return files
 
 

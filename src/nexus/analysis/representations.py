@@ -114,7 +114,7 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
     ax.set_title("cross-layer cosine similarity")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    written.append(save_figure(fig, out_dir / "cross_layer_cosine.png", dpi=110))
+    written.append(save_figure(fig, out_dir / "cross_layer_cosine.png"))
     for key, label in (("token_similarity", "mean token-token cosine"), ("effective_rank", "effective rank")):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         ax.plot(stats["layers"], stats[key], marker="o", label="model")
@@ -126,7 +126,7 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        written.append(save_figure(fig, out_dir / f"{key}.png", dpi=110))
+        written.append(save_figure(fig, out_dir / f"{key}.png"))
     return written
 
 

@@ -208,7 +208,9 @@ def make_trainer_class():
                 print(f"step {record['step']:>6} | val loss {record['val_loss']:.4f} "
                       f"(ppl {math.exp(min(record['val_loss'], 50)):.2f}) | {mem}", flush=True)
             elif record.get("event") == "growth":
-                print(f"step {record['step']:>6} | grew: {self.cfg.growth_history[-1]} | {mem}", flush=True)
+                # the record without the pre-growth model config (a screenful): that stays in config.json
+                short = {k: v for k, v in self.cfg.growth_history[-1].items() if k != "model_before"}
+                print(f"step {record['step']:>6} | grew: {short} | {mem}", flush=True)
             elif "loss" in record:  # other records (post-growth diagnostics) are in metrics.jsonl only
                 gn = f" | grad {record['grad_norm']:.3f}" if "grad_norm" in record else ""
                 print(f"step {record['step']:>6}/{self.cfg.train.steps} | loss {record['loss']:.4f}{gn} | "

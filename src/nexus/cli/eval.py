@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=8, help="sequences per micro-batch")
     p.add_argument("--data", default=None, metavar="SOURCE",
                    help="score every document of SOURCE (a file, folder, glob, list, prepared directory, stdlib, "
-                        "embedded, hf:<name>): loss, perplexity and bits per byte (default: a quick estimate from "
+                        "embedded, hf:<name>): loss (nats per token), perplexity and, where the byte counts are "
+                        "known (not for .bin token files), bits per byte (default: a quick estimate from "
                         "--batches x --batch-size windows of the run's validation split)")
     p.add_argument("--split", choices=["all", "val"], default=None,
                    help="with --data: all documents (default) or the document-level validation split; alone: the run's "
@@ -79,7 +80,13 @@ def _run_whole_text(args, model, cfg, tok) -> int:
     how = (f"disjoint windows of {window} tokens (lm-eval rolling)" if res["windows"] == "disjoint" else
            f"sliding windows of {window} tokens, stride {stride}")
     words = f" | word perplexity {res['word_perplexity']:.2f}" if res["word_perplexity"] is not None else ""
-    print(f"{res['source']} ({split}): loss {res['loss']:.4f} | perplexity {res['perplexity']:.2f} | "
+    if res["bits_per_byte"] is None:  # token files: their byte counts are unknown, so no bits per byte is printed
+        print(f"{res['source']} ({split}): loss {res['loss']:.4f} nats per token | "
+              f"perplexity {res['perplexity']:.2f} | bits per byte: not computed (token files hold no byte counts; "
+              f"a text source or a `nexus data prepare` directory has them) | {res['documents']:,} documents, "
+              f"{res['tokens']:,} tokens | {how}")
+        return 0
+    print(f"{res['source']} ({split}): loss {res['loss']:.4f} nats per token | perplexity {res['perplexity']:.2f} | "
           f"bits per byte {res['bits_per_byte']:.4f}{words} | {res['documents']:,} documents, {res['tokens']:,} tokens, "
           f"{res['bytes']:,} bytes | {how}")
     return 0

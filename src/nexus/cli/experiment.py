@@ -56,8 +56,9 @@ def add_parser(sub) -> None:
                     help="also train scratch at its own step-law lr (small lr x (N_large/N_small)^-0.713), as "
                          "SPARKLING trains its from-scratch baselines")
     pp.add_argument("--scratch-lr", type=float, default=None, metavar="LR",
-                    help="peak lr of the from-scratch run, e.g. the best of an lr sweep (default: the small model's "
-                         "lr, untuned); the grown run keeps the small model's lr, as SPARKLING does")
+                    help="peak lr of the from-scratch run, e.g. the best of an lr sweep (default: the method's swept "
+                         "lr where it has one, 2e-3 for the FFN-axis methods; else the small model's lr, untuned); the "
+                         "grown run keeps the small model's lr, as SPARKLING does")
     pp.add_argument("--out", default=None, metavar="DIR", help="experiment directory (default runs/progressive-METHOD)")
     pp.add_argument("--quiet", action="store_true", help="no per-run training output")
     pp.set_defaults(func=run_progressive_cmd, accepts_overrides=True)
@@ -162,12 +163,14 @@ def _run_pair_cmd(args, extra) -> int:
 
 
 def run_compare_cmd(args, extra) -> int:
-    from ..experiments.compare import plan_compare, run_compare
+    from ..experiments.compare import difference_lines, plan_compare, run_compare
 
     t0 = time.perf_counter()
     plan = plan_compare(args.presets, args.seeds, args.equal, args.tokens, extra, args.out, args.eval_task,
                         args.lm_eval, args.lm_eval_include, args.lm_eval_limit, config_mapping=config_file_mapping(args))
     print(f"compare: {len(args.presets)} presets x {len(args.seeds)} seeds at equal {args.equal} | out {args.out}")
+    for line in difference_lines(plan):  # what the comparison measures, said before anything trains
+        print(line)
     r = run_compare(plan, quiet=args.quiet)
     for row in r["rows"]:
         p, pp = row.get("p_value_vs_reference"), row.get("paired_t_p")

@@ -115,6 +115,8 @@ class Source:
     def documents(self, cfg: DataConfig) -> Iterator:
         """Documents one at a time (text, or chat rows when data.chat), never the corpus as a list;
         data.max_documents (0 = all) stops the stream. Files named as a held-out split come last."""
+        if self.val_files and not self.files:  # held-out files alone (resolve_source's held_out_alone)
+            return self._documents(cfg, self.val_files)
         if self.val_files:
             return (doc for doc, _ in self.split_documents(cfg))
         return self._documents(cfg, self.files)
@@ -127,6 +129,8 @@ class Source:
 
         if not self.val_files:
             return split_documents(self._documents(cfg, self.files), cfg.val_fraction, cfg.split_seed)
+        if not self.files:  # held-out files alone: every document is validation
+            return ((d, True) for d in self._documents(cfg, self.val_files))
         import itertools
 
         return itertools.chain(((d, False) for d in self._documents(cfg, self.files)),
@@ -152,8 +156,10 @@ def _capped(docs: Iterator, cap: int, spec: str) -> Iterator:
         raise ConfigError(f"data.source={spec!r} holds no documents (valid: a source with at least one document)")
 
 
-def resolve_source(spec: str) -> Source:
-    """data.source -> Source, checking paths, globs and formats; reads no document."""
+def resolve_source(spec: str, held_out_alone: bool = False) -> Source:
+    """data.source -> Source, checking paths, globs and formats; reads no document. held_out_alone: a source of
+    held-out files only (val.bin) is the validation split with no training files (`nexus eval` scores it), not
+    refused as it is for training."""
     for r in readers():
         if r.claims(spec):
             r.check_spec(spec)
@@ -188,7 +194,7 @@ def resolve_source(spec: str) -> Source:
     sibling = files[0].with_name("val.bin")
     if fmt == "bin" and [f.name for f in files] == ["train.bin"] and sibling.is_file():  # nanoGPT's pair, train.bin named
         val = [sibling]
-    if val and not train:
+    if val and not train and not held_out_alone:
         raise ConfigError(f"data.source={spec!r} holds only held-out files ({', '.join(p.name for p in val[:3])}) "
                           "(valid: training files beside them, e.g. train.bin or train.jsonl)")
     return Source(reader(fmt).kind, spec, train, fmt, val, unread)

@@ -1,4 +1,5 @@
-"""Score whole documents: loss, perplexity and bits per byte, comparable across tokenizers.
+"""Score whole documents: loss, perplexity and bits per byte, comparable across tokenizers (bare token
+files, which hold no text: loss and perplexity only, bits per byte None).
 
 Conventions follow lm-evaluation-harness's `loglikelihood_rolling` (wikitext's word_perplexity,
 byte_perplexity and bits_per_byte): every document is scored on its own, its first token predicted
@@ -134,13 +135,12 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
     from ..data.shards import check_tokenizer, open_prepared, read_manifest
     from ..data.sources import resolve_source
 
-    src = resolve_source(source)
+    src = resolve_source(source, held_out_alone=True)  # `--data val.bin` alone: score it
     if src.kind == "synthetic":
         raise ConfigError(f"--data={source!r} is a synthetic task (valid: text, or `nexus eval --task`)")
     if src.kind == "bin":
-        raise ConfigError(f"--data={source!r} is a bare token file without byte counts; bits per byte need them "
-                          "(valid: a text source, or a directory from `nexus data prepare`)")
-    if src.kind == "prepared":
+        res = _score_token_files(model, cfg, tok, src, source, split, window, stride, batch_size)
+    elif src.kind == "prepared":
         d = src.files[0]
         m = read_manifest(d, source)
         check_tokenizer(m, tok, source, model_tokenizer=True)
@@ -160,7 +160,31 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
         else:
             texts = (doc_text(d) for d in src.documents(dcfg))
         res = score(model, text_documents(texts, tok), tok.eos_id, window, stride, batch_size)
-    res.update(source=source, split=split)
+    # what the numbers are: loss in nats per token always; bits per byte only where the bytes were counted
+    res.update(source=source, split=split, loss_unit="nats per token")
+    return res
+
+
+def _score_token_files(model, cfg, tok, src, source: str, split: str, window: int, stride: int,
+                       batch_size: int) -> dict:
+    """Bare token files (nanoGPT's train.bin / val.bin): loss and perplexity in nats per token only. The files
+    hold ids, not text, so their byte and word counts are unknown: bits per byte and word perplexity are None,
+    never a guess. The validation split is the one training reads (files named as splits, else the last
+    data.val_fraction of the tokens); documents are the EOS-separated pieces, each scored as a prepared
+    directory's are (a file without EOS is one document)."""
+    from ..data.shards import open_bin, split_tail
+
+    open_ = [open_bin(f, cfg.data.dtype, tok.vocab_size, str(f)) for f in src.files]
+    if src.val_files:
+        val = [open_bin(f, cfg.data.dtype, tok.vocab_size, str(f)) for f in src.val_files]
+        train = open_
+    else:
+        train, val = split_tail(open_, int(sum(len(a) for a in open_) * cfg.data.val_fraction))
+    arrays = val if split == "val" else train + val
+    docs = ((ids, 0, 0) for a in arrays for ids in token_documents(a, tok.eos_id))
+    res = score(model, docs, tok.eos_id, window, stride, batch_size)
+    res.update(bytes=None, bits_per_byte=None, byte_perplexity=None, word_perplexity=None, words=None,
+               files=len(src.files) + len(src.val_files))
     return res
 
 

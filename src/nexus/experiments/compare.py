@@ -55,6 +55,7 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
             # Its vocabulary is the synthetic task's tokens: text would index past the embedding, after training.
             raise ConfigError(f"--lm-eval with preset {name!r}: it trains on {cfg.data.source}, not text "
                               f"(valid: presets trained on text, or --eval-task for synthetic accuracy)")
+    differences = arm_differences(presets, labels, cfgs)
     tps = [c.train.batch_size * c.train.grad_accum * c.data.seq_len for c in cfgs]
     ref_tokens = int(tokens) if tokens is not None else cfgs[0].train.steps * tps[0]
     fpt = [train_flops_per_token(c.model, c.data.seq_len) for c in cfgs]
@@ -83,7 +84,60 @@ def plan_compare(presets: list[str], seeds: list[int], equal: str = "tokens", to
     # "presets" holds what was asked for (names or files), "labels" what runs and reports call them
     return {"kind": "compare", "presets": presets, "labels": labels, "seeds": seeds, "equal": equal, "eval_task": eval_task,
             "lm_eval": lm_spec, "reference_tokens": ref_tokens,
-            "flops_budget": flops_budget, "out_dir": str(out), "runs": runs}
+            "flops_budget": flops_budget, "out_dir": str(out), "differences": differences, "runs": runs}
+
+
+# what the plan sets itself for every run (the budget, the seed, how often to log, evaluate and save, where)
+PLANNED_FIELDS = {"preset", "growth_history", "train.steps", "train.seed", "train.eval_every", "train.sample_every",
+                  "train.save_every", "train.keep_last", "train.log_every", "train.out_dir"}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def arm_differences(presets: list[str], labels: list[str], cfgs: list) -> list[dict]:
+    """For each arm after the first: the config fields in which it differs from the first arm (the plan's own
+    settings left out), and those of them a preset file does not name itself (its base differs there): what the
+    comparison measures besides the change the user wrote."""
+    from ..config_migration import read_config_file
+    from ..presets import is_preset_file
+
+    ref = _flat(cfgs[0].to_dict())
+    out = []
+    for name, label, cfg in zip(presets[1:], labels[1:], cfgs[1:]):
+        mine = _flat(cfg.to_dict())
+        fields = [k for k in sorted(set(ref) | set(mine)) if k not in PLANNED_FIELDS and ref.get(k) != mine.get(k)]
+        unnamed = []
+        if is_preset_file(name):
+            named = _flat({k: v for k, v in read_config_file(name, flag="--presets").items() if k != "preset"})
+            unnamed = [k for k in fields if not any(k == n or k.startswith(n + ".") for n in named)]
+        out.append({"arm": label, "reference": labels[0], "fields": [[k, ref.get(k), mine.get(k)] for k in fields],
+                    "not_in_file": unnamed})
+    return out
+
+
+def difference_lines(plan: dict, shown: int = 12) -> list[str]:
+    """What each arm changes against the reference, in lines to print before anything trains."""
+    lines = []
+    for d in plan.get("differences", []):
+        f = d["fields"]
+        if not f:
+            lines.append(f"{d['arm']} vs {d['reference']}: the same config (only the seed and budget differ)")
+            continue
+        parts = [f"{k} {json.dumps(a)} -> {json.dumps(b)}" for k, a, b in f[:shown]]
+        more = f" and {len(f) - shown} more (plan.json holds every run's config)" if len(f) > shown else ""
+        lines.append(f"{d['arm']} vs {d['reference']}: {len(f)} field(s) differ: {'; '.join(parts)}{more}")
+        if d["not_in_file"]:
+            lines.append(f"  warning: {len(d['not_in_file'])} of them are not set by {d['arm']}'s preset file (its "
+                         f"base differs from {d['reference']} there): {', '.join(d['not_in_file'][:shown])}")
+    return lines
 
 
 def _plan_lm_eval(tasks: list[str] | None, include: str | None, limit: int | None) -> dict | None:

@@ -182,7 +182,7 @@ def plot_pair(r: dict, path: Path) -> str:
     from .plots import mean_curve
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for m, color in zip(r["methods"], ("tab:blue", "tab:orange")):
         cs = [row["runs"][m]["val_curve"] for row in r["per_seed"].values()]
         for c in cs:

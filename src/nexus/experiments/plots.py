@@ -27,7 +27,7 @@ def plot_progressive(r: dict, out_dir: Path) -> list[str]:
     names = list(seeds[0]["runs"])
     for xkey, fname, xlabel, grow_x in (("flops", "loss_vs_flops.png", "training FLOPs", r["grow_at_flops"]),
                                          ("tokens", "loss_vs_tokens.png", "training tokens", r["grow_at_tokens"])):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for name in names:
             color = COLORS.get(name, "tab:green")
             curves = [ps["runs"][name]["val_curve"] for ps in seeds]
@@ -61,7 +61,7 @@ def _plot_diagnostics(r: dict, path: Path) -> str | None:
     if not (has_lock or has_rms):
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     ax = axes[0]
     if has_lock:
         for c in lock:
@@ -102,19 +102,37 @@ def _zoom_y(ax, r: dict) -> None:
 
 
 def plot_compare(rows: list[dict], metric: str, out_path: Path) -> str:
-    """Mean +- std bars per preset, seeds as dots."""
+    """Per preset its mean as a point with the 95% t-interval (mean +- std where one seed gives no interval) and
+    every seed as a small dot. Points, not bars: a bar's length reads as its value, so a bar on an axis that does
+    not start at 0 overstates differences; the loss axis is zoomed to the values and its cut is drawn as a break
+    on the axis and said in the label."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 4.0), dpi=100)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 2.5), 4.5))
     for i, row in enumerate(rows):
-        ax.bar(i, row["mean"], yerr=row["std"], color="tab:blue", alpha=0.5, capsize=4)
-        ax.plot([i] * len(row["values"]), row["values"], "k.", ms=6)
-    ax.set_xticks(range(len(rows)), [row["preset"] for row in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(metric)
-    vals = [v for row in rows for v in row["values"]]
-    if vals:
-        lo, hi = min(vals), max(vals)
-        ax.set_ylim(lo - 0.3 * (hi - lo + 1e-3), hi + 0.3 * (hi - lo + 1e-3))
+        has_ci = row.get("ci_low") is not None and row.get("ci_high") is not None
+        lo, hi = (row["ci_low"], row["ci_high"]) if has_ci else (row["mean"] - row["std"], row["mean"] + row["std"])
+        ax.errorbar([i], [row["mean"]], yerr=[[row["mean"] - lo], [hi - row["mean"]]], fmt="o", color="tab:blue",
+                    ms=8, capsize=6, lw=2, zorder=3, label="mean, 95% t-interval" if i == 0 else None)
+        ax.plot([i + 0.12] * len(row["values"]), row["values"], ".", color="0.35", ms=6, zorder=2,
+                label="one seed" if i == 0 else None)
+    ax.set_xticks(range(len(rows)), [row["preset"] for row in rows], rotation=20, ha="right", fontsize=10)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ends = [v for row in rows for v in row["values"]]
+    ends += [e for row in rows for e in (row.get("ci_low"), row.get("ci_high")) if e is not None]
+    cut = False
+    if ends:
+        lo, hi = min(ends), max(ends)
+        pad = 0.15 * (hi - lo + 1e-3)
+        bottom = lo - pad
+        cut = bottom > 0  # zooming in: the axis no longer starts at 0 and says so
+        ax.set_ylim(bottom if cut else min(0.0, bottom), hi + pad)
+    ax.set_ylabel(metric + (" (axis cut: does not start at 0)" if cut else ""), fontsize=11)
+    if cut:  # the usual break mark, two short slanted strokes across the bottom of the y axis
+        for dy in (0.0, 0.025):
+            ax.plot([-0.02, 0.02], [0.01 + dy, 0.04 + dy], transform=ax.transAxes, color="k", lw=1.2,
+                    clip_on=False, gid="axis-break")
     ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=9, frameon=False)
     fig.tight_layout()
     save_figure(fig, out_path)
     return str(out_path)

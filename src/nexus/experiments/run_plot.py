@@ -64,6 +64,21 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     return f * params / n, False
 
 
+def _models_before_growths(configs: list[RunConfig]) -> dict[int, RunConfig]:
+    """{growth step: the run's config with the model trained up to that growth}, from the growth records that
+    keep it (`model_before`, written since nexus recorded it). A run resumed from a `nexus grow` checkpoint
+    logged no step of that model, so its parameter count alone cannot say what the tokens before the growth
+    cost."""
+    from ..config_migration import saved_run_config
+
+    out: dict[int, RunConfig] = {}
+    for c in configs:
+        for g in c.growth_history:
+            if isinstance(g.get("step"), int) and isinstance(g.get("model_before"), dict) and g["step"] not in out:
+                out[g["step"]] = saved_run_config({**c.to_dict(), "model": g["model_before"], "growth_history": []})
+    return out
+
+
 def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> dict:
     """-> {name, dir, train: [...], val: [...], growth: [...], notes}; each point has step, tokens, flops and
     wall_s (None where not recorded), train and val points also the loss. configs: the run's configs at its
@@ -88,9 +103,14 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
         if "params" in r and r.get("event") is None:
             seg = sum(1 for g in growth_steps if int(r["step"]) > g)
             seg_params.setdefault(seg, int(r["params"]))
+    before = _models_before_growths(configs)
     seg_fpt = []
     for seg in range(len(growth_steps) + 1):
-        f, exact = _flops_per_token(configs, seg_params.get(seg))
+        if seg < len(growth_steps) and growth_steps[seg] in before:  # the record keeps that model: exact
+            b = before[growth_steps[seg]]
+            f, exact = train_flops_per_token(b.model, b.data.seq_len)[0], True
+        else:
+            f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
             where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else
@@ -189,16 +209,16 @@ PANELS = (("tokens", "tokens processed"), ("flops", "training FLOPs (3 x forward
 
 
 def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool = False,
-              logy: bool = False, enter: bool = False) -> None:
+              logy: bool = False, enter: bool = False, dpi: int | None = None) -> None:
     """Three panels (loss vs tokens, FLOPs, wall time), made to be read on a slide: per run one colour,
     the raw train loss faint behind its EMA (`with_smoothing`), the validation loss on top, thick with
-    markers, growth steps as dashed vertical lines; log-scaled axes on request. enter: see
-    nexus.figures.save_figure."""
+    markers, growth steps as dashed vertical lines; log-scaled axes on request. enter, dpi (None: 150) and the
+    format (the path's suffix): see nexus.figures.save_figure."""
     from ..figures import pyplot, save_figure
 
     runs = [r if "train_ema" in r else with_smoothing([r])[0] for r in runs]
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), dpi=120)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(runs):
         c = colors[i % len(colors)]
@@ -247,7 +267,7 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
     fig.legend(handles=handles, fontsize=11, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=15)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    save_figure(fig, path, enter=enter)
+    save_figure(fig, path, enter=enter, dpi=dpi)
 
 
 CURVE_FILES = ("loss_curve.png", "loss_curve.csv")  # in train/run_dir.RUN_FILES too: --overwrite removes them

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from ..config import RunConfig
+from ..config_base import to_dict
 from .optimizer_surgery import transplant_optimizer_state
 from .registry import GROWERS, parse_growth_spec
 
@@ -30,7 +31,9 @@ def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = 
     result = GROWERS.get(spec.family)(model, cfg, spec)
     new_cfg = copy.deepcopy(cfg)
     new_cfg.model = result.model_cfg
-    record = {**spec.to_dict(), "step": step, **result.record}
+    # the model before the growth, whole: what a run resumed from this checkpoint trained before `step` (its
+    # FLOPs per token for `nexus plot`, its parameter count) is known from the record alone
+    record = {**spec.to_dict(), "step": step, **result.record, "model_before": to_dict(cfg.model)}
     new_cfg.growth_history.append(jsonable(record))
     new_cfg.validate()
     new_opt = build_optimizer(result.model, new_cfg.train)

@@ -21,7 +21,8 @@ def require_transformers():
     try:
         import transformers
     except ImportError:
-        raise ConfigError("HF import/export needs the `transformers` package (valid: pip install transformers)") from None
+        raise ConfigError("HF import/export needs the `transformers` package (valid: pip install 'nexus[hf]', "
+                          "the extra that installs it)") from None
     return transformers
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
-from ..config_migration import load_config_file
 from ..plugins import Registry
 
 # name -> (builder, one-line description); the modules of this package register themselves
@@ -47,11 +46,9 @@ def preset_label(name: str) -> str:
 
 
 def get_preset(name: str) -> RunConfig:
-    """The registered preset `name`, or the config in YAML file `name` (a preset of your own)."""
+    """The registered preset `name`, or the config in YAML file `name` (a preset of your own: see file_preset)."""
     if is_preset_file(name):
-        cfg = load_config_file(name, flag="--preset")
-        cfg.preset = preset_label(name)
-        return cfg
+        return file_preset(name)
     if name not in PRESETS:
         import difflib
 
@@ -60,4 +57,41 @@ def get_preset(name: str) -> RunConfig:
         raise ConfigError(f"--preset={name!r} is not a known preset ({hint})")
     cfg = PRESETS.get(name)[0]()
     cfg.preset = name
+    return cfg
+
+
+SECTIONS = ("model", "data", "train")  # a complete preset file holds every field of these
+
+
+def missing_fields(d: dict) -> list[str]:
+    """The fields of the model, data and train sections (dotted) that a config mapping leaves out."""
+    full = RunConfig().to_dict()
+    return [f"{s}.{k}" for s in SECTIONS for k in full[s] if not (isinstance(d.get(s), dict) and k in d[s])]
+
+
+def file_preset(path: str) -> RunConfig:
+    """A preset of your own, from a YAML file: either complete (every field of model, data and train, as a run's
+    config.yaml holds them) or a partial mapping that names its base, `preset: <registered name>`, whose fields
+    change only what they name. A partial file without a base is refused: its missing fields would silently take
+    the schema's defaults, another model than the one it was meant to change (issue 50 item 2)."""
+    from ..config_migration import read_config_file
+    from ..config_overrides import merge_mapping
+
+    d = read_config_file(path, flag="--preset")
+    missing = missing_fields(d)
+    base = d.get("preset")
+    if not missing:  # complete: its own `preset` is the informational name a run's config.yaml carries
+        cfg = RunConfig.from_dict(d)
+    elif base is None or base == "":
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ConfigError(f"--preset={path!r} is a partial config without a base (it leaves out {shown}) "
+                          "(valid: name the preset it changes inside the file, e.g. `preset: baseline-micro`, "
+                          "or give every field, as a run's config.yaml holds them)")
+    elif not isinstance(base, str) or is_preset_file(base) or base not in PRESETS:
+        raise ConfigError(f"--preset={path!r}: its field preset={base!r} is not a registered preset (valid: a name "
+                          "`nexus presets` lists, e.g. baseline-micro)")
+    else:
+        cfg = get_preset(base)
+        merge_mapping(cfg, {k: v for k, v in d.items() if k != "preset"})
+    cfg.preset = preset_label(path)
     return cfg

@@ -572,7 +572,8 @@ class Trainer:
         self._start_clock()
         while self.step < self.cfg.train.steps:
             self.run_step()
-        result.update(step=self.step, tokens_seen=self.tokens_seen)
+        # params again: a growth during the run swapped the model, and the result describes the model it ends with
+        result.update(step=self.step, tokens_seen=self.tokens_seen, params=self.n_params)
         self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
         return result
 
