@@ -11,6 +11,7 @@ at a time and pick their own repeat counts, while a ratio needs both sides inter
     times = alternate({"candidate": run_a, "reference": run_b}, rounds=5, calls=10)
     emit("a vs b", ratios(times, "candidate", "reference"), target="<= 1.1")
 """
+
 from __future__ import annotations
 
 import statistics
@@ -75,9 +76,15 @@ def round_order(names: list[str], r: int) -> list[str]:
     return list(names) if r % 2 == 0 else list(reversed(names))
 
 
-def alternate(sides: dict[str, Callable[[], object]], rounds: int, calls: int = 1, warmup: int = 1,
-              clock: str = "wall", after_round: Callable[[int, dict[str, float]], None] | None = None,
-              budget_s: float | None = None) -> dict[str, list[float]]:
+def alternate(
+    sides: dict[str, Callable[[], object]],
+    rounds: int,
+    calls: int = 1,
+    warmup: int = 1,
+    clock: str = "wall",
+    after_round: Callable[[int, dict[str, float]], None] | None = None,
+    budget_s: float | None = None,
+) -> dict[str, list[float]]:
     """Time each side `calls` times per round for `rounds` rounds after `warmup` untimed rounds, the sides
     alternating who goes first; returns seconds per call on `clock` ("wall" or "cpu"), one entry per
     timed round. `after_round(r, {side: seconds})` is called after each timed round (e.g. to print it).

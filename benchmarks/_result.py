@@ -8,6 +8,7 @@ A CPU figure means nothing without its CPU (sessions have run on AVX2-only and o
 machines), so every record carries `describe_cpu()` and the first one a script prints is preceded by
 the `machine:` line; scripts that print figures without a RESULT line call `print_machine()` first.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,12 +41,20 @@ def print_machine() -> str:
 def emit(name: str, values: list[float], target: str, unit: str = "x", met: bool | None = None, **raw) -> dict:
     """Print the median of `values` (per-round ratios or measurements) with their range, the target as
     text, whether it is met (None: a figure to report, no target) and any raw numbers worth keeping."""
-    rec = {"name": name, "value": round(statistics.median(values), 4), "range": [round(min(values), 4),
-           round(max(values), 4)], "rounds": len(values), "unit": unit, "target": target, "met": met, **raw,
-           "cpu": print_machine()}
+    rec = {
+        "name": name,
+        "value": round(statistics.median(values), 4),
+        "range": [round(min(values), 4), round(max(values), 4)],
+        "rounds": len(values),
+        "unit": unit,
+        "target": target,
+        "met": met,
+        **raw,
+        "cpu": print_machine(),
+    }
     print(PREFIX + json.dumps(rec), flush=True)
     return rec
 
 
 def parse(text: str) -> list[dict]:
-    return [json.loads(line[len(PREFIX):]) for line in text.splitlines() if line.startswith(PREFIX)]
+    return [json.loads(line[len(PREFIX) :]) for line in text.splitlines() if line.startswith(PREFIX)]

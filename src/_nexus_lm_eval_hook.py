@@ -8,6 +8,7 @@ neither torch nor nexus nor lm_eval, only puts a finder on `sys.meta_path` that 
 which lm-eval itself imports on `get_model("nexus")`. Kept out of the `nexus` package on purpose:
 importing `nexus.anything` would run `nexus/__init__.py` at every interpreter start.
 """
+
 import sys
 
 REGISTRY_MODULE = "lm_eval.api.registry"
@@ -56,8 +57,12 @@ class _RegistryWatcher:
             except Exception as exc:  # never break lm-eval itself: only "nexus" goes missing, with a reason
                 import warnings
 
-                warnings.warn(f"nexus could not register with lm-eval ({type(exc).__name__}: {exc}); "
-                              "`--model nexus` is unavailable in this process", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"nexus could not register with lm-eval ({type(exc).__name__}: {exc}); "
+                    "`--model nexus` is unavailable in this process",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
         loader.exec_module = exec_then_register  # on this instance, for this one load
         return spec

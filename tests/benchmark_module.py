@@ -1,5 +1,6 @@
 """Import a script from benchmarks/ (a path below it, e.g. "studies/progressive_regime.py") as a module, so tests can
 call its functions (benchmarks/ is not a package)."""
+
 import importlib.util
 from pathlib import Path
 

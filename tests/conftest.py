@@ -70,11 +70,13 @@ def signal_noting_process():
     import subprocess
     import sys
 
-    code = ("import signal, sys\n"
-            "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):\n"
-            "    signal.signal(s, lambda n, f: sys.exit(100 + n))\n"
-            "print('ready', flush=True)\n"
-            "sys.stdin.read()\n")
+    code = (
+        "import signal, sys\n"
+        "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):\n"
+        "    signal.signal(s, lambda n, f: sys.exit(100 + n))\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert p.stdout.readline() == b"ready\n"  # its handlers are in place
 

@@ -1,4 +1,5 @@
 """Tiny random HF models and nexus baselines for the HF parity tests (no download)."""
+
 from __future__ import annotations
 
 import torch
@@ -32,9 +33,17 @@ HF_VARIANTS = {
 
 def tiny_hf(variant: str, seed: int = 0, **overrides):
     cls_name, cfg_name, kw = HF_VARIANTS[variant]
-    base = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
-                rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+    )
     base.update(kw)
     base.update(overrides)
     cfg = getattr(transformers, cfg_name)(**base)
@@ -43,8 +52,9 @@ def tiny_hf(variant: str, seed: int = 0, **overrides):
 
 
 def load_hf(directory):
-    return transformers.AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager",
-                                                             dtype=torch.float32).eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(directory), attn_implementation="eager", dtype=torch.float32
+    ).eval()
 
 
 def token_batch(seed: int = 1, batch: int = 2, seq: int = 24) -> torch.Tensor:

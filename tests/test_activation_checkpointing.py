@@ -1,6 +1,7 @@
 """train.activation_checkpointing recomputes each block in backward: the loss and every gradient equal
 the plain model's, for the transformer (with ExoFormer anchors passed to every block and MoE auxiliary
 losses read from the layers) and the recurrent model; parameter names are unchanged."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,21 @@ from tolerance_guard import atol_for
 
 CASES = {
     "baseline": ("baseline-micro", []),
-    "exo-moe": ("baseline-micro", ["--model.attention.gate", "elementwise", "--model.mixing.anchor", "exo",
-                                   "--model.mixing.dynamic", "true", "--model.mlp.kind", "moe", "--model.mlp.n_experts", "4"]),
+    "exo-moe": (
+        "baseline-micro",
+        [
+            "--model.attention.gate",
+            "elementwise",
+            "--model.mixing.anchor",
+            "exo",
+            "--model.mixing.dynamic",
+            "true",
+            "--model.mlp.kind",
+            "moe",
+            "--model.mlp.n_experts",
+            "4",
+        ],
+    ),
     "recurrent": ("nexus-micro", []),
 }
 

@@ -1,5 +1,6 @@
 """Fixes for what the adversarial harness (tools/adversarial.py, issue 42's target) found: each test
 fails without its fix. Fast, in-process where it can be."""
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,23 @@ def test_a_journal_name_longer_than_a_filesystem_allows_is_refused_in_one_line(t
         confined_pending(target, tmp_path, ["run/." + "a" * 300 + ".tmp-1-1"], tmp_path / ".run.nexus-lock")
 
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "2", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "2",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+    "--quiet",
+]
 
 
 def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_deleted(capsys, tmp_path):
@@ -85,8 +101,11 @@ def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_dele
     assert events  # the library's events file, written during the run
     (run / "tensorboard" / "my_notes.txt").write_text("what I saw in these curves")
     one_line_exit_2(capsys, ["train", *MICRO, *tb, "--out", run, "--overwrite"], "tensorboard/my_notes.txt")
-    one_line_exit_2(capsys, ["train", *MICRO, *tb, "--train.steps", "3", "--out", run, "--resume", "auto"],
-                    "tensorboard/my_notes.txt")
+    one_line_exit_2(
+        capsys,
+        ["train", *MICRO, *tb, "--train.steps", "3", "--out", run, "--resume", "auto"],
+        "tensorboard/my_notes.txt",
+    )
     assert (run / "tensorboard" / "my_notes.txt").read_text() == "what I saw in these curves"
     (run / "tensorboard" / "my_notes.txt").unlink()  # moved out: the run is all nexus's again
     from nexus.outdir.manifest import ownership_problems
@@ -163,8 +182,22 @@ def test_a_validation_fraction_with_files_named_as_splits_is_refused_not_ignored
     (tmp_path / "d" / "val.txt").write_text("\n\n".join(f"held out document {i}" for i in range(5)))
     with pytest.raises(ConfigError, match=r"data.val_fraction=0.3 is not used: .*val.txt"):
         DataModule(DataConfig(source=str(tmp_path / "d"), seq_len=16, val_fraction=0.3, cache_dir=str(tmp_path / "c")))
-    one_line_exit_2(capsys, ["data", "prepare", tmp_path / "d", "--tokenizer", "byte", "--out", tmp_path / "p",
-                             "--val-fraction", "0.3", "--quiet"], "--val-fraction=0.3 is not used")
+    one_line_exit_2(
+        capsys,
+        [
+            "data",
+            "prepare",
+            tmp_path / "d",
+            "--tokenizer",
+            "byte",
+            "--out",
+            tmp_path / "p",
+            "--val-fraction",
+            "0.3",
+            "--quiet",
+        ],
+        "--val-fraction=0.3 is not used",
+    )
     assert not (tmp_path / "p").exists()
     dm = DataModule(DataConfig(source=str(tmp_path / "d"), seq_len=16, cache_dir=str(tmp_path / "c")))
     assert "val.txt" in dm.summary()  # the default fraction with split files: the named split, as before
@@ -214,8 +247,11 @@ def test_overwrite_killed_between_a_rename_and_its_manifest_entry_is_finished_by
     p.wait()
     new = (run / "config.yaml").read_text() + "# rewritten\n"
     (run / "config.yaml").write_text(new)  # renamed into place by the killed writer, not yet entered
-    journal = [{"pid": p.pid, "host": socket.gethostname()}, {"pending": "run/.config.yaml.tmp-1-1"},
-               {"ready": "run/.config.yaml.tmp-1-1", "sha256": "enter:" + hashlib.sha256(new.encode()).hexdigest()}]
+    journal = [
+        {"pid": p.pid, "host": socket.gethostname()},
+        {"pending": "run/.config.yaml.tmp-1-1"},
+        {"ready": "run/.config.yaml.tmp-1-1", "sha256": "enter:" + hashlib.sha256(new.encode()).hexdigest()},
+    ]
     (tmp_path / ".run.nexus-lock").write_text("".join(json.dumps(x) + "\n" for x in journal))
     assert main(["train", *MICRO, "--out", str(run), "--overwrite"]) == 0
     assert not (tmp_path / ".run.nexus-lock").exists() and "# rewritten" not in (run / "config.yaml").read_text()

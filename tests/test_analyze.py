@@ -1,5 +1,6 @@
 """`nexus analyze` and the ExoFormer analyses: statistics against hand computations, CLI outputs,
 parameter/FLOP overheads against the paper's appendix F formulas."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,13 @@ import pytest
 import torch
 
 from nexus.analysis.attention_stats import attention_probs, attention_statistics, mixing_coefficients
-from nexus.analysis.representations import (anchor_removal, cross_layer_cosine, effective_rank,
-                                            representation_statistics, token_similarity)
+from nexus.analysis.representations import (
+    anchor_removal,
+    cross_layer_cosine,
+    effective_rank,
+    representation_statistics,
+    token_similarity,
+)
 from nexus.cli import main
 from nexus.models import build_model
 from nexus.models.mixing import mixers
@@ -207,11 +213,14 @@ def test_first_layer_gate_selectivity_summary():
     assert attention_statistics(build_model(micro("base-transformer-tiny")), [(x, None)])["first_layer_gate"] is None
 
 
-@pytest.mark.parametrize("curve,onset,share", [
-    ([0.2, 0.5, 0.3, 0.4, 0.6, 0.7], 2, 3 / 5),  # minimum after layer 2 of 5: layers 3-5 refine
-    ([0.2, 0.6, 0.7, 0.4, 0.5, 0.45, 0.8], 3, 3 / 6),  # two minima (3 and 5): the lower one counts
-    ([0.1, 0.2, 0.3, 0.4], None, None),  # no interior local minimum
-])
+@pytest.mark.parametrize(
+    "curve,onset,share",
+    [
+        ([0.2, 0.5, 0.3, 0.4, 0.6, 0.7], 2, 3 / 5),  # minimum after layer 2 of 5: layers 3-5 refine
+        ([0.2, 0.6, 0.7, 0.4, 0.5, 0.45, 0.8], 3, 3 / 6),  # two minima (3 and 5): the lower one counts
+        ([0.1, 0.2, 0.3, 0.4], None, None),  # no interior local minimum
+    ],
+)
 def test_refinement_stage_share_from_token_similarity(curve, onset, share):
     from nexus.analysis.exo_findings import refinement_stage
 
@@ -242,8 +251,9 @@ def test_param_and_flop_overheads_match_appendix_f(d, L):
         return m
 
     d_dm = get_preset("exo-dynamic-e-tiny").model.mixing.dynamic_hidden
-    (base, gated), (static, _), (dynamic, dyn_model) = (_counts(cfg(n)) for n in
-                                                        ("gated-tiny", "exo-e-tiny", "exo-dynamic-e-tiny"))
+    (base, gated), (static, _), (dynamic, dyn_model) = (
+        _counts(cfg(n)) for n in ("gated-tiny", "exo-e-tiny", "exo-dynamic-e-tiny")
+    )
     # parameters, RMSNorm gains excluded as in the paper; DM's second matrix + bias (16*8 + 8) are the
     # "negligible" 136 per layer of eq. 11
     assert base == 11 * L * d * d  # eq. 8 with the FFN's 6 d^2
@@ -278,9 +288,20 @@ def test_executed_flop_overhead_of_the_450m_preset_matches_appendix_f():
     dyn, d_total, _ = executed("exo-dynamic-e-450m")
     d, L, d_dm = gated.cfg.d_model, gated.cfg.n_layers, dyn.cfg.mixing.dynamic_hidden
     assert dyn.cfg.vocab_size > T  # the direct anchor path (the table gather needs more tokens than rows)
-    projections = [f"TransformerLM.layers.{i}.{p}" for i in range(L) for p in
-                   ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.g_proj", "attn.o_proj",
-                    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+    projections = [
+        f"TransformerLM.layers.{i}.{p}"
+        for i in range(L)
+        for p in (
+            "attn.q_proj",
+            "attn.k_proj",
+            "attn.v_proj",
+            "attn.g_proj",
+            "attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    ]
     base = sum(sum(g_parts[n].values()) for n in projections) / T
     assert base == 22 * L * d * d  # eq. 16: the preset's layers are the paper's 11 L d^2 parameters
     delta = d_total - g_total
@@ -297,8 +318,19 @@ def test_cli_params_and_flops_for_a_preset(tmp_path, capsys):
     rc = main(["analyze", "flops", "--preset", "exo-dynamic-e-tiny", "--out", str(tmp_path / "f"), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["breakdown"]["anchor"] == 2 * 128 * 4 * 128 and out["counting"] == "analytic"
-    rc = main(["analyze", "flops", "--preset", "nexusformer-micro", "--counting", "calflops", "--out", str(tmp_path / "c"),
-               "--json"])
+    rc = main(
+        [
+            "analyze",
+            "flops",
+            "--preset",
+            "nexusformer-micro",
+            "--counting",
+            "calflops",
+            "--out",
+            str(tmp_path / "c"),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     cats = out["calflops_categories"]
     assert rc == 0 and cats["matmul"] == out["analytic_forward_flops_per_token"]
@@ -313,8 +345,9 @@ def tiny_checkpoint(tmp_path_factory):
     text = root / "corpus.txt"  # a small local corpus: tokenizing the embedded one costs most of a minute here
     words = ["anchor", "layer", "token", "value", "query", "key", "gate", "mixing", "exogenous", "norm"]
     g = torch.Generator().manual_seed(0)
-    text.write_text("\n\n".join(" ".join(words[int(i)] for i in torch.randint(0, 10, (40,), generator=g))
-                              for _ in range(60)))
+    text.write_text(
+        "\n\n".join(" ".join(words[int(i)] for i in torch.randint(0, 10, (40,), generator=g)) for _ in range(60))
+    )
     cfg = get_preset("exo-dynamic-e-tiny")
     cfg.data.source = str(text)
     cfg.model.d_model, cfg.model.n_heads, cfg.model.n_layers, cfg.model.max_seq_len = 32, 2, 2, 32
@@ -325,14 +358,25 @@ def tiny_checkpoint(tmp_path_factory):
     return Trainer(cfg, quiet=True).fit()["checkpoint"]
 
 
-@pytest.mark.parametrize("kind,files", [
-    ("attention", ["attention.json", "entropy.png", "sink_share.png", "gate_activation.png", "first_layer_gate.png"]),
-    ("mixing", ["mixing.json", "lambda_ratio_q.png", "lambda_current_g.png", "lambda_ratio_by_layer.png"]),
-    ("representations", ["representations.json", "cross_layer_cosine.png", "token_similarity.png", "effective_rank.png"]),
-])
+@pytest.mark.parametrize(
+    "kind,files",
+    [
+        (
+            "attention",
+            ["attention.json", "entropy.png", "sink_share.png", "gate_activation.png", "first_layer_gate.png"],
+        ),
+        ("mixing", ["mixing.json", "lambda_ratio_q.png", "lambda_current_g.png", "lambda_ratio_by_layer.png"]),
+        (
+            "representations",
+            ["representations.json", "cross_layer_cosine.png", "token_similarity.png", "effective_rank.png"],
+        ),
+    ],
+)
 def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / kind
-    rc = main(["analyze", kind, "--checkpoint", tiny_checkpoint, "--out", str(out), "--batches", "1", "--batch-size", "2"])
+    rc = main(
+        ["analyze", kind, "--checkpoint", tiny_checkpoint, "--out", str(out), "--batches", "1", "--batch-size", "2"]
+    )
     text = capsys.readouterr().out
     assert rc == 0
     for f in files:
@@ -345,7 +389,9 @@ def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path,
     if kind == "attention":
         assert len(data["entropy"]) == 2 and all(0 <= s <= 1 for s in data["sink_share"])
     if kind == "attention":
-        assert data["first_layer_gate"]["mean"] == pytest.approx(data["gate_activation"][0]) and "first-layer gate" in text
+        assert (
+            data["first_layer_gate"]["mean"] == pytest.approx(data["gate_activation"][0]) and "first-layer gate" in text
+        )
     if kind == "representations":
         assert data["anchor_removal"]["available"] and len(data["cross_layer_cosine"]) == 3
         assert data["refinement_stage"]["n_layers"] == 2 and "refinement stage" in text
@@ -355,12 +401,18 @@ def test_cli_analyses_write_json_and_png(kind, files, tiny_checkpoint, tmp_path,
         assert "near-zero lambda1" in text
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["analyze", "bogus", "--preset", "exo-e-tiny"], "KIND='bogus'"),
-    (["analyze", "attention", "--checkpoint", "/nonexistent/dir"], "--checkpoint"),
-    (["analyze", "params"], "--checkpoint DIR or --preset NAME"),
-    (["analyze", "params", "--preset", "exo-e-tiny", "--model.mixing.granularity", "rowwise"], "model.mixing.granularity"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["analyze", "bogus", "--preset", "exo-e-tiny"], "KIND='bogus'"),
+        (["analyze", "attention", "--checkpoint", "/nonexistent/dir"], "--checkpoint"),
+        (["analyze", "params"], "--checkpoint DIR or --preset NAME"),
+        (
+            ["analyze", "params", "--preset", "exo-e-tiny", "--model.mixing.granularity", "rowwise"],
+            "model.mixing.granularity",
+        ),
+    ],
+)
 def test_cli_bad_input_exit_2(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = main(argv)

@@ -2,6 +2,7 @@
 from what it replaces, so each test can tell which version survived. Interruptions are raised at the
 named crash points (`crash_point`, patched to raise), never timed; a dead writer's journal is written
 as the lock file a killed process leaves (tests/test_kill_points.py kills real processes)."""
+
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from nexus.outdir.manifest import read_manifest
 def writes(text: str):
     def write(d: Path) -> None:
         (d / "a.txt").write_text(text)
+
     return write
 
 
@@ -24,6 +26,7 @@ def interrupt_at(monkeypatch, point: str) -> None:
     def crash(name, what=None):
         if name == point:
             raise KeyboardInterrupt(point)
+
     monkeypatch.setattr(atomic, "crash_point", crash)
 
 
@@ -69,7 +72,9 @@ def test_an_interruption_after_the_last_rename_keeps_the_new_version_and_removes
     assert entries(tmp_path) == ["out"]
 
 
-def test_a_leftover_that_cannot_be_deleted_keeps_the_completed_save_and_is_named_on_one_line(tmp_path, monkeypatch, capsys):
+def test_a_leftover_that_cannot_be_deleted_keeps_the_completed_save_and_is_named_on_one_line(
+    tmp_path, monkeypatch, capsys
+):
     """The old version moved aside is deleted once the new one is in place. When that delete fails
     (permissions as non-root, a busy mount) the save stands and one line names what is left and why;
     before, `rmtree(ignore_errors=True)` left `.out.old-TAG` behind without a word."""
@@ -89,8 +94,9 @@ def test_a_leftover_that_cannot_be_deleted_keeps_the_completed_save_and_is_named
     left = [p for p in tmp_path.iterdir() if p.name != "out"]
     assert len(left) == 1 and left[0].name.startswith(".out.old-") and (left[0] / "a.txt").read_text() == "old"
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"nexus: warning: could not remove {left[0]} (Permission denied); it is not "
-                                "needed, delete it by hand"], err
+    assert err.splitlines() == [
+        f"nexus: warning: could not remove {left[0]} (Permission denied); it is not needed, delete it by hand"
+    ], err
 
 
 @pytest.mark.parametrize("point", [None, "swap-before-rename", "swap-between-renames", "swap-after-renames"])
@@ -131,7 +137,7 @@ def test_write_file_atomic_replaces_or_keeps_the_old_file_whole(tmp_path, monkey
 def dead_writers_lock(target: Path, pending: list[Path]) -> None:
     """The lock file a writer killed mid-save leaves: its holder line (a pid that no longer runs) and
     the temporaries it recorded."""
-    holder = {"pid": 2 ** 22 + 12345, "host": socket.gethostname(), "proc_start": None}
+    holder = {"pid": 2**22 + 12345, "host": socket.gethostname(), "proc_start": None}
     lines = [holder] + [{"pending": str(p.relative_to(target.parent))} for p in pending]
     lock_file(target).write_text("".join(json.dumps(r) + "\n" for r in lines))
 
@@ -199,7 +205,15 @@ def test_every_journaled_temporary_is_named_as_recovery_reads_it(tmp_path, monke
         with pytest.raises(KeyboardInterrupt):
             atomic.remove_recorded(lk, run / "d")
         names = [Path(p).name for p in journal(run)]
-        want = [("f.txt", "tmp"), ("g.txt", "tmp"), ("d", "tmp"), ("d", "tmp"), ("d", "new"), ("d", "old"), ("d", "del")]
+        want = [
+            ("f.txt", "tmp"),
+            ("g.txt", "tmp"),
+            ("d", "tmp"),
+            ("d", "tmp"),
+            ("d", "new"),
+            ("d", "old"),
+            ("d", "del"),
+        ]
         assert len(names) == len(want)
         for got, (name, state) in zip(names, want):
             assert re.match(side_pattern(re.escape(name), state), got), (got, state)
@@ -232,8 +246,10 @@ def test_pid_alive_probes_without_signalling(monkeypatch):
     assert atomic.pid_alive(os.getpid()) is True
     # the child takes the default action of every signal (a nohup'd parent passes SIGHUP on ignored),
     # says so, then waits for its input to end
-    code = ("import signal, sys\nfor s in signal.valid_signals():\n    try: signal.signal(s, signal.SIG_DFL)\n"
-            "    except (OSError, ValueError): pass\nprint('ready', flush=True)\nsys.stdin.read()")
+    code = (
+        "import signal, sys\nfor s in signal.valid_signals():\n    try: signal.signal(s, signal.SIG_DFL)\n"
+        "    except (OSError, ValueError): pass\nprint('ready', flush=True)\nsys.stdin.read()"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
@@ -241,7 +257,7 @@ def test_pid_alive_probes_without_signalling(monkeypatch):
     finally:
         child.stdin.close()  # the child exits 0 at end of input, unless a signal (e.g. SIGHUP) ended it first
         assert child.wait() == 0
-    assert atomic.pid_alive(2 ** 22 + 12345) is False  # above Linux's largest pid_max
+    assert atomic.pid_alive(2**22 + 12345) is False  # above Linux's largest pid_max
 
     def eperm(pid, sig):
         raise PermissionError(pid)
@@ -266,8 +282,9 @@ def test_a_recovered_leftover_that_cannot_be_deleted_is_named_not_reported_remov
     monkeypatch.setattr(atomic.shutil, "rmtree", refuse_tmp)
     assert atomic.recover_interrupted(target) == [f"restored {target} from an interrupted save (new version)"]
     assert (target / "a.txt").read_text() == "new" and stuck.is_dir()
-    assert capsys.readouterr().err.splitlines() == [f"nexus: warning: could not remove {stuck} (Permission denied); "
-                                                    "it is not needed, delete it by hand"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"nexus: warning: could not remove {stuck} (Permission denied); it is not needed, delete it by hand"
+    ]
 
 
 def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_folder(tmp_path):
@@ -288,8 +305,12 @@ def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_
     other = tmp_path / "other"
     other.mkdir()
     theirs = side(other / "step-5", "tmp", "theirs")
-    lock_file(other / "step-5").write_text(json.dumps({"pid": 1, "host": "another-host"}) + "\n"
-                                           + json.dumps({"pending": str(theirs.relative_to(other))}) + "\n")
+    lock_file(other / "step-5").write_text(
+        json.dumps({"pid": 1, "host": "another-host"})
+        + "\n"
+        + json.dumps({"pending": str(theirs.relative_to(other))})
+        + "\n"
+    )
     abandoned = side(other, "tmp", "abandoned")
     dead_writers_lock(other, [abandoned])
     assert atomic.recover_interrupted(other / "step-5") == [f"removed {abandoned.name} left by an interrupted save"]
@@ -302,7 +323,9 @@ def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_
     assert atomic.recover_interrupted(third / "step-1") == [f"removed {gone.name} left by an interrupted save"]
 
 
-def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_when_refused(tmp_path, monkeypatch, capsys):
+def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_when_refused(
+    tmp_path, monkeypatch, capsys
+):
     from nexus.config import ConfigError
     from nexus.outdir.guard import CHECKPOINT
 
@@ -332,6 +355,7 @@ def test_guard_output_locks_for_rank0_only_notes_a_takeover_and_names_the_flag_w
 def test_written_files_take_the_umasks_mode_and_the_umask_is_left_as_it_was(tmp_path):
     """Files written 0600 (as safetensors does), in a folder write and a single-file write, and a plain
     file all end with the mode `open()` gives under the process's umask: 0666 & ~umask (0644 under 022)."""
+
     def private_file(p: Path) -> None:
         p.write_bytes(b"w")
         os.chmod(p, 0o600)

@@ -2,6 +2,7 @@
 head dim, default eps), RoPE, softmax(q k^T / sqrt(hd)) with a causal mask and grouped kv heads, the
 output gate (sigmoid, per head or per element) and W_o. The references are written here and in
 models/reference/higher_order_ref.py (explicit score matrices), never by calling the layer's steps."""
+
 import math
 
 import pytest
@@ -34,7 +35,7 @@ def reference(attn: Attention, x: torch.Tensor, kv: int, gate: str, qk_norm: boo
         return z / torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps) * g
 
     def rope(z):
-        rotated = torch.cat([-z[..., HD // 2:], z[..., :HD // 2]], dim=-1)
+        rotated = torch.cat([-z[..., HD // 2 :], z[..., : HD // 2]], dim=-1)
         return z * cos + rotated * sin
 
     q, k, v = heads(attn.q_proj, H), heads(attn.k_proj, kv), heads(attn.v_proj, kv)
@@ -59,8 +60,15 @@ def build(kv, gate, qk_norm, bias, seed=0):
     return attn
 
 
-@pytest.mark.parametrize("kv,gate,qk_norm,bias", [(4, "none", False, False), (2, "headwise", True, True),
-                                                  (1, "elementwise", True, False), (2, "elementwise", False, True)])
+@pytest.mark.parametrize(
+    "kv,gate,qk_norm,bias",
+    [
+        (4, "none", False, False),
+        (2, "headwise", True, True),
+        (1, "elementwise", True, False),
+        (2, "elementwise", False, True),
+    ],
+)
 def test_attention_matches_its_equations(kv, gate, qk_norm, bias):
     """x is small, so the QK-norm epsilon (the models' default, 1e-5) moves the output by >= 5e-7 of its
     scale, far above the 1e-9 tolerance; float64 throughout."""
@@ -125,7 +133,8 @@ def test_width_roles_q_k_v_g_read_the_hidden_axis_and_o_writes_it():
     projection kind other than Linear says where its sides sit (Nexus-Rank: W_M's columns, W_D's rows)."""
     attn = Attention(D, H, 2, HD, gate="headwise")
     assert attn.width_roles() == {f"{t}_proj.weight": {1: ("hidden", "in")} for t in "qkvg"} | {
-        "o_proj.weight": {0: ("hidden", "out")}}
+        "o_proj.weight": {0: ("hidden", "out")}
+    }
     from nexus.models.nexus_rank import NexusRank
 
     ranked = Attention(D, H, 2, HD, make_projection=lambda t, i, o, b=False: NexusRank(i, o, 6, 5))

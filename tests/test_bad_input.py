@@ -1,5 +1,6 @@
 """Bad values, paths and data end in one stderr line and exit 2, with nothing written outside a fresh
 temporary output (issue 18's list)."""
+
 import hashlib
 import os
 import signal
@@ -14,13 +15,29 @@ import pytest
 import nexus
 from nexus.cli import main
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+]
 
 
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(root).rglob("*"))}
+    return {
+        str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(root).rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -62,23 +79,34 @@ def test_nonfinite_learning_rate(capsys, sandbox, value):
 
 
 def test_grow_at_beyond_steps(capsys, sandbox):
-    one_line_exit_2(capsys, ["train", *MICRO, "--grow-at", "10", "--growth", "{family: width, hidden: 64}",
-                             "--out", sandbox], "train.hooks[0].at=10")
+    one_line_exit_2(
+        capsys,
+        ["train", *MICRO, "--grow-at", "10", "--growth", "{family: width, hidden: 64}", "--out", sandbox],
+        "train.hooks[0].at=10",
+    )
     assert not sandbox.exists()
 
 
-@pytest.mark.parametrize("growth,needle", [
-    ("{family: width, hidden: 16}", "never shrinks"),
-    ("{family: nexus_rank, delta_m: 16}", "no Nexus-Rank"),
-    ("{family: width}", "width"),
-])
+@pytest.mark.parametrize(
+    "growth,needle",
+    [
+        ("{family: width, hidden: 16}", "never shrinks"),
+        ("{family: nexus_rank, delta_m: 16}", "no Nexus-Rank"),
+        ("{family: width}", "width"),
+    ],
+)
 def test_growth_that_cannot_apply_fails_before_step_0(capsys, sandbox, growth, needle):
     one_line_exit_2(capsys, ["train", *MICRO, "--grow-at", "2", "--growth", growth, "--out", sandbox], needle)
     assert not sandbox.exists()
 
 
-@pytest.mark.parametrize("override", [["--model.d_model", "1048576", "--model.n_layers", "64", "--model.n_heads", "8"],
-                                      ["--train.batch_size", "100000000"]])
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--model.d_model", "1048576", "--model.n_layers", "64", "--model.n_heads", "8"],
+        ["--train.batch_size", "100000000"],
+    ],
+)
 def test_sizes_that_cannot_fit_are_refused_with_the_estimate(capsys, sandbox, override):
     err = one_line_exit_2(capsys, ["train", *MICRO, *override, "--out", sandbox], "GB is free")
     assert "needs at least" in err
@@ -98,15 +126,18 @@ def test_memory_estimate_is_a_lower_bound():
     assert est["params"] == n and est["total"] >= 16 * n + cfg.train.batch_size * cfg.data.seq_len * 4
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--temperature", "nan"], "--temperature='nan'"),
-    (["--temperature", "inf"], "--temperature='inf'"),
-    (["--top-k", "-5"], "--top-k='-5'"),
-    (["--seed", str(2 ** 64)], "--seed="),
-    (["--seed", "-1"], "--seed='-1'"),
-    (["--prompt", "bad \udc80 char"], "surrogate"),
-    (["--prompt", "x" * 60], "context is 48"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--temperature", "nan"], "--temperature='nan'"),
+        (["--temperature", "inf"], "--temperature='inf'"),
+        (["--top-k", "-5"], "--top-k='-5'"),
+        (["--seed", str(2**64)], "--seed="),
+        (["--seed", "-1"], "--seed='-1'"),
+        (["--prompt", "bad \udc80 char"], "surrogate"),
+        (["--prompt", "x" * 60], "context is 48"),
+    ],
+)
 def test_generate_bad_values(capsys, sandbox, ckpt, argv, needle):
     one_line_exit_2(capsys, ["generate", "--checkpoint", ckpt, *argv], needle)
 
@@ -116,8 +147,22 @@ def test_generate_past_the_context_says_it_stops(capsys, ckpt):
 
     with warnings.catch_warnings(record=True) as seen:  # the CLI's note alone, not the Python API's warning too
         warnings.simplefilter("always")
-        assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "x" * 40, "--max-new-tokens", "100",
-                     "--temperature", "0"]) == 0
+        assert (
+            main(
+                [
+                    "generate",
+                    "--checkpoint",
+                    str(ckpt),
+                    "--prompt",
+                    "x" * 40,
+                    "--max-new-tokens",
+                    "100",
+                    "--temperature",
+                    "0",
+                ]
+            )
+            == 0
+        )
     assert not [w for w in seen if "generation stops" in str(w.message)]
     cap = capsys.readouterr()
     assert "stops after 9 new tokens" in cap.err
@@ -184,15 +229,47 @@ def test_a_stopped_rank_ends_the_other_ranks(tmp_path):
     """Rank 1 is SIGSTOPped mid-run; rank 0 must give up at the next collective (train.dist_timeout_s)
     and exit non-zero instead of waiting forever, and rank 1 exits non-zero once it runs again."""
     out = tmp_path / "run"
-    args = ["train", *MICRO, "--train.steps", "100000", "--train.log_every", "1", "--train.save_every", "0",
-            "--train.dist_timeout_s", "5", "--model.n_layers", "1", "--train.batch_size", "2", "--quiet", "--out", str(out)]
+    args = [
+        "train",
+        *MICRO,
+        "--train.steps",
+        "100000",
+        "--train.log_every",
+        "1",
+        "--train.save_every",
+        "0",
+        "--train.dist_timeout_s",
+        "5",
+        "--model.n_layers",
+        "1",
+        "--train.batch_size",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "NEXUS_DIST_TIMEOUT"}
-    env.update(OMP_NUM_THREADS="1", NEXUS_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(Path(nexus.__file__).parents[1]))
-    procs = [subprocess.Popen([sys.executable, "-m", "nexus", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, env=env | {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-             for r in (0, 1)]
+    env.update(
+        OMP_NUM_THREADS="1", NEXUS_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(Path(nexus.__file__).parents[1])
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "nexus", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env
+            | {
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+        )
+        for r in (0, 1)
+    ]
     try:
         deadline = time.monotonic() + 120
         while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 3):
@@ -232,9 +309,11 @@ def test_unwritable_out_dir_is_one_line(capsys, sandbox, tmp_path, monkeypatch, 
         return real(*a, dir=dir, **k)
 
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
-    argv = {"train": ["train", *MICRO, "--out", ro / "out"],
-            "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", ro / "out"],
-            "progressive": ["experiment", "progressive", "--tokens", "8192", "--out", ro / "out"]}[cmd]
+    argv = {
+        "train": ["train", *MICRO, "--out", ro / "out"],
+        "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", ro / "out"],
+        "progressive": ["experiment", "progressive", "--tokens", "8192", "--out", ro / "out"],
+    }[cmd]
     one_line_exit_2(capsys, argv, "cannot write")
     assert list(ro.iterdir()) == []
     os.chmod(ro, 0o755)

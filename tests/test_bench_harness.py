@@ -1,6 +1,7 @@
 """benchmarks/_harness.py: the sides alternate who goes first, warm-up rounds are not counted, the two
 clocks differ where they should (sleeping spends wall time, not CPU time), and per-round ratios pair
 the sides within a round."""
+
 from __future__ import annotations
 
 import importlib
@@ -20,9 +21,13 @@ def harness(monkeypatch):
 def test_sides_alternate_who_goes_first_and_warmup_is_not_counted(harness):
     order: list[str] = []
     seen_rounds: list[int] = []
-    times = harness.alternate({"a": lambda: order.append("a"), "b": lambda: order.append("b"),
-                               "c": lambda: order.append("c")}, rounds=3, calls=2, warmup=1,
-                              after_round=lambda r, t: seen_rounds.append(r))
+    times = harness.alternate(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b"), "c": lambda: order.append("c")},
+        rounds=3,
+        calls=2,
+        warmup=1,
+        after_round=lambda r, t: seen_rounds.append(r),
+    )
     # 4 rounds (1 warm-up), each side called twice back to back per round
     assert order == (["a"] * 2 + ["b"] * 2 + ["c"] * 2 + ["c"] * 2 + ["b"] * 2 + ["a"] * 2) * 2
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
@@ -73,8 +78,7 @@ def test_stopwatch_keeps_running_and_reads_both_clocks(harness):
 
 def test_budget_stops_new_rounds_but_runs_at_least_one(harness):
     calls: list[str] = []
-    times = harness.alternate({"a": lambda: (calls.append("a"), time.sleep(0.03))}, rounds=10, warmup=1,
-                              budget_s=0.05)
+    times = harness.alternate({"a": lambda: (calls.append("a"), time.sleep(0.03))}, rounds=10, warmup=1, budget_s=0.05)
     # the warm-up round is outside the budget; after it, rounds start until 0.05 s have passed
     assert 2 <= len(times["a"]) < 10 and len(calls) == len(times["a"]) + 1
     once = harness.alternate({"a": lambda: time.sleep(0.03)}, rounds=3, warmup=0, budget_s=1e-9)

@@ -5,6 +5,7 @@ script's work sits behind `if __name__ == "__main__"`, which this test also hold
 modules (benchmarks/_harness.py, _result.py, _revisions.py) by itself, as it must when run as
 `python benchmarks/speed/x.py`: the test puts only the script's own folder on sys.path (as `python path/x.py` does)
 and forgets any shared module already imported."""
+
 from __future__ import annotations
 
 import ast
@@ -31,8 +32,14 @@ def test_there_are_scripts_to_check_and_each_sits_in_a_kind_folder():
 def test_benchmark_script_imports_and_runs_nothing_at_import(script, monkeypatch):
     tree = ast.parse(script.read_text())
     own = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    top_calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
-                 and isinstance(n.value.func, ast.Name) and n.value.func.id in own]  # e.g. a bare main()
+    top_calls = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Expr)
+        and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name)
+        and n.value.func.id in own
+    ]  # e.g. a bare main()
     assert not top_calls, f"{script.name} calls {ast.unparse(top_calls[0])} at import"
     monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])  # as `python path/x.py`; undone afterwards
     for shared in [*(p.stem for p in BENCHMARKS.glob("_*.py")), *(p.stem for p in SCRIPTS)]:

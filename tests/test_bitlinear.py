@@ -1,4 +1,5 @@
 """BitLinear (BitNet b1.58): ternary weights in the forward, straight-through gradients, 8-bit activations."""
+
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -98,5 +99,7 @@ def test_accounting_reports_ternary_size():
     cfg = ModelConfig(arch="recurrent", d_model=64, n_layers=2, n_heads=1, ffn_hidden=128)
     info = param_count_for_config(cfg)
     assert info["ternary_mb"] is not None and info["ternary_mb"] < info["fp16_mb"]
-    off = param_count_for_config(ModelConfig(arch=RecurrentOptions(ternary=False), d_model=64, n_layers=2, n_heads=1, ffn_hidden=128))
+    off = param_count_for_config(
+        ModelConfig(arch=RecurrentOptions(ternary=False), d_model=64, n_layers=2, n_heads=1, ffn_hidden=128)
+    )
     assert off["ternary_mb"] is None and off["total"] == info["total"]

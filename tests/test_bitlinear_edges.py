@@ -2,6 +2,7 @@
 dtypes and devices the layer is built with, SubLN with its default epsilon, activations of any rank, the
 bias term, held quantization, and the packed layer's default kernel. Expected values come from the
 BitNet b1.58 equations (models/reference/recurrent_reference.py), never from the layer itself."""
+
 import pytest
 import torch
 
@@ -73,11 +74,13 @@ def test_bias_is_added_after_the_ternary_matmul():
     # gamma is computed in fp32 (the layer's rule), hence rtol 1e-5 against the float64 reference
     torch.testing.assert_close(lin(x), x @ ref_ternary(lin.weight).t() + lin.bias, rtol=1e-5, atol=0)
     codes = ternary_codes(lin.weight, ternary_scale(lin.weight))
-    dense = PackedTernaryLinear(codes, ternary_scale(lin.weight), lin.bias.detach().float(), False, False, 1e-5,
-                                kernel="dense")
+    dense = PackedTernaryLinear(
+        codes, ternary_scale(lin.weight), lin.bias.detach().float(), False, False, 1e-5, kernel="dense"
+    )
     xf = x.float()
-    torch.testing.assert_close(dense(xf), xf @ ref_ternary(lin.weight.float()).t() + lin.bias.float(),
-                               rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        dense(xf), xf @ ref_ternary(lin.weight.float()).t() + lin.bias.float(), rtol=1e-6, atol=0
+    )
     assert list(dense.state_dict()) == []  # derived from the export's codes: nothing of its own to save
 
 
@@ -110,4 +113,6 @@ def test_packed_layer_default_kernel_is_auto():
 
 def test_repr_names_the_quantization():
     text = repr(BitLinear(4, 2, act_quant=True))
-    assert "in_features=4" in text and "ternary=True" in text and "act_quant=True" in text and "input_norm=False" in text
+    assert (
+        "in_features=4" in text and "ternary=True" in text and "act_quant=True" in text and "input_norm=False" in text
+    )

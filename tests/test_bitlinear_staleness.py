@@ -5,6 +5,7 @@ quantization keyed on the weight's address and version counter), changes the lat
 that does not bump that counter (fused AdamW, `.data` writes) or does (foreach AdamW,
 load_state_dict), evaluates again and compares with a freshly built model holding the same weights.
 """
+
 import pytest
 import torch
 
@@ -16,7 +17,9 @@ from nexus.models.reference.recurrent_reference import ref_ternary
 
 
 def _cfg() -> ModelConfig:
-    return ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), vocab_size=40, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
+    return ModelConfig(
+        arch=RecurrentOptions(n_sup=2, t_inner=2), vocab_size=40, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32
+    )
 
 
 def _ids():

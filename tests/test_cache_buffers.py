@@ -1,6 +1,7 @@
 """The decode-cache containers by their definitions: a SeqBuffer's filled prefix is the concatenation of
 what was appended (along the time axis of (B, heads, T, hd) by default), its storage is exactly the
 first chunk and then doubles, and nested caches of plain dicts are created once and kept."""
+
 import torch
 
 from nexus.models.cache import LayerCache, SeqBuffer, append_history, child_cache

@@ -1,6 +1,7 @@
 """The chat (SFT) template of data/chat.py against its definition, written out here byte by byte: <bos>, each
 prompt turn as <|user|> text <|end|>, each reply as <|assistant|> text <eos>; the loss mask 1 exactly on the
 reply's tokens and its <eos>. In-process, well under a second (issue 42: chat.py's mutation survivors)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,14 @@ BOS, EOS, USER, ASSISTANT, END = 256, 257, 259, 260, 261  # the byte tokenizer's
 def test_the_chat_byte_tokenizer_adds_three_ids_after_the_byte_vocabulary(tmp_path):
     tok = ChatByteTokenizer()
     assert tok.vocab_size == 262 and tok.kind == "byte_chat"
-    assert [tok.token_id(s) for s in ("<|user|>", "<|assistant|>", "<|end|>", "<bos>", "<eos>", "<pad>")] == \
-        [USER, ASSISTANT, END, BOS, EOS, 258]
+    assert [tok.token_id(s) for s in ("<|user|>", "<|assistant|>", "<|end|>", "<bos>", "<eos>", "<pad>")] == [
+        USER,
+        ASSISTANT,
+        END,
+        BOS,
+        EOS,
+        258,
+    ]
     with pytest.raises(KeyError):
         tok.token_id("<|tool|>")
     tok.save(tmp_path)
@@ -26,13 +33,34 @@ def test_the_chat_byte_tokenizer_adds_three_ids_after_the_byte_vocabulary(tmp_pa
 
 
 def test_a_conversation_is_the_template_and_only_replies_are_targets():
-    row = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi é"},
-                        {"role": "assistant", "content": "yo"}, {"role": "user", "content": "?"},
-                        {"role": "assistant", "content": ""}]}
+    row = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi é"},
+            {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": ""},
+        ]
+    }
     ids, mask = encode_conversation(ChatByteTokenizer(), row)
-    want = ([BOS] + [USER] + list(b"be brief") + [END] + [USER] + list("hi é".encode()) + [END]
-            + [ASSISTANT] + list(b"yo") + [EOS] + [USER] + list(b"?") + [END] + [ASSISTANT] + [EOS])
-    want_mask = ([0] + [0] * 10 + [0] * (2 + len("hi é".encode())) + [0, 1, 1, 1] + [0, 0, 0] + [0, 1])
+    want = (
+        [BOS]
+        + [USER]
+        + list(b"be brief")
+        + [END]
+        + [USER]
+        + list("hi é".encode())
+        + [END]
+        + [ASSISTANT]
+        + list(b"yo")
+        + [EOS]
+        + [USER]
+        + list(b"?")
+        + [END]
+        + [ASSISTANT]
+        + [EOS]
+    )
+    want_mask = [0] + [0] * 10 + [0] * (2 + len("hi é".encode())) + [0, 1, 1, 1] + [0, 0, 0] + [0, 1]
     assert ids == want and mask == want_mask
     # the same turns under "conversations", or as a bare list
     assert encode_conversation(ChatByteTokenizer(), {"conversations": row["messages"]}) == (ids, mask)
@@ -45,8 +73,11 @@ def test_a_generation_prompt_ends_by_opening_the_reply():
 
 
 def test_a_tokenizer_without_the_chat_specials_is_refused_naming_the_token():
-    with pytest.raises(ConfigError, match=r"^data.chat=true needs the special token <\|user\|> in the tokenizer "
-                                          r"\(valid: data.tokenizer byte or bpe"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.chat=true needs the special token <\|user\|> in the tokenizer "
+        r"\(valid: data.tokenizer byte or bpe",
+    ):
         encode_conversation(ByteTokenizer(), {"messages": [{"role": "user", "content": "x"}]})
 
     class NoneForUnknown(ChatByteTokenizer):  # a tokenizer that answers None for an unknown token
@@ -57,12 +88,15 @@ def test_a_tokenizer_without_the_chat_specials_is_refused_naming_the_token():
         chat_prompt_ids(NoneForUnknown(), [{"role": "user", "content": "x"}])
 
 
-@pytest.mark.parametrize("row, words", [
-    ({"messages": []}, "got ['messages']"),
-    ({"text": "hello"}, "got ['text']"),
-    ("just text", "got str"),
-    ({"messages": "hi"}, "got ['messages']"),
-])
+@pytest.mark.parametrize(
+    "row, words",
+    [
+        ({"messages": []}, "got ['messages']"),
+        ({"text": "hello"}, "got ['text']"),
+        ("just text", "got str"),
+        ({"messages": "hi"}, "got ['messages']"),
+    ],
+)
 def test_a_row_without_a_message_list_is_refused_naming_what_it_had(row, words):
     with pytest.raises(ConfigError) as e:
         encode_conversation(ChatByteTokenizer(), row)
@@ -70,8 +104,9 @@ def test_a_row_without_a_message_list_is_refused_naming_what_it_had(row, words):
     assert "valid: {'messages': [{'role': 'user'|'assistant'|'system', 'content': str}, ...]}" in str(e.value)
 
 
-@pytest.mark.parametrize("msg", [{"role": "tool", "content": "x"}, {"role": "user", "content": 3}, {"content": "x"},
-                                 "plain"])
+@pytest.mark.parametrize(
+    "msg", [{"role": "tool", "content": "x"}, {"role": "user", "content": 3}, {"content": "x"}, "plain"]
+)
 def test_a_bad_message_is_refused_naming_it(msg):
     good = {"role": "user", "content": "fine"}  # a good turn before it: every turn is checked, not the first only
     with pytest.raises(ConfigError) as e:

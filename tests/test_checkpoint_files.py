@@ -2,6 +2,7 @@
 fields from their sources), what a load refuses (one CheckpointError naming the file, the flag and what is
 valid) and what it hands back. The CLI paths over the same functions are in test_core_cli.py and
 test_clean_errors.py; this file is the fast one the mutation run maps (see docs/testing.md)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,14 @@ def saved(tmp_path_factory):
     torch.manual_seed(0)
     model = build_model(cfg.model)
     state = {"step": 7, "rng": torch.arange(5)}
-    path = ck.save_checkpoint(tmp_path_factory.mktemp("ck") / "ckpt", model, cfg, tokenizer=ByteTokenizer(),
-                              trainer_state=state, extra_files={"generation_config.json": '{"a": 1}'})
+    path = ck.save_checkpoint(
+        tmp_path_factory.mktemp("ck") / "ckpt",
+        model,
+        cfg,
+        tokenizer=ByteTokenizer(),
+        trainer_state=state,
+        extra_files={"generation_config.json": '{"a": 1}'},
+    )
     return path, model, cfg
 
 
@@ -60,9 +67,14 @@ def rehash(c: Path, name: str) -> None:
 
 # ----------------------------------------------------------------------------- pieces
 def test_nonfinite_tensors_names_floating_tensors_with_nan_or_inf_only():
-    sd = {"ok": torch.ones(3), "nan": torch.tensor([1.0, float("nan")]), "int": torch.tensor([1, 2]),
-          "note": "not a tensor", "neg_inf": torch.tensor([-float("inf")], dtype=torch.bfloat16),
-          "inf64": torch.tensor([0.0, float("inf")], dtype=torch.float64)}
+    sd = {
+        "ok": torch.ones(3),
+        "nan": torch.tensor([1.0, float("nan")]),
+        "int": torch.tensor([1, 2]),
+        "note": "not a tensor",
+        "neg_inf": torch.tensor([-float("inf")], dtype=torch.bfloat16),
+        "inf64": torch.tensor([0.0, float("inf")], dtype=torch.float64),
+    }
     assert ck.nonfinite_tensors(sd) == ["nan", "neg_inf", "inf64"]
     assert ck.nonfinite_tensors({"a": torch.zeros(2), "b": torch.tensor(3)}) == []
 
@@ -118,7 +130,9 @@ def test_json_object_refuses_non_text_non_json_and_non_objects(tmp_path):
     with pytest.raises(ck.CheckpointError, match=r"x\.json is corrupted \(not JSON: .* at line 3\)"):
         ck._json_object(f)
     f.write_text("[1]")
-    with pytest.raises(ck.CheckpointError, match=r"holds a JSON list, not an object \(valid: the x\.json nexus writes\)"):
+    with pytest.raises(
+        ck.CheckpointError, match=r"holds a JSON list, not an object \(valid: the x\.json nexus writes\)"
+    ):
         ck._json_object(f)
     f.write_text('{"a": [1]}')
     assert ck._json_object(f) == {"a": [1]}
@@ -137,8 +151,13 @@ def test_a_save_checksums_every_file_and_records_where_it_came_from(saved):
     meta = json.loads((path / "meta.json").read_text())
     on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
     assert sorted(meta["sha256"]) == sorted(set(on_disk) - {"meta.json", MARKER})
-    assert set(meta["sha256"]) >= {"model.safetensors", "config.json", "tokenizer.txt", "trainer_state.pt",
-                                   "generation_config.json"}
+    assert set(meta["sha256"]) >= {
+        "model.safetensors",
+        "config.json",
+        "tokenizer.txt",
+        "trainer_state.pt",
+        "generation_config.json",
+    }
     for name, digest in meta["sha256"].items():
         assert digest == hashlib.sha256((path / name).read_bytes()).hexdigest(), name
     assert meta["format_version"] == ck.FORMAT_VERSION and meta["torch"] == torch.__version__
@@ -273,8 +292,17 @@ def test_sharded_weights_are_checksummed_and_named_in_meta(tmp_path):
     assert sorted(meta["sha256"]) == ["config.json", "sharded/__0_0.distcp"]
 
 
-@pytest.mark.parametrize("name,recorded", [("checkpoint", True), ("step_12", True), ("step_", False),
-                                           ("best", False), ("checkpoint2", False), ("my_step_3", False)])
+@pytest.mark.parametrize(
+    "name,recorded",
+    [
+        ("checkpoint", True),
+        ("step_12", True),
+        ("step_", False),
+        ("best", False),
+        ("checkpoint2", False),
+        ("my_step_3", False),
+    ],
+)
 def test_a_training_checkpoint_saved_into_a_run_folder_is_recorded_there(tmp_path, saved, name, recorded):
     _, model, cfg = saved
     run = tmp_path / "run"
@@ -380,7 +408,7 @@ def test_read_config_puts_back_a_checkpoint_whose_save_was_killed_between_its_re
     target = tmp_path / "ckpt"
     aside = atomic.side_name(target, "old", "111-222")
     shutil.copytree(saved[0], aside)
-    holder = {"pid": 2 ** 22 + 12345, "host": socket.gethostname(), "proc_start": None}
+    holder = {"pid": 2**22 + 12345, "host": socket.gethostname(), "proc_start": None}
     lock_file(target).write_text(json.dumps(holder) + "\n" + json.dumps({"pending": aside.name}) + "\n")
     assert ck.read_config(target).to_json() == saved[2].to_json()
     assert target.is_dir() and not aside.exists()
@@ -396,16 +424,26 @@ def test_a_config_the_parser_trips_on_is_one_line_naming_its_file(tmp_path, save
         raise error("boom")
 
     monkeypatch.setattr(ck.RunConfig, "from_dict", staticmethod(trips))
-    with pytest.raises(ck.CheckpointError, match=rf"does not hold a nexus config \({error.__name__}: .*boom.*\(valid: "
-                                                  r"the config.json nexus writes\)") as e:
+    with pytest.raises(
+        ck.CheckpointError,
+        match=rf"does not hold a nexus config \({error.__name__}: .*boom.*\(valid: "
+        r"the config.json nexus writes\)",
+    ) as e:
         ck.read_config(c)
     assert str(c / "config.json") in str(e.value)
 
 
-@pytest.mark.parametrize("section,value,needle", [
-    ("model", {"d_model": "wide"}, "config.json: model.d_model"),
-    ("model", {"attention": {"kind": ["x"]}}, r"config\.json: model\.attention\.kind=\['x'\] \(valid: one of standard"),
-])
+@pytest.mark.parametrize(
+    "section,value,needle",
+    [
+        ("model", {"d_model": "wide"}, "config.json: model.d_model"),
+        (
+            "model",
+            {"attention": {"kind": ["x"]}},
+            r"config\.json: model\.attention\.kind=\['x'\] \(valid: one of standard",
+        ),
+    ],
+)
 def test_a_config_of_the_wrong_types_names_its_file(tmp_path, saved, section, value, needle):
     c = copy_of(saved, tmp_path)
     d = json.loads((c / "config.json").read_text())
@@ -440,9 +478,20 @@ def test_weights_that_do_not_fit_the_config_are_named(saved):
     first = next(iter(sd))
     for bad, needle in [
         ({k: v for k, v in sd.items() if k != first}, rf"\(missing \['{first}'\]\)"),
-        ({**sd, "extra.a": torch.ones(1), "extra.b": torch.ones(1), "extra.c": torch.ones(1), "extra.d": torch.ones(1)},
-         r"\(unexpected \['extra.a', 'extra.b', 'extra.c'\]\)"),
-        ({**sd, first: torch.ones(3, 3)}, re.escape(f"({first} has shape (3, 3) but config.json implies {tuple(sd[first].shape)})")),
+        (
+            {
+                **sd,
+                "extra.a": torch.ones(1),
+                "extra.b": torch.ones(1),
+                "extra.c": torch.ones(1),
+                "extra.d": torch.ones(1),
+            },
+            r"\(unexpected \['extra.a', 'extra.b', 'extra.c'\]\)",
+        ),
+        (
+            {**sd, first: torch.ones(3, 3)},
+            re.escape(f"({first} has shape (3, 3) but config.json implies {tuple(sd[first].shape)})"),
+        ),
     ]:
         with pytest.raises(ck.CheckpointError, match="checkpoint 'here' does not match its config.json") as e:
             ck.load_state_dict_checked(model, bad, "here")
@@ -482,7 +531,9 @@ def test_nonfinite_weights_are_refused_at_load_unless_allowed(tmp_path, saved):
     sd[name][0] = float("inf")
     save_file(sd, str(c / "model.safetensors"))
     rehash(c, "model.safetensors")
-    with pytest.raises(ck.CheckpointError, match=rf"holds NaN/inf in 1 weight tensors \(first {name}\).*allow_nonfinite=True"):
+    with pytest.raises(
+        ck.CheckpointError, match=rf"holds NaN/inf in 1 weight tensors \(first {name}\).*allow_nonfinite=True"
+    ):
         ck.load_checkpoint(c)
     with pytest.raises(ck.CheckpointError, match="NaN/inf"):
         nexus.load(c)
@@ -626,12 +677,17 @@ def test_a_shard_read_error_is_named_by_the_readers_own_error(tmp_path, monkeypa
     from torch.distributed.checkpoint.api import CheckpointException
 
     for raised, named in [
-        (CheckpointException("CheckpointException ranks", {0: (FileNotFoundError(2, "No such file", "__0_0.distcp"),
-                                                                 __import__("traceback").StackSummary())}),
-         "(FileNotFoundError: [Errno 2] No such file: '__0_0.distcp')"),
+        (
+            CheckpointException(
+                "CheckpointException ranks",
+                {0: (FileNotFoundError(2, "No such file", "__0_0.distcp"), __import__("traceback").StackSummary())},
+            ),
+            "(FileNotFoundError: [Errno 2] No such file: '__0_0.distcp')",
+        ),
         (OSError("disk gone\nsecond line"), "(OSError: disk gone)"),
         (CheckpointException("no failures", {}), "(CheckpointException: CheckpointException ranks:dict_keys([]))"),
     ]:
+
         def fail(keys, checkpoint_id, raised=raised):
             raise raised
 

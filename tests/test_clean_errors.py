@@ -1,6 +1,7 @@
 """Clean errors for what still raised Python exceptions or was silently accepted (issue 28 item 5): one
 line naming the field, the value and what is valid, exit code 2, nothing written; the Python API
 raises ValueError/TypeError naming the argument."""
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,16 @@ def damaged(tmp_path: Path, ckpt: Path, name: str, data: bytes, rehash: bool = T
 
 
 # ----------------------------------------------------------------------------- checkpoint files
-@pytest.mark.parametrize("name,text", [("config.json", "[1, 2]"), ("config.json", '"a string"'),
-                                       ("config.json", '{"model": 5}'), ("meta.json", "[]"),
-                                       ("meta.json", '{"format_version": 1, "sha256": ["x"]}')])
+@pytest.mark.parametrize(
+    "name,text",
+    [
+        ("config.json", "[1, 2]"),
+        ("config.json", '"a string"'),
+        ("config.json", '{"model": 5}'),
+        ("meta.json", "[]"),
+        ("meta.json", '{"format_version": 1, "sha256": ["x"]}'),
+    ],
+)
 def test_checkpoint_json_of_the_wrong_type_is_one_line(capsys, tmp_path, ckpt, name, text):
     c = damaged(tmp_path, ckpt, name, text.encode())
     one_line_exit_2(capsys, ["generate", "--checkpoint", c, "--max-new-tokens", "2"], name)
@@ -74,9 +82,16 @@ def test_integer_weights_are_refused_not_cast(tmp_path, ckpt):
 
 
 # ----------------------------------------------------------------------------- config values
-@pytest.mark.parametrize("field,value", [("train.optimizer.eps", "-1"), ("train.optimizer.eps", "nan"),
-                                         ("train.seed", "-1"), ("train.seed", "4294967296"),
-                                         ("train.muon_momentum", "1.5")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("train.optimizer.eps", "-1"),
+        ("train.optimizer.eps", "nan"),
+        ("train.seed", "-1"),
+        ("train.seed", "4294967296"),
+        ("train.muon_momentum", "1.5"),
+    ],
+)
 def test_out_of_range_optimizer_and_seed_values_are_one_line(capsys, tmp_path, field, value):
     out = tmp_path / "run"
     one_line_exit_2(capsys, ["train", *MICRO, f"--{field}", value, "--out", out], f"{field}=")
@@ -99,12 +114,15 @@ def test_a_cache_directory_that_cannot_be_one_is_one_line(capsys, tmp_path, monk
     assert not out.exists() and f.read_text() == "x"
 
 
-@pytest.mark.parametrize("env,needle", [({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'"),
-                                        ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR"),
-                                        ({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1",
-                                          "MASTER_PORT": "29500"}, "RANK='5'"),
-                                        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                                          "MASTER_PORT": "port"}, "MASTER_PORT='port'")])
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'"),
+        ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR"),
+        ({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK='5'"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "port"}, "MASTER_PORT='port'"),
+    ],
+)
 def test_malformed_distributed_environment_is_one_line(capsys, tmp_path, monkeypatch, env, needle):
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
@@ -134,8 +152,11 @@ def test_unusable_out_names_are_one_line_before_any_work(capsys, tmp_path, ckpt,
     work.mkdir()
     out, needle = _bad_out(work, how)
     before = tree(work)
-    argv = (["train", *MICRO, "--out", out] if cmd == "train" else
-            ["grow", "--checkpoint", ckpt, "--width.hidden", "48", "--out", out])
+    argv = (
+        ["train", *MICRO, "--out", out]
+        if cmd == "train"
+        else ["grow", "--checkpoint", ckpt, "--width.hidden", "48", "--out", out]
+    )
     one_line_exit_2(capsys, argv, needle)
     assert tree(work) == before and not (tmp_path / "nowhere").exists()
 
@@ -144,8 +165,14 @@ def tree(root: Path) -> dict:
     """Every path below root: a symlink's target, else its bytes' sha256 (None for folders)."""
     import hashlib
 
-    return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else None if p.is_dir()
-            else hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): os.readlink(p)
+        if p.is_symlink()
+        else None
+        if p.is_dir()
+        else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
 
 
 # ----------------------------------------------------------------------------- silent acceptance
@@ -154,19 +181,36 @@ def test_synthetic_task_eval_of_a_text_model_is_refused(capsys, ckpt):
 
 
 # ----------------------------------------------------------------------------- the Python API
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"max_new_tokens": -1}, "max_new_tokens"), ({"max_new_tokens": 2.5}, "max_new_tokens"),
-    ({"temperature": -0.5}, "temperature"), ({"temperature": math.nan}, "temperature"),
-    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_k": -1}, "top_k"), ({"top_k": 1.5}, "top_k")])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_k": 1.5}, "top_k"),
+    ],
+)
 def test_generate_validates_its_arguments(ckpt, kwargs, needle):
     model = nexus.load(ckpt)
     with pytest.raises(ValueError, match=needle):
         model.generate(torch.tensor([[1, 2, 3]]), **kwargs)
 
 
-@pytest.mark.parametrize("prompt,needle", [(torch.tensor([1, 2, 3]), "2-D"), (torch.zeros(1, 0, dtype=torch.long), "empty"),
-                                           (torch.tensor([[1, 259]]), "vocabulary"), (torch.tensor([[-1, 2]]), "vocabulary"),
-                                           (torch.tensor([[1.0, 2.0]]), "integer"), ([[1, 2]], "tensor")])
+@pytest.mark.parametrize(
+    "prompt,needle",
+    [
+        (torch.tensor([1, 2, 3]), "2-D"),
+        (torch.zeros(1, 0, dtype=torch.long), "empty"),
+        (torch.tensor([[1, 259]]), "vocabulary"),
+        (torch.tensor([[-1, 2]]), "vocabulary"),
+        (torch.tensor([[1.0, 2.0]]), "integer"),
+        ([[1, 2]], "tensor"),
+    ],
+)
 def test_generate_validates_its_prompt(ckpt, prompt, needle):
     model = nexus.load(ckpt)
     with pytest.raises((ValueError, TypeError), match=needle):
@@ -187,15 +231,19 @@ def test_build_model_names_a_wrong_argument():
 
 
 # ----------------------------------------------------------------------------- issue 42 item 5: the API validates like the CLI
-@pytest.mark.parametrize("fields,needle", [
-    ({"d_model": -1}, "model.d_model=-1 (valid: an integer > 0)"),
-    ({"d_model": "64"}, "model.d_model='64' (valid: an integer > 0)"),
-    ({"d_model": math.nan}, "model.d_model=nan (valid: an integer > 0)"),
-    ({"arch": "no-such-arch"}, "model.arch.kind='no-such-arch' (valid: transformer"),
-    ({"n_heads": 3, "d_model": 64}, "model.d_model=64 (valid: a multiple of n_heads (3)"),
-    ({"vocab_size": 0}, "model.vocab_size=0 (valid: an integer > 0)"),
-    ({"n_layers": 0}, "model.n_layers=0 (valid: an integer > 0)"),
-    ({"n_kv_heads": 3, "n_heads": 4}, "model.n_kv_heads=3 (valid: a divisor of n_heads (4))")])
+@pytest.mark.parametrize(
+    "fields,needle",
+    [
+        ({"d_model": -1}, "model.d_model=-1 (valid: an integer > 0)"),
+        ({"d_model": "64"}, "model.d_model='64' (valid: an integer > 0)"),
+        ({"d_model": math.nan}, "model.d_model=nan (valid: an integer > 0)"),
+        ({"arch": "no-such-arch"}, "model.arch.kind='no-such-arch' (valid: transformer"),
+        ({"n_heads": 3, "d_model": 64}, "model.d_model=64 (valid: a multiple of n_heads (3)"),
+        ({"vocab_size": 0}, "model.vocab_size=0 (valid: an integer > 0)"),
+        ({"n_layers": 0}, "model.n_layers=0 (valid: an integer > 0)"),
+        ({"n_kv_heads": 3, "n_heads": 4}, "model.n_kv_heads=3 (valid: a divisor of n_heads (4))"),
+    ],
+)
 def test_build_model_refuses_what_the_cli_refuses(fields, needle):
     """These built silently or raised torch/Attribute errors from the Python API, while the CLI refused them."""
     from nexus.config import ConfigError
@@ -236,8 +284,14 @@ def test_an_absurd_model_size_is_refused_at_once_by_the_cli(tmp_path, flag):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
-        r = subprocess.run([sys.executable, "-m", "nexus", "train", *MICRO, flag, "--out", str(tmp_path / "run")],
-                           capture_output=True, text=True, timeout=120, preexec_fn=limit, env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "nexus", "train", *MICRO, flag, "--out", str(tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=limit,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{flag}: still running after 120 s")
     assert r.returncode == 2, r.stderr[-2000:]
@@ -272,8 +326,10 @@ def test_generate_takes_ids_of_any_integer_dtype(ckpt, dtype):
     assert got.dtype == torch.long and torch.equal(got, want)
 
 
-@pytest.mark.parametrize("eos_id,needle", [(259, r"eos_id=259 \(valid: None or a token id in \[0, 259\)\)"),
-                                           (True, "eos_id=True"), (-1, "eos_id=-1")])
+@pytest.mark.parametrize(
+    "eos_id,needle",
+    [(259, r"eos_id=259 \(valid: None or a token id in \[0, 259\)\)"), (True, "eos_id=True"), (-1, "eos_id=-1")],
+)
 def test_generate_refuses_an_eos_id_outside_the_vocabulary(ckpt, eos_id, needle):
     model = nexus.load(ckpt)
     with pytest.raises(ValueError, match=needle):

@@ -2,6 +2,7 @@
 folder under the lock's name, a non-UTF-8 output name, a binary config, NaN growth options, an unreachable
 hub, a malformed data file. Each is one line naming what is wrong, exit code 2, and nothing of the user's
 lost or half-written."""
+
 from __future__ import annotations
 
 import errno
@@ -56,19 +57,47 @@ def test_prepare_into_a_full_disk_is_one_line_and_leaves_nothing(capsys, small_d
     """Was `OSError: 178852 requested and 40960 written` (numpy's tofile loses the errno)."""
     text = "\n\n".join(f"document {i} " + "words of text " * 40 for i in range(3000))  # ~1.7 MB of tokens
     (tmp_path / "c.txt").write_text(text)
-    one_line_exit_2(capsys, ["data", "prepare", tmp_path / "c.txt", "--tokenizer", "byte", "--out",
-                             small_disk / "prep", "--num-proc", "1", "--quiet"], "no space left on the device")
+    one_line_exit_2(
+        capsys,
+        [
+            "data",
+            "prepare",
+            tmp_path / "c.txt",
+            "--tokenizer",
+            "byte",
+            "--out",
+            small_disk / "prep",
+            "--num-proc",
+            "1",
+            "--quiet",
+        ],
+        "no space left on the device",
+    )
     assert list(small_disk.iterdir()) == []
 
 
-@pytest.mark.parametrize("exc,needle", [
-    (OSError(errno.ENOSPC, "No space left on device", "/x/model.safetensors"), "no space left on the device writing '/x/"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "no space left on the device"),
-    (RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: file "
-                  "write failed"), "a file could not be written (RuntimeError: [enforce fail"),
-    (PermissionError(errno.EPERM, "Operation not permitted", "run/config.yaml"),
-     "the file system refused writing 'run/config.yaml': Operation not permitted"),
-    (OSError(errno.EROFS, "Read-only file system", "/ro/x"), "Read-only file system")])
+@pytest.mark.parametrize(
+    "exc,needle",
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/x/model.safetensors"),
+            "no space left on the device writing '/x/",
+        ),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "no space left on the device"),
+        (
+            RuntimeError(
+                "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: file "
+                "write failed"
+            ),
+            "a file could not be written (RuntimeError: [enforce fail",
+        ),
+        (
+            PermissionError(errno.EPERM, "Operation not permitted", "run/config.yaml"),
+            "the file system refused writing 'run/config.yaml': Operation not permitted",
+        ),
+        (OSError(errno.EROFS, "Read-only file system", "/ro/x"), "Read-only file system"),
+    ],
+)
 def test_file_system_refusals_are_one_line_exit_2(capsys, exc, needle):
     def command():
         raise exc
@@ -119,16 +148,20 @@ def test_a_non_utf8_out_name_is_refused_before_training(capsys, tmp_path):
 def test_a_binary_config_is_one_line(capsys, tmp_path):
     """Was UnicodeDecodeError."""
     (tmp_path / "c.yaml").write_bytes(bytes([0x80, 0xCA, 0xFE, 0x00]) * 50)
-    one_line_exit_2(capsys, ["train", "--config", tmp_path / "c.yaml", "--out", tmp_path / "run"],
-                    "is not UTF-8 text (byte 0")
+    one_line_exit_2(
+        capsys, ["train", "--config", tmp_path / "c.yaml", "--out", tmp_path / "run"], "is not UTF-8 text (byte 0"
+    )
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("value", ["nan,5", "inf,5", "1.3,inf", "nan,nan"])
 def test_non_finite_rewarmup_is_refused(capsys, tmp_path, ckpt, value):
     """`--rewarmup nan,5` was accepted and wrote "rho": NaN; resuming gave loss nan, then a traceback."""
-    one_line_exit_2(capsys, ["grow", "--checkpoint", ckpt, "--width.hidden", "48", "--rewarmup", value,
-                             "--out", tmp_path / "g"], f"--rewarmup={value!r}")
+    one_line_exit_2(
+        capsys,
+        ["grow", "--checkpoint", ckpt, "--width.hidden", "48", "--rewarmup", value, "--out", tmp_path / "g"],
+        f"--rewarmup={value!r}",
+    )
     assert not (tmp_path / "g").exists()
 
 
@@ -145,8 +178,11 @@ def test_a_malformed_jsonl_is_nexus_line_alone(capfd, tmp_path):
     """datasets printed its own 'Failed to load JSON from file ...' line before nexus's (capfd: the library's
     logging handler writes to the process's stderr)."""
     (tmp_path / "broken.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
-    one_line_exit_2(capfd, ["train", *MICRO, "--data", tmp_path / "broken.jsonl", "--out", tmp_path / "run"],
-                    "could not be read as json")
+    one_line_exit_2(
+        capfd,
+        ["train", *MICRO, "--data", tmp_path / "broken.jsonl", "--out", tmp_path / "run"],
+        "could not be read as json",
+    )
 
 
 def test_an_unreachable_hub_is_one_line_at_once(capfd, tmp_path, monkeypatch):
@@ -164,6 +200,9 @@ def test_an_unreachable_hub_is_one_line_at_once(capfd, tmp_path, monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    err = one_line_exit_2(capfd, ["train", *MICRO, "--data", "hf:someowner/somename", "--out", tmp_path / "run"],
-                          "data.source='hf:someowner/somename' could not be loaded from the hub (the hub is unreachable")
+    err = one_line_exit_2(
+        capfd,
+        ["train", *MICRO, "--data", "hf:someowner/somename", "--out", tmp_path / "run"],
+        "data.source='hf:someowner/somename' could not be loaded from the hub (the hub is unreachable",
+    )
     assert "Retry" not in err and not (tmp_path / "run").exists()

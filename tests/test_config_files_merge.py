@@ -1,5 +1,6 @@
 """A config file is read (and an old one upgraded) once, and merged onto a preset as the mapping it is
 (issue 37 item 1)."""
+
 from __future__ import annotations
 
 import yaml
@@ -26,7 +27,11 @@ def test_a_kind_section_takes_its_kind_first_whatever_the_order(tmp_path):
     path = tmp_path / "ho.yaml"
     path.write_text("model:\n  attention:\n    order: 3\n    gate: headwise\n    kind: higher_order\n")
     cfg = merge_config_file(get_preset("baseline-micro"), path)
-    assert (cfg.model.attention.kind, cfg.model.attention.order, cfg.model.attention.gate) == ("higher_order", 3, "headwise")
+    assert (cfg.model.attention.kind, cfg.model.attention.order, cfg.model.attention.gate) == (
+        "higher_order",
+        3,
+        "headwise",
+    )
     assert cfg.model.d_model == get_preset("baseline-micro").model.d_model  # fields the file leaves out: the preset's
 
 

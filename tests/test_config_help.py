@@ -1,4 +1,5 @@
 """`nexus config` lists every config field with its default and its one-line reason."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,12 @@ def test_every_field_has_a_reason():
     missing = [n for n, _, why in listed if len(why) < 5]
     assert missing == [], f"config fields without a one-line reason: {missing}"
     # growth pins are not listed (set by growth only) but each kind explains the ones it declares
-    pins = {(k, name): why for section in RunConfig().model.kind_sections() for k, c in type(section).kinds().items()
-            for name, why in c.growth_pins.items()}
+    pins = {
+        (k, name): why
+        for section in RunConfig().model.kind_sections()
+        for k, c in type(section).kinds().items()
+        for name, why in c.growth_pins.items()
+    }
     assert pins and all(isinstance(why, str) and len(why) >= 5 for why in pins.values()), pins
     assert not any(n.startswith("model.growth_state") for n, _, _ in listed)
 

@@ -8,6 +8,7 @@ architecture's options. Each must
 migrate to the config the preset builds today, and the model built from the migrated old config must be
 the preset's model: parameter names and order, seeded init, logits, every gradient, greedy generation.
 """
+
 import hashlib
 import json
 from pathlib import Path
@@ -54,8 +55,10 @@ def _run(cfg: RunConfig):
 
 # one small preset per kind the migration touches (standard / higher-order attention, the three projection
 # kinds, the MoE MLP) and the recurrent architecture
-@pytest.mark.parametrize("name", ["baseline-micro", "mqar-order2", "nexusformer-micro", "tokenformer-micro",
-                                  "sparkling-moe-tiny", "nexus-micro"])
+@pytest.mark.parametrize(
+    "name",
+    ["baseline-micro", "mqar-order2", "nexusformer-micro", "tokenformer-micro", "sparkling-moe-tiny", "nexus-micro"],
+)
 def test_model_from_the_migrated_old_config_is_the_presets_model(name):
     old_model, old_logits, old_gen = _run(saved_run_config(OLD[name]))
     model, logits, gen = _run(get_preset(name))
@@ -128,8 +131,11 @@ def test_the_old_spelling_of_an_architecture_option_still_sets_it():
     apply_override(cfg, "model.recurrent.t_inner", "7")
     assert cfg.model.arch.t_inner == 7
     cfg = RunConfig()
-    with pytest.raises(ConfigError, match=r"model.recurrent.t_inner is an option of arch kind recurrent, not of "
-                                          r"'transformer' \(valid: --model.arch recurrent before it\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.recurrent.t_inner is an option of arch kind recurrent, not of "
+        r"'transformer' \(valid: --model.arch recurrent before it\)",
+    ):
         apply_override(cfg, "model.recurrent.t_inner", "7")
     apply_override(cfg, "model.arch", "recurrent")  # a bare name is the kind
     assert cfg.model.arch.kind == "recurrent" and cfg.model.arch.t_inner == 6
@@ -148,8 +154,11 @@ def test_a_partial_config_file_in_the_old_architecture_form_applies_to_the_prese
 
 def test_an_option_of_another_kind_names_the_kind_that_has_it():
     cfg = RunConfig()
-    with pytest.raises(ConfigError, match=r"model.attention.order is an option of attention kind higher_order.*"
-                                          r"--model.attention.kind higher_order before it"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.attention.order is an option of attention kind higher_order.*"
+        r"--model.attention.kind higher_order before it",
+    ):
         apply_override(cfg, "model.attention.order", "2")
     apply_override(cfg, "model.attention.gate", "headwise")
     apply_override(cfg, "model.attention.kind", "higher_order")

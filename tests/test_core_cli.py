@@ -1,4 +1,5 @@
 """CLI and checkpoints: bad input is one line and exit code 2, nothing half-written; load/generate work."""
+
 import json
 import shutil
 
@@ -8,8 +9,22 @@ import torch
 import nexus
 from nexus.cli import main
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +43,21 @@ def one_line_error(capsys, argv, needle):
     return err
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["train", "--preset", "nope"], "'nope'"),
-    (["train", "--model.bogus", "1"], "model.bogus"),
-    (["train", "--model.d_model", "100", "--model.n_heads", "3"], "model.d_model=100"),
-    (["train", "--model.n_layers", "-2"], "model.n_layers=-2"),
-    (["train", "--train.lr", "0"], "train.lr=0"),
-    (["train", "--train.steps", "ten"], "train.steps='ten'"),
-    (["train", "--data.source", "/no/such/file.txt"], "/no/such/file.txt"),
-    (["generate", "--checkpoint", "/no/such/dir"], "/no/such/dir"),
-    (["generate", "--checkpoint", ".", "--max-new-tokens", "0"], "--max-new-tokens"),
-    (["train", "--config", "/no/such.yaml"], "/no/such.yaml"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["train", "--preset", "nope"], "'nope'"),
+        (["train", "--model.bogus", "1"], "model.bogus"),
+        (["train", "--model.d_model", "100", "--model.n_heads", "3"], "model.d_model=100"),
+        (["train", "--model.n_layers", "-2"], "model.n_layers=-2"),
+        (["train", "--train.lr", "0"], "train.lr=0"),
+        (["train", "--train.steps", "ten"], "train.steps='ten'"),
+        (["train", "--data.source", "/no/such/file.txt"], "/no/such/file.txt"),
+        (["generate", "--checkpoint", "/no/such/dir"], "/no/such/dir"),
+        (["generate", "--checkpoint", ".", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (["train", "--config", "/no/such.yaml"], "/no/such.yaml"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
     one_line_error(capsys, argv + ["--train.out_dir", str(tmp_path / "o")] if argv[0] == "train" else argv, needle)
     assert not (tmp_path / "o" / "checkpoint").exists()
@@ -135,11 +153,14 @@ def test_a_bad_flag_is_refused_before_torch_is_imported(tmp_path):
     import sys
     from pathlib import Path
 
-    code = ("import sys; from nexus.cli import main; rc = main(['train', '--bogus', '--train.steps', '1']); "
-            "print(rc, 'torch' in sys.modules)")
+    code = (
+        "import sys; from nexus.cli import main; rc = main(['train', '--bogus', '--train.steps', '1']); "
+        "print(rc, 'torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(nexus.__file__).resolve().parents[1]), "NEXUS_DISABLE_PLUGINS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "'--bogus'" in err[0]

@@ -1,4 +1,5 @@
 """Data: tokenizers, local formats, deterministic split, memory-mapped cache, EOS between documents."""
+
 import json
 
 import numpy as np
@@ -60,8 +61,9 @@ def test_split_is_deterministic_and_disjoint(tmp_path):
     cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2)
     a = DataModule(cfg)
     assert int((np.asarray(a.val.tokens) == a.tokenizer.eos_id).sum()) == 8  # 8 of 40 documents held out
-    b = DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2,
-                              cache_dir=str(tmp_path / "other")))
+    b = DataModule(
+        DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.2, cache_dir=str(tmp_path / "other"))
+    )
     assert np.array_equal(np.asarray(a.val.tokens), np.asarray(b.val.tokens))
 
 
@@ -130,7 +132,7 @@ def reference_streams(docs, tok, val_fraction, split_seed):
     """Slow, obviously-correct reference: all documents in memory, a seeded permutation holds out
     round(n * val_fraction) of them, each encoded alone and followed by EOS."""
     order = np.random.default_rng(split_seed).permutation(len(docs))
-    val = set(order[:max(1, int(round(len(docs) * val_fraction)))].tolist())
+    val = set(order[: max(1, int(round(len(docs) * val_fraction)))].tolist())
     out = {"train": [], "val": []}
     for i, d in enumerate(docs):
         out["val" if i in val else "train"] += tok.encode(d) + [tok.eos_id]
@@ -143,8 +145,14 @@ def test_streamed_shards_equal_the_in_memory_reference(tmp_path, monkeypatch, to
 
     monkeypatch.setattr(P, "ENCODE_BATCH", 7)  # many encode_batch calls, uneven last batch
     docs = write_docs(tmp_path, n=53)
-    cfg = DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, val_fraction=0.1, cache_dir=str(tmp_path / "cache"),
-                     tokenizer=tokenizer, bpe_vocab_size=300)
+    cfg = DataConfig(
+        source=str(tmp_path / "c.txt"),
+        seq_len=16,
+        val_fraction=0.1,
+        cache_dir=str(tmp_path / "cache"),
+        tokenizer=tokenizer,
+        bpe_vocab_size=300,
+    )
     dm = DataModule(cfg)
     ref = reference_streams(docs, dm.tokenizer, 0.1, cfg.split_seed)
     assert np.asarray(dm.train.tokens).tolist() == ref["train"]
@@ -160,8 +168,15 @@ def test_tokenization_goes_through_batch_encoding(tmp_path, monkeypatch, tokeniz
     real = getattr(cls, name)
     monkeypatch.setattr(cls, "encode", lambda self, t: pytest.fail("per-document encode used"))
     monkeypatch.setattr(cls, name, lambda self, texts: calls.append(len(texts)) or real(self, texts))
-    DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache"),
-                          tokenizer=tokenizer, bpe_vocab_size=300))
+    DataModule(
+        DataConfig(
+            source=str(tmp_path / "c.txt"),
+            seq_len=16,
+            cache_dir=str(tmp_path / "cache"),
+            tokenizer=tokenizer,
+            bpe_vocab_size=300,
+        )
+    )
     assert sum(calls) == 40
 
 
@@ -210,7 +225,9 @@ def test_jsonl_is_streamed_as_an_iterable_dataset(tmp_path, monkeypatch):
 
 def test_a_failure_mid_build_leaves_no_cache(tmp_path, monkeypatch):
     write_docs(tmp_path)
-    monkeypatch.setattr(ByteTokenizer, "encode_batch_flat", lambda self, texts: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(
+        ByteTokenizer, "encode_batch_flat", lambda self, texts: (_ for _ in ()).throw(RuntimeError("boom"))
+    )
     with pytest.raises(RuntimeError, match="boom"):
         DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, cache_dir=str(tmp_path / "cache")))
     assert list((tmp_path / "cache").iterdir()) == []
@@ -253,18 +270,19 @@ def test_sft_targets_out_of_the_loader_are_exactly_the_assistant_tokens(tmp_path
                 msgs.append({"role": "assistant", "content": "".join(rng.choice(list("abcdefg"), 3 + i % 5))})
             f.write(json.dumps({"messages": msgs}) + "\n")
     tok = ChatByteTokenizer()
-    dm = DataModule(DataConfig(source=str(tmp_path / "chat.jsonl"), chat=True, seq_len=24,
-                               cache_dir=str(tmp_path / "cache")))
+    dm = DataModule(
+        DataConfig(source=str(tmp_path / "chat.jsonl"), chat=True, seq_len=24, cache_dir=str(tmp_path / "cache"))
+    )
     tokens = np.asarray(dm.train.tokens).astype(np.int64)
     lower = set(tok.encode("abcdefg"))
     for step in range(6):
         x, y = dm.train_batch(step, 0, 8, accum=1)
         starts = dm.sampler.starts(dm.sample_index(step, 0, 8, 1), 8)
         for row, st in enumerate(starts):
-            target = tokens[st + 1:st + 1 + 24]
+            target = tokens[st + 1 : st + 1 + 24]
             keep = np.array([t in lower or t == tok.eos_id for t in target])
             want = np.where(keep, target, IGNORE_INDEX)
-            assert x[row].tolist() == tokens[st:st + 24].tolist()
+            assert x[row].tolist() == tokens[st : st + 24].tolist()
             assert y[row].tolist() == want.tolist()
     assert (y != IGNORE_INDEX).any() and (y == IGNORE_INDEX).any()
 
@@ -276,13 +294,16 @@ def test_a_corpus_prepared_with_another_bpe_of_the_same_size_is_refused(tmp_path
 
     write_docs(tmp_path, 200)
     words = ["".join(chr(97 + (i * 7 + j * 3) % 26) for j in range(2 + i % 6)) for i in range(400)]
-    a = BPETokenizer.train([" ".join(words[k:k + 40]) for k in range(0, 400, 40)] * 5, 300)
+    a = BPETokenizer.train([" ".join(words[k : k + 40]) for k in range(0, 400, 40)] * 5, 300)
     b = BPETokenizer.train(["lorem ipsum dolor sit amet consectetur adipiscing " * 50] * 20 + words, 300)
     assert a.vocab_size == b.vocab_size and a.encode("lorem ipsum") != b.encode("lorem ipsum")
     out = tmp_path / "prep"
     prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), a, out, num_proc=1, progress=False)
     b.save(tmp_path)
-    with pytest.raises(ConfigError, match=r"was prepared with tokenizer bpe \(vocab 300, sha256 [0-9a-f]{16}\), but "
-                                          r"the run's data.tokenizer is bpe \(vocab 300, sha256"):
+    with pytest.raises(
+        ConfigError,
+        match=r"was prepared with tokenizer bpe \(vocab 300, sha256 [0-9a-f]{16}\), but "
+        r"the run's data.tokenizer is bpe \(vocab 300, sha256",
+    ):
         DataModule(DataConfig(source=str(out), seq_len=16, tokenizer=str(tmp_path / "tokenizer.json")))
     assert DataModule(DataConfig(source=str(out), seq_len=16, tokenizer=str(out / "tokenizer.json"))).vocab_size == 300

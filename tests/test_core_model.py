@@ -1,4 +1,5 @@
 """Baseline TransformerLM: causality, cached decoding, GQA/QK-norm/gate options, init options."""
+
 import pytest
 import torch
 
@@ -26,10 +27,10 @@ def test_no_future_leakage(name):
     ids = torch.randint(0, 50, (2, 16))
     t = 7
     changed = ids.clone()
-    changed[:, t + 1:] = (changed[:, t + 1:] + 1) % 50
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 50
     a, b = m(ids).logits, m(changed).logits
     assert torch.equal(a[:, : t + 1], b[:, : t + 1])
-    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -40,7 +41,7 @@ def test_cached_decoding_matches_full_forward(name):
     full = m(ids).logits
     cache = m.new_cache()
     pieces = [m(ids[:, :9], cache=cache).logits, m(ids[:, 9:13], cache=cache).logits]
-    pieces += [m(ids[:, i:i + 1], cache=cache).logits for i in range(13, 20)]
+    pieces += [m(ids[:, i : i + 1], cache=cache).logits for i in range(13, 20)]
     torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
 
 

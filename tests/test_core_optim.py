@@ -1,5 +1,6 @@
 """Optimizers against references: AdamW vs torch.optim.AdamW, per-element steps vs a separate tensor,
 Muon orthogonalization, schedules, parameter-group rules."""
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -57,8 +58,12 @@ def test_new_mask_uses_lr_new():
     p = torch.nn.Parameter(torch.zeros(2, 3))
     opt = AdamW([p], lr=1.0)
     opt.param_groups[0]["lr_new"] = 0.25
-    opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(2, 3), "exp_avg_sq": torch.zeros(2, 3),
-                    "new_mask": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])}
+    opt.state[p] = {
+        "step": torch.tensor(0.0),
+        "exp_avg": torch.zeros(2, 3),
+        "exp_avg_sq": torch.zeros(2, 3),
+        "new_mask": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),
+    }
     p.grad = torch.ones(2, 3)
     opt.step()
     expected = -torch.tensor([[1.0, 0.25, 1.0], [1.0, 1.0, 0.25]])
@@ -204,8 +209,14 @@ def test_found_inf_skips_the_step_entirely(kind):
         from nexus.optim.optimizers import OptimizerSet
 
         groups = opt.optimizers["adamw"].param_groups
-        opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
-                                                        for g in groups], foreach=True)}, opt.param_names)
+        opt = OptimizerSet(
+            {
+                "adamw": torch.optim.AdamW(
+                    [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in groups], foreach=True
+                )
+            },
+            opt.param_names,
+        )
     _train(model, opt, steps=2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     state = {k: {kk: vv.clone() for kk, vv in v.items()} for k, v in opt.state_dict()["state"].items()}
@@ -283,8 +294,9 @@ def test_muon_orthogonalizes_unequal_fused_blocks_each_with_the_groups_method():
     p = torch.nn.Parameter(torch.zeros(8, 4))
     p._muon_split = (6, 2)
     opt = Muon([p], ns_method="polar_express", ns_steps=6)
-    want = torch.cat([orthogonalize(g[:6], 6, "polar_express") * math.sqrt(6 / 4),
-                      orthogonalize(g[6:], 6, "polar_express")])
+    want = torch.cat(
+        [orthogonalize(g[:6], 6, "polar_express") * math.sqrt(6 / 4), orthogonalize(g[6:], 6, "polar_express")]
+    )
     torch.testing.assert_close(opt.direction(p, g, opt.param_groups[0]), want, atol=1e-6, rtol=1e-6)
 
 
@@ -315,7 +327,7 @@ def _reference_orthogonalize(g, steps, method):
     for i in range(steps):
         if pe:
             a, b, c = PAPER_POLAR_EXPRESS[min(i, 7)]
-            a, b, c = a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5
+            a, b, c = a / 1.01, b / 1.01**3, c / 1.01**5
         else:
             a, b, c = 3.4445, -4.7750, 2.0315
         s = x @ x.t()
@@ -324,8 +336,9 @@ def _reference_orthogonalize(g, steps, method):
 
 
 # 10 Polar Express steps: past the published table's 8 triples the last one repeats
-@pytest.mark.parametrize("method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8),
-                                          ("polar_express", 10)])
+@pytest.mark.parametrize(
+    "method,steps", [("newton_schulz", 5), ("polar_express", 3), ("polar_express", 8), ("polar_express", 10)]
+)
 @pytest.mark.parametrize("scale", [1.0, 1e-6], ids=["unit", "tiny"])  # tiny: the 1e-7 in X0 matters
 def test_orthogonalize_is_the_published_iteration(method, steps, scale):
     torch.manual_seed(0)
@@ -375,12 +388,16 @@ def test_state_dict_is_plain_data_and_loads_hyperparameters_by_optimizer_and_gro
     _train(a, opt, steps=1)
     sd = opt.state_dict()
     groups = sd["groups"]["adamw"]
-    assert all(isinstance(g["betas"], list) and not set(g) & {"foreach", "fused", "capturable", "differentiable"}
-               for g in groups) and all("lr" in g for g in groups)
+    assert all(
+        isinstance(g["betas"], list) and not set(g) & {"foreach", "fused", "capturable", "differentiable"}
+        for g in groups
+    ) and all("lr" in g for g in groups)
     assert {tuple(v) for v in sd["membership"].values()} == {("adamw", i) for i in range(len(groups))}
     loaded = build_optimizer(_tiny_model(), TrainConfig(optimizer="muon"))  # adamw and muon groups
     n_adamw = len(loaded.optimizers["adamw"].param_groups)
-    sd["groups"]["adamw"] = [{"fused": not loaded.optimizers["adamw"].defaults["fused"], "lr": 0.5, "betas": [0.8, 0.9]}]
+    sd["groups"]["adamw"] = [
+        {"fused": not loaded.optimizers["adamw"].defaults["fused"], "lr": 0.5, "betas": [0.8, 0.9]}
+    ]
     built = [dict((k, v) for k, v in g.items() if k != "params") for g in loaded.param_groups]
     loaded.load_state_dict(sd)  # no muon groups saved; one adamw group of n_adamw
     g0 = loaded.optimizers["adamw"].param_groups[0]
@@ -411,14 +428,22 @@ def test_optimizer_set_swaps_with_its_defaults_clears_grads_and_steps_every_opti
     the host is followed by the other optimizers' steps (Muon here)."""
     from nexus.optim.optimizers import OptimizerSet
 
-    tcfg = TrainConfig(optimizer={"kind": "muon", "betas": [0.85, 0.97], "eps": 1e-7}, lr=2e-3)  # none of them AdamW's own default
+    tcfg = TrainConfig(
+        optimizer={"kind": "muon", "betas": [0.85, 0.97], "eps": 1e-7}, lr=2e-3
+    )  # none of them AdamW's own default
     model = _tiny_model()
     opt = build_optimizer(model, tcfg)
     torch_defaults = {k: opt.optimizers["adamw"].defaults[k] for k in ("lr", "betas", "eps")}
     groups = opt.optimizers["adamw"].param_groups
-    opt = OptimizerSet({"adamw": torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
-                                                    for g in groups], lr=tcfg.lr, foreach=True),
-                        "muon": opt.optimizers["muon"]}, opt.param_names)
+    opt = OptimizerSet(
+        {
+            "adamw": torch.optim.AdamW(
+                [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in groups], lr=tcfg.lr, foreach=True
+            ),
+            "muon": opt.optimizers["muon"],
+        },
+        opt.param_names,
+    )
     _train(model, opt, steps=1)
     opt.zero_grad()
     assert all(p.grad is None for p in model.parameters())
@@ -443,10 +468,21 @@ def test_optimizer_classes_built_directly_default_to_a_default_run():
     tc = TrainConfig()
     p = [torch.nn.Parameter(torch.zeros(2, 2))]
     a = AdamW(p).defaults
-    assert (a["lr"], a["betas"], a["eps"], a["cautious_wd"]) == (tc.lr, tuple(tc.optimizer.betas), tc.optimizer.eps, tc.cautious_wd)
+    assert (a["lr"], a["betas"], a["eps"], a["cautious_wd"]) == (
+        tc.lr,
+        tuple(tc.optimizer.betas),
+        tc.optimizer.eps,
+        tc.cautious_wd,
+    )
     m = Muon(p).defaults
     assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
-        tc.muon_lr, tc.muon_momentum, tc.muon_wd, tc.muon_ns_steps, tc.muon_ns, tc.cautious_wd)
+        tc.muon_lr,
+        tc.muon_momentum,
+        tc.muon_wd,
+        tc.muon_ns_steps,
+        tc.muon_ns,
+        tc.cautious_wd,
+    )
     assert m["nesterov"] is True  # "Muon Nesterov momentum" (TrainConfig.muon_momentum); no field turns it off
 
 
@@ -496,16 +532,22 @@ def _small_set(adamw: str):
     from nexus.optim.optimizers import OptimizerSet, torch_adamw
 
     torch.manual_seed(0)
-    params = {"gain": torch.nn.Parameter(torch.randn(4)), "embed": torch.nn.Parameter(torch.randn(5, 4)),
-              "hidden": torch.nn.Parameter(torch.randn(6, 4))}
+    params = {
+        "gain": torch.nn.Parameter(torch.randn(4)),
+        "embed": torch.nn.Parameter(torch.randn(5, 4)),
+        "hidden": torch.nn.Parameter(torch.randn(6, 4)),
+    }
     for p in params.values():
         p.grad = torch.randn_like(p)
     groups = [{"params": [params["gain"], params["embed"]]}]
-    adam = {"torch_fused": lambda: torch_adamw(groups, lr=1e-2, betas=(0.9, 0.95), eps=1e-8),
-            "torch_foreach": lambda: torch.optim.AdamW(groups, lr=1e-2, foreach=True),
-            "hand_adamw": lambda: AdamW(groups, lr=1e-2)}[adamw]()
-    return params, OptimizerSet({"adamw": adam, "muon": Muon([params["hidden"]])},
-                                {id(p): n for n, p in params.items()})
+    adam = {
+        "torch_fused": lambda: torch_adamw(groups, lr=1e-2, betas=(0.9, 0.95), eps=1e-8),
+        "torch_foreach": lambda: torch.optim.AdamW(groups, lr=1e-2, foreach=True),
+        "hand_adamw": lambda: AdamW(groups, lr=1e-2),
+    }[adamw]()
+    return params, OptimizerSet(
+        {"adamw": adam, "muon": Muon([params["hidden"]])}, {id(p): n for n, p in params.items()}
+    )
 
 
 @pytest.mark.parametrize("adamw", ["torch_fused", "hand_adamw"])
@@ -543,8 +585,9 @@ def test_torch_adamw_is_built_fused_or_foreach_never_torchs_default():
 
     cpu = torch_adamw([{"params": [torch.nn.Parameter(torch.zeros(2))]}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     assert (cpu.defaults["fused"], cpu.defaults["foreach"]) == (True, False)
-    meta = torch_adamw([{"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))]}], lr=1e-3,
-                       betas=(0.9, 0.95), eps=1e-8)
+    meta = torch_adamw(
+        [{"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))]}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8
+    )
     assert (meta.defaults["fused"], meta.defaults["foreach"]) == (False, True)
 
 
@@ -580,8 +623,11 @@ def test_a_zero_skip_flag_of_any_dtype_is_exactly_an_ordinary_step(kind, flag_dt
     out = []
     for flag in (torch.zeros((), dtype=flag_dtype), None):
         p = torch.nn.Parameter(w.clone())
-        opt = (AdamW([p], lr=1e-2, weight_decay=0.1, cautious_wd=True) if kind == "hand_adamw"
-               else Muon([p], weight_decay=0.1))
+        opt = (
+            AdamW([p], lr=1e-2, weight_decay=0.1, cautious_wd=True)
+            if kind == "hand_adamw"
+            else Muon([p], weight_decay=0.1)
+        )
         for g in grads:
             p.grad = g.clone()
             if flag is not None:
@@ -601,7 +647,7 @@ def test_orthogonalize_works_on_the_wide_orientation():
         with FlopCounterMode(display=False) as flops:
             orthogonalize(torch.randn(shape), 3)
         m, n = min(shape), max(shape)
-        assert flops.get_total_flops() == 3 * 2 * (2 * m * m * n + m ** 3), shape
+        assert flops.get_total_flops() == 3 * 2 * (2 * m * m * n + m**3), shape
 
 
 def test_polar_express_past_its_table_repeats_the_last_triple():
@@ -659,7 +705,7 @@ def test_a_vectors_per_element_steps_follow_adams_definition():
         p.grad = g.clone()
         opt.step()
         t, m, v = t + 1, b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        ref = ref - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) - lr * wd * ref
+        ref = ref - lr * (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps) - lr * wd * ref
     torch.testing.assert_close(p.detach(), ref, atol=0, rtol=1e-12)
     torch.testing.assert_close(opt.state[p]["step"], t, atol=0, rtol=0)
 
@@ -749,7 +795,12 @@ def test_the_plain_adamw_path_reads_its_device_step_counts_on_the_device_where_t
 
     # xla is in torch's capturable list for other optimizers but not for the foreach AdamW kernel
     assert [optimizers.device_side_steps(torch.device(d)) for d in ("cuda", "xpu", "cpu", "meta", "xla")] == [
-        True, True, False, False, False]
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
     seen = []
     real = optimizers.functional_adamw
 

@@ -1,4 +1,5 @@
 """Trainer: bitwise exact resume, token-normalized accumulation, non-finite handling, checkpoints."""
+
 import json
 
 import pytest
@@ -11,9 +12,26 @@ from nexus.train.trainer import Trainer, TrainingAborted
 
 def micro_cfg(out, *extra):
     cfg = get_preset("baseline-micro")
-    parse_overrides(cfg, ["--train.out_dir", str(out), "--train.log_every", "1", "--train.eval_every", "0",
-                          "--data.seq_len", "32", "--train.batch_size", "4", "--model.d_model", "32",
-                          "--train.sample_tokens", "8", *extra])
+    parse_overrides(
+        cfg,
+        [
+            "--train.out_dir",
+            str(out),
+            "--train.log_every",
+            "1",
+            "--train.eval_every",
+            "0",
+            "--data.seq_len",
+            "32",
+            "--train.batch_size",
+            "4",
+            "--model.d_model",
+            "32",
+            "--train.sample_tokens",
+            "8",
+            *extra,
+        ],
+    )
     return cfg.validate()
 
 
@@ -26,8 +44,20 @@ def losses(run_dir):
 def test_exact_resume_is_bitwise(tmp_path, optimizer):
     n, k = 8, 3
     a = tmp_path / "a"
-    Trainer(micro_cfg(a, "--train.steps", str(n), "--train.save_every", str(k), "--train.keep_last", "5",
-                      "--train.optimizer", optimizer), quiet=True).fit()
+    Trainer(
+        micro_cfg(
+            a,
+            "--train.steps",
+            str(n),
+            "--train.save_every",
+            str(k),
+            "--train.keep_last",
+            "5",
+            "--train.optimizer",
+            optimizer,
+        ),
+        quiet=True,
+    ).fit()
     b = tmp_path / "b"
     resume_cfg = micro_cfg(b, "--train.steps", str(n), "--train.optimizer", optimizer)
     Trainer(resume_cfg, resume=str(a / f"step_{k:07d}"), quiet=True).fit()
@@ -94,8 +124,9 @@ def test_nonfinite_loss_skips_then_aborts(tmp_path):
 
 
 def test_a_streak_between_log_steps_still_aborts_fit(tmp_path):
-    t = Trainer(micro_cfg(tmp_path, "--train.max_nonfinite", "2", "--train.steps", "10", "--train.log_every", "5"),
-                quiet=True)
+    t = Trainer(
+        micro_cfg(tmp_path, "--train.max_nonfinite", "2", "--train.steps", "10", "--train.log_every", "5"), quiet=True
+    )
     real = t.train_model.forward
 
     def poisoned(x, labels=None, **kw):
@@ -110,8 +141,20 @@ def test_a_streak_between_log_steps_still_aborts_fit(tmp_path):
 
 
 def test_fit_writes_metrics_checkpoints_and_keeps_last_k(tmp_path):
-    res = Trainer(micro_cfg(tmp_path, "--train.steps", "6", "--train.save_every", "2", "--train.keep_last", "2",
-                            "--train.eval_every", "3"), quiet=True).fit()
+    res = Trainer(
+        micro_cfg(
+            tmp_path,
+            "--train.steps",
+            "6",
+            "--train.save_every",
+            "2",
+            "--train.keep_last",
+            "2",
+            "--train.eval_every",
+            "3",
+        ),
+        quiet=True,
+    ).fit()
     steps = sorted(p.name for p in tmp_path.glob("step_*"))
     assert steps == ["step_0000002", "step_0000004"]
     assert (tmp_path / "checkpoint" / "model.safetensors").is_file()
@@ -134,12 +177,27 @@ def test_last_step_is_evaluated_sampled_and_logged_once(tmp_path, monkeypatch, c
     step, so the loop must not do it too (a second sample printed, a second record skewing plots)."""
     calls = {"sample": [], "evaluate": []}
     for name in calls:
+
         def counted(self, *a, _real=getattr(Trainer, name), _calls=calls[name], **kw):
             _calls.append(self.step)
             return _real(self, *a, **kw)
+
         monkeypatch.setattr(Trainer, name, counted)
-    t = Trainer(micro_cfg(tmp_path, "--train.steps", "4", "--train.sample_every", "2", "--train.eval_every", "2",
-                          "--train.log_every", "2", "--train.save_every", "2"))
+    t = Trainer(
+        micro_cfg(
+            tmp_path,
+            "--train.steps",
+            "4",
+            "--train.sample_every",
+            "2",
+            "--train.eval_every",
+            "2",
+            "--train.log_every",
+            "2",
+            "--train.save_every",
+            "2",
+        )
+    )
     t.fit()
     assert calls == {"sample": [2, 4], "evaluate": [2, 4]}
     out = capsys.readouterr().out
@@ -157,7 +215,8 @@ def test_a_saved_optimizer_state_this_run_does_not_hold_is_named_in_the_notes(tm
     fresh = Trainer(micro_cfg(tmp_path / "b", "--train.steps", "1"), quiet=True)
     fresh._restore(st)
     assert [n for n in fresh.notes if "left out" in n] == [
-        "optimizer state of 1 parameter(s) this run does not train was left out: frozen.weight"]
+        "optimizer state of 1 parameter(s) this run does not train was left out: frozen.weight"
+    ]
     t2 = Trainer(micro_cfg(tmp_path / "c", "--train.steps", "1"), quiet=True)
     t2._restore(t.trainer_state())  # a matching state: no such note
     assert not [n for n in t2.notes if "left out" in n]
@@ -204,8 +263,10 @@ def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, log_ever
     """The training loop reads the device's numbers (loss, grad norm, skip counters) on log steps only; a
     step in between reads only its labels' valid-target counts, which are the loader's CPU tensors
     (`_valid_targets`). log_every 1 is the positive control: the spy sees the metric reads there."""
-    t = Trainer(micro_cfg(tmp_path, "--train.steps", "8", "--train.log_every", str(log_every),
-                          "--train.save_every", "0"), quiet=True)
+    t = Trainer(
+        micro_cfg(tmp_path, "--train.steps", "8", "--train.log_every", str(log_every), "--train.save_every", "0"),
+        quiet=True,
+    )
     real_step, real_hooks = t.train_step, t.call_hooks
     spy = _HostReads()
 
@@ -232,9 +293,13 @@ def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, log_ever
     assert any(fn == "_valid_targets" for _, fn in spy.reads)
 
 
-@pytest.mark.parametrize("extra, match", [(["--train.compile", "true", "--train.compile_mode", "max-autotune"],
-                                           "compile_mode='max-autotune'"),
-                                          (["--train.compile_mode", "reduce-overhead"], "unless train.compile is true")])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--train.compile", "true", "--train.compile_mode", "max-autotune"], "compile_mode='max-autotune'"),
+        (["--train.compile_mode", "reduce-overhead"], "unless train.compile is true"),
+    ],
+)
 def test_a_compile_mode_is_refused_when_unknown_or_without_compiling(tmp_path, extra, match):
     from nexus.config import ConfigError
 

@@ -5,6 +5,7 @@ so the logic is proven on a machine without a GPU.
 Tolerances are stated beside each check: fp32 paths are held to fp32 rounding of O(1)-O(10) logits,
 bf16 autocast to what bf16's 8-bit mantissa allows over 20 training steps.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,34 @@ def _train_losses(tmp_path, device: str, name: str, extra=()) -> list[float]:
     from nexus.train.trainer import Trainer
 
     out = tmp_path / name
-    cfg = parse_overrides(get_preset("baseline-micro"), [
-        "--train.steps", "20", "--train.log_every", "1", "--train.eval_every", "0", "--train.eval_batches", "1",
-        "--train.sample_every", "0", "--train.sample_tokens", "2", "--train.save_every", "0", "--train.batch_size", "4",
-        "--data.seq_len", "64", "--train.device", device, "--train.out_dir", str(out), *extra])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        [
+            "--train.steps",
+            "20",
+            "--train.log_every",
+            "1",
+            "--train.eval_every",
+            "0",
+            "--train.eval_batches",
+            "1",
+            "--train.sample_every",
+            "0",
+            "--train.sample_tokens",
+            "2",
+            "--train.save_every",
+            "0",
+            "--train.batch_size",
+            "4",
+            "--data.seq_len",
+            "64",
+            "--train.device",
+            device,
+            "--train.out_dir",
+            str(out),
+            *extra,
+        ],
+    )
     Trainer(cfg.validate(), quiet=True).fit()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in rows if "loss" in r]
@@ -95,15 +120,28 @@ def test_compiled_chunked_loss_gives_the_eager_losses(tmp_path, device):
     """The chunked head + CE traced by torch.compile (its chunk loop unrolled into the graph) against the eager
     plain path: fp32, so within the compile test's tolerance."""
     eager = _train_losses(tmp_path, device, "eager", ["--train.compile", "false"])
-    compiled = _train_losses(tmp_path, device, "compiled", ["--train.compile", "true", "--model.loss_chunk_tokens", "50"])
+    compiled = _train_losses(
+        tmp_path, device, "compiled", ["--train.compile", "true", "--model.loss_chunk_tokens", "50"]
+    )
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), atol=2e-4, rtol=0)
 
 
 # ----------------------------------------------------------------------------- SDPA backends
 # Every preset whose attention goes through F.scaled_dot_product_attention, one per attention variant.
-SDPA_PRESETS = ["baseline-tiny", "gated-tiny", "resformer-tiny", "exo-e-tiny", "exo-dynamic-e-tiny", "nures-h-tiny",
-                "naive-combination-tiny", "nexus-qk-tiny", "nexus-recursive-tiny", "nexusformer-micro",
-                "tokenformer-micro", "sparkling-moe-tiny"]
+SDPA_PRESETS = [
+    "baseline-tiny",
+    "gated-tiny",
+    "resformer-tiny",
+    "exo-e-tiny",
+    "exo-dynamic-e-tiny",
+    "nures-h-tiny",
+    "naive-combination-tiny",
+    "nexus-qk-tiny",
+    "nexus-recursive-tiny",
+    "nexusformer-micro",
+    "tokenformer-micro",
+    "sparkling-moe-tiny",
+]
 # Variants that cannot use a fused kernel, with the reason (none today: a new entry must say why).
 SDPA_FALLBACK: dict[str, str] = {}
 
@@ -152,13 +190,18 @@ def _width_cfg():
 
 def _nexus_rank_cfg():
     proj = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v", "o", "ffn"], rank_m=24, rank_a=32)
-    return RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj))
+    return RunConfig(
+        model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj)
+    )
 
 
 def _tokenformer_cfg():
-    proj = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=12,
-                                  ffn_param_tokens=20, freeze_scale=True)
-    return RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj))
+    proj = ProjectionOptions.make(
+        "pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=12, ffn_param_tokens=20, freeze_scale=True
+    )
+    return RunConfig(
+        model=ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=64, max_seq_len=128, projection=proj)
+    )
 
 
 GROWTHS = {
@@ -172,8 +215,13 @@ GROWTH_LOGIT_ATOL = 2e-4  # fp32, logits O(1): growth reorders sums over the gro
 def _state_tensors(opt_set):
     """Every parameter-shaped optimizer tensor (moments, per-element steps, re-warmup masks). A scalar
     step may live on the CPU by torch's own design (non-fused AdamW keeps it there)."""
-    return [v for opt in opt_set.optimizers.values() for st in opt.state.values() for v in st.values()
-            if torch.is_tensor(v) and v.ndim > 0]
+    return [
+        v
+        for opt in opt_set.optimizers.values()
+        for st in opt.state.values()
+        for v in st.values()
+        if torch.is_tensor(v) and v.ndim > 0
+    ]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -227,7 +275,14 @@ def _order2(device):
 
 def _recurrent(device):
     torch.manual_seed(0)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4), vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4),
+        vocab_size=50,
+        d_model=16,
+        n_layers=2,
+        n_heads=1,
+        ffn_hidden=32,
+    )
     return build_model(cfg).to(device)
 
 
@@ -252,7 +307,7 @@ def test_cached_generation_equals_uncached(device, make, monkeypatch):
 def _greedy_gap(model, seq, start: int) -> float:
     """Largest gap between the best logit and the chosen token's, over the generated positions."""
     with torch.no_grad():
-        logits = model(seq[:, :-1]).logits[:, start - 1:]
+        logits = model(seq[:, :-1]).logits[:, start - 1 :]
     chosen = logits.gather(-1, seq[:, start:, None]).squeeze(-1)
     return float((logits.max(-1).values - chosen).max())
 
@@ -274,8 +329,15 @@ def test_higher_order_attention_is_causal(device, form, targets, order):
 def _peak_step_bytes(t_inner: int, full_backprop: bool) -> int:
     """Peak CUDA memory of one training forward + backward above what the model and batch hold."""
     torch.manual_seed(0)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=t_inner, full_backprop=full_backprop), vocab_size=259, d_model=256, n_layers=2, n_heads=1, ffn_hidden=512,
-                      max_seq_len=256)
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=2, t_inner=t_inner, full_backprop=full_backprop),
+        vocab_size=259,
+        d_model=256,
+        n_layers=2,
+        n_heads=1,
+        ffn_hidden=512,
+        max_seq_len=256,
+    )
     model = build_model(cfg).cuda().train()
     x, y = _batch(259, "cuda", b=8, t=256)
     torch.cuda.synchronize()
@@ -320,8 +382,13 @@ def test_fsdp2_world_size_one_trains_and_round_trips_a_sharded_checkpoint(tmp_pa
     cfg = get_preset("baseline-micro")
     cfg.model.vocab_size = 259
     cfg.validate()
-    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}",
-                            rank=0, world_size=1, **({"device_id": dev} if dev.type == "cuda" else {}))
+    dist.init_process_group(
+        "nccl" if dev.type == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        rank=0,
+        world_size=1,
+        **({"device_id": dev} if dev.type == "cuda" else {}),
+    )
     try:
         torch.manual_seed(0)
         model = shard_model(build_model(cfg.model).to(dev), make_mesh(dev, 1))
@@ -399,10 +466,27 @@ def test_a_training_step_between_log_steps_never_waits_for_the_device(tmp_path):
     The CPU twin is tests/test_core_train.py::test_steps_between_log_steps_read_nothing_from_the_device."""
     from nexus.train.trainer import Trainer
 
-    cfg = parse_overrides(get_preset("baseline-micro"), [
-        "--train.steps", "10", "--train.log_every", "100", "--train.eval_every", "0", "--train.save_every", "0",
-        "--train.batch_size", "4", "--data.seq_len", "64", "--train.device", "cuda", "--train.out_dir",
-        str(tmp_path / "run")])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        [
+            "--train.steps",
+            "10",
+            "--train.log_every",
+            "100",
+            "--train.eval_every",
+            "0",
+            "--train.save_every",
+            "0",
+            "--train.batch_size",
+            "4",
+            "--data.seq_len",
+            "64",
+            "--train.device",
+            "cuda",
+            "--train.out_dir",
+            str(tmp_path / "run"),
+        ],
+    )
     t = Trainer(cfg.validate(), quiet=True)
     t.train_step(0)  # the first step creates the optimizer state
     torch.cuda.synchronize()

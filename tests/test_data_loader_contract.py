@@ -1,5 +1,6 @@
 """DataModule's contract, each property checked against an independent computation on a corpus whose token at
 position i is known (issue 42: the loader's mutation survivors). In-process, about a second."""
+
 from __future__ import annotations
 
 import os
@@ -130,8 +131,10 @@ def test_a_bin_source_refuses_bpe_and_keeps_a_tokenizer_handed_in(tmp_path):
 def test_the_summary_of_a_bin_names_its_split_and_a_prepared_corpus_ends_at_its_counts(tmp_path):
     p = _ramp_bin(tmp_path, 200)
     s = DataModule(DataConfig(source=str(p), seq_len=8, val_fraction=0.1)).summary()
-    assert s == (f"{p} (bin) | tokenizer byte (vocab {ByteTokenizer().vocab_size}) | train 180 tokens | validation 20 tokens | validation: the "
-                 "last 10% of the tokens (20; a bare .bin has no document boundaries, so the split is by position)")
+    assert s == (
+        f"{p} (bin) | tokenizer byte (vocab {ByteTokenizer().vocab_size}) | train 180 tokens | validation 20 tokens | validation: the "
+        "last 10% of the tokens (20; a bare .bin has no document boundaries, so the split is by position)"
+    )
     (tmp_path / "c.txt").write_text("".join(f"document {i} with a few words in it\n\n" for i in range(40)))
     from nexus.data.prepare import prepare
     from nexus.data.sources import resolve_source
@@ -151,8 +154,10 @@ def test_a_stored_position_in_another_corpus_is_said_and_the_same_corpus_is_quie
     assert dm.load_state_dict(st) is None
     assert dm.load_state_dict({"step": 5, "samples": 40}) is None  # an older checkpoint without the count
     note = dm.load_state_dict({"step": 5, "samples": 1234, "train_tokens": 5000})
-    assert note == ("data: the checkpoint's position was in a corpus of 5,000 training tokens, this one has 180; "
-                    "reading continues at sample 1,234")
+    assert note == (
+        "data: the checkpoint's position was in a corpus of 5,000 training tokens, this one has 180; "
+        "reading continues at sample 1,234"
+    )
     assert dm.sample_index(5, 0, 4, 2) == 1234 and dm.sample_index(6, 1, 4, 2) == 1234 + 3 * 4
     assert dm.epochs(360) == 2.0 and dm.epochs(45) == 0.25
 
@@ -219,8 +224,10 @@ def test_the_cache_is_built_where_NEXUS_CACHE_points_with_the_run_settings(tmp_p
     from nexus.data.prepare import SHARD_BYTES, Progress
 
     assert [(c["num_proc"], c["progress"]) for c in calls] == [(3, False), (2, True)]
-    assert all(c["label"] == "data" and c["shard_bytes"] == SHARD_BYTES and c["quiet_below_s"] == Progress.EVERY_S
-               for c in calls)
+    assert all(
+        c["label"] == "data" and c["shard_bytes"] == SHARD_BYTES and c["quiet_below_s"] == Progress.EVERY_S
+        for c in calls
+    )
 
 
 # ------------------------------------------------------------------ after the first mutation run (issue 42)

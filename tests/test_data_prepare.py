@@ -1,5 +1,6 @@
 """`nexus data prepare`: sharded token files + manifest equal to an in-memory reference, the same with
 worker processes, resumable without redoing finished shards, atomic, memory-mapped when trained on."""
+
 import json
 
 import numpy as np
@@ -26,7 +27,7 @@ def reference(docs, tok, val_fraction, seed, block=1000):
     every document encoded alone and followed by EOS."""
     out = {"train": [], "val": []}
     for b in range(0, len(docs), block):
-        chunk = docs[b:b + block]
+        chunk = docs[b : b + block]
         k = int(round(len(chunk) * val_fraction))
         k = max(1, k) if b == 0 else k
         rng = np.random.default_rng(seed if b == 0 else [seed, b // block])
@@ -44,8 +45,26 @@ def read_split(d, split):
 def test_prepare_cli_writes_shards_and_manifest_equal_to_the_reference(tmp_path, capsys):
     docs = corpus(tmp_path)
     out = tmp_path / "prep"
-    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
-                 "--num-proc", "1", "--shard-mb", "1", "--val-fraction", "0.1"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(tmp_path / "c.txt"),
+                "--tokenizer",
+                "byte",
+                "--out",
+                str(out),
+                "--num-proc",
+                "1",
+                "--shard-mb",
+                "1",
+                "--val-fraction",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "tokens/s" in err and str(out) in err
     ref = reference(docs, ByteTokenizer(), 0.1, 1234)
@@ -56,11 +75,41 @@ def test_prepare_cli_writes_shards_and_manifest_equal_to_the_reference(tmp_path,
     assert m["bytes"]["train"] + m["bytes"]["val"] == sum(len(d.encode()) for d in docs)
     assert m["tokenizer"]["kind"] == "byte" and m["dtype"] == "uint16" and m["source"] == str(tmp_path / "c.txt")
     assert (out / "tokenizer.txt").is_file()
-    again = main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
-                  "--num-proc", "1", "--shard-mb", "1", "--val-fraction", "0.1", "--quiet"])
+    again = main(
+        [
+            "data",
+            "prepare",
+            str(tmp_path / "c.txt"),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(out),
+            "--num-proc",
+            "1",
+            "--shard-mb",
+            "1",
+            "--val-fraction",
+            "0.1",
+            "--quiet",
+        ]
+    )
     assert again == 0  # the same command on a finished directory reuses it
-    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
-                 "--val-fraction", "0.2"]) == 2  # other settings: refused, not mixed
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(tmp_path / "c.txt"),
+                "--tokenizer",
+                "byte",
+                "--out",
+                str(out),
+                "--val-fraction",
+                "0.2",
+            ]
+        )
+        == 2
+    )  # other settings: refused, not mixed
     err = capsys.readouterr().err  # each differing setting named, old value first
     assert "prepared with other settings: --shard-mb 1 -> 8; --val-fraction 0.1 -> 0.2" in err, err
 
@@ -111,8 +160,15 @@ def test_training_on_a_prepared_multi_shard_directory_maps_it(tmp_path):
 
     docs = corpus(tmp_path, 300)
     out = tmp_path / "prep"
-    P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1,
-              shard_bytes=2000, progress=False)
+    P.prepare(
+        resolve_source(str(tmp_path / "c.txt")),
+        DataConfig(),
+        ByteTokenizer(),
+        out,
+        num_proc=1,
+        shard_bytes=2000,
+        progress=False,
+    )
     tracemalloc.start()
     dm = DataModule(DataConfig(source=str(out), seq_len=32))
     peak = tracemalloc.get_traced_memory()[1]
@@ -124,7 +180,7 @@ def test_training_on_a_prepared_multi_shard_directory_maps_it(tmp_path):
     # a window across a shard boundary reads both shards
     b = int(dm.train.tokens.starts[1])
     x, y = dm.train.window(b - 5, 10)
-    assert x.tolist() == ref["train"][b - 5:b + 5] and y.tolist() == ref["train"][b - 4:b + 6]
+    assert x.tolist() == ref["train"][b - 5 : b + 5] and y.tolist() == ref["train"][b - 4 : b + 6]
 
 
 # ----------------------------------------------------------------------------- the sampler
@@ -149,8 +205,9 @@ def test_every_window_once_per_epoch_and_ranks_read_disjoint_windows(tmp_path):
     starts = dm.sampler.starts(5 * 3 * 8, 24)  # step 5 begins after 5 steps x 3 micro-batches x 8 sequences
     assert len(set(starts.tolist())) == 24  # 24 distinct windows (their text may repeat: the corpus does)
     want = [tuple(dm.train.window(int(st), 16)[0].tolist()) for st in starts]
-    assert seen[0] + seen[1] == [w for m in range(3) for w in want[8 * m:8 * m + 4]] + \
-        [w for m in range(3) for w in want[8 * m + 4:8 * m + 8]]
+    assert seen[0] + seen[1] == [w for m in range(3) for w in want[8 * m : 8 * m + 4]] + [
+        w for m in range(3) for w in want[8 * m + 4 : 8 * m + 8]
+    ]
 
 
 def test_leftover_shard_files_of_dead_processes_go_live_ones_stay(tmp_path):
@@ -171,8 +228,9 @@ def test_leftover_shard_files_of_dead_processes_go_live_ones_stay(tmp_path):
 
 def _prepare_into(src, out, q):
     try:
-        m = P.prepare(resolve_source(src), DataConfig(), ByteTokenizer(), out, num_proc=1, shard_bytes=1500,
-                      progress=False)
+        m = P.prepare(
+            resolve_source(src), DataConfig(), ByteTokenizer(), out, num_proc=1, shard_bytes=1500, progress=False
+        )
         q.put(json.dumps(m["shards"]))
     except BaseException as e:  # report, so the test shows what broke
         q.put(f"error: {type(e).__name__}: {e}")
@@ -193,7 +251,9 @@ def test_two_processes_preparing_one_directory_at_once_agree(tmp_path):
         p.join(timeout=60)
     assert not any(g.startswith("error") for g in got), got
     assert got[0] == got[1]
-    assert read_split(tmp_path / "prep", "train") == reference(corpus(tmp_path, 400), ByteTokenizer(), 0.05, 1234)["train"]
+    assert (
+        read_split(tmp_path / "prep", "train") == reference(corpus(tmp_path, 400), ByteTokenizer(), 0.05, 1234)["train"]
+    )
 
 
 def test_prepared_output_records_every_file_it_wrote(tmp_path):
@@ -203,8 +263,7 @@ def test_prepared_output_records_every_file_it_wrote(tmp_path):
 
     (tmp_path / "c.txt").write_text("\n\n".join(f"document {i} " + "text " * 40 for i in range(60)))
     out = tmp_path / "prep"
-    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
-                 "--quiet"]) == 0
+    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out), "--quiet"]) == 0
     on_disk = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file() and p.name != ".nexus-run"}
     assert sum(n.endswith(".bin") for n in on_disk) >= 2  # train and validation shards, each recorded
     assert {k: v["size"] for k, v in read_manifest(out)["files"].items()} == on_disk
@@ -215,8 +274,23 @@ def test_prepared_output_records_every_file_it_wrote(tmp_path):
 
 # ----------------------------------------------------------------------------- lock, shard hashes, workers
 def _prepare_cli(tmp_path, out, *more):
-    return main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "byte", "--out", str(out),
-                 "--num-proc", "1", "--shard-mb", "1", "--quiet", *more])
+    return main(
+        [
+            "data",
+            "prepare",
+            str(tmp_path / "c.txt"),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(out),
+            "--num-proc",
+            "1",
+            "--shard-mb",
+            "1",
+            "--quiet",
+            *more,
+        ]
+    )
 
 
 def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
@@ -227,9 +301,16 @@ def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_
     corpus(tmp_path, 50)
     out = tmp_path / "prep"
     holder = subprocess.Popen(  # a live process holding --out's lock, as a running prepare does
-        [sys.executable, "-c", "import sys; from nexus.outdir import acquire_output_lock as a; "
-         f"lk = a({str(out)!r}); print('held', flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from nexus.outdir import acquire_output_lock as a; "
+            f"lk = a({str(out)!r}); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert _prepare_cli(tmp_path, out) == 2
@@ -276,7 +357,7 @@ def test_a_truncated_shard_is_refused_in_one_line_and_a_deleted_one_is_prepared_
     assert _prepare_cli(tmp_path, out) == 0
     shard = out / "train-00000.bin"
     good = shard.read_bytes()
-    shard.write_bytes(good[:len(good) // 2])
+    shard.write_bytes(good[: len(good) // 2])
     capsys.readouterr()
     assert _prepare_cli(tmp_path, out) == 2
     err = capsys.readouterr().err.strip()
@@ -351,9 +432,28 @@ def test_kill_9_of_prepare_leaves_no_worker_behind(tmp_path):
     text = "\n\n".join(f"document {i} " + "some words of text " * 300 for i in range(6000))  # ~34 MB
     (tmp_path / "c.txt").write_text(text)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "nexus", "data", "prepare", str(tmp_path / "c.txt"), "--tokenizer",
-                          "byte", "--out", str(tmp_path / "prep"), "--num-proc", "2", "--shard-mb", "1", "--quiet"],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nexus",
+            "data",
+            "prepare",
+            str(tmp_path / "c.txt"),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(tmp_path / "prep"),
+            "--num-proc",
+            "2",
+            "--shard-mb",
+            "1",
+            "--quiet",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     seen: set[int] = set()
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None:
@@ -428,13 +528,37 @@ def test_prepared_shards_are_mapped_read_only(tmp_path):
 def _chat_corpus(tmp_path, n=200):
     with open(tmp_path / "chat.jsonl", "w") as f:
         for i in range(n):
-            f.write(json.dumps({"messages": [{"role": "user", "content": f"question {i} " * 20},
-                                             {"role": "assistant", "content": f"answer {i} " * 30}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": f"question {i} " * 20},
+                            {"role": "assistant", "content": f"answer {i} " * 30},
+                        ]
+                    }
+                )
+                + "\n"
+            )
 
 
 def _chat_cli(tmp_path, out):
-    return main(["data", "prepare", str(tmp_path / "chat.jsonl"), "--tokenizer", "byte", "--chat", "--out", str(out),
-                 "--num-proc", "1", "--shard-mb", "1", "--quiet"])
+    return main(
+        [
+            "data",
+            "prepare",
+            str(tmp_path / "chat.jsonl"),
+            "--tokenizer",
+            "byte",
+            "--chat",
+            "--out",
+            str(out),
+            "--num-proc",
+            "1",
+            "--shard-mb",
+            "1",
+            "--quiet",
+        ]
+    )
 
 
 @pytest.mark.parametrize("damage,needle", [("flip", "does not match the sha256"), ("truncate", "truncated or damaged")])
@@ -464,21 +588,32 @@ def test_a_damaged_loss_mask_shard_is_refused_like_a_token_shard(tmp_path, capsy
 def test_the_refusal_names_the_recorded_hash_and_counts_the_other_damaged_shards(tmp_path):
     corpus(tmp_path, 300)
     out = tmp_path / "prep"
-    P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), out, num_proc=1,
-              shard_bytes=2000, progress=False)
+    P.prepare(
+        resolve_source(str(tmp_path / "c.txt")),
+        DataConfig(),
+        ByteTokenizer(),
+        out,
+        num_proc=1,
+        shard_bytes=2000,
+        progress=False,
+    )
     m = json.loads((out / "manifest.json").read_text())
     first, second = m["shards"]["train"][0], m["shards"]["train"][1]
     _flip_byte(out / first["file"])
     _flip_byte(out / second["file"])
     with pytest.raises(ConfigError) as e:
         DataModule(DataConfig(source=str(out), seq_len=32))
-    assert (f"shard {first['file']} does not match the sha256 the manifest recorded ({first['sha256'][:16]}...): its "
-            "bytes changed after it was prepared (and 1 more) (valid:") in str(e.value)
+    assert (
+        f"shard {first['file']} does not match the sha256 the manifest recorded ({first['sha256'][:16]}...): its "
+        "bytes changed after it was prepared (and 1 more) (valid:"
+    ) in str(e.value)
     shard = out / first["file"]
     shard.write_bytes(shard.read_bytes()[:4])
     with pytest.raises(ConfigError) as e:
         DataModule(DataConfig(source=str(out), seq_len=32))
-    assert f"shard {first['file']} is 4 bytes, the manifest says {first['tokens'] * 2:,} (truncated or damaged)" in str(e.value)
+    assert f"shard {first['file']} is 4 bytes, the manifest says {first['tokens'] * 2:,} (truncated or damaged)" in str(
+        e.value
+    )
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -496,8 +631,13 @@ def test_the_check_is_announced_exactly_from_its_threshold_on_rank_0(tmp_path, m
     size = sum(e["tokens"] * (3 if chat else 2) for s in ("train", "val") for e in m["shards"][s])
     cfg = DataConfig(source=str(out), seq_len=32, chat=chat, tokenizer=str(out) if chat else "byte")
     capsys.readouterr()
-    for threshold, rank, said in ((size + 1, None, False), (size, None, True), (size, "0", True), (size, "", True),
-                                  (size, "1", False)):
+    for threshold, rank, said in (
+        (size + 1, None, False),
+        (size, None, True),
+        (size, "0", True),
+        (size, "", True),
+        (size, "1", False),
+    ):
         monkeypatch.setattr(shards, "VERIFY_NOTE_BYTES", threshold)
         if rank is None:
             monkeypatch.delenv("RANK", raising=False)
@@ -515,11 +655,17 @@ def test_a_model_tokenizer_mismatch_advises_preparing_with_the_model_tokenizer(t
     m = {"tokenizer": tokenizer_identity(ByteTokenizer())}
     with pytest.raises(ConfigError) as e:
         check_tokenizer(m, ChatByteTokenizer(), "data/x", model_tokenizer=True)
-    assert ("but the model's tokenizer (from its checkpoint) is byte_chat (vocab 262" in str(e.value) and
-            "(valid: a corpus prepared with the model's tokenizer: nexus data prepare TEXT --tokenizer CHECKPOINT "
-            "--out DIR)" in str(e.value))
-    with pytest.raises(ConfigError, match=r"but the run's data.tokenizer is byte_chat .*\(valid: --data.tokenizer "
-                                          r"data/x, the tokenizer stored with the corpus\)"):
+    assert (
+        "but the model's tokenizer (from its checkpoint) is byte_chat (vocab 262" in str(e.value)
+        and "(valid: a corpus prepared with the model's tokenizer: nexus data prepare TEXT --tokenizer CHECKPOINT "
+        "--out DIR)"
+        in str(e.value)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"but the run's data.tokenizer is byte_chat .*\(valid: --data.tokenizer "
+        r"data/x, the tokenizer stored with the corpus\)",
+    ):
         check_tokenizer(m, ChatByteTokenizer(), "data/x")
 
 
@@ -567,7 +713,7 @@ def test_split_tail_takes_the_last_tokens_across_arrays():
     for n in range(0, 10):
         head, tail = split_tail(arrays, n)
         whole = lambda xs: np.concatenate(xs).tolist() if xs else []  # noqa: E731
-        assert whole(head) == ref[:9 - n].tolist() and whole(tail) == ref[9 - n:].tolist(), n
+        assert whole(head) == ref[: 9 - n].tolist() and whole(tail) == ref[9 - n :].tolist(), n
 
 
 def test_a_bin_file_is_mapped_read_only_and_its_ids_checked_from_the_first():

@@ -2,6 +2,7 @@
 how a settings mismatch is named, how documents are grouped into shards, how texts become ids with EOS,
 the progress lines, the closing summary and the refusal of a changed shard (issue 42 item 6: prepare.py's
 mutation survivors). Expected values are computed from the inputs the test builds."""
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,51 @@ from nexus.data.tokenizer import ByteTokenizer
 def test_every_setting_that_differs_is_named_as_the_prepare_flag_old_value_first_in_a_fixed_order():
     tok_a = {"kind": "byte", "vocab_size": 259, "sha256": "aa"}
     tok_b = {"kind": "bpe", "vocab_size": 4096, "sha256": "bb"}
-    old = {"source": "a", "tokenizer": tok_a, "val_fraction": 0.05, "split_seed": 1, "split_block": 1000,
-           "text_field": "text", "chat": False, "max_documents": None, "shard_bytes": 8 << 20, "version": 1, "zz": 1}
-    new = {"source": "b", "tokenizer": tok_b, "val_fraction": 0.1, "split_seed": 2, "split_block": 500,
-           "text_field": "body", "chat": True, "max_documents": 7, "shard_bytes": 3 << 19, "version": 2, "zz": 2,
-           "document_per_file": True}
+    old = {
+        "source": "a",
+        "tokenizer": tok_a,
+        "val_fraction": 0.05,
+        "split_seed": 1,
+        "split_block": 1000,
+        "text_field": "text",
+        "chat": False,
+        "max_documents": None,
+        "shard_bytes": 8 << 20,
+        "version": 1,
+        "zz": 1,
+    }
+    new = {
+        "source": "b",
+        "tokenizer": tok_b,
+        "val_fraction": 0.1,
+        "split_seed": 2,
+        "split_block": 500,
+        "text_field": "body",
+        "chat": True,
+        "max_documents": 7,
+        "shard_bytes": 3 << 19,
+        "version": 2,
+        "zz": 2,
+        "document_per_file": True,
+    }
     unknown = ["k5", "k1", "k4", "k0", "k3", "k2"]  # keys of another release: by name after the known ones
     old.update({k: 1 for k in unknown})
     new.update({k: 2 for k in unknown})
     assert P.differences(old, new).split("; ") == [
-        "--shard-mb 8 -> 1.5", "--val-fraction 0.05 -> 0.1", "--split-seed 1 -> 2", "--text-field text -> body",
-        "--chat off -> on", "--max-documents unset -> 7", "--document-per-file off -> on",
-        "--tokenizer byte (vocab 259, sha256 aa) -> bpe (vocab 4096, sha256 bb)", "the split block size 1000 -> 500",
+        "--shard-mb 8 -> 1.5",
+        "--val-fraction 0.05 -> 0.1",
+        "--split-seed 1 -> 2",
+        "--text-field text -> body",
+        "--chat off -> on",
+        "--max-documents unset -> 7",
+        "--document-per-file off -> on",
+        "--tokenizer byte (vocab 259, sha256 aa) -> bpe (vocab 4096, sha256 bb)",
+        "the split block size 1000 -> 500",
         "the format version 1 -> 2",
         *[f"{k} 1 -> 2" for k in sorted(unknown)],
-        "SOURCE is not the one it was prepared from (file paths, sizes or modification times differ)", "zz 1 -> 2"]
+        "SOURCE is not the one it was prepared from (file paths, sizes or modification times differ)",
+        "zz 1 -> 2",
+    ]
     assert P.differences(old, dict(old)) == ""
     assert P.differences({"document_per_file": True}, {}) == "--document-per-file on -> off"  # absent: off
 
@@ -61,12 +92,14 @@ def test_a_single_document_is_cut_into_its_training_head_and_validation_tail():
     cfg = DataConfig(val_fraction=0.25)
     cut = int(len(text) * (1 - 0.25))
     assert list(P._shard_tasks(iter([(text, None), ("never read", False)]), cfg, 7)) == [
-        [(text[:cut], False), (text[cut:], True)]]
+        [(text[:cut], False), (text[cut:], True)]
+    ]
     conv = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "there"}]}
     joined = "hi\nthere"  # the messages' text, cut like any single document
     cut = int(len(joined) * (1 - 0.5))
     assert list(P._shard_tasks(iter([(conv, None)]), DataConfig(val_fraction=0.5), 7)) == [
-        [(joined[:cut], False), (joined[cut:], True)]]
+        [(joined[:cut], False), (joined[cut:], True)]
+    ]
     with pytest.raises(ConfigError, match="holds one conversation"):
         list(P._shard_tasks(iter([(conv, None)]), DataConfig(chat=True, source="one.jsonl"), 7))
 
@@ -79,6 +112,7 @@ def test_a_documents_text_is_itself_its_messages_joined_or_its_string_form():
 
 class ListTokenizer:
     """A tokenizer with only encode_batch (no flat encoder): one id per character, EOS 999."""
+
     eos_id = 999
 
     def encode_batch(self, texts):
@@ -101,8 +135,15 @@ def test_a_shard_is_written_as_its_split_files_with_their_counts_and_hashes(tmp_
     res = P.encode_shard(tok, 3, docs, tmp_path, "uint16", False)
     train = np.array(tok.encode("ab") + [tok.eos_id] + tok.encode("f") + [tok.eos_id], dtype=np.uint16)
     assert res["chars"] == 6
-    assert res["train"] == {"file": "train-00003.bin", "mask": None, "tokens": len(train), "documents": 2, "bytes": 3,
-                            "max_id": int(train.max()), "sha256": hashlib.sha256(train.tobytes()).hexdigest()}
+    assert res["train"] == {
+        "file": "train-00003.bin",
+        "mask": None,
+        "tokens": len(train),
+        "documents": 2,
+        "bytes": 3,
+        "max_id": int(train.max()),
+        "sha256": hashlib.sha256(train.tobytes()).hexdigest(),
+    }
     assert (tmp_path / "train-00003.bin").read_bytes() == train.tobytes()
     assert res["val"]["file"] == "val-00003.bin" and res["val"]["tokens"] == 4 and res["val"]["documents"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train-00003.bin", "val-00003.bin"]  # no temporaries left
@@ -130,8 +171,10 @@ def test_progress_prints_tokens_rate_and_eta_every_interval_off_a_terminal(monke
     meter.update(10, 500)  # t = 2.5: none (0.5 s since the last)
     meter.update(80, 500)  # t = 4: a line; more characters than the input's size read
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["nexus prepare: 1,000 tokens | 500 tokens/s | 50% of input, ETA 2 s",
-                     "nexus prepare: 2,000 tokens | 500 tokens/s | 100% of input, ETA 0 s"]
+    assert lines == [
+        "nexus prepare: 1,000 tokens | 500 tokens/s | 50% of input, ETA 2 s",
+        "nexus prepare: 2,000 tokens | 500 tokens/s | 100% of input, ETA 0 s",
+    ]
     stream = P.Progress(None, "data", True)  # t = 6 at its start
     stream.EVERY_S = 0.0
     monkeypatch.setattr(P.time, "perf_counter", lambda: 8.0)
@@ -154,8 +197,10 @@ def test_the_summary_is_printed_only_when_preparing_took_at_least_quiet_below_s(
     m = P.prepare(src, DataConfig(), ByteTokenizer(), tmp_path / "b", shard_bytes=500, label="data")
     err = capsys.readouterr().err.strip()
     n_shards = len({e["file"].split("-")[1] for s in ("train", "val") for e in m["shards"][s]})
-    assert err.startswith(f"nexus data: {m['tokens']['train']:,} train + {m['tokens']['val']:,} validation tokens from "
-                          f"{m['documents']['train'] + m['documents']['val']:,} documents in {n_shards} shard(s), ")
+    assert err.startswith(
+        f"nexus data: {m['tokens']['train']:,} train + {m['tokens']['val']:,} validation tokens from "
+        f"{m['documents']['train'] + m['documents']['val']:,} documents in {n_shards} shard(s), "
+    )
     assert err.endswith(f"tokens/s) -> {tmp_path / 'b'}") and "\n" not in err
     P.prepare(src, DataConfig(), ByteTokenizer(), tmp_path / "c", shard_bytes=500, progress=False)
     assert capsys.readouterr().err == ""
@@ -279,7 +324,8 @@ def test_a_worker_takes_its_tokenizer_one_thread_and_its_parent_and_encodes_like
     (tmp_path / "w").mkdir()
     (tmp_path / "p").mkdir()
     assert P._encode_in_worker(2, docs, tmp_path / "w", "uint16", False) == P.encode_shard(
-        ByteTokenizer(), 2, docs, tmp_path / "p", "uint16", False)
+        ByteTokenizer(), 2, docs, tmp_path / "p", "uint16", False
+    )
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["train-00002.bin", "val-00002.bin"]
 
 

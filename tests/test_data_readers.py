@@ -6,6 +6,7 @@ same tokens, which are the documents written; a format holding token ids is refu
 read as its ids by training. Every message listing formats names each registered suffix. A new format added as a
 new file (tests/fixtures/extension_kinds/tsv_source) is held to the same tests (test_extension_by_new_files.py).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -31,8 +32,10 @@ def generated_documents(n: int = 24) -> list[str]:
     """Documents with non-ASCII text, inner single newlines and different lengths (no blank line inside one)."""
     rng = np.random.default_rng(7)
     words = ["growth", "Ränder", "λ-mixing", "tokens", "naïve", "copy", "RMS", "步骤", "width", "depth"]
-    return [f"doc {i}: " + " ".join(rng.choice(words, size=int(rng.integers(5, 40))))
-            + ("\nsecond line" if i % 3 else "") for i in range(n)]
+    return [
+        f"doc {i}: " + " ".join(rng.choice(words, size=int(rng.integers(5, 40)))) + ("\nsecond line" if i % 3 else "")
+        for i in range(n)
+    ]
 
 
 def stream_tokens(dm: DataModule) -> dict[str, np.ndarray]:
@@ -47,11 +50,24 @@ def test_every_registered_format_reads_the_same_tokens_through_prepare_and_train
     docs = generated_documents()
     f = r.example(tmp_path / f"corpus{suffix}", docs)
     assert f.name.endswith(suffix) and f.is_file()
-    direct = DataModule(DataConfig(source=str(f), seq_len=16, cache_dir=str(tmp_path / "cache"), num_proc=1),
-                        quiet=True)
+    direct = DataModule(
+        DataConfig(source=str(f), seq_len=16, cache_dir=str(tmp_path / "cache"), num_proc=1), quiet=True
+    )
     got = stream_tokens(direct)
-    rc = main(["data", "prepare", str(f), "--tokenizer", "byte", "--out", str(tmp_path / "prep"), "--quiet",
-               "--num-proc", "1"])
+    rc = main(
+        [
+            "data",
+            "prepare",
+            str(f),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(tmp_path / "prep"),
+            "--quiet",
+            "--num-proc",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     if r.tokenized:  # ids already: prepare refuses in one line, training reads the file's ids as they are
         assert rc == 2 and len(err) == 1 and "already tokenized" in err[0], err
@@ -73,10 +89,10 @@ def test_every_registered_format_reads_the_same_tokens_through_prepare_and_train
 def test_every_registered_file_suffix_is_named_when_a_suffix_is_unknown(tmp_path, capsys):
     (tmp_path / "notes.xyz").write_text("some text\n")
     before = sorted(p.name for p in tmp_path.iterdir())
-    for argv in (["train", "--preset", "baseline-micro", "--data", str(tmp_path / "notes.xyz"), "--out",
-                  str(tmp_path / "run")],
-                 ["data", "prepare", str(tmp_path / "notes.xyz"), "--tokenizer", "byte", "--out",
-                  str(tmp_path / "prep")]):
+    for argv in (
+        ["train", "--preset", "baseline-micro", "--data", str(tmp_path / "notes.xyz"), "--out", str(tmp_path / "run")],
+        ["data", "prepare", str(tmp_path / "notes.xyz"), "--tokenizer", "byte", "--out", str(tmp_path / "prep")],
+    ):
         rc = main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and "'.xyz'" in err[0], err
@@ -115,17 +131,36 @@ def test_a_gzip_json_lines_file_is_checked_decompressed(tmp_path, capsys):
         f.write(rows)
     (tmp_path / "plain.jsonl").write_text(rows, encoding="utf-8")
     for name in ("good.jsonl.gz", "plain.jsonl"):
-        assert main(["data", "prepare", str(tmp_path / name), "--tokenizer", "byte", "--out",
-                     str(tmp_path / f"prep-{name}"), "--quiet", "--num-proc", "1"]) == 0
+        assert (
+            main(
+                [
+                    "data",
+                    "prepare",
+                    str(tmp_path / name),
+                    "--tokenizer",
+                    "byte",
+                    "--out",
+                    str(tmp_path / f"prep-{name}"),
+                    "--quiet",
+                    "--num-proc",
+                    "1",
+                ]
+            )
+            == 0
+        )
     a, b = (read_manifest(tmp_path / f"prep-{n}", n) for n in ("good.jsonl.gz", "plain.jsonl"))
     for split in SPLITS:  # the compressed file gives exactly the tokens of the plain one
-        assert np.array_equal(open_prepared(tmp_path / "prep-good.jsonl.gz", a)[split][0],
-                              open_prepared(tmp_path / "prep-plain.jsonl", b)[split][0])
+        assert np.array_equal(
+            open_prepared(tmp_path / "prep-good.jsonl.gz", a)[split][0],
+            open_prepared(tmp_path / "prep-plain.jsonl", b)[split][0],
+        )
     capsys.readouterr()
     (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(rows.encode())[:-20])
     with gzip.open(tmp_path / "latin.jsonl.gz", "wb") as f:
-        f.write("".join(json.dumps({"text": "x"}, ensure_ascii=False) + "\n" for _ in range(3)).encode() +
-                bytes(range(0x80, 0xff)) * 40)
+        f.write(
+            "".join(json.dumps({"text": "x"}, ensure_ascii=False) + "\n" for _ in range(3)).encode()
+            + bytes(range(0x80, 0xFF)) * 40
+        )
     for name, why in (("cut.jsonl.gz", "not a complete gzip file"), ("latin.jsonl.gz", "once decompressed")):
         rc = main(["data", "prepare", str(tmp_path / name), "--tokenizer", "byte", "--out", str(tmp_path / "bad")])
         err = capsys.readouterr().err.strip().splitlines()
@@ -140,13 +175,32 @@ def test_source_code_is_one_document_per_file_and_never_split_across_train_and_v
     (folder / "pkg").mkdir(parents=True)
     files = {}
     for i in range(30):
-        body = (f"def f{i}(x):\n    return x + {i}\n\n\nclass C{i}:\n    \"\"\"Doc {i}.\"\"\"\n\n    def m(self):\n"
-                f"        return {i} * 2\n")
+        body = (
+            f'def f{i}(x):\n    return x + {i}\n\n\nclass C{i}:\n    """Doc {i}."""\n\n    def m(self):\n'
+            f"        return {i} * 2\n"
+        )
         p = folder / ("pkg" if i % 2 else ".") / f"mod_{i:02d}.py"
         p.write_text(body)
         files[p.name] = body.strip()
-    assert main(["data", "prepare", str(folder), "--tokenizer", "byte", "--out", str(tmp_path / "prep"), "--quiet",
-                 "--num-proc", "1", "--val-fraction", "0.3"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(folder),
+                "--tokenizer",
+                "byte",
+                "--out",
+                str(tmp_path / "prep"),
+                "--quiet",
+                "--num-proc",
+                "1",
+                "--val-fraction",
+                "0.3",
+            ]
+        )
+        == 0
+    )
     m = read_manifest(tmp_path / "prep", "prep")
     streams = open_prepared(tmp_path / "prep", m)
     sides = {s: byte_documents(np.asarray(streams[s][0]), EOS) for s in SPLITS}

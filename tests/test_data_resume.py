@@ -1,6 +1,7 @@
 """The loader's position is part of the checkpoint: a run resumed on a prepared multi-shard corpus is
 bitwise the uninterrupted one (with gradient accumulation), a resume with another batch size continues
 the sample stream where it stopped, and the epoch count is in metrics.jsonl and on the console."""
+
 import json
 
 import pytest
@@ -20,17 +21,45 @@ from nexus.train.trainer import Trainer
 def prepared(tmp_path):
     docs = [f"document {i}: " + "several words of text, " * (3 + i % 9) + f"and its end {i}." for i in range(400)]
     (tmp_path / "c.txt").write_text("\n\n".join(docs))
-    m = prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(), ByteTokenizer(), tmp_path / "prep",
-                num_proc=1, shard_bytes=4000, progress=False)
+    m = prepare(
+        resolve_source(str(tmp_path / "c.txt")),
+        DataConfig(),
+        ByteTokenizer(),
+        tmp_path / "prep",
+        num_proc=1,
+        shard_bytes=4000,
+        progress=False,
+    )
     assert len(m["shards"]["train"]) > 5
     return tmp_path / "prep", m["tokens"]["train"]
 
 
 def cfg_for(out, data, *extra):
     cfg = get_preset("baseline-micro")
-    parse_overrides(cfg, ["--train.out_dir", str(out), "--train.log_every", "1", "--train.eval_every", "0",
-                          "--data.source", str(data), "--data.seq_len", "32", "--train.batch_size", "4",
-                          "--model.d_model", "32", "--train.sample_tokens", "4", "--train.grad_accum", "2", *extra])
+    parse_overrides(
+        cfg,
+        [
+            "--train.out_dir",
+            str(out),
+            "--train.log_every",
+            "1",
+            "--train.eval_every",
+            "0",
+            "--data.source",
+            str(data),
+            "--data.seq_len",
+            "32",
+            "--train.batch_size",
+            "4",
+            "--model.d_model",
+            "32",
+            "--train.sample_tokens",
+            "4",
+            "--train.grad_accum",
+            "2",
+            *extra,
+        ],
+    )
     return cfg.validate()
 
 
@@ -41,7 +70,9 @@ def rows(run):
 def test_resume_on_a_prepared_multi_shard_corpus_is_bitwise(tmp_path, prepared):
     data, _ = prepared
     a, b = tmp_path / "a", tmp_path / "b"
-    Trainer(cfg_for(a, data, "--train.steps", "8", "--train.save_every", "3", "--train.keep_last", "5"), quiet=True).fit()
+    Trainer(
+        cfg_for(a, data, "--train.steps", "8", "--train.save_every", "3", "--train.keep_last", "5"), quiet=True
+    ).fit()
     st = load_trainer_state(a / "step_0000003")
     assert st["data"]["samples"] == 3 * 2 * 4 and st["data"]["step"] == 3  # 3 steps x 2 micro-batches x 4
     Trainer(cfg_for(b, data, "--train.steps", "8"), resume=str(a / "step_0000003"), quiet=True).fit()
@@ -54,11 +85,16 @@ def test_a_resume_with_another_batch_size_continues_the_sample_stream(tmp_path, 
     data, _ = prepared
     a = tmp_path / "a"
     Trainer(cfg_for(a, data, "--train.steps", "3", "--train.save_every", "3"), quiet=True).fit()
-    t = Trainer(cfg_for(tmp_path / "b", data, "--train.steps", "6", "--train.batch_size", "3"),
-                resume=str(a / "checkpoint"), quiet=True)
+    t = Trainer(
+        cfg_for(tmp_path / "b", data, "--train.steps", "6", "--train.batch_size", "3"),
+        resume=str(a / "checkpoint"),
+        quiet=True,
+    )
     seen = []
     real = t.data.global_train_batch
-    t.data.global_train_batch = lambda step, m, gbs, accum: seen.append((step, m, gbs, accum)) or real(step, m, gbs, accum)
+    t.data.global_train_batch = lambda step, m, gbs, accum: (
+        seen.append((step, m, gbs, accum)) or real(step, m, gbs, accum)
+    )
     t.train_step(3)
     assert seen == [(3, 0, 3, 2), (3, 1, 3, 2)]
     # samples 24.. (3 steps x 2 x 4 drawn before), three at a time

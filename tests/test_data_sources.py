@@ -1,5 +1,6 @@
 """Data sources: files, folders, globs, lists, the stdlib corpus, bare .bin files; every bad form is one
 line and exit 2 with nothing written; the hub fails offline in one line."""
+
 import json
 import os
 import sys
@@ -48,8 +49,10 @@ def test_max_documents_zero_means_all_and_a_cap_is_printed(tmp_path):
     write_txt(tmp_path / "c.txt", docs_of(30, "x"))
     assert len(list(resolve_source(str(tmp_path / "c.txt")).documents(DataConfig(max_documents=0)))) == 30
     assert len(list(resolve_source(str(tmp_path / "c.txt")).documents(DataConfig(max_documents=7)))) == 7
-    assert "capped at data.max_documents=7" in DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16,
-                                                                     max_documents=7)).summary()
+    assert (
+        "capped at data.max_documents=7"
+        in DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16, max_documents=7)).summary()
+    )
     assert "capped" not in DataModule(DataConfig(source=str(tmp_path / "c.txt"), seq_len=16)).summary()
 
 
@@ -84,8 +87,10 @@ def test_stdlib_corpus_is_this_pythons_sources_in_sorted_order():
     # a contradiction)
     test = sum(p.stat().st_size for p, r in zip(files, rel) if r.startswith("test/"))
     if test:
-        assert (f"{size / 1e6:.1f} MB in all (of which the test package is {test / 1e6:.1f} MB and the rest "
-                f"{(size - test) / 1e6:.1f} MB)") in line, line
+        assert (
+            f"{size / 1e6:.1f} MB in all (of which the test package is {test / 1e6:.1f} MB and the rest "
+            f"{(size - test) / 1e6:.1f} MB)"
+        ) in line, line
     else:
         assert f"{size / 1e6:.1f} MB in all (no test package in this Python)" in line, line
 
@@ -140,8 +145,17 @@ def _bad_cases(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["empty folder", "glob matching nothing", "mixed file types",
-                                  "bin not a multiple of its dtype", "ids beyond the vocabulary", "missing path"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty folder",
+        "glob matching nothing",
+        "mixed file types",
+        "bin not a multiple of its dtype",
+        "ids beyond the vocabulary",
+        "missing path",
+    ],
+)
 def test_bad_data_is_one_line_exit_2_nothing_written(tmp_path, capsys, monkeypatch, case):
     source, message = _bad_cases(tmp_path)[case]
     monkeypatch.chdir(tmp_path)
@@ -158,8 +172,23 @@ def test_bad_data_is_one_line_exit_2_nothing_written(tmp_path, capsys, monkeypat
 
 def test_prepared_tokenizer_mismatch_is_one_line(tmp_path, capsys):
     write_txt(tmp_path / "c.txt", docs_of(40, "x"))
-    assert main(["data", "prepare", str(tmp_path / "c.txt"), "--tokenizer", "bpe", "--bpe-vocab-size", "300",
-                 "--out", str(tmp_path / "prep"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(tmp_path / "c.txt"),
+                "--tokenizer",
+                "bpe",
+                "--bpe-vocab-size",
+                "300",
+                "--out",
+                str(tmp_path / "prep"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     before = _snapshot(tmp_path)
     rc = main(["train", "--preset", "baseline-micro", "--data", str(tmp_path / "prep"), "--out", str(tmp_path / "run")])
@@ -175,8 +204,10 @@ def test_prepared_tokenizer_mismatch_is_one_line(tmp_path, capsys):
 
     cfg = RunConfig()
     cfg.data.source, cfg.data.seq_len = str(tmp_path / "prep"), 16
-    for attempt in (lambda: DataModule(cfg.data, tokenizer=ByteTokenizer()),
-                    lambda: evaluate_source(None, cfg, ByteTokenizer(), str(tmp_path / "prep"), "val", 16, 16, 2)):
+    for attempt in (
+        lambda: DataModule(cfg.data, tokenizer=ByteTokenizer()),
+        lambda: evaluate_source(None, cfg, ByteTokenizer(), str(tmp_path / "prep"), "val", 16, 16, 2),
+    ):
         with pytest.raises(ConfigError) as e:
             attempt()
         msg = str(e.value)

@@ -1,5 +1,6 @@
 """Files named as splits are the splits (a held-out file is never trained on), and a run whose validation
 tokens repeat its training tokens says so in one line (data/overlap.py, held to a brute-force reference)."""
+
 import json
 from pathlib import Path
 
@@ -40,8 +41,19 @@ def test_nanogpt_folder_uses_val_bin_as_validation_never_as_training(tmp_path, c
     assert np.array_equal(np.asarray(dm.val.tokens), val)
     assert "val.bin" in dm.summary() and dm.overlap_note() is None
     # the issue's reproduction: `nexus train --data DIR` on the folder, briefly
-    rc = main(["train", "--preset", "baseline-micro", "--data", str(tmp_path / "nano"), "--train.steps", "1",
-               "--train.out_dir", str(tmp_path / "run")])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--data",
+            str(tmp_path / "nano"),
+            "--train.steps",
+            "1",
+            "--train.out_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     err = "".join(capsys.readouterr())
     assert rc == 0 and "train 6,000 tokens | validation 900 tokens" in err and "val.bin" in err, err
     assert "overlaps" not in err
@@ -81,8 +93,10 @@ def test_prepare_keeps_named_splits_and_says_so_in_the_manifest(tmp_path):
     tr, va = docs_of(8, "train"), docs_of(3, "val")
     write_txt(tmp_path / "c" / "train.txt", tr)
     write_txt(tmp_path / "c" / "val.txt", va)
-    assert main(["data", "prepare", str(tmp_path / "c"), "--tokenizer", "byte", "--out", str(tmp_path / "p"),
-                 "--quiet"]) == 0
+    assert (
+        main(["data", "prepare", str(tmp_path / "c"), "--tokenizer", "byte", "--out", str(tmp_path / "p"), "--quiet"])
+        == 0
+    )
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["split"]["unit"] == "file" and m["documents"] == {"train": 8, "val": 3}
     dm = DataModule(DataConfig(source=str(tmp_path / "p"), seq_len=16))
@@ -100,9 +114,9 @@ def test_only_held_out_files_is_one_line(tmp_path, capsys):
 # ----------------------------------------------------------------------------- the overlap check
 def reference_overlap(train: np.ndarray, val: np.ndarray, window: int, samples: int) -> int:
     """Brute force: every training window as a tuple in a set; the same evenly spaced validation windows."""
-    grams = {tuple(train[i:i + window].tolist()) for i in range(len(train) - window + 1)}
+    grams = {tuple(train[i : i + window].tolist()) for i in range(len(train) - window + 1)}
     starts = np.unique(np.linspace(0, len(val) - window, num=min(samples, len(val) - window + 1)).astype(np.int64))
-    return sum(tuple(val[s:s + window].tolist()) in grams for s in starts)
+    return sum(tuple(val[s : s + window].tolist()) in grams for s in starts)
 
 
 @pytest.mark.parametrize("chunk", [50, 257, 1 << 22])
@@ -134,9 +148,23 @@ def test_a_run_whose_validation_repeats_training_says_so(tmp_path, capsys):
     docs = docs_of(40, "x")
     write_txt(tmp_path / "c" / "a.txt", docs)
     write_txt(tmp_path / "c" / "b.txt", docs)  # the same corpus twice: each held-out document is also trained on
-    rc = main(["train", "--preset", "baseline-micro", "--data", str(tmp_path / "c"), "--train.steps", "1",
-               "--data.seq_len", "32", "--data.cache_dir", str(tmp_path / "cache"),
-               "--train.out_dir", str(tmp_path / "run")])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--data",
+            str(tmp_path / "c"),
+            "--train.steps",
+            "1",
+            "--data.seq_len",
+            "32",
+            "--data.cache_dir",
+            str(tmp_path / "cache"),
+            "--train.out_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     err = "".join(capsys.readouterr())
     lines = [ln for ln in err.splitlines() if "overlaps training" in ln]
     assert rc == 0 and len(lines) == 1 and "64-token validation windows occur verbatim" in lines[0], err

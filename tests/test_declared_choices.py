@@ -2,6 +2,7 @@
 (issue 37 item 1): config.py lists none of them, every declared value validates, anything else is one
 line naming the field and the declared values, and a value declared by new code (a plugin) is valid
 without editing config.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,8 +53,11 @@ def test_a_value_declared_by_new_code_is_valid_without_editing_config(monkeypatc
 def test_a_declared_check_adds_its_rule():
     cfg = RunConfig()
     cfg.train.parallel, cfg.train.optimizer = "fsdp2", "muon"
-    with pytest.raises(ConfigError, match=r"train.optimizer='muon' \(valid: an elementwise optimizer such as adamw "
-                                          r"with train.parallel=fsdp2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train.optimizer='muon' \(valid: an elementwise optimizer such as adamw "
+        r"with train.parallel=fsdp2",
+    ):
         cfg.validate()
 
 
@@ -61,13 +65,14 @@ def test_config_py_names_no_declared_value():
     src = open(C.__file__).read()
     for f in choice_fields():
         for value in C.declared_choices(f.metadata["setting"], f.metadata["declared_in"]):
-            if value == f.default or [value] == (f.default_factory() if f.default_factory is not dataclasses.MISSING else None):
+            if value == f.default or [value] == (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+            ):
                 continue  # the default is the field's own
             assert f'"{value}"' not in src, f"config.py names {f.metadata['setting']} value {value!r}"
 
 
 def test_checking_the_choices_imports_no_torch():
-    code = ("import sys; from nexus.config import RunConfig; RunConfig().validate(); "
-            "print('torch' in sys.modules)")
+    code = "import sys; from nexus.config import RunConfig; RunConfig().validate(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -2,6 +2,7 @@
 
 Each cached decode is held to the uncached full forward, and the storage is shown to be written in
 place (the buffer a layer holds keeps its address from the first to the last decoded token)."""
+
 import pytest
 import torch
 
@@ -20,7 +21,7 @@ def test_seq_buffer_equals_concatenation_and_reuses_storage():
     ptrs = set()
     for i, c in enumerate(chunks):
         got = append_history(cache, "k", c)
-        assert torch.equal(got, torch.cat(chunks[:i + 1], dim=2))
+        assert torch.equal(got, torch.cat(chunks[: i + 1], dim=2))
         ptrs.add(cache["k"].data.data_ptr())
     assert len(ptrs) == 1  # allocated once at the capacity
 
@@ -46,13 +47,22 @@ def _transformer(order=1, form="projected", shared=True):
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, max_seq_len=64, qk_norm=True)
     if order > 1:
-        cfg.attention = AttentionOptions.make("higher_order", order=order, ho_form=form, ho_shared=shared, ho_targets="qk")
+        cfg.attention = AttentionOptions.make(
+            "higher_order", order=order, ho_form=form, ho_shared=shared, ho_targets="qk"
+        )
     return build_model(cfg).eval()
 
 
 def _recurrent():
     torch.manual_seed(0)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4), vocab_size=50, d_model=16, n_layers=2, n_heads=1, ffn_hidden=32)
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=2, t_inner=2, conv_kernel=4),
+        vocab_size=50,
+        d_model=16,
+        n_layers=2,
+        n_heads=1,
+        ffn_hidden=32,
+    )
     return build_model(cfg).eval()
 
 
@@ -74,9 +84,17 @@ def _buffers(cache: KVCache) -> dict:
     return out
 
 
-@pytest.mark.parametrize("make", [lambda: _transformer(1), lambda: _transformer(2),
-                                  lambda: _transformer(3, form="self"), lambda: _transformer(2, shared=False),
-                                  _recurrent], ids=["order1", "order2", "order3-self", "order2-unshared", "recurrent"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _transformer(1),
+        lambda: _transformer(2),
+        lambda: _transformer(3, form="self"),
+        lambda: _transformer(2, shared=False),
+        _recurrent,
+    ],
+    ids=["order1", "order2", "order3-self", "order2-unshared", "recurrent"],
+)
 def test_cached_chunks_equal_full_forward_and_write_in_place(make):
     model = make()
     x = torch.randint(0, 50, (2, 14), generator=torch.Generator().manual_seed(1))
@@ -98,16 +116,27 @@ def test_cached_chunks_equal_full_forward_and_write_in_place(make):
 def test_generate_with_cache_equals_uncached_greedy(batch):
     model = _transformer(2)
     prompt = torch.randint(0, 50, (batch, 4), generator=torch.Generator().manual_seed(2))
-    assert torch.equal(generate(model, prompt, 12, temperature=0),
-                       generate(model, prompt, 12, temperature=0, use_cache=False))
+    assert torch.equal(
+        generate(model, prompt, 12, temperature=0), generate(model, prompt, 12, temperature=0, use_cache=False)
+    )
 
 
 def _plain(**overrides):
     """A plain Transformer++ exercising every branch of the one-token decoder: GQA, QK-norm, q/k/v
     bias, an untied head with a logit scale."""
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, max_seq_len=64, qk_norm=True,
-                      attention_bias=True, tie_embeddings=False, logit_scale=0.5)
+    cfg = ModelConfig(
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=50,
+        max_seq_len=64,
+        qk_norm=True,
+        attention_bias=True,
+        tie_embeddings=False,
+        logit_scale=0.5,
+    )
     for k, v in overrides.items():
         setattr(cfg, k, v)
     model = build_model(cfg).eval()
@@ -118,8 +147,11 @@ def _plain(**overrides):
     return model
 
 
-@pytest.mark.parametrize("overrides", [{}, {"qk_norm": False, "attention_bias": False, "tie_embeddings": True,
-                                            "logit_scale": 1.0, "n_kv_heads": 4}], ids=["all-branches", "plain"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"qk_norm": False, "attention_bias": False, "tie_embeddings": True, "logit_scale": 1.0, "n_kv_heads": 4}],
+    ids=["all-branches", "plain"],
+)
 def test_plain_decoder_steps_equal_the_module_forward(overrides):
     model = _plain(**overrides)
     x = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(1))
@@ -131,7 +163,7 @@ def test_plain_decoder_steps_equal_the_module_forward(overrides):
         parts = [model(x[:, :5], cache=cache).logits]
         step = model.fast_decoder(cache)
         assert step is not None  # this model takes the fast path
-        parts += [step(x[:, t:t + 1])[:, None] for t in range(5, 14)]
+        parts += [step(x[:, t : t + 1])[:, None] for t in range(5, 14)]
     assert cache.pos == 14 and all(layer["k"].length == 14 for layer in cache.layers)
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
 
@@ -140,8 +172,9 @@ def test_plain_decoder_steps_equal_the_module_forward(overrides):
 def test_generate_with_the_plain_decoder_equals_uncached_greedy(batch):
     model = _plain()
     prompt = torch.randint(0, 50, (batch, 4), generator=torch.Generator().manual_seed(2))
-    assert torch.equal(generate(model, prompt, 20, temperature=0),
-                       generate(model, prompt, 20, temperature=0, use_cache=False))
+    assert torch.equal(
+        generate(model, prompt, 20, temperature=0), generate(model, prompt, 20, temperature=0, use_cache=False)
+    )
 
 
 def test_plain_decoder_declines_models_it_does_not_reproduce():

@@ -7,6 +7,7 @@ file the copy had before, the width family's included, is byte-identical afterwa
 Run by pytest, this module makes the copy and starts the interpreter; run as a script (`python
 tests/test_depth_by_new_files.py WORK`, the copy on PYTHONPATH) it is that interpreter.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,16 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "src" / "nexus"
 FAMILY = "growth/depth.py"
-WIDTH_FAMILY = ["growth/width.py", "growth/spec.py", "growth/generic_grow.py", "growth/optimizer_surgery.py",
-                "growth/rewarmup.py", "growth/verification.py", "growth/registry.py", "growth/hook.py"]
+WIDTH_FAMILY = [
+    "growth/width.py",
+    "growth/spec.py",
+    "growth/generic_grow.py",
+    "growth/optimizer_surgery.py",
+    "growth/rewarmup.py",
+    "growth/verification.py",
+    "growth/registry.py",
+    "growth/hook.py",
+]
 
 
 def test_depth_growth_is_one_new_file_and_edits_nothing(tmp_path):
@@ -33,12 +42,18 @@ def test_depth_growth_is_one_new_file_and_edits_nothing(tmp_path):
     before = snapshot(src / "nexus")
     assert all(rel in before for rel in WIDTH_FAMILY)
     (src / "nexus" / FAMILY).write_bytes(text)
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{TESTS}", "PYTHONDONTWRITEBYTECODE": "1",
-           "OMP_NUM_THREADS": "1", "NEXUS_DISABLE_PLUGINS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{src}{os.pathsep}{TESTS}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "NEXUS_DISABLE_PLUGINS": "1",
+    }
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([sys.executable, __file__, str(work)], env=env, cwd=work, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, __file__, str(work)], env=env, cwd=work, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert proc.stdout.splitlines()[-1] == "checked depth", proc.stdout[-2000:]
     after = snapshot(src / "nexus")
@@ -60,9 +75,10 @@ def main(work: Path) -> None:
     ckpt = train(work / "run", *MICRO)
     ids = torch.randint(0, 259, (2, 24), generator=torch.Generator().manual_seed(0))
     old = load_checkpoint(ckpt)[0].eval()
-    for name, growth in [("deep", ["--depth.layers", "4"]),
-                         ("both", ["--depth.layers", "4", "--width.ffn", "128", "--init", "random,zero",
-                                   "--preserve", "exact"])]:
+    for name, growth in [
+        ("deep", ["--depth.layers", "4"]),
+        ("both", ["--depth.layers", "4", "--width.ffn", "128", "--init", "random,zero", "--preserve", "exact"]),
+    ]:
         report = json.loads(cli("grow", "--checkpoint", str(ckpt), "--out", str(work / name), "--json", *growth))
         new, cfg, _ = load_checkpoint(work / name)
         assert cfg.model.n_layers == 4 and cfg.growth_history[-1]["family"] == "depth"

@@ -1,5 +1,6 @@
 """DDP on CPU (gloo, world size 2): same per-step losses as one process with the same global batch,
 only rank 0 writes, and a failing rank takes every rank down with a non-zero exit code."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,28 @@ from nexus.config_overrides import parse_overrides
 from nexus.train.trainer import Trainer
 
 # A micro run: 1 layer, 6 steps, gradient accumulation on so DDP's no_sync path is exercised too.
-RUN = ["--train.steps", "6", "--train.log_every", "1", "--train.eval_every", "3", "--train.eval_batches", "2",
-       "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
-       "--model.d_model", "32", "--model.n_layers", "1", "--data.seq_len", "32"]
+RUN = [
+    "--train.steps",
+    "6",
+    "--train.log_every",
+    "1",
+    "--train.eval_every",
+    "3",
+    "--train.eval_batches",
+    "2",
+    "--train.grad_accum",
+    "2",
+    "--train.sample_tokens",
+    "4",
+    "--train.warmup_steps",
+    "2",
+    "--model.d_model",
+    "32",
+    "--model.n_layers",
+    "1",
+    "--data.seq_len",
+    "32",
+]
 PER_RANK_BATCH = 2
 
 
@@ -64,8 +84,15 @@ def _prepared_multi_shard_corpus(tmp_path):
     text = "\n\n".join(" ".join(rng.choice(words, rng.integers(20, 80))) for _ in range(120))
     (tmp_path / "c.txt").write_text(text)
     out = tmp_path / "prepared"
-    manifest = P.prepare(resolve_source(str(tmp_path / "c.txt")), DataConfig(source=str(tmp_path / "c.txt")),
-                         ByteTokenizer(), out, num_proc=1, shard_bytes=8000, progress=False)
+    manifest = P.prepare(
+        resolve_source(str(tmp_path / "c.txt")),
+        DataConfig(source=str(tmp_path / "c.txt")),
+        ByteTokenizer(),
+        out,
+        num_proc=1,
+        shard_bytes=8000,
+        progress=False,
+    )
     assert len(manifest["shards"]["train"]) >= 3, manifest["shards"]["train"]
     return out
 
@@ -78,17 +105,36 @@ def test_torchrun_two_ranks_match_one_process(tmp_path):
     data = ["--data.source", str(_prepared_multi_shard_corpus(tmp_path))]
     script = tmp_path / "recording_rank.py"
     script.write_text(RECORDING_RANK)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN, *data,
-           "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(ddp_out)]
-    proc = subprocess.run(cmd, env=dict(_env(tmp_path), ROWS_DIR=str(rows_dir)), capture_output=True, text=True,
-                          timeout=240)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        *data,
+        "--train.batch_size",
+        str(PER_RANK_BATCH),
+        "--train.out_dir",
+        str(ddp_out),
+    ]
+    proc = subprocess.run(
+        cmd, env=dict(_env(tmp_path), ROWS_DIR=str(rows_dir)), capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # reference: one process, the same global batch (2 ranks x PER_RANK_BATCH)
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
-    cfg = parse_overrides(get_preset("baseline-micro"),
-                          RUN + data + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        RUN + data + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)],
+    )
     from nexus.experiments.run_plot import LossCurveHook
 
     ref_trainer = Trainer(cfg.validate(), quiet=True, hooks=[LossCurveHook()])  # as `nexus train` builds it
@@ -154,10 +200,18 @@ def run_two_ranks_where_rank1_fails(tmp_path, args: list[str], timeout: int) -> 
     port = _free_port()
     procs = []
     for rank in (0, 1):
-        env = _env(tmp_path) | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = _env(tmp_path) | {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     codes, errs = [], []
     for p in procs:
         try:
@@ -175,7 +229,17 @@ def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     """Launched the way a cluster scheduler does (one process per rank, no torchrun agent to kill the
     survivors), so it is nexus itself that must turn the lost peer into an error on rank 0."""
     out = tmp_path / "run"
-    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2", "--train.out_dir", str(out)]
+    args = [
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        "--train.batch_size",
+        "2",
+        "--train.out_dir",
+        str(out),
+    ]
     codes, errs = run_two_ranks_where_rank1_fails(tmp_path, args, timeout=120)
     assert "injected failure on rank 1" in errs[1]
     assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
@@ -206,34 +270,65 @@ def test_the_parallel_wrapper_is_released_before_the_process_group(tmp_path, mon
     if command == "cli":
         from nexus.cli import main
 
-        assert main(["train", "--preset", "baseline-micro", "--train.steps", "2", "--out", str(tmp_path / "run"),
-                     "--quiet"]) == 0
+        assert (
+            main(
+                ["train", "--preset", "baseline-micro", "--train.steps", "2", "--out", str(tmp_path / "run"), "--quiet"]
+            )
+            == 0
+        )
     else:
         from nexus.cli import env_train
 
-        env_train.run({"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "2", "OUTPUT_DIR": str(tmp_path / "env")})
+        env_train.run(
+            {"MODEL_SIZE": "micro", "DATASET": "embedded", "TOTAL_STEPS": "2", "OUTPUT_DIR": str(tmp_path / "env")}
+        )
     assert seen["wrapper_at_shutdown"] is False
 
 
 def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
     """Width growth with re-warmup at step 3 under two DDP ranks (the config's growth hook;
     Trainer.swap re-wraps DDP around the grown model): the same per-step losses as one process."""
-    grow = ["--train.hooks", "[{kind: growth, at: 3, spec: {family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}}]",
-            "--model.n_heads", "2"]
+    grow = [
+        "--train.hooks",
+        "[{kind: growth, at: 3, spec: {family: width, hidden: 48, ffn: 128, rewarmup: [1.3, 2]}}]",
+        "--model.n_heads",
+        "2",
+    ]
     ddp_out, ref_out = tmp_path / "ddp", tmp_path / "ref"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN, *grow,
-           "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(ddp_out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "nexus",
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        *grow,
+        "--train.batch_size",
+        str(PER_RANK_BATCH),
+        "--train.out_dir",
+        str(ddp_out),
+    ]
     proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
-    cfg = parse_overrides(get_preset("baseline-micro"),
-                          RUN + grow + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        RUN + grow + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)],
+    )
     Trainer(cfg.validate(), quiet=True).fit()
     ddp, ref = _records(ddp_out / "metrics.jsonl"), _records(ref_out / "metrics.jsonl")
     assert [r["step"] for r in ddp if r.get("event") == "growth"] == [3]
     train_ddp, train_ref = [r for r in ddp if "loss" in r], [r for r in ref if "loss" in r]
-    assert [r["step"] for r in train_ddp] == list(range(1, 7)) and [r["params"] for r in train_ddp][-1] > train_ddp[0]["params"]
+    assert [r["step"] for r in train_ddp] == list(range(1, 7)) and [r["params"] for r in train_ddp][-1] > train_ddp[0][
+        "params"
+    ]
     for a, b in zip(train_ddp, train_ref):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
 
@@ -265,10 +360,30 @@ def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
     script = tmp_path / "stop_rank1.py"
     script.write_text(STOPPING_RANK)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), "train", "--preset", "baseline-micro", "--quiet", *RUN,
-           "--train.steps", "8", "--train.batch_size", "2", "--train.dist_timeout_s", "5",
-           "--train.dist_init_timeout_s", "120", "--train.out_dir", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        "--train.steps",
+        "8",
+        "--train.batch_size",
+        "2",
+        "--train.dist_timeout_s",
+        "5",
+        "--train.dist_init_timeout_s",
+        "120",
+        "--train.out_dir",
+        str(out),
+    ]
     env = _env(tmp_path)
     env.pop("NEXUS_DIST_TIMEOUT")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
@@ -289,9 +404,27 @@ def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, m
     from nexus.cli import main
 
     ddp = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.save_every", "3",
-           "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(ddp)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "nexus",
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        "--train.save_every",
+        "3",
+        "--train.batch_size",
+        str(PER_RANK_BATCH),
+        "--train.out_dir",
+        str(ddp),
+    ]
     proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
@@ -322,13 +455,36 @@ def test_two_node_launch_on_one_machine_matches_one_process(tmp_path):
     "node" (here two on localhost, gloo), meeting at one rendezvous endpoint, one process each. The job's
     per-step losses equal one process with the same global batch, and only the global rank 0 writes."""
     port, out, ref_out = _free_port(), tmp_path / "two-node", tmp_path / "ref"
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "nexus-two-node",
-              "-m", "nexus", "train", "--preset", "baseline-micro", "--quiet", *RUN,
-              "--train.batch_size", str(PER_RANK_BATCH), "--train.out_dir", str(out)]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "nexus-two-node",
+        "-m",
+        "nexus",
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        "--train.batch_size",
+        str(PER_RANK_BATCH),
+        "--train.out_dir",
+        str(out),
+    ]
     env = _env(tmp_path)
-    nodes = [subprocess.Popen(launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    nodes = [
+        subprocess.Popen(launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     try:
         results = [node.communicate(timeout=400) for node in nodes]
     finally:
@@ -339,8 +495,10 @@ def test_two_node_launch_on_one_machine_matches_one_process(tmp_path):
     written = [line for stdout, _ in results for line in stdout.splitlines() if line.startswith("{")]
     assert len(written) == 1 and json.loads(written[0])["step"] == 6  # one result line: rank 0's
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
-    cfg = parse_overrides(get_preset("baseline-micro"),
-                          RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(ref_out)],
+    )
     Trainer(cfg.validate(), quiet=True).fit()
     job = [r for r in _records(out / "metrics.jsonl") if "loss" in r]
     ref = [r for r in _records(ref_out / "metrics.jsonl") if "loss" in r]

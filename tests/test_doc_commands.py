@@ -17,6 +17,7 @@ Each is checked in the cheapest form that still exercises it:
 
 README's quickstart chain also runs for real with tiny overrides (test_readme_quickstart_runs_with_tiny_steps).
 """
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,7 @@ NOT_RUN = {
     ". .venv/bin/activate": "activates that environment in the reader's shell",
     "python -m pytest": "the test suite itself",
     "lm_eval ": "lm-eval's own CLI on a task's dataset (hellaswag) or the reader's task files; the adapter is "
-                "tested in tests/test_lm_eval*.py",
+    "tested in tests/test_lm_eval*.py",
     "python -m lm_eval ": "as lm_eval",
     "nexus-lm-eval ": "as lm_eval",
     "set -euo pipefail": "a line of the SLURM batch script (needs a cluster)",
@@ -63,7 +64,7 @@ def _blocks(text: str):
         j = i + 1
         while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
             j += 1
-        yield m.group(1), i + 2, lines[i + 1:j]
+        yield m.group(1), i + 2, lines[i + 1 : j]
         i = j + 1
 
 
@@ -137,8 +138,8 @@ def _nexus_argv(cmd: str) -> list[str] | None:
         words = words[1:]
     if words and words[0] == "nexus":
         return words[1:]
-    if "-m" in words and words[words.index("-m") + 1:][:1] == ["nexus"]:
-        return words[words.index("-m") + 2:]
+    if "-m" in words and words[words.index("-m") + 1 :][:1] == ["nexus"]:
+        return words[words.index("-m") + 2 :]
     return None
 
 
@@ -234,8 +235,14 @@ for _w, _c in COMMANDS_IN_DOCS:
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_every_script_in_the_docs_exists_and_takes_the_flags_the_docs_give_it(script):
     cmd = [sys.executable, *script.split(), "--help"] if script.startswith("-m") else [sys.executable, script, "--help"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    done = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert done.returncode == 0, f"`{' '.join(cmd)}`: {done.stderr.strip()[-500:]}"
     for where, args in SCRIPTS[script]:
         for a in args:
@@ -261,8 +268,9 @@ def test_every_command_in_the_docs_is_checked_or_listed_with_a_reason():
     checked = {w + c for w, c in [*NEXUS, *PIPS]}
     checked |= {w + c for w, c in COMMANDS_IN_DOCS if _nexus_argv(c) is None and _script(c) is not None}
     rest = [(w, c) for w, c in COMMANDS_IN_DOCS if w + c not in checked]
-    unlisted = [f"{w}: {c}" for w, c in rest
-                if not any(c.startswith(p) or _strip_env(c).startswith(p) for p in NOT_RUN)]
+    unlisted = [
+        f"{w}: {c}" for w, c in rest if not any(c.startswith(p) or _strip_env(c).startswith(p) for p in NOT_RUN)
+    ]
     assert unlisted == [], "commands neither checked nor listed in NOT_RUN with a reason"
 
 
@@ -273,13 +281,33 @@ def _strip_env(cmd: str) -> str:
 def test_readme_quickstart_runs_with_tiny_steps(tmp_path, monkeypatch, capsys):
     """The README's first workflow (train, grow, resume, plot) for real, each step with tiny overrides."""
     text = (ROOT / "README.md").read_text()
-    block = next(b for lang, _, b in _blocks(text) if lang == "bash" and any("nexus grow" in ln for ln in b)
-                 and any("nexus plot" in ln for ln in b))
+    block = next(
+        b
+        for lang, _, b in _blocks(text)
+        if lang == "bash" and any("nexus grow" in ln for ln in b) and any("nexus plot" in ln for ln in b)
+    )
     cmds = [_nexus_argv(_strip_comment(ln.strip())) for ln in block if ln.strip()]
     assert [c[0] for c in cmds] == ["train", "grow", "train", "plot"]
-    tiny = {0: ["--train.steps", "4", "--train.eval_every", "2", "--train.batch_size", "2", "--data.seq_len", "32",
-                "--train.eval_batches", "1", "--train.sample_every", "0", "--quiet"],
-            1: ["--train.steps", "6"], 2: ["--quiet"], 3: []}
+    tiny = {
+        0: [
+            "--train.steps",
+            "4",
+            "--train.eval_every",
+            "2",
+            "--train.batch_size",
+            "2",
+            "--data.seq_len",
+            "32",
+            "--train.eval_batches",
+            "1",
+            "--train.sample_every",
+            "0",
+            "--quiet",
+        ],
+        1: ["--train.steps", "6"],
+        2: ["--quiet"],
+        3: [],
+    }
     monkeypatch.chdir(tmp_path)
     for i, argv in enumerate(cmds):
         assert main(argv + tiny[i]) == 0, (argv, capsys.readouterr().err)
@@ -296,8 +324,9 @@ def test_every_main_scale_study_command_in_the_docs_names_the_main_ledger():
     found = []
     for path in DOCS:
         text = path.read_text(encoding="utf-8")
-        spans = INLINE_STUDY.findall(text) + [c for w, c in COMMANDS_IN_DOCS
-                                              if w.startswith(str(path.relative_to(ROOT))) and "regime_study.py" in c]
+        spans = INLINE_STUDY.findall(text) + [
+            c for w, c in COMMANDS_IN_DOCS if w.startswith(str(path.relative_to(ROOT))) and "regime_study.py" in c
+        ]
         found += [(path.name, s) for s in spans if "--scale main" in s]
     assert found  # the README quotes the main-scale study
     assert [f for f in found if "--study progressive-main" not in f[1]] == []

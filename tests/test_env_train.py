@@ -1,4 +1,5 @@
 """The seed's environment-variable training interface, the chat (SFT) template, and bad input."""
+
 import json
 import os
 import subprocess
@@ -11,9 +12,15 @@ from nexus.data.chat import ChatByteTokenizer, chat_prompt_ids, encode_conversat
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
 from nexus.cli import env_train
 
-CONV = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                     {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"},
-                     {"role": "assistant", "content": "4"}]}
+CONV = {
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+}
 
 
 # ----------------------------------------------------------------------------- chat template
@@ -55,20 +62,50 @@ def test_bad_chat_rows_are_config_errors():
 # ----------------------------------------------------------------------------- env vars
 def test_defaults_are_the_seeds():
     env = env_train.read_env({})
-    assert (env["MODEL_SIZE"], env["BATCH_SIZE"], env["GRAD_ACCUM"], env["SEQ_LEN"], env["LR"], env["WARMUP_STEPS"],
-            env["TOTAL_STEPS"], env["LOG_EVERY"], env["SAVE_EVERY"], env["EVAL_EVERY"], env["N_SUP"], env["T_INNER"],
-            env["PHASE"], env["OUTPUT_DIR"], env["HUB_MODEL_ID"], env["MAX_SAMPLES"]) == \
-        ("small", 4, 8, 256, 3e-4, 500, 20000, 10, 1000, 500, 0, 0, "pretrain", "./nexus-out", "", 0)
+    assert (
+        env["MODEL_SIZE"],
+        env["BATCH_SIZE"],
+        env["GRAD_ACCUM"],
+        env["SEQ_LEN"],
+        env["LR"],
+        env["WARMUP_STEPS"],
+        env["TOTAL_STEPS"],
+        env["LOG_EVERY"],
+        env["SAVE_EVERY"],
+        env["EVAL_EVERY"],
+        env["N_SUP"],
+        env["T_INNER"],
+        env["PHASE"],
+        env["OUTPUT_DIR"],
+        env["HUB_MODEL_ID"],
+        env["MAX_SAMPLES"],
+    ) == ("small", 4, 8, 256, 3e-4, 500, 20000, 10, 1000, 500, 0, 0, "pretrain", "./nexus-out", "", 0)
     sft = env_train.read_env({"PHASE": "sft"})
     assert (sft["LR"], sft["WARMUP_STEPS"], sft["DATASET"]) == (1e-4, 100, "hf:HuggingFaceTB/smol-smoltalk")
     cfg = env_train.build_run_config(env_train.read_env({"MODEL_SIZE": "tiny", "N_SUP": "2", "T_INNER": "7"}))
     assert cfg.preset == "nexus-tiny" and (cfg.model.arch.n_sup, cfg.model.arch.t_inner) == (2, 7)
-    assert (cfg.train.batch_size, cfg.train.grad_accum, cfg.train.optimizer.betas, cfg.train.weight_decay) == (4, 8, [0.9, 0.95], 0.01)
+    assert (cfg.train.batch_size, cfg.train.grad_accum, cfg.train.optimizer.betas, cfg.train.weight_decay) == (
+        4,
+        8,
+        [0.9, 0.95],
+        0.01,
+    )
 
 
-@pytest.mark.parametrize("var,value", [("MODEL_SIZE", "huge"), ("PHASE", "rlhf"), ("BATCH_SIZE", "four"),
-                                       ("LR", "-1e-3"), ("TOTAL_STEPS", "0"), ("T_INNER", "-2"), ("SEQ_LEN", "1.5"),
-                                       ("LR", "nan"), ("HUB_MODEL_ID", "no-slash")])
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("MODEL_SIZE", "huge"),
+        ("PHASE", "rlhf"),
+        ("BATCH_SIZE", "four"),
+        ("LR", "-1e-3"),
+        ("TOTAL_STEPS", "0"),
+        ("T_INNER", "-2"),
+        ("SEQ_LEN", "1.5"),
+        ("LR", "nan"),
+        ("HUB_MODEL_ID", "no-slash"),
+    ],
+)
 def test_bad_values_name_the_variable(var, value):
     with pytest.raises(env_train.EnvError) as e:
         env_train.read_env({var: value})
@@ -78,14 +115,22 @@ def test_bad_values_name_the_variable(var, value):
 def _run_cli(env_vars, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in {v.name for v in env_train.VARS}}
     env.update(env_vars, NEXUS_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "nexus.cli.env_train"], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "nexus.cli.env_train"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
 
 
 def test_bad_variable_exits_2_with_one_line(tmp_path):
     r = _run_cli({"MODEL_SIZE": "gigantic"}, tmp_path)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["nexus-train-env: error: MODEL_SIZE='gigantic' (valid: tiny|small|base|medium|micro)"]
+    assert r.stderr.strip().splitlines() == [
+        "nexus-train-env: error: MODEL_SIZE='gigantic' (valid: tiny|small|base|medium|micro)"
+    ]
 
 
 @pytest.mark.slow  # two env-script processes that each import the hub stack (~35 s); the in-process offline check stays in test_data_sources
@@ -97,14 +142,30 @@ def test_offline_hub_dataset_and_hub_push_fail_with_one_line(tmp_path):
     r = _run_cli({"MODEL_SIZE": "micro", "DATASET": "embedded", "HUB_MODEL_ID": "someone/nexus-tiny"}, tmp_path)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nexus-train-env: error: HUB_MODEL_ID='someone/nexus-tiny'"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("nexus-train-env: error: HUB_MODEL_ID='someone/nexus-tiny'"), (
+        r.stderr
+    )
 
 
 def _train(tmp_path, capsys, monkeypatch, **extra):
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
-    env = {"MODEL_SIZE": "micro", "BATCH_SIZE": "2", "GRAD_ACCUM": "2", "SEQ_LEN": "16", "TOTAL_STEPS": "3",
-           "LOG_EVERY": "1", "SAVE_EVERY": "2", "EVAL_EVERY": "2", "N_SUP": "2", "T_INNER": "2", "WARMUP_STEPS": "1",
-           "DATASET": "embedded", "MAX_SAMPLES": "40", "SAMPLE_TOKENS": "4", "OUTPUT_DIR": str(tmp_path / "run")}
+    env = {
+        "MODEL_SIZE": "micro",
+        "BATCH_SIZE": "2",
+        "GRAD_ACCUM": "2",
+        "SEQ_LEN": "16",
+        "TOTAL_STEPS": "3",
+        "LOG_EVERY": "1",
+        "SAVE_EVERY": "2",
+        "EVAL_EVERY": "2",
+        "N_SUP": "2",
+        "T_INNER": "2",
+        "WARMUP_STEPS": "1",
+        "DATASET": "embedded",
+        "MAX_SAMPLES": "40",
+        "SAMPLE_TOKENS": "4",
+        "OUTPUT_DIR": str(tmp_path / "run"),
+    }
     env.update(extra)
     rc = env_train.main([], env)
     return rc, capsys.readouterr().out
@@ -135,8 +196,18 @@ def test_sft_phase_from_pretrained_byte_model(tmp_path, capsys, monkeypatch):
     assert rc == 0
     data = tmp_path / "chat.jsonl"
     data.write_text("\n".join(json.dumps(CONV) for _ in range(30)))
-    rc, out = _train(tmp_path, capsys, monkeypatch, PHASE="sft", DATASET=str(data), TOTAL_STEPS="2", N_SUP="1",
-                     T_INNER="1", OUTPUT_DIR=str(tmp_path / "sft"), INIT_CHECKPOINT=str(tmp_path / "run" / "checkpoint"))
+    rc, out = _train(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        PHASE="sft",
+        DATASET=str(data),
+        TOTAL_STEPS="2",
+        N_SUP="1",
+        T_INNER="1",
+        OUTPUT_DIR=str(tmp_path / "sft"),
+        INIT_CHECKPOINT=str(tmp_path / "run" / "checkpoint"),
+    )
     assert rc == 0, out
     model, cfg, tok = load_checkpoint(tmp_path / "sft" / "checkpoint")
     assert isinstance(tok, ChatByteTokenizer) and cfg.data.chat and model.embed.weight.shape[0] == 262
@@ -154,9 +225,37 @@ def test_a_grown_run_in_output_dir_resumes_with_its_growth(tmp_path, capsys, mon
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
     growth = "{family: width, hidden: 48, ffn: 128, init: [copy, copy], rewarmup: [1.3, 4]}"
-    assert main(["train", "--preset", "baseline-micro", "--quiet", "--out", str(run), "--train.steps", "4",
-                 "--data.seq_len", "16", "--train.batch_size", "2", "--train.eval_every", "0", "--train.log_every", "1",
-                 "--model.d_model", "32", "--model.n_heads", "2", "--grow-at", "2", "--growth", growth]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "baseline-micro",
+                "--quiet",
+                "--out",
+                str(run),
+                "--train.steps",
+                "4",
+                "--data.seq_len",
+                "16",
+                "--train.batch_size",
+                "2",
+                "--train.eval_every",
+                "0",
+                "--train.log_every",
+                "1",
+                "--model.d_model",
+                "32",
+                "--model.n_heads",
+                "2",
+                "--grow-at",
+                "2",
+                "--growth",
+                growth,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     rc, out = _train(tmp_path, capsys, monkeypatch, TOTAL_STEPS="6", N_SUP="0", T_INNER="0")
     assert rc == 0, out
@@ -180,5 +279,11 @@ def test_last_step_is_sampled_evaluated_and_logged_once(tmp_path, capsys, monkey
     val_lines = [l.split("|")[0].split() for l in out.splitlines() if l.startswith("step") and "val loss" in l]
     assert val_lines == [["step", "2"], ["step", "4"]]
     records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], "val_loss" in r) for r in records] == [(1, False), (2, False), (2, True), (3, False),
-                                                               (4, False), (4, True)]
+    assert [(r["step"], "val_loss" in r) for r in records] == [
+        (1, False),
+        (2, False),
+        (2, True),
+        (3, False),
+        (4, False),
+        (4, True),
+    ]

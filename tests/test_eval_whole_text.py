@@ -1,5 +1,6 @@
 """Whole-text evaluation: every token scored once, bits per byte against hand computations (uniform
 model; direct full forward; per-token sliding context), `nexus eval --data` on text and prepared data."""
+
 import json
 import math
 
@@ -13,7 +14,11 @@ from nexus.eval.whole_text import IGNORE, document_windows, score, text_document
 from nexus.models import build_model
 from nexus.presets import get_preset
 
-DOCS = ["The cat sat on the mat. " * 6 + "Ünïcödé ✓ bytes.", "short one", ("A third document, of middling length. " * 3).strip()]
+DOCS = [
+    "The cat sat on the mat. " * 6 + "Ünïcödé ✓ bytes.",
+    "short one",
+    ("A third document, of middling length. " * 3).strip(),
+]
 
 
 def tiny(vocab):
@@ -66,7 +71,7 @@ def hand_nll(model, seq, context):
     total = 0.0
     with torch.no_grad():
         for j in range(1, len(seq)):
-            x = torch.tensor([seq[max(0, j - context):j]])
+            x = torch.tensor([seq[max(0, j - context) : j]])
             total -= float(torch.log_softmax(model(x).logits[0, -1].double(), -1)[seq[j]])
     return total
 
@@ -78,7 +83,7 @@ def test_bits_per_byte_matches_a_hand_computation(tok):
     seqs = [[tok.eos_id] + tok.encode(d) for d in docs]
     # one window longer than every document: each token sees its whole document (prefix included)
     res = score(model, text_documents(docs, tok), tok.eos_id, window=64, stride=64, batch_size=2)
-    want = sum(hand_nll(model, s, 10 ** 6) for s in seqs)
+    want = sum(hand_nll(model, s, 10**6) for s in seqs)
     assert res["bits_per_byte"] == pytest.approx(want / math.log(2) / n_bytes, rel=1e-5)
     # stride 1: every token conditioned on exactly the previous `window` tokens
     res = score(model, text_documents(docs, tok), tok.eos_id, window=6, stride=1, batch_size=5)
@@ -97,19 +102,60 @@ def test_eval_cli_scores_whole_text_and_prepared_val_alike(tmp_path, tok, capsys
     whole = json.loads(capsys.readouterr().out)
     assert whole["documents"] == 40 and whole["bytes"] == sum(len(d.encode()) for d in text.split("\n\n"))
     assert whole["windows"] == "disjoint" and whole["window"] == 32
-    assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "t.txt"), "--split", "val",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(tmp_path / "ckpt"),
+                "--data",
+                str(tmp_path / "t.txt"),
+                "--split",
+                "val",
+                "--json",
+            ]
+        )
+        == 0
+    )
     val = json.loads(capsys.readouterr().out)
     assert val["documents"] == 2  # round(40 * 0.05)
-    assert main(["data", "prepare", str(tmp_path / "t.txt"), "--tokenizer", str(tmp_path / "ckpt"), "--out",
-                 str(tmp_path / "prep"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                str(tmp_path / "t.txt"),
+                "--tokenizer",
+                str(tmp_path / "ckpt"),
+                "--out",
+                str(tmp_path / "prep"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "prep"), "--split", "val",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(tmp_path / "ckpt"),
+                "--data",
+                str(tmp_path / "prep"),
+                "--split",
+                "val",
+                "--json",
+            ]
+        )
+        == 0
+    )
     prep = json.loads(capsys.readouterr().out)
     assert prep["bytes"] == val["bytes"] and prep["tokens"] == val["tokens"]
     assert prep["bits_per_byte"] == pytest.approx(val["bits_per_byte"], rel=1e-6)
-    assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "t.txt"), "--stride", "8"]) == 0
+    assert (
+        main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tmp_path / "t.txt"), "--stride", "8"]) == 0
+    )
     line = capsys.readouterr().out
     assert "bits per byte" in line and "sliding windows of 32 tokens, stride 8" in line
 

@@ -1,4 +1,5 @@
 """ExoFormer family: mixing semantics, init, equivalences, caching, optimizer wiring, presets, config errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -97,6 +98,7 @@ def test_reference_would_catch_wrong_order():
             parts, x = mx._saved
             mixed = orig({**parts, "q": q, "k": k}, x, anchors)  # ... and are mixed afterwards
             return mixed["q"], mixed["k"]
+
         mx.forward, mx.after_qk_norm = late, after
     wrong = model(ids).logits[0]
     assert not torch.allclose(wrong, ref, atol=1e-3)
@@ -156,9 +158,11 @@ def test_dynamic_mixing_is_eq6_on_the_pre_normed_input():
         assert shapes == [("fc1.weight", (16, m.d_model)), ("fc2.bias", (8,)), ("fc2.weight", (8, 16))]
     layer, mx = model.layers[1], model.layers[1].attn.mixer
     seen = {}
-    hooks = [layer.attn_norm.register_forward_hook(lambda mod, inp, out: seen.setdefault("h", out)),
-             # the MLP's first Linear: both mixing paths (eager, fused) run it on the MLP's input
-             mx.dynamic.fc1.register_forward_pre_hook(lambda mod, inp: seen.setdefault("dm_input", inp[0]))]
+    hooks = [
+        layer.attn_norm.register_forward_hook(lambda mod, inp, out: seen.setdefault("h", out)),
+        # the MLP's first Linear: both mixing paths (eager, fused) run it on the MLP's input
+        mx.dynamic.fc1.register_forward_pre_hook(lambda mod, inp: seen.setdefault("dm_input", inp[0])),
+    ]
     with torch.no_grad():
         model(torch.randint(0, m.vocab_size, (2, 6)))
     for hk in hooks:
@@ -168,12 +172,16 @@ def test_dynamic_mixing_is_eq6_on_the_pre_normed_input():
     W1, W2, b = mx.dynamic.fc1.weight, mx.dynamic.fc2.weight, mx.dynamic.fc2.bias
     want = torch.sigmoid(torch.nn.functional.gelu(h @ W1.t()) @ W2.t() + b)
     torch.testing.assert_close(mx.dynamic(h), want)
-    renormed = torch.sigmoid(torch.nn.functional.gelu((h / h.pow(2).mean(-1, keepdim=True).sqrt()) @ W1.t()) @ W2.t() + b)
+    renormed = torch.sigmoid(
+        torch.nn.functional.gelu((h / h.pow(2).mean(-1, keepdim=True).sqrt()) @ W1.t()) @ W2.t() + b
+    )
     assert (renormed - want).abs().max() > 1e-3  # the extra-norm form is distinguishable here
 
 
-@pytest.mark.parametrize("granularity,expect", [("elementwise", lambda H, hd: H * hd), ("headwise", lambda H, hd: H),
-                                                ("scalar", lambda H, hd: 1)])
+@pytest.mark.parametrize(
+    "granularity,expect",
+    [("elementwise", lambda H, hd: H * hd), ("headwise", lambda H, hd: H), ("scalar", lambda H, hd: 1)],
+)
 def test_coefficient_granularity_shapes(granularity, expect):
     m = micro_model_cfg("exo-e-tiny")
     m.mixing.granularity = granularity
@@ -216,6 +224,7 @@ def test_resformer_is_half_half_value_residual():
             parts = orig(x)
             seen[i] = {k: v.clone() for k, v in parts.items()}
             return parts
+
         layer.attn.project = rec
     mixed = {}
     for i, mx in mixers(model):
@@ -225,6 +234,7 @@ def test_resformer_is_half_half_value_residual():
             out = orig(parts, x, anchors)
             mixed[i] = out
             return out
+
         mx.forward = rec_mix
     model(torch.randint(0, 259, (1, 8)))
     for i in range(1, m.n_layers):
@@ -295,8 +305,12 @@ def test_modulated_mix_matches_autograd_reference(coef_shape, dynamic, removed, 
     for a, b in zip(fast_grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     inputs = (cur, anc, l1, l2, gamma)
-    assert torch.autograd.gradcheck(lambda c, a, x1, x2, gm: modulated_mix(
-        c, a, x1, x2, *((gm[..., 4, None, None], gm[..., 5, None, None]) if gm is not None else (None, None))), inputs)
+    assert torch.autograd.gradcheck(
+        lambda c, a, x1, x2, gm: modulated_mix(
+            c, a, x1, x2, *((gm[..., 4, None, None], gm[..., 5, None, None]) if gm is not None else (None, None))
+        ),
+        inputs,
+    )
 
 
 def _outputs_and_grads(model, ids):
@@ -342,7 +356,7 @@ def test_cached_decoding_matches_full_forward(preset):
     cache = model.new_cache()
     steps = [model(ids[:, :50], cache=cache).logits]
     for t in range(50, 56):
-        steps.append(model(ids[:, t:t + 1], cache=cache).logits)
+        steps.append(model(ids[:, t : t + 1], cache=cache).logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 
 
@@ -467,7 +481,7 @@ def test_linear_warmdown_schedule():
     f = [lr_factor(s, t) for s in range(t.steps)]
     assert f[t.warmup_steps - 1] == 1.0 and f[0] < f[1]
     start = t.steps - int(round(0.2 * t.steps))
-    assert all(x == 1.0 for x in f[t.warmup_steps:start])
+    assert all(x == 1.0 for x in f[t.warmup_steps : start])
     diffs = [f[s] - f[s + 1] for s in range(start, t.steps - 1)]
     assert max(diffs) - min(diffs) < 1e-9 and f[-1] == pytest.approx(0.0)
 
@@ -497,11 +511,14 @@ def test_each_variant_trains(preset, tmp_path):
 
 
 # ----------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("field,value,needle", [
-    ("components", ["q", "x"], "model.mixing.components"),
-    ("granularity", "rowwise", "model.mixing.granularity"),
-    ("norm", "sometimes", "model.mixing.norm"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("components", ["q", "x"], "model.mixing.components"),
+        ("granularity", "rowwise", "model.mixing.granularity"),
+        ("norm", "sometimes", "model.mixing.norm"),
+    ],
+)
 def test_bad_mixing_values_are_config_errors(field, value, needle):
     cfg = get_preset("exo-e-tiny")
     setattr(cfg.model.mixing, field, value)
@@ -528,9 +545,14 @@ def test_dynamic_without_anchor_and_g_without_gate_and_recurrent_arch_fail():
         cfg.validate()
 
 
-@pytest.mark.parametrize("override", [["--model.mixing.granularity", "rowwise"],
-                                      ["--model.mixing.components", "q,z"],
-                                      ["--model.mixing.dynamic", "true"]])
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--model.mixing.granularity", "rowwise"],
+        ["--model.mixing.components", "q,z"],
+        ["--model.mixing.dynamic", "true"],
+    ],
+)
 def test_cli_bad_mixing_input_exits_2_with_one_line(override, capsys):
     from nexus.cli import main
 

@@ -1,4 +1,5 @@
 """`nexus experiment compare`: presets x seeds at equal FLOPs, statistics recomputable from results.json."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,18 @@ from scipy import stats
 from nexus.cli import main
 from nexus.experiments.compare import plan_compare, run_compare, summarize
 
-TINY = ["--train.eval_batches", "1", "--train.batch_size", "2", "--data.seq_len", "48", "--train.sample_tokens", "1",
-        "--model.n_layers", "1"]
+TINY = [
+    "--train.eval_batches",
+    "1",
+    "--train.batch_size",
+    "2",
+    "--data.seq_len",
+    "48",
+    "--train.sample_tokens",
+    "1",
+    "--model.n_layers",
+    "1",
+]
 
 
 def test_compare_equal_flops_statistics_recomputable(tmp_path):
@@ -55,11 +66,14 @@ def test_welch_needs_two_seeds_per_side():
     assert rows[1]["p_value_vs_reference"] is None and rows[1]["std"] == 0.0
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--presets", "baseline-micro,no-such-preset"], "no-such-preset"),
-    (["--presets", "baseline-micro", "--seeds", "1,1"], "--seeds"),
-    (["--presets", "baseline-micro,baseline-micro"], "--presets"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--presets", "baseline-micro,no-such-preset"], "no-such-preset"),
+        (["--presets", "baseline-micro", "--seeds", "1,1"], "--seeds"),
+        (["--presets", "baseline-micro,baseline-micro"], "--presets"),
+    ],
+)
 def test_compare_bad_input_exit_2_nothing_written(tmp_path, capsys, args, needle):
     out = tmp_path / "never"
     rc = main(["experiment", "compare", "--out", str(out), *args])
@@ -85,8 +99,16 @@ def test_compare_lm_eval_equals_adapter_on_each_checkpoint_and_resumes(tmp_path,
     tasks_dir.mkdir()
     h.write_tiny_mc_task(tasks_dir)
     out = tmp_path / "cmp"
-    plan = plan_compare(["baseline-micro", "base-transformer-tiny"], [0, 1], "tokens", 64, list(TINY), str(out),
-                        lm_eval=[h.TASK], lm_eval_include=str(tasks_dir))
+    plan = plan_compare(
+        ["baseline-micro", "base-transformer-tiny"],
+        [0, 1],
+        "tokens",
+        64,
+        list(TINY),
+        str(out),
+        lm_eval=[h.TASK],
+        lm_eval_include=str(tasks_dir),
+    )
     r = run_compare(plan, quiet=True, say=lambda *_: None)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["evals"] == json.loads(json.dumps(r["evals"]))
@@ -104,14 +126,30 @@ def test_compare_lm_eval_equals_adapter_on_each_checkpoint_and_resumes(tmp_path,
     want_p = stats.ttest_ind(other["values"], ref["values"], equal_var=False).pvalue
     assert other["p_value_vs_reference"] == (None if want_p != want_p else pytest.approx(want_p))  # nan: no variance
     report = (out / "report.md").read_text()
-    assert f"lm-eval {h.TASK} acc" in report and f"| {other['preset']} | {other['mean']:.4f} | {other['std']:.4f} |" in report
+    assert (
+        f"lm-eval {h.TASK} acc" in report
+        and f"| {other['preset']} | {other['mean']:.4f} | {other['std']:.4f} |" in report
+    )
 
     # resumed: finished runs are not retrained and their stored eval results are not recomputed
     def no_eval(*a, **k):
         raise AssertionError("a finished run's lm-eval results were recomputed")
+
     monkeypatch.setattr(lm_eval_adapter, "evaluate_tasks", no_eval)
-    again = run_compare(plan_compare(["baseline-micro", "base-transformer-tiny"], [0, 1], "tokens", 64, list(TINY), str(out),
-                                     lm_eval=[h.TASK], lm_eval_include=str(tasks_dir)), quiet=True, say=lambda *_: None)
+    again = run_compare(
+        plan_compare(
+            ["baseline-micro", "base-transformer-tiny"],
+            [0, 1],
+            "tokens",
+            64,
+            list(TINY),
+            str(out),
+            lm_eval=[h.TASK],
+            lm_eval_include=str(tasks_dir),
+        ),
+        quiet=True,
+        say=lambda *_: None,
+    )
     assert json.loads(json.dumps(again["evals"])) == on_disk["evals"]
 
 
@@ -122,6 +160,7 @@ def test_compare_bad_lm_eval_task_exit_2_before_training(tmp_path, capsys, monke
 
     def no_training(*a, **k):
         raise AssertionError("training started before the lm-eval tasks were checked")
+
     monkeypatch.setattr(compare, "run_resumable", no_training)
     tasks_dir = tmp_path / "tasks"
     tasks_dir.mkdir()
@@ -131,12 +170,14 @@ def test_compare_bad_lm_eval_task_exit_2_before_training(tmp_path, capsys, monke
     out = tmp_path / "never"
     h.write_tiny_mc_task(tasks_dir)
     text = "baseline-micro,base-transformer-tiny"
-    cases = [(text, ["--lm-eval", h.TASK, "--lm-eval-include", str(tmp_path / "no-dir")], "--lm-eval-include"),
-             (text, ["--lm-eval", h.TASK, "--lm-eval-include", str(broken)], "cannot be loaded offline"),
-             (text, ["--lm-eval", "no_such_task_xyz", "--lm-eval-include", str(tasks_dir)], "no_such_task_xyz"),
-             (text, ["--lm-eval-limit", "2"], "without --lm-eval"),
-             # a synthetic-vocabulary model cannot read text
-             ("baseline-micro,mqar-baseline", ["--lm-eval", h.TASK, "--lm-eval-include", str(tasks_dir)], "synthetic:mqar")]
+    cases = [
+        (text, ["--lm-eval", h.TASK, "--lm-eval-include", str(tmp_path / "no-dir")], "--lm-eval-include"),
+        (text, ["--lm-eval", h.TASK, "--lm-eval-include", str(broken)], "cannot be loaded offline"),
+        (text, ["--lm-eval", "no_such_task_xyz", "--lm-eval-include", str(tasks_dir)], "no_such_task_xyz"),
+        (text, ["--lm-eval-limit", "2"], "without --lm-eval"),
+        # a synthetic-vocabulary model cannot read text
+        ("baseline-micro,mqar-baseline", ["--lm-eval", h.TASK, "--lm-eval-include", str(tasks_dir)], "synthetic:mqar"),
+    ]
     for presets, args, needle in cases:
         rc = main(["experiment", "compare", "--presets", presets, "--out", str(out), *args])
         err = capsys.readouterr().err.strip().splitlines()
@@ -160,12 +201,14 @@ def test_compare_refuses_a_bad_growth_spec_of_any_preset_before_the_first_run(tm
         cfg = presets.get_preset("baseline-micro")
         cfg.train.set_hook("growth", at=2, spec={"family": "nexus_rank", "delta_mm": 8})
         return cfg
+
     presets.PRESETS.load()
     monkeypatch.setitem(presets.PRESETS._entries, "test-bad-growth", (bad, "test: a misspelled growth spec"))
     monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
     out = tmp_path / "never"
-    rc = main(["experiment", "compare", "--out", str(out), "--presets", "baseline-micro,test-bad-growth",
-               "--tokens", "2048"])
+    rc = main(
+        ["experiment", "compare", "--out", str(out), "--presets", "baseline-micro,test-bad-growth", "--tokens", "2048"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "test-bad-growth" in err[0] and "delta_mm" in err[0], err
     assert not out.exists()
@@ -181,8 +224,22 @@ def test_compare_with_a_yaml_preset_reports_it_by_its_stem(tmp_path, capsys):
     mine = tmp_path / "my.yaml"
     mine.write_text(yaml.safe_dump(get_preset("baseline-micro").to_dict()))
     out = tmp_path / "cmp"
-    rc = main(["experiment", "compare", "--out", str(out), "--presets", f"baseline-micro,{mine}", "--seeds", "0",
-               "--tokens", "96", "--quiet", *TINY])
+    rc = main(
+        [
+            "experiment",
+            "compare",
+            "--out",
+            str(out),
+            "--presets",
+            f"baseline-micro,{mine}",
+            "--seeds",
+            "0",
+            "--tokens",
+            "96",
+            "--quiet",
+            *TINY,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert [r["preset"] for r in rows] == ["baseline-micro", "my"]
@@ -208,13 +265,17 @@ def _no_training(monkeypatch):
     monkeypatch.setattr(Trainer, "train_step", lambda *a: (_ for _ in ()).throw(AssertionError("a step ran")))
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("model: {qk_norm: true}\n", "preset: baseline-micro"),  # partial, no base: its other fields would be defaults
-    ("preset: no-such-preset\nmodel: {qk_norm: true}\n", "no-such-preset"),
-    ("preset: other.yaml\nmodel: {qk_norm: true}\n", "other.yaml"),
-])
-def test_a_partial_yaml_preset_without_a_registered_base_is_refused_in_one_line(tmp_path, capsys, monkeypatch,
-                                                                                 text, needle):
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("model: {qk_norm: true}\n", "preset: baseline-micro"),  # partial, no base: its other fields would be defaults
+        ("preset: no-such-preset\nmodel: {qk_norm: true}\n", "no-such-preset"),
+        ("preset: other.yaml\nmodel: {qk_norm: true}\n", "other.yaml"),
+    ],
+)
+def test_a_partial_yaml_preset_without_a_registered_base_is_refused_in_one_line(
+    tmp_path, capsys, monkeypatch, text, needle
+):
     """Issue 50 item 2: `model: {qk_norm: true}` alone trained a 4x128 default model against a 2x64 preset."""
     _no_training(monkeypatch)
     mine = tmp_path / "micro_qk.yaml"
@@ -258,9 +319,20 @@ def test_compare_says_what_each_arm_changes_before_training(tmp_path, capsys, mo
     same_base.write_text("preset: baseline-micro\nmodel: {qk_norm: true}\n")
     other_base = tmp_path / "tiny_qk.yaml"
     other_base.write_text("preset: baseline-tiny\nmodel: {qk_norm: true}\n")
-    out = _printed_before_training(monkeypatch, capsys, [
-        "experiment", "compare", "--out", str(tmp_path / "c"), "--presets",
-        f"baseline-micro,{same_base},{other_base}", "--tokens", "96"])
+    out = _printed_before_training(
+        monkeypatch,
+        capsys,
+        [
+            "experiment",
+            "compare",
+            "--out",
+            str(tmp_path / "c"),
+            "--presets",
+            f"baseline-micro,{same_base},{other_base}",
+            "--tokens",
+            "96",
+        ],
+    )
     lines = out.splitlines()
     mine = [ln for ln in lines if ln.startswith("micro_qk vs baseline-micro")]
     assert len(mine) == 1 and "1 field(s) differ: model.qk_norm false -> true" in mine[0], out
@@ -293,7 +365,7 @@ def test_compare_plot_is_points_with_intervals_on_an_axis_whose_cut_is_drawn(tmp
     caps = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
     assert len(caps) == 2
     for row, c in zip(rows, caps):
-        (x, y), = c.lines[0].get_xydata()
+        ((x, y),) = c.lines[0].get_xydata()
         assert y == pytest.approx(row["mean"])
         seg = c.lines[2][0].get_segments()[0]  # the interval's vertical line
         assert sorted(p[1] for p in seg) == pytest.approx([row["ci_low"], row["ci_high"]])

@@ -1,4 +1,5 @@
 """The method table of `nexus experiment progressive` agrees with the installed growth families."""
+
 from __future__ import annotations
 
 import pytest

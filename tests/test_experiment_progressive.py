@@ -4,6 +4,7 @@ from results.json; eq. 29 by hand; bad input fails before any training with exit
 The machinery test uses a test-only growth family (FFN doubled, new down-projection columns zero:
 exactly function-preserving) so it depends only on the generic growth API, not on a paper family.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,11 +49,29 @@ def _grow_ffn_double(model, cfg, spec):
 
 # a family's module registers its methods beside its grower (as growth/width.py does): the experiment lists
 # them without an edit of its own
-register_method(Method("test-ffn-registered", "test_ffn_double", "baseline-micro", {}, "test: registered by its family"))
+register_method(
+    Method("test-ffn-registered", "test_ffn_double", "baseline-micro", {}, "test: registered by its family")
+)
 TEST_METHOD = Method("test-ffn", "test_ffn_double", "baseline-micro", {}, "test: FFN x2 (zero down columns)")
 # 1x32 model, 2x16-token batches, 12 steps: the machinery, not the learning, is under test
-MICRO = ["--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2", "--train.eval_batches", "1",
-         "--train.batch_size", "2", "--data.seq_len", "16", "--train.sample_tokens", "1", "--train.warmup_steps", "2"]
+MICRO = [
+    "--model.n_layers",
+    "1",
+    "--model.d_model",
+    "32",
+    "--model.n_heads",
+    "2",
+    "--train.eval_batches",
+    "1",
+    "--train.batch_size",
+    "2",
+    "--data.seq_len",
+    "16",
+    "--train.sample_tokens",
+    "1",
+    "--train.warmup_steps",
+    "2",
+]
 
 
 def add_methods(monkeypatch, *added: Method) -> None:
@@ -78,8 +97,15 @@ def finished(tmp_path_factory):
 
 
 def _run(tmp_path, tokens=384, grow_at=0.5, seeds=(3,)):
-    plan = P.plan_progressive("test-ffn", overrides=list(MICRO), tokens=tokens, grow_at=grow_at, seeds=list(seeds),
-                              out=str(tmp_path / "exp"), eval_points=5)
+    plan = P.plan_progressive(
+        "test-ffn",
+        overrides=list(MICRO),
+        tokens=tokens,
+        grow_at=grow_at,
+        seeds=list(seeds),
+        out=str(tmp_path / "exp"),
+        eval_points=5,
+    )
     return plan, P.run_progressive(plan, quiet=True, say=lambda *_: None)
 
 
@@ -161,7 +187,9 @@ def test_micro_experiment_report_is_recomputable_from_results_json(finished):
     events = [m for m in grown_metrics if m.get("event") == "growth"]
     assert [ev["step"] for ev in events] == [plan["grow_step"]]
     params = {m["step"]: m["params"] for m in grown_metrics if "params" in m}
-    assert min(v for k, v in params.items() if k > plan["grow_step"]) > max(v for k, v in params.items() if k <= plan["grow_step"])
+    assert min(v for k, v in params.items() if k > plan["grow_step"]) > max(
+        v for k, v in params.items() if k <= plan["grow_step"]
+    )
 
     # report.md states exactly these numbers, and every run's schedule
     report = (tmp_path / "exp" / "report.md").read_text()
@@ -220,13 +248,16 @@ def test_interrupted_experiment_resumes_from_step_checkpoint_and_matches(tmp_pat
     assert steps == sorted(set(steps)) == [p["step"] for p in ref["runs"]["grown"]["val_curve"]]
 
 
-@pytest.mark.parametrize("n_small,n_large,d_e,d,want", [
-    (1.0, 2.0, 5.0, 10.0, 0.25),  # C* = 6(5 + 10) = 90, C = 120
-    (1.0, 4.0, 50.0, 100.0, 0.375),  # 2x width ~ 4x params, grow at half: 6(50 + 200) vs 6*400
-    (3.0, 3.0, 7.0, 10.0, 0.0),  # nothing grows: nothing saved
-    (2.0, 8.0, 0.0, 10.0, 0.0),  # grown at the start: the scratch run
-    (2.0, 8.0, 10.0, 10.0, 0.75),  # never grown: 1 - N_small/N_large
-])
+@pytest.mark.parametrize(
+    "n_small,n_large,d_e,d,want",
+    [
+        (1.0, 2.0, 5.0, 10.0, 0.25),  # C* = 6(5 + 10) = 90, C = 120
+        (1.0, 4.0, 50.0, 100.0, 0.375),  # 2x width ~ 4x params, grow at half: 6(50 + 200) vs 6*400
+        (3.0, 3.0, 7.0, 10.0, 0.0),  # nothing grows: nothing saved
+        (2.0, 8.0, 0.0, 10.0, 0.0),  # grown at the start: the scratch run
+        (2.0, 8.0, 10.0, 10.0, 0.75),  # never grown: 1 - N_small/N_large
+    ],
+)
 def test_eq29_flops_saved_hand_computed(n_small, n_large, d_e, d, want):
     from nexus.experiments.report import eq29
 
@@ -323,8 +354,8 @@ def test_seed_summary_is_the_statistics_of_the_per_seed_numbers(tmp_path, method
     sc = [r["per_seed"][k]["runs"]["scratch"]["final_val_loss"] for k in ("0", "1")]
     assert g[0] != g[1]  # the seeds really differ
     d = r["summary"]["final_val_loss"]["grown"]
-    assert d["mean"] == pytest.approx(sum(g) / 2) and d["std"] == pytest.approx(abs(g[0] - g[1]) / 2 ** 0.5)
-    half = stats.t.ppf(0.975, 1) * d["std"] / 2 ** 0.5
+    assert d["mean"] == pytest.approx(sum(g) / 2) and d["std"] == pytest.approx(abs(g[0] - g[1]) / 2**0.5)
+    half = stats.t.ppf(0.975, 1) * d["std"] / 2**0.5
     assert (d["ci_low"], d["ci_high"]) == (pytest.approx(d["mean"] - half), pytest.approx(d["mean"] + half))
     assert r["summary"]["grown_minus_scratch_final"]["t_p"] == pytest.approx(stats.ttest_rel(g, sc).pvalue)
     report = (tmp_path / "exp" / "report.md").read_text()
@@ -348,7 +379,9 @@ def test_paper_recipe_and_tau(methods):
     sl = P.plan_progressive("sparkling", tokens=2048 * 200, out="unused", seeds=[0], steplaw_scratch=True)
     n_s, n_l = sl["total_params"]["small"], sl["total_params"]["large"]
     lrs = {k: v["train"]["lr"] for k, v in sl["configs"]["0"].items()}
-    assert lrs["scratch-steplaw"] == pytest.approx(lrs["small"] * (n_l / n_s) ** -0.713) and lrs["scratch"] == lrs["small"]
+    assert (
+        lrs["scratch-steplaw"] == pytest.approx(lrs["small"] * (n_l / n_s) ** -0.713) and lrs["scratch"] == lrs["small"]
+    )
     with pytest.raises(ConfigError, match="--tau"):
         P.plan_progressive("sparkling", out="unused", tau="soon")
     with pytest.raises(ConfigError, match="--tau"):
@@ -360,8 +393,7 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
     reach the reference's final loss, recomputed here from the curves in results.json."""
     from nexus.experiments import pair
 
-    other = Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr",
-                     {"train.lr": 1e-3})
+    other = Method("test-ffn-b", "test_ffn_double", "baseline-micro", {}, "test: FFN x2, other lr", {"train.lr": 1e-3})
     add_methods(monkeypatch, TEST_METHOD, other)
     monkeypatch.setitem(pair.PAIRS, "test-pair", ("test-ffn", "test-ffn-b", "test pair"))
     plan = pair.plan_pair("test-pair", list(MICRO), 384, 0.5, [0, 1], str(tmp_path / "pair"), eval_points=5)
@@ -370,28 +402,42 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
     for sd, row in on_disk["per_seed"].items():
         a, b = row["runs"]["test-ffn"], row["runs"]["test-ffn-b"]
         assert a["tokens"] == b["tokens"] == plan["plans"]["test-ffn"]["token_budget"]
-        hit = _first_crossing([q["flops"] for q in a["val_curve"]], [q["val_loss"] for q in a["val_curve"]],
-                              b["final_val_loss"])
+        hit = _first_crossing(
+            [q["flops"] for q in a["val_curve"]], [q["val_loss"] for q in a["val_curve"]], b["final_val_loss"]
+        )
         if hit is not None:
             assert row["saved"] == pytest.approx(1 - hit / b["total_flops"])
         else:
-            back = _first_crossing([q["flops"] for q in b["val_curve"]], [q["val_loss"] for q in b["val_curve"]],
-                                   a["final_val_loss"])
+            back = _first_crossing(
+                [q["flops"] for q in b["val_curve"]], [q["val_loss"] for q in b["val_curve"]], a["final_val_loss"]
+            )
             assert row["saved"] == pytest.approx(back / a["total_flops"] - 1)
         # before growth the first method's run is its small model: FLOPs = growth tokens x the small model's FLOPs/token
         p_a = plan["plans"]["test-ffn"]
-        at_growth = p_a["grow_step"] * p_a["tokens_per_step"] * on_disk["sizes"]["test-ffn"]["small"]["train_flops_per_token"]
+        at_growth = (
+            p_a["grow_step"] * p_a["tokens_per_step"] * on_disk["sizes"]["test-ffn"]["small"]["train_flops_per_token"]
+        )
         assert row["reached_before_growth"] == (hit is not None and hit <= at_growth)
         for m, run in row["runs"].items():
-            assert row["val_loss_at_growth"][m] == next(q["val_loss"] for q in run["val_curve"] if q["step"] == p_a["grow_step"])
-    assert on_disk["summary"]["reached_before_growth"] == sum(row["reached_before_growth"] for row in on_disk["per_seed"].values())
+            assert row["val_loss_at_growth"][m] == next(
+                q["val_loss"] for q in run["val_curve"] if q["step"] == p_a["grow_step"]
+            )
+    assert on_disk["summary"]["reached_before_growth"] == sum(
+        row["reached_before_growth"] for row in on_disk["per_seed"].values()
+    )
     assert r["summary"]["final_val_loss"]["test-ffn"]["n"] == 2
     assert "test-pair" in (tmp_path / "pair" / "report.md").read_text()
 
 
-@pytest.mark.parametrize("args,needle", [(["--seeds", "1,1"], "--seeds"), (["--tau", "soon"], "--tau"),
-                                         (["--seed", "1", "--seeds", "2"], "--seed"),
-                                         (["--method", "naive-copy", "--tau", "3"], "--tau")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--seeds", "1,1"], "--seeds"),
+        (["--tau", "soon"], "--tau"),
+        (["--seed", "1", "--seeds", "2"], "--seed"),
+        (["--method", "naive-copy", "--tau", "3"], "--tau"),
+    ],
+)
 def test_seed_and_tau_bad_input(tmp_path, capsys, args, needle):
     err = _cli(tmp_path, capsys, *args)
     assert needle in err

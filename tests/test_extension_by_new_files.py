@@ -17,6 +17,7 @@ feature of the issue, the per-layer grad-norm hook, is src/nexus/train/grad_norm
 Run by pytest, this module makes the copies and starts the interpreter; run as a script (`python
 tests/test_extension_by_new_files.py WORK FEATURE...`, the copy on PYTHONPATH) it is that interpreter.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,11 +32,33 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "extension_kinds"
 PACKAGE = TESTS.parent / "src" / "nexus"
-FEATURES = ("sigmoid_attention", "relu2_mlp", "deep_narrow_preset", "zero_units_growth", "lion_optimizer",
-            "wsd_sqrt_schedule", "tsv_source")
+FEATURES = (
+    "sigmoid_attention",
+    "relu2_mlp",
+    "deep_narrow_preset",
+    "zero_units_growth",
+    "lion_optimizer",
+    "wsd_sqrt_schedule",
+    "tsv_source",
+)
 # a short run: 2 steps of a 2x32 model, no evaluation or sample until the end
-TINY_RUN = ["--train.steps", "2", "--train.log_every", "1", "--train.eval_every", "0", "--train.eval_batches", "1",
-            "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
+TINY_RUN = [
+    "--train.steps",
+    "2",
+    "--train.log_every",
+    "1",
+    "--train.eval_every",
+    "0",
+    "--train.eval_batches",
+    "1",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+    "--quiet",
+]
 MICRO = ["--preset", "baseline-micro", "--model.d_model", "32", "--model.ffn_hidden", "64"]
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # tests/test_width_axes_declared_by_kinds.py's for an exact growth
 
@@ -49,8 +72,11 @@ def fixture_files(feature: str) -> dict[str, bytes]:
 
 
 def snapshot(package: Path) -> dict[str, bytes]:
-    return {p.relative_to(package).as_posix(): p.read_bytes() for p in sorted(package.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(package).as_posix(): p.read_bytes()
+        for p in sorted(package.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def run_in_copy(tmp_path: Path, features: list[str]) -> None:
@@ -65,12 +91,18 @@ def run_in_copy(tmp_path: Path, features: list[str]) -> None:
             assert target.parent.is_dir(), f"{feature}: {rel} needs a new package folder"
             target.write_bytes(text)
             added[rel] = text
-    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
-           "NEXUS_DISABLE_PLUGINS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "NEXUS_DISABLE_PLUGINS": "1",
+    }
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([sys.executable, __file__, str(work), *features], env=env, cwd=work, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, __file__, str(work), *features], env=env, cwd=work, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert proc.stdout.splitlines()[-1] == f"checked {' '.join(features)}", proc.stdout[-2000:]
     after = snapshot(src / "nexus")
@@ -104,22 +136,25 @@ def cli(*argv: str) -> str:
     return out.getvalue()
 
 
-TORCH_FREE = ("import json, sys, io, contextlib; from nexus.cli import main\n"
-              "outs = []\n"
-              "for argv in json.loads(sys.argv[1]):\n"
-              "    out = io.StringIO()\n"
-              "    with contextlib.redirect_stdout(out): rc = main(argv)\n"
-              "    assert rc == 0, (argv, rc)\n"
-              "    outs.append(out.getvalue())\n"
-              "assert 'torch' not in sys.modules, 'torch imported'\n"
-              "print(json.dumps(outs))")
+TORCH_FREE = (
+    "import json, sys, io, contextlib; from nexus.cli import main\n"
+    "outs = []\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    out = io.StringIO()\n"
+    "    with contextlib.redirect_stdout(out): rc = main(argv)\n"
+    "    assert rc == 0, (argv, rc)\n"
+    "    outs.append(out.getvalue())\n"
+    "assert 'torch' not in sys.modules, 'torch imported'\n"
+    "print(json.dumps(outs))"
+)
 
 
 def listed(*commands: list[str]) -> list[str]:
     """The stdout of `nexus ARGV` for each command, run in one fresh interpreter that must not import torch
     (kinds' options and presets are torch-free)."""
-    proc = subprocess.run([sys.executable, "-c", TORCH_FREE, json.dumps(commands)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE, json.dumps(commands)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -163,15 +198,18 @@ def module_types(checkpoint: Path) -> set[str]:
 def check_sigmoid_attention(work: Path) -> list[str]:
     yaml_file = work / "sigmoid.yaml"
     yaml_file.write_text("model:\n  attention: {kind: sigmoid, length_bias: false}\n")
-    kinds, options = listed(["config", "--section", "model.attention.kind"],
-                            ["config", "--preset", "baseline-micro", "--config", str(yaml_file), "--section",
-                             "model.attention"])
+    kinds, options = listed(
+        ["config", "--section", "model.attention.kind"],
+        ["config", "--preset", "baseline-micro", "--config", str(yaml_file), "--section", "model.attention"],
+    )
     assert "|sigmoid" in kinds.split("(valid: ")[1], kinds
     assert "model.attention.length_bias = False" in options, options
     ckpt = train(work / "sigmoid", *MICRO, "--model.attention.kind", "sigmoid")
     assert "SigmoidAttention" in module_types(ckpt)
-    return ["tests/test_kind_declarations.py::test_each_kind_counts_its_parameters_and_declares_its_width_roles"
-            "[attention-sigmoid]"]
+    return [
+        "tests/test_kind_declarations.py::test_each_kind_counts_its_parameters_and_declares_its_width_roles"
+        "[attention-sigmoid]"
+    ]
 
 
 def check_relu2_mlp(work: Path) -> list[str]:
@@ -181,9 +219,10 @@ def check_relu2_mlp(work: Path) -> list[str]:
     types = module_types(ckpt)
     assert "ReLU2MLP" in types and "SwiGLU" not in types, types
     grown_logits_equal(work, ckpt, "width", "--width.ffn", "128", "--init", "copy,copy", "--preserve", "exact")
-    return ["tests/test_kind_declarations.py::test_each_kind_counts_its_parameters_and_declares_its_width_roles"
-            "[mlp-relu2]",
-            "tests/test_width_axes_declared_by_kinds.py::test_every_registered_mlp_kind_declares_each_axis_it_reports"]
+    return [
+        "tests/test_kind_declarations.py::test_each_kind_counts_its_parameters_and_declares_its_width_roles[mlp-relu2]",
+        "tests/test_width_axes_declared_by_kinds.py::test_every_registered_mlp_kind_declares_each_axis_it_reports",
+    ]
 
 
 def check_deep_narrow_preset(work: Path) -> list[str]:
@@ -210,10 +249,12 @@ def check_zero_units_growth(work: Path) -> list[str]:
     grown = train(work / "zero_in_run", *MICRO, "--grow-at", "1", "--zero-units", "96")
     cfg = json.loads((grown / "config.json").read_text())
     assert cfg["model"]["ffn_hidden"] == 96 and cfg["growth_history"][-1]["family"] == "zero_units"
-    return ["tests/test_growth_specs.py::test_cli_flags_are_generated_from_the_spec_fields_with_their_reasons",
-            "tests/test_growth_spec_flags.py::"
-            "test_help_groups_every_flag_once_under_its_family_with_its_reason_and_default",
-            "tests/test_growth_registry.py::test_families_are_the_registered_growers_sorted"]
+    return [
+        "tests/test_growth_specs.py::test_cli_flags_are_generated_from_the_spec_fields_with_their_reasons",
+        "tests/test_growth_spec_flags.py::"
+        "test_help_groups_every_flag_once_under_its_family_with_its_reason_and_default",
+        "tests/test_growth_registry.py::test_families_are_the_registered_growers_sorted",
+    ]
 
 
 def metrics(run: Path) -> list[dict]:
@@ -226,8 +267,9 @@ def check_lion_optimizer(work: Path) -> list[str]:
     assert "|lion" in line.split("(valid: ")[1], line
     yaml_file = work / "lion.yaml"
     yaml_file.write_text("train:\n  optimizer: lion\n")
-    (lion,) = listed(["config", "--preset", "baseline-micro", "--config", str(yaml_file), "--section",
-                      "train.optimizer"])
+    (lion,) = listed(
+        ["config", "--preset", "baseline-micro", "--config", str(yaml_file), "--section", "train.optimizer"]
+    )
     assert "train.optimizer.betas = [0.9, 0.99]" in lion, lion
     ckpt = train(work / "lion", *MICRO, "--train.optimizer", "lion", "--train.lr", "3e-4")
     saved = json.loads((ckpt / "config.json").read_text())["train"]["optimizer"]
@@ -238,9 +280,15 @@ def check_lion_optimizer(work: Path) -> list[str]:
     assert set(state["groups"]) == {"lion"} and state["groups"]["lion"][0]["betas"] == [0.9, 0.99]
     grown_logits_equal(work, ckpt, "width", "--width.hidden", "64", "--init", "copy,copy", "--preserve", "exact")
     node = "tests/test_optimizer_kinds.py::test_"
-    return [f"{node}{t}[lion]" for t in ("every_kind_declares_its_options_and_builds_a_contract_optimizer",
-                                          "save_and_resume_continue_bitwise", "a_non_finite_step_changes_nothing",
-                                          "growth_extends_every_declared_state_tensor")]
+    return [
+        f"{node}{t}[lion]"
+        for t in (
+            "every_kind_declares_its_options_and_builds_a_contract_optimizer",
+            "save_and_resume_continue_bitwise",
+            "a_non_finite_step_changes_nothing",
+            "growth_extends_every_declared_state_tensor",
+        )
+    ]
 
 
 def check_wsd_sqrt_schedule(work: Path) -> list[str]:
@@ -250,8 +298,18 @@ def check_wsd_sqrt_schedule(work: Path) -> list[str]:
     (line,) = listed(["config", "--section", "train.schedule"])
     assert "|wsd_sqrt" in line.split("(valid: ")[1], line
     run = work / "wsd_sqrt"
-    train(run, *MICRO, "--train.schedule", "wsd_sqrt", "--train.warmup_steps", "0", "--train.decay_fraction", "0.5",
-          "--train.min_lr_ratio", "0.1")
+    train(
+        run,
+        *MICRO,
+        "--train.schedule",
+        "wsd_sqrt",
+        "--train.warmup_steps",
+        "0",
+        "--train.decay_fraction",
+        "0.5",
+        "--train.min_lr_ratio",
+        "0.1",
+    )
     factors = [r["lr_factor"] for r in metrics(run) if "lr_factor" in r]
     want = [1.0, 0.1 + 0.9 * (1 - math.sqrt(1.0))]  # 2 steps, the last one decaying: D = 1, progress 1 at T_last
     assert factors == want, factors
@@ -268,23 +326,44 @@ def check_tsv_source(work: Path) -> list[str]:
     assert ".tsv (tab-separated rows)" in " ".join(help_text.split()), help_text
     docs = [f"row {i}: tabs\tand\nnewlines, growth at step {i * 7}" for i in range(40)]
     corpus = reader("tsv").example(work / "rows.tsv", docs)
-    report = json.loads(cli("data", "prepare", str(corpus), "--tokenizer", "byte", "--out", str(work / "prep"),
-                            "--quiet", "--num-proc", "1"))
+    report = json.loads(
+        cli(
+            "data",
+            "prepare",
+            str(corpus),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(work / "prep"),
+            "--quiet",
+            "--num-proc",
+            "1",
+        )
+    )
     assert sum(report["documents"].values()) == len(docs), report
     train(work / "run", *MICRO, "--data", str(corpus), "--data.cache_dir", str(work / "cache"))
     node = "tests/test_data_readers.py::test_"
-    return [f"{node}every_registered_format_reads_the_same_tokens_through_prepare_and_training[tsv-.tsv]",
-            f"{node}every_registered_file_suffix_is_named_when_a_suffix_is_unknown",
-            f"{node}help_texts_list_the_registered_forms"]
+    return [
+        f"{node}every_registered_format_reads_the_same_tokens_through_prepare_and_training[tsv-.tsv]",
+        f"{node}every_registered_file_suffix_is_named_when_a_suffix_is_unknown",
+        f"{node}help_texts_list_the_registered_forms",
+    ]
 
 
 # invariant tests over every registered kind that each kind feature also passes
-KIND_INVARIANTS = ["tests/test_kind_declarations.py::test_the_registries_and_the_options_tables_name_the_same_kinds",
-                   "tests/test_width_growth_names_no_kind.py"]
-CHECKS = {"sigmoid_attention": (check_sigmoid_attention, KIND_INVARIANTS),
-          "relu2_mlp": (check_relu2_mlp, KIND_INVARIANTS), "deep_narrow_preset": (check_deep_narrow_preset, []),
-          "zero_units_growth": (check_zero_units_growth, []), "lion_optimizer": (check_lion_optimizer, []),
-          "wsd_sqrt_schedule": (check_wsd_sqrt_schedule, []), "tsv_source": (check_tsv_source, [])}
+KIND_INVARIANTS = [
+    "tests/test_kind_declarations.py::test_the_registries_and_the_options_tables_name_the_same_kinds",
+    "tests/test_width_growth_names_no_kind.py",
+]
+CHECKS = {
+    "sigmoid_attention": (check_sigmoid_attention, KIND_INVARIANTS),
+    "relu2_mlp": (check_relu2_mlp, KIND_INVARIANTS),
+    "deep_narrow_preset": (check_deep_narrow_preset, []),
+    "zero_units_growth": (check_zero_units_growth, []),
+    "lion_optimizer": (check_lion_optimizer, []),
+    "wsd_sqrt_schedule": (check_wsd_sqrt_schedule, []),
+    "tsv_source": (check_tsv_source, []),
+}
 
 
 class Outcomes:
@@ -304,8 +383,10 @@ def invariants_pass(work: Path, node_ids: list[str]) -> None:
     """Run the invariant tests (on the copy: this interpreter's nexus); each named case passed."""
     os.chdir(TESTS.parent)  # node ids are relative to the repository
     outcomes = Outcomes()
-    code = pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--basetemp={work / 'pytest'}",
-                        *sorted(set(node_ids))], plugins=[outcomes])
+    code = pytest.main(
+        ["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--basetemp={work / 'pytest'}", *sorted(set(node_ids))],
+        plugins=[outcomes],
+    )
     assert code == 0 and not outcomes.failed, f"invariant tests failed: {sorted(outcomes.failed)}"
     unrun = [n for n in node_ids if not any(p == n or p.startswith((n + "[", n + "::")) for p in outcomes.passed)]
     assert unrun == [], f"invariant tests that did not run: {unrun}"

@@ -1,6 +1,7 @@
 """What nexus promises about your files (issue 28; docs/files.md lists each promise with its test):
 ownership proven by the manifest, --overwrite replacing only recorded files, recovery only of recorded
 names, one writer per output."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,21 @@ def test_a_run_from_before_manifests_is_left_alone_and_continued_into_a_new_fold
     # continued at its last step (nothing left to train: the curve of a run with no training records
     # once raised IndexError), then with more steps
     assert main(["train", "--resume", str(old / "checkpoint"), "--out", str(tmp_path / "new"), "--quiet"]) == 0
-    assert main(["train", "--resume", str(old / "checkpoint"), "--out", str(tmp_path / "longer"), "--quiet",
-                 "--train.steps", "6"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--resume",
+                str(old / "checkpoint"),
+                "--out",
+                str(tmp_path / "longer"),
+                "--quiet",
+                "--train.steps",
+                "6",
+            ]
+        )
+        == 0
+    )
     assert snapshot(old) == before
 
 
@@ -74,8 +88,15 @@ def test_env_entry_never_writes_into_a_folder_of_run_like_file_names(capsys, tmp
     v = user_run_lookalike(tmp_path)
     before = snapshot(v)
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
-    env = {"MODEL_SIZE": "micro", "TOTAL_STEPS": "2", "DATASET": "embedded", "MAX_SAMPLES": "20", "SEQ_LEN": "16",
-           "BATCH_SIZE": "2", "OUTPUT_DIR": str(v)}
+    env = {
+        "MODEL_SIZE": "micro",
+        "TOTAL_STEPS": "2",
+        "DATASET": "embedded",
+        "MAX_SAMPLES": "20",
+        "SEQ_LEN": "16",
+        "BATCH_SIZE": "2",
+        "OUTPUT_DIR": str(v),
+    }
     assert env_train.main([], env) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a nexus output" in err, err
@@ -100,10 +121,12 @@ def test_checkpoint_writers_never_take_a_folder_of_checkpoint_like_file_names(ca
 
 def _earlier_output(tmp_path: Path, run: Path, cmd: str) -> tuple[list, Path]:
     out = tmp_path / "out"
-    argv = {"train": ["train", *MICRO, "--out", out, "--quiet"],
-            "grow": ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--no-verify", "--out", out],
-            "export-hf": ["export", "--checkpoint", run / "checkpoint", "--format", "hf", "--out", out],
-            "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", out]}[cmd]
+    argv = {
+        "train": ["train", *MICRO, "--out", out, "--quiet"],
+        "grow": ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--no-verify", "--out", out],
+        "export-hf": ["export", "--checkpoint", run / "checkpoint", "--format", "hf", "--out", out],
+        "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", out],
+    }[cmd]
     assert main([str(a) for a in argv]) == 0
     return argv, out
 
@@ -135,8 +158,11 @@ def test_every_output_carries_a_manifest_of_what_nexus_wrote(tmp_path, run):
     for d in (run, run / "checkpoint", run / "step_0000002"):
         assert read_manifest(d) is not None and ownership_problems(d) == [], d
     m = read_manifest(run / "checkpoint")
-    on_disk = {p.relative_to(run / "checkpoint").as_posix(): p.stat().st_size
-               for p in (run / "checkpoint").rglob("*") if p.is_file() and p.name != ".nexus-run"}
+    on_disk = {
+        p.relative_to(run / "checkpoint").as_posix(): p.stat().st_size
+        for p in (run / "checkpoint").rglob("*")
+        if p.is_file() and p.name != ".nexus-run"
+    }
     assert {k: v["size"] for k, v in m["files"].items()} == on_disk
     assert set(read_manifest(run)["files"]) >= {"config.yaml", "metrics.jsonl", "checkpoint", "step_0000002"}
 
@@ -153,11 +179,26 @@ def test_resume_auto_touches_nothing_in_a_folder_before_knowing_it_is_a_run(caps
 
 def test_resume_in_place_never_overwrites_a_users_config_yaml(capsys, tmp_path, run):
     grown = tmp_path / "grown"
-    assert main(["grow", "--checkpoint", str(run / "checkpoint"), "--width.hidden", "48", "--no-verify",
-                 "--out", str(grown)]) == 0
+    assert (
+        main(
+            [
+                "grow",
+                "--checkpoint",
+                str(run / "checkpoint"),
+                "--width.hidden",
+                "48",
+                "--no-verify",
+                "--out",
+                str(grown),
+            ]
+        )
+        == 0
+    )
     (grown / "config.yaml").write_text("my notes on this checkpoint\n")
     before = snapshot(grown)
-    one_line_exit_2(capsys, ["train", "--resume", grown, "--train.steps", "6", "--quiet"], "'config.yaml' was not written")
+    one_line_exit_2(
+        capsys, ["train", "--resume", grown, "--train.steps", "6", "--quiet"], "'config.yaml' was not written"
+    )
     assert snapshot(grown) == before
 
 
@@ -175,8 +216,12 @@ def test_recovery_touches_only_names_nexus_recorded(tmp_path, run):
     recorded = r / ".step_0000004.tmp-99999999-8"
     recorded.mkdir()
     (recorded / "model.safetensors").write_bytes(b"half")
-    lock_file(r).write_text(json.dumps({"pid": 99999999, "host": socket.gethostname()}) + "\n"
-                            + json.dumps({"pending": f"r/{recorded.name}"}) + "\n")
+    lock_file(r).write_text(
+        json.dumps({"pid": 99999999, "host": socket.gethostname()})
+        + "\n"
+        + json.dumps({"pending": f"r/{recorded.name}"})
+        + "\n"
+    )
     assert main(["train", "--resume", str(r / "checkpoint"), "--train.steps", "6", "--quiet"]) == 0
     assert not recorded.exists() and (lookalike / "mine.txt").read_text() == "not nexus's"
     assert not lock_file(r).exists()
@@ -188,9 +233,18 @@ def _write_lock(target: Path, pid: int, host: str | None = None, proc_start: str
 
     f = lock_file(target)
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(),
-                             "proc_start": proc_start or _proc_start(pid), "started": "2026-01-01T00:00:00",
-                             "command": "nexus train"}) + "\n")
+    f.write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "host": host or socket.gethostname(),
+                "proc_start": proc_start or _proc_start(pid),
+                "started": "2026-01-01T00:00:00",
+                "command": "nexus train",
+            }
+        )
+        + "\n"
+    )
     return f
 
 
@@ -198,9 +252,11 @@ def _write_lock(target: Path, pid: int, host: str | None = None, proc_start: str
 def test_a_second_writer_gets_one_line_and_exit_2(capsys, tmp_path, run, live_process, cmd):
     out = tmp_path / "out"
     lock = _write_lock(out, live_process.pid)
-    argv = {"train": ["train", *MICRO, "--out", out, "--quiet"],
-            "grow": ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--no-verify", "--out", out],
-            "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", out]}[cmd]
+    argv = {
+        "train": ["train", *MICRO, "--out", out, "--quiet"],
+        "grow": ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--no-verify", "--out", out],
+        "analyze": ["analyze", "params", "--preset", "baseline-micro", "--out", out],
+    }[cmd]
     err = one_line_exit_2(capsys, argv, "being written by another nexus process")
     assert f"pid {live_process.pid}" in err
     assert not out.exists() and lock.is_file()  # the holder's lock is its own: left as it was

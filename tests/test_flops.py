@@ -5,6 +5,7 @@ SDPA backend is forced while counting. Architectures made only of matmuls must m
 modules that also report elementwise work (MoE routing, anchor-mixing norms) within 2% (at
 these tiny widths elementwise work is ~1.5% of the matmuls; FlopCounterMode does not count it).
 """
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -36,10 +37,17 @@ EXACT = {
     "gqa_qknorm_untied": small(n_kv_heads=2, qk_norm=True, tie_embeddings=False),
     "gated": small(attention=AttentionOptions(gate="elementwise")),
     "nexus_rank_qkv": small(projection=ProjectionOptions.make("nexus_rank", rank_m=48, rank_a=64)),
-    "nexus_rank_all_l2norm": small(projection=ProjectionOptions.make("nexus_rank", rank_m=48, rank_a=64, form="l2norm",
-                                                               targets=["q", "k", "v", "o", "ffn"])),
-    "pattention": small(projection=ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=20)),
-    "pattention_softmax": small(projection=ProjectionOptions.make("pattention", param_tokens=20, pattention_act="softmax")),
+    "nexus_rank_all_l2norm": small(
+        projection=ProjectionOptions.make(
+            "nexus_rank", rank_m=48, rank_a=64, form="l2norm", targets=["q", "k", "v", "o", "ffn"]
+        )
+    ),
+    "pattention": small(
+        projection=ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=20)
+    ),
+    "pattention_softmax": small(
+        projection=ProjectionOptions.make("pattention", param_tokens=20, pattention_act="softmax")
+    ),
     "higher_order_shared": small(attention=AttentionOptions.make("higher_order", order=2)),
 }
 APPROX = {
@@ -96,8 +104,12 @@ def test_every_small_preset_matches_flop_counter():
             # FlopCounterMode sees only matmuls; the recurrent block's conv taps and SwiGLU products are
             # elementwise work that the analytic count includes once per application of f.
             rc = cfg.arch
-            own = sum(m.flops_per_token(32) for layer in model.layers for m in layer.modules()
-                      if m is not layer and hasattr(m, "flops_per_token"))
+            own = sum(
+                m.flops_per_token(32)
+                for layer in model.layers
+                for m in layer.modules()
+                if m is not layer and hasattr(m, "flops_per_token")
+            )
             counted += rc.n_sup * rc.t_inner * own
         ratio = forward_flops_per_token(model, 32) / counted
         if abs(ratio - 1) > 0.01:

@@ -2,6 +2,7 @@
 cli/train.py (a resume through train/resume.py), builds the configured hooks once and the model once;
 the trainer takes what the front door made instead of doing it again. `Trainer(cfg)` called directly
 still validates a config nobody validated, or one changed since."""
+
 from collections import Counter
 
 import pytest
@@ -13,9 +14,25 @@ from nexus.models.transformer import TransformerLM
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
 
-MICRO = ["--preset", "baseline-micro", "--train.eval_every", "0", "--model.d_model", "32", "--data.seq_len", "32",
-         "--train.batch_size", "2", "--train.sample_tokens", "4", "--train.log_every", "1", "--train.warmup_steps", "1",
-         "--quiet"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "2",
+    "--train.sample_tokens",
+    "4",
+    "--train.log_every",
+    "1",
+    "--train.warmup_steps",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture
@@ -51,8 +68,23 @@ def test_a_new_run_validates_its_config_once_and_builds_its_model_once(tmp_path,
 def test_a_new_growing_run_validates_once_and_parses_its_growth_spec_once(tmp_path, counts):
     """The growth flags' entry is written before the one validation; the hook built by the front door
     (its spec checked against the model there) is the one the trainer runs."""
-    assert main(["train", *MICRO, "--train.steps", "3", "--out", str(tmp_path / "run"), "--grow-at", "1",
-                 "--growth", "{family: width, hidden: 48}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *MICRO,
+                "--train.steps",
+                "3",
+                "--out",
+                str(tmp_path / "run"),
+                "--grow-at",
+                "1",
+                "--growth",
+                "{family: width, hidden: 48}",
+            ]
+        )
+        == 0
+    )
     # the run's config (d_model 32) once; growth validates the grown model's config (d_model 48) at step 1
     assert (counts["validate d_model=32"], counts["validate d_model=48"], counts["growth hook parsed"]) == (1, 1, 1)
 
@@ -62,7 +94,11 @@ def test_a_resumed_run_validates_its_config_once_and_builds_its_model_once(tmp_p
     run = tmp_path / "run"
     assert main(["train", *MICRO, "--train.steps", "2", "--train.save_every", "1", "--out", str(run)]) == 0
     counts.clear()
-    where = ["--resume", str(run / "step_0000001")] if how == "checkpoint" else [*MICRO, "--resume", "auto", "--out", str(run)]
+    where = (
+        ["--resume", str(run / "step_0000001")]
+        if how == "checkpoint"
+        else [*MICRO, "--resume", "auto", "--out", str(run)]
+    )
     assert main(["train", *where, "--quiet", "--train.steps", "3"]) == 0
     assert (counts["validate"], counts["build"]) == (1, 1)  # the build is the checkpoint's model, loaded once
 
@@ -84,7 +120,9 @@ def test_resume_auto_with_a_refused_config_says_only_the_refusal(tmp_path, capsy
     """`--resume auto` printed "starting a new run" (or "resuming from ...") before the config was refused."""
     run = tmp_path / "run"
     if existing:
-        assert main(["train", *MICRO, "--train.steps", "2", "--train.save_every", "1", "--out", str(run), "--quiet"]) == 0
+        assert (
+            main(["train", *MICRO, "--train.steps", "2", "--train.save_every", "1", "--out", str(run), "--quiet"]) == 0
+        )
         capsys.readouterr()
     assert main(["train", *MICRO, "--resume", "auto", "--out", str(run), "--train.lr", "-1"]) == 2
     out, err = capsys.readouterr()

@@ -2,6 +2,7 @@
 batch (activation checkpointing on), sharded checkpoints resumable at another world size (2 -> 1 and
 1 -> 2), consolidation into the single-process safetensors format, growth mid-training under FSDP2,
 and a failing rank ending every rank."""
+
 from __future__ import annotations
 
 import json
@@ -20,16 +21,53 @@ from test_distributed import _env  # the same launcher environment as the DDP te
 
 from tolerance_guard import atol_for
 
-RUN = ["--train.steps", "4", "--train.log_every", "1", "--train.eval_every", "2", "--train.eval_batches", "2",
-       "--train.grad_accum", "2", "--train.sample_tokens", "4", "--train.warmup_steps", "2",
-       "--model.d_model", "32", "--model.n_layers", "2", "--data.seq_len", "32", "--train.save_every", "2"]
+RUN = [
+    "--train.steps",
+    "4",
+    "--train.log_every",
+    "1",
+    "--train.eval_every",
+    "2",
+    "--train.eval_batches",
+    "2",
+    "--train.grad_accum",
+    "2",
+    "--train.sample_tokens",
+    "4",
+    "--train.warmup_steps",
+    "2",
+    "--model.d_model",
+    "32",
+    "--model.n_layers",
+    "2",
+    "--data.seq_len",
+    "32",
+    "--train.save_every",
+    "2",
+]
 PER_RANK_BATCH = 2
-GROW = ["--train.hooks", "[{kind: growth, at: 2, spec: {family: width, hidden: 48, init: [copy, copy], preserve: rms}}]"]
+GROW = [
+    "--train.hooks",
+    "[{kind: growth, at: 2, spec: {family: width, hidden: 48, init: [copy, copy], preserve: rms}}]",
+]
 
 
 def _torchrun(tmp_path, args, timeout=300):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "nexus",
-           "train", "--quiet", "--train.parallel", "fsdp2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "nexus",
+        "train",
+        "--quiet",
+        "--train.parallel",
+        "fsdp2",
+        *args,
+    ]
     proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
@@ -37,15 +75,16 @@ def _torchrun(tmp_path, args, timeout=300):
 
 def _single(tmp_path, out, extra=(), resume=None):
     os.environ["NEXUS_CACHE"] = str(tmp_path / "cache")
-    cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH),
-                                                              "--train.out_dir", str(out), *extra])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        RUN + ["--train.batch_size", str(2 * PER_RANK_BATCH), "--train.out_dir", str(out), *extra],
+    )
     return Trainer(cfg.validate(), resume=resume, quiet=True).fit()
 
 
 def _losses(run_dir):
     rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return ({r["step"]: r["loss"] for r in rows if "loss" in r},
-            [r["val_loss"] for r in rows if "val_loss" in r])
+    return ({r["step"]: r["loss"] for r in rows if "loss" in r}, [r["val_loss"] for r in rows if "val_loss" in r])
 
 
 def _close(a: dict, b: dict, steps):
@@ -56,8 +95,20 @@ def _close(a: dict, b: dict, steps):
 
 def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_one(tmp_path, capsys, monkeypatch):
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
-    _torchrun(tmp_path, ["--preset", "baseline-micro", *RUN, "--train.batch_size", str(PER_RANK_BATCH),
-                         "--train.activation_checkpointing", "true", "--train.out_dir", str(fsdp)])
+    _torchrun(
+        tmp_path,
+        [
+            "--preset",
+            "baseline-micro",
+            *RUN,
+            "--train.batch_size",
+            str(PER_RANK_BATCH),
+            "--train.activation_checkpointing",
+            "true",
+            "--train.out_dir",
+            str(fsdp),
+        ],
+    )
     _single(tmp_path, ref)
     (lf, vf), (lr, vr) = _losses(fsdp), _losses(ref)
     _close(lf, lr, range(1, 5))
@@ -79,7 +130,9 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
 
     # consolidation into the single-process format: same weights and optimizer state as the 1-process run
     out = tmp_path / "consolidated"
-    assert main(["export", "--checkpoint", str(fsdp / "checkpoint"), "--format", "consolidated", "--out", str(out)]) == 0
+    assert (
+        main(["export", "--checkpoint", str(fsdp / "checkpoint"), "--format", "consolidated", "--out", str(out)]) == 0
+    )
     from nexus.checkpoint import load_checkpoint, load_trainer_state
 
     m_c, _, _ = load_checkpoint(out)
@@ -90,8 +143,9 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     st_c, st_r = load_trainer_state(out), load_trainer_state(ref / "checkpoint")
     assert st_c["step"] == st_r["step"] == 4
     for name, st in st_r["optimizer"]["state"].items():
-        torch.testing.assert_close(st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"],
-                                   atol=atol_for(st["exp_avg"], 1e-3), rtol=1e-4)  # moments ~1e-5
+        torch.testing.assert_close(
+            st_c["optimizer"]["state"][name]["exp_avg"], st["exp_avg"], atol=atol_for(st["exp_avg"], 1e-3), rtol=1e-4
+        )  # moments ~1e-5
 
     # a damaged shard: one line, exit 2 (the checksums in meta.json cover the shard files)
     import shutil
@@ -100,8 +154,10 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
     shutil.copytree(fsdp / "step_0000002", bad)
     shard = next((bad / "sharded").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:-16])
-    for cmd in (["generate", "--checkpoint", str(bad), "--max-new-tokens", "2"],
-                ["export", "--checkpoint", str(bad), "--format", "consolidated", "--out", str(tmp_path / "c2")]):
+    for cmd in (
+        ["generate", "--checkpoint", str(bad), "--max-new-tokens", "2"],
+        ["export", "--checkpoint", str(bad), "--format", "consolidated", "--out", str(tmp_path / "c2")],
+    ):
         capsys.readouterr()
         assert main(cmd) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -113,8 +169,18 @@ def test_fsdp2_matches_one_process_and_resumes_and_consolidates_at_world_size_on
 def test_one_process_checkpoint_resumes_under_fsdp2(tmp_path):
     ref, fsdp = tmp_path / "ref", tmp_path / "fsdp"
     _single(tmp_path, ref)
-    _torchrun(tmp_path, ["--resume", str(ref / "step_0000002"), *RUN, "--train.batch_size", str(PER_RANK_BATCH),
-                         "--train.out_dir", str(fsdp)])
+    _torchrun(
+        tmp_path,
+        [
+            "--resume",
+            str(ref / "step_0000002"),
+            *RUN,
+            "--train.batch_size",
+            str(PER_RANK_BATCH),
+            "--train.out_dir",
+            str(fsdp),
+        ],
+    )
     _close(_losses(fsdp)[0], {s: _losses(ref)[0][s] for s in (3, 4)}, (3, 4))
 
 
@@ -122,8 +188,19 @@ def test_one_process_checkpoint_resumes_under_fsdp2(tmp_path):
 def test_growth_mid_training_under_fsdp2_matches_one_process(tmp_path):
     """Width growth at step 2: gather, grow (optimizer-state surgery, per-element steps), reshard."""
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
-    _torchrun(tmp_path, ["--preset", "baseline-micro", *RUN, *GROW, "--train.batch_size", str(PER_RANK_BATCH),
-                         "--train.out_dir", str(fsdp)])
+    _torchrun(
+        tmp_path,
+        [
+            "--preset",
+            "baseline-micro",
+            *RUN,
+            *GROW,
+            "--train.batch_size",
+            str(PER_RANK_BATCH),
+            "--train.out_dir",
+            str(fsdp),
+        ],
+    )
     _single(tmp_path, ref, GROW)
     _close(_losses(fsdp)[0], _losses(ref)[0], range(1, 5))
     cfg = json.loads((fsdp / "checkpoint" / "config.json").read_text())
@@ -131,8 +208,19 @@ def test_growth_mid_training_under_fsdp2_matches_one_process(tmp_path):
 
 
 def test_fsdp2_with_muon_is_a_one_line_error(tmp_path, capsys):
-    rc = main(["train", "--preset", "baseline-micro", "--train.parallel", "fsdp2", "--train.optimizer", "muon",
-               "--train.out_dir", str(tmp_path / "r")])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--train.parallel",
+            "fsdp2",
+            "--train.optimizer",
+            "muon",
+            "--train.out_dir",
+            str(tmp_path / "r"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "train.optimizer='muon'" in err[0] and not (tmp_path / "r").exists()
 
@@ -144,8 +232,21 @@ def test_a_failing_rank_ends_every_fsdp2_rank(tmp_path):
     from test_distributed import run_two_ranks_where_rank1_fails
 
     out = tmp_path / "run"
-    args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.batch_size", "2",
-            "--train.parallel", "fsdp2", "--train.save_every", "0", "--train.out_dir", str(out)]
+    args = [
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        *RUN,
+        "--train.batch_size",
+        "2",
+        "--train.parallel",
+        "fsdp2",
+        "--train.save_every",
+        "0",
+        "--train.out_dir",
+        str(out),
+    ]
     codes, errs = run_two_ranks_where_rank1_fails(tmp_path, args, timeout=180)
     assert "injected failure on rank 1" in errs[1]
     assert codes[0] != 0 and codes[1] != 0, (codes, errs[0][-2000:])
@@ -155,7 +256,9 @@ def test_a_failing_rank_ends_every_fsdp2_rank(tmp_path):
 def test_damaged_sharded_checkpoint_is_a_one_line_error(tmp_path, capsys):
     ref = tmp_path / "ref"
     _single(tmp_path, ref)
-    rc = main(["export", "--checkpoint", str(ref / "checkpoint"), "--format", "consolidated", "--out", str(tmp_path / "c")])
+    rc = main(
+        ["export", "--checkpoint", str(ref / "checkpoint"), "--format", "consolidated", "--out", str(tmp_path / "c")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "not a sharded" in err[0] and not (tmp_path / "c").exists()
 
@@ -197,12 +300,39 @@ def test_a_nonfinite_step_is_skipped_on_the_device_under_fsdp2(tmp_path):
     script.write_text(NAN_AT_STEP_2)
     fsdp, ref = tmp_path / "fsdp", tmp_path / "ref"
     args = ["train", "--preset", "baseline-micro", "--quiet", *RUN, "--train.save_every", "0"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args,
-           "--train.batch_size", str(PER_RANK_BATCH), "--train.parallel", "fsdp2", "--train.out_dir", str(fsdp)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        *args,
+        "--train.batch_size",
+        str(PER_RANK_BATCH),
+        "--train.parallel",
+        "fsdp2",
+        "--train.out_dir",
+        str(fsdp),
+    ]
     proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = subprocess.run([sys.executable, str(script), *args, "--train.batch_size", str(2 * PER_RANK_BATCH),
-                           "--train.out_dir", str(ref)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            *args,
+            "--train.batch_size",
+            str(2 * PER_RANK_BATCH),
+            "--train.out_dir",
+            str(ref),
+        ],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows_f = [json.loads(l) for l in (fsdp / "metrics.jsonl").read_text().splitlines()]
     rows_r = [json.loads(l) for l in (ref / "metrics.jsonl").read_text().splitlines()]
@@ -218,9 +348,11 @@ def test_fsdp2_asked_at_world_size_one_says_it_trains_unsharded(tmp_path, monkey
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "cache"))
     cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.out_dir", str(tmp_path / "o")])
     assert not any("fsdp2" in n for n in Trainer(cfg.validate(), quiet=True).notes)
-    cfg = parse_overrides(get_preset("baseline-micro"), RUN + ["--train.out_dir", str(tmp_path / "p"),
-                                                              "--train.parallel", "fsdp2"])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"), RUN + ["--train.out_dir", str(tmp_path / "p"), "--train.parallel", "fsdp2"]
+    )
     t = Trainer(cfg.validate(), quiet=True)
     assert [n for n in t.notes if "fsdp2" in n] == [
         "train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; launch with torchrun "
-        "--nproc_per_node N to shard)"]
+        "--nproc_per_node N to shard)"
+    ]

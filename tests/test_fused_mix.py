@@ -1,6 +1,7 @@
 """The fused CPU mixing path (models/fused_mix.py over models/mix_kernels.py) against eq. 6-7 written
 plainly and differentiated by autograd, against the eager path, and, for whole models, against the
 literal reference of models/reference/anchor_mixing_ref.py on outputs and gradients."""
+
 from __future__ import annotations
 
 import contextlib
@@ -199,14 +200,17 @@ def test_layer_kernels_match_eq7_by_autograd(dtype, has_anchor):
     for o, r in zip(outs, ref, strict=True):
         torch.testing.assert_close(torch.from_numpy(o).double(), r.detach(), **tol)
     head_major = np.array([True, False, True, False])  # q, v as attention hands them back; k, g token-major
-    grads = tuple(u.to(dtype).transpose(1, 2).contiguous().numpy() if hm else u.to(dtype).numpy()
-                  for u, hm in zip(ups, head_major))
+    grads = tuple(
+        u.to(dtype).transpose(1, 2).contiguous().numpy() if hm else u.to(dtype).numpy()
+        for u, hm in zip(ups, head_major)
+    )
     d_cur = tuple(np.empty_like(c) for c in curs)
     d_anc = tuple(np.empty_like(c) for c in curs) if has_anchor else d_cur
     d_l = tuple(np.zeros((2, *c.shape[2:]), dtype=c.dtype) for c in curs)
     d_gam = np.zeros_like(gam_np)
-    mix_kernels.backward_layer_kernel()(grads, head_major, curs, ancs, np_(l1), np_(l2), gam_np, table, has_anchor,
-                                        d_cur, d_anc, d_l, d_gam)
+    mix_kernels.backward_layer_kernel()(
+        grads, head_major, curs, ancs, np_(l1), np_(l2), gam_np, table, has_anchor, d_cur, d_anc, d_l, d_gam
+    )
     fast = [d_gam, *d_cur, *(dl[1] for dl in d_l)]
     if has_anchor:
         fast += [*d_anc, *(dl[0] for dl in d_l)]

@@ -2,6 +2,7 @@
 8-minute budget and select the CUDA tests, the package hiding of its dry run really hides a package,
 and pytest's closing line is read back into counts. (The whole dry run takes minutes on the shared
 CPU: `python tools/gpu_check.py --out DIR --dry-run`, recorded in benchmarks/README.md.)"""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,9 @@ def test_gpu_stages_select_the_cuda_tests_and_fit_eight_minutes(gpu_check, tmp_p
     assert _value(big["cmd"], "--preset") == gpu_check.PRESET_450M
     from nexus.presets import get_preset
 
-    assert ("--untied" in big["cmd"]) == (not get_preset(gpu_check.PRESET_450M).model.tie_embeddings)  # as the preset is
+    assert ("--untied" in big["cmd"]) == (
+        not get_preset(gpu_check.PRESET_450M).model.tie_embeddings
+    )  # as the preset is
     assert tuple(growth["workers"]) == (1, 4, 12)
     # the growth sample's windows (and the time to stop them) fit the stage's budget
     assert len(growth["workers"]) * growth["window"] < growth["timeout"]
@@ -60,7 +63,9 @@ def test_the_trainer_stage_trains_the_bare_steps_shape(gpu_check, tmp_path, monk
 
     bare = gpu_mfu.parse_args([])
     cmd = gpu_check.trainer_command(tmp_path, dry=False)
-    assert _value(cmd, "--preset") == bare.preset and _value(cmd, "--model.tie_embeddings") == str(not bare.untied).lower()
+    assert (
+        _value(cmd, "--preset") == bare.preset and _value(cmd, "--model.tie_embeddings") == str(not bare.untied).lower()
+    )
     assert int(_value(cmd, "--data.seq_len")) == bare.seq and int(_value(cmd, "--train.batch_size")) == bare.batch
     assert _value(cmd, "--train.dtype") == bare.dtype and _value(cmd, "--train.compile") == "true"
     assert _value(cmd, "--train.device") == bare.device
@@ -78,8 +83,12 @@ def test_the_trainer_stage_trains_the_bare_steps_shape(gpu_check, tmp_path, monk
 def test_the_trainer_figures_leave_out_the_compiling_window(gpu_check, tmp_path):
     run = tmp_path / "trainer-run"
     run.mkdir()
-    rows = [{"step": 10, "loss": 9.0, "processed_tokens_per_s": 5_000.0}, {"step": 20, "loss": 8.0, "processed_tokens_per_s": 400_000.0},
-            {"step": 30, "loss": 7.5, "processed_tokens_per_s": 500_000.0}, {"step": 30, "val_loss": 7.6, "final": True}]
+    rows = [
+        {"step": 10, "loss": 9.0, "processed_tokens_per_s": 5_000.0},
+        {"step": 20, "loss": 8.0, "processed_tokens_per_s": 400_000.0},
+        {"step": 30, "loss": 7.5, "processed_tokens_per_s": 500_000.0},
+        {"step": 30, "val_loss": 7.6, "final": True},
+    ]
     (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     figs = gpu_check.trainer_figures(tmp_path, flops_per_token=1e9, spec_tflops=1000.0)
     assert figs["tokens_per_s"] == [400_000, 500_000] and figs["median_tokens_per_s"] == 450_000
@@ -89,9 +98,11 @@ def test_the_trainer_figures_leave_out_the_compiling_window(gpu_check, tmp_path)
 def test_growth_rates_are_steady_state_steps_per_second(gpu_check, tmp_path):
     for name, rows in {"a": [(10, 3.0), (20, 4.0), (40, 6.0)], "b": [(10, 9.0)]}.items():  # b: one log, no rate
         (tmp_path / name).mkdir()
-        (tmp_path / name / "metrics.jsonl").write_text("".join(
-            json.dumps({"step": s, "loss": 1.0, "elapsed_s": e}) + "\n" for s, e in rows)
-            + json.dumps({"step": 40, "val_loss": 1.0, "elapsed_s": 99.0}) + "\n")
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "loss": 1.0, "elapsed_s": e}) + "\n" for s, e in rows)
+            + json.dumps({"step": 40, "val_loss": 1.0, "elapsed_s": 99.0})
+            + "\n"
+        )
     assert gpu_check.run_rates(tmp_path) == [10.0]  # (40 - 10) steps in (6 - 3) s; evaluation rows ignored
 
 
@@ -112,8 +123,11 @@ def test_plan_runs_nothing_and_sizes_the_regime_at_five_seeds(gpu_check, tmp_pat
     text = capsys.readouterr().out
     assert not (tmp_path / "o").exists()
     assert "stage timeouts add up to" in text and "--seeds 0,1,2,3,4" in text
-    sample = {"1": {"steps_per_s_per_process": 50.0}, "12": {"steps_per_s_per_process": 20.0},
-              "4": {"steps_per_s_per_process": None}}
+    sample = {
+        "1": {"steps_per_s_per_process": 50.0},
+        "12": {"steps_per_s_per_process": 20.0},
+        "4": {"steps_per_s_per_process": None},
+    }
     plan = gpu_check.regime_gpu_plan(sample)
     assert 120_000 < plan["training_steps"] < 130_000  # the issue's "about 124k training steps"
     # projected from the most processes measured, at their own rate
@@ -135,9 +149,16 @@ def test_pytest_closing_line_is_read_into_counts(gpu_check):
 
 
 def test_the_trainers_overhead_is_its_tokens_per_s_over_the_bare_steps(gpu_check):
-    stages = [{"name": "cuda tests", "counts": {"passed": 3}},
-              {"name": "gpu_mfu", "results": [{"name": "vs HF", "value": 1.2},
-                                              {"name": "training MFU", "tokens_per_s": [400.0, 500.0, 480.0]}]},
-              {"name": "Trainer on the bare step's shape", "figures": {"median_tokens_per_s": 456}}]
+    stages = [
+        {"name": "cuda tests", "counts": {"passed": 3}},
+        {
+            "name": "gpu_mfu",
+            "results": [
+                {"name": "vs HF", "value": 1.2},
+                {"name": "training MFU", "tokens_per_s": [400.0, 500.0, 480.0]},
+            ],
+        },
+        {"name": "Trainer on the bare step's shape", "figures": {"median_tokens_per_s": 456}},
+    ]
     gpu_check.trainer_vs_bare(stages)
     assert stages[2]["figures"]["vs_bare_step"] == 0.95  # 456 / the bare step's median 480

@@ -1,6 +1,7 @@
 """benchmarks/speed/gpu_mfu.py's plumbing, checkable without a GPU: the device-name lookup of the data-sheet
 peak, the 124M model it builds, and one tiny CPU run that ends with a RESULT line (nothing is timed or
 compared against a speed here)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -20,10 +21,17 @@ def gpu_mfu(monkeypatch):
     return gpu_mfu
 
 
-@pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
-                                          ("NVIDIA H200", 989.4), ("NVIDIA H200 NVL", 835.0),
-                                          ("NVIDIA A100-SXM4-80GB", 312.0),
-                                          ("Some Future GPU", None)])
+@pytest.mark.parametrize(
+    "name, tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA H200 NVL", 835.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Some Future GPU", None),
+    ],
+)
 def test_data_sheet_peak_by_device_name(gpu_mfu, monkeypatch, name, tflops):
     import torch
 
@@ -45,10 +53,36 @@ def test_tiny_cpu_run_emits_a_result():
     sys.path.insert(0, str(BENCH.parent))  # benchmarks/: the shared _result
     from _result import parse
 
-    proc = subprocess.run([sys.executable, str(BENCH / "gpu_mfu.py"), "--device", "cpu", "--dtype", "float32",
-                           "--no-compile", "--d-model", "64", "--layers", "2", "--vocab", "512", "--seq", "32",
-                           "--batch", "2", "--steps", "1", "--rounds", "2", "--peak-n", "128"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "gpu_mfu.py"),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--no-compile",
+            "--d-model",
+            "64",
+            "--layers",
+            "2",
+            "--vocab",
+            "512",
+            "--seq",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--rounds",
+            "2",
+            "--peak-n",
+            "128",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = parse(proc.stdout)
     assert rec["rounds"] == 2 and rec["unit"] == "fraction" and 0 < rec["value"]

@@ -1,6 +1,7 @@
 """The per-layer gradient-norm hook (train/grad_norm.py), the proof of issue 37 item 2: a hook kind added
 as one new file is found by the registry, configured by a train.hooks entry, its options typed and
 checked like a config section's."""
+
 from __future__ import annotations
 
 import json
@@ -67,11 +68,14 @@ def test_logged_norms_are_each_layers_gradient_norm(tmp_path):
             assert got[k] == pytest.approx(expected[k], rel=1e-5), k
 
 
-@pytest.mark.parametrize("entry,needle", [
-    ({"kind": "grad_norm", "every": -1}, "train.hooks[0].every=-1 (valid: an integer >= 0"),
-    ({"kind": "grad_norm", "every": "often"}, "train.hooks[0].every='often' (valid: an integer)"),
-    ({"kind": "grad_norm", "evry": 3}, "train.hooks[0].evry=3 (valid: options of hook kind 'grad_norm': every)"),
-])
+@pytest.mark.parametrize(
+    "entry,needle",
+    [
+        ({"kind": "grad_norm", "every": -1}, "train.hooks[0].every=-1 (valid: an integer >= 0"),
+        ({"kind": "grad_norm", "every": "often"}, "train.hooks[0].every='often' (valid: an integer)"),
+        ({"kind": "grad_norm", "evry": 3}, "train.hooks[0].evry=3 (valid: options of hook kind 'grad_norm': every)"),
+    ],
+)
 def test_a_bad_option_is_one_line_before_anything_is_written(tmp_path, entry, needle):
     cfg = micro_cfg(tmp_path / "run", "--train.steps", "2")
     cfg.train.hooks = [entry]

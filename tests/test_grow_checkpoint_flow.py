@@ -2,6 +2,7 @@
 the source's step and data cursor, carries the grown optimizer and the new growth's post-growth monitor (the
 source's other hook states too), records `--train.*` overrides in its config, and its report says what the
 continued run will do; the source is never touched."""
+
 import copy
 import hashlib
 
@@ -39,8 +40,9 @@ def test_a_grown_checkpoint_keeps_the_step_and_carries_the_grown_optimizer_and_m
     st = load_trainer_state(out)
     assert st["step"] == src_state["step"] == STEPS
     # everything else the trainer saved (data cursor, RNG) is the source's
-    assert {k: v for k, v in st.items() if k not in ("optimizer", "hooks")}.keys() == \
-        {k for k in src_state if k not in ("optimizer", "hooks")}
+    assert {k: v for k, v in st.items() if k not in ("optimizer", "hooks")}.keys() == {
+        k for k in src_state if k not in ("optimizer", "hooks")
+    }
     model, cfg, _ = load_checkpoint(out)
     assert cfg.model.d_model == 64 and [r["step"] for r in cfg.growth_history] == [STEPS]
     # the optimizer state belongs to the grown parameters (its tensors have the grown shapes)
@@ -54,9 +56,11 @@ def test_a_grown_checkpoint_keeps_the_step_and_carries_the_grown_optimizer_and_m
     assert "verify" not in report
     line = report["continued run"]
     # train.steps 4: nothing left to train; the line says how to continue, word for word
-    assert line == (f"the run ended at step {STEPS}: continue with `nexus train --resume {out} --train.steps N` "
-                    f"(N > {STEPS}); its LR schedule is then re-planned over N steps, the new entries re-warmed as "
-                    "recorded (or give --train.steps N here)")
+    assert line == (
+        f"the run ended at step {STEPS}: continue with `nexus train --resume {out} --train.steps N` "
+        f"(N > {STEPS}); its LR schedule is then re-planned over N steps, the new entries re-warmed as "
+        "recorded (or give --train.steps N here)"
+    )
 
 
 def test_other_hook_states_travel_and_an_older_growth_monitor_is_replaced(base, tmp_path):
@@ -83,8 +87,9 @@ def test_train_overrides_are_recorded_and_the_report_plans_the_continued_run(bas
     # what the override changed is reported, not dropped (nothing silent)
     assert report["notes"].startswith(f"train.steps {STEPS} -> 10 on a grown checkpoint: the LR schedule is re-planned")
     assert "notes" not in grow_checkpoint(base, tmp_path / "plain", SPEC, probe_verify=False)
-    two = grow_checkpoint(base, tmp_path / "two", SPEC, probe_verify=False,
-                          train_overrides=["--train.steps", "10", "--train.lr", "0.001"])["notes"]
+    two = grow_checkpoint(
+        base, tmp_path / "two", SPEC, probe_verify=False, train_overrides=["--train.steps", "10", "--train.lr", "0.001"]
+    )["notes"]
     assert two.endswith("to choose the horizon); train.lr 0.003 -> 0.001 from step 4 on (resumed optimizer state kept)")
 
 
@@ -99,17 +104,32 @@ def test_a_checkpoint_without_trainer_state_grows_without_one(base, tmp_path):
 def test_out_equal_to_the_source_is_refused(base):
     before = _digest(base)
     with pytest.raises(ConfigError, match="--out="):
-        grow_checkpoint(base, base / "." , SPEC)
+        grow_checkpoint(base, base / ".", SPEC)
     assert _digest(base) == before
 
 
 def test_a_continued_run_past_an_explicit_horizon_is_warned_to_sit_at_the_lr_floor(base, tmp_path):
     out = tmp_path / "grown"
-    report = grow_checkpoint(base, out, SPEC, probe_verify=False, train_overrides=[
-        "--train.steps", "10", "--train.schedule", "cosine", "--train.warmup_steps", "0", "--train.schedule_steps", "4"])
+    report = grow_checkpoint(
+        base,
+        out,
+        SPEC,
+        probe_verify=False,
+        train_overrides=[
+            "--train.steps",
+            "10",
+            "--train.schedule",
+            "cosine",
+            "--train.warmup_steps",
+            "0",
+            "--train.schedule_steps",
+            "4",
+        ],
+    )
     # cosine over 4 steps ends at its floor at step 3: steps 4..9 all sit there
-    assert report["continued run"].endswith(" WARNING: every remaining step is at the LR floor (train.min_lr_ratio); "
-                                            "set --train.schedule_steps")
+    assert report["continued run"].endswith(
+        " WARNING: every remaining step is at the LR floor (train.min_lr_ratio); set --train.schedule_steps"
+    )
 
 
 def test_an_invalid_train_override_is_refused_and_nothing_is_written(base, tmp_path):
@@ -125,20 +145,24 @@ def test_the_verification_trains_with_the_runs_own_optimizer(tmp_path):
     assert report["verify"]["optimizer"] == "muon"  # not TrainConfig()'s default (adamw)
 
 
-def test_a_trained_tokenizer_is_the_probes_and_the_grown_checkpoints_and_the_probe_data_is_quiet(tmp_path, monkeypatch,
-                                                                                                capsys):
+def test_a_trained_tokenizer_is_the_probes_and_the_grown_checkpoints_and_the_probe_data_is_quiet(
+    tmp_path, monkeypatch, capsys
+):
     """A checkpoint with a trained BPE tokenizer: the monitor's probe data is read with that tokenizer (no new one
     trained), quietly (even where preparing it would print), and the grown checkpoint carries the same tokenizer."""
     import nexus.data.loader as loader
     from nexus.data.prepare import Progress
 
     run = tmp_path / "bpe"
-    Trainer(micro_cfg(run, "--train.steps", "2", "--data.tokenizer", "bpe", "--data.bpe_vocab_size", "300"),
-            quiet=True).fit()
+    Trainer(
+        micro_cfg(run, "--train.steps", "2", "--data.tokenizer", "bpe", "--data.bpe_vocab_size", "300"), quiet=True
+    ).fit()
     src = run / "checkpoint"
     trained = []
     real_train = loader.BPETokenizer.train
-    monkeypatch.setattr(loader.BPETokenizer, "train", staticmethod(lambda *a, **k: trained.append(1) or real_train(*a, **k)))
+    monkeypatch.setattr(
+        loader.BPETokenizer, "train", staticmethod(lambda *a, **k: trained.append(1) or real_train(*a, **k))
+    )
     monkeypatch.setenv("NEXUS_CACHE", str(tmp_path / "fresh-cache"))  # the probe data is prepared anew here
     monkeypatch.setattr(Progress, "EVERY_S", 0.0)  # a preparation that is not quiet prints at once
     capsys.readouterr()

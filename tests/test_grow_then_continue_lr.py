@@ -3,6 +3,7 @@ floor; re-planned over the longer run, the old weights jumped at once to the mid
 (3.0e-4 -> 1.72e-3, no warmup). Now every entry moves from its old-plan lr to the new plan over
 train.warmup_steps steps (growth/rewarmup.py), every parameter group's lr is in metrics.jsonl, and a grown
 checkpoint with nothing left to train is refused instead of training 0 steps with exit 0."""
+
 from __future__ import annotations
 
 import hashlib
@@ -39,10 +40,12 @@ def eq28(t: int, t_e: int, rho: float, tau: int, horizon: int) -> float:
 
 def bridged(plan_before, plan_after, s: int):
     """A linear move over WARM steps from the old plan's value at s to the new plan's at s + WARM."""
+
     def f(t: int) -> float:
         if s <= t < s + WARM:
             return plan_before(s) + (plan_after(s + WARM) - plan_before(s)) * (t - s) / WARM
         return plan_after(t)
+
     return f
 
 
@@ -60,12 +63,29 @@ def test_the_bridge_after_a_replanned_horizon_matches_its_reference():
         assert new(t, tcfg) == pytest.approx(new_ref(t), abs=1e-12), t
     # no jump: the first step after the growth trains at the lr the small run ended with
     assert old(t_e, tcfg) == pytest.approx(cosine(t_e - 1, before)) == pytest.approx(FLOOR)
-    assert max(abs(old(t + 1, tcfg) - old(t, tcfg)) for t in range(t_e, after - 1)) < \
-        cosine(t_e, after) - FLOOR  # every step's change is below the jump the re-plan alone would make
+    assert (
+        max(abs(old(t + 1, tcfg) - old(t, tcfg)) for t in range(t_e, after - 1)) < cosine(t_e, after) - FLOOR
+    )  # every step's change is below the jump the re-plan alone would make
 
 
-MICRO = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "2",
-         "--train.eval_every", "0", "--train.eval_batches", "1", "--train.sample_tokens", "2", "--train.log_every", "1"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "2",
+    "--train.eval_every",
+    "0",
+    "--train.eval_batches",
+    "1",
+    "--train.sample_tokens",
+    "2",
+    "--train.log_every",
+    "1",
+]
 SPEC = ["--width.hidden", "48", "--rewarmup", "1.3,3"]
 
 
@@ -78,8 +98,10 @@ def small(tmp_path_factory):
 
 def test_grown_then_continued_starts_at_the_lr_it_ended_with_and_logs_every_group(small, tmp_path, capsys):
     grown = tmp_path / "grown"
-    assert main(["grow", "--checkpoint", str(small), "--out", str(grown), *SPEC, "--no-verify",
-                 "--train.steps", "20"]) == 0
+    assert (
+        main(["grow", "--checkpoint", str(small), "--out", str(grown), *SPEC, "--no-verify", "--train.steps", "20"])
+        == 0
+    )
     assert main(["train", "--resume", str(grown), "--quiet"]) == 0
     capsys.readouterr()
     rows = {r["step"]: r for r in map(json.loads, (grown / "metrics.jsonl").read_text().splitlines()) if "loss" in r}

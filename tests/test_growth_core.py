@@ -1,6 +1,7 @@
 """Generic growth machinery: optimizer-state surgery (per-element AdamW steps, asymmetric / copy /
 drop policies, Muon momentum), pairing by name, and the checkpoint flow (grow -> reload -> resume
 with decreasing loss; bad input leaves the source untouched and writes nothing)."""
+
 import copy
 import json
 from pathlib import Path
@@ -20,7 +21,6 @@ from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
 from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
-
 
 
 class Tiny(nn.Module):
@@ -43,7 +43,7 @@ def _grown(old: Tiny, rows: int) -> Tiny:
     with torch.no_grad():
         new.a.weight.copy_(old.a.weight)
         new.lin.weight[: old.lin.out_features] = old.lin.weight
-        new.lin.weight[old.lin.out_features:] = torch.randn(rows - old.lin.out_features, 3)
+        new.lin.weight[old.lin.out_features :] = torch.randn(rows - old.lin.out_features, 3)
     return new
 
 
@@ -135,7 +135,9 @@ def test_copy_policy_copies_moments_with_their_step_count_and_drop_discards():
     new = _grown(old, 6)
     new_opt = build_optimizer(new, tcfg)
     maps = dict(MAPS)
-    maps["lin.weight"] = ParamMap("lin.weight", (slice(0, 4), slice(0, 3)), copy_source={0: torch.tensor([0, 1, 2, 3, 1, 2])})
+    maps["lin.weight"] = ParamMap(
+        "lin.weight", (slice(0, 4), slice(0, 3)), copy_source={0: torch.tensor([0, 1, 2, 3, 1, 2])}
+    )
     transplant_optimizer_state(old_opt.state_dict(), new_opt, maps, "copy")
     st, st_old = new_opt.state_for("lin.weight"), old_opt.state_for("lin.weight")
     assert torch.equal(st["exp_avg"][4:], st_old["exp_avg"][[1, 2]])
@@ -161,9 +163,30 @@ def test_muon_momentum_old_rows_kept_new_rows_zero():
 # ----------------------------------------------------------------------------- checkpoint flow
 def micro(out, *extra):
     cfg = get_preset("nexusformer-micro")
-    parse_overrides(cfg, ["--train.out_dir", str(out), "--train.log_every", "1", "--train.eval_every", "0",
-                          "--train.eval_batches", "2", "--data.seq_len", "32", "--train.batch_size", "4",
-                          "--model.d_model", "32", "--train.sample_tokens", "4", "--train.warmup_steps", "2", *extra])
+    parse_overrides(
+        cfg,
+        [
+            "--train.out_dir",
+            str(out),
+            "--train.log_every",
+            "1",
+            "--train.eval_every",
+            "0",
+            "--train.eval_batches",
+            "2",
+            "--data.seq_len",
+            "32",
+            "--train.batch_size",
+            "4",
+            "--model.d_model",
+            "32",
+            "--train.sample_tokens",
+            "4",
+            "--train.warmup_steps",
+            "2",
+            *extra,
+        ],
+    )
     return cfg.validate()
 
 
@@ -188,8 +211,9 @@ def test_grown_checkpoint_reloads_and_training_continues(trained, tmp_path):
     st = load_trainer_state(out)["optimizer"]["state"]["layers.0.attn.q_proj.w_a.weight"]["step"]
     assert st.shape == (160, 112) and st[:128, :96].eq(12).all() and st[128:].eq(0).all()
 
-    src_eval = Trainer(resume_config(trained, ["--train.steps", "12"], out_dir=tmp_path / "e1")[0], resume=str(trained),
-                       quiet=True).evaluate()
+    src_eval = Trainer(
+        resume_config(trained, ["--train.steps", "12"], out_dir=tmp_path / "e1")[0], resume=str(trained), quiet=True
+    ).evaluate()
     cont, _ = resume_config(out, ["--train.steps", "26", "--train.lr", "3e-3"], out_dir=tmp_path / "cont")
     t = Trainer(cont, resume=str(out), quiet=True)
     assert t.step == 12
@@ -212,13 +236,16 @@ def test_grow_in_training_at_step(tmp_path):
     assert ck_cfg.model.projection.rank_a == 136
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--delta-m", "0"], "--delta-m=0"),
-    (["--delta-a", "-3"], "--delta-a=-3"),
-    (["--add-tokens", "8"], "no Pattention"),
-    (["--delta-m", "4", "--cut", "sideways"], "--cut='sideways'"),
-    (["--delta-m", "200"], "rank_m/rank_a"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--delta-m", "0"], "--delta-m=0"),
+        (["--delta-a", "-3"], "--delta-a=-3"),
+        (["--add-tokens", "8"], "no Pattention"),
+        (["--delta-m", "4", "--cut", "sideways"], "--cut='sideways'"),
+        (["--delta-m", "200"], "rank_m/rank_a"),
+    ],
+)
 def test_cli_bad_input_exit_2_source_untouched_nothing_written(trained, tmp_path, capsys, argv, match):
     before = _snapshot(trained)
     out = tmp_path / "out"
@@ -232,11 +259,35 @@ def test_cli_bad_input_exit_2_source_untouched_nothing_written(trained, tmp_path
 def test_cli_inexact_cut_for_l2norm_form_is_refused(tmp_path, capsys):
     run = tmp_path / "l2"
     Trainer(micro(run, "--train.steps", "2", "--model.projection.form", "l2norm"), quiet=True).fit()
-    rc = main(["grow", "--checkpoint", str(run / "checkpoint"), "--out", str(tmp_path / "o"), "--delta-m", "4", "--cut", "out"])
+    rc = main(
+        [
+            "grow",
+            "--checkpoint",
+            str(run / "checkpoint"),
+            "--out",
+            str(tmp_path / "o"),
+            "--delta-m",
+            "4",
+            "--cut",
+            "out",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "not exact for model.projection.form='l2norm'" in err
     assert not (tmp_path / "o").exists()
-    rc = main(["grow", "--checkpoint", str(run / "checkpoint"), "--out", str(tmp_path / "o"), "--delta-m", "4", "--delta-a", "4"])
+    rc = main(
+        [
+            "grow",
+            "--checkpoint",
+            str(run / "checkpoint"),
+            "--out",
+            str(tmp_path / "o"),
+            "--delta-m",
+            "4",
+            "--delta-a",
+            "4",
+        ]
+    )
     assert rc == 0 and "max |dlogits|" in capsys.readouterr().out
 
 
@@ -244,10 +295,15 @@ def test_cli_inexact_cut_for_l2norm_form_is_refused(tmp_path, capsys):
 def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsys):
     grown = tmp_path / "grown"
     grow_checkpoint(trained, grown, {"family": "nexus_rank", "delta_m": 16, "delta_a": 32})
-    cont, _ = resume_config(grown, ["--train.steps", "18", "--train.save_every", "2", "--train.keep_last", "5"],
-                            out_dir=tmp_path / "cont")
+    cont, _ = resume_config(
+        grown, ["--train.steps", "18", "--train.save_every", "2", "--train.keep_last", "5"], out_dir=tmp_path / "cont"
+    )
     Trainer(cont, resume=str(grown), quiet=True).fit()
-    snaps = [str(grown)] + sorted(str(p) for p in (tmp_path / "cont").glob("step_*")) + [str(tmp_path / "cont" / "checkpoint")]
+    snaps = (
+        [str(grown)]
+        + sorted(str(p) for p in (tmp_path / "cont").glob("step_*"))
+        + [str(tmp_path / "cont" / "checkpoint")]
+    )
     assert len(snaps) == 4
     out = tmp_path / "ana"
     capsys.readouterr()
@@ -258,25 +314,55 @@ def test_analyze_growth_over_checkpoints_of_a_grown_run(trained, tmp_path, capsy
     assert rc == 0 and res["growth_step"] == 12 and [s["step"] for s in res["snapshots"]] == [12, 14, 16, 18]
     assert res["R"][0] == 0 and all(r > 0 for r in res["R"][1:])  # the new weights move away from the growth state
     assert all(0 < s["noc"] <= 1 and 0 <= s["u_p"] <= 1 for s in res["snapshots"])
-    assert (out / "growth.json").is_file() and (out / "growth_radius.png").is_file() and (out / "growth_trajectory.png").is_file()
+    assert (
+        (out / "growth.json").is_file()
+        and (out / "growth_radius.png").is_file()
+        and (out / "growth_trajectory.png").is_file()
+    )
     assert res["noc_reading"] == "whole" and res["pca"]["standardized"] is True
     # two runs pooled (cross-scale aggregation): one PCA over both runs' rows after growth, one fit
     out2 = tmp_path / "ana2"
-    rc = main(["analyze", "growth", "--checkpoints", *snaps[:3], "--checkpoints", *snaps, "--out", str(out2),
-               "--batches", "1", "--json", "--noc-reading", "corner"])
+    rc = main(
+        [
+            "analyze",
+            "growth",
+            "--checkpoints",
+            *snaps[:3],
+            "--checkpoints",
+            *snaps,
+            "--out",
+            str(out2),
+            "--batches",
+            "1",
+            "--json",
+            "--noc-reading",
+            "corner",
+        ]
+    )
     pooled = json.loads(capsys.readouterr().out)
     assert rc == 0 and pooled["n_runs"] == 2 and pooled["n_points"] == 7 and pooled["noc_reading"] == "corner"
     runs = pooled["runs"]
     assert [len(r["snapshots"]) for r in runs] == [3, 4]
     assert runs[1]["snapshots"][1]["noc"] != res["snapshots"][1]["noc"]  # the corner reading is another number
-    rows = [gs.state_rows([s["u_p"] for s in r["snapshots"]], [s["noc"] for s in r["snapshots"]],
-                          [1 / s["ppl"] for s in r["snapshots"]]) for r in runs]
+    rows = [
+        gs.state_rows(
+            [s["u_p"] for s in r["snapshots"]],
+            [s["noc"] for s in r["snapshots"]],
+            [1 / s["ppl"] for s in r["snapshots"]],
+        )
+        for r in runs
+    ]
     want = gs.pooled_pca(rows)
     np.testing.assert_allclose(pooled["pooled"]["pca"]["components"], want["components"], atol=1e-9)
     R = [x for r in runs for x in r["R"]]
     fit = gs.scaling_fit(R, [s["ppl"] for r in runs for s in r["snapshots"]])
     assert pooled["scaling_w"] == pytest.approx(fit["w"]) and pooled["pooled"]["scaling_fit"]["n"] == 5
-    for f in ("growth_scaling_pooled.png", "growth_pca_pooled.png", "run0_growth_radius.png", "run1_growth_trajectory.png"):
+    for f in (
+        "growth_scaling_pooled.png",
+        "growth_pca_pooled.png",
+        "run0_growth_radius.png",
+        "run1_growth_trajectory.png",
+    ):
         assert (out2 / f).is_file()
     rc = main(["analyze", "growth", "--checkpoints", str(trained), str(grown), "--out", str(tmp_path / "bad")])
     assert rc == 2 and "no growth record" in capsys.readouterr().err and not (tmp_path / "bad").exists()

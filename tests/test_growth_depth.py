@@ -1,6 +1,7 @@
 """Depth growth (growth/depth.py, issue 48): the operators keep or change the function as they claim, the blocks
 sit in the order the papers define, optimizer state follows each tensor from the layer it came from, width and
 depth grow together, a depth-grown checkpoint resumes bitwise, and bad input is one line with exit 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,9 @@ def _run_blocks(model, ids, order):
         return model.head(model.norm(x))
 
 
-@pytest.mark.parametrize("init,n,order", [("stack", 6, [0, 1, 0, 1, 0, 1]), ("copy", 4, [0, 0, 1, 1]),
-                                          ("copy", 3, [0, 1, 1])])
+@pytest.mark.parametrize(
+    "init,n,order", [("stack", 6, [0, 1, 0, 1, 0, 1]), ("copy", 4, [0, 0, 1, 1]), ("copy", 3, [0, 1, 1])]
+)
 def test_stacked_and_copied_blocks_run_in_the_papers_order(init, n, order):
     cfg = _cfg()
     model = _trained_like(cfg)
@@ -144,8 +146,12 @@ def _trained_state(model, cfg, steps: int = 3):
 
 
 def _state_by_name(opt):
-    return {opt.param_names[id(p)]: o.state.get(p, {}) for o in opt.optimizers.values() for g in o.param_groups
-            for p in g["params"]}
+    return {
+        opt.param_names[id(p)]: o.state.get(p, {})
+        for o in opt.optimizers.values()
+        for g in o.param_groups
+        for p in g["params"]
+    }
 
 
 @pytest.mark.parametrize("policy", ["asymmetric", "copy", "drop"])
@@ -153,8 +159,9 @@ def test_optimizer_state_follows_each_tensor_from_the_layer_it_came_from(policy)
     cfg = _cfg()
     model = _trained_like(cfg)
     old_state = _trained_state(model, cfg)["state"]
-    _, _, new_opt, res = grow(model, cfg, {"family": "depth", "layers": 4, "init": "copy", "optimizer_state": policy},
-                              {"state": old_state})
+    _, _, new_opt, res = grow(
+        model, cfg, {"family": "depth", "layers": 4, "init": "copy", "optimizer_state": policy}, {"state": old_state}
+    )
     state = _state_by_name(new_opt)
     sources = res.record["layer_sources"]
     new_at = set(res.record["new_layers"])
@@ -190,8 +197,12 @@ def test_a_rewarmup_drives_the_new_blocks_and_leaves_the_old_on_the_schedule():
 
 
 def new_opt_params(opt):
-    return [(opt.param_names[id(p)], p) for g in opt.param_groups for p in g["params"]
-            if opt.param_names[id(p)].startswith("layers.")]
+    return [
+        (opt.param_names[id(p)], p)
+        for g in opt.param_groups
+        for p in g["params"]
+        if opt.param_names[id(p)].startswith("layers.")
+    ]
 
 
 # ----------------------------------------------------------------------------- width + depth
@@ -204,8 +215,9 @@ def _flags(*argv):
 
 
 def test_width_and_depth_flags_make_one_growth_width_first_verified_once():
-    spec = _flags("--depth.layers", "4", "--width.ffn", "256", "--init", "copy,copy", "--preserve", "exact",
-                  "--rewarmup", "1.3,5")
+    spec = _flags(
+        "--depth.layers", "4", "--width.ffn", "256", "--init", "copy,copy", "--preserve", "exact", "--rewarmup", "1.3,5"
+    )
     assert spec["family"] == "depth" and spec["width"]["family"] == "width" and spec["width"]["ffn"] == 256
     cfg = _cfg()
     model = _trained_like(cfg)
@@ -219,8 +231,9 @@ def test_width_and_depth_flags_make_one_growth_width_first_verified_once():
     assert res.report["function"].startswith("preserved") and ver["dead_blocks"] == []
     # the depth part adds nothing to the width part's change: width's exact split alone moves the logits by fp32
     # rounding (its sums run over more terms), and width + depth by exactly that much
-    only_w, w_cfg, _, w_res = grow(model, cfg, {"family": "width", "ffn": 256, "init": "copy,copy",
-                                                "preserve": "exact"})
+    only_w, w_cfg, _, w_res = grow(
+        model, cfg, {"family": "width", "ffn": 256, "init": "copy,copy", "preserve": "exact"}
+    )
     w_ver = verify(model, only_w, w_res.param_maps, cfg.model.vocab_size, train_cfg=w_cfg.train, seq_len=16)
     assert ver["max_abs_dlogits"] == w_ver["max_abs_dlogits"] <= 1e-5
     ids = _ids(cfg)
@@ -245,19 +258,30 @@ def test_growth_compute_and_parameter_counts_cover_depth():
     block = sum(p.numel() for p in model.layers[0].parameters())
     assert c["active_params_large"] - c["active_params_small"] == 4 * block
     assert c["train_flops_per_token_large"] > c["train_flops_per_token_small"] and 0 < c["saved_eq29"] < 1
-    assert res.report["params"] == (f"{sum(p.numel() for p in model.parameters()):,} -> "
-                                    f"{sum(p.numel() for p in new.parameters()):,}")
+    assert res.report["params"] == (
+        f"{sum(p.numel() for p in model.parameters()):,} -> {sum(p.numel() for p in new.parameters()):,}"
+    )
 
 
 # ----------------------------------------------------------------------------- where it applies
-PRESERVING_KINDS = ["sparkling-moe-tiny", "nexusformer-micro", "tokenformer-micro", "exo-e-tiny", "nures-h-tiny",
-                    "resformer-tiny", "nexus-q-tiny", "talking-heads-micro", "gated-tiny"]
+PRESERVING_KINDS = [
+    "sparkling-moe-tiny",
+    "nexusformer-micro",
+    "tokenformer-micro",
+    "exo-e-tiny",
+    "nures-h-tiny",
+    "resformer-tiny",
+    "nexus-q-tiny",
+    "talking-heads-micro",
+    "gated-tiny",
+]
 
 
 @pytest.mark.parametrize("preset", PRESERVING_KINDS)
 def test_zero_and_copy_zero_out_are_exact_on_every_self_contained_block_kind(preset):
-    small = ["--model.d_model", "32", "--model.n_heads", "2", "--model.head_dim", "16"] if preset.endswith("tiny") \
-        else []
+    small = (
+        ["--model.d_model", "32", "--model.n_heads", "2", "--model.head_dim", "16"] if preset.endswith("tiny") else []
+    )
     cfg = _cfg(preset, *small)
     model = _trained_like(cfg)
     ids = _ids(cfg)
@@ -289,13 +313,40 @@ def trained(tmp_path_factory):
 
 def test_cli_zero_prints_an_exact_zero_and_stack_reports_its_jump_then_both_continue(trained, tmp_path, capsys):
     out = tmp_path / "zero"
-    rc = main(["grow", "--checkpoint", str(trained), "--out", str(out), "--depth.layers", "8", "--depth.init", "zero",
-               "--train.steps", "6"])
+    rc = main(
+        [
+            "grow",
+            "--checkpoint",
+            str(trained),
+            "--out",
+            str(out),
+            "--depth.layers",
+            "8",
+            "--depth.init",
+            "zero",
+            "--train.steps",
+            "6",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "max |dlogits| = 0.0 (exact)" in text and "layers 4->8 (zero" in text, text
     stack = tmp_path / "stack"
-    rc = main(["grow", "--checkpoint", str(trained), "--out", str(stack), "--depth.layers", "8", "--depth.init",
-               "stack", "--train.steps", "6", "--json"])
+    rc = main(
+        [
+            "grow",
+            "--checkpoint",
+            str(trained),
+            "--out",
+            str(stack),
+            "--depth.layers",
+            "8",
+            "--depth.init",
+            "stack",
+            "--train.steps",
+            "6",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and "loss_jump" in report and "expected" in report["function"]
     assert report["verify"]["max_abs_dlogits"] > 0
@@ -308,8 +359,13 @@ def test_cli_zero_prints_an_exact_zero_and_stack_reports_its_jump_then_both_cont
 
 def test_a_depth_grown_checkpoint_resumes_bitwise(trained, tmp_path):
     grown = tmp_path / "grown"
-    grow_checkpoint(trained, grown, {"family": "depth", "layers": 6, "init": "zero", "rewarmup": "1.3,2"},
-                    probe_verify=False, train_overrides=["--train.steps", "8"])
+    grow_checkpoint(
+        trained,
+        grown,
+        {"family": "depth", "layers": 6, "init": "zero", "rewarmup": "1.3,2"},
+        probe_verify=False,
+        train_overrides=["--train.steps", "8"],
+    )
     assert load_trainer_state(grown)["step"] == 4
     cfg, _ = resume_config(grown, ["--train.save_every", "1", "--train.keep_last", "5"], out_dir=tmp_path / "a")
     Trainer(cfg, resume=str(grown), quiet=True).fit()
@@ -339,18 +395,24 @@ def _snapshot(d):
     return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--depth.layers", "4"], "--depth.layers=4 is not more than the current 4 layers (valid: an integer > 4"),
-    (["--depth.layers", "3"], "--depth.layers=3 is not more than the current 4 layers"),
-    (["--depth.layers", "6", "--depth.init", "stack"], "--depth.layers=6 with --depth.init stack (valid: a multiple"),
-    (["--depth.layers", "8", "--depth.init", "sideways"], "--depth.init='sideways' (valid: zero|copy-zero-out|"),
-    (["--depth.layers", "8", "--depth.where", "middle"], "--depth.where='middle' (valid: interleave|top|bottom)"),
-    (["--depth.layers", "8", "--depth.init", "stack", "--depth.where", "top"], "--depth.where='top' with --depth"),
-    (["--depth.init", "zero"], "--depth.init is a depth growth option, given without --depth.layers"),
-    (["--depth.layers", "8", "--delta-m", "4"], "several growth families requested"),
-    # the re-warmup flag both families take is still no growth on its own
-    (["--rewarmup", "1.3,5"], "--rewarmup is a depth/width growth option, given without --depth.layers or"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--depth.layers", "4"], "--depth.layers=4 is not more than the current 4 layers (valid: an integer > 4"),
+        (["--depth.layers", "3"], "--depth.layers=3 is not more than the current 4 layers"),
+        (
+            ["--depth.layers", "6", "--depth.init", "stack"],
+            "--depth.layers=6 with --depth.init stack (valid: a multiple",
+        ),
+        (["--depth.layers", "8", "--depth.init", "sideways"], "--depth.init='sideways' (valid: zero|copy-zero-out|"),
+        (["--depth.layers", "8", "--depth.where", "middle"], "--depth.where='middle' (valid: interleave|top|bottom)"),
+        (["--depth.layers", "8", "--depth.init", "stack", "--depth.where", "top"], "--depth.where='top' with --depth"),
+        (["--depth.init", "zero"], "--depth.init is a depth growth option, given without --depth.layers"),
+        (["--depth.layers", "8", "--delta-m", "4"], "several growth families requested"),
+        # the re-warmup flag both families take is still no growth on its own
+        (["--rewarmup", "1.3,5"], "--rewarmup is a depth/width growth option, given without --depth.layers or"),
+    ],
+)
 def test_cli_bad_depth_input_is_one_line_exit_2_and_writes_nothing(trained, tmp_path, capsys, argv, match):
     before = _snapshot(trained)
     out = tmp_path / "out"
@@ -360,17 +422,44 @@ def test_cli_bad_depth_input_is_one_line_exit_2_and_writes_nothing(trained, tmp_
     assert _snapshot(trained) == before and list(tmp_path.iterdir()) == []
 
 
-def test_depth_flags_on_a_recurrent_checkpoint_and_a_layer_count_change_on_resume_are_refused(trained, tmp_path,
-                                                                                              capsys):
+def test_depth_flags_on_a_recurrent_checkpoint_and_a_layer_count_change_on_resume_are_refused(
+    trained, tmp_path, capsys
+):
     rec = tmp_path / "rec"
     cfg = get_preset("nexus-micro")
-    parse_overrides(cfg, ["--train.out_dir", str(rec), "--train.steps", "1", "--train.eval_every", "0",
-                          "--data.seq_len", "16", "--train.batch_size", "2", "--train.sample_tokens", "1"])
+    parse_overrides(
+        cfg,
+        [
+            "--train.out_dir",
+            str(rec),
+            "--train.steps",
+            "1",
+            "--train.eval_every",
+            "0",
+            "--data.seq_len",
+            "16",
+            "--train.batch_size",
+            "2",
+            "--train.sample_tokens",
+            "1",
+        ],
+    )
     Trainer(cfg.validate(), quiet=True).fit()
     capsys.readouterr()
-    runs = [["grow", "--checkpoint", str(rec / "checkpoint"), "--out", str(tmp_path / "o1"), "--depth.layers", "4"],
-            ["train", "--resume", str(trained), "--model.n_layers", "8", "--train.steps", "6",
-             "--out", str(tmp_path / "o2")]]
+    runs = [
+        ["grow", "--checkpoint", str(rec / "checkpoint"), "--out", str(tmp_path / "o1"), "--depth.layers", "4"],
+        [
+            "train",
+            "--resume",
+            str(trained),
+            "--model.n_layers",
+            "8",
+            "--train.steps",
+            "6",
+            "--out",
+            str(tmp_path / "o2"),
+        ],
+    ]
     needles = ["model.arch.kind='recurrent'", "model.n_layers=8 (checkpoint: 4) changes the model's shape"]
     for argv, match in zip(runs, needles):
         rc = main(argv)
@@ -381,10 +470,40 @@ def test_depth_flags_on_a_recurrent_checkpoint_and_a_layer_count_change_on_resum
 
 def test_nexus_train_grows_width_and_depth_at_its_step_from_the_flags(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32",
-               "--train.batch_size", "4", "--train.steps", "4", "--train.eval_every", "0", "--train.sample_tokens", "1",
-               "--grow-at", "2", "--depth.layers", "4", "--width.ffn", "192", "--init", "random,zero", "--preserve",
-               "exact", "--rewarmup", "1.3,2", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--model.d_model",
+            "32",
+            "--data.seq_len",
+            "32",
+            "--train.batch_size",
+            "4",
+            "--train.steps",
+            "4",
+            "--train.eval_every",
+            "0",
+            "--train.sample_tokens",
+            "1",
+            "--grow-at",
+            "2",
+            "--depth.layers",
+            "4",
+            "--width.ffn",
+            "192",
+            "--init",
+            "random,zero",
+            "--preserve",
+            "exact",
+            "--rewarmup",
+            "1.3,2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     cfg = load_checkpoint(out / "checkpoint")[1]
     rec = cfg.growth_history[-1]

@@ -2,6 +2,7 @@
 each copied channel and its source, the symmetry-lock summary over parameters, the residual-stream RMS
 ratio grown / original per layer with the probe loss jump, and the post-growth monitor's schedule and
 its round trip through a checkpoint."""
+
 import copy
 
 import pytest
@@ -10,8 +11,13 @@ from torch.overrides import TorchFunctionMode
 
 from nexus.config import ModelConfig
 from nexus.growth import ParamMap
-from nexus.growth.diagnostics import (PostGrowthMonitor, copied_channel_cosines, probe_batch, rms_ratio_report,
-                                      symmetry_lock)
+from nexus.growth.diagnostics import (
+    PostGrowthMonitor,
+    copied_channel_cosines,
+    probe_batch,
+    rms_ratio_report,
+    symmetry_lock,
+)
 from nexus.models import build_model
 
 
@@ -26,7 +32,6 @@ def test_copied_channel_cosines_compare_each_new_channel_with_its_source():
     rows = copied_channel_cosines(w.t().contiguous(), 0, src)  # the same along dim 0
     torch.testing.assert_close(rows, cos, atol=1e-6, rtol=0)
     assert copied_channel_cosines(old, 1, torch.arange(5)).numel() == 0  # nothing copied
-
 
 
 def test_the_cosines_make_their_index_ranges_on_the_devices_they_meet():
@@ -61,6 +66,7 @@ def test_the_cosines_of_tiny_channels_are_their_cosines():
     w[:, 4] *= -2.0
     torch.testing.assert_close(copied_channel_cosines(w, 1, src), torch.tensor([1.0, -1.0]), atol=1e-5, rtol=0)
 
+
 def test_symmetry_lock_summarizes_every_copied_axis():
     a, b = torch.nn.Linear(3, 4, bias=False), torch.nn.Linear(3, 4, bias=False)
     model = torch.nn.ModuleDict({"a": a, "b": b})
@@ -68,10 +74,12 @@ def test_symmetry_lock_summarizes_every_copied_axis():
     with torch.no_grad():
         a.weight[2:] = a.weight[:2]  # rows 2, 3 exact copies: cosine 1
         b.weight[2:] = -b.weight[:2]  # rows 2, 3 flipped: cosine -1
-    maps = {"a.weight": ParamMap("a.weight", copy_source={0: src}),
-            "b.weight": ParamMap("b.weight", copy_source={0: src, 1: torch.tensor([0, 1])}),  # dim 1 not this size: skipped
-            "c.weight": ParamMap("c.weight", copy_source={0: src}),  # not in the model
-            "d": ParamMap("d")}
+    maps = {
+        "a.weight": ParamMap("a.weight", copy_source={0: src}),
+        "b.weight": ParamMap("b.weight", copy_source={0: src, 1: torch.tensor([0, 1])}),  # dim 1 not this size: skipped
+        "c.weight": ParamMap("c.weight", copy_source={0: src}),  # not in the model
+        "d": ParamMap("d"),
+    }
     lock = symmetry_lock(model, maps)
     assert lock["per_param"] == pytest.approx({"a.weight": 1.0, "b.weight": -1.0}, abs=1e-6)
     assert lock["mean"] == pytest.approx(0.0, abs=1e-6) and lock["min"] == pytest.approx(-1.0, abs=1e-6)
@@ -116,9 +124,11 @@ class _Trainer:
 def test_monitor_logs_every_nth_call_and_resumes_the_same_from_its_state():
     model = _lm()
     src = torch.tensor([0, 1, 2, 0])
-    maps = {"layers.0.mlp.up_proj.weight": ParamMap("x", copy_source={0: torch.arange(48)}),
-            "layers.0.mlp.gate_proj.weight": ParamMap("x", copy_source={0: torch.arange(48)}),
-            "layers.1.mlp.up_proj.weight": ParamMap("x", copy_source={1: src})}
+    maps = {
+        "layers.0.mlp.up_proj.weight": ParamMap("x", copy_source={0: torch.arange(48)}),
+        "layers.0.mlp.gate_proj.weight": ParamMap("x", copy_source={0: torch.arange(48)}),
+        "layers.1.mlp.up_proj.weight": ParamMap("x", copy_source={1: src}),
+    }
     probe = probe_batch(300, batch=2, seq_len=16)
     base = [1.0, 2.0, 4.0]
     mon = PostGrowthMonitor(maps, probe, base, every=2)
@@ -149,8 +159,9 @@ def _stream_rms_and_loss(model, ids):
 
 def _lm_len(max_seq_len, seed):
     torch.manual_seed(seed)
-    return build_model(ModelConfig(d_model=32, n_layers=2, n_heads=2, ffn_hidden=48, vocab_size=300,
-                                   max_seq_len=max_seq_len))
+    return build_model(
+        ModelConfig(d_model=32, n_layers=2, n_heads=2, ffn_hidden=48, vocab_size=300, max_seq_len=max_seq_len)
+    )
 
 
 @pytest.mark.parametrize("old_len,new_len", [(16, 32), (32, 12)])
@@ -158,7 +169,7 @@ def test_rms_ratio_report_on_given_ids_cut_to_what_both_models_take(old_len, new
     old, new = _lm_len(old_len, 0), _lm_len(new_len, 1)
     ids = probe_batch(300, batch=2, seq_len=40)
     rep = rms_ratio_report(old, new, 300, ids)
-    cut = ids[:, :min(old_len, new_len) + 1]
+    cut = ids[:, : min(old_len, new_len) + 1]
     (rms_o, loss_o), (rms_n, loss_n) = _stream_rms_and_loss(old, cut), _stream_rms_and_loss(new, cut)
     ratios = [n / o for o, n in zip(rms_o, rms_n)]
     assert rep["rms_ratio_per_layer"] == pytest.approx(ratios, abs=1.01e-4)  # rounded to 4 places
@@ -166,8 +177,13 @@ def test_rms_ratio_report_on_given_ids_cut_to_what_both_models_take(old_len, new
     assert rep["probe_loss_before"] == pytest.approx(loss_o, abs=1.01e-4)
     assert rep["probe_loss_after"] == pytest.approx(loss_n, abs=1.01e-4)
     assert rep["loss_jump"] == pytest.approx(loss_n - loss_o, abs=1.01e-4)
-    shown = [*rep["rms_ratio_per_layer"], rep["rms_ratio_max_dev"], rep["probe_loss_before"], rep["probe_loss_after"],
-             rep["loss_jump"]]
+    shown = [
+        *rep["rms_ratio_per_layer"],
+        rep["rms_ratio_max_dev"],
+        rep["probe_loss_before"],
+        rep["probe_loss_after"],
+        rep["loss_jump"],
+    ]
     assert all(v == round(v, 4) for v in shown)  # reported to 4 decimals
 
 
@@ -179,7 +195,7 @@ def test_probe_batch_defaults_and_its_text_then_space_padding():
     assert probe_batch(300).shape == (4, 65)
     text = "\n".join(t for _, t in sorted(topics.items())[:20]).encode("utf-8")
     ids = probe_batch(256, batch=2, seq_len=len(text) // 2 + 99).flatten()
-    assert ids[:len(text)].tolist() == list(text) and bool((ids[len(text):] == 32).all()) and len(ids) > len(text)
+    assert ids[: len(text)].tolist() == list(text) and bool((ids[len(text) :] == 32).all()) and len(ids) > len(text)
 
 
 def test_probe_batch_without_pydoc_topics_reads_the_embedded_corpus(monkeypatch):
@@ -208,8 +224,11 @@ def test_symmetry_lock_mean_min_and_a_sharded_parameter_gathered_whole():
     shard = torch.nn.Parameter(a.weight.detach()[:2].clone())
     shard.full_tensor = lambda: full
     a.weight = shard
-    maps = {"c.weight": ParamMap("c.weight", copy_source={0: src}), "a.weight": ParamMap("a.weight", copy_source={0: src}),
-            "b.weight": ParamMap("b.weight", copy_source={0: src})}
+    maps = {
+        "c.weight": ParamMap("c.weight", copy_source={0: src}),
+        "a.weight": ParamMap("a.weight", copy_source={0: src}),
+        "b.weight": ParamMap("b.weight", copy_source={0: src}),
+    }
     lock = symmetry_lock(model, maps)
     assert lock["per_param"] == pytest.approx({"a.weight": 1.0, "b.weight": 0.0}, abs=1e-6)
     assert lock["mean"] == pytest.approx(0.5, abs=1e-6) and lock["min"] == pytest.approx(0.0, abs=1e-6)
@@ -238,7 +257,9 @@ def test_monitor_logs_the_lock_and_rms_ratios_below_one_every_call_by_default():
     ratios = [n / o for o, n in zip(base, rms)]
     assert rec["rms_ratio_per_layer"] == pytest.approx(ratios, abs=1.01e-4)
     assert rec["rms_ratio_max_dev"] == pytest.approx(max(abs(r - 1) for r in ratios), abs=1.01e-4)
-    assert all(v == round(v, 4) for v in [*rec["rms_ratio_per_layer"], rec["rms_ratio_max_dev"]])  # logged to 4 decimals
+    assert all(
+        v == round(v, 4) for v in [*rec["rms_ratio_per_layer"], rec["rms_ratio_max_dev"]]
+    )  # logged to 4 decimals
     assert all(rec[k] == round(rec[k], 6) for k in ("symmetry_lock_mean", "symmetry_lock_min"))  # and the lock to 6
     no_probe = PostGrowthMonitor(maps, None, base)
     t2 = _Trainer(model)
@@ -311,7 +332,9 @@ def test_the_probe_goes_to_the_models_device(monkeypatch):
 
     monkeypatch.setattr(diagnostics, "_streams_and_loss", spy)
     with torch.device("meta"):
-        meta = build_model(ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=300, max_seq_len=32))
+        meta = build_model(
+            ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=300, max_seq_len=32)
+        )
     ids = probe_batch(300, batch=1, seq_len=8)
     diagnostics.rms_ratio_report(meta, meta, 300, ids)
     diagnostics.residual_rms(meta, ids)

@@ -3,6 +3,7 @@ pending growth's re-warmup, a resumed grown run's record), the growth summary it
 carries through the growth, the probe batch of its post-growth monitor (the one `nexus grow` uses too), and
 `grow_in_training`. Expected lrs come from SPARKLING's re-warmup (the new entries ramp linearly from the lr at
 the growth step t_e to rho times it at t_e + tau) on a constant schedule, where the base lr is `train.lr`."""
+
 import contextlib
 import io
 import json
@@ -20,8 +21,20 @@ from nexus.config_migration import saved_run_config
 
 LR, RHO, TAU, AT, STEPS = 0.01, 1.5, 2, 2, 6
 SPEC = {"family": "width", "hidden": 64, "init": "copy,copy", "rewarmup": [RHO, TAU]}
-CONSTANT = ("--train.steps", str(STEPS), "--train.schedule", "constant", "--train.warmup_steps", "0",
-            "--train.lr", str(LR), "--train.save_every", "3", "--train.keep_last", "5")
+CONSTANT = (
+    "--train.steps",
+    str(STEPS),
+    "--train.schedule",
+    "constant",
+    "--train.warmup_steps",
+    "0",
+    "--train.lr",
+    str(LR),
+    "--train.save_every",
+    "3",
+    "--train.keep_last",
+    "5",
+)
 
 
 def _hook(trainer) -> GrowthHook:
@@ -64,8 +77,11 @@ def test_a_growth_in_training_prints_its_plan_and_summary_and_carries_the_optimi
     hook = _hook(trainer)
     assert "rms_ratio_per_layer" in hook.report and hook.monitor_growths == 1  # the growth's report, on the hook
     # an entry's step counts the optimizer steps it took: old entries STEPS, entries new at AT only the rest
-    steps = [st["step"] for st in trainer.optimizer.state_dict()["state"].values()
-             if isinstance(st.get("step"), torch.Tensor) and st["step"].numel() > 1]
+    steps = [
+        st["step"]
+        for st in trainer.optimizer.state_dict()["state"].values()
+        if isinstance(st.get("step"), torch.Tensor) and st["step"].numel() > 1
+    ]
     assert steps, "no per-entry step after a width growth"
     assert max(float(s.max()) for s in steps) == STEPS and min(float(s.min()) for s in steps) == STEPS - AT
     # `nexus grow` on the same run's step-2 checkpoint: the same pre-growth model, so the monitor's probe batch
@@ -93,8 +109,16 @@ def test_a_resumed_grown_run_prints_the_plan_of_its_growth_record(grown, tmp_pat
 
 
 def test_the_pending_plan_of_a_family_without_rewarmup_keeps_new_entries_on_the_schedule(tmp_path):
-    cfg = micro_cfg(tmp_path / "run", *CONSTANT, "--model.projection.kind", "nexus_rank",
-                    "--model.projection.rank_m", "48", "--model.projection.rank_a", "64")
+    cfg = micro_cfg(
+        tmp_path / "run",
+        *CONSTANT,
+        "--model.projection.kind",
+        "nexus_rank",
+        "--model.projection.rank_m",
+        "48",
+        "--model.projection.rank_a",
+        "64",
+    )
     cfg.train.set_hook("growth", at=AT, spec={"family": "nexus_rank", "delta_m": 8, "delta_a": 8})
     trainer = Trainer(cfg.validate(), quiet=False)
     _, printed = _printed(lambda: _hook(trainer).on_fit_start(trainer))
@@ -107,8 +131,22 @@ def test_a_resume_past_the_schedules_horizon_says_the_lr_stays_at_its_floor(tmp_
     (min_lr_ratio x lr, the cosine's end), and the plan printed before training says so."""
     from nexus.train.resume import resume_config
 
-    Trainer(micro_cfg(tmp_path / "a", "--train.steps", "3", "--train.schedule", "cosine", "--train.warmup_steps", "0",
-                      "--train.lr", str(LR), "--train.min_lr_ratio", "0.1"), quiet=True).fit()
+    Trainer(
+        micro_cfg(
+            tmp_path / "a",
+            "--train.steps",
+            "3",
+            "--train.schedule",
+            "cosine",
+            "--train.warmup_steps",
+            "0",
+            "--train.lr",
+            str(LR),
+            "--train.min_lr_ratio",
+            "0.1",
+        ),
+        quiet=True,
+    ).fit()
     cfg, _ = resume_config(tmp_path / "a" / "checkpoint", ["--train.steps", "6"], out_dir=tmp_path / "b")
     cfg.train.set_hook("growth", at=4, spec={"family": "width", "hidden": 64})
     trainer = Trainer(cfg.validate(), resume=str(tmp_path / "a" / "checkpoint"), quiet=False)
@@ -158,8 +196,10 @@ def test_a_growth_spec_at_step_0_is_kept_and_the_run_says_it_never_grows(tmp_pat
     trainer.fit()
     assert trainer.cfg.growth_history == [] and trainer.model.cfg.d_model == 32
     err = capsys.readouterr().err
-    assert "note: train.hooks[0] has a spec but at=0: this run never grows (valid: at N with 0 < N < " \
-           "train.steps (2) to grow at step N)" in err
+    assert (
+        "note: train.hooks[0] has a spec but at=0: this run never grows (valid: at N with 0 < N < "
+        "train.steps (2) to grow at step N)" in err
+    )
 
 
 def test_only_a_spec_that_never_applies_gets_the_never_grows_note(tmp_path):
@@ -190,8 +230,9 @@ def test_grow_in_training_on_a_resumed_trainer_before_fit_keeps_its_event_and_tr
     from nexus.train.resume import resume_config
 
     Trainer(micro_cfg(tmp_path / "a", "--train.steps", "2"), quiet=True).fit()
-    cfg, _ = resume_config(tmp_path / "a" / "checkpoint", ["--train.steps", "4", "--train.log_every", "1"],
-                           out_dir=tmp_path / "b")
+    cfg, _ = resume_config(
+        tmp_path / "a" / "checkpoint", ["--train.steps", "4", "--train.log_every", "1"], out_dir=tmp_path / "b"
+    )
     trainer = Trainer(cfg.validate(), resume=str(tmp_path / "a" / "checkpoint"), quiet=True)
     grow_in_training(trainer, parse_growth_spec({"family": "width", "hidden": 48}, "spec"))
     assert not (tmp_path / "b" / "metrics.jsonl").exists()  # nothing written before fit() prepares the folder

@@ -2,6 +2,7 @@
 grown run resumed from a checkpoint written after its growth logs the same values at the same steps as
 the uninterrupted run; a checkpoint without the monitor state (older nexus, or grown again outside
 training) still resumes, without the monitor and with a note."""
+
 import json
 from pathlib import Path
 
@@ -32,8 +33,11 @@ def _rows(run_dir):
 
 
 def _monitor_rows(run_dir) -> dict:
-    return {r["step"]: {k: r[k] for k in MONITOR_KEYS if k in r} for r in _rows(run_dir)
-            if any(k in r for k in MONITOR_KEYS) and r.get("event") is None}
+    return {
+        r["step"]: {k: r[k] for k in MONITOR_KEYS if k in r}
+        for r in _rows(run_dir)
+        if any(k in r for k in MONITOR_KEYS) and r.get("event") is None
+    }
 
 
 def _losses(run_dir) -> dict:
@@ -45,8 +49,12 @@ def uninterrupted(tmp_path_factory):
     """Grows at step 4 (copy init: the symmetry lock is defined), runs to step 8, saves at step 6."""
     run = tmp_path_factory.mktemp("uninterrupted")
     growth = {"family": "width", "hidden": 96, "ffn": 256, "init": "copy,copy", "rewarmup": [1.3, 4]}
-    Trainer(_micro(run, hooks=[{"kind": "growth", "at": GROW_AT, "spec": growth}], lr=1e-2, save_every=SAVE_AT,
-                   keep_last=5), quiet=True).fit()
+    Trainer(
+        _micro(
+            run, hooks=[{"kind": "growth", "at": GROW_AT, "spec": growth}], lr=1e-2, save_every=SAVE_AT, keep_last=5
+        ),
+        quiet=True,
+    ).fit()
     return run
 
 
@@ -101,8 +109,9 @@ def test_checkpoint_grown_again_outside_training_replaces_the_stale_monitor(unin
     the first growth (other shapes, other pre-growth model): it is replaced by the new growth's, and the
     continued run logs the new growth's diagnostics."""
     out = tmp_path / "grown_again"
-    grow_checkpoint(uninterrupted / f"step_{SAVE_AT:07d}", out, {"family": "width", "hidden": 128, "ffn": 256},
-                    probe_verify=False)
+    grow_checkpoint(
+        uninterrupted / f"step_{SAVE_AT:07d}", out, {"family": "width", "hidden": 128, "ffn": 256}, probe_verify=False
+    )
     old = load_trainer_state(uninterrupted / f"step_{SAVE_AT:07d}")["hooks"]["growth"]
     new = load_trainer_state(out)["hooks"]["growth"]
     assert (old["n_growths"], new["n_growths"]) == (1, 2)
@@ -122,7 +131,9 @@ def test_malformed_monitor_state_is_one_line_exit_2(uninterrupted, tmp_path, cap
     out = tmp_path / "never"
     rc = main(["train", "--resume", str(bad), "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and str(bad) in err[0] and "post-growth monitor" in err[0] and "sources" in err[0], err
+    assert (
+        rc == 2 and len(err) == 1 and str(bad) in err[0] and "post-growth monitor" in err[0] and "sources" in err[0]
+    ), err
     assert not out.exists()
 
 

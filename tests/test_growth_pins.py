@@ -1,6 +1,7 @@
 """The scales a growth pins (model.growth_state) are declared by the kinds that own them (issue 37 item 1):
 config.py names none of them, each registered kind explains its own, a name no selected kind declares is
 refused in one line, and a grown checkpoint written in an older form loads and computes the same logits."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,9 @@ from nexus.presets import get_preset
 
 def kinds_with_pins() -> list[tuple[str, str, type]]:
     """(section, kind, options class) of every registered kind that declares growth pins."""
-    return [(s.section, k, c) for s in ModelConfig().kind_sections() for k, c in type(s).kinds().items()
-            if c.growth_pins]
+    return [
+        (s.section, k, c) for s in ModelConfig().kind_sections() for k, c in type(s).kinds().items() if c.growth_pins
+    ]
 
 
 def selecting(section: str, kind: str) -> ModelConfig:
@@ -51,7 +53,10 @@ def test_every_declared_pin_is_explained_and_owned_by_one_section():
     owner: dict[str, str] = {}
     for section, kind, cls in kinds_with_pins():
         for name, why in cls.growth_pins.items():
-            assert isinstance(name, str) and name.isidentifier() and isinstance(why, str) and len(why) >= 5, (kind, name)
+            assert isinstance(name, str) and name.isidentifier() and isinstance(why, str) and len(why) >= 5, (
+                kind,
+                name,
+            )
             assert owner.setdefault(name, section) == section, f"{name} declared by {owner[name]} and {section} kinds"
 
 
@@ -78,7 +83,9 @@ def test_a_kinds_pins_validate_only_where_it_is_selected(section, kind, cls):
     baseline = ModelConfig()  # the same pin where no selected kind declares it: refused, naming what is declared
     baseline.growth_state = {name: 7}
     declared = ", ".join(baseline.growth_pins()) or "none"
-    assert growth_errors(baseline) == [f"model.growth_state.{name}=7 (valid: a scale the selected kinds pin: {declared})"]
+    assert growth_errors(baseline) == [
+        f"model.growth_state.{name}=7 (valid: a scale the selected kinds pin: {declared})"
+    ]
     with pytest.raises(RuntimeError, match=f"growth pin {name!r} is not declared"):
         baseline.pinned(name)  # a misspelt or foreign name in code never reads as 'not pinned'
     with pytest.raises(RuntimeError, match=f"growth pin {name!r} is not declared"):
@@ -91,11 +98,16 @@ def test_an_undeclared_name_is_one_line_naming_field_value_and_the_declared_name
     with pytest.raises(ConfigError) as e:
         cfg.validate()
     declared = ", ".join(cfg.model.growth_pins())
-    assert str(e.value) == f"invalid config: model.growth_state.frozen_x=4 (valid: a scale the selected kinds pin: {declared})"
+    assert (
+        str(e.value)
+        == f"invalid config: model.growth_state.frozen_x=4 (valid: a scale the selected kinds pin: {declared})"
+    )
     assert "\n" not in str(e.value) and declared
 
 
-@pytest.mark.parametrize("override", [["--model.growth_state.frozen_n", "5"], ["--model.growth_state", "{frozen_n: 5}"]])
+@pytest.mark.parametrize(
+    "override", [["--model.growth_state.frozen_n", "5"], ["--model.growth_state", "{frozen_n: 5}"]]
+)
 def test_overrides_of_growth_state_are_refused(override):
     with pytest.raises(ConfigError, match="model.growth_state.* is set by growth only"):
         parse_overrides(get_preset("tokenformer-micro"), override)
@@ -122,8 +134,9 @@ def test_migration_drops_unset_and_unread_legacy_pins(capsys):
     old["model"]["growth_state"]["frozen_m"] = 9  # no selected kind reads it: dropped, named
     assert saved_run_config(old).model.growth_state == {"frozen_n": 16}
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["config: dropped model.growth_state.frozen_m=9 from an old config (no selected kind reads it; "
-                   "it had no effect)"]
+    assert err == [
+        "config: dropped model.growth_state.frozen_m=9 from an old config (no selected kind reads it; it had no effect)"
+    ]
     old["model"]["growth_state"] = {"frozen_q": 3}  # not a name any form had: refused, not dropped
     with pytest.raises(ConfigError, match="model.growth_state.frozen_q=3"):
         saved_run_config(old).validate()
@@ -131,12 +144,30 @@ def test_migration_drops_unset_and_unread_legacy_pins(capsys):
 
 # ----------------------------------------------------------------------------- old checkpoints, same logits
 GROWN = {
-    "tokenformer": (["--model.projection.kind", "pattention", "--model.projection.param_tokens", "16",
-                     "--model.projection.targets", "q,k,v,o,ffn"],
-                    {"family": "tokenformer", "add_tokens": 8, "add_ffn_tokens": 4}),
-    "nexus_rank": (["--model.projection.kind", "nexus_rank", "--model.projection.rank_m", "48",
-                    "--model.projection.rank_a", "64", "--model.projection.form", "l2norm_width"],
-                   {"family": "nexus_rank", "delta_m": 8, "delta_a": 8}),
+    "tokenformer": (
+        [
+            "--model.projection.kind",
+            "pattention",
+            "--model.projection.param_tokens",
+            "16",
+            "--model.projection.targets",
+            "q,k,v,o,ffn",
+        ],
+        {"family": "tokenformer", "add_tokens": 8, "add_ffn_tokens": 4},
+    ),
+    "nexus_rank": (
+        [
+            "--model.projection.kind",
+            "nexus_rank",
+            "--model.projection.rank_m",
+            "48",
+            "--model.projection.rank_a",
+            "64",
+            "--model.projection.form",
+            "l2norm_width",
+        ],
+        {"family": "nexus_rank", "delta_m": 8, "delta_a": 8},
+    ),
 }
 
 

@@ -6,6 +6,7 @@ planner must make the same runs with the same configs. A config is compared in t
 (nexus.config_migration.saved_run_config, as the ledger keys runs), so a field added later with its default is not
 a change, while any changed value is. The main-scale study's finished runs are checked against its ledger in
 tests/test_ledger.py."""
+
 from __future__ import annotations
 
 import copy
@@ -84,6 +85,8 @@ def test_the_regime_study_at_full_scale_plans_as_recorded(tmp_path):
     for name, part in parts.items():
         want = rec["meta"][name]
         assert part.get("tuned") == want["tuned"], name
-        assert _json({k: {f: x for f, x in r.items() if f != "cfg"} for k, r in part["runs"].items()}) == want["runs"], name
+        assert (
+            _json({k: {f: x for f, x in r.items() if f != "cfg"} for k, r in part["runs"].items()}) == want["runs"]
+        ), name
         for run, r in part["runs"].items():
             assert _parsed(r["cfg"]) == _parsed(_recorded_config(rec["configs"][run])), run

@@ -1,5 +1,6 @@
 """growth/registry.py and growth/methods.py: one registration line gives a family its spec and its grower,
 `parse_growth_spec` finds every family, and `register_method` registers each recipe under its own name."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,12 +34,17 @@ def test_one_registration_line_registers_the_spec_and_the_grower(monkeypatch):
     assert ToySpec.family == "toy" and S.spec_classes()["toy"] is ToySpec
     assert R.GROWERS.get("toy") is grow_toy and R.families() == ["toy"]
     assert R.parse_growth_spec({"family": "toy", "optimizer_state": "drop"}).to_dict() == {
-        "family": "toy", "optimizer_state": "drop"}
+        "family": "toy",
+        "optimizer_state": "drop",
+    }
 
 
 def test_parse_growth_spec_names_its_field_and_takes_a_dataclass(builtin_growth_families):
-    with pytest.raises(ConfigError, match=r"^growth spec=\{'family': 'height'\} \(valid: a mapping with family one of "
-                                          r"depth, nexus_rank, retrofit, tokenformer, width"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^growth spec=\{'family': 'height'\} \(valid: a mapping with family one of "
+        r"depth, nexus_rank, retrofit, tokenformer, width",
+    ):
         R.parse_growth_spec({"family": "height"})
     with pytest.raises(ConfigError, match=r"^train\.hooks\.spec=3 "):
         R.parse_growth_spec(3, "train.hooks.spec")

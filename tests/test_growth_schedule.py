@@ -1,5 +1,6 @@
 """Issue 24 item 3: a grown checkpoint trained further follows the schedule its growth recorded, and logs
 the post-growth diagnostics as a run grown in training does."""
+
 import json
 import math
 from pathlib import Path
@@ -8,9 +9,29 @@ import pytest
 
 from nexus.cli import main
 
-BASE = ["--preset", "baseline-micro", "--quiet", "--train.log_every", "1", "--train.eval_every", "0",
-        "--train.sample_every", "0", "--train.batch_size", "2", "--data.seq_len", "32", "--train.warmup_steps", "2",
-        "--train.schedule", "cosine", "--train.lr", "0.003", "--train.min_lr_ratio", "0.1"]
+BASE = [
+    "--preset",
+    "baseline-micro",
+    "--quiet",
+    "--train.log_every",
+    "1",
+    "--train.eval_every",
+    "0",
+    "--train.sample_every",
+    "0",
+    "--train.batch_size",
+    "2",
+    "--data.seq_len",
+    "32",
+    "--train.warmup_steps",
+    "2",
+    "--train.schedule",
+    "cosine",
+    "--train.lr",
+    "0.003",
+    "--train.min_lr_ratio",
+    "0.1",
+]
 GROW = ["--width.hidden", "96", "--rewarmup", "1.3,3"]
 
 
@@ -56,8 +77,20 @@ def test_a_finished_run_grown_and_trained_further_is_not_at_the_lr_floor(tmp_pat
     base, grown = tmp_path / "base", tmp_path / "grown"
     assert main(["train", *BASE, "--train.steps", "8", "--out", str(base)]) == 0
     more = ["--train.steps", "16"]
-    assert main(["grow", "--checkpoint", str(base / "checkpoint"), "--out", str(grown), *GROW,
-                 *(more if where == "grow" else [])]) == 0
+    assert (
+        main(
+            [
+                "grow",
+                "--checkpoint",
+                str(base / "checkpoint"),
+                "--out",
+                str(grown),
+                *GROW,
+                *(more if where == "grow" else []),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     if where == "grow":  # the plan is shown before any training: the growth step's lr is the new horizon's
         assert f"growth step 8: old entries {0.003 * 0.1:.3g}" in printed
@@ -77,8 +110,21 @@ def test_grow_takes_only_train_overrides(tmp_path, capsys):
     base = tmp_path / "base"
     assert main(["train", *BASE, "--train.steps", "2", "--out", str(base)]) == 0
     capsys.readouterr()
-    assert main(["grow", "--checkpoint", str(base / "checkpoint"), "--out", str(tmp_path / "g"), *GROW,
-                 "--model.n_layers", "4"]) == 2
+    assert (
+        main(
+            [
+                "grow",
+                "--checkpoint",
+                str(base / "checkpoint"),
+                "--out",
+                str(tmp_path / "g"),
+                *GROW,
+                "--model.n_layers",
+                "4",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--model.n_layers" in err and "--train." in err
     assert not (tmp_path / "g").exists()

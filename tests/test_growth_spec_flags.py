@@ -3,6 +3,7 @@
 fields every family shares. The contract is spec.py's docstring: one option per flagged field with the
 field's reason (and default) as its help, a flag several families share is one option, a family's own
 flag without its selecting flag or beside another family's is refused."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,31 @@ def test_no_growth_flag_asks_for_no_spec_and_every_flag_defaults_to_none():
 
 
 def test_each_family_is_selected_by_its_own_flag_with_typed_values():
-    w = _flags(["--width.hidden", "96", "--width.ffn", "384", "--perturb", "0.25", "--init", "random,copy",
-                "--growth-seed", "7", "--optimizer-state", "copy"])
-    assert w == {"family": "width", "hidden": 96, "ffn": 384, "perturb": 0.25, "init": "random,copy", "seed": 7,
-                 "optimizer_state": "copy"}
+    w = _flags(
+        [
+            "--width.hidden",
+            "96",
+            "--width.ffn",
+            "384",
+            "--perturb",
+            "0.25",
+            "--init",
+            "random,copy",
+            "--growth-seed",
+            "7",
+            "--optimizer-state",
+            "copy",
+        ]
+    )
+    assert w == {
+        "family": "width",
+        "hidden": 96,
+        "ffn": 384,
+        "perturb": 0.25,
+        "init": "random,copy",
+        "seed": 7,
+        "optimizer_state": "copy",
+    }
     assert type(w["hidden"]) is int and type(w["perturb"]) is float and type(w["seed"]) is int
     assert _flags(["--width.expert_inner", "64"]) == {"family": "width", "expert_inner": 64}
     n = _flags(["--delta-a", "4", "--noise-frac", "0.5", "--rank-init", "noise", "--growth-seed", "2"])
@@ -62,20 +84,54 @@ def test_each_family_is_selected_by_its_own_flag_with_typed_values():
 
 
 def test_value_less_flags_store_their_constant():
-    r = _flags(["--retrofit", "higher-order", "--order", "3", "--lossless", "--ho-separate", "--ho-targets", "qkv",
-                "--ho-form", "self", "--growth-seed", "0"])
-    assert r == {"family": "retrofit", "kind": "higher-order", "order": 3, "mode": "lossless", "shared": False,
-                 "targets": "qkv", "form": "self", "seed": 0}
-    assert _flags(["--retrofit", "higher-order", "--ho-shared"]) == {"family": "retrofit", "kind": "higher-order",
-                                                                    "shared": True}
+    r = _flags(
+        [
+            "--retrofit",
+            "higher-order",
+            "--order",
+            "3",
+            "--lossless",
+            "--ho-separate",
+            "--ho-targets",
+            "qkv",
+            "--ho-form",
+            "self",
+            "--growth-seed",
+            "0",
+        ]
+    )
+    assert r == {
+        "family": "retrofit",
+        "kind": "higher-order",
+        "order": 3,
+        "mode": "lossless",
+        "shared": False,
+        "targets": "qkv",
+        "form": "self",
+        "seed": 0,
+    }
+    assert _flags(["--retrofit", "higher-order", "--ho-shared"]) == {
+        "family": "retrofit",
+        "kind": "higher-order",
+        "shared": True,
+    }
     assert _flags(["--retrofit", "higher-order"]) == {"family": "retrofit", "kind": "higher-order"}
     with pytest.raises(SystemExit):  # --ho-shared and --ho-separate exclude each other
         _parser().parse_args(["--retrofit", "higher-order", "--ho-shared", "--ho-separate"])
 
 
-@pytest.mark.parametrize("argv", [["--optimizer-state", "keep"], ["--rank-init", "warm"], ["--token-init", "x"],
-                                  ["--retrofit", "lower-order"], ["--width.hidden", "x"], ["--noise-frac", "x"],
-                                  ["--lossless", "1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--optimizer-state", "keep"],
+        ["--rank-init", "warm"],
+        ["--token-init", "x"],
+        ["--retrofit", "lower-order"],
+        ["--width.hidden", "x"],
+        ["--noise-frac", "x"],
+        ["--lossless", "1"],
+    ],
+)
 def test_argparse_refuses_a_value_outside_the_fields_choices_or_type(argv, capsys):
     with pytest.raises(SystemExit) as e:
         _parser().parse_args(argv)
@@ -86,15 +142,22 @@ def test_several_families_or_a_stray_family_flag_is_one_config_error():
     with pytest.raises(ConfigError, match=r"several growth families requested \(nexus_rank, width\)"):
         _flags(["--width.hidden", "8", "--delta-m", "4"])
     cases = [  # argv, the whole message
-        (["--perturb", "0.1"], "--perturb is a width growth option, given without --width.hidden or --width.ffn or "
-                               "--width.expert_inner (valid: add --width.hidden or --width.ffn or --width.expert_inner)"),
+        (
+            ["--perturb", "0.1"],
+            "--perturb is a width growth option, given without --width.hidden or --width.ffn or "
+            "--width.expert_inner (valid: add --width.hidden or --width.ffn or --width.expert_inner)",
+        ),
         (["--lossless"], "--lossless is a retrofit growth option, given without --retrofit (valid: add --retrofit)"),
         (["--ho-separate"], "--ho-shared/--ho-separate is a retrofit growth option, given without --retrofit"),
         (["--cut", "out"], "--cut is a nexus_rank growth option, given without --delta-m or --delta-a"),
-        (["--width.hidden", "8", "--noise-frac", "0.2"],
-         "--noise-frac is a nexus_rank growth option, not a width one (valid: the width options, see --help)"),
-        (["--retrofit", "higher-order", "--token-init", "zero"], "--token-init is a tokenformer growth option, not a "
-                                                                 "retrofit one"),
+        (
+            ["--width.hidden", "8", "--noise-frac", "0.2"],
+            "--noise-frac is a nexus_rank growth option, not a width one (valid: the width options, see --help)",
+        ),
+        (
+            ["--retrofit", "higher-order", "--token-init", "zero"],
+            "--token-init is a tokenformer growth option, not a retrofit one",
+        ),
         (["--add-tokens", "4", "--lossless"], "--lossless is a retrofit growth option, not a tokenformer one"),
     ]
     for argv, message in cases:
@@ -117,8 +180,12 @@ def test_help_groups_every_flag_once_under_its_family_with_its_reason_and_defaul
     assert "--optimizer-state POLICY" in section["growth: every family:"]
     assert "--growth-seed S" in section["growth: width ("]  # the first family that has it, not again later
     assert "--growth-seed" not in section["growth: retrofit ("]
-    assert "--noise-frac F" in section["growth: nexus_rank ("] and "--noise-frac" not in section["growth: tokenformer ("]
-    assert "--order M" in text and "--rank-init INIT" in text and "--retrofit KIND" in text  # metavar or the field's name
+    assert (
+        "--noise-frac F" in section["growth: nexus_rank ("] and "--noise-frac" not in section["growth: tokenformer ("]
+    )
+    assert (
+        "--order M" in text and "--rank-init INIT" in text and "--retrofit KIND" in text
+    )  # metavar or the field's name
     assert "--width.hidden N" in text and "--rewarmup RHO,TAU" in text
     # the field's reason, its default when it has one worth saying (not None, "", 0, False)
     assert "--order M higher-order attention order m (>= 2); default 2" in text
@@ -128,7 +195,7 @@ def test_help_groups_every_flag_once_under_its_family_with_its_reason_and_defaul
     assert "--noise-frac F " + _words(_reason(NexusRankSpec, "noise_frac")) + "; default 0.1 " in text
     # --growth-seed: one option whose help gives each family's reason (and default)
     width = section["growth: width ("]
-    seed_help = width[width.index("--growth-seed S") + len("--growth-seed S "):]
+    seed_help = width[width.index("--growth-seed S") + len("--growth-seed S ") :]
     per_reason: dict[str, list[str]] = {}  # families that share a reason are named together
     for fam in families:
         if "seed" in {f.name for f in fields(S.spec_classes()[fam])}:
@@ -143,13 +210,19 @@ def _reason(cls, name: str) -> str:
 
 
 def test_the_union_parser_refuses_what_is_not_a_spec_and_names_the_field(builtin_growth_families):
-    with pytest.raises(ConfigError, match=r"^growth spec=\['width'\] \(valid: a mapping with family one of depth, "
-                                          r"nexus_rank, retrofit, tokenformer, width"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^growth spec=\['width'\] \(valid: a mapping with family one of depth, "
+        r"nexus_rank, retrofit, tokenformer, width",
+    ):
         S.spec_from_dict(["width"])
     with pytest.raises(ConfigError, match=r"^hook\.spec=\{'hidden': 8\}"):
         S.spec_from_dict({"hidden": 8}, "hook.spec")
-    with pytest.raises(ConfigError, match=r"^growth spec\.aaa=1 is not a width growth option \(valid: expert_inner, "
-                                          r"ffn, hidden, init, optimizer_state, perturb, preserve, rewarmup"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^growth spec\.aaa=1 is not a width growth option \(valid: expert_inner, "
+        r"ffn, hidden, init, optimizer_state, perturb, preserve, rewarmup",
+    ):
         S.spec_from_dict({"family": "width", "hidden": 8, "zzz": 2, "aaa": 1})
     spec = WidthSpec(hidden=8)
     assert S.spec_from_dict(spec) is spec
@@ -196,11 +269,24 @@ def test_check_int_bounds():
 
 def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy(builtin_growth_families):
     d = RetrofitSpec(order=3).to_dict()
-    assert d == {"family": "retrofit", "optimizer_state": "asymmetric", "kind": "higher-order", "order": 3,
-                 "mode": "paper", "targets": None, "form": None, "shared": None, "seed": 0}
+    assert d == {
+        "family": "retrofit",
+        "optimizer_state": "asymmetric",
+        "kind": "higher-order",
+        "order": 3,
+        "mode": "paper",
+        "targets": None,
+        "form": None,
+        "shared": None,
+        "seed": 0,
+    }
     classes = S.spec_classes()
-    assert {"width": WidthSpec, "nexus_rank": NexusRankSpec, "tokenformer": TokenFormerSpec,
-            "retrofit": RetrofitSpec}.items() <= classes.items()  # the built-ins, among whatever is registered
+    assert {
+        "width": WidthSpec,
+        "nexus_rank": NexusRankSpec,
+        "tokenformer": TokenFormerSpec,
+        "retrofit": RetrofitSpec,
+    }.items() <= classes.items()  # the built-ins, among whatever is registered
     classes.pop("width")
     assert "width" in S.spec_classes()
     assert S.GrowthSpec().validate().optimizer_state == "asymmetric" and S.GrowthSpec().applies_to(None) is None
@@ -208,11 +294,23 @@ def test_a_spec_records_its_family_and_every_field_and_the_registry_is_a_copy(bu
 
 def test_option_records_the_default_the_reason_and_the_flag_settings():
     f = S.option(3, "why it exists", "--x", kind=int, metavar="X", choices=(1, 3), consts={"--y": 1})
-    assert f.default == 3 and dict(f.metadata) == {"reason": "why it exists", "flag": "--x", "kind": int,
-                                                   "metavar": "X", "choices": (1, 3), "consts": {"--y": 1}}
+    assert f.default == 3 and dict(f.metadata) == {
+        "reason": "why it exists",
+        "flag": "--x",
+        "kind": int,
+        "metavar": "X",
+        "choices": (1, 3),
+        "consts": {"--y": 1},
+    }
     f = S.option(None, "plain")
-    assert f.default is None and dict(f.metadata) == {"reason": "plain", "flag": None, "kind": str, "metavar": None,
-                                                      "choices": None, "consts": None}
+    assert f.default is None and dict(f.metadata) == {
+        "reason": "plain",
+        "flag": None,
+        "kind": str,
+        "metavar": None,
+        "choices": None,
+        "consts": None,
+    }
 
 
 def test_register_spec_names_the_family_on_its_class(monkeypatch):
@@ -235,6 +333,7 @@ def test_flags_of_toy_families_one_shared_value_less_flag_and_defaults_worth_say
     @dataclass
     class ASpec(S.GrowthSpec):
         """Grows the toy matrix X."""
+
         triggers = ("size",)
         size: int = S.option(1, "the toy size", "--toy-size", kind=int)
         label: str = S.option("", "a toy label", "--toy-label")
@@ -243,6 +342,7 @@ def test_flags_of_toy_families_one_shared_value_less_flag_and_defaults_worth_say
     @dataclass
     class BSpec(S.GrowthSpec):
         """Grows the other toy."""
+
         triggers = ("other",)
         other: int = S.option(None, "the other size", "--toy-other", kind=int)
         quick: str = S.option(None, "toy quick mode", consts={"--quick": "yes"})
@@ -255,12 +355,19 @@ def test_flags_of_toy_families_one_shared_value_less_flag_and_defaults_worth_say
     assert "--toy-size SIZE the toy size; default 1 " in text
     assert "--toy-label LABEL a toy label --" in text  # a default of "" is not worth saying
     assert text.count("--quick quick='yes': toy quick mode") == 1
-    assert S.spec_from_flags(p.parse_args(["--toy-other", "3", "--quick"])) == {"family": "b", "other": 3,
-                                                                               "quick": "yes"}
+    assert S.spec_from_flags(p.parse_args(["--toy-other", "3", "--quick"])) == {
+        "family": "b",
+        "other": 3,
+        "quick": "yes",
+    }
 
 
 def test_with_no_family_registered_the_shared_flags_still_have_their_help(monkeypatch):
     monkeypatch.setattr(S, "_SPECS", {})
     text = _words(_parser().format_help())
-    assert "growth: every family: --optimizer-state POLICY " + _words(_reason(S.GrowthSpec, "optimizer_state")) + \
-        "; default asymmetric" in text
+    assert (
+        "growth: every family: --optimizer-state POLICY "
+        + _words(_reason(S.GrowthSpec, "optimizer_state"))
+        + "; default asymmetric"
+        in text
+    )

@@ -1,6 +1,7 @@
 """Typed growth specs and the trainer's growth hook (issue 16 items 4-5): a bad spec of any family fails
 before step 0 with exit 2, the CLI flags come from the spec fields, growth mid-run goes through
 Trainer.swap, and a grown run resumes bit-exactly (the re-warmup rule comes back through on_resume)."""
+
 import json
 from pathlib import Path
 
@@ -12,12 +13,32 @@ from nexus.config import ConfigError
 from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+]
 MODEL_OF = {  # a model each family applies to, so the spec's own fields are what is wrong
     "width": [],
-    "nexus_rank": ["--model.projection.kind", "nexus_rank", "--model.projection.rank_m", "48",
-                   "--model.projection.rank_a", "64"],
+    "nexus_rank": [
+        "--model.projection.kind",
+        "nexus_rank",
+        "--model.projection.rank_m",
+        "48",
+        "--model.projection.rank_a",
+        "64",
+    ],
     "tokenformer": ["--model.projection.kind", "pattention", "--model.projection.param_tokens", "16"],
     "retrofit": [],
 }
@@ -48,12 +69,14 @@ def no_training_step(monkeypatch):
 
     def refuse(self, step):
         raise AssertionError(f"a training step ran (step {step}) before the bad growth spec was refused")
+
     monkeypatch.setattr(Trainer, "train_step", refuse)
 
 
 @pytest.mark.parametrize("family,spec,needle", BAD_SPECS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_SPECS)])
-def test_bad_spec_of_every_family_fails_before_step_0_with_exit_2(tmp_path, capsys, no_training_step, family, spec,
-                                                                   needle):
+def test_bad_spec_of_every_family_fails_before_step_0_with_exit_2(
+    tmp_path, capsys, no_training_step, family, spec, needle
+):
     out = tmp_path / "out"
     code = main(["train", *MICRO, *MODEL_OF[family], "--grow-at", "2", "--growth", spec, "--out", str(out)])
     err = capsys.readouterr().err.strip()
@@ -68,8 +91,10 @@ def test_bad_spec_fails_before_step_0_through_the_python_trainer(tmp_path, no_tr
 
     from nexus.train.trainer import Trainer
 
-    cfg = parse_overrides(get_preset("baseline-micro"), [a for a in MICRO[2:]] + MODEL_OF[family] +
-                          ["--train.out_dir", str(tmp_path / "run")])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        [a for a in MICRO[2:]] + MODEL_OF[family] + ["--train.out_dir", str(tmp_path / "run")],
+    )
     cfg.train.set_hook("growth", at=2, spec=yaml.safe_load(spec))
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         Trainer(cfg.validate(), quiet=True).fit()
@@ -86,7 +111,7 @@ def test_cli_flags_are_generated_from_the_spec_fields_with_their_reasons(capsys,
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines: compare word sequences
     for family, cls in spec_classes().items():
         for f in fields(cls):
-            for flag in ([f.metadata["flag"]] if f.metadata.get("flag") else list(f.metadata.get("consts") or ())):
+            for flag in [f.metadata["flag"]] if f.metadata.get("flag") else list(f.metadata.get("consts") or ()):
                 assert flag in text, (family, f.name, flag)
                 assert " ".join(f.metadata["reason"].split()) in text, (family, flag)
     assert "--width-seed" not in text and "--retrofit-seed" not in text  # one spelling: --growth-seed
@@ -107,7 +132,13 @@ def test_spec_from_dict_is_the_union_parser():
     assert a.rewarmup == {"rho": 1.5, "tau": 7} and a.rewarmup_all is True
     assert parse_growth_spec(a.to_dict()).to_dict() == a.to_dict()
     n = parse_growth_spec({"family": "nexus_rank", "delta_a": 4})
-    assert isinstance(n, NexusRankSpec) and (n.delta_m, n.delta_a, n.init, n.cut, n.seed) == (None, 4, "exact", "in", None)
+    assert isinstance(n, NexusRankSpec) and (n.delta_m, n.delta_a, n.init, n.cut, n.seed) == (
+        None,
+        4,
+        "exact",
+        "in",
+        None,
+    )
     with pytest.raises(ConfigError, match="family one of") as e:
         parse_growth_spec({"family": "height"})
     assert all(f in str(e.value) for f in ("depth", "nexus_rank", "retrofit", "tokenformer", "width"))
@@ -115,14 +146,32 @@ def test_spec_from_dict_is_the_union_parser():
 
 def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["train", *MICRO, "--train.steps", "4", *MODEL_OF["nexus_rank"], "--grow-at", "2",
-                 "--delta-m", "8", "--growth-seed", "3", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "train",
+            *MICRO,
+            "--train.steps",
+            "4",
+            *MODEL_OF["nexus_rank"],
+            "--grow-at",
+            "2",
+            "--delta-m",
+            "8",
+            "--growth-seed",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     cfg = json.loads((out / "checkpoint" / "config.json").read_text())
     rec = cfg["growth_history"][-1]
     assert cfg["model"]["projection"]["rank_m"] == 56 and rec["family"] == "nexus_rank" and rec["seed"] == 3
-    assert cfg["train"]["hooks"] == [{"kind": "growth", "at": 2, "spec": {"family": "nexus_rank", "delta_m": 8, "seed": 3}},
-                                     {"kind": "loss_curve"}]  # `nexus train` asks for its curve
+    assert cfg["train"]["hooks"] == [
+        {"kind": "growth", "at": 2, "spec": {"family": "nexus_rank", "delta_m": 8, "seed": 3}},
+        {"kind": "loss_curve"},
+    ]  # `nexus train` asks for its curve
     capsys.readouterr()
     code = main(["train", *MICRO, "--delta-m", "8", "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err
@@ -130,10 +179,25 @@ def test_train_takes_the_family_flags_and_grows(tmp_path, capsys):
     code = main(["train", *MICRO, "--cut", "out", "--grow-at", "2", "--out", str(tmp_path / "no")])
     err = capsys.readouterr().err
     assert code == 2 and "--cut is a nexus_rank growth option" in err and not (tmp_path / "no").exists()
-    code = main(["train", *MICRO, *MODEL_OF["nexus_rank"], "--delta-m", "8", "--init", "copy,copy", "--grow-at", "2",
-                 "--out", str(tmp_path / "no")])
+    code = main(
+        [
+            "train",
+            *MICRO,
+            *MODEL_OF["nexus_rank"],
+            "--delta-m",
+            "8",
+            "--init",
+            "copy,copy",
+            "--grow-at",
+            "2",
+            "--out",
+            str(tmp_path / "no"),
+        ]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and "--init is a width growth option, not a nexus_rank one" in err and not (tmp_path / "no").exists()
+    assert (
+        code == 2 and "--init is a width growth option, not a nexus_rank one" in err and not (tmp_path / "no").exists()
+    )
 
 
 def _losses(run_dir: Path) -> dict:
@@ -148,9 +212,26 @@ def test_grown_run_resumes_bit_exactly_with_its_rewarmup_rule(tmp_path):
     from nexus.train.trainer import Trainer
 
     run = tmp_path / "run"
-    cfg = parse_overrides(get_preset("baseline-micro"), MICRO[2:] + [
-        "--train.out_dir", str(run), "--train.steps", "8", "--train.save_every", "2", "--train.keep_last", "9",
-        "--train.log_every", "1", "--train.lr", "1e-2", "--model.n_heads", "2"])
+    cfg = parse_overrides(
+        get_preset("baseline-micro"),
+        MICRO[2:]
+        + [
+            "--train.out_dir",
+            str(run),
+            "--train.steps",
+            "8",
+            "--train.save_every",
+            "2",
+            "--train.keep_last",
+            "9",
+            "--train.log_every",
+            "1",
+            "--train.lr",
+            "1e-2",
+            "--model.n_heads",
+            "2",
+        ],
+    )
     cfg.train.set_hook("growth", at=3, spec={"family": "width", "hidden": 48, "ffn": 128, "rewarmup": [1.5, 3]})
     full = Trainer(cfg.validate(), quiet=True)
     full.fit()
@@ -202,6 +283,7 @@ def test_experiment_dry_run_keeps_an_internal_fault_a_runtime_error(monkeypatch,
 
     def broken(*a, **k):
         raise RuntimeError("planted internal fault")
+
     monkeypatch.setattr(inherit, "build_like", broken)
     with pytest.raises(RuntimeError, match="planted internal fault") as e:
         P.plan_progressive("nexus-rank", tokens=4096, out=str(tmp_path / "exp"), seeds=[0])

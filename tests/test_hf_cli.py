@@ -1,4 +1,5 @@
 """`nexus import` / `nexus export` end to end, and the tokenizers that travel with HF checkpoints."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,11 @@ from nexus.hf import import_hf
 from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
-TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, hello nexus", "pack my box with five dozen jugs"] * 5
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, hello nexus",
+    "pack my box with five dozen jugs",
+] * 5
 SAMPLE = "hello quick fox, pack the box"
 
 
@@ -29,8 +34,12 @@ def hf_style_tokenizer(specials: list[str]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 30, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=sorted(set("".join(TEXTS))))
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - 30,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=sorted(set("".join(TEXTS))),
+    )
     tok.train_from_iterator(TEXTS, trainer)
     assert tok.get_vocab_size() <= VOCAB
     return tok
@@ -42,9 +51,16 @@ def hf_dir(tmp_path):
     d = tmp_path / "hf"
     tiny_hf("qwen2", seed=21).save_pretrained(d)
     hf_style_tokenizer(["<|endoftext|>", "<|im_start|>"]).save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>", "chat_template": "{{ messages }}"}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+                "chat_template": "{{ messages }}",
+            }
+        )
+    )
     return d
 
 
@@ -102,18 +118,27 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     cfg.model.attention.gate = "headwise"
     cfg.data.seq_len = 32
     save_checkpoint(tmp_path / "gated", build_model(cfg.model), cfg)
-    assert main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "hf", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "hf", "--out", str(tmp_path / "o")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.attention" in err
     assert not (tmp_path / "o").exists()
 
-    assert main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "onnx", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["export", "--checkpoint", str(tmp_path / "gated"), "--format", "onnx", "--out", str(tmp_path / "o")]) == 2
+    )
     assert "invalid choice: 'onnx'" in capsys.readouterr().err
 
 
 def test_ternary_format_without_exporter_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "nexus.export.ternary", None)  # import now raises ImportError
-    assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "ternary", "--out", str(tmp_path / "t.bin")]) == 2
+    assert (
+        main(
+            ["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "ternary", "--out", str(tmp_path / "t.bin")]
+        )
+        == 2
+    )
     assert "--format=ternary is not available" in capsys.readouterr().err
 
 
@@ -122,8 +147,21 @@ def test_ternary_format_dispatches_to_exporter(tmp_path, capsys, monkeypatch):
     fake = type(sys)("nexus.export.ternary")
     fake.export_ternary = lambda ckpt, out, packing: calls.append((ckpt, out, packing)) or {"file": out, "bytes": 123}
     monkeypatch.setitem(sys.modules, "nexus.export.ternary", fake)
-    assert main(["export", "--checkpoint", str(tmp_path / "c"), "--format", "ternary", "--out", str(tmp_path / "t.bin"),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(tmp_path / "c"),
+                "--format",
+                "ternary",
+                "--out",
+                str(tmp_path / "t.bin"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert calls == [(str(tmp_path / "c"), str(tmp_path / "t.bin"), "2bit")]
     assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "t.bin"), "bytes": 123}
 
@@ -139,10 +177,13 @@ def test_damaged_stored_hf_tokenizer_is_a_clear_error(tmp_path, hf_dir):
         HFTokenizer.load_dir(tmp_path / "ck")
 
 
-@pytest.mark.parametrize("ids", [
-    {},  # transformers' defaults: no special ids at all
-    {"bos_token_id": 1, "eos_token_id": [2, 5], "pad_token_id": 0},
-])
+@pytest.mark.parametrize(
+    "ids",
+    [
+        {},  # transformers' defaults: no special ids at all
+        {"bos_token_id": 1, "eos_token_id": [2, 5], "pad_token_id": 0},
+    ],
+)
 def test_small_vocab_import_without_tokenizer_exports_back_and_verifies(tmp_path, capsys, ids):
     """A HF model with 97 tokens and no tokenizer.json: the checkpoint falls back to the byte tokenizer
     (ids up to 258), which must not reach the export; the model's own special ids must."""
@@ -175,8 +216,12 @@ def _tiny_byte_checkpoint(path):
 def test_export_with_special_ids_outside_the_vocabulary_exits_2_and_writes_nothing(tmp_path, capsys):
     _tiny_byte_checkpoint(tmp_path / "ck")
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--format", "hf", "--out", str(tmp_path / "o"),
-                 "--verify"]) == 2
+    assert (
+        main(
+            ["export", "--checkpoint", str(tmp_path / "ck"), "--format", "hf", "--out", str(tmp_path / "o"), "--verify"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bos_token_id=256" in err and "0..96" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary directory
@@ -200,12 +245,16 @@ def test_export_failing_verification_is_an_error_and_leaves_no_output(tmp_path, 
             hf_cfg = real(mcfg, arch, special)
             hf_cfg.pad_token_id = mcfg.vocab_size + 5
             return hf_cfg
+
         monkeypatch.setattr(convert, "hf_config_from_model", bad_config)
         match = "does not load in transformers"
     else:  # a wrong weight mapping
         real_state = convert.nexus_state_to_hf
-        monkeypatch.setattr(convert, "nexus_state_to_hf", lambda *a: {
-            k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()})
+        monkeypatch.setattr(
+            convert,
+            "nexus_state_to_hf",
+            lambda *a: {k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()},
+        )
         match = "logits differ"
     capsys.readouterr()
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -225,6 +274,7 @@ def _saved_with_other_rope_theta(real_write):
         cfg = copy.deepcopy(cfg)
         cfg.model.rope_theta *= 3
         return real_write(d, cfg, *rest)
+
     return write
 
 
@@ -242,11 +292,15 @@ def test_import_failing_verification_is_an_error_and_leaves_out_as_it_was(tmp_pa
     previous = {p.name: p.read_bytes() for p in (tmp_path / "prev").iterdir()}
     if fault == "wrong_weights":  # a wrong weight mapping
         real_state = convert.hf_state_to_nexus
-        monkeypatch.setattr(convert, "hf_state_to_nexus", lambda *a: {
-            k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()})
+        monkeypatch.setattr(
+            convert,
+            "hf_state_to_nexus",
+            lambda *a: {k: v * 1.5 if "embed" in k else v for k, v in real_state(*a).items()},
+        )
     else:  # the model in memory is right but what is saved is not: only a check of the written checkpoint sees it
-        monkeypatch.setattr(checkpoint, "write_checkpoint_files",
-                            _saved_with_other_rope_theta(checkpoint.write_checkpoint_files))
+        monkeypatch.setattr(
+            checkpoint, "write_checkpoint_files", _saved_with_other_rope_theta(checkpoint.write_checkpoint_files)
+        )
     capsys.readouterr()
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(RuntimeError, match="logits differ"):
@@ -258,13 +312,15 @@ def test_import_failing_verification_is_an_error_and_leaves_out_as_it_was(tmp_pa
 
 
 def test_import_verify_of_a_hf_directory_transformers_cannot_load_exits_2_and_writes_nothing(
-        tmp_path, capsys, monkeypatch):
+    tmp_path, capsys, monkeypatch
+):
     """--verify needs transformers to load --hf; when it cannot, that is the input's problem: one line, exit 2,
     and it is found before anything is written."""
     tiny_hf("llama", seed=5).save_pretrained(tmp_path / "hf")
 
     def refuse(*a, **k):
         raise ValueError("Unrecognized configuration class\nsecond line")
+
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     capsys.readouterr()  # save_pretrained's progress bar
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -287,7 +343,8 @@ def test_import_verify_checks_the_written_checkpoint_and_reports_its_difference(
     ids = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(0))  # --verify's batch
     with torch.no_grad():
         assert max_diff(nexus.load(tmp_path / "ck")(ids).logits, original(ids).logits) == pytest.approx(
-            res["max_logit_diff"], abs=1e-7)
+            res["max_logit_diff"], abs=1e-7
+        )
 
 
 def test_verify_does_not_leak_transformers_progress_bar(tmp_path, hf_dir, capfd):

@@ -1,5 +1,6 @@
 """`nexus export --format hf` without transformers names the extra that installs it, and that extra exists
 (issue 50 item 6)."""
+
 from __future__ import annotations
 
 import sys

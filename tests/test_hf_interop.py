@@ -1,6 +1,7 @@
 """HF interop beyond logits: the byte tokenizer as a tokenizer.json that AutoTokenizer loads (so HF
 `generate` runs end to end), any tokenizer.json for training with its own EOS, generation_config.json
 kept through import and export, and `nexus export --push-to-hub` (offline failure, local stand-in)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ TEXT = "héllo wörld\n\t 日本 ok"
 
 def _byte_checkpoint(tmp_path, tokenizer=None, seed=3):
     tok = tokenizer or ByteTokenizer()
-    cfg = RunConfig(model=ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_seq_len=64),
-                    data=DataConfig(seq_len=32))
+    cfg = RunConfig(
+        model=ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, max_seq_len=64),
+        data=DataConfig(seq_len=32),
+    )
     torch.manual_seed(seed)
     model = randomize_(build_model(cfg.model), seed, std=0.3).eval()
     return save_checkpoint(tmp_path / "ckpt", model, cfg, tok), model
@@ -70,9 +73,15 @@ def _bpe_json(tmp_path, specials, name="tok"):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([TEXT, "some more words for merges"] * 5,
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [TEXT, "some more words for merges"] * 5,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     d = tmp_path / name
     d.mkdir()
     tok.save(str(d / "tokenizer.json"))
@@ -105,8 +114,18 @@ def test_tokenizer_without_any_eos_is_a_one_line_error(tmp_path, capsys):
     path, _ = _bpe_json(tmp_path, ["<unk>"])
     with pytest.raises(ConfigError, match="no end-of-sequence token"):
         DataModule(DataConfig(tokenizer=str(path), seq_len=16))
-    rc = main(["train", "--preset", "baseline-micro", "--quiet", "--data.tokenizer", str(path),
-               "--train.out_dir", str(tmp_path / "run")])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--quiet",
+            "--data.tokenizer",
+            str(path),
+            "--train.out_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "data.tokenizer" in err[0]
     assert not (tmp_path / "run").exists()
@@ -115,8 +134,9 @@ def test_tokenizer_without_any_eos_is_a_one_line_error(tmp_path, capsys):
 def test_generation_config_survives_import_and_export(tmp_path):
     hf_dir, ckpt, out = tmp_path / "hf", tmp_path / "ckpt", tmp_path / "out"
     model = tiny_hf("llama", seed=4)
-    model.generation_config = transformers.GenerationConfig(bos_token_id=1, eos_token_id=[2, 7], do_sample=True,
-                                                            temperature=0.6, top_p=0.9, max_new_tokens=33)
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=1, eos_token_id=[2, 7], do_sample=True, temperature=0.6, top_p=0.9, max_new_tokens=33
+    )
     model.save_pretrained(hf_dir)
     original = json.loads((hf_dir / "generation_config.json").read_text())
     assert main(["import", "--hf", str(hf_dir), "--out", str(ckpt)]) == 0
@@ -128,6 +148,7 @@ def test_generation_config_survives_import_and_export(tmp_path):
 
 class FakeHub:
     """Stand-in for huggingface_hub.HfApi: records what would be created and uploaded."""
+
     calls: list = []
 
     def create_repo(self, repo_id, repo_type=None, exist_ok=False, **kw):
@@ -171,7 +192,9 @@ def test_push_to_hub_offline_fails_before_any_work(tmp_path, monkeypatch, capsys
         raise OSError("Network is unreachable")
 
     monkeypatch.setattr(hub.socket, "create_connection", offline)
-    monkeypatch.setattr("nexus.cli.export.export_hf_checkpoint", lambda *a, **k: pytest.fail("export ran while offline"))
+    monkeypatch.setattr(
+        "nexus.cli.export.export_hf_checkpoint", lambda *a, **k: pytest.fail("export ran while offline")
+    )
     out = tmp_path / "out"
     for offline_flag, says in ((True, "HF_HUB_OFFLINE is set"), (False, "not reachable")):
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline_flag)
@@ -193,7 +216,7 @@ def test_exported_byte_tokenizer_pads_left_so_batched_hf_generate_matches_one_by
     hf = load_hf(out)
     prompts = ["The ", "A longer prompt "]
     batch = tok(prompts, return_tensors="pt", padding=True)
-    got = hf.generate(**batch, max_new_tokens=8, do_sample=False)[:, batch["input_ids"].shape[1]:]
+    got = hf.generate(**batch, max_new_tokens=8, do_sample=False)[:, batch["input_ids"].shape[1] :]
     for row, prompt in zip(got.tolist(), prompts):
         ref = model.generate(torch.tensor([ByteTokenizer().encode(prompt)]), max_new_tokens=8, temperature=0)
-        assert row == ref[0, len(prompt.encode()):].tolist()
+        assert row == ref[0, len(prompt.encode()) :].tolist()

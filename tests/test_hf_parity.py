@@ -1,4 +1,5 @@
 """HF parity: imported Llama/Qwen2/Qwen3 give HF's logits; exported baselines load in transformers unchanged."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,10 @@ def test_import_gives_hf_logits_and_loss(tmp_path, variant):
     # the features each variant exists to exercise really arrived in the config
     m = cfg.model
     assert (m.attention_bias, m.qk_norm, m.tie_embeddings) == {
-        "llama": (False, False, False), "qwen2": (True, False, False), "qwen3": (False, True, True)}[variant]
+        "llama": (False, False, False),
+        "qwen2": (True, False, False),
+        "qwen3": (False, True, True),
+    }[variant]
     assert m.hd == hf.config.head_dim if variant != "qwen2" else m.hd == 12
 
 
@@ -82,13 +86,16 @@ def _baseline(seed: int, **model_kw):
     return randomize_(build_model(cfg.model), seed).eval(), cfg
 
 
-@pytest.mark.parametrize("kw,arch", [
-    (dict(n_kv_heads=2, tie_embeddings=False, rope_theta=321.0), "LlamaForCausalLM"),
-    (dict(head_dim=16, tie_embeddings=True), "LlamaForCausalLM"),
-    (dict(attention_bias=True, tie_embeddings=False), "Qwen2ForCausalLM"),
-    (dict(qk_norm=True, n_kv_heads=1), "Qwen3ForCausalLM"),
-    (dict(qk_norm=True, attention_bias=True), "Qwen3ForCausalLM"),
-])
+@pytest.mark.parametrize(
+    "kw,arch",
+    [
+        (dict(n_kv_heads=2, tie_embeddings=False, rope_theta=321.0), "LlamaForCausalLM"),
+        (dict(head_dim=16, tie_embeddings=True), "LlamaForCausalLM"),
+        (dict(attention_bias=True, tie_embeddings=False), "Qwen2ForCausalLM"),
+        (dict(qk_norm=True, n_kv_heads=1), "Qwen3ForCausalLM"),
+        (dict(qk_norm=True, attention_bias=True), "Qwen3ForCausalLM"),
+    ],
+)
 def test_export_loads_in_transformers_with_same_logits(tmp_path, kw, arch):
     model, cfg = _baseline(11, **kw)
     info = export_hf(model, cfg, tmp_path / "hf")
@@ -125,10 +132,17 @@ def test_export_folds_a_logit_scale_into_an_untied_head(tmp_path, tied):
         assert torch.equal(again.embed.weight, model.embed.weight)  # inputs keep the unscaled table
 
 
-@pytest.mark.parametrize("field,value", [
-    ("attention.gate", "headwise"), ("attention.kind", "higher_order"), ("projection.kind", "nexus_rank"),
-    ("mixing.anchor", "exo"), ("mlp.kind", "moe"), ("arch", "recurrent"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("attention.gate", "headwise"),
+        ("attention.kind", "higher_order"),
+        ("projection.kind", "nexus_rank"),
+        ("mixing.anchor", "exo"),
+        ("mlp.kind", "moe"),
+        ("arch", "recurrent"),
+    ],
+)
 def test_non_baseline_export_is_refused(tmp_path, field, value):
     from nexus.config_overrides import apply_override
 
@@ -149,13 +163,27 @@ def test_export_of_gated_model_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no temporary directory left behind either
 
 
-@pytest.mark.parametrize("edit,field", [
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}, "rope_type"),
-    ({"mlp_bias": True}, "mlp_bias"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"architectures": ["GPT2LMHeadModel"]}, "architectures"),
-])
+@pytest.mark.parametrize(
+    "edit,field",
+    [
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 500.0,
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 32,
+                }
+            },
+            "rope_type",
+        ),
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"architectures": ["GPT2LMHeadModel"]}, "architectures"),
+    ],
+)
 def test_unsupported_hf_features_are_refused(tmp_path, edit, field):
     tiny_hf("llama").save_pretrained(tmp_path)
     cfg_file = tmp_path / "config.json"

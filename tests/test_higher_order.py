@@ -1,5 +1,6 @@
 """Nexus higher-order attention: reference parity, causality at every level, cached decoding,
 parameter sharing, lossless gate, composition, FLOPs accounting, bad input."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,17 +18,34 @@ from nexus.models.transformer import TransformerLM
 VOCAB = 40
 
 # every (form, shared, targets, order) the layer offers; the self form has no separate inner weights
-VARIANTS = [(f, s, t, o) for f, s, t, o in itertools.product(["projected", "self"], [True, False], ["q", "qk", "qkv"], [2, 3])
-            if not (f == "self" and not s)]
+VARIANTS = [
+    (f, s, t, o)
+    for f, s, t, o in itertools.product(["projected", "self"], [True, False], ["q", "qk", "qkv"], [2, 3])
+    if not (f == "self" and not s)
+]
 
 
-def make_cfg(form="projected", shared=True, targets="qk", order=2, gate=False, attn_gate="none", **model) -> ModelConfig:
-    base = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, qk_norm=True, vocab_size=VOCAB, max_seq_len=32,
-                init_std=0.2)  # a large init so outputs are O(1) and differences are visible
+def make_cfg(
+    form="projected", shared=True, targets="qk", order=2, gate=False, attn_gate="none", **model
+) -> ModelConfig:
+    base = dict(
+        d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, qk_norm=True, vocab_size=VOCAB, max_seq_len=32, init_std=0.2
+    )  # a large init so outputs are O(1) and differences are visible
     base.update(model)
     cfg = ModelConfig(**base)
-    cfg.attention = (AttentionOptions.make("higher_order", order=order, ho_form=form, ho_shared=shared, ho_targets=targets,
-                                           ho_gate=gate, gate=attn_gate) if order > 1 else AttentionOptions(gate=attn_gate))
+    cfg.attention = (
+        AttentionOptions.make(
+            "higher_order",
+            order=order,
+            ho_form=form,
+            ho_shared=shared,
+            ho_targets=targets,
+            ho_gate=gate,
+            gate=attn_gate,
+        )
+        if order > 1
+        else AttentionOptions(gate=attn_gate)
+    )
     errors: list[str] = []
     cfg.validate(errors)
     assert not errors, errors
@@ -51,8 +69,9 @@ def open_gates(model, seed=1):
 @pytest.mark.parametrize("form,shared,targets,order", VARIANTS)
 def test_layer_matches_naive_reference_outputs_and_grads(form, shared, targets, order):
     # output gate, q/k/v bias, GQA and QK-norm at every level, refinement gate open
-    model = make_model(form=form, shared=shared, targets=targets, order=order, gate=True, attn_gate="headwise",
-                       attention_bias=True)
+    model = make_model(
+        form=form, shared=shared, targets=targets, order=order, gate=True, attn_gate="headwise", attention_bias=True
+    )
     layer = model.layers[0].attn
     open_gates(model)
     x = torch.randn(2, 9, 32, requires_grad=True)
@@ -74,10 +93,10 @@ def test_layer_matches_naive_reference_outputs_and_grads(form, shared, targets, 
 def _leak(model, ids, t):
     """Max change of logits at positions <= t, and after t, when every token t+1..T changes."""
     other = ids.clone()
-    other[:, t + 1:] = (other[:, t + 1:] + 7) % VOCAB  # each future token differs from the original
+    other[:, t + 1 :] = (other[:, t + 1 :] + 7) % VOCAB  # each future token differs from the original
     with torch.no_grad():
         a, b = model(ids).logits, model(other).logits
-    return (a[:, :t + 1] - b[:, :t + 1]).abs().max().item(), (a[:, t + 1:] - b[:, t + 1:]).abs().max().item()
+    return (a[:, : t + 1] - b[:, : t + 1]).abs().max().item(), (a[:, t + 1 :] - b[:, t + 1 :]).abs().max().item()
 
 
 @pytest.mark.parametrize("form,shared,targets,order", VARIANTS + [("projected", True, "qk", 1)])
@@ -102,15 +121,19 @@ def test_leakage_check_catches_a_non_causal_inner_attention(form):
     cos, sin = model.rope.tables(0, 10)
     with torch.no_grad():
         ok = (reference_higher_order(layer, x, cos, sin) - reference_higher_order(layer, x2, cos, sin))[:, :6]
-        bad = (reference_higher_order(layer, x, cos, sin, causal_inner=False)
-               - reference_higher_order(layer, x2, cos, sin, causal_inner=False))[:, :6]
+        bad = (
+            reference_higher_order(layer, x, cos, sin, causal_inner=False)
+            - reference_higher_order(layer, x2, cos, sin, causal_inner=False)
+        )[:, :6]
     assert ok.abs().max() <= 1e-6
     assert bad.abs().max() > 1e-3
 
 
 # ----------------------------------------------------------------------------- cached decoding
 # order 3 runs every code path of order 2 (an order-2 level sits inside it); one order-2 case too
-@pytest.mark.parametrize("form,shared,targets,order", [v for v in VARIANTS if v[3] == 3] + [("projected", True, "qk", 2)])
+@pytest.mark.parametrize(
+    "form,shared,targets,order", [v for v in VARIANTS if v[3] == 3] + [("projected", True, "qk", 2)]
+)
 def test_incremental_decoding_equals_full_forward(form, shared, targets, order):
     model = make_model(form=form, shared=shared, targets=targets, order=order)
     ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(5))
@@ -118,7 +141,7 @@ def test_incremental_decoding_equals_full_forward(form, shared, targets, order):
         full = model(ids).logits
         cache = model.new_cache()
         pieces = [model(ids[:, :4], cache=cache).logits]
-        pieces += [model(ids[:, t:t + 1], cache=cache).logits for t in range(4, 9)]
+        pieces += [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, 9)]
         pieces.append(model(ids[:, 9:], cache=cache).logits)  # a 2-token chunk after the cache
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-4, atol=1e-5)
     layer_cache = cache.layer(0)
@@ -173,8 +196,9 @@ def test_closed_gate_computes_standard_attention_and_opens_under_training(form, 
 
 
 # ----------------------------------------------------------------------------- composition
-@pytest.mark.parametrize("anchor,components", [("exo", ["q", "k", "v"]), ("nures", ["q", "k", "v"]),
-                                               ("value_residual", ["v"])])
+@pytest.mark.parametrize(
+    "anchor,components", [("exo", ["q", "k", "v"]), ("nures", ["q", "k", "v"]), ("value_residual", ["v"])]
+)
 def test_composes_with_anchor_mixing_causally_and_incrementally(anchor, components):
     cfg = make_cfg(order=2, targets="qk")
     cfg.mixing.anchor, cfg.mixing.components = anchor, components
@@ -194,8 +218,11 @@ def test_composes_with_anchor_mixing_causally_and_incrementally(anchor, componen
     with torch.no_grad():
         full = model(ids).logits
         cache = model.new_cache()
-        inc = torch.cat([model(ids[:, :3], cache=cache).logits]
-                        + [model(ids[:, t:t + 1], cache=cache).logits for t in range(3, 10)], 1)
+        inc = torch.cat(
+            [model(ids[:, :3], cache=cache).logits]
+            + [model(ids[:, t : t + 1], cache=cache).logits for t in range(3, 10)],
+            1,
+        )
     torch.testing.assert_close(inc, full, rtol=1e-4, atol=1e-5)
 
 
@@ -205,8 +232,9 @@ def test_composes_with_multi_query_attention_and_no_qk_norm():
     x = torch.randn(1, 7, 32)
     cos, sin = model.rope.tables(0, 7)
     with torch.no_grad():
-        torch.testing.assert_close(layer(x, (cos, sin)), reference_higher_order(layer, x, cos, sin),
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            layer(x, (cos, sin)), reference_higher_order(layer, x, cos, sin), rtol=1e-4, atol=1e-5
+        )
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -227,8 +255,13 @@ def test_flops_walker_counts_what_the_forward_does(form, shared, targets, order,
         return real_sdpa(q, k, v, *a, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
-    hooks = [m.register_forward_hook(lambda m, i, o: counted.__setitem__("lin", counted["lin"] + 2 * m.in_features * m.out_features))
-             for m in layer.modules() if isinstance(m, nn.Linear)]
+    hooks = [
+        m.register_forward_hook(
+            lambda m, i, o: counted.__setitem__("lin", counted["lin"] + 2 * m.in_features * m.out_features)
+        )
+        for m in layer.modules()
+        if isinstance(m, nn.Linear)
+    ]
     with torch.no_grad():
         layer(torch.randn(1, T, 32), model.rope.tables(0, T))
     for h in hooks:
@@ -237,8 +270,9 @@ def test_flops_walker_counts_what_the_forward_does(form, shared, targets, order,
 
 
 # ----------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("field,value,needle", [("order", 0, "order"), ("ho_targets", "kv", "ho_targets"),
-                                                ("ho_form", "eq9", "ho_form")])
+@pytest.mark.parametrize(
+    "field,value,needle", [("order", 0, "order"), ("ho_targets", "kv", "ho_targets"), ("ho_form", "eq9", "ho_form")]
+)
 def test_bad_attention_config_is_one_config_error(field, value, needle):
     cfg = RunConfig()
     cfg.model.attention = AttentionOptions.make("higher_order")
@@ -254,9 +288,14 @@ def test_self_form_with_separate_weights_is_rejected():
         cfg.validate()
 
 
-@pytest.mark.parametrize("args", [["--model.attention.kind", "higher_order", "--model.attention.order", "0"],
-                                  ["--model.attention.kind", "higher_order", "--model.attention.ho_targets", "k"],
-                                  ["--model.attention.order", "2"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model.attention.kind", "higher_order", "--model.attention.order", "0"],
+        ["--model.attention.kind", "higher_order", "--model.attention.ho_targets", "k"],
+        ["--model.attention.order", "2"],
+    ],
+)
 def test_cli_rejects_bad_order_and_targets_with_exit_2(args, tmp_path, capsys):
     from nexus.cli import main
 

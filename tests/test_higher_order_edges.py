@@ -1,6 +1,7 @@
 """Higher-order attention's edges beyond reference parity: what the attention-map hooks see (the level
 directly below the outer one, once per refined target), anchor mixing on the outer level only,
 zero_init_out on the outer output projection only, and which width growths it refuses."""
+
 from types import SimpleNamespace
 
 import itertools
@@ -93,6 +94,7 @@ def test_anchor_mixing_acts_on_the_outer_level_only():
     run(model)
     assert calls == ["before", "after"]
     from nexus.models.higher_order import _build
+
     built = _build(model.cfg, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, mixer=Spy())
     assert isinstance(built.mixer, Spy)  # the injected mixer is kept
 

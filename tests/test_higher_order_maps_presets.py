@@ -1,4 +1,5 @@
 """Attention heatmaps (outer / inner-Q / inner-K) and the higher-order presets."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,8 +73,13 @@ def test_recording_leaves_the_model_unchanged():
 
 
 # ----------------------------------------------------------------------------- presets
-TABLE2 = {"nexus-q": ("q", False, 2), "nexus-qk": ("qk", False, 2), "nexus-qkv": ("qkv", False, 2),
-          "nexus-qk-shared": ("qk", True, 2), "nexus-recursive": ("qk", True, 3)}
+TABLE2 = {
+    "nexus-q": ("q", False, 2),
+    "nexus-qk": ("qk", False, 2),
+    "nexus-qkv": ("qkv", False, 2),
+    "nexus-qk-shared": ("qk", True, 2),
+    "nexus-recursive": ("qk", True, 3),
+}
 
 
 @pytest.mark.parametrize("scale,baseline", [("tiny", "baseline-tiny"), ("70m", "pythia-70m-baseline")])
@@ -85,7 +91,11 @@ def test_table2_presets_match_the_ablation_rows(scale, baseline):
         a = cfg.model.attention
         assert (a.ho_targets, a.ho_shared, a.order) == (targets, shared, order)
         rest = cfg.model
-        assert (rest.d_model, rest.n_layers, rest.n_heads) == (base.model.d_model, base.model.n_layers, base.model.n_heads)
+        assert (rest.d_model, rest.n_layers, rest.n_heads) == (
+            base.model.d_model,
+            base.model.n_layers,
+            base.model.n_heads,
+        )
         n = param_count_for_config(cfg.model)["total"]
         assert (n == base_params) if shared else (n > base_params)  # shared weights: O(1) parameters
     if scale == "70m":
@@ -93,8 +103,12 @@ def test_table2_presets_match_the_ablation_rows(scale, baseline):
 
 
 # Pythia's published shapes and total parameter counts (Biderman et al. 2023, the suite's model table)
-PYTHIA = {"70m": (512, 6, 8, 70_426_624), "160m": (768, 12, 12, 162_322_944), "410m": (1024, 24, 16, 405_334_016),
-          "1b": (2048, 16, 8, 1_011_781_632)}
+PYTHIA = {
+    "70m": (512, 6, 8, 70_426_624),
+    "160m": (768, 12, 12, 162_322_944),
+    "410m": (1024, 24, 16, 405_334_016),
+    "1b": (2048, 16, 8, 1_011_781_632),
+}
 
 
 @pytest.mark.parametrize("scale", ["160m", "410m", "1b"])
@@ -131,8 +145,28 @@ def test_analyze_attention_command_writes_the_higher_order_maps(tmp_path, capsys
     from nexus.cli import main
 
     out = tmp_path / "analysis"
-    assert main(["analyze", "attention", "--preset", "nexus-qk-shared-tiny", "--model.n_layers", "1", "--out", str(out),
-                 "--batches", "1", "--batch-size", "2", "--seq-len", "16", "--json"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "attention",
+                "--preset",
+                "nexus-qk-shared-tiny",
+                "--model.n_layers",
+                "1",
+                "--out",
+                str(out),
+                "--batches",
+                "1",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     maps = res["attention_maps"]["maps"]
     assert set(maps) == {"outer", "inner_q", "inner_k"}

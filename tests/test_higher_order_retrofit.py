@@ -1,6 +1,7 @@
 """Retrofit of trained standard Transformers to Nexus higher-order attention (paper way, lossless
 way), through the growth API, the CLI (`nexus grow --retrofit ...` then `nexus train --resume`),
 and on a model imported from a local HF Qwen2 checkpoint."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,9 @@ IDS = torch.randint(0, 259, (2, 24), generator=torch.Generator().manual_seed(1))
 @pytest.mark.parametrize("order,targets,form", [(2, "qk", "projected"), (3, "qkv", "projected"), (2, "q", "self")])
 def test_lossless_retrofit_keeps_logits_and_adds_only_gates(order, targets, form):
     model, cfg = _micro()
-    new, new_cfg, _, res = grow(model, cfg, {"family": "retrofit", "mode": "lossless", "order": order,
-                                             "targets": targets, "form": form})
+    new, new_cfg, _, res = grow(
+        model, cfg, {"family": "retrofit", "mode": "lossless", "order": order, "targets": targets, "form": form}
+    )
     assert all(isinstance(b.attn, HigherOrderAttention) for b in new.layers)
     assert new_cfg.model.attention.order == order and new_cfg.model.attention.ho_gate
     assert (_logits(new, IDS) - _logits(model, IDS)).abs().max() <= 1e-5
@@ -68,12 +70,15 @@ def test_lossless_gate_opens_when_fine_tuned():
     assert gates.abs().max() > 0
 
 
-@pytest.mark.parametrize("spec,needle", [
-    ({"order": 1}, "--order"),
-    ({"order": 2, "targets": "kv"}, "ho_targets"),
-    ({"order": 2, "mode": "halfway"}, "mode"),
-    ({"order": 2, "kind": "lowrank"}, "--retrofit"),
-])
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ({"order": 1}, "--order"),
+        ({"order": 2, "targets": "kv"}, "ho_targets"),
+        ({"order": 2, "mode": "halfway"}, "mode"),
+        ({"order": 2, "kind": "lowrank"}, "--retrofit"),
+    ],
+)
 def test_bad_retrofit_spec_is_one_config_error(spec, needle):
     model, cfg = _micro()
     with pytest.raises(ConfigError, match=needle):
@@ -100,8 +105,17 @@ def test_retrofit_of_a_model_imported_from_a_local_hf_checkpoint(arch, tmp_path)
     from nexus.hf import import_hf
 
     config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
-    hf_cfg = config_cls(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, head_dim=8)
+    hf_cfg = config_cls(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        head_dim=8,
+    )
     torch.manual_seed(0)
     hf = getattr(transformers, arch)(hf_cfg).eval()
     hf.save_pretrained(tmp_path / "hf")

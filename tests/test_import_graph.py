@@ -7,6 +7,7 @@ own (`nexus.growth`). `from pkg import name` points at `pkg.name` when that is a
 Dynamic imports (`nexus.plugins.import_submodules`, `importlib`) are not arrows: that is how plugins
 register themselves without their registry importing them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config_migration", "config_help", "console", "cpu_info", "kind_options", "lifeline", "outdir", "runtime"),
     ("config_overrides", "atomic"),
     ("presets",),  # a preset file that names its base is merged onto it (config_overrides.merge_mapping)
-    ("models", "optim", "figures"),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
+    (
+        "models",
+        "optim",
+        "figures",
+    ),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches
     ("checkpoint",),
     ("eval", "hf", "export"),  # read checkpoints + tokenizers: evaluation, HF conversion, ternary export
@@ -152,8 +157,9 @@ def test_imports_only_point_down_the_layers():
 
 def test_known_exceptions_still_exist():
     edges = module_graph(SRC)
-    assert [e for e in ALLOWED_UPWARD if e[1] not in edges.get(e[0], set())] == [], \
+    assert [e for e in ALLOWED_UPWARD if e[1] not in edges.get(e[0], set())] == [], (
         "an allowed upward arrow is gone: delete it from ALLOWED_UPWARD"
+    )
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -166,20 +172,23 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def test_checker_finds_circles_through_lazy_relative_and_init_imports(tmp_path):
     """The checker itself can fail: a planted circle through a function-level relative import and a
     package __init__, a planted `from pkg import submodule`, and an absolute upward import."""
-    _write(tmp_path, {
-        "nexus/__init__.py": "",
-        "nexus/config.py": "",
-        "nexus/models/__init__.py": "from .attention import Attention\n",
-        "nexus/models/attention.py": """\
+    _write(
+        tmp_path,
+        {
+            "nexus/__init__.py": "",
+            "nexus/config.py": "",
+            "nexus/models/__init__.py": "from .attention import Attention\n",
+            "nexus/models/attention.py": """\
             def build():
                 from .. import models  # lazy, relative, to the package __init__
                 from . import higher
             """,
-        "nexus/models/higher.py": "from ..config import X\n",
-        "nexus/data/__init__.py": "",
-        "nexus/data/loader.py": "import nexus.models.higher\nfrom nexus.data import tok\n",
-        "nexus/data/tok.py": "",
-    })
+            "nexus/models/higher.py": "from ..config import X\n",
+            "nexus/data/__init__.py": "",
+            "nexus/data/loader.py": "import nexus.models.higher\nfrom nexus.data import tok\n",
+            "nexus/data/tok.py": "",
+        },
+    )
     edges = module_graph(tmp_path / "nexus")
     assert edges["nexus.models.attention"] == {"nexus.models", "nexus.models.higher"}
     assert edges["nexus.models.higher"] == {"nexus.config"}
@@ -187,7 +196,8 @@ def test_checker_finds_circles_through_lazy_relative_and_init_imports(tmp_path):
     assert cycles(edges) == [["nexus.models", "nexus.models.attention"]]
     assert upward_arrows(edges, (("config",), ("models",), ("data",), ("nexus",))) == []
     assert upward_arrows(edges, (("config",), ("data",), ("models",), ("nexus",))) == [
-        "nexus.data.loader (data, tier 1) -> nexus.models.higher (models, tier 2)"]
+        "nexus.data.loader (data, tier 1) -> nexus.models.higher (models, tier 2)"
+    ]
 
 
 def literal_dynamic_imports(root: Path) -> dict[str, set[str]]:
@@ -197,9 +207,14 @@ def literal_dynamic_imports(root: Path) -> dict[str, set[str]]:
         parts = list(f.relative_to(root.parent).with_suffix("").parts)
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
-            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-                    and node.args[0].value.startswith(top + ".")):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and node.args[0].value.startswith(top + ".")
+            ):
                 out.setdefault(name, set()).add(node.args[0].value)
     return out
 
@@ -215,11 +230,14 @@ def test_no_circle_hides_behind_an_import_by_literal_name():
 
 
 def test_the_literal_import_check_can_fail(tmp_path):
-    _write(tmp_path, {
-        "nexus/__init__.py": "",
-        "nexus/config.py": "import importlib\ndef kinds():\n    return importlib.import_module('nexus.plugins')\n",
-        "nexus/plugins.py": "from .config import kinds\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "nexus/__init__.py": "",
+            "nexus/config.py": "import importlib\ndef kinds():\n    return importlib.import_module('nexus.plugins')\n",
+            "nexus/plugins.py": "from .config import kinds\n",
+        },
+    )
     root = tmp_path / "nexus"
     assert literal_dynamic_imports(root) == {"nexus.config": {"nexus.plugins"}}
     edges = module_graph(root)

@@ -3,6 +3,7 @@ same-shape parameters copied whole, grown ones holding the old tensor in their l
 grower filling the rest, buffers copied by name, the new model on the old one's dtype, a seeded own
 initialization that leaves the global RNG alone, new-entry blocks that tile the grown tensor, and the
 scale and draws of random new entries."""
+
 import itertools
 
 import pytest
@@ -31,7 +32,7 @@ def test_region_blocks_tile_the_new_entries_exactly_once(old, new):
     cover[corner] = 1
     assert bool((cover == 1).all())  # every entry once: the blocks and the corner tile the tensor
     grown = sum(n > o for o, n in zip(old, new))
-    assert len(blocks) == 2 ** grown - 1
+    assert len(blocks) == 2**grown - 1
 
 
 def test_region_blocks_of_an_unchanged_shape_are_none():
@@ -55,8 +56,11 @@ def test_inherit_copies_same_shapes_puts_old_in_the_corner_and_lets_the_grower_f
         return None
 
     new, maps, old_shapes = inherit(old, _cfg(80), fill_new)
-    grown = {"layers.0.mlp.gate_proj.weight": (48, 32), "layers.0.mlp.up_proj.weight": (48, 32),
-             "layers.0.mlp.down_proj.weight": (32, 48)}
+    grown = {
+        "layers.0.mlp.gate_proj.weight": (48, 32),
+        "layers.0.mlp.up_proj.weight": (48, 32),
+        "layers.0.mlp.down_proj.weight": (32, 48),
+    }
     assert filled == grown and old_shapes == {n: list(s) for n, s in grown.items()}
     olds = dict(old.named_parameters())
     for name, p in new.named_parameters():
@@ -116,7 +120,7 @@ def test_matched_std_is_the_std_of_an_evenly_strided_subsample_with_a_fallback()
     assert matched_std(big, max_samples=100) != pytest.approx(float(flat[:100].std()), rel=0.1)  # spread, not a prefix
     assert matched_std(torch.full((4, 4), 0.5)) == 0.02  # zero spread: a fresh init's scale
     assert matched_std(torch.tensor([3.0])) == 0.02
-    assert matched_std(torch.tensor([1.0, 3.0])) == pytest.approx(2 ** 0.5, rel=1e-6)  # two entries have a spread
+    assert matched_std(torch.tensor([1.0, 3.0])) == pytest.approx(2**0.5, rel=1e-6)  # two entries have a spread
 
 
 def test_fill_normal_draws_only_into_its_block_from_the_generator_at_the_asked_scale():

@@ -2,6 +2,7 @@
 controls of every lr change at growth, the pre-stated margin's verdicts, the naive bracket) and
 nexus-rank-vs-tokenformer (the pilot that voids the test, the paired difference of own-gap shares). Planted ledger
 records (no training): each number is checked against its definition computed here."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,9 +20,15 @@ def _plant(ledger, runs: dict, loss_of) -> None:
     for name, run in runs.items():
         loss = loss_of(name, run)
         steps = run["cfg"]["train"]["steps"]
-        ledger.write(name, run["cfg"], {"val_loss": loss, "wall_s": 1.0},
-                     [{"step": 1, "tokens": 64, "val_loss": loss + 1.0}, {"step": steps, "tokens": 64 * steps,
-                                                                           "val_loss": loss}])
+        ledger.write(
+            name,
+            run["cfg"],
+            {"val_loss": loss, "wall_s": 1.0},
+            [
+                {"step": 1, "tokens": 64, "val_loss": loss + 1.0},
+                {"step": steps, "tokens": 64 * steps, "val_loss": loss},
+            ],
+        )
 
 
 def test_credible_tuning_never_touches_evaluation_seeds_and_every_lr_change_has_its_control(study, tmp_path):
@@ -29,7 +36,9 @@ def test_credible_tuning_never_touches_evaluation_seeds_and_every_lr_change_has_
     assert not set(C.TUNING_SEEDS) & set(C.EVAL_SEEDS) and len(C.EVAL_SEEDS) == 8
     ledger = L.Ledger(tmp_path / "l")
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, C.TUNE_LRS, study=C.STUDY)
-    assert {r["seed"] for p in ("tune", "tune-halving", "tune-cont") for r in parts[p]["runs"].values()} <= set(C.TUNING_SEEDS)
+    assert {r["seed"] for p in ("tune", "tune-halving", "tune-cont") for r in parts[p]["runs"].values()} <= set(
+        C.TUNING_SEEDS
+    )
     assert {r["seed"] for p in ("eval", "bracket") for r in parts[p]["runs"].values()} <= set(C.EVAL_SEEDS)
     ev = parts["eval"]["runs"]
     for sd in C.EVAL_SEEDS:  # the grown run at K x lr and the small run at K x lr, both from the same prefix
@@ -42,7 +51,7 @@ def test_credible_tuning_never_touches_evaluation_seeds_and_every_lr_change_has_
     planted = {lr: 3.0 + abs(lr - 4e-3) * 10 for lr in C.TUNE_LRS}  # best 4e-3, then 2e-3 and 8e-3 (tied: by order)
     _plant(ledger, parts["tune"]["runs"], lambda n, r: planted[r["lr"]])
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, C.TUNE_LRS, study=C.STUDY)
-    top = sorted(C.TUNE_LRS, key=lambda lr: planted[lr])[:C.TOP_K]
+    top = sorted(C.TUNE_LRS, key=lambda lr: planted[lr])[: C.TOP_K]
     assert {r["lr"] for r in parts["tune-halving"]["runs"].values()} == set(top)
     assert parts["tune-halving"]["tuned"] and not parts["eval"]["tuned"]
     # the second seed flips the order of the two finalists: the mean over both seeds decides
@@ -66,6 +75,7 @@ def test_arch_pilot_voids_the_comparison_when_a_family_gap_is_not_resolved(study
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, A.TUNE_LRS, study=A.STUDY)
     shapes = sorted(parts["tune"]["choice"]["table"])
     assert sum("nexus" in x for x in shapes) == 2 and sum(x.endswith("-small") for x in shapes) == 2, shapes
+
     # Nexus-Rank's scratch 0.2 below its small model (199 SE over the two seeds); TokenFormer's level with its own
     def loss(name, r):
         small = r["shape"].endswith("-small")
@@ -76,6 +86,7 @@ def test_arch_pilot_voids_the_comparison_when_a_family_gap_is_not_resolved(study
         if nexus:
             return base - 0.2 + (0.002 if r["seed"] == 101 else 0.0)
         return base + (0.001 if r["seed"] == 100 else -0.001)
+
     _plant(ledger, parts["tune"]["runs"], loss)
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, A.TUNE_LRS, study=A.STUDY)
     p = A.pilot(parts, ledger)

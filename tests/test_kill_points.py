@@ -2,6 +2,7 @@
 
 Each kill is injected at a named point (NEXUS_CRASH_AT=<point>[:<nth time>], nexus/outdir/crash.py):
 the process exits there with code 137, as `kill -9` at that instant would, so no test depends on timing."""
+
 from __future__ import annotations
 
 import json
@@ -14,18 +15,38 @@ import pytest
 
 import nexus
 
-RUN = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
-       "--train.eval_every", "0", "--train.sample_tokens", "4", "--train.log_every", "1", "--quiet"]
+RUN = [
+    "--preset",
+    "baseline-micro",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--train.sample_tokens",
+    "4",
+    "--train.log_every",
+    "1",
+    "--quiet",
+]
 
 
 def nexus_cli(args, tmp_path: Path, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(Path(nexus.__file__).parents[1]), OMP_NUM_THREADS="1",
-               NEXUS_CACHE=str(tmp_path / "cache"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(Path(nexus.__file__).parents[1]),
+        OMP_NUM_THREADS="1",
+        NEXUS_CACHE=str(tmp_path / "cache"),
+    )
     env.pop("NEXUS_CRASH_AT", None)
     if crash_at:
         env["NEXUS_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-m", "nexus", *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "nexus", *map(str, args)], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def train_steps(out: Path) -> list[int]:
@@ -66,8 +87,9 @@ def test_killed_before_its_first_checkpoint_the_same_command_starts_it_over(tmp_
 
 def test_killed_while_a_step_checkpoint_is_written_resumes_from_the_one_before(tmp_path):
     # the 2nd step save dies after its files are complete, before the rename: step 2 is the newest
-    again, out = crash_then_resume(tmp_path, [*RUN, "--train.steps", "6", "--train.save_every", "2"],
-                                   "swap-before-rename:2")
+    again, out = crash_then_resume(
+        tmp_path, [*RUN, "--train.steps", "6", "--train.save_every", "2"], "swap-before-rename:2"
+    )
     assert "resuming from" in again.stderr and "step_0000002" in again.stderr
     assert_finished(out, 6)
 
@@ -112,7 +134,9 @@ def test_ternary_export_killed_before_its_rename_leaves_a_recorded_temporary_the
     from nexus.data.tokenizer import ByteTokenizer
     from nexus.models import build_model
 
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80))
+    cfg = RunConfig(
+        model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80)
+    )
     ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
     out = tmp_path / "exports" / "model.ternary"
     argv = ["export", "--checkpoint", ckpt, "--format", "ternary", "--out", out]
@@ -139,15 +163,20 @@ def manifest_owns_everything(out: Path) -> None:
 SLOW = pytest.mark.slow  # ~30 s each on the shared 2-core machine: the issue's named points stay in the default suite
 
 
-@pytest.mark.parametrize("point", [
-    "dir-after-rename@step_0000002",  # the step checkpoint renamed into place, the run's manifest not yet updated
-    "file-after-rename@loss_curve.csv",
-    pytest.param("file-after-rename@config.yaml", marks=SLOW),
-    pytest.param("file-after-rename@loss_curve.png", marks=SLOW),
-    # a manifest update itself cut short (its temporary written, not renamed)
-    pytest.param("manifest-before-rename:4", marks=SLOW),
-    pytest.param("metrics-write:3", marks=SLOW),  # after a line was appended (its manifest entry announced it first)
-])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "dir-after-rename@step_0000002",  # the step checkpoint renamed into place, the run's manifest not yet updated
+        "file-after-rename@loss_curve.csv",
+        pytest.param("file-after-rename@config.yaml", marks=SLOW),
+        pytest.param("file-after-rename@loss_curve.png", marks=SLOW),
+        # a manifest update itself cut short (its temporary written, not renamed)
+        pytest.param("manifest-before-rename:4", marks=SLOW),
+        pytest.param(
+            "metrics-write:3", marks=SLOW
+        ),  # after a line was appended (its manifest entry announced it first)
+    ],
+)
 def test_a_kill_between_a_rename_and_its_manifest_entry_resumes_with_the_same_command(tmp_path, point):
     argv = [*RUN, "--train.steps", "4", "--train.save_every", "2"]
     again, out = crash_then_resume(tmp_path, argv, point)
@@ -172,14 +201,17 @@ def test_a_kill_after_the_loss_curve_of_a_resumed_run_replaced_the_old_one(tmp_p
     manifest_owns_everything(out)
 
 
-@pytest.mark.parametrize("point, then", [
-    ("prune-after-rename", "--overwrite"),  # a checkpoint renamed aside, not yet deleted nor forgotten
-    pytest.param("prune-after-rename", "--resume auto", marks=SLOW),
-    pytest.param("entry-removed:2", "--overwrite", marks=SLOW),  # removed, its entry not yet forgotten
-    pytest.param("entry-removed:2", "--resume auto", marks=SLOW),
-    pytest.param("entry-removed:5", "--overwrite", marks=SLOW),  # past the checkpoints, among the files
-    pytest.param("entry-removed:5", "--resume auto", marks=SLOW),
-])
+@pytest.mark.parametrize(
+    "point, then",
+    [
+        ("prune-after-rename", "--overwrite"),  # a checkpoint renamed aside, not yet deleted nor forgotten
+        pytest.param("prune-after-rename", "--resume auto", marks=SLOW),
+        pytest.param("entry-removed:2", "--overwrite", marks=SLOW),  # removed, its entry not yet forgotten
+        pytest.param("entry-removed:2", "--resume auto", marks=SLOW),
+        pytest.param("entry-removed:5", "--overwrite", marks=SLOW),  # past the checkpoints, among the files
+        pytest.param("entry-removed:5", "--resume auto", marks=SLOW),
+    ],
+)
 def test_an_overwrite_killed_midway_finishes_on_the_next_run(tmp_path, point, then):
     out = tmp_path / "run"
     argv = ["train", *RUN, "--train.steps", "4", "--train.save_every", "2", "--out", out]

@@ -2,11 +2,19 @@
 of nexus asks of it: its options (a registered options dataclass), its parameter count (held to a real
 build) and its width-growth roles (every tensor width growth reshapes has one, or a module says why it
 refuses). A kind that forgets one fails here, not in a user's run."""
+
 import pytest
 
 from nexus.analysis.param_formula import count
-from nexus.config import (ArchitectureOptions, AttentionOptions, ConfigError, MLPOptions, ModelConfig,
-                          ProjectionOptions, RunConfig)
+from nexus.config import (
+    ArchitectureOptions,
+    AttentionOptions,
+    ConfigError,
+    MLPOptions,
+    ModelConfig,
+    ProjectionOptions,
+    RunConfig,
+)
 from nexus.growth.width import WidthSpec
 from nexus.models.accounting import param_count_for_config
 from nexus.models.kinds import ARCHITECTURES, ATTENTION_KINDS, MLP_KINDS
@@ -52,8 +60,12 @@ def test_the_registries_and_the_options_tables_name_the_same_kinds():
 
 @pytest.mark.parametrize("section,kind", _cases())
 def test_each_kind_counts_its_parameters_and_declares_its_width_roles(section, kind):
-    base = {"attention": AttentionOptions, "projection": ProjectionOptions, "mlp": MLPOptions,
-            "arch": ArchitectureOptions}[section]
+    base = {
+        "attention": AttentionOptions,
+        "projection": ProjectionOptions,
+        "mlp": MLPOptions,
+        "arch": ArchitectureOptions,
+    }[section]
     opts = {"targets": ["q", "k", "v", "o", "ffn"]} if section == "projection" else {}
     m = _model(**{section: base.make(kind, **opts)})
     assert count(m)["total"] == param_count_for_config(m)["total"]

@@ -1,4 +1,5 @@
 """Layers take what they use: plain sizes and flags plus injected collaborators (issue 16 item 1)."""
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,9 @@ def test_attention_builds_from_plain_arguments_with_an_injected_mixer_and_projec
         return nn.Linear(d_in, d_out, bias=bias)
 
     mixer = RecordingMixer()
-    attn = Attention(16, 4, 2, 8, make_projection=make_projection, bias=True, gate="headwise", qk_norm=True,
-                     mixer=mixer)
+    attn = Attention(
+        16, 4, 2, 8, make_projection=make_projection, bias=True, gate="headwise", qk_norm=True, mixer=mixer
+    )
     assert made == [("q", 16, 32, True), ("k", 16, 16, True), ("v", 16, 16, True), ("o", 32, 16, False)]
     assert attn.mixer is mixer and attn.shapes == {"q": (4, 8), "k": (2, 8), "v": (2, 8), "g": (4, 1)}
     rope = RotaryEmbedding(8, 16, 10000.0).tables(0, 5)

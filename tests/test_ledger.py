@@ -3,6 +3,7 @@ scale: 4 steps before growth, 4 after): one atomic file per finished run, a reru
 killed mid-way is finished by the rerun to the result an uninterrupted run gets, runs in two parallel workers equal
 the same runs alone bitwise on the CPU, and the summary and figure come from the ledger with the run directories
 gone. Also the study's leak-free lr choice, its refusals and its estimate."""
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,9 @@ def test_each_finished_run_is_one_ledger_file_with_config_final_and_curve(traine
 
         weights = load_file(str(Path(run["cfg"]["train"]["out_dir"]) / "checkpoint" / "model.safetensors"))
         assert rec["final"]["params"] == sum(t.numel() for t in weights.values())
-        rows = [json.loads(x) for x in (Path(run["cfg"]["train"]["out_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(x) for x in (Path(run["cfg"]["train"]["out_dir"]) / "metrics.jsonl").read_text().splitlines()
+        ]
         assert [p["val_loss"] for p in rec["val_curve"]] == [r["val_loss"] for r in rows if "val_loss" in r]
         assert rec["device"]["cpu_capability"]
     assert not list((out / "ledger").rglob("*.tmp")) and not list((out / "ledger").rglob(".*"))
@@ -130,7 +133,7 @@ def test_summary_and_figure_come_from_the_ledger_alone(bench, trained, monkeypat
     prefix = [p["val_loss"] for p in ledger.curve("seed0/prefix")]
     grown = ledger.curve("seed0/sparkling")
     ys = [float(y) for y in lines["sparkling"].get_ydata()]
-    assert ys[0] == prefix[0] and ys[-len(grown):] == [p["val_loss"] for p in grown]  # the prefix, then the branch
+    assert ys[0] == prefix[0] and ys[-len(grown) :] == [p["val_loss"] for p in grown]  # the prefix, then the branch
 
 
 KILL_SCRIPT = """
@@ -192,11 +195,23 @@ def test_tuning_never_uses_an_evaluation_seed_and_chooses_by_the_mean_over_tunin
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger)
     tune = parts["tune"]["plans"][0]
     assert {r["seed"] for r in tune["runs"].values()} == set(study.TUNING_SEEDS)
-    assert {r["seed"] for p in ("headline", "ablations", "horizon") for r in parts[p]["runs"].values()} <= set(study.EVAL_SEEDS)
+    assert {r["seed"] for p in ("headline", "ablations", "horizon") for r in parts[p]["runs"].values()} <= set(
+        study.EVAL_SEEDS
+    )
     assert not parts["headline"]["tuned"]  # nothing tuned yet: the headline is not ready to run
     # planted losses: seed 100 alone would pick 0.032, the mean over both seeds picks 0.016
-    planted = {(0.004, 100): 3.0, (0.008, 100): 2.5, (0.016, 100): 2.2, (0.032, 100): 2.1, (0.064, 100): 2.9,
-               (0.004, 101): 3.0, (0.008, 101): 2.5, (0.016, 101): 2.2, (0.032, 101): 2.5, (0.064, 101): 2.9}
+    planted = {
+        (0.004, 100): 3.0,
+        (0.008, 100): 2.5,
+        (0.016, 100): 2.2,
+        (0.032, 100): 2.1,
+        (0.064, 100): 2.9,
+        (0.004, 101): 3.0,
+        (0.008, 101): 2.5,
+        (0.016, 101): 2.2,
+        (0.032, 101): 2.5,
+        (0.064, 101): 2.9,
+    }
     for name, run in tune["runs"].items():
         _record(ledger, name, run, planted[(run["lr"], run["seed"])] + (0.1 if run["shape"] != "small" else 0))
     parts = study.build("smoke", "embedded", tmp_path / "runs", ledger)
@@ -204,20 +219,33 @@ def test_tuning_never_uses_an_evaluation_seed_and_chooses_by_the_mean_over_tunin
     assert c["complete"] and c["best"] == {"small": 0.016, "d64-ffn256": 0.016}
     assert [r["lr"] for r in c["neighbours"]["small"]] == [0.008, 0.032] and not c["edge"]["small"]
     assert parts["headline"]["tuned"]
-    lr_of = {r["kind"]: r["cfg"]["train"]["lr"] for r in parts["headline"]["runs"].values() if r.get("method") != "sparkling@wide-lr"}
+    lr_of = {
+        r["kind"]: r["cfg"]["train"]["lr"]
+        for r in parts["headline"]["runs"].values()
+        if r.get("method") != "sparkling@wide-lr"
+    }
     assert lr_of == {"prefix": 0.016, "small": 0.016, "grown": 0.016, "scratch": 0.016}
 
 
 def test_a_part_before_its_tuning_is_refused_in_one_line(study, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        study.main(["--scale", "smoke", "--parts", "headline", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o")])
+        study.main(
+            ["--scale", "smoke", "--parts", "headline", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o")]
+        )
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--parts headline needs part 'tune'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists() and not (tmp_path / "r" / "progressive-regime" / "runs").exists()
 
 
-@pytest.mark.parametrize("args,needle", [(["--parts", "nope"], "--parts"), (["--estimate", "--device", "cuda"], "--cuda-steps-per-s"),
-                                         ([], "nothing to do"), (["--parts", "tune", "--workers", "0"], "--workers")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--parts", "nope"], "--parts"),
+        (["--estimate", "--device", "cuda"], "--cuda-steps-per-s"),
+        ([], "nothing to do"),
+        (["--parts", "tune", "--workers", "0"], "--workers"),
+    ],
+)
 def test_study_bad_input_is_one_line_exit_2(study, tmp_path, capsys, args, needle):
     with pytest.raises(SystemExit) as e:
         study.main(["--scale", "smoke", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"), *args])
@@ -235,9 +263,13 @@ def test_estimate_counts_done_and_prices_what_remains(study, bench, tmp_path, ca
     rows = study.estimate_parts(parts, ledger, 1, 2, 3, "cpu", None, print)
     tune = rows[0]
     assert tune["part"] == "tune" and tune["done"] == 1 and tune["remaining"] == len(parts["tune"]["runs"]) - 1
-    per_run = [bench.describe_run(r, parts["tune"]["plans"][0]) for k, r in parts["tune"]["runs"].items() if k != first[0]]
-    evals = [max(1, d["steps"] // r["cfg"]["train"]["eval_every"]) + 1
-             for d, r in zip(per_run, [r for k, r in parts["tune"]["runs"].items() if k != first[0]])]
+    per_run = [
+        bench.describe_run(r, parts["tune"]["plans"][0]) for k, r in parts["tune"]["runs"].items() if k != first[0]
+    ]
+    evals = [
+        max(1, d["steps"] // r["cfg"]["train"]["eval_every"]) + 1
+        for d, r in zip(per_run, [r for k, r in parts["tune"]["runs"].items() if k != first[0]])
+    ]
     assert tune["serial_s"] == pytest.approx(sum(0.5 * d["steps"] + 2.0 * e for d, e in zip(per_run, evals)))
     assert tune["wall_s"] == pytest.approx(tune["serial_s"] / 2)
     gpu = study.estimate_parts(parts, ledger, 1, 2, 3, "cuda", 40.0, print)
@@ -350,8 +382,14 @@ def test_todays_plan_holds_the_main_ledgers_tuning_and_sparkling_runs(study):
 
     ledger = L.Ledger(MAIN_LEDGER)
     spec = study.study_parts(study.MAIN_TUNE_LRS)
-    parts = build_parts({"tune": spec["tune"], "headline": dataclasses.replace(spec["headline"], arms=("sparkling",))},
-                        study.R.SCALES["main"], "embedded", MAIN_OUT, ledger, study.MAIN_TUNE_LRS)
+    parts = build_parts(
+        {"tune": spec["tune"], "headline": dataclasses.replace(spec["headline"], arms=("sparkling",))},
+        study.R.SCALES["main"],
+        "embedded",
+        MAIN_OUT,
+        ledger,
+        study.MAIN_TUNE_LRS,
+    )
     assert parts["tune"]["choice"]["complete"] and parts["headline"]["tuned"]  # the choice is read from the ledger
     runs = {**parts["tune"]["runs"], **parts["headline"]["runs"]}
     names = [n for n in ledger.names() if n in runs]

@@ -8,6 +8,7 @@
 - SIGTERM to the study runner (two workers) ends in one line with the command that continues it, leaves no worker
   behind, and the continued study ends with the results of one never stopped; kill -9 of the runner takes its
   workers with it."""
+
 from __future__ import annotations
 
 import json
@@ -104,15 +105,18 @@ def test_each_record_carries_its_digest_and_the_run_outputs_hashes(two_runs):
         assert rec["val_curve"][-1]["step"] == rec["config"]["train"]["steps"]
 
 
-@pytest.mark.parametrize("forge, needle", [
-    (lambda r: [], "list"),
-    (lambda r: {**r, "final": {**r["final"], "val_loss": "n/a"}}, "'n/a'"),
-    (lambda r: {k: v for k, v in r.items() if k != "final"}, "'final'"),
-    (lambda r: {**r, "final": {**r["final"], "val_loss": 0.5}}, "digest"),  # the tuning-flipping edit
-    (lambda r: {**r, "val_curve": []}, "no point"),
-    (lambda r: {k: v for k, v in r.items() if k != L.DIGEST}, "no digest"),
-    (lambda r: L.seal({**r, "name": "seed9/other"}), "not"),  # a sealed record of another run copied in
-])
+@pytest.mark.parametrize(
+    "forge, needle",
+    [
+        (lambda r: [], "list"),
+        (lambda r: {**r, "final": {**r["final"], "val_loss": "n/a"}}, "'n/a'"),
+        (lambda r: {k: v for k, v in r.items() if k != "final"}, "'final'"),
+        (lambda r: {**r, "final": {**r["final"], "val_loss": 0.5}}, "digest"),  # the tuning-flipping edit
+        (lambda r: {**r, "val_curve": []}, "no point"),
+        (lambda r: {k: v for k, v in r.items() if k != L.DIGEST}, "no digest"),
+        (lambda r: L.seal({**r, "name": "seed9/other"}), "not"),  # a sealed record of another run copied in
+    ],
+)
 def test_a_record_that_fails_its_check_is_refused_in_one_line_naming_the_file(two_runs, tmp_path, forge, needle):
     runs, ledger, _ = two_runs
     name, run = sorted(runs.items())[0]
@@ -158,8 +162,21 @@ def _alive(pid: int) -> bool:
 
 
 def _study(tmp_path: Path, *extra) -> list[str]:
-    return [sys.executable, str(STUDY), "--scale", "smoke", "--parts", "tune", "--lrs", "0.016,0.032,0.008",
-            "--results", str(tmp_path / "res"), "--out", str(tmp_path / "runs"), *extra]
+    return [
+        sys.executable,
+        str(STUDY),
+        "--scale",
+        "smoke",
+        "--parts",
+        "tune",
+        "--lrs",
+        "0.016,0.032,0.008",
+        "--results",
+        str(tmp_path / "res"),
+        "--out",
+        str(tmp_path / "runs"),
+        *extra,
+    ]
 
 
 def _wait_for_records(tmp_path: Path, n: int, p: subprocess.Popen, limit: float = 240) -> None:
@@ -172,8 +189,9 @@ def _wait_for_records(tmp_path: Path, n: int, p: subprocess.Popen, limit: float 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
 def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans_and_it_continues(tmp_path):
-    p = subprocess.Popen(_study(tmp_path, "--workers", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=tmp_path)
+    p = subprocess.Popen(
+        _study(tmp_path, "--workers", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
     _wait_for_records(tmp_path, 1, p)
     workers = _children(p.pid)
     assert workers, "the study runs its runs in worker processes"
@@ -189,21 +207,26 @@ def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans_and_it_con
     cont = subprocess.run(_study(tmp_path, "--workers", "2"), capture_output=True, text=True, cwd=tmp_path)
     assert cont.returncode == 0, cont.stderr
     assert f"{held} of 12 runs already there" in cont.stdout
-    recs = {q.relative_to(tmp_path / "res").as_posix(): json.loads(q.read_text())["final"]["val_loss"]
-            for q in (tmp_path / "res").rglob("seed*.json")}
+    recs = {
+        q.relative_to(tmp_path / "res").as_posix(): json.loads(q.read_text())["final"]["val_loss"]
+        for q in (tmp_path / "res").rglob("seed*.json")
+    }
     assert len(recs) == 12
     # the same study never stopped, alone in one process: the same losses to the last bit
     ref = tmp_path / "ref"
     ref.mkdir()
     subprocess.run(_study(ref), capture_output=True, text=True, cwd=ref, check=True)
-    assert recs == {q.relative_to(ref / "res").as_posix(): json.loads(q.read_text())["final"]["val_loss"]
-                    for q in (ref / "res").rglob("seed*.json")}
+    assert recs == {
+        q.relative_to(ref / "res").as_posix(): json.loads(q.read_text())["final"]["val_loss"]
+        for q in (ref / "res").rglob("seed*.json")
+    }
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
 def test_kill_9_of_the_study_runner_takes_its_workers_with_it(tmp_path):
-    p = subprocess.Popen(_study(tmp_path, "--workers", "2"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         cwd=tmp_path)
+    p = subprocess.Popen(
+        _study(tmp_path, "--workers", "2"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
+    )
     _wait_for_records(tmp_path, 1, p)
     workers = _children(p.pid)
     assert workers
@@ -219,10 +242,16 @@ def test_kill_9_of_the_study_runner_takes_its_workers_with_it(tmp_path):
 
 
 def test_a_grown_runs_record_keeps_its_last_symmetry_lock():
-    rows = [{"step": 5, "loss": 2.0}, {"step": 5, "symmetry_lock_mean": 1.0, "symmetry_lock_min": 1.0},
-            {"step": 9, "symmetry_lock_mean": 0.97, "symmetry_lock_min": 0.9, "rms_ratio_max_dev": 0.02}]
-    assert L.last_growth_diagnostics(rows) == {"final_symmetry_lock_mean": 0.97, "final_symmetry_lock_min": 0.9,
-                                               "final_rms_ratio_max_dev": 0.02}
+    rows = [
+        {"step": 5, "loss": 2.0},
+        {"step": 5, "symmetry_lock_mean": 1.0, "symmetry_lock_min": 1.0},
+        {"step": 9, "symmetry_lock_mean": 0.97, "symmetry_lock_min": 0.9, "rms_ratio_max_dev": 0.02},
+    ]
+    assert L.last_growth_diagnostics(rows) == {
+        "final_symmetry_lock_mean": 0.97,
+        "final_symmetry_lock_min": 0.9,
+        "final_rms_ratio_max_dev": 0.02,
+    }
     assert L.last_growth_diagnostics([{"step": 1, "loss": 3.0}]) == {}
 
 

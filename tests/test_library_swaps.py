@@ -1,5 +1,6 @@
 """Where a library replaced hand-written code (issue 25 item 6): numpy.interp reads curves, tabulate lays out
 console tables. Expected values are computed by hand from the inputs."""
+
 import pytest
 
 from nexus.cli import main
@@ -37,8 +38,13 @@ def test_presets_table_has_a_header_and_one_aligned_row_per_preset(capsys):
 def test_analysis_summary_table_aligns_its_columns():
     from nexus.analysis.representations import summarize_representations
 
-    result = {"layers": [0, 1, 10], "token_similarity": [0.5, 0.25, 0.125], "effective_rank": [3.0, 12.5, 7.0],
-              "refinement_stage": {}, "anchor_removal": {}}
+    result = {
+        "layers": [0, 1, 10],
+        "token_similarity": [0.5, 0.25, 0.125],
+        "effective_rank": [3.0, 12.5, 7.0],
+        "refinement_stage": {},
+        "anchor_removal": {},
+    }
     lines = summarize_representations(result).splitlines()
     assert lines[0].split() == ["layer", "token_sim", "eff_rank"]
     ends = {len(line.rstrip()) for line in lines[:4]}

@@ -1,5 +1,6 @@
 """The lm-evaluation-harness adapter: its log-likelihoods equal a direct computation from the model's
 logits; it runs a tiny local multiple-choice task offline; unknown tasks fail with exit code 2."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +36,7 @@ def _req(kind, *args):
 
 def direct_loglikelihood(model, ctx_ids, cont_ids):
     """Obviously-correct reference: one unbatched forward, sum of log-softmax at the continuation."""
-    full = (ctx_ids + cont_ids)[-(model.cfg.max_seq_len + 1):]
+    full = (ctx_ids + cont_ids)[-(model.cfg.max_seq_len + 1) :]
     with torch.no_grad():
         logits = model(torch.tensor([full[:-1]])).logits[0]
     logp = torch.log_softmax(logits.double(), -1)
@@ -50,9 +51,13 @@ def direct_loglikelihood(model, ctx_ids, cont_ids):
 def test_loglikelihood_equals_direct_computation(model):
     tok = ByteTokenizer()
     lm = NexusLM(model, tok, batch_size=3)
-    cases = [("The cat sat on the", " mat"), ("x", "yz"), ("", "hello"),
-             ("a long context that is longer than the thirty-two token window", " end"),
-             ("trailing space ", "moves")]
+    cases = [
+        ("The cat sat on the", " mat"),
+        ("x", "yz"),
+        ("", "hello"),
+        ("a long context that is longer than the thirty-two token window", " end"),
+        ("trailing space ", "moves"),
+    ]
     got = lm.loglikelihood([_req("loglikelihood", c, t) for c, t in cases])
     for (ctx, cont), (ll, greedy) in zip(cases, got):
         if ctx.endswith(" "):  # lm-eval's convention: the space belongs to the continuation
@@ -80,8 +85,8 @@ def test_rolling_loglikelihood_equals_sum_over_tokens(model):
     want_long, _ = direct_loglikelihood(model, [tok.bos_id], ids[:n])
     start = n
     while start < len(ids):  # each later window: up to n tokens of left context, score only the new ones
-        piece = ids[start:start + n]
-        ctx = ids[max(0, start + len(piece) - n - 1):start]
+        piece = ids[start : start + n]
+        ctx = ids[max(0, start + len(piece) - n - 1) : start]
         want_long += direct_loglikelihood(model, ctx, piece)[0]
         start += n
     assert got_long == pytest.approx(want_long, abs=1e-3)
@@ -92,13 +97,15 @@ def test_generate_until_is_greedy_and_stops(model):
     lm = NexusLM(model, tok)
     ctx = "hello"
     ids = torch.tensor([tok.encode(ctx)])
-    ref = tok.decode(model.generate(ids, max_new_tokens=8, temperature=0.0, eos_id=tok.eos_id)[0, ids.shape[1]:].tolist())
+    ref = tok.decode(
+        model.generate(ids, max_new_tokens=8, temperature=0.0, eos_id=tok.eos_id)[0, ids.shape[1] :].tolist()
+    )
     (free,) = lm.generate_until([_req("generate_until", ctx, {"until": [], "max_gen_toks": 8})])
     assert free == ref
     if len(ref) > 2:
         stop = ref[2]
         (cut,) = lm.generate_until([_req("generate_until", ctx, {"until": [stop], "max_gen_toks": 8})])
-        assert cut == ref[:ref.index(stop)]
+        assert cut == ref[: ref.index(stop)]
 
 
 def test_local_multiple_choice_task_offline_matches_own_scoring(tmp_path, model):
@@ -123,8 +130,18 @@ def test_cli_eval_lm_eval_local_task_and_bad_task(tmp_path, capsys, model):
     write_tiny_mc_task(tmp_path)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):  # lm-eval's logging set-up swaps pytest's captured stream
-        rc = main(["eval", "--checkpoint", str(ck), "--lm-eval", "nexus_tiny_mc", "--lm-eval-include", str(tmp_path),
-                   "--json"])
+        rc = main(
+            [
+                "eval",
+                "--checkpoint",
+                str(ck),
+                "--lm-eval",
+                "nexus_tiny_mc",
+                "--lm-eval-include",
+                str(tmp_path),
+                "--json",
+            ]
+        )
     out = buf.getvalue().strip().splitlines()[-1]
     assert rc == 0 and 0.0 <= json.loads(out)["nexus_tiny_mc"]["acc"] <= 1.0
     capsys.readouterr()  # drop the first run's progress bars
@@ -174,10 +191,25 @@ def test_lm_evals_cli_runs_model_nexus_in_process(tmp_path, model, monkeypatch):
     from lm_eval._cli import HarnessCLI
 
     ck, expected = _checkpoint_and_task(tmp_path, model)
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager", functools.partial(lm_eval.tasks.TaskManager, include_defaults=False))
+    monkeypatch.setattr(
+        lm_eval.tasks, "TaskManager", functools.partial(lm_eval.tasks.TaskManager, include_defaults=False)
+    )
     out = tmp_path / "out"
-    argv = ["lm_eval", "--model", "nexus", "--model_args", f"checkpoint={ck}", "--tasks", "nexus_tiny_mc",
-            "--include_path", str(tmp_path), "--output_path", str(out), "--device", "cpu"]
+    argv = [
+        "lm_eval",
+        "--model",
+        "nexus",
+        "--model_args",
+        f"checkpoint={ck}",
+        "--tasks",
+        "nexus_tiny_mc",
+        "--include_path",
+        str(tmp_path),
+        "--output_path",
+        str(out),
+        "--device",
+        "cpu",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     cli = HarnessCLI()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -207,11 +239,15 @@ def _installed_pth():
     try:
         dist = metadata.distribution("nexus")
     except metadata.PackageNotFoundError:
-        pytest.fail("nexus is not pip-installed in this interpreter (valid: pip install -e '.[dev]'), so "
-                    f"{PTH} cannot be in site-packages and `lm_eval --model nexus` cannot find the model")
+        pytest.fail(
+            "nexus is not pip-installed in this interpreter (valid: pip install -e '.[dev]'), so "
+            f"{PTH} cannot be in site-packages and `lm_eval --model nexus` cannot find the model"
+        )
     pth = dist.locate_file(PTH)
-    assert pth.is_file(), (f"{PTH} is missing from {dist.locate_file('')} although nexus is installed there: "
-                           "setup.py's build_py step did not ship it, so `lm_eval --model nexus` cannot work")
+    assert pth.is_file(), (
+        f"{PTH} is missing from {dist.locate_file('')} although nexus is installed there: "
+        "setup.py's build_py step did not ship it, so `lm_eval --model nexus` cannot work"
+    )
     return pth
 
 
@@ -219,8 +255,9 @@ def _run(argv, **kw):
     import os
     import subprocess
 
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, HF_DATASETS_OFFLINE="1"), **kw)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=600, env=dict(os.environ, HF_DATASETS_OFFLINE="1"), **kw
+    )
 
 
 def _bin(name):
@@ -234,15 +271,19 @@ def test_pth_hook_imports_nothing_until_lm_eval_registry_is_imported(tmp_path):
     import sys
 
     _installed_pth()
-    probe = ("import sys; heavy = lambda: sorted(m for m in ('torch', 'nexus', 'lm_eval') if m in sys.modules); "
-             "print(heavy(), '_nexus_lm_eval_hook' in sys.modules); "
-             "import lm_eval.api.registry as r; print(heavy(), r.model_registry._objs['nexus'], 'hf' in r.model_registry); "
-             "print(r.get_model('nexus').__name__, 'torch' in sys.modules)")
+    probe = (
+        "import sys; heavy = lambda: sorted(m for m in ('torch', 'nexus', 'lm_eval') if m in sys.modules); "
+        "print(heavy(), '_nexus_lm_eval_hook' in sys.modules); "
+        "import lm_eval.api.registry as r; print(heavy(), r.model_registry._objs['nexus'], 'hf' in r.model_registry); "
+        "print(r.get_model('nexus').__name__, 'torch' in sys.modules)"
+    )
     proc = _run([sys.executable, "-c", probe], cwd=tmp_path)  # outside the repo: only site-packages can bring the hook
     assert proc.returncode == 0, proc.stderr[-3000:]
     start, registered, loaded = proc.stdout.strip().splitlines()
     assert start == "[] True"  # the hook is loaded at start (so the check is not vacuous) and imported nothing heavy
-    assert registered == "['lm_eval'] nexus.eval.lm_eval_adapter:NexusLM True"  # a lazy string; lm-eval's own models kept
+    assert (
+        registered == "['lm_eval'] nexus.eval.lm_eval_adapter:NexusLM True"
+    )  # a lazy string; lm-eval's own models kept
     assert loaded == "NexusLM True"
 
 
@@ -256,8 +297,7 @@ def test_pth_line_is_silent_when_its_module_is_gone(tmp_path):
     shutil.copy(_installed_pth(), site_dir / PTH)
     # -S: no site-packages, -E: no PYTHONPATH (a checkout's src/ holds the hook too), so _nexus_lm_eval_hook
     # cannot be imported when the copy is processed
-    code = (f"import sys, site; site.addsitedir({str(site_dir)!r}); "
-            "print('_nexus_lm_eval_hook' in sys.modules)")
+    code = f"import sys, site; site.addsitedir({str(site_dir)!r}); print('_nexus_lm_eval_hook' in sys.modules)"
     proc = _run([sys.executable, "-S", "-E", "-c", code], cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "False\n", "")
 
@@ -265,8 +305,24 @@ def test_pth_line_is_silent_when_its_module_is_gone(tmp_path):
 def _lm_eval_cli_run(tmp_path, model, argv):
     ck, expected = _checkpoint_and_task(tmp_path, model)
     out = tmp_path / "out"
-    proc = _run(argv + ["--model", "nexus", "--model_args", f"checkpoint={ck}", "--tasks", "nexus_tiny_mc",
-                        "--include_path", str(tmp_path), "--output_path", str(out), "--device", "cpu"], cwd=tmp_path)
+    proc = _run(
+        argv
+        + [
+            "--model",
+            "nexus",
+            "--model_args",
+            f"checkpoint={ck}",
+            "--tasks",
+            "nexus_tiny_mc",
+            "--include_path",
+            str(tmp_path),
+            "--output_path",
+            str(out),
+            "--device",
+            "cpu",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _results(out) == pytest.approx(expected)
     assert "nexus_tiny_mc" in proc.stdout  # lm-eval's own results table
@@ -296,14 +352,16 @@ def test_a_failing_registration_leaves_lm_eval_importable(tmp_path):
     import sys
 
     _installed_pth()
-    probe = ("import warnings, _nexus_lm_eval_hook as h\n"
-             "def broken(module): raise KeyError('planted')\n"
-             "h.register_nexus = broken\n"
-             "with warnings.catch_warnings(record=True) as caught:\n"
-             "    warnings.simplefilter('always')\n"
-             "    import lm_eval.api.registry as r\n"
-             "print(r.__name__, 'nexus' in r.model_registry)\n"
-             "print([str(w.message)[:40] for w in caught if 'planted' in str(w.message)])\n")
+    probe = (
+        "import warnings, _nexus_lm_eval_hook as h\n"
+        "def broken(module): raise KeyError('planted')\n"
+        "h.register_nexus = broken\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import lm_eval.api.registry as r\n"
+        "print(r.__name__, 'nexus' in r.model_registry)\n"
+        "print([str(w.message)[:40] for w in caught if 'planted' in str(w.message)])\n"
+    )
     proc = _run([sys.executable, "-c", probe], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = proc.stdout.strip().splitlines()

@@ -1,5 +1,6 @@
 """models/lm_loss.py against the definitions: mean cross-entropy over the valid targets (one valid target
 included), the caller's own main loss, auxiliary losses added once each and summed per name over layers."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -45,8 +46,11 @@ def test_auxiliary_losses_are_summed_per_name_over_layers():
             super().__init__()
             self.aux_losses_out = losses
 
-    model = torch.nn.Sequential(Layer({"balance": torch.tensor(1.0)}), torch.nn.Linear(2, 2),
-                                Layer({"balance": torch.tensor(2.5), "router_z": torch.tensor(0.125)}))
+    model = torch.nn.Sequential(
+        Layer({"balance": torch.tensor(1.0)}),
+        torch.nn.Linear(2, 2),
+        Layer({"balance": torch.tensor(2.5), "router_z": torch.tensor(0.125)}),
+    )
     got = collect_aux_losses(model)
     assert set(got) == {"balance", "router_z"}
     assert float(got["balance"]) == 3.5 and float(got["router_z"]) == 0.125

@@ -8,6 +8,7 @@
 
 with T the horizon (schedule_steps, else steps) and r = min_lr_ratio; past T every schedule stays
 at its last value."""
+
 import math
 
 import pytest

@@ -3,6 +3,7 @@ corrupted entry never points a delete outside --out, nexus records only what it 
 and a file the user appended to or edited after nexus wrote it is theirs (never deleted, never
 dropped). Adversarial cases, each fast: forged manifests and journals, adopted names, appended and
 edited files."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,24 @@ from nexus.outdir.lock import lock_file
 from nexus.outdir.manifest import MARKER, entry_unchanged, ownership_problems, read_manifest
 from test_output_safety import one_line_exit_2
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4", "--quiet"]
-DEAD = {"pid": 2 ** 22 + 4321, "host": socket.gethostname(), "proc_start": None}  # a pid no process has
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+    "--quiet",
+]
+DEAD = {"pid": 2**22 + 4321, "host": socket.gethostname(), "proc_start": None}  # a pid no process has
 
 
 def snapshot(root: Path) -> dict:
@@ -96,8 +112,13 @@ def test_an_entry_reached_through_a_symlink_is_never_nexus_s(capsys, tmp_path, r
     v = victim(tmp_path, "elsewhere")
     (run / "link").symlink_to(v)
     data = (v / "precious.txt").read_bytes()
-    forge(run, **{"link/precious.txt": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()},
-                  "link": {"dir": "library"}})
+    forge(
+        run,
+        **{
+            "link/precious.txt": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+            "link": {"dir": "library"},
+        },
+    )
     assert ("link/precious.txt", "changed") in ownership_problems(run)
     before = snapshot(v)
     one_line_exit_2(capsys, ["train", *MICRO, "--out", run, "--overwrite"], "'link'")
@@ -129,8 +150,17 @@ def test_a_forged_journal_entry_outside_out_is_refused_and_the_sibling_survives(
     assert snapshot(v) == before and lf.is_file()
 
 
-@pytest.mark.parametrize("pending", ["../x/.a.tmp-1-1", "/etc/.passwd.tmp-1-1", "run/../VB13/.a.tmp-1-1",
-                                     ".other.tmp-1-1", "run/notes.txt", "run/link/.a.tmp-1-1"])
+@pytest.mark.parametrize(
+    "pending",
+    [
+        "../x/.a.tmp-1-1",
+        "/etc/.passwd.tmp-1-1",
+        "run/../VB13/.a.tmp-1-1",
+        ".other.tmp-1-1",
+        "run/notes.txt",
+        "run/link/.a.tmp-1-1",
+    ],
+)
 def test_every_journal_name_that_is_no_temporary_of_the_output_is_refused(tmp_path, pending):
     from nexus.config import ConfigError
     from nexus.outdir.lock import acquire_output_lock
@@ -175,7 +205,9 @@ def test_a_users_file_under_the_lock_name_is_refused_never_deleted(capsys, tmp_p
     else:
         lf.symlink_to(victim(tmp_path, "target"))
     before = snapshot(tmp_path)
-    one_line_exit_2(capsys, ["train", *MICRO, "--out", out], "is not a nexus lock" if "file" in what else f"is a {what}")
+    one_line_exit_2(
+        capsys, ["train", *MICRO, "--out", out], "is not a nexus lock" if "file" in what else f"is a {what}"
+    )
     assert snapshot(tmp_path) == before
 
 
@@ -247,10 +279,25 @@ def test_a_run_never_logs_into_a_users_tensorboard_name(capsys, tmp_path, run, k
     else:
         (run / "tensorboard").symlink_to(target)
     before = snapshot(tmp_path)
-    one_line_exit_2(capsys, ["train", *MICRO, "--train.steps", "6", "--out", run, "--resume", "auto",
-                             "--train.log_to", "[jsonl, tensorboard]"], "'tensorboard' was not written by nexus")
-    assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(("mine", "work/run/tensorboard"))} == \
-        {k: v for k, v in before.items() if k.startswith(("mine", "work/run/tensorboard"))}
+    one_line_exit_2(
+        capsys,
+        [
+            "train",
+            *MICRO,
+            "--train.steps",
+            "6",
+            "--out",
+            run,
+            "--resume",
+            "auto",
+            "--train.log_to",
+            "[jsonl, tensorboard]",
+        ],
+        "'tensorboard' was not written by nexus",
+    )
+    assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(("mine", "work/run/tensorboard"))} == {
+        k: v for k, v in before.items() if k.startswith(("mine", "work/run/tensorboard"))
+    }
     assert "tensorboard" not in read_manifest(run)["files"]
 
 
@@ -267,8 +314,9 @@ def test_a_line_appended_to_metrics_is_kept_by_overwrite_and_by_resume_auto(caps
         f.write('{"step": 99, "note": "my own evaluation"}\n')
     before = snapshot(run)
     one_line_exit_2(capsys, ["train", *MICRO, "--out", run, "--overwrite"], "'metrics.jsonl' was changed")
-    one_line_exit_2(capsys, ["train", *MICRO, "--train.steps", "6", "--out", run, "--resume", "auto"],
-                    "'metrics.jsonl' was changed")
+    one_line_exit_2(
+        capsys, ["train", *MICRO, "--train.steps", "6", "--out", run, "--resume", "auto"], "'metrics.jsonl' was changed"
+    )
     assert snapshot(run) == before
 
 
@@ -278,8 +326,14 @@ def test_metrics_are_nexus_s_when_they_hold_the_recorded_bytes_then_part_of_the_
     f = tmp_path / "metrics.jsonl"
     head, line = b'{"step": 1}\n', '{"step": 2, "loss": 3.5}\n'
     entry = {"size": len(head), "sha256": hashlib.sha256(head).hexdigest(), "grows": True, "appending": line}
-    for tail, ours in [(b"", True), (line[:7].encode(), True), (line.encode(), True),
-                       (line.encode() + b"x", False), (b'{"step": 9}\n', False), (b"\n", False)]:
+    for tail, ours in [
+        (b"", True),
+        (line[:7].encode(), True),
+        (line.encode(), True),
+        (line.encode() + b"x", False),
+        (b'{"step": 9}\n', False),
+        (b"\n", False),
+    ]:
         f.write_bytes(head + tail)
         assert entry_unchanged(f, entry) is ours, tail
     f.write_bytes(head + line.encode())

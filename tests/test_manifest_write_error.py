@@ -2,6 +2,7 @@
 remount) while a file nexus owns is replaced leaves the folder as its manifest describes it, so once the cause is
 gone the run resumes; before, metrics.jsonl kept its new bytes with the old hash and every later resume or
 --overwrite refused the run forever."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ def test_an_error_entering_a_rewritten_file_puts_its_old_bytes_back(tmp_path, mo
     assert not [p.name for p in (tmp_path / "run").iterdir() if ".old-" in p.name or ".tmp-" in p.name]
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--resume", "auto", "--out", "run", "--preset", "baseline-micro", "--train.steps", "6",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            ["train", "--resume", "auto", "--out", "run", "--preset", "baseline-micro", "--train.steps", "6", "--quiet"]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("enter", [True, False])

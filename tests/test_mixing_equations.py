@@ -10,6 +10,7 @@ written out here (ExoFormer, eq. 1, 5, 6, 7 and app. A.1-A.4):
 Each case runs in milliseconds (no model is built), so this file is what mutation testing maps
 first for models/mixing.py, modulated_mix.py, fused_mix.py and mix_kernels.py; the whole-model
 tests in test_exoformer.py / test_fused_mix.py hold the wiring into the model."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,20 @@ import torch.nn as nn
 
 from nexus.config import MixingConfig
 from nexus.models import fused_mix, mix_kernels
-from nexus.models.mixing import (COMPONENTS, AnchorCapture, AnchorMixer, AnchorNorm, DynamicMixing, ExoAnchor,
-                                 LayerZeroAnchor, anchor_is_normed, build_anchor_mixing, coefficient_granularity,
-                                 coefficient_shape, mixers)
+from nexus.models.mixing import (
+    COMPONENTS,
+    AnchorCapture,
+    AnchorMixer,
+    AnchorNorm,
+    DynamicMixing,
+    ExoAnchor,
+    LayerZeroAnchor,
+    anchor_is_normed,
+    build_anchor_mixing,
+    coefficient_granularity,
+    coefficient_shape,
+    mixers,
+)
 from nexus.models.modulated_mix import mix_layer, modulated_mix
 
 F64 = torch.float64
@@ -72,8 +84,14 @@ def _eager_only():
 def test_coefficient_granularity_and_shape():
     """ResFormer's fixed 0.5/0.5 is one scalar; a learnable value residual and every other anchor use
     mixing.granularity; the shapes are (heads, width), (heads, 1), (1, 1) (app. A.1)."""
-    assert coefficient_granularity(MixingConfig(anchor="value_residual", learnable=False, granularity="headwise")) == "scalar"
-    assert coefficient_granularity(MixingConfig(anchor="value_residual", learnable=True, granularity="headwise")) == "headwise"
+    assert (
+        coefficient_granularity(MixingConfig(anchor="value_residual", learnable=False, granularity="headwise"))
+        == "scalar"
+    )
+    assert (
+        coefficient_granularity(MixingConfig(anchor="value_residual", learnable=True, granularity="headwise"))
+        == "headwise"
+    )
     assert coefficient_granularity(MixingConfig(anchor="exo", learnable=False, granularity="headwise")) == "headwise"
     assert coefficient_shape((4, 5), "elementwise") == (4, 5)
     assert coefficient_shape((4, 5), "headwise") == (4, 1)
@@ -121,7 +139,7 @@ def _eq5_anchors(anchor, shapes, comps, normed, h0):
     W = anchor.proj.weight
     for c in comps:
         heads, width = shapes[c]
-        a = (h0 @ W[row:row + heads * width].t()).reshape(*h0.shape[:-1], heads, width)
+        a = (h0 @ W[row : row + heads * width].t()).reshape(*h0.shape[:-1], heads, width)
         row += heads * width
         if c in normed:
             gain = anchor.norms[c].norm.weight
@@ -145,7 +163,9 @@ def test_exo_anchor_is_eq5_then_norm_on_every_path(path):
     h0 = table[ids]
     seen = []
     hook = anchor.proj.register_forward_pre_hook(lambda mod, inp: seen.append(tuple(inp[0].shape)))
-    kwargs = {"direct": {}, "ids_without_table": {"input_ids": ids}}.get(path, {"input_ids": ids, "embed_weight": table})
+    kwargs = {"direct": {}, "ids_without_table": {"input_ids": ids}}.get(
+        path, {"input_ids": ids, "embed_weight": table}
+    )
     got = anchor(h0, **kwargs)
     hook.remove()
     assert seen == ([(vocab, 4)] if path == "table" else [(2, 3, 4)])
@@ -274,8 +294,10 @@ def test_anchor_mixer_is_eq7(granularity, dynamic, fused):
     assert mixer.after_qk_norm(q, k, anchors) == (q, k)  # mixing happens before QK-norm only
 
 
-@pytest.mark.parametrize("granularity,numel", [("elementwise", {"q": 6, "g": 6}), ("headwise", {"q": 2, "g": 2}),
-                                               ("scalar", {"q": 1, "g": 1})])
+@pytest.mark.parametrize(
+    "granularity,numel",
+    [("elementwise", {"q": 6, "g": 6}), ("headwise", {"q": 2, "g": 2}), ("scalar", {"q": 1, "g": 1})],
+)
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_anchor_mixer_coefficients(granularity, numel, dynamic):
     """lambda is stored flat per component at its granularity; it starts at 1 with dynamic mixing
@@ -283,7 +305,11 @@ def test_anchor_mixer_coefficients(granularity, numel, dynamic):
     mixer = AnchorMixer(4, SHAPES, ["q", "g"], granularity, learnable=True, dynamic=dynamic, dynamic_hidden=5)
     init = 1.0 if dynamic else 0.5
     assert sorted(n for n, _ in mixer.named_parameters() if "coef" in n) == [
-        "anchor_coef.g", "anchor_coef.q", "current_coef.g", "current_coef.q"]
+        "anchor_coef.g",
+        "anchor_coef.q",
+        "current_coef.g",
+        "current_coef.q",
+    ]
     assert (mixer.dynamic is not None) == dynamic
     if dynamic:
         assert mixer.dynamic.fc1.out_features == 5
@@ -313,8 +339,9 @@ def test_fixed_coefficients_are_half_half_buffers_outside_the_checkpoint():
     g = _gen(9)
     parts = {"v": torch.randn(1, 2, 1, 3, generator=g)}
     anchors = {"v": torch.randn(1, 2, 1, 3, generator=g)}
-    torch.testing.assert_close(mixer(parts, parts["v"], anchors)["v"], 0.5 * anchors["v"] + 0.5 * parts["v"],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        mixer(parts, parts["v"], anchors)["v"], 0.5 * anchors["v"] + 0.5 * parts["v"], rtol=0, atol=0
+    )
 
 
 # ----------------------------------------------------------------------------- construction
@@ -323,8 +350,15 @@ def test_build_anchor_mixing(anchor):
     """ExoFormer mixes every layer from an external anchor; internal anchors capture layer 0 (unmixed)
     and mix the rest. Components in canonical order, norms per mixing.norm with the model's eps."""
     comps = ["v"] if anchor == "value_residual" else ["g", "q"]
-    mixing = MixingConfig(anchor=anchor, components=comps, granularity="headwise", norm="qk",
-                          dynamic=anchor != "value_residual", learnable=anchor != "value_residual", dynamic_hidden=3)
+    mixing = MixingConfig(
+        anchor=anchor,
+        components=comps,
+        granularity="headwise",
+        norm="qk",
+        dynamic=anchor != "value_residual",
+        learnable=anchor != "value_residual",
+        dynamic_hidden=3,
+    )
     source, layers = build_anchor_mixing(mixing, 4, SHAPES, 3, EPS)
     want = ["v"] if anchor == "value_residual" else ["q", "g"]
     assert len(layers) == 3
@@ -345,7 +379,11 @@ def test_build_anchor_mixing(anchor):
         else:  # learnable lambdas: parameters
             assert mx.shapes == {"q": (2, 1), "g": (2, 1)}
             assert sorted(n for n, _ in mx.named_parameters() if "coef" in n) == [
-                "anchor_coef.g", "anchor_coef.q", "current_coef.g", "current_coef.q"]
+                "anchor_coef.g",
+                "anchor_coef.q",
+                "current_coef.g",
+                "current_coef.q",
+            ]
             assert mx.dynamic is not None and mx.dynamic.fc1.out_features == 3
     assert len({id(mx) for mx in mixed}) == len(mixed)  # one mixer per layer, not shared
 
@@ -359,6 +397,7 @@ def test_mixers_lists_each_mixed_layer_with_its_index():
         block.attn = nn.Module()
         block.attn.mixer = m
         return block
+
     model = nn.Module()
     model.layers = nn.ModuleList([layer(capture), layer(None), layer(mixer)])
     assert mixers(model) == [(2, mixer)]
@@ -371,9 +410,18 @@ def _leaf(g, *shape, grad=True):
 
 
 @pytest.mark.parametrize("anchor", [True, False])
-@pytest.mark.parametrize("factors,need", [(True, "all"), (True, "current_only"), (True, "coefficients_only"),
-                                          (True, "factors_only"), (False, "all"), (False, "current_only"),
-                                          (False, "coefficients_only")])
+@pytest.mark.parametrize(
+    "factors,need",
+    [
+        (True, "all"),
+        (True, "current_only"),
+        (True, "coefficients_only"),
+        (True, "factors_only"),
+        (False, "all"),
+        (False, "current_only"),
+        (False, "coefficients_only"),
+    ],
+)
 def test_modulated_mix_forward_and_backward_are_eq7(anchor, factors, need):
     """The eager Function's hand-written backward against eq. 7 differentiated by autograd, for every
     subset of inputs that needs a gradient (each side's three gradients are computed separately)."""
@@ -381,8 +429,12 @@ def test_modulated_mix_forward_and_backward_are_eq7(anchor, factors, need):
     cur, anc = _leaf(g, 2, 3, 2, 3), _leaf(g, 2, 3, 2, 3) if anchor else None
     l1, l2 = _leaf(g, 2, 1), _leaf(g, 2, 1)  # headwise: the per-channel gradient is summed over width
     gamma = torch.rand(2, 3, 2, generator=g, dtype=F64).requires_grad_() if factors else None
-    wants = {"all": (True, True, True), "current_only": (True, False, False),
-             "coefficients_only": (False, True, False), "factors_only": (False, False, True)}[need]
+    wants = {
+        "all": (True, True, True),
+        "current_only": (True, False, False),
+        "coefficients_only": (False, True, False),
+        "factors_only": (False, False, True),
+    }[need]
     for t, w in ((cur, wants[0]), (anc, wants[0]), (l1, wants[1]), (l2, wants[1]), (gamma, wants[2])):
         if t is not None:
             t.requires_grad_(w)
@@ -406,8 +458,11 @@ def test_modulated_mix_forward_and_backward_are_eq7(anchor, factors, need):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
 
 
-@pytest.mark.parametrize("activations,coefficients", [(torch.bfloat16, torch.float32), (F64, torch.float32)],
-                         ids=["bf16_autocast", "fp64_activations"])
+@pytest.mark.parametrize(
+    "activations,coefficients",
+    [(torch.bfloat16, torch.float32), (F64, torch.float32)],
+    ids=["bf16_autocast", "fp64_activations"],
+)
 def test_modulated_mix_with_mixed_precision_follows_eq7(activations, coefficients):
     """The eager Function takes any dtypes: under bf16 autocast the projections and the dynamic factors
     arrive in bf16 while the coefficients stay fp32, and fp64 activations may meet fp32 coefficients.
@@ -577,8 +632,12 @@ def test_head_major_gradients_reach_the_kernel_in_their_own_memory(monkeypatch):
     currents = [_leaf(g, 2, 3, *s) for s in comps]
     l1s, l2s = [_leaf(g, h * w) for h, w in comps], [_leaf(g, h * w) for h, w in comps]
     outs = mix_layer(currents, None, l1s, l2s, comps, _leaf(g, 2, 3, 4), None, [(0, 1)] * 4)
-    ups = [torch.randn(2, h, 3, w, generator=g, dtype=F64).transpose(1, 2) if i < 2 else
-           torch.randn(2, 3, h, w, generator=g, dtype=F64) for i, (h, w) in enumerate(comps)]
+    ups = [
+        torch.randn(2, h, 3, w, generator=g, dtype=F64).transpose(1, 2)
+        if i < 2
+        else torch.randn(2, 3, h, w, generator=g, dtype=F64)
+        for i, (h, w) in enumerate(comps)
+    ]
     got = torch.autograd.grad(outs, currents, ups)
     # k has one head: its (B, 1, T, width) memory is token-major already (torch calls it contiguous)
     assert seen["head_major"] == [True, False, False, False]
@@ -586,6 +645,7 @@ def test_head_major_gradients_reach_the_kernel_in_their_own_memory(monkeypatch):
     assert all(np.shares_memory(a, u.numpy()) for a, u in zip(seen["grads"], ups))
     for d, l2, s, u in zip(got, l2s, comps, ups):  # eq. 7 without the anchor, factors 1: d out / d current = l2
         torch.testing.assert_close(d, l2.detach().view(s) * u, rtol=0, atol=1e-13)
+
 
 def test_the_kernels_column_table_is_an_n_by_2_read_only_int64_copy_of_cols():
     """The layer kernel reads component i's factor columns from row i; `_cols_array` caches the table

@@ -1,4 +1,5 @@
 """Both model families share one base (models/base.py): embedding, head, loss, init, cache, generate."""
+
 from __future__ import annotations
 
 import pytest

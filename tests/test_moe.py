@@ -1,4 +1,5 @@
 """MoE MLP: the fast grouped forward equals a per-token loop; aux losses; routing; training."""
+
 import pytest
 import torch
 
@@ -9,7 +10,9 @@ from nexus.models.reference.moe_ref import moe_aux_reference, moe_forward_refere
 
 
 def moe_cfg(**kw) -> ModelConfig:
-    moe = MLPOptions.make("moe", n_experts=kw.pop("n_experts", 6), top_k=kw.pop("top_k", 2), expert_hidden=kw.pop("expert_hidden", 24))
+    moe = MLPOptions.make(
+        "moe", n_experts=kw.pop("n_experts", 6), top_k=kw.pop("top_k", 2), expert_hidden=kw.pop("expert_hidden", 24)
+    )
     return ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12, mlp=moe, **kw)
 
 

@@ -1,6 +1,7 @@
 """Nexus-Rank projection and Nexusformer dual-axis growth: forward vs reference, config order rule,
 exactness per cut and form (fp32 <= 1e-5, float64 <= 1e-10), liveness under AdamW and Muon, the
 paper-literal all-zero mode flagged dead, bad input."""
+
 import pytest
 import torch
 
@@ -20,7 +21,9 @@ D, M0, A0, LAYERS = 16, 24, 32, 1  # tiny: D < M < A
 
 def nexus_cfg(form="paper", targets=("q", "k", "v"), m=M0, a=A0, **model_kw) -> RunConfig:
     proj = ProjectionOptions.make("nexus_rank", targets=list(targets), rank_m=m, rank_a=a, form=form)
-    cfg = RunConfig(model=ModelConfig(d_model=D, n_layers=LAYERS, n_heads=2, max_seq_len=64, projection=proj, **model_kw))
+    cfg = RunConfig(
+        model=ModelConfig(d_model=D, n_layers=LAYERS, n_heads=2, max_seq_len=64, projection=proj, **model_kw)
+    )
     cfg.data.seq_len = 16
     return cfg
 
@@ -30,7 +33,11 @@ def trained_like(model: torch.nn.Module, seed=0) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3 * (p.std() if p.numel() > 1 else 0.1))
+            p.add_(
+                torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+                * 0.3
+                * (p.std() if p.numel() > 1 else 0.1)
+            )
     return model
 
 
@@ -57,7 +64,7 @@ def test_l2norm_is_the_public_codes_current_l2_norm():
     x = torch.randn(5, D_, dtype=torch.float64)
 
     def public(v):
-        return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + 1e-5) * D_out ** 0.5
+        return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + 1e-5) * D_out**0.5
 
     g = torch.nn.functional.gelu
     want = g(public(g(public(x @ cur.w_m.weight.t())) @ cur.w_a.weight.t())) @ cur.w_d.weight.t()
@@ -148,7 +155,7 @@ def test_l2norm_width_growth_without_pinned_scale_is_not_exact():
     assert new_cfg.model.growth_state == {"frozen_m": M0, "frozen_a": A0}
     x = torch.randint(0, 259, (1, 16))
     for mod in nexus_rank_modules(new_model).values():  # un-pin: sqrt(new width)
-        mod.scale_m, mod.scale_a = mod.m ** 0.5, mod.a ** 0.5
+        mod.scale_m, mod.scale_a = mod.m**0.5, mod.a**0.5
     with torch.no_grad():
         assert (model(x).logits - new_model(x).logits).abs().max().item() > 1e-4
 
@@ -241,11 +248,17 @@ def test_noise_init_scales_with_fraction_and_is_not_exact():
         assert (model(x).logits - new_model(x).logits).abs().max().item() > 0
 
 
-@pytest.mark.parametrize("spec,match", [
-    ({"delta_m": 0}, "--delta-m"), ({"delta_a": -4}, "--delta-a"), ({}, "needs --delta-m"),
-    ({"delta_m": 4, "cut": "sideways"}, "--cut"), ({"delta_m": 4, "init": "copy"}, "--rank-init"),
-    ({"delta_m": A0}, "rank_m/rank_a"),  # M would pass A: D < M < A violated
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"delta_m": 0}, "--delta-m"),
+        ({"delta_a": -4}, "--delta-a"),
+        ({}, "needs --delta-m"),
+        ({"delta_m": 4, "cut": "sideways"}, "--cut"),
+        ({"delta_m": 4, "init": "copy"}, "--rank-init"),
+        ({"delta_m": A0}, "rank_m/rank_a"),  # M would pass A: D < M < A violated
+    ],
+)
 def test_bad_growth_specs(spec, match):
     cfg = nexus_cfg("paper")
     model = build_model(cfg.model)
@@ -316,10 +329,13 @@ def test_table7_path_grow_m_and_a_then_d():
     assert end_cfg.model.d_model == M0 + 4 and end_cfg.model.projection.rank_m == M0 + 16
 
 
-@pytest.mark.parametrize("spec,match", [
-    ({"hidden": 20, "form": "l2norm"}, "sqrt\\(D_out\\)"),
-    ({"ffn": 96}, "Nexus-Rank FFN"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"hidden": 20, "form": "l2norm"}, "sqrt\\(D_out\\)"),
+        ({"ffn": 96}, "Nexus-Rank FFN"),
+    ],
+)
 def test_hidden_growth_refusals(spec, match):
     spec = dict(spec)  # the parameter is shared by every run of this test in one process (mutmut runs it twice)
     cfg = nexus_cfg(spec.pop("form", "paper"), TARGETS)
@@ -338,7 +354,9 @@ def test_hidden_growth_with_l2norm_on_o_or_the_ffn_alone_is_refused(targets):
         WidthSpec(hidden=20, init="zero,random", preserve="exact").validate().applies_to(cfg.model)
 
 
-@pytest.mark.parametrize("spec,match", [({"delta_m": 0, "delta_a": 4}, "--delta-m=0"), ({"delta_m": 4, "delta_a": -4}, "--delta-a=-4")])
+@pytest.mark.parametrize(
+    "spec,match", [({"delta_m": 0, "delta_a": 4}, "--delta-m=0"), ({"delta_m": 4, "delta_a": -4}, "--delta-a=-4")]
+)
 def test_each_delta_is_checked_even_beside_a_valid_one(spec, match):
     from nexus.growth.nexus_rank_growth import NexusRankSpec
 
@@ -395,12 +413,16 @@ def test_zero_init_warning_wording(optimizer):
     from nexus.growth.nexus_rank_growth import zero_init_warning
 
     msg = zero_init_warning(optimizer)
-    assert msg.startswith("paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so "
-                          "the new units never learn; under ")
+    assert msg.startswith(
+        "paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so "
+        "the new units never learn; under "
+    )
     assert msg.endswith(" (use --rank-init exact)")
     if optimizer == "muon":
-        assert ("under Muon the old weights do not train exactly like the small model either (its update scale "
-                "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A)") in msg
+        assert (
+            "under Muon the old weights do not train exactly like the small model either (its update scale "
+            "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A)"
+        ) in msg
     else:
         assert "under AdamW the grown model trains exactly like the small one" in msg
 
@@ -429,12 +451,15 @@ def test_width_growth_check_leaves_the_callers_config_alone():
     assert cfg.model == before and (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (0, 0)
 
 
-@pytest.mark.parametrize("form,spec,exact,m0,a0", [
-    ("paper", {"delta_m": 4, "delta_a": 8, "cut": "out"}, True, M0, A0),
-    ("l2norm", {"delta_m": 4, "init": "zero", "cut": "mixed"}, True, M0, A0),
-    ("paper", {"delta_a": 8, "init": "noise", "noise_frac": 0.2}, False, M0, A0),
-    ("paper", {"delta_m": 4, "delta_a": 8}, True, 2 * D, 4 * D),  # M, A unset: the defaults M = 2D, A = 4D
-])
+@pytest.mark.parametrize(
+    "form,spec,exact,m0,a0",
+    [
+        ("paper", {"delta_m": 4, "delta_a": 8, "cut": "out"}, True, M0, A0),
+        ("l2norm", {"delta_m": 4, "init": "zero", "cut": "mixed"}, True, M0, A0),
+        ("paper", {"delta_a": 8, "init": "noise", "noise_frac": 0.2}, False, M0, A0),
+        ("paper", {"delta_m": 4, "delta_a": 8}, True, 2 * D, 4 * D),  # M, A unset: the defaults M = 2D, A = 4D
+    ],
+)
 def test_growth_records_and_reports_what_grew(form, spec, exact, m0, a0):
     """The growth_history record and the printed report, field by field: M and A before and after (an absent
     delta adds nothing), the cut only for the exact init, noise_frac only for noise, the grown shapes of
@@ -453,22 +478,40 @@ def test_growth_records_and_reports_what_grew(form, spec, exact, m0, a0):
         shapes = {"w_m": [m0, D], "w_a": [a0, m0], "w_d": [D, a0]}
         grows = {"w_m": dm, "w_a": dm or da, "w_d": da}
         old_shapes.update({f"{name}.{w}.weight": s for w, s in shapes.items() if grows[w]})
-    assert res.record == {"old_m": m0, "new_m": m0 + dm, "old_a": a0, "new_a": a0 + da, "init": init,
-                          "cut": spec.get("cut", "in") if init == "exact" else None, "form": form, "exact": exact,
-                          "noise_frac": spec.get("noise_frac") if init == "noise" else None, "old_shapes": old_shapes}
-    expected = {"projections grown": 3, "M": f"{m0} -> {m0 + dm}", "A": f"{a0} -> {a0 + da}",
-                "init": f"exact (cut {spec.get('cut', 'in')}, form {form})" if init == "exact" else init,
-                "function preserved by construction": exact}
+    assert res.record == {
+        "old_m": m0,
+        "new_m": m0 + dm,
+        "old_a": a0,
+        "new_a": a0 + da,
+        "init": init,
+        "cut": spec.get("cut", "in") if init == "exact" else None,
+        "form": form,
+        "exact": exact,
+        "noise_frac": spec.get("noise_frac") if init == "noise" else None,
+        "old_shapes": old_shapes,
+    }
+    expected = {
+        "projections grown": 3,
+        "M": f"{m0} -> {m0 + dm}",
+        "A": f"{a0} -> {a0 + da}",
+        "init": f"exact (cut {spec.get('cut', 'in')}, form {form})" if init == "exact" else init,
+        "function preserved by construction": exact,
+    }
     if init == "zero":
         expected["warning"] = zero_init_warning(cfg.train.optimizer)
     assert res.report == expected
-    assert (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == ((0, 0) if unset else (M0, A0))  # caller's config untouched
+    assert (cfg.model.projection.rank_m, cfg.model.projection.rank_a) == (
+        (0, 0) if unset else (M0, A0)
+    )  # caller's config untouched
 
 
 # Nexusformer's exact-and-live cuts: the zeroed new blocks, as (stage, out rows, in cols) of the torch weight
-ZEROED = {"in": {("w_m", "new", "old"), ("w_a", "new", "old")}, "out": {("w_a", "old", "new"), ("w_d", "old", "new")},
-          "mixed": {("w_m", "new", "old"), ("w_d", "old", "new")},
-          "wa": {("w_a", "new", "old"), ("w_a", "old", "new"), ("w_a", "new", "new")}}
+ZEROED = {
+    "in": {("w_m", "new", "old"), ("w_a", "new", "old")},
+    "out": {("w_a", "old", "new"), ("w_d", "old", "new")},
+    "mixed": {("w_m", "new", "old"), ("w_d", "old", "new")},
+    "wa": {("w_a", "new", "old"), ("w_a", "old", "new"), ("w_a", "new", "new")},
+}
 
 
 @pytest.mark.parametrize("init,cut", [("exact", c) for c in ZEROED] + [("noise", "in"), ("zero", "in")])
@@ -532,6 +575,6 @@ def test_the_special_init_draws_w_m_and_w_a_at_one_over_root_fan_in_and_leaves_w
     layer.reset_special_parameters()
     for lin in (layer.w_m, layer.w_a):
         w = lin.weight.double()
-        assert abs(w.std().item() * lin.in_features ** 0.5 - 1.0) < 0.03, lin
-        assert abs(w.mean().item()) < 4 * lin.in_features ** -0.5 / w.numel() ** 0.5
+        assert abs(w.std().item() * lin.in_features**0.5 - 1.0) < 0.03, lin
+        assert abs(w.mean().item()) < 4 * lin.in_features**-0.5 / w.numel() ** 0.5
     assert torch.equal(layer.w_d.weight, torch.full((64, 128), 0.25))

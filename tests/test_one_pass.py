@@ -2,6 +2,7 @@
 its growth spec once and checks it against the model once, builds its configured hooks once, reads
 (and upgrades) a checkpoint's config once on resume, and `--resume auto` merges the base config once.
 Each count is taken by wrapping the real function, over a real run."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -28,6 +29,7 @@ def counts(monkeypatch):
         def wrapper(*a, **k):
             seen[key or name] += 1
             return real(*a, **k)
+
         monkeypatch.setattr(owner, name, wrapper)
 
     validate = RunConfig.validate
@@ -35,16 +37,25 @@ def counts(monkeypatch):
     def counting_validate(self):
         seen[f"validate d_model={self.model.d_model}"] += 1
         return validate(self)
+
     monkeypatch.setattr(RunConfig, "validate", counting_validate)
     for name in ("validate", "applies_to"):
         real = getattr(WidthSpec, name)
-        monkeypatch.setattr(WidthSpec, name, (lambda real, name: lambda self, *a: seen.__setitem__(
-            f"spec {name}", seen[f"spec {name}"] + 1) or real(self, *a))(real, name))
+        monkeypatch.setattr(
+            WidthSpec,
+            name,
+            (
+                lambda real, name: (
+                    lambda self, *a: seen.__setitem__(f"spec {name}", seen[f"spec {name}"] + 1) or real(self, *a)
+                )
+            )(real, name),
+        )
     parse = H.parse_hook_options
 
     def counting_parse(kind, entry, cfg, where):
         seen[f"hook {entry['kind']} built"] += 1
         return parse(kind, entry, cfg, where)
+
     monkeypatch.setattr(H, "parse_hook_options", counting_parse)
     count(CK, "read_config", "checkpoint config read")
     count(M, "upgrade", "config upgraded")
@@ -53,8 +64,23 @@ def counts(monkeypatch):
 
 
 def test_a_growing_run_does_each_thing_once(tmp_path, counts):
-    assert main(["train", *MICRO, "--train.steps", "3", "--out", str(tmp_path / "run"), "--grow-at", "1",
-                 "--growth", "{family: width, hidden: 48}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *MICRO,
+                "--train.steps",
+                "3",
+                "--out",
+                str(tmp_path / "run"),
+                "--grow-at",
+                "1",
+                "--growth",
+                "{family: width, hidden: 48}",
+            ]
+        )
+        == 0
+    )
     assert counts["validate d_model=32"] == 1  # the run's config; growth validates the grown one (d_model 48)
     assert counts["validate d_model=48"] == 1
     assert counts["spec validate"] == 1 and counts["spec applies_to"] == 1
@@ -68,7 +94,11 @@ def test_a_resumed_run_reads_its_checkpoints_config_once(tmp_path, counts, how):
     run = tmp_path / "run"
     assert main(["train", *MICRO, "--train.steps", "2", "--train.save_every", "1", "--out", str(run)]) == 0
     counts.clear()
-    where = ["--resume", str(run / "step_0000001")] if how == "checkpoint" else [*MICRO, "--resume", "auto", "--out", str(run)]
+    where = (
+        ["--resume", str(run / "step_0000001")]
+        if how == "checkpoint"
+        else [*MICRO, "--resume", "auto", "--out", str(run)]
+    )
     assert main(["train", *where, "--quiet", "--train.steps", "3"]) == 0
     assert counts["checkpoint config read"] == 1 and counts["config upgraded"] == 1
     assert counts["validate d_model=32"] == 1

@@ -7,6 +7,7 @@ options plus the builder they name, and the optimizer it builds meets optim/base
   it does not declare;
 * a step with found_inf = 1 changes neither the weights nor the state.
 """
+
 from __future__ import annotations
 
 import copy
@@ -115,13 +116,20 @@ def test_growth_extends_every_declared_state_tensor(kind):
     big = Tiny()
     big.hidden = torch.nn.Linear(6, 9)  # the hidden matrix grows 6 -> 9 output rows
     new = build_optimizer(big, t)
-    maps = {"hidden.weight": ParamMap("hidden.weight", (slice(0, 6), slice(0, 6))),
-            "hidden.bias": ParamMap("hidden.bias", (slice(0, 6),))}
+    maps = {
+        "hidden.weight": ParamMap("hidden.weight", (slice(0, 6), slice(0, 6))),
+        "hidden.bias": ParamMap("hidden.bias", (slice(0, 6),)),
+    }
     transplant_optimizer_state(old, new, maps)
     for name in ("hidden.weight", "hidden.bias"):
         st, was = new.state_for(name), old["state"][name]
-        owner = next(o for o in new.optimizers.values() for g in o.param_groups for p in g["params"]
-                     if new.param_names[id(p)] == name)
+        owner = next(
+            o
+            for o in new.optimizers.values()
+            for g in o.param_groups
+            for p in g["params"]
+            if new.param_names[id(p)] == name
+        )
         declared = state_growth_of(owner)
         grown = [k for k, v in was.items() if torch.is_tensor(v) and v.ndim > 0 and k != "step"]
         assert grown and set(grown) <= set(declared), (name, grown, declared)
@@ -139,8 +147,9 @@ def test_a_state_tensor_not_declared_is_refused():
     old = opt.state_dict()
     old["state"]["hidden.weight"]["mystery"] = torch.zeros(6, 6)
     with pytest.raises(RuntimeError, match="'mystery'.*does not declare"):
-        transplant_optimizer_state(old, build_optimizer(Tiny(), tcfg("adamw")),
-                                   {"hidden.weight": ParamMap("hidden.weight")})
+        transplant_optimizer_state(
+            old, build_optimizer(Tiny(), tcfg("adamw")), {"hidden.weight": ParamMap("hidden.weight")}
+        )
 
 
 def test_an_unknown_kind_or_one_without_a_builder_is_one_line():

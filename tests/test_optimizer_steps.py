@@ -1,5 +1,6 @@
 """The hand-written AdamW's and Muon's `step` as a whole: the closure, parameters without a gradient, and every
 tensor the step touches placed with the parameter (checked on `meta`, where a misplaced tensor is visible)."""
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,8 +30,10 @@ def _build(kind: str, params, **kw):
 
 
 # plain AdamW without a skip flag is torch's foreach AdamW, which reads its step on the host (not on meta)
-@pytest.mark.parametrize("kind, skip", [("adamw", True), ("cautious_adamw", False), ("cautious_adamw", True),
-                                        ("muon", False), ("muon", True)])
+@pytest.mark.parametrize(
+    "kind, skip",
+    [("adamw", True), ("cautious_adamw", False), ("cautious_adamw", True), ("muon", False), ("muon", True)],
+)
 def test_every_tensor_of_a_step_lives_on_the_parameters_device(kind, skip):
     """On an accelerator a CPU temporary (a 0-d zero, a fresh step count) is a host->device copy or a sync; on
     meta it is simply a CPU tensor, so the log names it. A per-element step (grown tensor) included."""
@@ -74,7 +77,7 @@ def test_a_closure_that_runs_backward_gets_its_gradients(kind):
 
     def closure():
         opt.zero_grad()
-        loss = (p ** 2).sum()
+        loss = (p**2).sum()
         loss.backward()
         return loss
 
@@ -178,7 +181,7 @@ def test_adamw_with_cautious_decay_follows_its_definition(flag):
         w.grad = g.clone()
         opt.step()
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+        u = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps)
         decay = wd * ref * (torch.sign(u) == torch.sign(ref))
         ref = ref - lr * (u + decay)
     torch.testing.assert_close(w.detach(), ref, rtol=1e-6, atol=1e-9)

@@ -3,6 +3,7 @@ the state), a step stored as a plain number, float64 and bfloat16 states, a dim 
 source, and the default policy. Each expectation comes from the definition of the policy
 (growth/optimizer_surgery.py): an entry's step counts the optimizer steps *that entry* has taken, old
 entries keep their state, new ones start at zero (asymmetric) or take their copy source's (copy)."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -40,8 +41,10 @@ def _trained(steps: int, seed: int, dtype=torch.float32):
 
 
 def _maps(old_rows: int, old_cols: int = 3, **lin) -> dict:
-    return {"a.weight": ParamMap("a.weight"),
-            "lin.weight": ParamMap("lin.weight", (slice(0, old_rows), slice(0, old_cols)), **lin)}
+    return {
+        "a.weight": ParamMap("a.weight"),
+        "lin.weight": ParamMap("lin.weight", (slice(0, old_rows), slice(0, old_cols)), **lin),
+    }
 
 
 def _grown_pair(steps=(7, 3), policy2="asymmetric", copy_source2=None):
@@ -102,8 +105,9 @@ def test_float64_state_is_moved_exactly_and_stays_float64(policy):
     old_opt = _trained(5, seed=4, dtype=torch.float64)
     src = torch.tensor([0, 1, 2, 3, 1, 2])
     new_opt = build_optimizer(Tiny(6, dtype=torch.float64), TCFG)
-    transplant_optimizer_state(old_opt.state_dict(), new_opt, _maps(4, copy_source={0: src} if policy == "copy" else None),
-                               policy)
+    transplant_optimizer_state(
+        old_opt.state_dict(), new_opt, _maps(4, copy_source={0: src} if policy == "copy" else None), policy
+    )
     st, st_old = new_opt.state_for("lin.weight"), old_opt.state_for("lin.weight")
     for key in ("exp_avg", "exp_avg_sq"):
         assert st[key].dtype == torch.float64
@@ -187,8 +191,12 @@ def test_a_tensor_that_does_not_grow_again_drops_its_old_new_mask_and_keeps_othe
     sd = o6.state_dict()
     st6 = sd["state"]["lin.weight"]
     assert "new_mask" in st6
-    st6 = {"new_mask": st6["new_mask"], "ema_count": torch.tensor(2.0), "lr_scale": 0.5,
-           **{k: v for k, v in st6.items() if k != "new_mask"}}  # new_mask and scalars first
+    st6 = {
+        "new_mask": st6["new_mask"],
+        "ema_count": torch.tensor(2.0),
+        "lr_scale": 0.5,
+        **{k: v for k, v in st6.items() if k != "new_mask"},
+    }  # new_mask and scalars first
     sd["state"]["lin.weight"] = st6
     again = build_optimizer(Tiny(6), TCFG)
     transplant_optimizer_state(sd, again, {"lin.weight": ParamMap("lin.weight")}, "asymmetric")
@@ -210,7 +218,9 @@ def test_scaled_policy_leaves_state_of_unknown_scaling_as_is():
     transplant_optimizer_state(sd, new_opt, _maps(4, 3, fan_in_scale={1: alpha}), "scaled")
     st = new_opt.state_for("lin.weight")
     assert torch.equal(st["grad_ema"][:4, :3], extra) and not st["grad_ema"][4:].any()
-    torch.testing.assert_close(st["exp_avg"][:4, :3], 0.5 * old_opt.state_for("lin.weight")["exp_avg"], atol=0, rtol=1e-6)
+    torch.testing.assert_close(
+        st["exp_avg"][:4, :3], 0.5 * old_opt.state_for("lin.weight")["exp_avg"], atol=0, rtol=1e-6
+    )
 
 
 class Gain(nn.Module):
@@ -262,14 +272,20 @@ def test_grown_state_lives_on_the_parameters_device(layout, policy):
     `scaled`, on the CPU like growth's): every moment, per-element step and re-warmup mask of the grown
     tensor, and the moments of the unchanged one, end on the parameters' device with their shape and
     dtype. The unchanged tensor's 0-d step stays where it was (torch's foreach AdamW keeps it on the CPU)."""
-    lin = {"copy": {"copy_source": {0: torch.tensor([0, 1, 2, 3, 0, 1])}},
-           "scaled": {"fan_in_scale": {1: torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25])}}}.get(policy, {})
+    lin = {
+        "copy": {"copy_source": {0: torch.tensor([0, 1, 2, 3, 0, 1])}},
+        "scaled": {"fan_in_scale": {1: torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25])}},
+    }.get(policy, {})
     new_opt = build_optimizer(Tiny(6, cols=5).to(META), TCFG)
     transplant_optimizer_state(_old_state_on(layout), new_opt, _maps(4, 3, **lin), policy)
     st, st_a = new_opt.state_for("lin.weight"), new_opt.state_for("a.weight")
     assert set(st) == {"step", "exp_avg", "exp_avg_sq", "new_mask"}
-    for key, want_dtype in (("exp_avg", torch.float32), ("exp_avg_sq", torch.float32), ("new_mask", None),
-                            ("step", torch.float32)):
+    for key, want_dtype in (
+        ("exp_avg", torch.float32),
+        ("exp_avg_sq", torch.float32),
+        ("new_mask", None),
+        ("step", torch.float32),
+    ):
         assert st[key].device == META and st[key].shape == (6, 5), key
         assert want_dtype is None or st[key].dtype == want_dtype, key
     for key in ("exp_avg", "exp_avg_sq"):

@@ -2,6 +2,7 @@
 outdir API: no training, no CLI (about a second in all). Which paths a command may write, which outputs
 it may replace or continue, what a dead writer's journal lets it ignore, and where nexus refuses to write
 at all (issue 42 item 6: outdir's mutation survivors)."""
+
 from __future__ import annotations
 
 import errno
@@ -14,13 +15,25 @@ import pytest
 
 import nexus.outdir.guard as guard
 from nexus.config import ConfigError
-from nexus.outdir.guard import (ANALYSIS, CHECKPOINT, TERNARY, TRAIN_RUN, check_output, check_usable, claim_directory,
-                                is_inside, output_kind, recorded_temporaries, refuse_unproven, write_marker)
+from nexus.outdir.guard import (
+    ANALYSIS,
+    CHECKPOINT,
+    TERNARY,
+    TRAIN_RUN,
+    check_output,
+    check_usable,
+    claim_directory,
+    is_inside,
+    output_kind,
+    recorded_temporaries,
+    refuse_unproven,
+    write_marker,
+)
 from nexus.outdir.lock import lock_file
 from nexus.outdir.manifest import MARKER, read_manifest, record
 
 HOST = socket.gethostname()
-DEAD = 2 ** 22 + 4321
+DEAD = 2**22 + 4321
 
 
 def output(d: Path, kind: str, **files: str) -> Path:
@@ -35,7 +48,9 @@ def output(d: Path, kind: str, **files: str) -> Path:
 
 def dead_lock(target: Path, *pending: str) -> Path:
     lf = lock_file(target)
-    lf.write_text("".join(json.dumps(r) + "\n" for r in [{"pid": DEAD, "host": HOST}, *({"pending": p} for p in pending)]))
+    lf.write_text(
+        "".join(json.dumps(r) + "\n" for r in [{"pid": DEAD, "host": HOST}, *({"pending": p} for p in pending)])
+    )
     return lf
 
 
@@ -99,7 +114,8 @@ def test_refuse_unproven_names_the_first_thing_and_counts_the_rest(tmp_path):
     (out / "config.yaml").write_text("b")
     assert refusal(refuse_unproven, out, "--out='run'") == (
         "--out='run': 'config.yaml' was changed since nexus wrote it (valid: move it out of the folder, or another output "
-        "path; --overwrite replaces only files nexus wrote and never deletes anything else)")
+        "path; --overwrite replaces only files nexus wrote and never deletes anything else)"
+    )
     (out / "config.yaml").write_text("a")
     (out / "x.txt").write_text("mine")
     (out / "y.txt").write_text("mine")
@@ -123,11 +139,13 @@ def test_a_new_or_empty_path_may_receive_any_output(tmp_path):
 def test_an_output_of_the_same_kind_is_replaced_or_continued_only_when_asked(tmp_path):
     out = output(tmp_path / "run", TRAIN_RUN, **{"config.yaml": "a"})
     assert refusal(check_output, out, TRAIN_RUN, flag="--save") == (
-        f"--save={str(out)!r} already holds a nexus train run output (valid: another --save, or --overwrite to replace it)")
+        f"--save={str(out)!r} already holds a nexus train run output (valid: another --save, or --overwrite to replace it)"
+    )
     assert check_output(out, TRAIN_RUN, overwrite=True) == out and check_output(out, TRAIN_RUN, resume=True) == out
     (out / "mine.txt").write_text("x")
     assert refusal(check_output, out, TRAIN_RUN, overwrite=True, flag="--save").startswith(
-        f"--save={str(out)!r}: 'mine.txt' was not written by nexus")
+        f"--save={str(out)!r}: 'mine.txt' was not written by nexus"
+    )
     assert check_output(out, TRAIN_RUN, resume=True) == out  # continuing in place deletes nothing
 
 
@@ -136,7 +154,8 @@ def test_another_kind_or_a_folder_without_a_manifest_is_never_taken(tmp_path):
     (out / "f").write_text("x")
     assert refusal(check_output, out, CHECKPOINT, overwrite=True).startswith(
         f"--out={str(out)!r} already exists and is a nexus analysis output (valid: a new or empty directory, or an "
-        "earlier nexus checkpoint output;")
+        "earlier nexus checkpoint output;"
+    )
     assert check_output(out, CHECKPOINT, kinds=(TRAIN_RUN, ANALYSIS), resume=True) == out
     user = tmp_path / "user"
     user.mkdir()
@@ -151,8 +170,10 @@ def test_a_run_from_before_manifests_is_told_how_to_continue_in_a_new_folder(tmp
     old = tmp_path / "old"
     (old / "checkpoint").mkdir(parents=True)
     (old / "checkpoint" / "meta.json").write_text("{}")
-    hint = f"; if it is a run from a nexus release before manifests, continue it in a new folder: --resume " \
-           f"{old / 'checkpoint'} --out NEW_DIR"
+    hint = (
+        f"; if it is a run from a nexus release before manifests, continue it in a new folder: --resume "
+        f"{old / 'checkpoint'} --out NEW_DIR"
+    )
     assert refusal(check_output, old, TRAIN_RUN, resume=True).endswith(hint)
     plain = "nexus never replaces what it did not write)"
     assert refusal(check_output, old, CHECKPOINT, resume=True).endswith(plain)  # only a train run has a hint
@@ -167,9 +188,11 @@ def test_an_output_inside_a_source_or_holding_one_is_refused(tmp_path):
     src = output(tmp_path / "ck", CHECKPOINT, **{"model.bin": "w"})
     assert refusal(check_output, src / "grown", CHECKPOINT, sources=[src]) == (
         f"--out={str(src / 'grown')!r} is inside the source {str(src)!r} (valid: a path outside the source; the source "
-        "stays untouched)")
+        "stays untouched)"
+    )
     assert refusal(check_output, tmp_path, CHECKPOINT, sources=[None, src]).startswith(
-        f"--out={str(tmp_path)!r} contains the source {str(src)!r}")
+        f"--out={str(tmp_path)!r} contains the source {str(src)!r}"
+    )
     assert check_output(tmp_path / "other", CHECKPOINT, sources=[None, src]) == tmp_path / "other"
 
 
@@ -194,14 +217,24 @@ def test_claim_directory_creates_the_output_with_a_manifest_of_its_kind_and_keep
 
 # ----------------------------------------------------------------------------- where nexus may write
 def test_the_filesystem_of_a_path_is_that_of_the_longest_mount_point_above_it(monkeypatch):
-    mounts = ("short\nrootfs / ext4 rw 0 0\nsrv /data nfs rw 0 0\nx /data/deep xfs rw 0 0\nshm /data\\040x tmpfs rw 0 0\n"
-              "three /three btrfs\n")  # a line of fewer than 3 fields says nothing; 3 are enough
+    mounts = (
+        "short\nrootfs / ext4 rw 0 0\nsrv /data nfs rw 0 0\nx /data/deep xfs rw 0 0\nshm /data\\040x tmpfs rw 0 0\n"
+        "three /three btrfs\n"
+    )  # a line of fewer than 3 fields says nothing; 3 are enough
     real = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: mounts if str(self) == "/proc/self/mounts"
-                        else real(self, *a, **k))
+    monkeypatch.setattr(
+        Path, "read_text", lambda self, *a, **k: mounts if str(self) == "/proc/self/mounts" else real(self, *a, **k)
+    )
     fs = guard._filesystem_type
     assert [fs(Path(p)) for p in ("/data/deep/f", "/data/deeper", "/data", "/data x/f", "/other", "/", "/three/a")] == [
-        "xfs", "nfs", "nfs", "tmpfs", "ext4", "ext4", "btrfs"]
+        "xfs",
+        "nfs",
+        "nfs",
+        "tmpfs",
+        "ext4",
+        "ext4",
+        "btrfs",
+    ]
     mounts += "ram /data tmpfs rw 0 0\n"  # mounted over /data later: the nfs below it is hidden
     assert fs(Path("/data/f")) == "tmpfs" and fs(Path("/data/deep/f")) == "xfs"
 
@@ -215,7 +248,8 @@ def test_the_filesystem_of_a_path_is_that_of_the_longest_mount_point_above_it(mo
 def test_the_kernels_own_filesystems_are_refused_and_a_ram_disk_is_not(tmp_path, monkeypatch):
     assert refusal(check_usable, Path("/proc/self/nexus-out")) == (
         "--out='/proc/self/nexus-out' is on the kernel filesystem proc (valid: a path on a disk or a RAM disk such as "
-        "/dev/shm)")
+        "/dev/shm)"
+    )
     monkeypatch.setattr(guard, "_filesystem_type", lambda p: None)  # /proc/self/mounts unreadable: /proc, /sys by name
     assert "kernel filesystem proc/sys" in refusal(check_usable, Path("/sys/kernel/x"), "--save")
     assert "kernel filesystem proc/sys" in refusal(check_usable, Path("/proc"))
@@ -227,23 +261,29 @@ def test_the_kernels_own_filesystems_are_refused_and_a_ram_disk_is_not(tmp_path,
 
 
 def test_names_too_long_for_the_filesystem_are_refused(tmp_path):
-    assert refusal(check_usable, tmp_path / ("n" * 256)).endswith("is 256 bytes long (valid: names of at most 255 bytes)")
+    assert refusal(check_usable, tmp_path / ("n" * 256)).endswith(
+        "is 256 bytes long (valid: names of at most 255 bytes)"
+    )
     check_usable(tmp_path / ("n" * 255))
-    assert refusal(check_usable, tmp_path / ("\u00e9" * 128)).endswith("is 256 bytes long (valid: names of at most 255 "
-                                                                      "bytes)")  # counted in bytes
+    assert refusal(check_usable, tmp_path / ("\u00e9" * 128)).endswith(
+        "is 256 bytes long (valid: names of at most 255 bytes)"
+    )  # counted in bytes
     deep = tmp_path.joinpath(*["d" * 200] * 21)
     assert refusal(check_usable, deep).endswith("is too long for the filesystem (valid: a shorter path)")
 
 
 def test_symlink_loops_and_dangling_links_are_refused(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    assert refusal(check_usable, tmp_path / "loop") == (f"--out={str(tmp_path / 'loop')!r} is a symlink loop (valid: a "
-                                                        "path that resolves to a directory)")
+    assert refusal(check_usable, tmp_path / "loop") == (
+        f"--out={str(tmp_path / 'loop')!r} is a symlink loop (valid: a path that resolves to a directory)"
+    )
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     assert refusal(check_usable, tmp_path / "dangling").startswith(
-        f"--out={str(tmp_path / 'dangling')!r} is a symlink to {str(tmp_path / 'nowhere')!r}, which does not exist")
+        f"--out={str(tmp_path / 'dangling')!r} is a symlink to {str(tmp_path / 'nowhere')!r}, which does not exist"
+    )
     assert refusal(check_usable, tmp_path / "dangling" / "out").startswith(
-        f"--out={str(tmp_path / 'dangling' / 'out')!r} lies below {str(tmp_path / 'dangling')!r}, a symlink to ")
+        f"--out={str(tmp_path / 'dangling' / 'out')!r} lies below {str(tmp_path / 'dangling')!r}, a symlink to "
+    )
     (tmp_path / "good").mkdir()
     (tmp_path / "ok").symlink_to(tmp_path / "good")
     check_usable(tmp_path / "ok" / "out")
@@ -251,21 +291,24 @@ def test_symlink_loops_and_dangling_links_are_refused(tmp_path):
 
 def test_a_path_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):
     bad = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff"))
-    assert refusal(check_usable, bad) == (f"--out='{tmp_path}/run\\xff' is not valid UTF-8 (byte b'\\xff') (valid: a "
-                                          "path whose names are UTF-8 text)")
+    assert refusal(check_usable, bad) == (
+        f"--out='{tmp_path}/run\\xff' is not valid UTF-8 (byte b'\\xff') (valid: a path whose names are UTF-8 text)"
+    )
 
 
 def test_a_file_where_a_folder_is_needed_the_reverse_and_a_path_below_a_file_are_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     (tmp_path / "d").mkdir()
     assert refusal(check_usable, tmp_path / "f") == f"--out={str(tmp_path / 'f')!r} is a file (valid: a directory path)"
-    assert refusal(check_usable, tmp_path / "d", file=True) == (f"--out={str(tmp_path / 'd')!r} is a directory (valid: a "
-                                                                "file path)")
+    assert refusal(check_usable, tmp_path / "d", file=True) == (
+        f"--out={str(tmp_path / 'd')!r} is a directory (valid: a file path)"
+    )
     check_usable(tmp_path / "f", file=True)
     check_usable(tmp_path / "d")
     assert refusal(check_usable, tmp_path / "f" / "a" / "out") == (
         f"--out={str(tmp_path / 'f' / 'a' / 'out')!r} lies below the file {str(tmp_path / 'f')!r} (valid: a path whose "
-        "parents are directories)")
+        "parents are directories)"
+    )
 
 
 def test_writability_is_tried_in_the_output_and_in_the_nearest_existing_folder_above_it(tmp_path, monkeypatch):
@@ -288,22 +331,27 @@ def test_writability_is_tried_in_the_output_and_in_the_nearest_existing_folder_a
     (tmp_path / "ro").mkdir()
     assert refusal(check_usable, tmp_path / "ro" / "new", "--save") == (
         f"--save={str(tmp_path / 'ro' / 'new')!r}: cannot write in {str(tmp_path / 'ro')!r} (Read-only file system) "
-        "(valid: a writable directory)")
+        "(valid: a writable directory)"
+    )
     assert list((tmp_path / "out").iterdir()) == []  # the probe is removed again
 
 
 # ----------------------------------------------------------------------------- after the first mutation run
 def test_an_unusable_path_is_refused_under_the_callers_flag(tmp_path):
     (tmp_path / "f").write_text("x")
-    assert refusal(check_output, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(f"--save={str(tmp_path / 'f')!r} is a file")
+    assert refusal(check_output, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(
+        f"--save={str(tmp_path / 'f')!r} is a file"
+    )
     assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(f"--save=")
     assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN).startswith(f"--out={str(tmp_path / 'f')!r} is a file")
 
 
 def test_claim_directory_replaces_or_continues_an_output_only_when_asked(tmp_path):
     out = output(tmp_path / "run", TRAIN_RUN, **{"config.yaml": "a"})
-    assert refusal(claim_directory, out, TRAIN_RUN) == (f"--out={str(out)!r} already holds a nexus train run output "
-                                                        "(valid: another --out, or --overwrite to replace it)")
+    assert refusal(claim_directory, out, TRAIN_RUN) == (
+        f"--out={str(out)!r} already holds a nexus train run output "
+        "(valid: another --out, or --overwrite to replace it)"
+    )
     assert claim_directory(out, TRAIN_RUN, overwrite=True) == out
     (out / "mine.txt").write_text("x")
     assert "'mine.txt' was not written by nexus" in refusal(claim_directory, out, TRAIN_RUN, overwrite=True)
@@ -316,11 +364,13 @@ def test_a_dead_writers_lock_is_refused_under_the_callers_flag_naming_the_lock(t
     lock_file(out).mkdir()
     assert refusal(recorded_temporaries, out) == (
         f"--out={str(out)!r}: its lock name {str(lock_file(out))!r} is a folder (valid: move it away, or another output "
-        "path; nexus never deletes what it did not write)")
+        "path; nexus never deletes what it did not write)"
+    )
     lock_file(out).rmdir()
     dead_lock(out, "../x/.y.tmp-1-2")
     assert refusal(recorded_temporaries, out, "--save").startswith(
-        f"--save={str(out)!r}: the lock {str(lock_file(out))!r} records '../x/.y.tmp-1-2'")
+        f"--save={str(out)!r}: the lock {str(lock_file(out))!r} records '../x/.y.tmp-1-2'"
+    )
 
 
 def test_paths_are_refused_from_linuxs_path_max_of_4096_bytes_on(tmp_path):
@@ -363,8 +413,12 @@ def test_an_output_a_dead_writer_renamed_into_place_is_known_by_its_ready_hash(t
     (out / "other.csv").write_text("not what was recorded")
     (out / "kept.csv").write_text("step,loss\n")
     (out / ".kept.csv.tmp-1-2").write_text("the temporary is still there: the rename never happened")
-    assert recorded_temporaries(out) == {".loss_curve.csv.tmp-1-2", "loss_curve.csv", ".other.csv.tmp-1-2",
-                                         ".kept.csv.tmp-1-2"}
+    assert recorded_temporaries(out) == {
+        ".loss_curve.csv.tmp-1-2",
+        "loss_curve.csv",
+        ".other.csv.tmp-1-2",
+        ".kept.csv.tmp-1-2",
+    }
 
 
 def test_a_folder_holding_only_a_dead_writers_manifest_temporary_counts_as_empty(tmp_path):

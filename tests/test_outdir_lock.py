@@ -2,6 +2,7 @@
 CLI (about a second in all). Who holds a lock and whether it still runs, what a journal records and how it
 is read back, which recorded names a taker may act on, and taking over a dead holder's lock (issue 42 item
 6: outdir's mutation survivors). Lock files are written here line by line, as a nexus writer would."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,22 @@ import pytest
 
 import nexus.outdir.lock as lock
 from nexus.config import ConfigError
-from nexus.outdir.lock import (SUFFIX, acquire_output_lock, check_lock_file, confined_pending, held_lock, holder_alive,
-                               is_nexus_holder, is_rank0, lock_file, read_journal, read_lock)
+from nexus.outdir.lock import (
+    SUFFIX,
+    acquire_output_lock,
+    check_lock_file,
+    confined_pending,
+    held_lock,
+    holder_alive,
+    is_nexus_holder,
+    is_rank0,
+    lock_file,
+    read_journal,
+    read_lock,
+)
 
 HOST = socket.gethostname()
-DEAD = 2 ** 22 + 4321  # above the kernel's pid_max default: no process has it
+DEAD = 2**22 + 4321  # above the kernel's pid_max default: no process has it
 
 
 def me() -> dict:
@@ -51,7 +63,7 @@ def test_a_process_start_time_is_the_kernels_even_when_its_name_holds_spaces_and
     p = subprocess.Popen([str(weird), "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         stat = Path(f"/proc/{p.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split(" ")  # field 3 (state) onwards; field 22 is starttime
+        fields = stat[stat.rindex(")") + 2 :].split(" ")  # field 3 (state) onwards; field 22 is starttime
         start = lock._proc_start(p.pid)
         assert start == fields[22 - 3] and start.isdigit()
         assert int(start) >= int(lock._proc_start(os.getpid()))  # started after this test process
@@ -74,7 +86,9 @@ def test_a_holder_is_alive_only_as_the_same_process_on_this_host(live_process, m
     assert holder_alive(me()) is True
     assert holder_alive({**me(), "proc_start": None}) is True  # a holder written without its start time
     assert holder_alive({**me(), "proc_start": "1"}) is False  # the pid reused by another process
-    assert holder_alive({"pid": live_process.pid, "host": HOST, "proc_start": lock._proc_start(live_process.pid)}) is True
+    assert (
+        holder_alive({"pid": live_process.pid, "host": HOST, "proc_start": lock._proc_start(live_process.pid)}) is True
+    )
     assert holder_alive({"pid": DEAD, "host": HOST}) is False
     assert holder_alive({"pid": str(os.getpid()), "host": HOST}) is False
     assert holder_alive({"host": HOST}) is False
@@ -105,10 +119,23 @@ def test_only_rank_0_or_a_single_process_takes_locks(monkeypatch, rank, want):
 
 # ----------------------------------------------------------------------------- the journal
 def test_the_journal_reads_back_the_holder_the_pending_names_and_the_hashes_of_those_still_pending(tmp_path):
-    lf = write_lines(tmp_path / "lk", {"pid": 5, "host": "h"}, {"pending": "a"}, {"pending": "b"}, {"pending": "c"},
-                     {"ready": "a", "sha256": "ha"}, {"ready": "b", "sha256": "hb"}, {"ready": "c", "sha256": 7},
-                     {"done": "b"}, {"done": "never-pending"}, {"ready": "gone", "sha256": "hg"}, [1, 2], "text",
-                     {"other": 1}, raw='{"pending": "torn')
+    lf = write_lines(
+        tmp_path / "lk",
+        {"pid": 5, "host": "h"},
+        {"pending": "a"},
+        {"pending": "b"},
+        {"pending": "c"},
+        {"ready": "a", "sha256": "ha"},
+        {"ready": "b", "sha256": "hb"},
+        {"ready": "c", "sha256": 7},
+        {"done": "b"},
+        {"done": "never-pending"},
+        {"ready": "gone", "sha256": "hg"},
+        [1, 2],
+        "text",
+        {"other": 1},
+        raw='{"pending": "torn',
+    )
     assert read_journal(lf) == ({"pid": 5, "host": "h"}, ["a", "c"], {"a": "ha"})
     assert read_lock(lf) == ({"pid": 5, "host": "h"}, ["a", "c"])
 
@@ -127,7 +154,9 @@ def test_a_journal_whose_first_line_is_not_a_holder_has_none_and_a_missing_one_i
 def test_every_journal_record_is_relative_to_the_locks_folder_and_fsynced(tmp_path, monkeypatch):
     synced = []
     real_fsync = os.fsync
-    monkeypatch.setattr(lock.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(
+        lock.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))
+    )
     out = tmp_path / "run"
     with acquire_output_lock(out) as lk:
         synced.clear()
@@ -135,9 +164,11 @@ def test_every_journal_record_is_relative_to_the_locks_folder_and_fsynced(tmp_pa
         lk.ready(out / ".a.tmp-1-2", "abc")
         lk.done(out / ".a.tmp-1-2")
         lines = lk.file.read_text().splitlines()
-        assert [json.loads(x) for x in lines[1:]] == [{"pending": "run/.a.tmp-1-2"},
-                                                     {"ready": "run/.a.tmp-1-2", "sha256": "abc"},
-                                                     {"done": "run/.a.tmp-1-2"}]
+        assert [json.loads(x) for x in lines[1:]] == [
+            {"pending": "run/.a.tmp-1-2"},
+            {"ready": "run/.a.tmp-1-2", "sha256": "abc"},
+            {"done": "run/.a.tmp-1-2"},
+        ]
         assert synced == [str(lk.file)] * 3  # each line reaches the disk before the name it records is made
 
 
@@ -164,8 +195,10 @@ def test_a_lock_name_holding_what_nexus_did_not_write_is_refused_and_left(tmp_pa
     lf.mkdir()
     with pytest.raises(ConfigError) as e:
         check_lock_file(lf, "--out", out)
-    assert str(e.value) == (f"--out={str(out)!r}: its lock name {str(lf)!r} is a folder (valid: move it away, or another "
-                            "output path; nexus never deletes what it did not write)")
+    assert str(e.value) == (
+        f"--out={str(out)!r}: its lock name {str(lf)!r} is a folder (valid: move it away, or another "
+        "output path; nexus never deletes what it did not write)"
+    )
     lf.rmdir()
     real = write_lines(tmp_path / "real", {"pid": DEAD, "host": HOST})
     lf.symlink_to(real)
@@ -179,32 +212,61 @@ def test_a_lock_name_holding_what_nexus_did_not_write_is_refused_and_left(tmp_pa
     check_lock_file(lf, "--out", out)  # a nexus lock: no refusal
 
 
-@pytest.mark.parametrize("rel", ["out/.model.tmp-1-2", ".out.tmp-12-34", ".out.new-1-2", ".out.old-1-2", ".out.del-1-2",
-                                 "out/a/b/.c.d.del-5-6", "out/.x.tmp-1-2"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "out/.model.tmp-1-2",
+        ".out.tmp-12-34",
+        ".out.new-1-2",
+        ".out.old-1-2",
+        ".out.del-1-2",
+        "out/a/b/.c.d.del-5-6",
+        "out/.x.tmp-1-2",
+    ],
+)
 def test_a_temporary_of_the_output_itself_or_below_it_may_be_acted_on(tmp_path, rel):
     (tmp_path / "out").mkdir()
     assert confined_pending(tmp_path / "out", tmp_path, [rel], tmp_path / "lk") == [rel]
 
 
-@pytest.mark.parametrize("rel", ["../out/.x.tmp-1-2", "/tmp/.out.tmp-1-2", ".other.tmp-1-2", ".out.tmp-1", ".out.bak-1-2",
-                                 "out/plain.txt", "out/.x.tmp-1-2/../../y", "elsewhere/.x.tmp-1-2", "out2/.x.tmp-1-2",
-                                 "out/link/.x.tmp-1-2", ".out2.tmp-1-2", "", "out/../.out.tmp-1-2"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "../out/.x.tmp-1-2",
+        "/tmp/.out.tmp-1-2",
+        ".other.tmp-1-2",
+        ".out.tmp-1",
+        ".out.bak-1-2",
+        "out/plain.txt",
+        "out/.x.tmp-1-2/../../y",
+        "elsewhere/.x.tmp-1-2",
+        "out2/.x.tmp-1-2",
+        "out/link/.x.tmp-1-2",
+        ".out2.tmp-1-2",
+        "",
+        "out/../.out.tmp-1-2",
+    ],
+)
 def test_a_recorded_name_that_is_no_temporary_of_the_output_is_refused_with_the_name(tmp_path, rel):
     (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out" / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ConfigError) as e:
         confined_pending(tmp_path / "out", tmp_path, [".out.tmp-1-2", rel], tmp_path / "lk", "--save")
-    assert str(e.value) == (f"--save={str(tmp_path / 'out')!r}: the lock {str(tmp_path / 'lk')!r} records {rel!r}, which "
-                            "is not a temporary of this output (valid: delete that lock file if no nexus process is "
-                            "writing there; nothing was touched)")
+    assert str(e.value) == (
+        f"--save={str(tmp_path / 'out')!r}: the lock {str(tmp_path / 'lk')!r} records {rel!r}, which "
+        "is not a temporary of this output (valid: delete that lock file if no nexus process is "
+        "writing there; nothing was touched)"
+    )
 
 
 def test_a_nested_outputs_temporaries_are_relative_to_the_enclosing_locks_folder(tmp_path):
     target = tmp_path / "run" / "step_1"
     target.mkdir(parents=True)
     assert confined_pending(target, tmp_path, ["run/.step_1.tmp-1-2", "run/step_1/.m.tmp-1-2"], tmp_path / "lk") == [
-        "run/.step_1.tmp-1-2", "run/step_1/.m.tmp-1-2"]
+        "run/.step_1.tmp-1-2",
+        "run/step_1/.m.tmp-1-2",
+    ]
     with pytest.raises(ConfigError):
         confined_pending(target, tmp_path, ["run/.step_2.tmp-1-2"], tmp_path / "lk")
 
@@ -237,19 +299,30 @@ def test_the_folders_made_to_hold_a_lock_are_removed_again_when_left_empty(tmp_p
 def test_a_lock_held_by_a_live_process_or_another_host_is_refused_and_left_as_it_was(tmp_path, live_process):
     out = tmp_path / "sub" / "run"
     (tmp_path / "sub").mkdir()
-    lf = write_lines(lock_file(out), {"pid": live_process.pid, "host": HOST, "proc_start": lock._proc_start(live_process.pid),
-                                      "started": "then", "command": "nexus train"})
+    lf = write_lines(
+        lock_file(out),
+        {
+            "pid": live_process.pid,
+            "host": HOST,
+            "proc_start": lock._proc_start(live_process.pid),
+            "started": "then",
+            "command": "nexus train",
+        },
+    )
     before = lf.read_text()
     with pytest.raises(ConfigError) as e:
         acquire_output_lock(out, "--save")
-    assert str(e.value) == (f"--save={str(out)!r} is being written by another nexus process: pid {live_process.pid} on host "
-                            f"{HOST!r} since then (nexus train) (valid: wait for it to finish, or another output path)")
+    assert str(e.value) == (
+        f"--save={str(out)!r} is being written by another nexus process: pid {live_process.pid} on host "
+        f"{HOST!r} since then (nexus train) (valid: wait for it to finish, or another output path)"
+    )
     assert lf.read_text() == before
     write_lines(lf, {"pid": 1, "host": "node-17.cluster", "started": "then"})
     with pytest.raises(ConfigError) as e:
         acquire_output_lock(out)
-    assert str(e.value).startswith(f"--out={str(out)!r} is locked by pid 1 on host 'node-17.cluster' since then, which "
-                                   "cannot be checked from here")
+    assert str(e.value).startswith(
+        f"--out={str(out)!r} is locked by pid 1 on host 'node-17.cluster' since then, which cannot be checked from here"
+    )
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == [lf.name]
 
 
@@ -264,12 +337,20 @@ def test_a_refused_lock_removes_the_folders_it_made(tmp_path, monkeypatch):
 def test_a_dead_holders_lock_is_taken_over_with_its_record_carried_until_recovered(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    lf = write_lines(lock_file(out), {"pid": DEAD, "host": HOST, "started": "then", "command": "nexus grow"},
-                     {"pending": "run/.a.tmp-1-2"}, {"pending": ".run.new-1-2"}, {"pending": "run/.b.tmp-1-2"},
-                     {"ready": "run/.a.tmp-1-2", "sha256": "ha"}, {"done": "run/.b.tmp-1-2"})
+    lf = write_lines(
+        lock_file(out),
+        {"pid": DEAD, "host": HOST, "started": "then", "command": "nexus grow"},
+        {"pending": "run/.a.tmp-1-2"},
+        {"pending": ".run.new-1-2"},
+        {"pending": "run/.b.tmp-1-2"},
+        {"ready": "run/.a.tmp-1-2", "sha256": "ha"},
+        {"done": "run/.b.tmp-1-2"},
+    )
     with acquire_output_lock(out) as lk:
-        assert lk.note == (f"took over the lock of {str(out)!r} left by pid {DEAD} on host {HOST!r} since then (nexus "
-                           "grow), which is no longer running")
+        assert lk.note == (
+            f"took over the lock of {str(out)!r} left by pid {DEAD} on host {HOST!r} since then (nexus "
+            "grow), which is no longer running"
+        )
         assert lk.taken_over == ["run/.a.tmp-1-2", ".run.new-1-2"] and lk.taken_ready == {"run/.a.tmp-1-2": "ha"}
         holder, pending, ready = read_journal(lf)
         assert holder["pid"] == os.getpid()
@@ -324,7 +405,9 @@ def test_without_hard_links_the_lock_is_still_created_only_where_the_name_is_fre
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(lock.os, "link", no_links)
-    monkeypatch.setattr(lock.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(
+        lock.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))
+    )
     lf = tmp_path / ".x.nexus-lock"
     assert lock._create_whole(lf, [{"pid": 1, "host": "h"}])
     assert lf.read_text() == '{"pid": 1, "host": "h"}\n' and synced[-1] == str(lf)
@@ -336,11 +419,13 @@ def test_without_hard_links_the_lock_is_still_created_only_where_the_name_is_fre
 def test_only_a_dead_nexus_holders_own_lock_temporary_is_removed(tmp_path, live_process):
     lf = tmp_path / ".x.nexus-lock"
     dead = write_lines(tmp_path / f"{lf.name}.tmp-{DEAD}", {"pid": DEAD, "host": HOST})
-    keep = [write_lines(tmp_path / f"{lf.name}.tmp-{live_process.pid}", {"pid": live_process.pid, "host": HOST}),  # alive
-            write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 1}", {"pid": DEAD, "host": HOST}),  # another pid inside
-            write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 2}", {"pid": DEAD + 2, "host": "node-17"}),  # another host
-            write_lines(tmp_path / f"{lf.name}.tmp-x{DEAD}", {"pid": DEAD, "host": HOST}),  # not a pid
-            write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 3}", {"user": "notes"})]  # not a nexus holder
+    keep = [
+        write_lines(tmp_path / f"{lf.name}.tmp-{live_process.pid}", {"pid": live_process.pid, "host": HOST}),  # alive
+        write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 1}", {"pid": DEAD, "host": HOST}),  # another pid inside
+        write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 2}", {"pid": DEAD + 2, "host": "node-17"}),  # another host
+        write_lines(tmp_path / f"{lf.name}.tmp-x{DEAD}", {"pid": DEAD, "host": HOST}),  # not a pid
+        write_lines(tmp_path / f"{lf.name}.tmp-{DEAD + 3}", {"user": "notes"}),
+    ]  # not a nexus holder
     (tmp_path / f"{lf.name}.tmp-{DEAD + 4}").mkdir()
     (tmp_path / f"{lf.name}.tmp-{DEAD + 5}").symlink_to(dead)
     lock._remove_dead_lock_temporaries(lf)
@@ -352,8 +437,12 @@ def test_only_a_dead_nexus_holders_own_lock_temporary_is_removed(tmp_path, live_
 def test_a_torn_line_mid_journal_is_skipped_and_a_done_name_recorded_again_is_not_ready(tmp_path):
     lf = write_lines(tmp_path / "lk", {"pid": 5, "host": "h"}, {"pending": "a"}, raw='{"ready": "a", "sha2\n')
     with open(lf, "a") as f:  # records after a torn line (a kill mid-append, then a taker's lines) still count
-        f.write("".join(json.dumps(r) + "\n" for r in [{"ready": "a", "sha256": "h1"}, {"done": "a"}, {"pending": "a"},
-                                                         {"pending": "b"}]))
+        f.write(
+            "".join(
+                json.dumps(r) + "\n"
+                for r in [{"ready": "a", "sha256": "h1"}, {"done": "a"}, {"pending": "a"}, {"pending": "b"}]
+            )
+        )
     assert read_journal(lf) == ({"pid": 5, "host": "h"}, ["a", "b"], {})  # a's second life was never complete
 
 
@@ -374,7 +463,9 @@ def test_refusals_while_taking_a_lock_name_the_callers_flag_and_the_lock(tmp_pat
     lf = write_lines(lock_file(out), {"pid": DEAD, "host": HOST}, {"pending": "../VB13/.photos.del-1-1"})
     with pytest.raises(ConfigError) as e:
         acquire_output_lock(out, "--save")
-    assert str(e.value).startswith(f"--save={str(out)!r}: the lock {str(lf)!r} records '../VB13/.photos.del-1-1', which")
+    assert str(e.value).startswith(
+        f"--save={str(out)!r}: the lock {str(lf)!r} records '../VB13/.photos.del-1-1', which"
+    )
 
 
 def test_checking_a_holder_sends_it_no_signal(signal_noting_process):
@@ -407,8 +498,12 @@ def test_a_lock_taken_over_twice_in_a_row_carries_both_dead_holders_records(tmp_
     def create_whole(lf, lines):
         calls.append(lines[1:])
         if len(calls) <= 2:  # a dead holder's lock stands in the way, twice (each taken over in turn)
-            write_lines(lf, {"pid": DEAD + len(calls), "host": HOST}, {"pending": f"run/.f{len(calls)}.tmp-1-2"},
-                        {"ready": f"run/.f{len(calls)}.tmp-1-2", "sha256": f"h{len(calls)}"})
+            write_lines(
+                lf,
+                {"pid": DEAD + len(calls), "host": HOST},
+                {"pending": f"run/.f{len(calls)}.tmp-1-2"},
+                {"ready": f"run/.f{len(calls)}.tmp-1-2", "sha256": f"h{len(calls)}"},
+            )
             return False
         return real(lf, lines)
 

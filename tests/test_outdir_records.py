@@ -2,6 +2,7 @@
 no training, no CLI (well under a second in all). What a manifest may name, how it is read and written,
 what proves a file or folder is still nexus's, and what ownership_problems reports (issue 42 item 6:
 outdir's mutation survivors). Each expected value is computed from the bytes the test wrote."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,9 +14,23 @@ from pathlib import Path
 import pytest
 
 import nexus.outdir.manifest as manifest
-from nexus.outdir.manifest import (MARKER, ManifestError, confined_name, entry_unchanged, file_entry, forget,
-                                   manifest_of_tree, new_manifest, ownership_problems, read_manifest, record,
-                                   record_growing, sha256_of, through_symlink, write_manifest)
+from nexus.outdir.manifest import (
+    MARKER,
+    ManifestError,
+    confined_name,
+    entry_unchanged,
+    file_entry,
+    forget,
+    manifest_of_tree,
+    new_manifest,
+    ownership_problems,
+    read_manifest,
+    record,
+    record_growing,
+    sha256_of,
+    through_symlink,
+    write_manifest,
+)
 
 
 def sha(data: bytes) -> str:
@@ -50,8 +65,28 @@ def test_a_plain_relative_name_is_confined(rel):
     assert confined_name(rel)
 
 
-@pytest.mark.parametrize("rel", [None, 3, b"a", "", "/a", "/", "a\0b", "..", ".", "a/../b", "./a", "a/.", "a//b", "a/",
-                                 MARKER, "n" * 256, "d/" + "\u00e9" * 128])  # a part over 255 bytes: no filesystem's
+@pytest.mark.parametrize(
+    "rel",
+    [
+        None,
+        3,
+        b"a",
+        "",
+        "/a",
+        "/",
+        "a\0b",
+        "..",
+        ".",
+        "a/../b",
+        "./a",
+        "a/.",
+        "a//b",
+        "a/",
+        MARKER,
+        "n" * 256,
+        "d/" + "\u00e9" * 128,
+    ],
+)  # a part over 255 bytes: no filesystem's
 def test_absolute_dotted_empty_or_non_text_names_and_the_manifest_itself_are_not_confined(rel):
     assert not confined_name(rel)
 
@@ -94,17 +129,22 @@ def test_a_manifest_without_a_file_table_reads_as_one_listing_nothing(tmp_path, 
 
 @pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../x", ""])
 def test_a_manifest_naming_a_path_outside_its_directory_is_refused_with_the_name(tmp_path, rel):
-    (tmp_path / MARKER).write_text(json.dumps({"kind": "train run", "files": {"ok": {"dir": True}, rel: {"dir": True}}}))
+    (tmp_path / MARKER).write_text(
+        json.dumps({"kind": "train run", "files": {"ok": {"dir": True}, rel: {"dir": True}}})
+    )
     with pytest.raises(ManifestError) as e:
         read_manifest(tmp_path)
     assert repr(rel) in str(e.value) and repr(str(tmp_path / MARKER)) in str(e.value)
 
 
-def test_write_manifest_replaces_the_manifest_through_its_own_temporary_fsynced_only_when_durable(tmp_path, monkeypatch):
+def test_write_manifest_replaces_the_manifest_through_its_own_temporary_fsynced_only_when_durable(
+    tmp_path, monkeypatch
+):
     synced, crashes = [], []
     real_fsync = os.fsync
-    monkeypatch.setattr(manifest.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
-                                                          real_fsync(fd)))
+    monkeypatch.setattr(
+        manifest.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))
+    )
 
     def crash_point(name):
         crashes.append((name, sorted(p.name for p in tmp_path.iterdir())))
@@ -145,8 +185,9 @@ def test_manifest_of_tree_lists_every_file_below_but_its_own_manifest_and_tempor
     (tmp_path / "empty").mkdir()
     m = manifest_of_tree(tmp_path, "checkpoint", hashes={"sub/b.bin": "known"})
     assert m["kind"] == "checkpoint"
-    assert m["files"] == {rel: {"size": len(b), "sha256": "known" if rel == "sub/b.bin" else sha(b)}
-                          for rel, b in files.items()}
+    assert m["files"] == {
+        rel: {"size": len(b), "sha256": "known" if rel == "sub/b.bin" else sha(b)} for rel, b in files.items()
+    }
 
 
 def test_record_creates_the_manifest_of_its_kind_and_adds_or_refreshes_each_sort_of_entry(tmp_path):
@@ -155,9 +196,12 @@ def test_record_creates_the_manifest_of_its_kind_and_adds_or_refreshes_each_sort
     record(tmp_path, "train run", files=["config.yaml"], grows=["metrics.jsonl"], dirs=["step_1"], library_dirs=["tb"])
     m = read_manifest(tmp_path)
     assert m["kind"] == "train run"
-    assert m["files"] == {"config.yaml": {"size": 5, "sha256": sha(b"a: 1\n")},
-                          "metrics.jsonl": {"size": 12, "sha256": sha(b'{"step": 1}\n'), "grows": True},
-                          "step_1": {"dir": True}, "tb": {"dir": "library", "files": {}}}  # tb: nothing in it yet
+    assert m["files"] == {
+        "config.yaml": {"size": 5, "sha256": sha(b"a: 1\n")},
+        "metrics.jsonl": {"size": 12, "sha256": sha(b'{"step": 1}\n'), "grows": True},
+        "step_1": {"dir": True},
+        "tb": {"dir": "library", "files": {}},
+    }  # tb: nothing in it yet
     put(tmp_path / "config.yaml", b"a: 22\n")
     record(tmp_path, "analysis", files=["config.yaml"])  # an existing manifest keeps its kind and its other entries
     m2 = read_manifest(tmp_path)
@@ -274,13 +318,20 @@ def test_ownership_problems_names_changed_entries_first_then_everything_unlisted
     put(d / "user" / "a" / "b.txt", b"u")
     (d / "empty").mkdir()
     put(d / ".nexus-run.tmp-x", b"not a manifest temporary")
-    assert ownership_problems(d) == [("config.yaml", "changed"), ("z.txt", "changed"),
-                                     (".nexus-run.tmp-x", "not written by nexus"),
-                                     ("checkpoint_notes.txt", "not written by nexus"), ("empty", "not written by nexus"),
-                                     ("user", "not written by nexus")]
-    assert ownership_problems(d, ignore=["user", "empty"]) == [("config.yaml", "changed"), ("z.txt", "changed"),
-                                                             (".nexus-run.tmp-x", "not written by nexus"),
-                                                             ("checkpoint_notes.txt", "not written by nexus")]
+    assert ownership_problems(d) == [
+        ("config.yaml", "changed"),
+        ("z.txt", "changed"),
+        (".nexus-run.tmp-x", "not written by nexus"),
+        ("checkpoint_notes.txt", "not written by nexus"),
+        ("empty", "not written by nexus"),
+        ("user", "not written by nexus"),
+    ]
+    assert ownership_problems(d, ignore=["user", "empty"]) == [
+        ("config.yaml", "changed"),
+        ("z.txt", "changed"),
+        (".nexus-run.tmp-x", "not written by nexus"),
+        ("checkpoint_notes.txt", "not written by nexus"),
+    ]
 
 
 def test_ownership_problems_holds_an_entry_reached_through_a_symlink_changed_even_when_its_bytes_match(tmp_path):
@@ -293,7 +344,11 @@ def test_ownership_problems_holds_an_entry_reached_through_a_symlink_changed_eve
     (d / "sub").symlink_to(outside)
     (d / "nowhere").symlink_to(tmp_path / "missing")  # a dangling link on the way to a listed name
     # the link to a folder leads to listed names (they are reported); the dangling one is no folder: named too
-    assert ownership_problems(d) == [("nowhere/g", "changed"), ("sub/f", "changed"), ("nowhere", "not written by nexus")]
+    assert ownership_problems(d) == [
+        ("nowhere/g", "changed"),
+        ("sub/f", "changed"),
+        ("nowhere", "not written by nexus"),
+    ]
 
 
 def test_a_listed_folder_of_files_is_not_itself_a_problem_but_an_unlisted_file_inside_it_is(tmp_path):
@@ -312,20 +367,42 @@ def test_an_entry_that_is_no_record_or_a_file_turned_folder_is_changed_and_what_
     put(d / "junk", b"x")
     (d / "a.txt").unlink()
     put(d / "a.txt" / "inside", b"the user's")  # a listed file's name now a folder of the user's files
-    assert ownership_problems(d) == [("a.txt", "changed"), ("junk", "changed"), ("a.txt/inside", "not written by nexus")]
+    assert ownership_problems(d) == [
+        ("a.txt", "changed"),
+        ("junk", "changed"),
+        ("a.txt/inside", "not written by nexus"),
+    ]
 
 
 # ----------------------------------------------------------------------------- since the rebase (main's new code)
-from nexus.outdir.manifest import (dead_manifest_temporary, holds_recorded_output, is_library, library_file_owned,  # noqa: E402
-                                   library_files, library_problems, manifest_temporary, output_hash,
-                                   remove_dead_manifest_temporaries)
+from nexus.outdir.manifest import (
+    dead_manifest_temporary,
+    holds_recorded_output,
+    is_library,
+    library_file_owned,  # noqa: E402
+    library_files,
+    library_problems,
+    manifest_temporary,
+    output_hash,
+    remove_dead_manifest_temporaries,
+)
 
-DEAD = 2 ** 22 + 4321  # above the kernel's pid_max default: no process has it
+DEAD = 2**22 + 4321  # above the kernel's pid_max default: no process has it
 
 
-@pytest.mark.parametrize("head, want", [(b'{"created": "2026-01-01"', True), (b'{\n "created": "2', True), (b"{", True),
-                                        (b'{"crea', True), (b"", True), (b'{"kind": "x"}', False), (b"notes", False),
-                                        (b'{\n "kind"', False)])
+@pytest.mark.parametrize(
+    "head, want",
+    [
+        (b'{"created": "2026-01-01"', True),
+        (b'{\n "created": "2', True),
+        (b"{", True),
+        (b'{"crea', True),
+        (b"", True),
+        (b'{"kind": "x"}', False),
+        (b"notes", False),
+        (b'{\n "kind"', False),
+    ],
+)
 def test_a_manifest_temporary_holds_the_start_of_a_manifest_under_its_name(tmp_path, head, want):
     p = put(tmp_path / f"{manifest.MARKER_TMP}{DEAD}", head)
     assert manifest_temporary(p) is want
@@ -370,7 +447,7 @@ def test_a_recorded_output_is_recognised_by_its_hash_or_its_manifests(tmp_path):
     assert not holds_recorded_output(tmp_path / "missing", sha(b""))
     (tmp_path / "link").symlink_to(f)
     assert not holds_recorded_output(tmp_path / "link", sha(b"weights"))
-    assert not holds_recorded_output(put(tmp_path / "empty" / "x", b"") .parent, sha(b""))  # a folder without manifest
+    assert not holds_recorded_output(put(tmp_path / "empty" / "x", b"").parent, sha(b""))  # a folder without manifest
 
 
 def test_a_library_entry_is_a_record_whose_dir_is_library():
@@ -384,8 +461,10 @@ def test_a_library_folders_files_are_listed_by_their_bytes_and_its_links_left_ou
     put(tmp_path / "tb" / "run" / "events.2", b"de")
     (tmp_path / "tb" / "empty").mkdir()
     (tmp_path / "tb" / "link").symlink_to(tmp_path / "tb" / "events.1")
-    assert library_files(tmp_path / "tb") == {"events.1": {"size": 3, "sha256": sha(b"abc")},
-                                              "run/events.2": {"size": 2, "sha256": sha(b"de")}}
+    assert library_files(tmp_path / "tb") == {
+        "events.1": {"size": 3, "sha256": sha(b"abc")},
+        "run/events.2": {"size": 2, "sha256": sha(b"de")},
+    }
 
 
 def test_a_library_folder_is_the_librarys_while_each_file_starts_with_its_recorded_bytes(tmp_path):
@@ -399,15 +478,29 @@ def test_a_library_folder_is_the_librarys_while_each_file_starts_with_its_record
     put(tb / "mine.txt", b"the user's")
     put(tb / "run" / "deeper" / "x", b"x")
     (tb / "link").symlink_to(tb / "events.1")
-    assert library_problems(tb, entry) == [("link", "not written by nexus"), ("mine.txt", "not written by nexus"),
-                                           ("run/events.2", "changed"), ("run/deeper/x", "not written by nexus")]
+    assert library_problems(tb, entry) == [
+        ("link", "not written by nexus"),
+        ("mine.txt", "not written by nexus"),
+        ("run/events.2", "changed"),
+        ("run/deeper/x", "not written by nexus"),
+    ]
     assert library_problems(tb, {"dir": "library"}) == []  # an older record without its files: the library's whole
     assert library_problems(tb, {"dir": "library", "files": "x"}) == []
     assert entry_unchanged(tb, entry) is False and entry_unchanged(tb, {"dir": "library"}) is True
 
 
-@pytest.mark.parametrize("e", [None, "x", {"sha256": "0"}, {"size": "3", "sha256": "0"}, {"size": True, "sha256": "0"},
-                               {"size": -1, "sha256": sha(b"")}, {"size": 4, "sha256": "0"}])
+@pytest.mark.parametrize(
+    "e",
+    [
+        None,
+        "x",
+        {"sha256": "0"},
+        {"size": "3", "sha256": "0"},
+        {"size": True, "sha256": "0"},
+        {"size": -1, "sha256": sha(b"")},
+        {"size": 4, "sha256": "0"},
+    ],
+)
 def test_a_library_file_with_an_unusable_or_longer_record_is_not_owned(tmp_path, e):
     put(tmp_path / "tb" / "f", b"abc")
     assert not library_file_owned(tmp_path / "tb", "f", {"dir": "library", "files": {"f": e}})
@@ -433,10 +526,19 @@ def test_ownership_problems_names_a_library_folders_unproven_files_and_skips_ign
     put(d / "tb" / "mine.txt", b"m")
     put(d / "x.txt", b"changed")
     put(d / "config.yaml", b"edited")  # sorted before the library folder: its problem is kept beside tb's
-    assert ownership_problems(d) == [("config.yaml", "changed"), ("tb/mine.txt", "not written by nexus"),
-                                     ("x.txt", "changed")]
-    assert ownership_problems(d, ignore=["x.txt"]) == [("config.yaml", "changed"), ("tb/mine.txt", "not written by nexus")]
-    assert ownership_problems(d, ignore=["config.yaml"]) == [("tb/mine.txt", "not written by nexus"), ("x.txt", "changed")]
+    assert ownership_problems(d) == [
+        ("config.yaml", "changed"),
+        ("tb/mine.txt", "not written by nexus"),
+        ("x.txt", "changed"),
+    ]
+    assert ownership_problems(d, ignore=["x.txt"]) == [
+        ("config.yaml", "changed"),
+        ("tb/mine.txt", "not written by nexus"),
+    ]
+    assert ownership_problems(d, ignore=["config.yaml"]) == [
+        ("tb/mine.txt", "not written by nexus"),
+        ("x.txt", "changed"),
+    ]
 
 
 def test_checking_a_manifest_temporarys_writer_sends_it_no_signal(tmp_path, signal_noting_process):

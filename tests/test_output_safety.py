@@ -1,5 +1,6 @@
 """No command destroys files it did not create: output guards, resume targets, metrics on resume,
 interrupted saves, non-finite weights (issues 15 and 18)."""
+
 import hashlib
 import json
 import math
@@ -12,8 +13,22 @@ import torch
 import nexus
 from nexus.cli import main
 
-MICRO = ["--preset", "baseline-micro", "--train.steps", "4", "--train.eval_every", "0", "--model.d_model", "32",
-         "--data.seq_len", "32", "--train.batch_size", "4", "--train.sample_tokens", "4"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.steps",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.sample_tokens",
+    "4",
+]
 
 
 def snapshot(root: Path) -> dict:
@@ -60,8 +75,19 @@ def _writers(run: Path, out: Path) -> dict:
         "export-hf": ["export", "--checkpoint", ckpt, "--format", "hf", "--out", out],
         "import": ["import", "--hf", run / "missing-hf-dir", "--out", out],
         "progressive": ["experiment", "progressive", "--tokens", "8192", "--out", out, "--quiet"],
-        "compare": ["experiment", "compare", "--presets", "baseline-micro", "--seeds", "0", "--tokens", "512",
-                    "--out", out, "--quiet"],
+        "compare": [
+            "experiment",
+            "compare",
+            "--presets",
+            "baseline-micro",
+            "--seeds",
+            "0",
+            "--tokens",
+            "512",
+            "--out",
+            out,
+            "--quiet",
+        ],
     }
 
 
@@ -99,11 +125,19 @@ def test_unusable_out_paths_are_one_line(capsys, tmp_path, run, cmd, where):
 
 def test_grow_into_its_own_run_directory_is_refused(capsys, run):
     before = snapshot(run)
-    one_line_exit_2(capsys, ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--out", run], "source")
-    one_line_exit_2(capsys, ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48",
-                             "--out", run / "checkpoint" / "inner"], "inside the source")
-    one_line_exit_2(capsys, ["export", "--checkpoint", run / "checkpoint", "--format", "hf",
-                             "--out", run / "checkpoint" / "hf"], "inside the source")
+    one_line_exit_2(
+        capsys, ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--out", run], "source"
+    )
+    one_line_exit_2(
+        capsys,
+        ["grow", "--checkpoint", run / "checkpoint", "--width.hidden", "48", "--out", run / "checkpoint" / "inner"],
+        "inside the source",
+    )
+    one_line_exit_2(
+        capsys,
+        ["export", "--checkpoint", run / "checkpoint", "--format", "hf", "--out", run / "checkpoint" / "hf"],
+        "inside the source",
+    )
     assert snapshot(run) == before
 
 
@@ -136,8 +170,12 @@ def test_grow_then_resume_leaves_the_source_run_byte_identical(tmp_path, run):
     shutil.copytree(run, src)
     wide = tmp_path / "wide"
     before = snapshot(src)
-    assert main(["grow", "--checkpoint", str(src / "checkpoint"), "--width.hidden", "48", "--no-verify",
-                 "--out", str(wide)]) == 0
+    assert (
+        main(
+            ["grow", "--checkpoint", str(src / "checkpoint"), "--width.hidden", "48", "--no-verify", "--out", str(wide)]
+        )
+        == 0
+    )
     grown = snapshot(wide)
     assert main(["train", "--resume", str(wide), "--train.steps", "12", "--quiet"]) == 0
     assert snapshot(src) == before  # the source run: same files, same bytes
@@ -162,8 +200,9 @@ def test_resuming_a_copied_checkpoint_writes_beside_the_copy(tmp_path, run):
 
 def test_resume_out_inside_the_checkpoint_is_refused(capsys, tmp_path, run):
     before = snapshot(run)
-    one_line_exit_2(capsys, ["train", "--resume", run / "step_0000004", "--out", run / "step_0000004" / "more"],
-                    "inside the source")
+    one_line_exit_2(
+        capsys, ["train", "--resume", run / "step_0000004", "--out", run / "step_0000004" / "more"], "inside the source"
+    )
     assert snapshot(run) == before
 
 
@@ -211,8 +250,22 @@ def test_default_run_keeps_step_checkpoints_the_readme_resumes(tmp_path):
 
     assert TrainConfig().save_every == 100
     out = tmp_path / "r"
-    small = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "16", "--train.batch_size", "2",
-             "--train.eval_every", "0", "--train.sample_tokens", "2", "--train.log_every", "100"]
+    small = [
+        "--preset",
+        "baseline-micro",
+        "--model.d_model",
+        "32",
+        "--data.seq_len",
+        "16",
+        "--train.batch_size",
+        "2",
+        "--train.eval_every",
+        "0",
+        "--train.sample_tokens",
+        "2",
+        "--train.log_every",
+        "100",
+    ]
     assert main(["train", *small, "--train.steps", "201", "--out", str(out), "--quiet"]) == 0
     assert (out / "step_0000200" / "meta.json").is_file()
     assert main(["train", "--resume", str(out / "step_0000200"), "--train.steps", "202", "--quiet"]) == 0
@@ -221,8 +274,17 @@ def test_default_run_keeps_step_checkpoints_the_readme_resumes(tmp_path):
 def test_growing_steps_on_resume_keeps_the_schedule_horizon(tmp_path):
     """Resuming with more steps continues the original schedule (no LR jump); the new steps run at the floor."""
     a, b = tmp_path / "a", tmp_path / "b"
-    args = [*MICRO, "--train.steps", "20", "--train.warmup_steps", "2", "--train.save_every", "10",
-            "--train.log_every", "1"]
+    args = [
+        *MICRO,
+        "--train.steps",
+        "20",
+        "--train.warmup_steps",
+        "2",
+        "--train.save_every",
+        "10",
+        "--train.log_every",
+        "1",
+    ]
     assert main(["train", *args, "--out", str(a), "--quiet"]) == 0
     shutil.copytree(a, b)
     assert main(["train", "--resume", str(b / "step_0000010"), "--train.steps", "30", "--quiet"]) == 0
@@ -236,16 +298,31 @@ def test_growing_steps_on_resume_keeps_the_schedule_horizon(tmp_path):
     # an explicit horizon re-plans the schedule: at step 11 of 30 the cosine is well above the floor
     c = tmp_path / "c"
     shutil.copytree(a, c)
-    assert main(["train", "--resume", str(c / "step_0000010"), "--train.steps", "30", "--train.schedule_steps", "30",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--resume",
+                str(c / "step_0000010"),
+                "--train.steps",
+                "30",
+                "--train.schedule_steps",
+                "30",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert {x["step"]: x["lr"] for x in _records(c) if "lr" in x}[11] > lr_a[11] * 1.2
 
 
 def test_lr_on_resume_is_used_and_recorded(tmp_path, run):
     r = tmp_path / "r"
     shutil.copytree(run, r)
-    assert main(["train", "--resume", str(r / "step_0000004"), "--train.lr", "1e-4", "--train.log_every", "1",
-                 "--quiet"]) == 0
+    assert (
+        main(["train", "--resume", str(r / "step_0000004"), "--train.lr", "1e-4", "--train.log_every", "1", "--quiet"])
+        == 0
+    )
     recs = [x for x in _records(r) if "lr" in x and x["step"] > 4]
     assert recs and all(x["lr"] == pytest.approx(1e-4 * x["lr_factor"]) for x in recs)
     assert nexus.checkpoint.read_config(r / "checkpoint").train.lr == 1e-4
@@ -282,9 +359,27 @@ def test_nonfinite_gradient_norm_skips_the_step(tmp_path):
 
 def test_diverging_run_never_saves_or_prunes_into_nonfinite_weights(tmp_path, capsys):
     out = tmp_path / "r"
-    code = main(["train", *MICRO, "--train.steps", "30", "--train.lr", "1e30", "--train.grad_clip", "0",
-                 "--train.warmup_steps", "0", "--train.save_every", "2", "--train.keep_last", "2", "--out", str(out),
-                 "--quiet"])
+    code = main(
+        [
+            "train",
+            *MICRO,
+            "--train.steps",
+            "30",
+            "--train.lr",
+            "1e30",
+            "--train.grad_clip",
+            "0",
+            "--train.warmup_steps",
+            "0",
+            "--train.save_every",
+            "2",
+            "--train.keep_last",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and "non-finite" in err, err
     ckpts = sorted(out.glob("step_*"))

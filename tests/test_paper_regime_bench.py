@@ -1,6 +1,7 @@
 """benchmarks/studies/progressive_paper_regime.py: its shrunk shapes are the regime it claims (>= 100 tokens
 per active parameter before growth, 2x growth, *-matched bases equal in parameters), and its run
 cache shares only runs whose whole configuration is identical."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@ optimizer field of TrainConfig reaches the optimizer that uses it. The rule, fro
 `optimizer=muon` every 2-D non-embedding matrix goes to Muon; norms, biases, gains (ndim < 2) and
 embeddings (`*embed.weight`, `lm_head`, `*wte.weight`) are not decayed unless `decay_all`; everything
 else is AdamW with `weight_decay`. Parameters that do not train get no optimizer."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -29,8 +30,11 @@ def _groups(opt) -> dict[str, tuple[str, set[str], dict]]:
     out = {}
     for key, o in opt.optimizers.items():
         for g in o.param_groups:
-            out[g["name"]] = (key, {opt.param_names[id(p)] for p in g["params"]},
-                              {k: v for k, v in g.items() if k != "params"})
+            out[g["name"]] = (
+                key,
+                {opt.param_names[id(p)] for p in g["params"]},
+                {k: v for k, v in g.items() if k != "params"},
+            )
     return out
 
 
@@ -67,16 +71,31 @@ def test_embedding_names():
 
 
 def test_every_optimizer_field_reaches_its_optimizer():
-    t = TrainConfig(optimizer={"kind": "muon", "betas": [0.8, 0.9], "eps": 1e-7}, lr=1.5e-3, muon_lr=0.03, muon_momentum=0.9,
-                    muon_wd=0.01, muon_ns_steps=4, muon_ns="polar_express", weight_decay=0.05)
+    t = TrainConfig(
+        optimizer={"kind": "muon", "betas": [0.8, 0.9], "eps": 1e-7},
+        lr=1.5e-3,
+        muon_lr=0.03,
+        muon_momentum=0.9,
+        muon_wd=0.01,
+        muon_ns_steps=4,
+        muon_ns="polar_express",
+        weight_decay=0.05,
+    )
     opt = build_optimizer(Net(), t)
     adam, muon = opt.optimizers["adamw"], opt.optimizers["muon"]
     assert isinstance(adam, torch.optim.AdamW) and isinstance(muon, Muon)
     a = adam.param_groups[0]
     assert (a["lr"], a["base_lr"], tuple(a["betas"]), a["eps"]) == (1.5e-3, 1.5e-3, (0.8, 0.9), 1e-7)
     m = muon.param_groups[0]
-    assert (m["lr"], m["base_lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) \
-        == (0.03, 0.03, 0.9, 0.01, 4, "polar_express", False)
+    assert (
+        m["lr"],
+        m["base_lr"],
+        m["momentum"],
+        m["weight_decay"],
+        m["ns_steps"],
+        m["ns_method"],
+        m["cautious_wd"],
+    ) == (0.03, 0.03, 0.9, 0.01, 4, "polar_express", False)
 
 
 def test_cautious_weight_decay_takes_the_hand_written_adamw_with_the_same_fields():
@@ -85,4 +104,10 @@ def test_cautious_weight_decay_takes_the_hand_written_adamw_with_the_same_fields
     adam = opt.optimizers["adamw"]
     assert type(adam) is AdamW and opt.optimizers["muon"].param_groups[0]["cautious_wd"] is True
     for g in adam.param_groups:
-        assert (g["lr"], g["base_lr"], tuple(g["betas"]), g["eps"], g["cautious_wd"]) == (2e-3, 2e-3, (0.85, 0.9), 1e-6, True)
+        assert (g["lr"], g["base_lr"], tuple(g["betas"]), g["eps"], g["cautious_wd"]) == (
+            2e-3,
+            2e-3,
+            (0.85, 0.9),
+            1e-6,
+            True,
+        )

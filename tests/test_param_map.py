@@ -2,6 +2,7 @@
 tensor's region of the grown tensor, `scale_of_old` is the factor growth applied to each old entry, the
 product over dimensions of that dimension's fan-in factor at the entry's index (SPARKLING's alpha per
 channel). The expected tensors are built entry by entry from those definitions."""
+
 import itertools
 
 import torch

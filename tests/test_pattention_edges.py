@@ -2,6 +2,7 @@
 the layer's defaults (GELU-L2, no bias, small-normal token init), the config reaching every layer
 (tokens, activation, bias, init std, the pinned tau of attention and FFN layers only with freeze_scale),
 FLOPs and the description a printed model carries."""
+
 import math
 
 import pytest
@@ -36,10 +37,17 @@ def test_defaults_are_gelu_l2_without_bias_and_small_normal_tokens():
 
 
 def _model(freeze: bool, **model):
-    proj = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=0,
-                                  ffn_param_tokens=0, freeze_scale=freeze, pattention_act="softmax")
-    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj, attention_bias=True,
-                      init_std=0.05, **model)
+    proj = ProjectionOptions.make(
+        "pattention",
+        targets=["q", "k", "v", "o", "ffn"],
+        param_tokens=0,
+        ffn_param_tokens=0,
+        freeze_scale=freeze,
+        pattention_act="softmax",
+    )
+    cfg = ModelConfig(
+        d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj, attention_bias=True, init_std=0.05, **model
+    )
     cfg.growth_state.update(frozen_n=5, ffn_frozen_n=7)
     torch.manual_seed(0)
     return build_model(cfg)

@@ -2,6 +2,7 @@
 embedding max_norm, a global forward pre-hook, a subclassed norm, a cache it did not prefill or whose
 position disagrees with its buffers), its refusals (more than one token, past max_seq_len), QK-norm with
 the model's own epsilon, and a preallocated capacity smaller than the head size."""
+
 import pytest
 import torch
 from test_decode_cache import _plain
@@ -85,5 +86,5 @@ def test_qk_norm_uses_the_model_epsilon_and_capacity_below_head_size_grows():
         full = model(x).logits
         parts = [model(x[:, :3], cache=cache).logits]
         step = model.fast_decoder(cache)
-        parts += [step(x[:, t:t + 1])[:, None] for t in range(3, 9)]
+        parts += [step(x[:, t : t + 1])[:, None] for t in range(3, 9)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5 * float(full.abs().max()))

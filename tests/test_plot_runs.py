@@ -1,4 +1,5 @@
 """`nexus plot RUN [RUN ...]`: loss of existing runs against tokens, FLOPs and wall time, as a PNG and a CSV."""
+
 import csv
 import json
 from pathlib import Path
@@ -10,9 +11,31 @@ from nexus.cli import main
 
 
 def _train(out: Path, *extra: str) -> Path:
-    argv = ["train", "--preset", "baseline-micro", "--out", str(out), "--quiet", "--train.steps", "12",
-            "--train.eval_every", "4", "--train.log_every", "2", "--train.batch_size", "2", "--data.seq_len", "32",
-            "--train.sample_every", "0", "--train.save_every", "0", "--train.eval_batches", "1", *extra]
+    argv = [
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--out",
+        str(out),
+        "--quiet",
+        "--train.steps",
+        "12",
+        "--train.eval_every",
+        "4",
+        "--train.log_every",
+        "2",
+        "--train.batch_size",
+        "2",
+        "--data.seq_len",
+        "32",
+        "--train.sample_every",
+        "0",
+        "--train.save_every",
+        "0",
+        "--train.eval_batches",
+        "1",
+        *extra,
+    ]
     assert main(argv) == 0
     return out
 
@@ -86,14 +109,15 @@ def test_ema_matches_its_definition():
     assert smoothing_weight(10) == 0.0 and smoothing_weight(300) == pytest.approx(0.9)
 
 
-def test_plot_smooths_the_train_curve_emphasises_validation_and_takes_log_axes(two_runs, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_plot_smooths_the_train_curve_emphasises_validation_and_takes_log_axes(two_runs, tmp_path, capsys, monkeypatch):
     """Issue 40 item 10: the raw train curves overlapped into noise and the first drop took the linear axis."""
     import nexus.figures
 
     figures = []
     real_save = nexus.figures.save_figure
-    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path, **kw: (figures.append(fig), real_save(fig, path, **kw))[1])
+    monkeypatch.setattr(
+        nexus.figures, "save_figure", lambda fig, path, **kw: (figures.append(fig), real_save(fig, path, **kw))[1]
+    )
     out = tmp_path / "p"
     assert main(["plot", *map(str, two_runs), "--out", str(out), "--logx", "--logy", "--smooth", "0.6"]) == 0
     rows = list(csv.DictReader(open(f"{out}.csv")))
@@ -133,8 +157,9 @@ def test_plot_takes_a_dpi_and_writes_svg_or_pdf(two_runs, tmp_path, capsys):
     assert f"wrote {tmp_path / 'd'}.pdf and {tmp_path / 'd'}.csv" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, needle", [(["--dpi", "20"], "--dpi='20'"), (["--dpi", "x"], "--dpi='x'"),
-                                          (["--format", "jpg"], "--format")])
+@pytest.mark.parametrize(
+    "args, needle", [(["--dpi", "20"], "--dpi='20'"), (["--dpi", "x"], "--dpi='x'"), (["--format", "jpg"], "--format")]
+)
 def test_plot_bad_dpi_or_format_is_one_line_and_writes_nothing(two_runs, tmp_path, capsys, args, needle):
     assert main(["plot", str(two_runs[0]), "--out", str(tmp_path / "p"), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -155,14 +180,30 @@ def grown_then_resumed(tmp_path_factory):
     root = tmp_path_factory.mktemp("resumed")
     base = _train(root / "gbase", "--train.steps", "6")
     wide = root / "gwide"
-    assert main(["grow", "--checkpoint", str(base / "checkpoint"), "--out", str(wide), "--width.hidden", "96",
-                 "--train.steps", "12", "--no-verify"]) == 0
+    assert (
+        main(
+            [
+                "grow",
+                "--checkpoint",
+                str(base / "checkpoint"),
+                "--out",
+                str(wide),
+                "--width.hidden",
+                "96",
+                "--train.steps",
+                "12",
+                "--no-verify",
+            ]
+        )
+        == 0
+    )
     assert main(["train", "--resume", str(wide), "--quiet"]) == 0
     return base, wide
 
 
 def test_plot_prices_a_resumed_grown_runs_tokens_before_the_growth_at_the_small_models_flops(
-        grown_then_resumed, tmp_path):
+    grown_then_resumed, tmp_path
+):
     """The truth from the two runs' own configs and steps (not the growth record): base steps at the base model's
     FLOPs per token, the steps after the growth at the grown model's."""
     from nexus.analysis.flops import train_flops_per_token

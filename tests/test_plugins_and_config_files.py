@@ -1,5 +1,6 @@
 """Issue 24 item 5: your own presets (YAML files, --preset with --config) and third-party plugins
 registered through the `nexus.plugins` entry-point group."""
+
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from nexus.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PLUGIN = '''
+PLUGIN = """
 from nexus.analysis import register_analysis
 from nexus.presets import get_preset, register
 
@@ -30,7 +31,7 @@ def plug_micro():
 @register_analysis("plug-count", "parameter count, from a plugin")
 def plug_count(src, out_dir, args):
     return {"params": sum(p.numel() for p in src.model().parameters())}
-'''
+"""
 
 
 def _install(site: Path, name: str, entry: str, module_text: str | None) -> None:
@@ -47,8 +48,9 @@ def _install(site: Path, name: str, entry: str, module_text: str | None) -> None
 def _nexus(site: Path, cwd: Path, *argv: str):
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT / 'src'}", "OMP_NUM_THREADS": "1"}
     env.pop("NEXUS_DISABLE_PLUGINS", None)
-    return subprocess.run([sys.executable, "-m", "nexus", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "nexus", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow  # builds and pip-installs a package (~14 s); run with -m slow
@@ -62,16 +64,25 @@ def test_a_plugin_package_adds_a_preset_and_an_analysis_used_from_the_cli(tmp_pa
     assert run.returncode == 0, run.stderr
     cfg = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert cfg["preset"] == "plug-micro" and cfg["model"]["n_layers"] == 3 and cfg["train"]["steps"] == 2
-    an = _nexus(site, tmp_path, "analyze", "plug-count", "--preset", "plug-micro", "--out", str(tmp_path / "an"), "--json")
+    an = _nexus(
+        site, tmp_path, "analyze", "plug-count", "--preset", "plug-micro", "--out", str(tmp_path / "an"), "--json"
+    )
     assert an.returncode == 0, an.stderr
     assert json.loads(an.stdout.strip().splitlines()[-1])["params"] > 0
 
 
-@pytest.mark.parametrize("entry,module_text,needle", [
-    ("missingplug_mod", None, "names module 'missingplug_mod', which is not installed"),
-    ("brokenplug", "import a_module_that_does_not_exist\n", "failed to load (ModuleNotFoundError"),
-    ("brokenplug:setup", "def setup():\n    raise ImportError('needs libfoo')\n", "failed to load (ImportError: needs libfoo)"),
-])
+@pytest.mark.parametrize(
+    "entry,module_text,needle",
+    [
+        ("missingplug_mod", None, "names module 'missingplug_mod', which is not installed"),
+        ("brokenplug", "import a_module_that_does_not_exist\n", "failed to load (ModuleNotFoundError"),
+        (
+            "brokenplug:setup",
+            "def setup():\n    raise ImportError('needs libfoo')\n",
+            "failed to load (ImportError: needs libfoo)",
+        ),
+    ],
+)
 def test_an_unknown_or_broken_plugin_is_one_line_and_exit_2(tmp_path, entry, module_text, needle):
     site = tmp_path / "site"
     _install(site, "brokenplug", entry, module_text)

@@ -3,6 +3,7 @@ parameter, FFN 128 -> 256, train to 2x, >= 64K evaluation tokens), every grown v
 seed's one small checkpoint, a rerun skips finished runs and retrains an unfinished one to the same
 result, and bad input (a corpus that would repeat, a missing or foreign lr sweep, too few lrs) is one
 line with exit code 2."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,13 @@ def test_full_plan_is_the_issue_regime(bench, tmp_path):
     assert plan["eval_tokens"] >= 65536
     runs = plan["runs"]
     small = runs["seed0/small"]["cfg"]["model"]
-    assert (small["n_layers"], small["d_model"], small["n_heads"], small["head_dim"], small["ffn_hidden"]) == (4, 64, 4, 16, 128)
+    assert (small["n_layers"], small["d_model"], small["n_heads"], small["head_dim"], small["ffn_hidden"]) == (
+        4,
+        64,
+        4,
+        16,
+        128,
+    )
     assert runs["seed0/scratch-d64-ffn256"]["cfg"]["model"]["ffn_hidden"] == 256
     assert runs["seed0/prefix"]["cfg"]["train"]["steps"] == plan["grow_step"]
     for name in ("small", *bench.DEFAULT_METHODS):  # every branch starts from the seed's one prefix
@@ -93,14 +100,16 @@ def test_a_corpus_that_would_repeat_is_refused(bench, tmp_path, capsys):
     plan = bench.plan_regime(["sparkling"], [0], "smoke", "embedded", tmp_path, None)
     assert bench.corpus_check(plan)["share_of_split_drawn"] < 1  # the embedded corpus holds a smoke run
     with pytest.raises(bench.Refused) as e:
-        bench.corpus_check({**plan, "token_budget": 10 ** 9})
+        bench.corpus_check({**plan, "token_budget": 10**9})
     assert e.value.code == 2 and "--data='embedded'" in e.value.line and "repeat" in e.value.line
-    assert "repeat" in bench.corpus_check({**plan, "token_budget": 10 ** 9}, refuse=False)["problem"]  # --estimate says it
+    assert (
+        "repeat" in bench.corpus_check({**plan, "token_budget": 10**9}, refuse=False)["problem"]
+    )  # --estimate says it
 
 
-@pytest.mark.parametrize("args,needle", [(["--lrs", "1e-3,2e-3,4e-3"], "--lrs"),
-                                         (["--methods", "nexus-rank"], "--methods"),
-                                         ([], "--sweep")])
+@pytest.mark.parametrize(
+    "args,needle", [(["--lrs", "1e-3,2e-3,4e-3"], "--lrs"), (["--methods", "nexus-rank"], "--methods"), ([], "--sweep")]
+)
 def test_bad_input_is_one_line_exit_2(bench, tmp_path, capsys, args, needle):
     with pytest.raises(SystemExit) as e:
         bench.main(["--smoke", "--seeds", "0", "--out", str(tmp_path / "x"), *args])
@@ -112,7 +121,9 @@ def test_bad_input_is_one_line_exit_2(bench, tmp_path, capsys, args, needle):
 def test_a_sweep_of_another_plan_is_refused(bench, tmp_path, capsys):
     sweep = tmp_path / "x" / "smoke" / bench.SWEEP_FILE
     sweep.parent.mkdir(parents=True)
-    sweep.write_text(json.dumps({"key": {"scale": "full", "data": "stdlib", "token_budget": 1}, "best": {"small": 1e-3}}))
+    sweep.write_text(
+        json.dumps({"key": {"scale": "full", "data": "stdlib", "token_budget": 1}, "best": {"small": 1e-3}})
+    )
     with pytest.raises(SystemExit) as e:
         bench.main(["--smoke", "--seeds", "0", "--out", str(tmp_path / "x")])
     assert e.value.code == 2 and "swept for" in capsys.readouterr().err
@@ -141,8 +152,9 @@ def test_only_a_finished_sweep_run_of_the_same_config_is_reused(bench, tmp_path)
         table.setdefault(r["shape"], []).append({"lr": r["lr"], "final_val_loss": 1.0})
     scratch = next(k for k in table if k != "small")
     for small_lr, scratch_lr, reused in [(1e-3, 4e-3, True), (1e-3, 1.6e-2, False)]:
-        plan = bench.plan_regime(list(bench.DEFAULT_METHODS), [0, 1], "smoke", "embedded", out,
-                                 {"small": small_lr, scratch: scratch_lr})
+        plan = bench.plan_regime(
+            list(bench.DEFAULT_METHODS), [0, 1], "smoke", "embedded", out, {"small": small_lr, scratch: scratch_lr}
+        )
         names = bench.reuse_sweep_runs(plan, list(bench.DEFAULT_METHODS), out, {"table": table})
         # the small run is the prefix's continuation, a full-horizon run of the same config (resume is bitwise:
         # test_core_train::test_exact_resume_is_bitwise); seed 1 and the prefix (a half run) are their own runs
@@ -154,8 +166,13 @@ def test_only_a_finished_sweep_run_of_the_same_config_is_reused(bench, tmp_path)
 
 
 def test_the_sweep_behind_a_tuned_result_is_printed_with_its_cost(bench):
-    table = {"small": [{"lr": 1e-3, "final_val_loss": 2.0}, {"lr": 2e-3, "final_val_loss": 1.5},
-                       {"lr": 4e-3, "final_val_loss": 1.7}]}
+    table = {
+        "small": [
+            {"lr": 1e-3, "final_val_loss": 2.0},
+            {"lr": 2e-3, "final_val_loss": 1.5},
+            {"lr": 4e-3, "final_val_loss": 1.7},
+        ]
+    }
     lines = bench.sweep_lines({"path": "s.json", "table": table, "cost": {"run_seconds": 5400, "wall_s": 2700}})
     assert lines[0] == "lr sweep (s.json): 3 runs, one seed (0), 90 run-minutes, 45 min wall"
     assert lines[1] == "  small: 0.001 -> 2.0000, 0.002 -> 1.5000, 0.004 -> 1.7000 (best 0.002)"
@@ -215,14 +232,23 @@ def test_arch_pair_is_matched_and_each_grows_from_its_own_base(bench, tmp_path):
         assert b["grow_step"] == -(-40 * small // tps) and b["steps"] == 2 * b["grow_step"]
         for sd in (0, 1):
             grown = runs[f"seed{sd}/{name}"]
-            assert grown["after"] == f"seed{sd}/{name}-prefix" and runs[f"seed{sd}/{name}-small"]["after"] == grown["after"]
+            assert (
+                grown["after"] == f"seed{sd}/{name}-prefix"
+                and runs[f"seed{sd}/{name}-small"]["after"] == grown["after"]
+            )
             assert runs[grown["after"]]["cfg"]["train"]["steps"] == b["grow_step"]
-            assert grown["cfg"]["train"]["steps"] == b["steps"] and grown["cfg"]["train"]["hooks"][0]["at"] == b["grow_step"]
-    big = {n: runs[f"seed0/scratch-{runs[f'seed0/{n}']['shape']}"]["cfg"]["model"]["projection"] for n in bench.ARCH_SHAPES}
+            assert (
+                grown["cfg"]["train"]["steps"] == b["steps"]
+                and grown["cfg"]["train"]["hooks"][0]["at"] == b["grow_step"]
+            )
+    big = {
+        n: runs[f"seed0/scratch-{runs[f'seed0/{n}']['shape']}"]["cfg"]["model"]["projection"] for n in bench.ARCH_SHAPES
+    }
     assert (big["nexus-rank-regime"]["rank_m"], big["nexus-rank-regime"]["rank_a"]) == (96, 160)
     assert big["tokenformer-regime"]["param_tokens"] == 248
     assert runs["seed0/sparkling"]["after"] == "seed0/prefix"  # the FFN-axis base keeps its names
     from nexus.experiments import progressive as P
+
     assert "nexus-rank-regime" not in P.methods()  # the benchmark's own methods do not leak into the library's
 
 
@@ -236,8 +262,10 @@ def test_each_base_is_scored_against_its_own_small_and_scratch(bench, tmp_path):
     planted = {}  # run name -> final loss
     for sd in seeds:
         s = 3.0 + noise[sd]
-        for name, (small, scratch, grown) in {"nexus-rank-regime": (s, s - 1.0, s - 0.5),
-                                               "tokenformer-regime": (s + 0.3, s - 0.7, s + 0.3 - 0.9)}.items():
+        for name, (small, scratch, grown) in {
+            "nexus-rank-regime": (s, s - 1.0, s - 0.5),
+            "tokenformer-regime": (s + 0.3, s - 0.7, s + 0.3 - 0.9),
+        }.items():
             planted[f"seed{sd}/{name}-small"] = planted[f"seed{sd}/{name}-prefix"] = small
             planted[f"seed{sd}/{name}"] = grown
             planted[f"seed{sd}/scratch-{plan['runs'][f'seed{sd}/{name}']['shape']}"] = scratch
@@ -246,9 +274,15 @@ def test_each_base_is_scored_against_its_own_small_and_scratch(bench, tmp_path):
     ledger = Ledger(tmp_path / "ledger")
     tps = plan["tokens_per_step"]
     for name, loss in planted.items():
-        ledger.write(name, plan["runs"][name]["cfg"], {"val_loss": loss},
-                     [{"step": 1, "tokens": tps, "val_loss": loss + 1},
-                      {"step": plan["steps"], "tokens": plan["steps"] * tps, "val_loss": loss}])
+        ledger.write(
+            name,
+            plan["runs"][name]["cfg"],
+            {"val_loss": loss},
+            [
+                {"step": 1, "tokens": tps, "val_loss": loss + 1},
+                {"step": plan["steps"], "tokens": plan["steps"] * tps, "val_loss": loss},
+            ],
+        )
     summary = bench.summarize(plan, ledger)
     nr, tf = (summary["methods"][m] for m in bench.ARCH_SHAPES)
     assert nr["base"] == "nexus-rank-regime" and tf["base"] == "tokenformer-regime"
@@ -286,8 +320,18 @@ def test_the_plot_draws_every_scratch_shape_of_a_base(bench, tmp_path, monkeypat
     import nexus.figures
 
     out = tmp_path / "b"
-    args = ["--smoke", "--seeds", "0", "--untuned", "--workers", "1", "--methods", "sparkling-hidden,sparkling-both",
-            "--out", str(out)]
+    args = [
+        "--smoke",
+        "--seeds",
+        "0",
+        "--untuned",
+        "--workers",
+        "1",
+        "--methods",
+        "sparkling-hidden,sparkling-both",
+        "--out",
+        str(out),
+    ]
     assert bench.main(args) == 0
     res = json.loads((out / "smoke" / "results.json").read_text())
     figs = []

@@ -1,5 +1,6 @@
 """NEXUS v4.1 RecurrentLM: the recurrence, deep supervision with a one-step gradient, causality,
 cached decoding, test-time depth scaling, presets and the v4.1-style Python API."""
+
 import pytest
 import torch
 from tolerance_guard import atol_for
@@ -12,7 +13,14 @@ from nexus.models.reference.recurrent_reference import ref_deep_supervision_loss
 
 def make(n_sup=2, t_inner=3, d=16, ffn=32, layers=2, seed=0, **rec):
     torch.manual_seed(seed)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=n_sup, t_inner=t_inner, **rec), vocab_size=50, d_model=d, n_layers=layers, n_heads=1, ffn_hidden=ffn)
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=n_sup, t_inner=t_inner, **rec),
+        vocab_size=50,
+        d_model=d,
+        n_layers=layers,
+        n_heads=1,
+        ffn_hidden=ffn,
+    )
     return build_model(cfg)
 
 
@@ -132,7 +140,7 @@ def test_no_future_leakage(train_mode):
         with torch.no_grad():
             a, b = model(x).logits, model(x2).logits
         assert torch.equal(a[0, : t + 1], b[0, : t + 1])
-        assert not torch.allclose(a[0, t + 1:], b[0, t + 1:])  # the change is visible from t+1 on
+        assert not torch.allclose(a[0, t + 1 :], b[0, t + 1 :])  # the change is visible from t+1 on
 
 
 def test_cached_decoding_matches_full_forward():
@@ -142,7 +150,7 @@ def test_cached_decoding_matches_full_forward():
     with torch.no_grad():
         full = model(x).logits
         parts = [model(x[:, :4], cache=cache).logits]
-        parts += [model(x[:, i:i + 1], cache=cache).logits for i in range(4, 10)]
+        parts += [model(x[:, i : i + 1], cache=cache).logits for i in range(4, 10)]
     assert cache.pos == 10
     assert len(cache.layer(0)) == 2 * 3  # one conv history per (supervision step, iteration) per layer
     assert torch.allclose(torch.cat(parts, 1), full, atol=1e-5)
@@ -166,6 +174,7 @@ def test_generate_greedy_equals_uncached_argmax_and_depth_override():
 
 def test_training_memory_does_not_keep_no_grad_iterations():
     """Saved activations of the backward graph do not grow with T_inner (the O(1) promise)."""
+
     def saved_bytes(t_inner):
         model = make(n_sup=2, t_inner=t_inner, d=32, ffn=64).train()
         total = [0]
@@ -183,8 +192,9 @@ def test_training_memory_does_not_keep_no_grad_iterations():
 
 def test_flops_account_for_every_application():
     model = make(n_sup=2, t_inner=3)
-    per_app = sum(2 * m.in_features * m.out_features for l in model.layers for m in l.modules()
-                  if isinstance(m, torch.nn.Linear))
+    per_app = sum(
+        2 * m.in_features * m.out_features for l in model.layers for m in l.modules() if isinstance(m, torch.nn.Linear)
+    )
     per_app += sum(m.flops_per_token(8) for l in model.layers for m in l.modules() if hasattr(m, "flops_per_token"))
     head = 2 * 16 * 50  # tied head: d_model x vocab
     assert model.flops_per_token(8) == pytest.approx((2 * 3 - 1) * per_app + head)
@@ -198,8 +208,12 @@ def test_presets_match_the_v41_table():
     from nexus.models.accounting import param_count_for_config
     from nexus.presets import get_preset
 
-    table = {"nexus-tiny": (10e6, 4, 4, 32), "nexus-small": (40e6, 4, 6, 48), "nexus-base": (100e6, 6, 8, 144),
-             "nexus-medium": (200e6, 8, 10, 240)}
+    table = {
+        "nexus-tiny": (10e6, 4, 4, 32),
+        "nexus-small": (40e6, 4, 6, 48),
+        "nexus-base": (100e6, 6, 8, 144),
+        "nexus-medium": (200e6, 8, 10, 240),
+    }
     for name, (params, n_sup, t_inner, depth) in table.items():
         cfg = get_preset(name)
         rc = cfg.model.arch
@@ -216,8 +230,9 @@ def test_presets_match_the_v41_table():
 
 
 def test_nexus_config_and_model_api():
-    cfg = NexusConfig.from_dict({"vocab_size": 50, "d_model": 16, "n_layers": 2, "ffn_hidden": 32, "n_sup": 2,
-                                 "T_inner": 2})
+    cfg = NexusConfig.from_dict(
+        {"vocab_size": 50, "d_model": 16, "n_layers": 2, "ffn_hidden": 32, "n_sup": 2, "T_inner": 2}
+    )
     torch.manual_seed(0)
     model = NexusModel(cfg)
     assert model.depth() == (2, 2)
@@ -229,8 +244,9 @@ def test_nexus_config_and_model_api():
     x = ids()
     with torch.no_grad():
         assert torch.allclose(deeper(x).logits, model(x, t_inner=4).logits, atol=1e-6)
-    out = model.generate(ids(T=3, B=1), max_new_tokens=4, temperature=0.8, top_p=0.9,
-                         generator=torch.Generator().manual_seed(0))
+    out = model.generate(
+        ids(T=3, B=1), max_new_tokens=4, temperature=0.8, top_p=0.9, generator=torch.Generator().manual_seed(0)
+    )
     assert out.shape == (1, 7)
     with pytest.raises(ConfigError, match="bogus"):
         NexusConfig.from_dict({"bogus": 1})

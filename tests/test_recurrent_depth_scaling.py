@@ -1,5 +1,6 @@
 """Test-time depth scaling of the recurrent model: `depth_scaled` blocks nest, and `generate` hands every
 sampling argument to the shared sampler at the depth it was asked for."""
+
 import torch
 
 from nexus.config import ModelConfig
@@ -10,8 +11,9 @@ from nexus.models.recurrent import RecurrentOptions
 
 def make():
     torch.manual_seed(0)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=3), vocab_size=50, d_model=16, n_layers=1,
-                      n_heads=1, ffn_hidden=32)
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=2, t_inner=3), vocab_size=50, d_model=16, n_layers=1, n_heads=1, ffn_hidden=32
+    )
     return build_model(cfg).eval()
 
 

@@ -3,6 +3,7 @@ the layer it names (the reference reads the config, not the layers' flags), the 
 loss, z-loss and ignored labels on the final step, hidden states per supervision step, chunked prefill
 through the conv history, the conv's and SwiGLU's FLOPs and init from their definitions, and the v4.1
 Python API field by field. Float64 where the comparison is exact on paper."""
+
 import math
 
 import pytest
@@ -29,8 +30,15 @@ V = 40
 
 def make(n_sup=2, t_inner=2, d=12, ffn=24, layers=2, seed=0, double=True, model=None, **rec):
     torch.manual_seed(seed)
-    cfg = ModelConfig(arch=RecurrentOptions(n_sup=n_sup, t_inner=t_inner, **rec), vocab_size=V, d_model=d,
-                      n_layers=layers, n_heads=1, ffn_hidden=ffn, **(model or {}))
+    cfg = ModelConfig(
+        arch=RecurrentOptions(n_sup=n_sup, t_inner=t_inner, **rec),
+        vocab_size=V,
+        d_model=d,
+        n_layers=layers,
+        n_heads=1,
+        ffn_hidden=ffn,
+        **(model or {}),
+    )
     m = build_model(cfg)
     return m.double() if double else m
 
@@ -39,8 +47,15 @@ def ids(T=7, B=2, seed=1):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("rec,model", [({"subln": True, "act_quant": True}, {}), ({"subln": False}, {}),
-                                       ({"ternary": False}, {}), ({}, {"norm_eps": 1e-2})])
+@pytest.mark.parametrize(
+    "rec,model",
+    [
+        ({"subln": True, "act_quant": True}, {}),
+        ({"subln": False}, {}),
+        ({"ternary": False}, {}),
+        ({}, {"norm_eps": 1e-2}),
+    ],
+)
 def test_every_option_reaches_the_layers_it_names(rec, model):
     """The reference applies SubLN, 8-bit activations, ternary weights and the norm epsilon as the config
     says; the layers' own flags are never read, so an option dropped on the way fails here. norm_eps 1e-2
@@ -59,8 +74,14 @@ def test_block_parameters_are_the_v41_listing():
     for ternary in (True, False):
         block = make(ternary=ternary, double=False).layers[0]
         assert sorted(n for n, _ in block.named_parameters()) == [
-            "conv.conv.bias", "conv.conv.weight", "conv_norm.weight", "mlp.down_proj.weight",
-            "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp_norm.weight"]
+            "conv.conv.bias",
+            "conv.conv.weight",
+            "conv_norm.weight",
+            "mlp.down_proj.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp_norm.weight",
+        ]
         kinds = {type(block.mlp.gate_proj), type(block.mlp.up_proj), type(block.mlp.down_proj)}
         assert kinds == ({BitLinear} if ternary else {torch.nn.Linear})
 
@@ -144,7 +165,7 @@ def test_conv_keeps_the_activation_dtype_with_fp32_weights_and_history():
     assert y2.dtype == torch.bfloat16
     want = ref_causal_conv(x.float(), conv)
     got = torch.cat([y, y2], 1).float()
-    assert ((got - want).abs() <= 2 ** -7 * want.abs().clamp_min(1.0)).all()
+    assert ((got - want).abs() <= 2**-7 * want.abs().clamp_min(1.0)).all()
     from nexus.models.recurrent import ConvHistory
 
     hist = ConvHistory(last)
@@ -186,12 +207,33 @@ def test_nexus_config_api_field_by_field():
     cfg = NexusConfig.from_dict({"dim": 24, "hidden_dim": 40, "t_inner": 3, "vocab_size": 70})
     assert (cfg.d_model, cfg.ffn_hidden, cfg.T_inner, cfg.vocab_size) == (24, 40, 3, 70)
     assert NexusConfig.from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["T_inner"] == 3
-    full = NexusConfig(vocab_size=70, d_model=24, n_layers=3, ffn_hidden=40, n_sup=5, T_inner=3, conv_kernel=2,
-                       max_seq_len=99, ternary=False, act_quant=True, tie_embeddings=False, norm_eps=1e-3,
-                       init_std=0.07)
+    full = NexusConfig(
+        vocab_size=70,
+        d_model=24,
+        n_layers=3,
+        ffn_hidden=40,
+        n_sup=5,
+        T_inner=3,
+        conv_kernel=2,
+        max_seq_len=99,
+        ternary=False,
+        act_quant=True,
+        tie_embeddings=False,
+        norm_eps=1e-3,
+        init_std=0.07,
+    )
     mc = full.to_model_config()
-    assert (mc.arch.kind, mc.vocab_size, mc.d_model, mc.n_layers, mc.ffn_hidden, mc.max_seq_len, mc.tie_embeddings,
-            mc.norm_eps, mc.init_std) == ("recurrent", 70, 24, 3, 40, 99, False, 1e-3, 0.07)
+    assert (
+        mc.arch.kind,
+        mc.vocab_size,
+        mc.d_model,
+        mc.n_layers,
+        mc.ffn_hidden,
+        mc.max_seq_len,
+        mc.tie_embeddings,
+        mc.norm_eps,
+        mc.init_std,
+    ) == ("recurrent", 70, 24, 3, 40, 99, False, 1e-3, 0.07)
     rc = mc.arch
     assert (rc.n_sup, rc.t_inner, rc.conv_kernel, rc.ternary, rc.act_quant) == (5, 3, 2, False, True)
     torch.manual_seed(0)

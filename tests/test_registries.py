@@ -1,4 +1,5 @@
 """One extension pattern: every extension point is a plugins.Registry filled by its package's modules."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +16,9 @@ def test_a_registry_imports_its_package_and_finds_what_the_modules_register(tmp_
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from nexus.plugins import Registry\nTOYS = Registry('--toy', __name__)\n")
     for name in ("alpha", "beta"):
-        (pkg / f"{name}.py").write_text(f"from . import TOYS\n\n@TOYS.register('{name}')\ndef make():\n    return '{name}!'\n")
+        (pkg / f"{name}.py").write_text(
+            f"from . import TOYS\n\n@TOYS.register('{name}')\ndef make():\n    return '{name}!'\n"
+        )
     monkeypatch.syspath_prepend(str(tmp_path))
     import toyplugins
 
@@ -37,12 +40,27 @@ def test_every_extension_point_is_a_registry_with_its_entries():
     from nexus.presets import PRESETS
     from nexus.train.hooks import HOOK_KINDS
 
-    expect = {PRESETS: {"baseline-tiny", "exo-dynamic-e-tiny", "nexus-micro"}, PROJECTIONS: {"nexus_rank", "pattention"},
-              ATTENTION_KINDS: {"higher_order"}, MLP_KINDS: {"moe"},
-              ANALYSES: {"attention", "mixing", "representations", "params", "flops", "growth"},
-              COMMANDS: {"train", "grow", "eval", "generate", "analyze", "export", "import", "presets", "experiment",
-                         "config"},
-              GROWERS: {"width", "nexus_rank", "tokenformer", "retrofit"}, HOOK_KINDS: {"growth"}}
+    expect = {
+        PRESETS: {"baseline-tiny", "exo-dynamic-e-tiny", "nexus-micro"},
+        PROJECTIONS: {"nexus_rank", "pattention"},
+        ATTENTION_KINDS: {"higher_order"},
+        MLP_KINDS: {"moe"},
+        ANALYSES: {"attention", "mixing", "representations", "params", "flops", "growth"},
+        COMMANDS: {
+            "train",
+            "grow",
+            "eval",
+            "generate",
+            "analyze",
+            "export",
+            "import",
+            "presets",
+            "experiment",
+            "config",
+        },
+        GROWERS: {"width", "nexus_rank", "tokenformer", "retrofit"},
+        HOOK_KINDS: {"growth"},
+    }
     for registry, names in expect.items():
         assert isinstance(registry, Registry)
         assert names <= set(registry.names()), registry.what
@@ -50,9 +68,11 @@ def test_every_extension_point_is_a_registry_with_its_entries():
 
 def test_projection_kinds_register_without_a_central_import_list():
     """A fresh process that never imports nexus_rank / pattention by name still builds those models."""
-    code = ("import sys; from nexus.models import build_model; from nexus.presets import get_preset; "
-            "assert 'nexus.models.pattention' not in sys.modules; "
-            "m = build_model(get_preset('tokenformer-tiny').model); "
-            "assert any(type(x).__name__ == 'Pattention' for x in m.modules())")
+    code = (
+        "import sys; from nexus.models import build_model; from nexus.presets import get_preset; "
+        "assert 'nexus.models.pattention' not in sys.modules; "
+        "m = build_model(get_preset('tokenformer-tiny').model); "
+        "assert any(type(x).__name__ == 'Pattention' for x in m.modules())"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

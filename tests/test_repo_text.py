@@ -3,6 +3,7 @@
 A conflict block committed into README.md once showed users two contradictory benchmark rows. The doc checks below
 read text and build parsers only (no command is run), so they stay fast.
 """
+
 import re
 import shlex
 import sys
@@ -48,7 +49,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # benchmarks/README.md is the index of claims; each claim's figure, command and machine sit in a result card
 BENCH_DOCS = [ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").rglob("*.md"))]
 NEXUS_CMD = re.compile(r"^(?:\$ )?(?:time )?(?:[A-Z_]+=\S+ )*(?:torchrun .*?-m |python -m )?nexus ([a-z]+\b.*)$")
-BENCH_CMD = re.compile(r"(?:^|\s)(?:\$ )?(?:[A-Z_]+=\S+ )*python3? ((?:benchmarks|tools)/[\w/]+\.py)((?: [^`#\n|;&]*)?)")
+BENCH_CMD = re.compile(
+    r"(?:^|\s)(?:\$ )?(?:[A-Z_]+=\S+ )*python3? ((?:benchmarks|tools)/[\w/]+\.py)((?: [^`#\n|;&]*)?)"
+)
 
 
 def _quoted_lines(text: str):
@@ -185,17 +188,26 @@ def bench_problems(text: str, where: str) -> list[str]:
 
 
 def test_command_check_catches_a_stale_subcommand_option_and_preset():
-    planted = ("```\nnexus trian --preset baseline-tiny\nnexus train --preset no-such-preset\n"
-               "nexus grow --checkpoint c --out o --delta-q 4\nnexus train --model.no_such_field 3\n"
-               "nexus experiment progressive --method sparkling --no-flag\n"
-               "nexus experiment progressive --method sparkle\n"
-               "python benchmarks/speed/grown_step.py --no-such-flag 3\npython benchmarks/not_there.py\n```\n"
-               "inline `nexus experiment compare --presets gated-tiny,not-a-preset` and `nexus eval --lm-eval`\n")
+    planted = (
+        "```\nnexus trian --preset baseline-tiny\nnexus train --preset no-such-preset\n"
+        "nexus grow --checkpoint c --out o --delta-q 4\nnexus train --model.no_such_field 3\n"
+        "nexus experiment progressive --method sparkling --no-flag\n"
+        "nexus experiment progressive --method sparkle\n"
+        "python benchmarks/speed/grown_step.py --no-such-flag 3\npython benchmarks/not_there.py\n```\n"
+        "inline `nexus experiment compare --presets gated-tiny,not-a-preset` and `nexus eval --lm-eval`\n"
+    )
     problems = command_problems(planted, "planted") + bench_problems(planted, "planted")
-    for expected in ("no subcommand 'trian'", "unknown preset 'no-such-preset'", "unknown option --delta-q",
-                     "unknown option --model.no_such_field", "unknown option --no-flag",
-                     "unknown preset 'not-a-preset'", "unknown method 'sparkle'", "has no option --no-such-flag",
-                     "no script benchmarks/not_there.py"):
+    for expected in (
+        "no subcommand 'trian'",
+        "unknown preset 'no-such-preset'",
+        "unknown option --delta-q",
+        "unknown option --model.no_such_field",
+        "unknown option --no-flag",
+        "unknown preset 'not-a-preset'",
+        "unknown method 'sparkle'",
+        "has no option --no-such-flag",
+        "no script benchmarks/not_there.py",
+    ):
         assert any(expected in p for p in problems), (expected, problems)
     assert not any("--lm-eval" in p for p in problems), problems  # an inline reference need not be a full command
 
@@ -214,7 +226,7 @@ def _expand_braces(s: str) -> list[str]:
     m = re.search(r"\{([^{}]+)\}", s)
     if not m:
         return [s]
-    return [x for alt in m.group(1).split(",") for x in _expand_braces(s[:m.start()] + alt + s[m.end():])]
+    return [x for alt in m.group(1).split(",") for x in _expand_braces(s[: m.start()] + alt + s[m.end() :])]
 
 
 def table_preset_problems(text: str, where: str) -> list[str]:
@@ -238,8 +250,10 @@ def table_preset_problems(text: str, where: str) -> list[str]:
 
 
 def test_preset_table_check_catches_a_renamed_preset():
-    planted = ("| paper | what | presets (examples) | docs |\n|---|---|---|---|\n"
-               "| x | y | `baseline-{tiny,huge}`, `tokenformer-*`, every row at `-tiny` | z |\n")
+    planted = (
+        "| paper | what | presets (examples) | docs |\n|---|---|---|---|\n"
+        "| x | y | `baseline-{tiny,huge}`, `tokenformer-*`, every row at `-tiny` | z |\n"
+    )
     assert table_preset_problems(planted, "planted") == ["planted:3: unknown preset 'baseline-huge'"]
 
 
@@ -257,9 +271,11 @@ TABLE_SEPARATOR = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
 
 def empty_tables(text: str, where: str) -> list[str]:
     lines = text.splitlines()
-    return [f"{where}:{i}: table header without rows: {lines[i - 2][:60]}"
-            for i, line in enumerate(lines, 1)
-            if TABLE_SEPARATOR.match(line) and (i >= len(lines) or not lines[i].startswith("|"))]
+    return [
+        f"{where}:{i}: table header without rows: {lines[i - 2][:60]}"
+        for i, line in enumerate(lines, 1)
+        if TABLE_SEPARATOR.match(line) and (i >= len(lines) or not lines[i].startswith("|"))
+    ]
 
 
 def test_empty_table_check_catches_a_header_without_rows():
@@ -269,8 +285,7 @@ def test_empty_table_check_catches_a_header_without_rows():
 
 
 def test_no_doc_table_lost_its_rows():
-    problems = [p for path in [*DOCS, *BENCH_DOCS]
-                for p in empty_tables(path.read_text(), str(path.relative_to(ROOT)))]
+    problems = [p for path in [*DOCS, *BENCH_DOCS] for p in empty_tables(path.read_text(), str(path.relative_to(ROOT)))]
     assert not problems, "\n".join(problems)
 
 
@@ -289,24 +304,34 @@ def citation_problems(text: str, where: str) -> list[str]:
             path = base / m.group(1)
             if not path.is_file():
                 problems.append(f"{where}: {m.group(0).strip('`')}: no such file")
-            elif m.group(2) and not re.search(rf"^\s*(?:def|class) {m.group(2)}\b|^{m.group(2)}\s*=",
-                                              path.read_text(), re.M):
+            elif m.group(2) and not re.search(
+                rf"^\s*(?:def|class) {m.group(2)}\b|^{m.group(2)}\s*=", path.read_text(), re.M
+            ):
                 problems.append(f"{where}: {m.group(0).strip('`')}: no {m.group(2)} in {m.group(1)}")
     return problems
 
 
 def test_citation_check_catches_a_renamed_test_and_a_moved_module():
-    planted = ("held by `tests/test_repo_text.py::test_gone` and `tests/test_nowhere.py`; code in "
-               "`models/no_such_module.py` and `models/attention.py:NoSuchClass`")
+    planted = (
+        "held by `tests/test_repo_text.py::test_gone` and `tests/test_nowhere.py`; code in "
+        "`models/no_such_module.py` and `models/attention.py:NoSuchClass`"
+    )
     problems = citation_problems(planted, "planted")
     assert len(problems) == 4, problems
-    assert citation_problems("`tests/test_repo_text.py::test_citation_check_catches_a_renamed_test_and_a_moved_module`"
-                             " and `models/decode.py:PlainDecoder`", "ok") == []
+    assert (
+        citation_problems(
+            "`tests/test_repo_text.py::test_citation_check_catches_a_renamed_test_and_a_moved_module`"
+            " and `models/decode.py:PlainDecoder`",
+            "ok",
+        )
+        == []
+    )
 
 
 def test_every_cited_test_and_source_file_exists():
-    problems = [p for path in [*DOCS, *BENCH_DOCS]
-                for p in citation_problems(path.read_text(), str(path.relative_to(ROOT)))]
+    problems = [
+        p for path in [*DOCS, *BENCH_DOCS] for p in citation_problems(path.read_text(), str(path.relative_to(ROOT)))
+    ]
     assert not problems, "\n".join(problems)
 
 
@@ -318,8 +343,11 @@ LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)#\s]+)(?:#[^)\s]*)?\)")
 
 
 def broken_links(path: Path) -> list[str]:
-    return [f"{path.relative_to(ROOT)}: link {m.group(1)} resolves to nothing"
-            for m in LINK.finditer(path.read_text()) if not (path.parent / m.group(1)).exists()]
+    return [
+        f"{path.relative_to(ROOT)}: link {m.group(1)} resolves to nothing"
+        for m in LINK.finditer(path.read_text())
+        if not (path.parent / m.group(1)).exists()
+    ]
 
 
 def test_link_check_catches_a_moved_file(tmp_path, monkeypatch):
@@ -335,6 +363,9 @@ def test_benchmark_index_and_cards_link_to_existing_files():
 
 def test_every_benchmark_script_has_a_row_in_the_index():
     index = (ROOT / "benchmarks" / "README.md").read_text()
-    missing = [p.name for p in (ROOT / "benchmarks").rglob("*.py")  # tools/ (mutation.py, ...) hold no claims
-               if not p.name.startswith("_") and f"({p.relative_to(ROOT / 'benchmarks').as_posix()})" not in index]
+    missing = [
+        p.name
+        for p in (ROOT / "benchmarks").rglob("*.py")  # tools/ (mutation.py, ...) hold no claims
+        if not p.name.startswith("_") and f"({p.relative_to(ROOT / 'benchmarks').as_posix()})" not in index
+    ]
     assert not missing, f"benchmark scripts without a claim in benchmarks/README.md: {missing}"

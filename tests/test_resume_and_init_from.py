@@ -1,5 +1,6 @@
 """`nexus train --resume` keeps what the user says or refuses with one line (issue 24.1), and
 `nexus train --init-from` starts a new run from a checkpoint's weights only (issue 24.2)."""
+
 import hashlib
 import json
 import shutil
@@ -12,13 +13,31 @@ import yaml
 from nexus.checkpoint import load_checkpoint, load_trainer_state
 from nexus.cli import main
 
-MICRO = ["--preset", "baseline-micro", "--train.eval_every", "0", "--model.d_model", "32", "--data.seq_len", "32",
-         "--train.batch_size", "2", "--train.sample_tokens", "4", "--train.log_every", "1", "--train.warmup_steps", "1"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--train.eval_every",
+    "0",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "2",
+    "--train.sample_tokens",
+    "4",
+    "--train.log_every",
+    "1",
+    "--train.warmup_steps",
+    "1",
+]
 
 
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(root).rglob("*"))}
+    return {
+        str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(root).rglob("*"))
+    }
 
 
 def records(run: Path) -> list[dict]:
@@ -68,8 +87,22 @@ def test_resume_honours_steps_and_an_explicit_schedule_horizon(copy):
 
 
 def test_resume_honours_logging_eval_and_save_cadence(copy):
-    assert resume(copy, "--train.steps", "8", "--train.log_every", "3", "--train.eval_every", "3",
-                  "--train.save_every", "3", "--train.keep_last", "4") == 0
+    assert (
+        resume(
+            copy,
+            "--train.steps",
+            "8",
+            "--train.log_every",
+            "3",
+            "--train.eval_every",
+            "3",
+            "--train.save_every",
+            "3",
+            "--train.keep_last",
+            "4",
+        )
+        == 0
+    )
     cfg = recorded(copy)["train"]
     assert (cfg["log_every"], cfg["eval_every"], cfg["save_every"]) == (3, 3, 3)
     after = [r for r in records(copy) if r["step"] > 2]
@@ -92,17 +125,20 @@ def test_resume_honours_a_model_field_the_weights_do_not_depend_on(copy):
 
 
 # ----------------------------------------------------------------------------- refused on resume
-@pytest.mark.parametrize("args,needle", [
-    (["--model.n_layers", "8"], "nexus grow --checkpoint"),  # the issue's example: shape
-    (["--model.d_model", "64", "--data.seq_len", "16"], "nexus grow --checkpoint"),
-    (["--model.attention.gate", "headwise"], "changes the model's shape"),  # new tensors, same sizes elsewhere
-    (["--data.tokenizer", "bpe"], "--init-from"),
-    (["--data.chat", "true"], "changes the tokenizer"),
-    (["--train.optimizer", "muon"], "fresh optimizer: `nexus train --init-from"),
-    # issue 40 item 4: same tensor sizes, another function (4 heads of 8 instead of 2 of 16; another RoPE)
-    (["--model.n_heads", "4"], "changes the function the checkpoint's weights compute"),
-    (["--model.rope_theta", "500"], "changes the function the checkpoint's weights compute"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--model.n_layers", "8"], "nexus grow --checkpoint"),  # the issue's example: shape
+        (["--model.d_model", "64", "--data.seq_len", "16"], "nexus grow --checkpoint"),
+        (["--model.attention.gate", "headwise"], "changes the model's shape"),  # new tensors, same sizes elsewhere
+        (["--data.tokenizer", "bpe"], "--init-from"),
+        (["--data.chat", "true"], "changes the tokenizer"),
+        (["--train.optimizer", "muon"], "fresh optimizer: `nexus train --init-from"),
+        # issue 40 item 4: same tensor sizes, another function (4 heads of 8 instead of 2 of 16; another RoPE)
+        (["--model.n_heads", "4"], "changes the function the checkpoint's weights compute"),
+        (["--model.rope_theta", "500"], "changes the function the checkpoint's weights compute"),
+    ],
+)
 def test_resume_refuses_what_the_checkpoint_cannot_take_with_one_line(copy, tmp_path, capsys, args, needle):
     before = snapshot(copy)
     code = resume(copy, *args, "--train.steps", "6")
@@ -143,8 +179,20 @@ def test_init_from_takes_weights_only_with_new_data_and_schedule(base, tmp_path)
     corpus = tmp_path / "sft.txt"
     corpus.write_text("\n\n".join(f"question {i}? answer {i}." * 5 for i in range(40)))
     out = tmp_path / "cont"
-    argv = ["train", *MICRO, "--init-from", str(base / "checkpoint"), "--data", str(corpus), "--train.steps", "3",
-            "--train.lr", "1e-3", "--out", str(out)]
+    argv = [
+        "train",
+        *MICRO,
+        "--init-from",
+        str(base / "checkpoint"),
+        "--data",
+        str(corpus),
+        "--train.steps",
+        "3",
+        "--train.lr",
+        "1e-3",
+        "--out",
+        str(out),
+    ]
     args, extra = build_parser("train").parse_known_args(argv)
     plan = plan_run(args, flag_overrides(args, extra)[0])
     trainer = Trainer(plan.cfg, init_model=plan.init_model, init_tokenizer=plan.init_tokenizer, quiet=True)
@@ -172,12 +220,30 @@ def test_init_from_a_grown_checkpoint_keeps_its_shape(base, tmp_path, capsys):
 
 def test_init_from_with_another_vocabulary_is_refused_unless_resized(base, tmp_path, capsys):
     chats = tmp_path / "chats.jsonl"
-    chats.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
-                                                        {"role": "assistant", "content": f"hello {i}"}]})
-                               for i in range(40)))
+    chats.write_text(
+        "\n".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": f"hello {i}"}]}
+            )
+            for i in range(40)
+        )
+    )
     out = tmp_path / "sft"
-    argv = ["train", *MICRO, "--init-from", str(base / "checkpoint"), "--data", str(chats), "--data.chat", "true",
-            "--train.steps", "2", "--out", str(out), "--quiet"]
+    argv = [
+        "train",
+        *MICRO,
+        "--init-from",
+        str(base / "checkpoint"),
+        "--data",
+        str(chats),
+        "--data.chat",
+        "true",
+        "--train.steps",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     before = snapshot(base)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -194,8 +260,10 @@ def test_init_from_with_another_vocabulary_is_refused_unless_resized(base, tmp_p
 
 def test_init_from_refuses_a_new_shape_naming_nexus_grow(base, tmp_path, capsys):
     out = tmp_path / "x"
-    assert main(["train", *MICRO, "--init-from", str(base / "checkpoint"), "--model.n_layers", "3",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["train", *MICRO, "--init-from", str(base / "checkpoint"), "--model.n_layers", "3", "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model.n_layers=3" in err and "nexus grow" in err
     assert not out.exists()
@@ -211,8 +279,11 @@ def test_init_from_without_a_preset_trains_with_the_checkpoints_settings_and_nam
     cfg = recorded(out)
     assert cfg["preset"] == src["preset"] == "baseline-micro"
     assert "nexus: baseline-micro |" in printed
-    assert (cfg["train"]["batch_size"], cfg["data"]["seq_len"], cfg["train"]["lr"]) == \
-        (src["train"]["batch_size"], src["data"]["seq_len"], src["train"]["lr"])
+    assert (cfg["train"]["batch_size"], cfg["data"]["seq_len"], cfg["train"]["lr"]) == (
+        src["train"]["batch_size"],
+        src["data"]["seq_len"],
+        src["train"]["lr"],
+    )
     batch = src["train"]["batch_size"] * src["train"]["grad_accum"] * src["data"]["seq_len"]
     assert {r["step"]: r["tokens"] for r in records(out) if "loss" in r} == {1: batch, 2: batch}
     assert "training settings" in err and "from the checkpoint's config" in err
@@ -224,8 +295,24 @@ def test_init_from_a_hf_directory(tmp_path, capsys):
     hf = tmp_path / "hf"
     tiny_hf("llama", seed=3).save_pretrained(hf)  # no tokenizer: imported with the byte tokenizer
     out = tmp_path / "ft"
-    argv = ["train", "--init-from", str(hf), "--train.steps", "2", "--data.seq_len", "32", "--train.batch_size", "2",
-            "--train.eval_every", "0", "--train.sample_tokens", "4", "--out", str(out), "--quiet"]
+    argv = [
+        "train",
+        "--init-from",
+        str(hf),
+        "--train.steps",
+        "2",
+        "--data.seq_len",
+        "32",
+        "--train.batch_size",
+        "2",
+        "--train.eval_every",
+        "0",
+        "--train.sample_tokens",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(argv) == 2 and "--resize-vocab" in capsys.readouterr().err
     assert main([*argv, "--resize-vocab", "--train.lr", "1e-9"]) == 0
     model, cfg, _ = load_checkpoint(out / "checkpoint")

@@ -2,6 +2,7 @@
 converts a standard model to (the module docstring's two ways: paper = new separate random inner
 weights, no gate; lossless = a zero gate on each refinement, shared weights by default; form self has no
 inner weights, so it shares)."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,15 +25,20 @@ def _converted(**spec):
     return retrofit_model_config(_model_cfg(), parse_growth_spec({"family": "retrofit", **spec})).attention
 
 
-@pytest.mark.parametrize("spec,want", [
-    ({}, dict(order=2, ho_form="projected", ho_shared=False, ho_gate=False, ho_targets="qk")),
-    ({"mode": "lossless"}, dict(order=2, ho_form="projected", ho_shared=True, ho_gate=True, ho_targets="qk")),
-    ({"form": "self"}, dict(ho_form="self", ho_shared=True, ho_gate=False)),
-    ({"mode": "lossless", "shared": False, "order": 3, "targets": "qkv"},
-     dict(order=3, ho_form="projected", ho_shared=False, ho_gate=True, ho_targets="qkv")),
-    ({"shared": True, "targets": "q"}, dict(ho_shared=True, ho_gate=False, ho_targets="q")),
-    ({"shared": 1}, dict(ho_shared=True)),
-])
+@pytest.mark.parametrize(
+    "spec,want",
+    [
+        ({}, dict(order=2, ho_form="projected", ho_shared=False, ho_gate=False, ho_targets="qk")),
+        ({"mode": "lossless"}, dict(order=2, ho_form="projected", ho_shared=True, ho_gate=True, ho_targets="qk")),
+        ({"form": "self"}, dict(ho_form="self", ho_shared=True, ho_gate=False)),
+        (
+            {"mode": "lossless", "shared": False, "order": 3, "targets": "qkv"},
+            dict(order=3, ho_form="projected", ho_shared=False, ho_gate=True, ho_targets="qkv"),
+        ),
+        ({"shared": True, "targets": "q"}, dict(ho_shared=True, ho_gate=False, ho_targets="q")),
+        ({"shared": 1}, dict(ho_shared=True)),
+    ],
+)
 def test_each_way_converts_to_its_attention_options(spec, want):
     a = _converted(**spec)
     assert a.kind == "higher_order"
@@ -51,11 +57,16 @@ def test_the_conversion_keeps_the_shared_attention_options_and_leaves_the_model_
         assert getattr(new, name) == getattr(cfg, name) and getattr(new, name) is not getattr(cfg, name), name
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"targets": "kv"}, "invalid retrofit: model.attention.ho_targets='kv'"),
-    ({"form": "self", "shared": False}, "invalid retrofit: model.attention.ho_shared=False (valid: true when "
-                                        "ho_form=self"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"targets": "kv"}, "invalid retrofit: model.attention.ho_targets='kv'"),
+        (
+            {"form": "self", "shared": False},
+            "invalid retrofit: model.attention.ho_shared=False (valid: true when ho_form=self",
+        ),
+    ],
+)
 def test_an_invalid_conversion_names_the_option(spec, message):
     with pytest.raises(ConfigError) as e:
         _converted(**spec)
@@ -65,16 +76,19 @@ def test_an_invalid_conversion_names_the_option(spec, message):
     assert str(e.value).startswith(message), str(e.value)
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"order": 1}, "--order=1 (valid: an integer >= 2"),
-    ({"order": True}, "--order=True"),
-    ({"order": 2.0}, "--order=2.0"),
-    ({"kind": "lowrank"}, "--retrofit='lowrank' (valid: higher-order)"),
-    ({"mode": "halfway"}, "retrofit mode='halfway' (valid: paper|lossless)"),
-    ({"seed": None}, "--growth-seed=None (valid: an integer >= 0)"),
-    ({"seed": -1}, "--growth-seed=-1 (valid: an integer >= 0)"),
-    ({"optimizer_state": "keep"}, "--optimizer-state='keep'"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"order": 1}, "--order=1 (valid: an integer >= 2"),
+        ({"order": True}, "--order=True"),
+        ({"order": 2.0}, "--order=2.0"),
+        ({"kind": "lowrank"}, "--retrofit='lowrank' (valid: higher-order)"),
+        ({"mode": "halfway"}, "retrofit mode='halfway' (valid: paper|lossless)"),
+        ({"seed": None}, "--growth-seed=None (valid: an integer >= 0)"),
+        ({"seed": -1}, "--growth-seed=-1 (valid: an integer >= 0)"),
+        ({"optimizer_state": "keep"}, "--optimizer-state='keep'"),
+    ],
+)
 def test_a_bad_retrofit_field_is_refused_by_name(spec, message):
     with pytest.raises(ConfigError) as e:
         parse_growth_spec({"family": "retrofit", **spec})

@@ -1,5 +1,6 @@
 """Asymmetric re-warmup (SPARKLING eq. 25-28): the curve, old entries bitwise on the baseline
 schedule, new entries on the re-warmup curve, under AdamW and Muon; the rewarmup-all baseline."""
+
 import copy
 import math
 
@@ -37,9 +38,18 @@ def test_curve_matches_eq_28():
 
 def _grown(optimizer: str, rewarmup_key: str = "rewarmup", schedule: str = "cosine"):
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
-                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3, weight_decay=0.1,
-                                      schedule=schedule, decay_fraction=0.5))
+    cfg = RunConfig(
+        model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
+        train=TrainConfig(
+            optimizer=optimizer,
+            steps=200,
+            warmup_steps=10,
+            lr=3e-3,
+            weight_decay=0.1,
+            schedule=schedule,
+            decay_fraction=0.5,
+        ),
+    )
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
     x = torch.randint(0, 64, (4, 16))
@@ -67,8 +77,10 @@ def _one_step(model, opt, x, step, tcfg, rewarmup):
     return {n: (before[n], p.detach().clone()) for n, p in model.named_parameters()}, opt2
 
 
-@pytest.mark.parametrize("optimizer,schedule", [("adamw", "cosine"), ("muon", "cosine"), ("adamw", "wsd"),
-                                                ("adamw", "linear_warmdown"), ("adamw", "constant")])
+@pytest.mark.parametrize(
+    "optimizer,schedule",
+    [("adamw", "cosine"), ("muon", "cosine"), ("adamw", "wsd"), ("adamw", "linear_warmdown"), ("adamw", "constant")],
+)
 def test_old_entries_bitwise_baseline_new_entries_on_the_curve(optimizer, schedule):
     """The per-parameter lr seen through real updates: old entries on eta(t), new ones on the formula."""
     from test_rewarmup_schedules import paper_new_lr
@@ -90,8 +102,9 @@ def test_old_entries_bitwise_baseline_new_entries_on_the_curve(optimizer, schedu
             if new.any():
                 d_rw, d_base = (p1 - p0)[new], (q1 - p0)[new]
                 big = d_base.abs() > 2e-5  # float32 differences of ~0.02-sized weights: keep rounding < 1e-3
-                torch.testing.assert_close(d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want),
-                                           rtol=3e-3, atol=1e-4)
+                torch.testing.assert_close(
+                    d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want), rtol=3e-3, atol=1e-4
+                )
                 checked += 1
         assert checked >= 5
 
@@ -109,7 +122,9 @@ def test_rewarmup_all_moves_every_entry():
     for name, (p0, p1) in with_rw.items():
         d_rw, d_base = p1 - p0, without[name][1] - p0
         big = d_base.abs() > 2e-5  # float32 differences of ~0.02-sized weights: keep rounding < 1e-3
-        torch.testing.assert_close(d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want), rtol=3e-3, atol=1e-4)
+        torch.testing.assert_close(
+            d_rw[big] / d_base[big], torch.full_like(d_rw[big], ratio_want), rtol=3e-3, atol=1e-4
+        )
 
 
 def test_new_entries_get_their_own_adam_step_count():
@@ -126,8 +141,10 @@ def test_scaled_state_policy_scales_only_rescaled_fan_in_tensors(optimizer):
     parameter's factor (m by alpha, v by alpha^2); fan-out tensors and gains keep their state; new
     entries start at zero. alpha from eq. 16 (both sides copied, c = n'/n - 1 <= 1): 1/sqrt(1 + 3c)."""
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
-                    train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3))
+    cfg = RunConfig(
+        model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64),
+        train=TrainConfig(optimizer=optimizer, steps=200, warmup_steps=10, lr=3e-3),
+    )
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
     x = torch.randint(0, 64, (4, 16))
@@ -142,12 +159,14 @@ def test_scaled_state_policy_scales_only_rescaled_fan_in_tensors(optimizer):
     a_h, a_f = 1 / math.sqrt(1 + 3 * (64 / 32 - 1)), 1 / math.sqrt(1 + 3 * (80 / 48 - 1))
     first, second = ("momentum_buffer", None) if optimizer == "muon" else ("exp_avg", "exp_avg_sq")
     # (parameter, slice of its old entries, factor growth applied to them)
-    cases = [("layers.0.attn.q_proj.weight", (slice(0, 32), slice(0, 32)), a_h),   # fan-in on hidden
-             ("layers.0.mlp.gate_proj.weight", (slice(0, 48), slice(0, 32)), a_h),  # fan-out ffn, fan-in hidden
-             ("layers.0.mlp.down_proj.weight", (slice(0, 32), slice(0, 48)), a_f),  # fan-out hidden, fan-in ffn
-             ("layers.0.attn.o_proj.weight", (slice(0, 32), slice(0, 32)), 1.0),  # fan-out only: untouched
-             ("embed.weight", (slice(0, 64), slice(0, 32)), 1.0),
-             ("layers.0.attn_norm.weight", (slice(0, 32),), 1.0)]
+    cases = [
+        ("layers.0.attn.q_proj.weight", (slice(0, 32), slice(0, 32)), a_h),  # fan-in on hidden
+        ("layers.0.mlp.gate_proj.weight", (slice(0, 48), slice(0, 32)), a_h),  # fan-out ffn, fan-in hidden
+        ("layers.0.mlp.down_proj.weight", (slice(0, 32), slice(0, 48)), a_f),  # fan-out hidden, fan-in ffn
+        ("layers.0.attn.o_proj.weight", (slice(0, 32), slice(0, 32)), 1.0),  # fan-out only: untouched
+        ("embed.weight", (slice(0, 64), slice(0, 32)), 1.0),
+        ("layers.0.attn_norm.weight", (slice(0, 32),), 1.0),
+    ]
     checked = 0
     for name, old, alpha in cases:
         sa, ss = asym.state_for(name), scaled.state_for(name)
@@ -162,5 +181,5 @@ def test_scaled_state_policy_scales_only_rescaled_fan_in_tensors(optimizer):
         new[old] = False
         assert float(ss[first][new].abs().sum()) == 0  # new entries still start at zero
         if second and second in sa:
-            torch.testing.assert_close(ss[second][old], alpha ** 2 * sa[second][old], atol=0, rtol=1e-5)
+            torch.testing.assert_close(ss[second][old], alpha**2 * sa[second][old], atol=0, rtol=1e-5)
     assert checked >= 4

@@ -1,6 +1,7 @@
 """Re-warmup under every baseline schedule (SPARKLING eq. 27-28 generalised: rise from eta(t_e) to
 rho*eta(t_e) over tau steps, then the baseline's own decay shape to the same final lr at the same last
 step). The expected curve is written here from the paper's equations, not from nexus.growth.rewarmup."""
+
 import math
 
 import pytest
@@ -151,12 +152,20 @@ def test_lr_plan_names_the_steps_that_matter_with_their_lrs():
     old = lambda t: 2e-3 * _cosine(t, tcfg)  # noqa: E731
     new = lambda t: 2e-3 * paper_new_lr(t, 40, 1.3, 20, tcfg, _cosine(40, tcfg))  # noqa: E731
     line, at_floor = lr_plan(tcfg, 0, rec)
-    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
-                    f"{new(40):.3g} | peak {old(9):.3g} at step 9 (new entries {new(60):.3g} at step 60) | "
-                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})") and not at_floor
+    assert (
+        line
+        == (
+            f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
+            f"{new(40):.3g} | peak {old(9):.3g} at step 9 (new entries {new(60):.3g} at step 60) | "
+            f"last step 99: {old(99):.3g} (new entries {new(99):.3g})"
+        )
+        and not at_floor
+    )
     resumed, _ = lr_plan(tcfg, 50, rec)  # a grown run resumed after its growth step
-    assert resumed.startswith(f"lr plan: first step 50: {old(50):.3g} (new entries {new(50):.3g}) | peak "
-                              f"{old(50):.3g} at step 50 (new entries {new(60):.3g} at step 60) | last step 99")
+    assert resumed.startswith(
+        f"lr plan: first step 50: {old(50):.3g} (new entries {new(50):.3g}) | peak "
+        f"{old(50):.3g} at step 50 (new entries {new(60):.3g} at step 60) | last step 99"
+    )
     plain, _ = lr_plan(tcfg, 0)
     assert plain == f"lr plan: first step 0: {old(0):.3g} | peak {old(9):.3g} at step 9 | last step 99: {old(99):.3g}"
 
@@ -176,7 +185,12 @@ def _plan_refs(tcfg, t_e=None, rho=None, tau=None):
     old = lambda t: tcfg.lr * _cosine(t, tcfg)  # noqa: E731
     if rho is None:
         return old, old  # no re-warmup: the new entries follow the baseline
-    return old, lambda t: tcfg.lr * (paper_new_lr(t, t_e, rho, tau, tcfg, _cosine(t_e, tcfg)) if t >= t_e else _cosine(t, tcfg))
+    return (
+        old,
+        lambda t: (
+            tcfg.lr * (paper_new_lr(t, t_e, rho, tau, tcfg, _cosine(t_e, tcfg)) if t >= t_e else _cosine(t, tcfg))
+        ),
+    )
 
 
 PLAN_TCFG = TrainConfig(steps=100, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1, lr=2e-3)
@@ -190,8 +204,10 @@ def test_lr_plan_of_a_growth_without_a_rewarmup_shows_its_step_with_one_lr(rec):
 
     old, _ = _plan_refs(PLAN_TCFG)
     line, _ = lr_plan(PLAN_TCFG, 0, rec)
-    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
-                    f"{old(40):.3g} | peak {old(9):.3g} at step 9 | last step 99: {old(99):.3g}")
+    assert line == (
+        f"lr plan: first step 0: {old(0):.3g} | growth step 40: old entries {old(40):.3g}, new "
+        f"{old(40):.3g} | peak {old(9):.3g} at step 9 | last step 99: {old(99):.3g}"
+    )
 
 
 def test_lr_plan_edges_of_the_growth_step():
@@ -203,17 +219,23 @@ def test_lr_plan_edges_of_the_growth_step():
     rw = {"rho": 1.3, "tau": 20}
     old, new = _plan_refs(PLAN_TCFG, 40, 1.3, 20)
     line, _ = lr_plan(PLAN_TCFG, 40, {"step": 40, "rewarmup": rw})
-    assert line == (f"lr plan: first step 40: {old(40):.3g} | growth step 40: old entries {old(40):.3g}, new "
-                    f"{new(40):.3g} | peak {old(40):.3g} at step 40 (new entries {new(60):.3g} at step 60) | "
-                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})")
+    assert line == (
+        f"lr plan: first step 40: {old(40):.3g} | growth step 40: old entries {old(40):.3g}, new "
+        f"{new(40):.3g} | peak {old(40):.3g} at step 40 (new entries {new(60):.3g} at step 60) | "
+        f"last step 99: {old(99):.3g} (new entries {new(99):.3g})"
+    )
     old, new = _plan_refs(PLAN_TCFG, 99, 1.3, 20)
     line, _ = lr_plan(PLAN_TCFG, 0, {"step": 99, "rewarmup": rw})
-    assert line == (f"lr plan: first step 0: {old(0):.3g} | growth step 99: old entries {old(99):.3g}, new "
-                    f"{new(99):.3g} | peak {old(9):.3g} at step 9 (new entries {new(99):.3g} at step 99) | "
-                    f"last step 99: {old(99):.3g} (new entries {new(99):.3g})")
+    assert line == (
+        f"lr plan: first step 0: {old(0):.3g} | growth step 99: old entries {old(99):.3g}, new "
+        f"{new(99):.3g} | peak {old(9):.3g} at step 9 (new entries {new(99):.3g} at step 99) | "
+        f"last step 99: {old(99):.3g} (new entries {new(99):.3g})"
+    )
     line, _ = lr_plan(PLAN_TCFG, 0, {"step": 150, "rewarmup": rw})
-    assert line == (f"lr plan: first step 0: {old(0):.3g} | peak {old(9):.3g} at step 9 | "
-                    f"last step 99: {old(99):.3g} (new entries {old(99):.3g})")
+    assert line == (
+        f"lr plan: first step 0: {old(0):.3g} | peak {old(9):.3g} at step 9 | "
+        f"last step 99: {old(99):.3g} (new entries {old(99):.3g})"
+    )
 
 
 def test_lr_plan_new_entry_peak_of_a_rewarmup_below_one_is_the_growth_step():
@@ -250,6 +272,7 @@ def test_lr_plan_floor_flag_counts_an_lr_on_its_tolerance_bound_as_the_floor():
     tcfg = TrainConfig(steps=10, warmup_steps=0, schedule="wsd", min_lr_ratio=ratio, decay_fraction=0.01, lr=lr)
     assert lr * 1.0 - lr * ratio == 1e-12 * lr  # the premise: step 8's planned lr sits on the bound exactly
     assert lr_plan(tcfg, 8)[1] is True
-    wider = TrainConfig(steps=10, warmup_steps=0, schedule="wsd", min_lr_ratio=0.999999999998, decay_fraction=0.01,
-                        lr=lr)
+    wider = TrainConfig(
+        steps=10, warmup_steps=0, schedule="wsd", min_lr_ratio=0.999999999998, decay_fraction=0.01, lr=lr
+    )
     assert lr - lr * wider.min_lr_ratio > 1e-12 * lr and lr_plan(wider, 8)[1] is False

@@ -3,6 +3,7 @@
 Bug (2026-12-07): the regime study's arch part was planned, killed, re-tuned (its lr moved 4e-3 -> 2e-3) and
 run again into the same directories; `run_resumable` found done.json and returned the 4e-3 run's result, which
 the ledger then recorded under the 2e-3 config."""
+
 import pytest
 
 from nexus.config import ConfigError

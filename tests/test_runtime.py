@@ -1,4 +1,5 @@
 """Process-level CPU allocator tuning (nexus/runtime.py)."""
+
 from __future__ import annotations
 
 import os
@@ -12,13 +13,16 @@ PROBE = "from nexus.runtime import tune_cpu_allocator as t; print(t(), t())"
 
 
 def _probe(**env) -> str:
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, **env}, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], env={**os.environ, **env}, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"),
-                    reason="mallopt tuning applies to Linux/glibc only")
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"),
+    reason="mallopt tuning applies to Linux/glibc only",
+)
 def test_malloc_tuning_is_accepted_by_glibc_and_idempotent():
     assert _probe() == "True True"
 

@@ -10,6 +10,7 @@ the trainer's lr, SPARKLING's re-warmup and the experiment's description alike.
   a decay shape from 1 to 0, and a re-planned horizon bridged from the old plan's lr to the new plan's.
 * A name declared without a shape is refused at validation, in one line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,17 +34,29 @@ FROZEN_DIGEST = "22e4f86575db8efc98adfe929350b9410f8cbe32889a7ad33114be7fdc55833
 def grid_values():
     """Every factor of the grid: (schedule, steps, schedule_steps, warmup, floor, decay_fraction) -> the trainer's
     factor at each step, and for longer runs the re-warmup's new-entry lr and a re-planned run's old/new lr."""
-    for sched, steps, sstep, warm, floor, frac in itertools.product(BUILT_IN, (1, 2, 7, 120), (0, 40), (0, 1, 30),
-                                                                    (0.0, 0.1), (0.0, 0.2, 1.0)):
-        t = TrainConfig(steps=steps, schedule_steps=sstep, warmup_steps=warm, min_lr_ratio=floor, decay_fraction=frac,
-                        schedule=sched)
+    for sched, steps, sstep, warm, floor, frac in itertools.product(
+        BUILT_IN, (1, 2, 7, 120), (0, 40), (0, 1, 30), (0.0, 0.1), (0.0, 0.2, 1.0)
+    ):
+        t = TrainConfig(
+            steps=steps,
+            schedule_steps=sstep,
+            warmup_steps=warm,
+            min_lr_ratio=floor,
+            decay_fraction=frac,
+            schedule=sched,
+        )
         yield from (lr_factor(s, t) for s in range(max(steps, sstep) + 3))
         if steps >= 100:
             for t_e, tau in ((steps // 2, 25), (steps - 5, 10), (3, 250)):
                 fn = make_rewarmup({"step": t_e, "rewarmup": {"rho": 1.3, "tau": tau}})
                 yield from (fn(s, 1.0, None, t) for s in range(steps + 3))
-                old, new = planned_factors({"step": t_e, "rewarmup": {"rho": 1.3, "tau": tau},
-                                            "lr_replan": {"step": t_e + 3, "horizon_before": steps // 2}})
+                old, new = planned_factors(
+                    {
+                        "step": t_e,
+                        "rewarmup": {"rho": 1.3, "tau": tau},
+                        "lr_replan": {"step": t_e + 3, "horizon_before": steps // 2},
+                    }
+                )
                 for s in range(steps + 3):
                     yield old(s, t)
                     yield new(s, t)
@@ -98,11 +111,11 @@ def test_every_registered_kind_keeps_the_invariants(name, steps, warm, frac):
     assert all(t.min_lr_ratio - 1e-12 <= x <= 1 + 1e-12 for x in after)
     final = t.min_lr_ratio if kind.decays else 1.0
     if steps - warm >= 2:  # (cosine with a single step after the warmup keeps that step at the peak, by design)
-        assert f[steps - 1:] == pytest.approx([final] * len(f[steps - 1:]), abs=1e-12), "not at the final ratio"
+        assert f[steps - 1 :] == pytest.approx([final] * len(f[steps - 1 :]), abs=1e-12), "not at the final ratio"
     # the decay shape the re-warmup runs on: 1 up to its start, non-increasing, 0 at the last step when it decays
     for start in (0, steps // 2, steps - 1):
         d = [kind.decay(s, start, t) for s in range(steps + 3)]
-        assert d[:start + 1] == [1.0] * (start + 1) and all(a >= b - 1e-15 for a, b in zip(d, d[1:]))
+        assert d[: start + 1] == [1.0] * (start + 1) and all(a >= b - 1e-15 for a, b in zip(d, d[1:]))
         if kind.decays and start < steps - 1:
             assert d[steps - 1] == pytest.approx(0.0, abs=1e-12)
 
@@ -120,7 +133,9 @@ def test_every_registered_kind_is_re_planned_after_growth(name):
     for k in range(t.warmup_steps + 1):
         want = lr_factor(s, was) + (lr_factor(s + t.warmup_steps, t) - lr_factor(s, was)) * k / t.warmup_steps
         assert old(s + k, t) == pytest.approx(want, rel=1e-12)
-    assert [old(x, t) for x in range(s + t.warmup_steps, 400)] == [lr_factor(x, t) for x in range(s + t.warmup_steps, 400)]
+    assert [old(x, t) for x in range(s + t.warmup_steps, 400)] == [
+        lr_factor(x, t) for x in range(s + t.warmup_steps, 400)
+    ]
     assert new(399, t) == pytest.approx(old(399, t) if schedule_of(t).decays else 1.3 * lr_factor(150, t))
 
 

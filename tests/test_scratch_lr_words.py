@@ -1,5 +1,6 @@
 """docs/experiments.md says what the progressive experiment's from-scratch lr is, as the code chooses it and
 report.md words it (issue 50 item 6: the docs called the default "untuned" while report.md said tuned 0.002)."""
+
 from __future__ import annotations
 
 from pathlib import Path

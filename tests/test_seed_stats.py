@@ -1,5 +1,6 @@
 """nexus.experiments.stats: intervals hold their coverage, a planted difference is detected and a
 planted null is not (checked against the textbook formulas and by simulation)."""
+
 import math
 import random
 
@@ -46,8 +47,10 @@ def test_paired_detects_a_planted_difference_and_not_a_planted_null():
 
 def test_paired_null_false_positive_rate_is_about_five_percent():
     rng = random.Random(2)
-    rejections = sum(paired([rng.gauss(0, 1) for _ in range(5)], [rng.gauss(0, 1) for _ in range(5)])["t_p"] < 0.05
-                     for _ in range(2000))
+    rejections = sum(
+        paired([rng.gauss(0, 1) for _ in range(5)], [rng.gauss(0, 1) for _ in range(5)])["t_p"] < 0.05
+        for _ in range(2000)
+    )
     assert 0.03 < rejections / 2000 < 0.07
 
 
@@ -145,7 +148,7 @@ def test_quartiles_and_rank_sum_on_a_bimodal_outcome():
     better = [0.97 + rng.uniform(0, 0.02) for _ in range(7)]  # every seed solves it
     assert rank_sum(better, order1) == pytest.approx(stats.mannwhitneyu(better, order1).pvalue)
     assert rank_sum(better, order1) < 0.05
-    assert paired(better, order1)["wilcoxon_p"] == pytest.approx(2 / 2 ** 7)  # higher in all 7 seeds
+    assert paired(better, order1)["wilcoxon_p"] == pytest.approx(2 / 2**7)  # higher in all 7 seeds
     same_mix = [0.03 + rng.uniform(0, 0.01) for _ in range(3)] + [0.9 + rng.uniform(0, 0.05) for _ in range(4)]
     assert rank_sum(same_mix, order1) > 0.05 and paired(same_mix, order1)["wilcoxon_p"] > 0.05
     assert rank_sum([1.0, 1.0], [1.0, 1.0]) is None

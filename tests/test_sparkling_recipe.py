@@ -2,6 +2,7 @@
 exactly function-preserving; weight decay reaches every parameter (Table 4) and attention has per-head
 QK-norm (App. B.1); `naive-copy` is copy with none of the interventions, so its optimizer state is
 symmetric and the copies stay locked; the earlier main job is still reachable by name."""
+
 from __future__ import annotations
 
 import copy
@@ -92,8 +93,9 @@ def test_recipe_decays_every_parameter_and_norms_q_k_per_head(run):
 
 def test_the_earlier_recipe_is_reachable_by_flags():
     """--train.decay_all false --model.qk_norm false: norms and embeddings undecayed, no QK-norm."""
-    plan = P.plan_progressive(overrides=["--train.decay_all", "false", "--model.qk_norm", "false"],
-                              tokens=2048 * 40, out="unused", seeds=[0])
+    plan = P.plan_progressive(
+        overrides=["--train.decay_all", "false", "--model.qk_norm", "false"], tokens=2048 * 40, out="unused", seeds=[0]
+    )
     cfg = saved_run_config(plan["configs"]["0"]["small"])
     model = build_model(cfg.model)
     opt = build_optimizer(model, cfg.train)
@@ -149,7 +151,7 @@ def test_naive_copy_is_the_locked_copy_plus_a_forward_neutral_perturbation_that_
     model, cfg, state, ids = _trained("naive-copy")
     spec = {"family": "width", **P.methods()["naive-copy"].spec}
     locked = {"family": "width", **P.methods()["naive-copy-locked"].spec}
-    assert spec == {**locked, "perturb": NAIVE_SYMMETRY_BREAK} and NAIVE_SYMMETRY_BREAK == 2.0 ** -8
+    assert spec == {**locked, "perturb": NAIVE_SYMMETRY_BREAK} and NAIVE_SYMMETRY_BREAK == 2.0**-8
     grown = {}
     for name, sp in (("naive", spec), ("locked", locked)):
         torch.manual_seed(0)
@@ -187,9 +189,14 @@ def test_sparkling_default_breaks_the_symmetry_naive_copy_keeps():
     assert symmetry_lock(new_model, res.param_maps)["min"] < 0.999
 
 
-@pytest.mark.parametrize("preset,axes", [("sparkling-dense-tiny", {"ffn": 256}),
-                                         ("sparkling-dense-tiny-hidden", {"hidden": 128}),
-                                         ("sparkling-dense-tiny-both", {"hidden": 128, "ffn": 256})])
+@pytest.mark.parametrize(
+    "preset,axes",
+    [
+        ("sparkling-dense-tiny", {"ffn": 256}),
+        ("sparkling-dense-tiny-hidden", {"hidden": 128}),
+        ("sparkling-dense-tiny-both", {"hidden": 128, "ffn": 256}),
+    ],
+)
 def test_sparkling_presets_carry_the_recipe_and_land_on_the_wide_shape(preset, axes):
     from nexus.presets import get_preset
 
@@ -228,6 +235,12 @@ def test_the_main_job_runs_at_its_swept_lrs():
     plan = P.plan_progressive("sparkling", tokens=2048 * 40, out="unused", seeds=[0])
     assert plan["scratch_lr_rule"].startswith("tuned"), plan["scratch_lr_rule"]
     ref = P.methods()["sparkling"]
-    same_shapes = [m for m in P.methods().values() if m.family == "width" and m.overrides == ref.overrides
-                   and m.spec.get("ffn") == ref.spec["ffn"] and not m.spec.get("hidden")]
+    same_shapes = [
+        m
+        for m in P.methods().values()
+        if m.family == "width"
+        and m.overrides == ref.overrides
+        and m.spec.get("ffn") == ref.spec["ffn"]
+        and not m.spec.get("hidden")
+    ]
     assert len(same_shapes) >= 5 and all(m.lrs == ref.lrs for m in same_shapes), [m.name for m in same_shapes]

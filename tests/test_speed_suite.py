@@ -1,6 +1,7 @@
 """benchmarks/speed/speed_suite.py's plumbing: it gathers each benchmark's RESULT line into one table, refuses
 bad input with exit 2, and writes its --out directory whole or not at all. The benchmarks themselves
 are never timed here (speed is measured in benchmarks/, not in tests): a stand-in script emits a result."""
+
 from __future__ import annotations
 
 import json
@@ -45,13 +46,17 @@ def _stand_in(tmp_path, monkeypatch, suite, body: str):
 
 
 def test_table_and_out_dir(tmp_path, monkeypatch, capsys, suite):
-    _stand_in(tmp_path, monkeypatch, suite,
-              "emit('fake ratio', [2.0, 3.0, 2.5], '>= 1.5', met=True, argv=sys.argv[1:])")
+    _stand_in(
+        tmp_path, monkeypatch, suite, "emit('fake ratio', [2.0, 3.0, 2.5], '>= 1.5', met=True, argv=sys.argv[1:])"
+    )
     out = tmp_path / "results"
     monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--out", str(out)])
     assert suite.main() == 0
     text = capsys.readouterr().out
-    assert "| fake ratio | 2.50x [2.00, 3.00] (3 rounds) | >= 1.5 | yes | `python benchmarks/speed/fake_bench.py --a` |" in text
+    assert (
+        "| fake ratio | 2.50x [2.00, 3.00] (3 rounds) | >= 1.5 | yes | `python benchmarks/speed/fake_bench.py --a` |"
+        in text
+    )
     saved = json.loads((out / "suite.json").read_text())
     assert saved["results"][0]["argv"] == ["--a"] and saved["failed"] == []
     assert sorted(p.name for p in out.iterdir()) == ["fake.log", "suite.json", "suite.md"]
@@ -84,8 +89,12 @@ def test_quick_run_claims_no_verdict(tmp_path, monkeypatch, capsys, suite):
 
 def test_out_dir_appearing_during_the_run_is_not_replaced_and_results_are_kept(tmp_path, monkeypatch, capsys, suite):
     out = tmp_path / "results"
-    _stand_in(tmp_path, monkeypatch, suite,
-              f"import os\nos.makedirs({str(out)!r})\nemit('fake ratio', [2.0], '>= 1.5', met=True)")
+    _stand_in(
+        tmp_path,
+        monkeypatch,
+        suite,
+        f"import os\nos.makedirs({str(out)!r})\nemit('fake ratio', [2.0], '>= 1.5', met=True)",
+    )
     monkeypatch.setattr(sys, "argv", ["speed_suite.py", "--out", str(out)])
     assert suite.main() == 2
     assert list(out.iterdir()) == []  # the directory that appeared is left alone

@@ -2,6 +2,7 @@
 results (no values, one value, two values), None instead of NaN where a test is undefined, and the
 formatted lines the reports print. Expected values come from the definitions (scipy, the t formula),
 never from the functions under test."""
+
 import math
 
 import pytest
@@ -65,7 +66,6 @@ def test_gap_closed_shape_and_per_seed_ratios():
     assert one["estimate"] == 0.5 and not one["bounded"] and one["ci_low"] is None
 
 
-
 def test_gap_closed_is_unbounded_when_the_gap_sits_exactly_on_its_critical_value():
     """Fieller's a = mean(d)^2 - q var(d) is exactly 0 when the gap's own t statistic equals the critical
     value: the quadratic inequality becomes linear and its solution set a half-line, so no bounded interval
@@ -89,12 +89,15 @@ def test_fmt_lines():
     assert stats.fmt(stats.describe([1.25])) == "1.2500 +- 0.0000 (n=1)"
     d = stats.describe([1.0, 3.0])
     assert stats.fmt(d, digits=2) == f"2.00 +- 1.41 [95% CI {d['ci_low']:.2f}, {d['ci_high']:.2f}] (n=2)"
-    assert stats.fmt_gap(stats.gap_closed([2.0], [1.0], [2.0])) == "n/a (the small and scratch runs end at the same loss)"
+    assert (
+        stats.fmt_gap(stats.gap_closed([2.0], [1.0], [2.0])) == "n/a (the small and scratch runs end at the same loss)"
+    )
     assert stats.fmt_gap(stats.gap_closed([3.0], [2.5], [2.0])) == "0.50 (n=1)"
     unbounded = stats.gap_closed([3.0, 3.0], [2.9, 2.5], [2.0, 3.9])  # two seeds are enough to say so
     assert not unbounded["bounded"] and stats.fmt_gap(unbounded) == (
         f"{unbounded['estimate']:.2f} [95% CI unbounded: the small-to-scratch gap is not distinguishable from "
-        "zero over these seeds] (n=2)")
+        "zero over these seeds] (n=2)"
+    )
     tight = stats.gap_closed([3.0, 3.1, 2.9], [2.5, 2.6, 2.4], [2.0, 2.1, 1.9])
     assert tight["bounded"] and stats.fmt_gap(tight).startswith("0.50 [95% CI 0.50, 0.50]")
 

@@ -1,5 +1,6 @@
 """SPARKLING section 4: copy init with symmetric optimizer state is a symmetry lock (copies stay
 equal under AdamW and under Muon); the asymmetric reset of the new entries breaks it."""
+
 import pytest
 import torch
 
@@ -26,8 +27,10 @@ def trained():
     made = {}
     for optimizer in ("adamw", "muon"):
         torch.manual_seed(0)
-        cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48),
-                        train=TrainConfig(optimizer=optimizer, lr=3e-3, muon_lr=0.02, weight_decay=0.0))
+        cfg = RunConfig(
+            model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48),
+            train=TrainConfig(optimizer=optimizer, lr=3e-3, muon_lr=0.02, weight_decay=0.0),
+        )
         model = build_model(cfg.model)
         opt = build_optimizer(model, cfg.train)
         _train(model, opt, ids, 5)
@@ -38,8 +41,13 @@ def trained():
 def _lock_after(trained, optimizer, policy, steps=15):
     made, ids = trained
     model, cfg, state = made[optimizer]
-    new_model, new_cfg, new_opt, res = grow(model, cfg, {"family": "width", "ffn": 96, "init": "copy,copy",
-                                                         "preserve": "rms", "optimizer_state": policy}, state, step=5)
+    new_model, new_cfg, new_opt, res = grow(
+        model,
+        cfg,
+        {"family": "width", "ffn": 96, "init": "copy,copy", "preserve": "rms", "optimizer_state": policy},
+        state,
+        step=5,
+    )
     before = symmetry_lock(new_model, res.param_maps)
     _train(new_model, new_opt, ids, steps)
     return before, symmetry_lock(new_model, res.param_maps)

@@ -1,5 +1,6 @@
 """Synthetic tasks: generated labels agree with each task's definition, bad options are one
 ConfigError, `nexus train --data synthetic:...` + `nexus eval --task ...` work end to end."""
+
 from __future__ import annotations
 
 import json
@@ -71,16 +72,19 @@ def test_batches_depend_only_on_the_generator():
     assert not torch.equal(a[0], task.batch(4, _gen(8))[0])
 
 
-@pytest.mark.parametrize("name,options,seq_len,needle", [
-    ("parity", {}, 64, "synthetic:parity"),
-    ("mqar", {"keys": 3}, 64, "keys"),
-    ("mqar", {"pairs": 30}, 64, "pairs"),
-    ("mqar", {"vocab": "big"}, 64, "vocab"),
-    ("khop", {"k": 0}, 64, "k="),
-    ("khop", {"k": 40}, 64, "k="),
-    ("khop", {"all_positions": 2}, 64, "all_positions"),
-    ("induction", {"vocab": 1}, 64, "vocab"),
-])
+@pytest.mark.parametrize(
+    "name,options,seq_len,needle",
+    [
+        ("parity", {}, 64, "synthetic:parity"),
+        ("mqar", {"keys": 3}, 64, "keys"),
+        ("mqar", {"pairs": 30}, 64, "pairs"),
+        ("mqar", {"vocab": "big"}, 64, "vocab"),
+        ("khop", {"k": 0}, 64, "k="),
+        ("khop", {"k": 40}, 64, "k="),
+        ("khop", {"all_positions": 2}, 64, "all_positions"),
+        ("induction", {"vocab": 1}, 64, "vocab"),
+    ],
+)
 def test_bad_task_or_option_is_one_config_error(name, options, seq_len, needle):
     with pytest.raises(ConfigError, match=needle):
         make_task(name, options, seq_len)
@@ -94,10 +98,32 @@ def _nexus(*args) -> int:
 
 def test_train_on_mqar_then_eval_task_reports_accuracy(tmp_path, capsys):
     out = tmp_path / "run"
-    assert _nexus("train", "--preset", "baseline-micro", "--data", "synthetic:mqar",
-                  "--data.synthetic", "{vocab: 32, pairs: 4}", "--data.seq_len", "32", "--train.steps", "6",
-                  "--train.eval_every", "0", "--train.eval_batches", "1", "--train.sample_tokens", "4",
-                  "--train.out_dir", out, "--model.attention.kind", "higher_order") == 0
+    assert (
+        _nexus(
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--data",
+            "synthetic:mqar",
+            "--data.synthetic",
+            "{vocab: 32, pairs: 4}",
+            "--data.seq_len",
+            "32",
+            "--train.steps",
+            "6",
+            "--train.eval_every",
+            "0",
+            "--train.eval_batches",
+            "1",
+            "--train.sample_tokens",
+            "4",
+            "--train.out_dir",
+            out,
+            "--model.attention.kind",
+            "higher_order",
+        )
+        == 0
+    )
     capsys.readouterr()
     assert _nexus("eval", "--checkpoint", out / "checkpoint", "--task", "mqar", "--batches", "2", "--json") == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

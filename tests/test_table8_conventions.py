@@ -1,6 +1,7 @@
 """Nexusformer paper, Table 8 (forward FLOPs per token at 4,096 context, measured with CalFlops):
 which counting convention reproduces the printed numbers. Expected values are the paper's own
 (Table 8, and the nominal sizes of Tables 6-7); see docs/nexusformer.md for the arithmetic."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,12 @@ from nexus.analysis.flops import calflops_without_attention_core, forward_flops_
 from nexus.models.accounting import param_count_for_config
 from nexus.presets import get_preset
 
-TABLE8 = {"240m": (4.256e8, 4.223e8), "300m": (5.648e8, 6.036e8), "380m": (7.171e8, 7.570e8),
-          "440m": (8.390e8, 8.704e8)}  # size -> (Nexusformer, Qwen3) FLOPs per token as printed
+TABLE8 = {
+    "240m": (4.256e8, 4.223e8),
+    "300m": (5.648e8, 6.036e8),
+    "380m": (7.171e8, 7.570e8),
+    "440m": (8.390e8, 8.704e8),
+}  # size -> (Nexusformer, Qwen3) FLOPs per token as printed
 NOMINAL = {"240m": 240e6, "300m": 300e6, "380m": 380e6, "440m": 440e6}  # the sizes the paper names
 
 

@@ -1,6 +1,7 @@
 """Talking-heads attention (models/talking_heads.py) against the paper's equations, written here per head
 with explicit loops (Shazeer et al. 2020: J_h = Q_h K_h^T / sqrt(d); L_h' = sum_h J_h P_l[h,h'];
 W = softmax(L + causal mask); U_h'' = sum_h' W_h' P_w[h',h'']; O_h = U_h V_h)."""
+
 import math
 
 import pytest
@@ -77,5 +78,7 @@ def test_preset_builds_trains_and_decodes_with_the_cache_like_the_full_forward()
 
 @pytest.mark.parametrize("opts", [{}, {"mix_weights": False}, {"gate": "headwise"}])
 def test_parameter_count_is_the_built_models(opts):
-    cfg = ModelConfig(d_model=48, n_layers=2, n_heads=6, n_kv_heads=3, attention=AttentionOptions.make("talking_heads", **opts))
+    cfg = ModelConfig(
+        d_model=48, n_layers=2, n_heads=6, n_kv_heads=3, attention=AttentionOptions.make("talking_heads", **opts)
+    )
     assert count(cfg)["total"] == param_count_for_config(cfg)["total"]

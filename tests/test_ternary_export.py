@@ -1,4 +1,5 @@
 """Packed ternary export: exact round trip, <= 2.1 bits per ternary weight, corrupted files rejected."""
+
 import numpy as np
 import pytest
 import torch
@@ -25,8 +26,16 @@ def test_pack_unpack_roundtrip(codes, packing):
 
 def _checkpoint(tmp_path, act_quant=False, tie=True, ffn_hidden=80):
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2, act_quant=act_quant), d_model=32, n_layers=2, n_heads=1, ffn_hidden=ffn_hidden,
-                                      tie_embeddings=tie))
+    cfg = RunConfig(
+        model=ModelConfig(
+            arch=RecurrentOptions(n_sup=2, t_inner=2, act_quant=act_quant),
+            d_model=32,
+            n_layers=2,
+            n_heads=1,
+            ffn_hidden=ffn_hidden,
+            tie_embeddings=tie,
+        )
+    )
     model = build_model(cfg.model)
     return save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer()), model
 
@@ -62,7 +71,9 @@ def test_report_is_the_true_file_size_and_bits_per_weight(tmp_path):
 def test_export_rejects_a_model_without_ternary_layers(tmp_path):
     from nexus.config import ConfigError
 
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(ternary=False), d_model=16, n_layers=1, n_heads=1, ffn_hidden=32))
+    cfg = RunConfig(
+        model=ModelConfig(arch=RecurrentOptions(ternary=False), d_model=16, n_layers=1, n_heads=1, ffn_hidden=32)
+    )
     ckpt = save_checkpoint(tmp_path / "c", build_model(cfg.model), cfg, ByteTokenizer())
     with pytest.raises(ConfigError, match="BitLinear"):
         export_ternary(ckpt, tmp_path / "x.tern")
@@ -104,7 +115,9 @@ def test_cli_export_format_ternary(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kernel", ["int8", "int4"])
-@pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
+@pytest.mark.parametrize(
+    "act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)]
+)
 def test_low_bit_kernels_match_reference_bitlinear_to_bf16_precision(act_quant, input_norm, bias, kernel):
     """The fast decode kernels against the paper's quantizer (reference ternary weights, fp32 matmul):
     bf16 activations and products bound each output's error by a few bf16 ulps of sum_k |x_k w_k|."""
@@ -117,8 +130,9 @@ def test_low_bit_kernels_match_reference_bitlinear_to_bf16_precision(act_quant, 
         torch.nn.init.normal_(lin.bias)
     codes = torch.round(lin.weight.detach() / lin.weight.detach().abs().mean()).clamp(-1, 1)
     gamma = lin.weight.detach().abs().mean()
-    fast = PackedTernaryLinear(codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps,
-                               kernel=kernel)
+    fast = PackedTernaryLinear(
+        codes, gamma, lin.bias.detach() if bias else None, act_quant, input_norm, lin.norm_eps, kernel=kernel
+    )
     assert fast.kernel == kernel
     x = torch.randn(3, 5, 96) * 4
     xr = ref_rmsnorm(x, None, lin.norm_eps) if input_norm else x
@@ -126,7 +140,7 @@ def test_low_bit_kernels_match_reference_bitlinear_to_bf16_precision(act_quant, 
     w = ref_ternary(lin.weight.detach())
     want = xr @ w.t() + (lin.bias.detach() if bias else 0)
     got = fast(x)
-    bound = 4 * 2.0 ** -8 * (xr.abs() @ w.abs().t()) + 1e-6
+    bound = 4 * 2.0**-8 * (xr.abs() @ w.abs().t()) + 1e-6
     assert got.shape == want.shape and got.dtype == torch.float32
     assert ((got - want).abs() <= bound).all()
     assert (got - want).abs().max() > 0  # it is the bf16 kernel, not the fp32 one
@@ -167,8 +181,9 @@ def test_cli_packing_option_round_trips(tmp_path, capsys, packing, bits):
     assert CLI_PACKINGS == PACKINGS
     ckpt, model = _checkpoint(tmp_path)
     out = tmp_path / f"cli.{packing}"
-    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", packing,
-                         "--out", str(out), "--json"])
+    rc = nexus.cli.main(
+        ["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", packing, "--out", str(out), "--json"]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["packing"] == packing
@@ -190,10 +205,14 @@ def test_cli_rejects_a_bad_packing(tmp_path, capsys):
 
     ckpt, _ = _checkpoint(tmp_path)
     out = tmp_path / "bad.tern"
-    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", "3bit", "--out", str(out)])
+    rc = nexus.cli.main(
+        ["export", "--checkpoint", str(ckpt), "--format", "ternary", "--packing", "3bit", "--out", str(out)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--packing" in err[0] and "base3" in err[0] and not out.exists()
-    rc = nexus.cli.main(["export", "--checkpoint", str(ckpt), "--format", "hf", "--packing", "base3", "--out", str(out)])
+    rc = nexus.cli.main(
+        ["export", "--checkpoint", str(ckpt), "--format", "hf", "--packing", "base3", "--out", str(out)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--packing=base3" in err[0] and not out.exists()
 

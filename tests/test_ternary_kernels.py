@@ -5,6 +5,7 @@ Tolerance: the kernels sum K fp32 products; recursive summation of K terms errs 
 sum |terms| (Higham, Accuracy and Stability, eq. 4.4). The 2-bit kernel sums x_k * u_k with u = c + 1
 in {0, 1, 2} and subtracts sum x_k, three such sums of terms bounded by gamma * |x_k| in all, hence
 (3K + 4) * 2^-24 * gamma * sum_k |x_k| (the 4 covers the final subtraction, the scale and the bias)."""
+
 import pytest
 import torch
 
@@ -24,8 +25,12 @@ def _paper_ternary(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)
-@pytest.mark.parametrize("n_out,n_in,lead", [(48, 96, (1,)), (7, 37, (1,)), (33, 130, (3, 5)), (16, 8, (2, 1)), (5, 64, (8,))])
-@pytest.mark.parametrize("act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)])
+@pytest.mark.parametrize(
+    "n_out,n_in,lead", [(48, 96, (1,)), (7, 37, (1,)), (33, 130, (3, 5)), (16, 8, (2, 1)), (5, 64, (8,))]
+)
+@pytest.mark.parametrize(
+    "act_quant,input_norm,bias", [(False, False, False), (True, False, True), (False, True, False)]
+)
 def test_fp32_kernels_match_the_paper_matmul_to_fp32_rounding(kernel, n_out, n_in, lead, act_quant, input_norm, bias):
     """Odd K (padding of the 2-bit planes), one row (the fused decode loop) and several (the 2 x 4 tiles,
     with M and N that leave partial tiles)."""
@@ -43,7 +48,7 @@ def test_fp32_kernels_match_the_paper_matmul_to_fp32_rounding(kernel, n_out, n_i
     with torch.no_grad():
         got = layer(x)
     assert got.shape == want.shape and got.dtype == torch.float32
-    bound = (3 * n_in + 4) * 2.0 ** -24 * g32 * xr.abs().sum(-1, keepdim=True) + 4 * 2.0 ** -24 * want.abs()
+    bound = (3 * n_in + 4) * 2.0**-24 * g32 * xr.abs().sum(-1, keepdim=True) + 4 * 2.0**-24 * want.abs()
     assert ((got.double() - want).abs() <= bound).all()
 
 
@@ -75,8 +80,9 @@ def test_packed_model_on_the_fp32_kernels_decodes_like_the_exact_model(tmp_path,
     from nexus.models.recurrent import RecurrentOptions
 
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1,
-                                      ffn_hidden=80))
+    cfg = RunConfig(
+        model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80)
+    )
     ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
     path = export_ternary(ckpt, tmp_path / "m.tern", packing=packing)["path"]
     fast, _, _ = load_ternary(path, kernel=kernel, say=None)
@@ -108,8 +114,9 @@ def test_nexus_generate_prints_the_kernel_choice_and_takes_a_kernel(tmp_path, ca
     from nexus.models.recurrent import RecurrentOptions
 
     assert CLI_KERNELS == PACKED_KERNELS
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=1, t_inner=1), d_model=16, n_layers=1, n_heads=1,
-                                      ffn_hidden=32))
+    cfg = RunConfig(
+        model=ModelConfig(arch=RecurrentOptions(n_sup=1, t_inner=1), d_model=16, n_layers=1, n_heads=1, ffn_hidden=32)
+    )
     ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg.model), cfg, ByteTokenizer())
     path = export_ternary(ckpt, tmp_path / "m.tern")["path"]
     base = ["generate", "--max-new-tokens", "3", "--temperature", "0", "--checkpoint"]

@@ -7,6 +7,7 @@ Tolerance: three fp32 dot products in a row (K, then H terms) plus silu's exp an
 recursive-summation bound (tests/test_ternary_kernels.py) is ~1e-5 relative at these sizes, and a
 relative 1e-4 of the output's largest entry covers it with room, while a wrong scale, a dropped norm,
 a swapped gate/up or a misplaced code changes outputs by O(1)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -73,7 +74,9 @@ def test_the_fused_form_is_refused_where_it_does_not_apply(kernel):
         other, _, _, _ = _mlp(kernel, 32, 64, True)
         setattr(other, attr, value)
         assert fused(other, up, down, x) is None, attr
-    with_bias = PackedTernaryLinear(torch.ones(32, 64), torch.tensor(0.5), torch.ones(32), False, True, 1e-5, kernel=kernel)
+    with_bias = PackedTernaryLinear(
+        torch.ones(32, 64), torch.tensor(0.5), torch.ones(32), False, True, 1e-5, kernel=kernel
+    )
     assert fused(gate, up, with_bias, x) is None
     dense_down, *_ = _mlp("dense", 64, 32, False)
     assert fused(gate, up, dense_down, x) is None

@@ -1,5 +1,6 @@
 """TokenFormer baseline: Pattention vs reference, token growth exact with the frozen sqrt(n) factor and
 not without it, live default init, dead all-zero init, bad input."""
+
 import pytest
 import torch
 
@@ -11,10 +12,15 @@ from nexus.models.pattention import Pattention, pattention_modules
 from nexus.models.reference.nexus_rank_ref import pattention_ref
 
 
-
 def tf_cfg(freeze=True, act="gelu_l2", targets=("q", "k", "v", "o", "ffn")) -> RunConfig:
-    proj = ProjectionOptions.make("pattention", targets=list(targets), param_tokens=12, ffn_param_tokens=20,
-                            freeze_scale=freeze, pattention_act=act)
+    proj = ProjectionOptions.make(
+        "pattention",
+        targets=list(targets),
+        param_tokens=12,
+        ffn_param_tokens=20,
+        freeze_scale=freeze,
+        pattention_act=act,
+    )
     cfg = RunConfig(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32, projection=proj))
     cfg.data.seq_len = 16
     return cfg
@@ -24,7 +30,11 @@ def perturbed(model, seed=0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3 * (p.std() if p.numel() > 1 else 0.1))
+            p.add_(
+                torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+                * 0.3
+                * (p.std() if p.numel() > 1 else 0.1)
+            )
     return model
 
 
@@ -108,10 +118,15 @@ def test_default_token_growth_is_live_and_all_zero_is_dead(optimizer):
     assert "warning" in res0.report
 
 
-@pytest.mark.parametrize("spec,match", [
-    ({"add_tokens": 0}, "--add-tokens"), ({"add_ffn_tokens": -1}, "--add-ffn-tokens"), ({}, "needs --add-tokens"),
-    ({"add_tokens": 2, "init": "copy"}, "--token-init"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"add_tokens": 0}, "--add-tokens"),
+        ({"add_ffn_tokens": -1}, "--add-ffn-tokens"),
+        ({}, "needs --add-tokens"),
+        ({"add_tokens": 2, "init": "copy"}, "--token-init"),
+    ],
+)
 def test_bad_token_growth_specs(spec, match):
     cfg = tf_cfg()
     with pytest.raises(ConfigError, match=match):
@@ -149,9 +164,13 @@ def test_cli_token_growth_reports_scale_mode_and_reloads(tmp_path, capsys):
     assert rc == 2 and "--add-tokens=-2" in capsys.readouterr().err and not (tmp_path / "o2").exists()
 
 
-@pytest.mark.parametrize("spec,match", [
-    ({"add_tokens": 0, "add_ffn_tokens": 2}, "--add-tokens=0"), ({"add_tokens": 2, "add_ffn_tokens": -1}, "--add-ffn-tokens=-1"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"add_tokens": 0, "add_ffn_tokens": 2}, "--add-tokens=0"),
+        ({"add_tokens": 2, "add_ffn_tokens": -1}, "--add-ffn-tokens=-1"),
+    ],
+)
 def test_each_token_count_is_checked_even_beside_a_valid_one(spec, match):
     from nexus.growth.tokenformer_growth import TokenFormerSpec
 
@@ -183,30 +202,57 @@ def test_each_token_count_needs_pattention_where_it_adds_tokens_and_only_there()
 def _default_token_model(freeze=True, act="gelu_l2"):
     """Token counts left unset: TokenFormer's defaults, n = d_model for q/k/v/o and n = ffn for the FFN."""
     cfg = tf_cfg(freeze, act)
-    cfg.model.projection.param_tokens = cfg.model.projection.ffn_param_tokens = 0  # 0: the documented "unset" (None is refused)
+    cfg.model.projection.param_tokens = cfg.model.projection.ffn_param_tokens = (
+        0  # 0: the documented "unset" (None is refused)
+    )
     torch.manual_seed(5)
     return perturbed(build_model(cfg.model)), cfg
 
 
 def _token_shapes(model, attn: bool, ffn: bool) -> dict:
-    return {f"{name}.{t}": [mod.n_tokens, getattr(mod, t).shape[1]] for name, mod in pattention_modules(model).items()
-            if (ffn if name.endswith("mlp") else attn) for t in ("key_tokens", "value_tokens")}
+    return {
+        f"{name}.{t}": [mod.n_tokens, getattr(mod, t).shape[1]]
+        for name, mod in pattention_modules(model).items()
+        if (ffn if name.endswith("mlp") else attn)
+        for t in ("key_tokens", "value_tokens")
+    }
 
 
 FROZEN = "frozen (tau = sqrt(n before growth))"
 FOLLOWS = "follows n (tau = sqrt(new n))"
 
 
-@pytest.mark.parametrize("freeze,act,spec,exact,note,warning", [
-    (True, "gelu_l2", {"add_tokens": 6}, True, None, None),
-    (False, "gelu_l2", {"add_ffn_tokens": 4, "init": "zero"}, False,
-     "tau follows n (set model.projection.freeze_scale=true for exact growth)",
-     "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
-    (True, "softmax", {"add_tokens": 2, "add_ffn_tokens": 3}, False, "softmax Pattention gives zero scores softmax mass", None),
-    (True, "gelu_l2", {"add_tokens": 2, "init": "noise"}, False, "noise init", None),
-    (True, "gelu_l2", {"add_tokens": 2, "init": "zero"}, True, None,  # TokenFormer's own zero init: exact, dead
-     "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"),
-])
+@pytest.mark.parametrize(
+    "freeze,act,spec,exact,note,warning",
+    [
+        (True, "gelu_l2", {"add_tokens": 6}, True, None, None),
+        (
+            False,
+            "gelu_l2",
+            {"add_ffn_tokens": 4, "init": "zero"},
+            False,
+            "tau follows n (set model.projection.freeze_scale=true for exact growth)",
+            "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)",
+        ),
+        (
+            True,
+            "softmax",
+            {"add_tokens": 2, "add_ffn_tokens": 3},
+            False,
+            "softmax Pattention gives zero scores softmax mass",
+            None,
+        ),
+        (True, "gelu_l2", {"add_tokens": 2, "init": "noise"}, False, "noise init", None),
+        (
+            True,
+            "gelu_l2",
+            {"add_tokens": 2, "init": "zero"},
+            True,
+            None,  # TokenFormer's own zero init: exact, dead
+            "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)",
+        ),
+    ],
+)
 def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, note, warning):
     """The growth_history record and the printed report, field by field: the old counts are TokenFormer's
     defaults (d_model tokens, ffn tokens), a side without added tokens keeps its count, exactness needs
@@ -218,12 +264,24 @@ def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, no
     add, add_ffn = spec.get("add_tokens", 0), spec.get("add_ffn_tokens", 0)
     init = spec.get("init", "exact")
     res = grow_tokenformer(model, cfg, TokenFormerSpec(**spec).validate())
-    assert res.record == {"old_tokens": d, "new_tokens": d + add, "old_ffn_tokens": ffn, "new_ffn_tokens": ffn + add_ffn,
-                          "init": init, "scale": "frozen" if freeze else "free", "exact": exact,
-                          "old_shapes": _token_shapes(model, bool(add), bool(add_ffn))}
-    expected = {"pattention layers": 5, "tokens": f"{d} -> {d + add}" if add else "unchanged",
-                "ffn tokens": f"{ffn} -> {ffn + add_ffn}" if add_ffn else "unchanged", "init": init,
-                "scale factor": FROZEN if freeze else FOLLOWS, "function preserved by construction": exact}
+    assert res.record == {
+        "old_tokens": d,
+        "new_tokens": d + add,
+        "old_ffn_tokens": ffn,
+        "new_ffn_tokens": ffn + add_ffn,
+        "init": init,
+        "scale": "frozen" if freeze else "free",
+        "exact": exact,
+        "old_shapes": _token_shapes(model, bool(add), bool(add_ffn)),
+    }
+    expected = {
+        "pattention layers": 5,
+        "tokens": f"{d} -> {d + add}" if add else "unchanged",
+        "ffn tokens": f"{ffn} -> {ffn + add_ffn}" if add_ffn else "unchanged",
+        "init": init,
+        "scale factor": FROZEN if freeze else FOLLOWS,
+        "function preserved by construction": exact,
+    }
     if note:
         expected["note"] = f"growth is not function-preserving: {note}"
     if warning:
@@ -231,7 +289,10 @@ def test_token_growth_records_and_reports_what_grew(freeze, act, spec, exact, no
     assert res.report == expected
     counts = {n: m.n_tokens for n, m in pattention_modules(res.model).items()}
     assert counts == {n: (ffn + add_ffn if n.endswith("mlp") else d + add) for n in counts}
-    assert (cfg.model.projection.param_tokens, cfg.model.projection.ffn_param_tokens) == (0, 0)  # caller's config untouched
+    assert (cfg.model.projection.param_tokens, cfg.model.projection.ffn_param_tokens) == (
+        0,
+        0,
+    )  # caller's config untouched
 
 
 @pytest.mark.parametrize("init,key_scale,value_scale", [("exact", 0.0, 1.0), ("noise", 0.5, 0.5), ("zero", 0.0, 0.0)])

@@ -1,4 +1,5 @@
 """The suite-wide assert_close guard (tests/tolerance_guard.py) catches the flaw it exists for."""
+
 import pytest
 import torch
 

@@ -1,6 +1,7 @@
 """Issue 24 items 6 and 7: what `nexus train` tells a user while it runs (piped progress with elapsed time,
 ETA and which tokens its throughput counts; a readable growth summary; the lr plan; the compile wait)
 and the curve it draws at the end."""
+
 import csv
 import json
 import re
@@ -11,8 +12,20 @@ from PIL import Image
 
 from nexus.cli import main
 
-SMALL = ["--preset", "baseline-micro", "--train.eval_every", "0", "--train.sample_every", "0",
-         "--train.batch_size", "2", "--data.seq_len", "32", "--train.log_every", "2"]
+SMALL = [
+    "--preset",
+    "baseline-micro",
+    "--train.eval_every",
+    "0",
+    "--train.sample_every",
+    "0",
+    "--train.batch_size",
+    "2",
+    "--data.seq_len",
+    "32",
+    "--train.log_every",
+    "2",
+]
 
 
 def _printed(capsys) -> str:
@@ -51,8 +64,28 @@ def test_piped_progress_carries_elapsed_eta_and_which_tokens(tmp_path, capsys):
 def test_throughput_on_partly_scored_data_names_both_counts(tmp_path, capsys):
     """On a synthetic task only the answer positions bear loss: the line shows both counts, which differ."""
     run = tmp_path / "mqar"
-    assert main(["train", "--preset", "mqar-baseline", "--train.steps", "4", "--train.log_every", "2",
-                 "--train.eval_every", "0", "--train.sample_every", "0", "--train.batch_size", "2", "--out", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "mqar-baseline",
+                "--train.steps",
+                "4",
+                "--train.log_every",
+                "2",
+                "--train.eval_every",
+                "0",
+                "--train.sample_every",
+                "0",
+                "--train.batch_size",
+                "2",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     err = _printed(capsys)
     line = next(line for line in err.splitlines() if line.startswith("step 4/4"))
     m = re.search(r"([\d,]+) tok/s processed, ([\d,]+) loss-bearing", line)
@@ -65,8 +98,25 @@ def test_throughput_on_partly_scored_data_names_both_counts(tmp_path, capsys):
 
 def test_growth_in_training_prints_a_readable_summary_and_the_lr_plan(tmp_path, capsys):
     run = tmp_path / "grown"
-    assert main(["train", *SMALL, "--train.steps", "8", "--grow-at", "4", "--width.hidden", "96",
-                 "--rewarmup", "1.3,2", "--out", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *SMALL,
+                "--train.steps",
+                "8",
+                "--grow-at",
+                "4",
+                "--width.hidden",
+                "96",
+                "--rewarmup",
+                "1.3,2",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     err = _printed(capsys)
     plan = next(line for line in err.splitlines() if line.startswith("lr plan:"))
     assert "growth step 4: old entries" in plan and "last step 7" in plan

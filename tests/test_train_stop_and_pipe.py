@@ -1,6 +1,7 @@
 """Issue 40 item 5, with real processes: a closed stdout never stops `nexus train` (the run finishes and
 saves), and SIGINT / SIGTERM stop it at the next step boundary with a checkpoint and the command that
 resumes it (exit 130 / 143)."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,24 @@ from pathlib import Path
 import pytest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-MICRO = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "2",
-         "--train.eval_every", "0", "--train.eval_batches", "1", "--train.sample_tokens", "2", "--train.log_every", "1"]
+MICRO = [
+    "--preset",
+    "baseline-micro",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "2",
+    "--train.eval_every",
+    "0",
+    "--train.eval_batches",
+    "1",
+    "--train.sample_tokens",
+    "2",
+    "--train.log_every",
+    "1",
+]
 
 
 def nexus(*args, **kw) -> subprocess.Popen:
@@ -58,8 +75,18 @@ def _wait_for_steps(out: Path, n: int, p: subprocess.Popen) -> None:
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_at_the_next_step_and_prints_the_resume_command(tmp_path, sig, code):
     out = tmp_path / "run"
-    p = nexus("train", *MICRO, "--train.steps", "100000", "--train.save_every", "0", "--out", out,
-              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = nexus(
+        "train",
+        *MICRO,
+        "--train.steps",
+        "100000",
+        "--train.save_every",
+        "0",
+        "--out",
+        out,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _wait_for_steps(out, 2, p)
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
@@ -71,8 +98,9 @@ def test_signal_saves_at_the_next_step_and_prints_the_resume_command(tmp_path, s
     step = final_step(ckpt)
     assert step >= 2 and ckpt.name == f"step_{step:07d}"
     # the printed command continues that run (two more steps, to keep the test short)
-    r = nexus("train", "--resume", ckpt, "--train.steps", step + 2, "--quiet", stdout=subprocess.PIPE,
-              stderr=subprocess.PIPE)
+    r = nexus(
+        "train", "--resume", ckpt, "--train.steps", step + 2, "--quiet", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     rout, rerr = r.communicate(timeout=300)
     assert r.returncode == 0, rerr
     assert final_step(out / "checkpoint") == step + 2
@@ -88,7 +116,9 @@ def test_an_interrupted_experiment_says_to_run_its_command_again(capsys):
 
     assert run_guarded("nexus experiment compare", stop) == 143
     err = capsys.readouterr().err.strip()
-    assert err == ("nexus experiment compare: stopped by SIGTERM at step 7; checkpoint saved: runs/x/step_0000007; "
-                   "resume with: run the same command again")
+    assert err == (
+        "nexus experiment compare: stopped by SIGTERM at step 7; checkpoint saved: runs/x/step_0000007; "
+        "resume with: run the same command again"
+    )
     assert run_guarded("nexus train", stop) == 143
     assert capsys.readouterr().err.strip().endswith("resume with: nexus train --resume runs/x/step_0000007")

@@ -1,5 +1,6 @@
 """The trainer hook API (train/hooks.py): event order, hook state through a checkpoint, and hook kinds the
 run config asks for being added by the trainer itself."""
+
 import hashlib
 import json
 from pathlib import Path
@@ -49,17 +50,40 @@ class Recorder(Hook):
 
 def test_events_arrive_in_loop_order(tmp_path):
     rec = Recorder()
-    Trainer(micro_cfg(tmp_path / "run", "--train.steps", "4", "--train.log_every", "2", "--train.eval_every", "3",
-                      "--train.save_every", "2"),
-            quiet=True, hooks=[rec]).fit()
+    Trainer(
+        micro_cfg(
+            tmp_path / "run",
+            "--train.steps",
+            "4",
+            "--train.log_every",
+            "2",
+            "--train.eval_every",
+            "3",
+            "--train.save_every",
+            "2",
+        ),
+        quiet=True,
+        hooks=[rec],
+    ).fit()
     step = lambda s: [("step_start", s), ("before_opt", s), ("after_opt", s)]  # noqa: E731
-    want = [("fit_start",),
-            *step(0), ("step_end", 1),
-            *step(1), ("log", 2), ("save", "step_0000002"), ("step_end", 2),
-            *step(2), ("eval", 3), ("step_end", 3),
-            *step(3), ("log", 4), ("step_end", 4),
-            ("eval", 4), ("save", "checkpoint"),
-            ("fit_end", ["checkpoint", "params", "sample", "step", "tokens_seen", "val_loss", "val_ppl"])]
+    want = [
+        ("fit_start",),
+        *step(0),
+        ("step_end", 1),
+        *step(1),
+        ("log", 2),
+        ("save", "step_0000002"),
+        ("step_end", 2),
+        *step(2),
+        ("eval", 3),
+        ("step_end", 3),
+        *step(3),
+        ("log", 4),
+        ("step_end", 4),
+        ("eval", 4),
+        ("save", "checkpoint"),
+        ("fit_end", ["checkpoint", "params", "sample", "step", "tokens_seen", "val_loss", "val_ppl"]),
+    ]
     assert rec.events == want
 
 
@@ -85,11 +109,16 @@ class Counter(Hook):
 
 
 def test_hook_state_travels_through_the_checkpoint(tmp_path):
-    Trainer(micro_cfg(tmp_path / "a", "--train.steps", "5", "--train.save_every", "3"), quiet=True,
-            hooks=[Counter()]).fit()
+    Trainer(
+        micro_cfg(tmp_path / "a", "--train.steps", "5", "--train.save_every", "3"), quiet=True, hooks=[Counter()]
+    ).fit()
     hook = Counter()
-    t = Trainer(micro_cfg(tmp_path / "b", "--train.steps", "5"), resume=str(tmp_path / "a" / "step_0000003"),
-                quiet=True, hooks=[hook])
+    t = Trainer(
+        micro_cfg(tmp_path / "b", "--train.steps", "5"),
+        resume=str(tmp_path / "a" / "step_0000003"),
+        quiet=True,
+        hooks=[hook],
+    )
     assert hook.loaded_before_load_event == 3
     t.fit()
     assert hook.n == 5
@@ -127,14 +156,17 @@ def test_the_trainer_knows_no_growth():
     assert "grow" not in Path(T.__file__).read_text().lower()
 
 
-@pytest.mark.parametrize("entry,needle", [
-    ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: "),
-    ({"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}, "when": 3}, "train.hooks[0].when=3"),
-    ({"kind": "growth", "at": 6, "spec": {"family": "width", "hidden": 64}}, "train.hooks[0].at=6"),
-    ({"kind": "growth", "at": 3}, "train.hooks[0].spec is missing"),
-    ({"kind": "growth", "at": 3, "spec": {"family": "width", "hiden": 64}}, "train.hooks[0].spec.hiden=64"),
-    ({"kind": "growth", "at": 3, "spec": {"family": "nexus_rank", "delta_m": 8}}, "nexus_rank"),
-])
+@pytest.mark.parametrize(
+    "entry,needle",
+    [
+        ({"kind": "growht", "at": 3}, "train.hooks[].kind='growht' (valid: "),
+        ({"kind": "growth", "at": 3, "spec": {"family": "width", "hidden": 64}, "when": 3}, "train.hooks[0].when=3"),
+        ({"kind": "growth", "at": 6, "spec": {"family": "width", "hidden": 64}}, "train.hooks[0].at=6"),
+        ({"kind": "growth", "at": 3}, "train.hooks[0].spec is missing"),
+        ({"kind": "growth", "at": 3, "spec": {"family": "width", "hiden": 64}}, "train.hooks[0].spec.hiden=64"),
+        ({"kind": "growth", "at": 3, "spec": {"family": "nexus_rank", "delta_m": 8}}, "nexus_rank"),
+    ],
+)
 def test_a_bad_hook_entry_is_one_config_error_before_anything_is_written(tmp_path, entry, needle):
     cfg = micro_cfg(tmp_path / "run", "--train.steps", "6")
     cfg.train.hooks = [entry]
@@ -157,7 +189,9 @@ def test_an_unknown_hook_kind_names_every_registered_one(tmp_path):
 def test_a_configured_kind_passed_again_by_the_caller_is_refused(tmp_path):
     from nexus.growth.hook import GrowthHook
 
-    with pytest.raises(RuntimeError, match=r"train.hooks\[0\] configures a 'growth' hook and the trainer was given one"):
+    with pytest.raises(
+        RuntimeError, match=r"train.hooks\[0\] configures a 'growth' hook and the trainer was given one"
+    ):
         Trainer(_growing_cfg(tmp_path / "run"), quiet=True, hooks=[GrowthHook()])
 
 
@@ -204,8 +238,9 @@ def test_an_override_of_a_moved_field_names_where_it_went(capsys, tmp_path):
 def test_cli_growth_without_grow_at_is_refused(capsys, tmp_path):
     from nexus.cli import main
 
-    rc = main(["train", "--preset", "baseline-micro", "--growth", "{family: width, hidden: 64}", "--out",
-               str(tmp_path / "r")])
+    rc = main(
+        ["train", "--preset", "baseline-micro", "--growth", "{family: width, hidden: 64}", "--out", str(tmp_path / "r")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "without --grow-at" in err[0]
     assert not (tmp_path / "r").exists()
@@ -216,8 +251,9 @@ def test_cli_grow_at_moves_a_preset_growth_and_keeps_its_spec():
     from nexus.cli.train import _plan_start, flag_overrides
     from nexus.presets import get_preset
 
-    args, extra = build_parser("train").parse_known_args(["train", "--preset", "sparkling-dense-tiny",
-                                                                  "--grow-at", "7"])
+    args, extra = build_parser("train").parse_known_args(
+        ["train", "--preset", "sparkling-dense-tiny", "--grow-at", "7"]
+    )
     extra, growth = flag_overrides(args, extra)
     plan = _plan_start(args, extra, None, growth=growth)
     spec = get_preset("sparkling-dense-tiny").train.hook("growth")["spec"]
@@ -231,8 +267,9 @@ def test_nexus_train_adds_no_hook_its_config_does_not_ask_for(tmp_path):
     from nexus.cli.train import _plan_start, execute, flag_overrides
     from nexus.train.hooks import HOOK_KINDS
 
-    args, extra = build_parser("train").parse_known_args(["train", "--preset", "baseline-micro", "--out",
-                                                          str(tmp_path / "r")])
+    args, extra = build_parser("train").parse_known_args(
+        ["train", "--preset", "baseline-micro", "--out", str(tmp_path / "r")]
+    )
     extra, growth = flag_overrides(args, extra)
     plan = _plan_start(args, extra, None, growth=growth)
     assert {"kind": "loss_curve"} in plan.cfg.train.hooks

@@ -1,5 +1,6 @@
 """Trainer.run_step(), the public single-step API (issue 49 item 4): N calls of it train exactly as fit() does for
 N steps (weights, optimizer state, counters, bitwise), with the same hook events in the same order."""
+
 import torch
 
 from nexus.train.trainer import Trainer
@@ -11,9 +12,12 @@ STEPS = 5
 
 def _state(trainer) -> dict:
     opt = trainer.optimizer.state_dict()["state"]
-    return {"model": {k: v.clone() for k, v in trainer.model.state_dict().items()},
-            "optimizer": {(i, k): v.clone() if torch.is_tensor(v) else v for i, s in opt.items() for k, v in s.items()},
-            "step": trainer.step, "tokens_seen": trainer.tokens_seen}
+    return {
+        "model": {k: v.clone() for k, v in trainer.model.state_dict().items()},
+        "optimizer": {(i, k): v.clone() if torch.is_tensor(v) else v for i, s in opt.items() for k, v in s.items()},
+        "step": trainer.step,
+        "tokens_seen": trainer.tokens_seen,
+    }
 
 
 def test_n_run_steps_equal_fit_for_n_steps_bitwise(tmp_path):
@@ -32,7 +36,7 @@ def test_n_run_steps_equal_fit_for_n_steps_bitwise(tmp_path):
         assert torch.equal(v, b["optimizer"][k]) if torch.is_tensor(v) else v == b["optimizer"][k], k
     # the same events from fit's start to its last step's end: steps, optimizer hooks, logs, the periodic evaluation
     events = fit_rec.events
-    loop = events[events.index(("fit_start",)) + 1:events.index(("step_end", STEPS)) + 1]
+    loop = events[events.index(("fit_start",)) + 1 : events.index(("step_end", STEPS)) + 1]
     assert step_rec.events == loop and ("eval", 3) in loop and ("log", 4) in loop
     # a logged step's metrics come back as host numbers, the others as train_step's device tensors
     assert isinstance(metrics[1]["loss"], float) and torch.is_tensor(metrics[0]["loss"])

@@ -1,5 +1,6 @@
 """Issue 24 item 7: the small things a user meets first (help texts, pipes, file modes, the README's
 Python example, generating from a packed export)."""
+
 import os
 import re
 import subprocess
@@ -50,8 +51,15 @@ def test_help_shows_every_option_with_its_default(command):
 
 def test_output_piped_into_head_exits_quietly(tmp_path):
     """`nexus config | head -2`: the reader closes the pipe early; no BrokenPipeError traceback."""
-    proc = subprocess.run(f"{sys.executable} -m nexus config | head -2", shell=True, cwd=tmp_path, env=ENV,
-                          capture_output=True, text=True, executable="/bin/bash")
+    proc = subprocess.run(
+        f"{sys.executable} -m nexus config | head -2",
+        shell=True,
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        executable="/bin/bash",
+    )
     assert proc.stderr == "" and len(proc.stdout.splitlines()) == 2
 
 
@@ -60,7 +68,7 @@ def test_readme_python_example_computes_the_next_token_loss():
     the following token (written here from the definition, not from nexus' loss code)."""
     text = (ROOT / "README.md").read_text()
     block = re.search(r"## Python API\n\n```python\n(.*?)```", text, re.S).group(1)
-    model_part = block[block.index("from nexus.config import ModelConfig"):]
+    model_part = block[block.index("from nexus.config import ModelConfig") :]
     torch.manual_seed(0)
     ids = torch.randint(0, 259, (2, 17))
     scope = {"ids": ids, "print": lambda *a: None}
@@ -81,7 +89,9 @@ def _ternary_export(tmp_path):
     from nexus.models.recurrent import RecurrentOptions
 
     torch.manual_seed(0)
-    cfg = RunConfig(model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80))
+    cfg = RunConfig(
+        model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80)
+    )
     model = build_model(cfg.model)
     ckpt = save_checkpoint(tmp_path / "ckpt", model, cfg, ByteTokenizer())
     save_ternary(model, cfg, ByteTokenizer(), tmp_path / "model.tern")
@@ -120,8 +130,13 @@ def test_import_of_a_hub_id_offline_is_one_line_and_downloads_nothing(tmp_path):
     """`nexus import --hf OWNER/NAME` takes a hub id; offline and not cached it is one line, exit 2, and
     neither --out nor anything in the hub cache is written."""
     env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
-    proc = subprocess.run([sys.executable, "-m", "nexus", "import", "--hf", "someone/tiny-llama", "--out",
-                           str(tmp_path / "ck")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nexus", "import", "--hf", "someone/tiny-llama", "--out", str(tmp_path / "ck")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "--hf='someone/tiny-llama'" in proc.stderr and "HF_HUB_OFFLINE" in proc.stderr

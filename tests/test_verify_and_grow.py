@@ -3,6 +3,7 @@ against their contracts: new blocks are the rectangles of new entries (or whole 
 probe batch is next-token pairs from a fixed seed, max |dlogits| is the largest logit change, a block
 is dead when its gradient is exactly zero in every probe step, and neither model is modified; grow()
 records the spec with its step in a copy of the config, and the re-warmup baseline marks every entry."""
+
 import copy
 
 import pytest
@@ -19,20 +20,28 @@ DOWN, UP, GATE = (f"layers.0.mlp.{n}_proj.weight" for n in ("down", "up", "gate"
 
 def _model(seed=0):
     torch.manual_seed(seed)
-    cfg = RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64, max_seq_len=128),
-                    train=TrainConfig(optimizer="adamw", lr=1e-3))
+    cfg = RunConfig(
+        model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64, max_seq_len=128),
+        train=TrainConfig(optimizer="adamw", lr=1e-3),
+    )
     return build_model(cfg.model), cfg
 
 
 def test_new_blocks_are_the_new_rectangles_and_whole_new_parameters():
     model, _ = _model()
-    maps = {DOWN: ParamMap(DOWN, (slice(0, 30), slice(0, 40))), UP: ParamMap(UP),  # unchanged: no block
-            "embed.weight": ParamMap(None), "gone.weight": ParamMap(None)}  # not in the model: skipped
+    maps = {
+        DOWN: ParamMap(DOWN, (slice(0, 30), slice(0, 40))),
+        UP: ParamMap(UP),  # unchanged: no block
+        "embed.weight": ParamMap(None),
+        "gone.weight": ParamMap(None),
+    }  # not in the model: skipped
     blocks = new_blocks(model, maps)
-    assert blocks == {f"{DOWN}[old,new]": (DOWN, (slice(0, 30), slice(40, 48))),
-                      f"{DOWN}[new,old]": (DOWN, (slice(30, 32), slice(0, 40))),
-                      f"{DOWN}[new,new]": (DOWN, (slice(30, 32), slice(40, 48))),
-                      "embed.weight": ("embed.weight", None)}
+    assert blocks == {
+        f"{DOWN}[old,new]": (DOWN, (slice(0, 30), slice(40, 48))),
+        f"{DOWN}[new,old]": (DOWN, (slice(30, 32), slice(0, 40))),
+        f"{DOWN}[new,new]": (DOWN, (slice(30, 32), slice(40, 48))),
+        "embed.weight": ("embed.weight", None),
+    }
 
 
 def test_probe_batch_is_next_token_pairs_from_its_seed():
@@ -62,8 +71,11 @@ def test_verify_reports_dead_and_live_blocks_and_leaves_both_models_alone():
         after.layers[0].mlp.up_proj.weight[40:] = 0
         after.layers[0].mlp.gate_proj.weight[40:] = 0
     q = "layers.0.attn.q_proj.weight"
-    maps = {DOWN: ParamMap(DOWN, (slice(0, 32), slice(0, 40))), UP: ParamMap(UP, (slice(0, 40), slice(0, 32))),
-            q: ParamMap(q, (slice(0, 24), slice(0, 32)))}
+    maps = {
+        DOWN: ParamMap(DOWN, (slice(0, 32), slice(0, 40))),
+        UP: ParamMap(UP, (slice(0, 40), slice(0, 32))),
+        q: ParamMap(q, (slice(0, 24), slice(0, 32))),
+    }
     before.train(), after.eval()
     snap = {n: p.detach().clone() for n, p in after.named_parameters()}
     tcfg = copy.deepcopy(cfg.train)
@@ -110,10 +122,15 @@ def test_rewarmup_all_marks_every_entry_of_every_parameter():
 
 def test_new_blocks_skip_a_mapped_name_the_model_lacks_wherever_it_comes():
     model, _ = _model()
-    maps = {"gone.weight": ParamMap(None), DOWN: ParamMap(DOWN, (slice(0, 32), slice(0, 40))),
-            "embed.weight": ParamMap(None)}
-    assert new_blocks(model, maps) == {f"{DOWN}[old,new]": (DOWN, (slice(0, 32), slice(40, 48))),
-                                       "embed.weight": ("embed.weight", None)}
+    maps = {
+        "gone.weight": ParamMap(None),
+        DOWN: ParamMap(DOWN, (slice(0, 32), slice(0, 40))),
+        "embed.weight": ParamMap(None),
+    }
+    assert new_blocks(model, maps) == {
+        f"{DOWN}[old,new]": (DOWN, (slice(0, 32), slice(40, 48))),
+        "embed.weight": ("embed.weight", None),
+    }
 
 
 def test_new_blocks_read_old_slices_without_a_start_as_from_0():
@@ -172,7 +189,8 @@ def test_verify_probes_at_most_the_models_max_seq_len_and_the_asked_length_witho
     rep = verify(short, short, {q: ParamMap(q, (slice(0, 24), slice(0, 32)))}, 64, n_steps=1)
     x, y = probe_batch(64, 2, 16, seed=0, device="cpu")  # the default 32 tokens, cut to max_seq_len 16
     assert rep["new_block_grad_norms"][f"{q}[new,old]"] == pytest.approx(
-        _probe_norms(short, block, TrainConfig(), x, y, 1), rel=1e-6)
+        _probe_norms(short, block, TrainConfig(), x, y, 1), rel=1e-6
+    )
 
     class Wrapped(torch.nn.Module):  # a model object without a .cfg: the asked seq_len is used as is
         def __init__(self, lm):
@@ -186,7 +204,8 @@ def test_verify_probes_at_most_the_models_max_seq_len_and_the_asked_length_witho
     rep = verify(w, w, {f"lm.{q}": ParamMap(f"lm.{q}", (slice(0, 24), slice(0, 32)))}, 64, n_steps=1, seq_len=12)
     x, y = probe_batch(64, 2, 12, seed=0, device="cpu")
     assert rep["new_block_grad_norms"][f"lm.{q}[new,old]"] == pytest.approx(
-        _probe_norms(w, (f"lm.{q}",) + block[1:], TrainConfig(), x, y, 1), rel=1e-6)
+        _probe_norms(w, (f"lm.{q}",) + block[1:], TrainConfig(), x, y, 1), rel=1e-6
+    )
 
 
 def test_a_block_without_gradient_is_dead_and_one_live_from_the_second_probe_is_not():

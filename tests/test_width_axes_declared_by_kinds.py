@@ -2,6 +2,7 @@
 here, with its own axis, gets its --width.<axis> option, is parsed, checked and grown, with no edit to
 growth/width.py. The grown model is held to the function it computed before (net2net: copy,copy with the
 copy groups' fan-in split evenly is exact), computed here by the old model itself."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ def wide_kind():
     @dataclass
     class WideOptions(MLPOptions, kind=KIND):
         """A SwiGLU of its own inner size, independent of model.ffn_hidden."""
+
         inner: int = option(24, "inner size of this test kind's SwiGLU")
         width_axis_reasons: ClassVar[dict[str, str]] = {AXIS: "new inner size of the test kind (0 = unchanged)"}
 

@@ -1,5 +1,6 @@
 """SPARKLING width growth: exact mode preserves logits, rms mode preserves activation RMS on a trained
 model, the paper's scaling factors, bad input, and grown checkpoints that reload and keep training."""
+
 import math
 
 import pytest
@@ -13,8 +14,15 @@ from nexus.models import build_model
 
 
 def _tiny(moe: bool, tie: bool = True) -> RunConfig:
-    m = ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, tie_embeddings=tie,
-                    mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=32) if moe else MLPOptions())
+    m = ModelConfig(
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        n_kv_heads=1,
+        ffn_hidden=64,
+        tie_embeddings=tie,
+        mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=32) if moe else MLPOptions(),
+    )
     return RunConfig(model=m, train=TrainConfig(steps=100, lr=3e-3))
 
 
@@ -126,18 +134,21 @@ def test_zero_fan_out_never_zeroes_both_swiglu_sides():
     assert mlp.up_proj.weight.grad[64:].abs().sum() > 0  # the new units train
 
 
-@pytest.mark.parametrize("spec,field", [
-    ({"hidden": 16}, "width.hidden=16"),
-    ({"expert_inner": 64}, "width.expert_inner=64"),
-    ({"ffn": 96, "init": "random,random", "preserve": "exact"}, "--preserve exact"),
-    ({"hidden": 48, "init": "copy,copy", "preserve": "exact"}, "multiple of d_model"),
-    ({"ffn": 96, "init": "zero,zero"}, "--init zero,zero"),
-    ({"ffn": 96, "init": "copy,clone"}, "--init="),
-    ({"ffn": 96, "preserve": "strict"}, "--preserve="),
-    ({"ffn": 96, "optimizer_state": "mirror"}, "--optimizer-state="),
-    ({"ffn": 96, "rewarmup": "fast"}, "--rewarmup="),
-    ({"ffn": 64}, "nothing to grow"),
-])
+@pytest.mark.parametrize(
+    "spec,field",
+    [
+        ({"hidden": 16}, "width.hidden=16"),
+        ({"expert_inner": 64}, "width.expert_inner=64"),
+        ({"ffn": 96, "init": "random,random", "preserve": "exact"}, "--preserve exact"),
+        ({"hidden": 48, "init": "copy,copy", "preserve": "exact"}, "multiple of d_model"),
+        ({"ffn": 96, "init": "zero,zero"}, "--init zero,zero"),
+        ({"ffn": 96, "init": "copy,clone"}, "--init="),
+        ({"ffn": 96, "preserve": "strict"}, "--preserve="),
+        ({"ffn": 96, "optimizer_state": "mirror"}, "--optimizer-state="),
+        ({"ffn": 96, "rewarmup": "fast"}, "--rewarmup="),
+        ({"ffn": 64}, "nothing to grow"),
+    ],
+)
 def test_bad_input_is_one_clear_config_error(spec, field):
     cfg = _tiny(False)
     model = build_model(cfg.model)

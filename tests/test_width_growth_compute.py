@@ -1,4 +1,5 @@
 """Compute accounting (SPARKLING eq. 29): active parameters and FLOPs saved reproduce Table 2."""
+
 import copy
 
 import pytest
@@ -28,11 +29,14 @@ def test_active_params_count_routed_experts_only():
 
 
 @pytest.mark.slow  # builds four 2.5B-parameter testbed models on the meta device (~1 min on a busy CPU)
-@pytest.mark.parametrize("change,active_m,saved", [
-    ({"expert_hidden": 1024}, 751, 0.20),  # Inner 2x
-    ({"d_model": 2048}, 900, 0.25),  # Hidden 2x
-    ({"d_model": 2048, "expert_hidden": 1024}, 1500, 0.35),  # joint
-])
+@pytest.mark.parametrize(
+    "change,active_m,saved",
+    [
+        ({"expert_hidden": 1024}, 751, 0.20),  # Inner 2x
+        ({"d_model": 2048}, 900, 0.25),  # Hidden 2x
+        ({"d_model": 2048, "expert_hidden": 1024}, 1500, 0.35),  # joint
+    ],
+)
 def test_paper_testbed_table2(change, active_m, saved):
     small = get_preset("sparkling-olmoe-testbed").model
     large = copy.deepcopy(small)
@@ -50,8 +54,14 @@ def test_eq29_accepts_its_whole_domain_and_refuses_the_rest():
     """0 <= D_e <= D with D > 0 and positive parameter counts, fractions included (counts in millions)."""
     assert flops_saved(1.0, 2.0, 100, 100)["saved"] == pytest.approx(0.5)  # grown at the very end: 1 - N_s/N_l
     assert flops_saved(0.25, 0.5, 0.5, 0.75)["saved"] == pytest.approx(1 - (0.25 * 0.5 + 0.5 * 0.25) / (0.5 * 0.75))
-    for bad in [(1.0, 2.0, -1, 100), (1.0, 2.0, 0, 0), (0.0, 2.0, 10, 100), (1.0, 0.0, 10, 100),
-                (-1.0, 2.0, 10, 100), (1.0, -2.0, 10, 100)]:
+    for bad in [
+        (1.0, 2.0, -1, 100),
+        (1.0, 2.0, 0, 0),
+        (0.0, 2.0, 10, 100),
+        (1.0, 0.0, 10, 100),
+        (-1.0, 2.0, 10, 100),
+        (1.0, -2.0, 10, 100),
+    ]:
         with pytest.raises(ValueError):
             flops_saved(*bad)
 

@@ -1,5 +1,6 @@
 """Width growth asks each kind what it can grow (issue 37 item 3): growth/width.py names no registered kind,
 and a kind's own check_width_growth / pin_sizes are what refuse or keep its sizes."""
+
 from __future__ import annotations
 
 import re

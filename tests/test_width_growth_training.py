@@ -1,5 +1,6 @@
 """Width growth inside training (--grow-at) and on checkpoints (`nexus grow`): diagnostics logged,
 grown checkpoints reload and keep training with falling loss, bad input leaves the source untouched."""
+
 import hashlib
 import json
 from pathlib import Path
@@ -40,15 +41,18 @@ def small_ckpt(tmp_path_factory):
 
 def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
     growth = {"family": "width", "hidden": 96, "ffn": 256, "init": "copy,copy", "rewarmup": [1.3, 4]}
-    trainer = Trainer(_micro(tmp_path / "run", steps=16, hooks=[{"kind": "growth", "at": 8, "spec": growth}], lr=1e-2),
-                      quiet=True)
+    trainer = Trainer(
+        _micro(tmp_path / "run", steps=16, hooks=[{"kind": "growth", "at": 8, "spec": growth}], lr=1e-2), quiet=True
+    )
     trainer.fit()
     rows = _metrics(tmp_path / "run")
     event = next(r for r in rows if r.get("event") == "growth")
     assert event["step"] == 8 and len(event["rms_ratio_per_layer"]) == 2 and "loss_jump" in event
     assert any("symmetry_lock_mean" in r for r in rows if r["step"] > 8)
     rms_rows = [r for r in rows if "rms_ratio_per_layer" in r and r.get("event") is None]
-    assert rms_rows and all(r["step"] > 8 for r in rms_rows) and all(len(r["rms_ratio_per_layer"]) == 2 for r in rms_rows)
+    assert (
+        rms_rows and all(r["step"] > 8 for r in rms_rows) and all(len(r["rms_ratio_per_layer"]) == 2 for r in rms_rows)
+    )
     assert trainer.model.cfg.d_model == 96 and trainer.lr_rule is not None and trainer.lr_rule.t_e == 8
     cfg = read_config(tmp_path / "run" / "checkpoint")
     assert cfg.growth_history[-1]["step"] == 8 and cfg.growth_history[-1]["axes"]["hidden"] == [64, 96]
@@ -64,8 +68,25 @@ def test_grow_at_inside_training_logs_diagnostics_and_resumes(tmp_path):
 
 def test_cli_grow_checkpoint_then_train_continues(small_ckpt, tmp_path, capsys):
     out = tmp_path / "grown"
-    rc = main(["grow", "--checkpoint", str(small_ckpt), "--out", str(out), "--width.hidden", "128",
-               "--width.ffn", "256", "--init", "copy,copy", "--preserve", "rms", "--rewarmup", "1.3,5"])
+    rc = main(
+        [
+            "grow",
+            "--checkpoint",
+            str(small_ckpt),
+            "--out",
+            str(out),
+            "--width.hidden",
+            "128",
+            "--width.ffn",
+            "256",
+            "--init",
+            "copy,copy",
+            "--preserve",
+            "rms",
+            "--rewarmup",
+            "1.3,5",
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0 and "hidden 64->128" in printed and "rms_ratio_per_layer" in printed
     model, cfg, _ = load_checkpoint(out)
@@ -78,12 +99,15 @@ def test_cli_grow_checkpoint_then_train_continues(small_ckpt, tmp_path, capsys):
     assert t.evaluate(1) < first
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--width.hidden", "32"], "width.hidden=32"),
-    (["--width.expert_inner", "64"], "has no expert_inner axis"),
-    (["--width.ffn", "256", "--init", "random,random", "--preserve", "exact"], "--preserve exact"),
-    (["--width.ffn", "256", "--optimizer-state", "mirror"], "--optimizer-state"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--width.hidden", "32"], "width.hidden=32"),
+        (["--width.expert_inner", "64"], "has no expert_inner axis"),
+        (["--width.ffn", "256", "--init", "random,random", "--preserve", "exact"], "--preserve exact"),
+        (["--width.ffn", "256", "--optimizer-state", "mirror"], "--optimizer-state"),
+    ],
+)
 def test_cli_bad_input_exit_2_source_untouched(small_ckpt, tmp_path, capsys, argv, needle):
     before = _digest(small_ckpt)
     out = tmp_path / "never"
@@ -94,8 +118,19 @@ def test_cli_bad_input_exit_2_source_untouched(small_ckpt, tmp_path, capsys, arg
 
 
 def test_cli_train_grow_at_sugar_rejects_a_bad_spec_before_training(tmp_path, capsys):
-    rc = main(["train", "--preset", "baseline-micro", "--grow-at", "5", "--growth", "{family: width, hiden: 96}",
-               "--train.out_dir", str(tmp_path / "r")])
+    rc = main(
+        [
+            "train",
+            "--preset",
+            "baseline-micro",
+            "--grow-at",
+            "5",
+            "--growth",
+            "{family: width, hiden: 96}",
+            "--train.out_dir",
+            str(tmp_path / "r"),
+        ]
+    )
     assert rc == 2 and "hiden" in capsys.readouterr().err
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 

@@ -2,6 +2,7 @@
 docstring and the paper's section 3.2): which old channel each new one copies, the fan-in factor per
 column under each preservation mode and split, the tied head's factor, the zero-sum perturbation, the
 grown config, the growth record, and the RHO,TAU pairs of the re-warmup options."""
+
 import math
 import statistics
 
@@ -41,11 +42,18 @@ def test_copy_plan_and_fan_in_factors_per_preservation_mode(old, new):
     assert torch.equal(none.col_scale, torch.ones(new)) and none.tied_scale == 1.0
 
 
-@pytest.mark.parametrize("init,preserve,axis,factor,tied", [
-    ("random,random", "rms", "ffn", "sqrt", "sqrt"), ("copy,random", "rms", "ffn", "sqrt", "alpha"),
-    ("zero,random", "exact", "hidden", "sqrt", "sqrt"), ("zero,random", "exact", "ffn", 1.0, "sqrt"),
-    ("random,zero", "exact", "ffn", 1.0, "sqrt"), ("random,random", "none", "ffn", 1.0, 1.0),
-    ("copy,zero", "exact", "hidden", 1.0, "group")])
+@pytest.mark.parametrize(
+    "init,preserve,axis,factor,tied",
+    [
+        ("random,random", "rms", "ffn", "sqrt", "sqrt"),
+        ("copy,random", "rms", "ffn", "sqrt", "alpha"),
+        ("zero,random", "exact", "hidden", "sqrt", "sqrt"),
+        ("zero,random", "exact", "ffn", 1.0, "sqrt"),
+        ("random,zero", "exact", "ffn", 1.0, "sqrt"),
+        ("random,random", "none", "ffn", 1.0, 1.0),
+        ("copy,zero", "exact", "hidden", 1.0, "group"),
+    ],
+)
 def test_one_side_or_no_copy_fan_in_factor(init, preserve, axis, factor, tied):
     """Not both sides copied: rms takes sqrt(n/n') on every column; exact takes it only on the hidden
     axis with a zero fan-out (to undo RMSNorm's rescaling), else 1; none takes 1. The tied head's factor
@@ -66,7 +74,9 @@ def test_uneven_splits_keep_each_groups_fan_in_weight_whole():
     src = torch.arange(new) % old
     gen = torch.Generator().manual_seed(3)
     p12 = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), gen)
-    torch.testing.assert_close(p12.col_scale, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3]), atol=0, rtol=1e-6)
+    torch.testing.assert_close(
+        p12.col_scale, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3]), atol=0, rtol=1e-6
+    )
     pr = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), gen)
     r = pr.col_scale[:3]
     assert bool(((r >= 0.1) & (r <= 0.5)).all()) and len(set(r.tolist())) == 3  # one draw per group
@@ -74,8 +84,9 @@ def test_uneven_splits_keep_each_groups_fan_in_weight_whole():
     torch.testing.assert_close(sums, torch.ones(old, dtype=torch.float64), atol=0, rtol=1e-6)
     rms = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="rms", split="1:2"), gen)
     m = groups(old, new)
-    torch.testing.assert_close(rms.col_scale, (both_copy_alpha(old, new) * m * p12.col_scale.double()).float(), atol=0,
-                               rtol=1e-6)
+    torch.testing.assert_close(
+        rms.col_scale, (both_copy_alpha(old, new) * m * p12.col_scale.double()).float(), atol=0, rtol=1e-6
+    )
 
 
 def test_zero_sum_perturbation_cancels_within_every_copy_group():
@@ -89,10 +100,22 @@ def test_zero_sum_perturbation_cancels_within_every_copy_group():
     assert float(eps[:, old:].std()) == pytest.approx(0.5, rel=0.5)
 
 
-@pytest.mark.parametrize("value,want", [
-    ("1.3,250", {"rho": 1.3, "tau": 250}), ([2, 10.0], {"rho": 2.0, "tau": 10}), ("2,7.9", {"rho": 2.0, "tau": 7}),
-    ({"rho": 1.5}, {"rho": 1.5, "tau": 250}), ({"tau": 3}, {"rho": 1.3, "tau": 3}), (True, {"rho": 1.3, "tau": 250}),
-    ("0.5,0", {"rho": 0.5, "tau": 0}), (None, None), (False, None), ("", None), ("none", None)])
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        ("1.3,250", {"rho": 1.3, "tau": 250}),
+        ([2, 10.0], {"rho": 2.0, "tau": 10}),
+        ("2,7.9", {"rho": 2.0, "tau": 7}),
+        ({"rho": 1.5}, {"rho": 1.5, "tau": 250}),
+        ({"tau": 3}, {"rho": 1.3, "tau": 3}),
+        (True, {"rho": 1.3, "tau": 250}),
+        ("0.5,0", {"rho": 0.5, "tau": 0}),
+        (None, None),
+        (False, None),
+        ("", None),
+        ("none", None),
+    ],
+)
 def test_rewarmup_pairs(value, want):
     got = parse_pair(value, "--rewarmup")
     assert got == want and (got is None or (type(got["rho"]), type(got["tau"])) == (float, int))
@@ -113,16 +136,27 @@ def test_spec_normalizes_init_and_rewarmup_all():
 
 
 def _tiny(tie=True):
-    return RunConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48, vocab_size=64,
-                                       tie_embeddings=tie, norm_eps=1e-5, logit_scale=0.8))
+    return RunConfig(
+        model=ModelConfig(
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            ffn_hidden=48,
+            vocab_size=64,
+            tie_embeddings=tie,
+            norm_eps=1e-5,
+            logit_scale=0.8,
+        )
+    )
 
 
 def test_grown_config_and_record_follow_the_plan():
     torch.manual_seed(0)
     cfg = _tiny()
     model = build_model(cfg.model)
-    _, new_run, _, res = grow(model, cfg, {"family": "width", "hidden": 48, "ffn": 80, "init": "zero,random",
-                                            "preserve": "exact", "seed": 4})
+    _, new_run, _, res = grow(
+        model, cfg, {"family": "width", "hidden": 48, "ffn": 80, "init": "zero,random", "preserve": "exact", "seed": 4}
+    )
     m = new_run.model
     assert (m.d_model, m.ffn_hidden, m.head_dim, m.n_heads) == (48, 80, 16, 2)
     assert m.norm_eps == pytest.approx(1e-5 * 32 / 48, rel=1e-12)  # eps shrinks with mean(x^2) (zero channels)
@@ -134,8 +168,9 @@ def test_grown_config_and_record_follow_the_plan():
     assert "zeroes the up side only" in res.report["note"]
     _, rms_run, _, _ = grow(model, cfg, {"family": "width", "hidden": 48, "init": "zero,random", "preserve": "rms"})
     assert rms_run.model.norm_eps == 1e-5  # only exact rescales eps
-    _, untied, _, _ = grow(build_model(_tiny(tie=False).model), _tiny(tie=False),
-                           {"family": "width", "hidden": 48, "init": "zero,random"})
+    _, untied, _, _ = grow(
+        build_model(_tiny(tie=False).model), _tiny(tie=False), {"family": "width", "hidden": 48, "init": "zero,random"}
+    )
     assert untied.model.logit_scale == 0.8  # an untied head takes the factor in its own columns
 
 
@@ -260,14 +295,21 @@ def test_zero_sum_perturbation_of_a_float64_tensor_cancels_to_float64_rounding()
     assert eps.dtype == torch.float64 and float(sums.abs().max()) < 1e-14 and float(eps.abs().max()) > 0.1
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"hidden": True}, "width.hidden=True"), ({"ffn": 64.5}, "width.ffn=64.5"), ({"expert_inner": -3}, "width.expert_inner=-3"),
-    ({"init": "copy,copy,copy"}, "--init='copy,copy,copy'"), ({"init": "copy,bogus"}, "--init='copy,bogus'"),
-    ({"init": "random,random", "split": "1:2"}, "--split/--perturb with --init=random,random"),
-    ({"init": "copy,random", "perturb": 0.1}, "--split/--perturb with --init=copy,random"),
-    ({"rewarmup": "fast", "rewarmup_all": True}, "--rewarmup-all='fast'"), ({"rewarmup_all": "fast"}, "--rewarmup-all='fast'"),
-    ({"rewarmup": "fast"}, "--rewarmup='fast'"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"hidden": True}, "width.hidden=True"),
+        ({"ffn": 64.5}, "width.ffn=64.5"),
+        ({"expert_inner": -3}, "width.expert_inner=-3"),
+        ({"init": "copy,copy,copy"}, "--init='copy,copy,copy'"),
+        ({"init": "copy,bogus"}, "--init='copy,bogus'"),
+        ({"init": "random,random", "split": "1:2"}, "--split/--perturb with --init=random,random"),
+        ({"init": "copy,random", "perturb": 0.1}, "--split/--perturb with --init=copy,random"),
+        ({"rewarmup": "fast", "rewarmup_all": True}, "--rewarmup-all='fast'"),
+        ({"rewarmup_all": "fast"}, "--rewarmup-all='fast'"),
+        ({"rewarmup": "fast"}, "--rewarmup='fast'"),
+    ],
+)
 def test_bad_width_spec_fields_are_refused_by_name(kw, match):
     from nexus.config import ConfigError
 
@@ -292,10 +334,14 @@ def test_split_factors_are_the_float64_fractions_rounded_once():
     """1:2 gives the source 1/3 and its copy 2/3 exactly as float32 roundings of the fractions; a copy group of 3
     splits the copies' share (1 - r) evenly between them."""
     old, new = 4, 7
-    p12 = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    p12 = plan_axis(
+        "ffn", old, new, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0)
+    )
     want = torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 2 / 3, 2 / 3, 2 / 3], dtype=torch.float64).float()
     assert torch.equal(p12.col_scale, want)
-    three = plan_axis("ffn", 2, 6, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0))
+    three = plan_axis(
+        "ffn", 2, 6, spec(init="copy,copy", preserve="exact", split="1:2"), torch.Generator().manual_seed(0)
+    )
     want3 = torch.tensor([1 / 3, 1 / 3] + [1 / 3] * 4, dtype=torch.float64)  # source 1/3, two copies (2/3) / 2 each
     torch.testing.assert_close(three.col_scale.double(), want3, atol=0, rtol=1e-7)
 
@@ -305,9 +351,13 @@ def test_random_split_ratios_are_uniform_in_0_1_to_0_5_from_the_growth_generator
     the global RNG."""
     old, new = 4, 7
     torch.manual_seed(123)
-    a = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    a = plan_axis(
+        "ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3)
+    )
     torch.manual_seed(321)
-    b = plan_axis("ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3))
+    b = plan_axis(
+        "ffn", old, new, spec(init="copy,copy", preserve="exact", split="random"), torch.Generator().manual_seed(3)
+    )
     assert torch.equal(a.col_scale, b.col_scale)
     r = 0.1 + 0.4 * torch.rand(old, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     torch.testing.assert_close(a.col_scale[:3].double(), r[:3], atol=0, rtol=1e-7)
@@ -332,7 +382,9 @@ def test_a_bfloat16_tensor_grows_in_bfloat16(init, role):
     plan = plan_axis("ffn", 4, 6, ws, torch.Generator().manual_seed(0))
     t, _, _ = grow_tensor(old, {1: ("ffn", role)}, {"ffn": plan}, ws, torch.Generator().manual_seed(2), 0.02)
     assert t.dtype == torch.bfloat16 and t.shape == (3, 6)
-    factor = torch.tensor(math.sqrt(4 / 6)).to(torch.bfloat16) if role == "in" else torch.tensor(1.0, dtype=torch.bfloat16)
+    factor = (
+        torch.tensor(math.sqrt(4 / 6)).to(torch.bfloat16) if role == "in" else torch.tensor(1.0, dtype=torch.bfloat16)
+    )
     assert torch.equal(t[:, :4], old * factor)
     if init.split(",")[0 if role == "out" else 1] == "zero":
         assert torch.equal(t[:, 4:], torch.zeros(3, 2, dtype=torch.bfloat16))
@@ -412,8 +464,13 @@ def test_current_sizes_name_every_axis_with_zero_for_an_axis_the_mlp_lacks():
     from nexus.config import ConfigError, MLPOptions
 
     dense = _tiny().model
-    moe = ModelConfig(d_model=32, n_layers=1, n_heads=2, vocab_size=64,
-                      mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=24))
+    moe = ModelConfig(
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        vocab_size=64,
+        mlp=MLPOptions.make("moe", n_experts=4, top_k=2, expert_hidden=24),
+    )
     assert spec().current_sizes(dense) == {"hidden": 32, "ffn": 48, "expert_inner": 0}
     assert spec().current_sizes(moe) == {"hidden": 32, "ffn": 0, "expert_inner": 24}
     with pytest.raises(ConfigError, match=r"current sizes \{'hidden': 32, 'ffn': 48, 'expert_inner': 0\}"):
@@ -423,22 +480,59 @@ def test_current_sizes_name_every_axis_with_zero_for_an_axis_the_mlp_lacks():
 RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "probe_loss_after", "loss_jump"}
 
 
-@pytest.mark.parametrize("tie,ws,expected", [
-    (True, dict(hidden=48, ffn=80, init="zero,random", preserve="exact", seed=4, rewarmup="2,5", rewarmup_all=True),
-     {"grown": "hidden 32->48, ffn 48->80", "init (fan-out,fan-in)": "zero,random", "preserve": "exact",
-      "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}, ffn: 1.0000",
-      "note": "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train",
-      "logit_scale": pytest.approx(0.8 * math.sqrt(32 / 48), rel=1e-12), "rewarmup": "rho=2.0 tau=5 (all parameters)"}),
-    (False, dict(hidden=48, init="zero,random", preserve="exact", rewarmup="2,5"),  # no SwiGLU unit added: no note
-     {"grown": "hidden 32->48", "init (fan-out,fan-in)": "zero,random", "preserve": "exact",
-      "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}", "rewarmup": "rho=2.0 tau=5"}),
-    (False, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),
-     {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
-      "rewarmup": "rho=1.3 tau=250"}),
-    (True, dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),  # tied, hidden not grown: no logit scale
-     {"grown": "ffn 48->80", "init (fan-out,fan-in)": "copy,copy", "preserve": "none", "fan-in factor": "ffn: 1.0000",
-      "rewarmup": "rho=1.3 tau=250"}),
-])
+@pytest.mark.parametrize(
+    "tie,ws,expected",
+    [
+        (
+            True,
+            dict(hidden=48, ffn=80, init="zero,random", preserve="exact", seed=4, rewarmup="2,5", rewarmup_all=True),
+            {
+                "grown": "hidden 32->48, ffn 48->80",
+                "init (fan-out,fan-in)": "zero,random",
+                "preserve": "exact",
+                "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}, ffn: 1.0000",
+                "note": "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train",
+                "logit_scale": pytest.approx(0.8 * math.sqrt(32 / 48), rel=1e-12),
+                "rewarmup": "rho=2.0 tau=5 (all parameters)",
+            },
+        ),
+        (
+            False,
+            dict(hidden=48, init="zero,random", preserve="exact", rewarmup="2,5"),  # no SwiGLU unit added: no note
+            {
+                "grown": "hidden 32->48",
+                "init (fan-out,fan-in)": "zero,random",
+                "preserve": "exact",
+                "fan-in factor": f"hidden: {math.sqrt(32 / 48):.4f}",
+                "rewarmup": "rho=2.0 tau=5",
+            },
+        ),
+        (
+            False,
+            dict(ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"),
+            {
+                "grown": "ffn 48->80",
+                "init (fan-out,fan-in)": "copy,copy",
+                "preserve": "none",
+                "fan-in factor": "ffn: 1.0000",
+                "rewarmup": "rho=1.3 tau=250",
+            },
+        ),
+        (
+            True,
+            dict(
+                ffn=80, init="copy,copy", preserve="none", rewarmup="1.3,250"
+            ),  # tied, hidden not grown: no logit scale
+            {
+                "grown": "ffn 48->80",
+                "init (fan-out,fan-in)": "copy,copy",
+                "preserve": "none",
+                "fan-in factor": "ffn: 1.0000",
+                "rewarmup": "rho=1.3 tau=250",
+            },
+        ),
+    ],
+)
 def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expected):
     """Every line the grower prints (the SwiGLU note only for a zero fan-out that adds SwiGLU units, the logit scale only for a tied head
     whose hidden axis grows, the re-warmup pair and whether it drives every parameter) beside the RMS probe, and
@@ -451,7 +545,10 @@ def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expec
     assert set(res.report) - set(expected) == RMS_KEYS
     assert {k: v for k, v in res.report.items() if k not in RMS_KEYS} == expected
     rho, tau = ws["rewarmup"].split(",")
-    assert (res.record["rewarmup"], res.record["rewarmup_all"]) == ({"rho": float(rho), "tau": int(tau)}, "rewarmup_all" in ws)
+    assert (res.record["rewarmup"], res.record["rewarmup_all"]) == (
+        {"rho": float(rho), "tau": int(tau)},
+        "rewarmup_all" in ws,
+    )
     if "hidden" in ws:  # the record keeps the mean fan-in factor to 6 decimals
         assert res.record["fan_in_scale"]["hidden"] == round(math.sqrt(32 / 48), 6)
 

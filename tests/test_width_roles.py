@@ -1,5 +1,6 @@
 """Width growth finds tensors through the roles each module declares (models/width_roles.py), and a model
 it cannot grow is refused by `applies_to`, before step 0, never at `grow_at`."""
+
 import pytest
 import torch
 
@@ -9,8 +10,15 @@ from nexus.growth import grow, parse_growth_spec
 from nexus.growth.diagnostics import probe_batch
 from nexus.models import build_model
 
-TINY = {"model.d_model": 32, "model.n_layers": 2, "model.n_heads": 2, "model.ffn_hidden": 64, "model.max_seq_len": 64, "data.seq_len": 32,
-        "model.init_std": 0.2}  # large weights: peaked attention, so a scale error shows in the logits
+TINY = {
+    "model.d_model": 32,
+    "model.n_layers": 2,
+    "model.n_heads": 2,
+    "model.ffn_hidden": 64,
+    "model.max_seq_len": 64,
+    "data.seq_len": 32,
+    "model.init_std": 0.2,
+}  # large weights: peaked attention, so a scale error shows in the logits
 
 # One model per layer kind and option that changes which tensors exist. Every one either grows or is
 # refused by applies_to: there is no third outcome (accepted, then failing at grow_at).
@@ -22,14 +30,25 @@ KIND_CASES = {
     "gate-headwise": {"model.attention.gate": "headwise"},
     "higher-order-shared": {"model.attention.kind": "higher_order"},
     "higher-order-unshared": {"model.attention.kind": "higher_order", "model.attention.ho_shared": False},
-    "higher-order-unshared-qkv-gated": {"model.attention.kind": "higher_order", "model.attention.order": 3,
-                                        "model.attention.ho_shared": False, "model.attention.ho_targets": "qkv",
-                                        "model.attention.ho_gate": True},
+    "higher-order-unshared-qkv-gated": {
+        "model.attention.kind": "higher_order",
+        "model.attention.order": 3,
+        "model.attention.ho_shared": False,
+        "model.attention.ho_targets": "qkv",
+        "model.attention.ho_gate": True,
+    },
     "higher-order-self": {"model.attention.kind": "higher_order", "model.attention.ho_form": "self"},
-    "nexus-rank-qkv": {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 80,
-                       "model.projection.rank_a": 96},
-    "nexus-rank-o-ffn": {"model.projection.kind": "nexus_rank", "model.projection.targets": "q,k,v,o,ffn",
-                         "model.projection.rank_m": 80, "model.projection.rank_a": 96},
+    "nexus-rank-qkv": {
+        "model.projection.kind": "nexus_rank",
+        "model.projection.rank_m": 80,
+        "model.projection.rank_a": 96,
+    },
+    "nexus-rank-o-ffn": {
+        "model.projection.kind": "nexus_rank",
+        "model.projection.targets": "q,k,v,o,ffn",
+        "model.projection.rank_m": 80,
+        "model.projection.rank_a": 96,
+    },
     "pattention": {"model.projection.kind": "pattention", "model.projection.param_tokens": 16},
     "moe": {"model.mlp.kind": "moe", "model.mlp.n_experts": 4, "model.mlp.top_k": 2},
     "exo-mixing": {"model.mixing.anchor": "exo", "model.attention.gate": "elementwise"},
@@ -89,8 +108,9 @@ def test_a_tensor_no_module_declares_a_role_for_is_refused_by_applies_to(monkeyp
     from nexus.models.attention import Attention
 
     declared = Attention.width_roles
-    monkeypatch.setattr(Attention, "width_roles", lambda self: {k: v for k, v in declared(self).items()
-                                                                if not k.startswith("v_proj")})
+    monkeypatch.setattr(
+        Attention, "width_roles", lambda self: {k: v for k, v in declared(self).items() if not k.startswith("v_proj")}
+    )
     cfg = _cfg({})
     with pytest.raises(ConfigError, match=r"no role for 'layers\.0\.attn\.v_proj\.weight'"):
         parse_growth_spec({"family": "width", "hidden": 64}).applies_to(cfg.model)

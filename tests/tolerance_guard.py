@@ -8,6 +8,7 @@ torch's default for the dtype) must be at most 1% of its largest magnitude. Comp
 quantities with `atol=0` and a relative tolerance, or scale atol by the quantity. Exactly-zero
 expectations are exempt: there an absolute tolerance is the only meaningful one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,7 +35,8 @@ def checked_assert_close(actual, expected, *args, **kwargs):
             raise AssertionError(
                 f"assert_close: atol {atol:g} is more than {FRACTION:.0%} of the largest expected magnitude "
                 f"{big:g}, so errors of that size pass unseen; use atol=0 with rtol, or an atol scaled to the "
-                f"quantity (tests/tolerance_guard.py)")
+                f"quantity (tests/tolerance_guard.py)"
+            )
     return _original(actual, expected, *args, **kwargs)
 
 

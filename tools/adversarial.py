@@ -21,6 +21,7 @@ parsing it, the scenarios are run once with NEXUS_CRASH_TRACE to learn which sce
 (and for which output, `NAME@WHAT`), and one case kills each scenario at the first time it reaches each.
 A point no scenario reaches is reported as a failure of the harness itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
-TINY = ["--preset", "baseline-micro", "--model.d_model", "32", "--data.seq_len", "32", "--train.batch_size", "4",
-        "--train.eval_every", "0", "--train.sample_tokens", "4", "--train.log_every", "1", "--quiet"]
+TINY = [
+    "--preset",
+    "baseline-micro",
+    "--model.d_model",
+    "32",
+    "--data.seq_len",
+    "32",
+    "--train.batch_size",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--train.sample_tokens",
+    "4",
+    "--train.log_every",
+    "1",
+    "--quiet",
+]
 TRAIN = ["train", *TINY, "--train.steps", "2", "--train.save_every", "1", "--train.keep_last", "1"]
 TIMEOUT = int(os.environ.get("ADVERSARIAL_TIMEOUT", 90))  # seconds one command may take before it counts as a hang
 TEMPLATE_TIMEOUT = 900  # building a template is not under test (the study template trains 12 smoke runs)
@@ -53,6 +69,7 @@ BOOKKEEPING = (".nexus-run",)  # nexus's own record: a forged one may be rewritt
 
 
 # ---------------------------------------------------------------- running the CLI
+
 
 @dataclass
 class Result:
@@ -68,8 +85,16 @@ SHARED_CACHE: list[Path] = []  # the tokenized corpus cache every case reads (bu
 
 def nexus_env(ws: Path, extra: dict | None = None) -> dict:
     cache = SHARED_CACHE[0] if SHARED_CACHE else ws / ".cache"
-    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", NEXUS_CACHE=str(cache),
-               HF_HUB_OFFLINE="1", WANDB_MODE="offline", ADVERSARIAL_CASE=str(ws), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(SRC),
+        OMP_NUM_THREADS="1",
+        NEXUS_CACHE=str(cache),
+        HF_HUB_OFFLINE="1",
+        WANDB_MODE="offline",
+        ADVERSARIAL_CASE=str(ws),
+        PYTHONUNBUFFERED="1",
+    )
     for k in ("NEXUS_CRASH_AT", "NEXUS_CRASH_TRACE"):
         env.pop(k, None)
     env.update(extra or {})
@@ -80,8 +105,9 @@ def start(ws: Path, argv, env=None) -> subprocess.Popen:
     argv = [os.fsdecode(a) for a in argv]
     # a script (the study runner) runs as itself; anything else is a `nexus` command
     cmd = [sys.executable, *argv] if argv and argv[0].endswith(".py") else [sys.executable, "-m", "nexus", *argv]
-    return subprocess.Popen(cmd, cwd=ws, env=nexus_env(ws, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, cwd=ws, env=nexus_env(ws, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
 
 
 def finish(p: subprocess.Popen, argv, t0: float, timeout: float = TIMEOUT) -> Result:
@@ -92,8 +118,13 @@ def finish(p: subprocess.Popen, argv, t0: float, timeout: float = TIMEOUT) -> Re
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         rc = "hang"
-    return Result([os.fsdecode(a) for a in argv], rc, out.decode(errors="replace"), err.decode(errors="replace"),
-                  time.monotonic() - t0)
+    return Result(
+        [os.fsdecode(a) for a in argv],
+        rc,
+        out.decode(errors="replace"),
+        err.decode(errors="replace"),
+        time.monotonic() - t0,
+    )
 
 
 def cli(ws: Path, argv, env=None, timeout: float = TIMEOUT) -> Result:
@@ -102,6 +133,7 @@ def cli(ws: Path, argv, env=None, timeout: float = TIMEOUT) -> Result:
 
 
 # ---------------------------------------------------------------- user bytes
+
 
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every entry below `root`: files by sha256, symlinks by target, directories by kind."""
@@ -131,8 +163,11 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 def user_entries(before_case: dict, after_setup: dict) -> dict:
     """What the case made the user's: entries it created or changed (nexus's own record excluded)."""
-    return {rel: v for rel, v in after_setup.items()
-            if before_case.get(rel) != v and Path(rel).name not in BOOKKEEPING and not rel.startswith(".cache")}
+    return {
+        rel: v
+        for rel, v in after_setup.items()
+        if before_case.get(rel) != v and Path(rel).name not in BOOKKEEPING and not rel.startswith(".cache")
+    }
 
 
 def nexus_lock(p: Path) -> bool:
@@ -148,6 +183,7 @@ def nexus_lock(p: Path) -> bool:
 
 
 # ---------------------------------------------------------------- cases
+
 
 @dataclass
 class Step:
@@ -232,18 +268,25 @@ def steps_once(n: int, rel="run"):
         if got != list(range(1, n + 1)):
             return f"loss: {rel} trained steps {got}, not 1..{n} once each"
         return None
+
     return check
 
 
 # --- A. forged manifests: entries of every field type, paths outside the output, odd manifests
+
 
 def _forge_cases():
     def entry_case(name, entry_name, entry, cmd=OVERWRITE, victims=("victim",)):
         def setup(ws):
             for v in victims:
                 victim(ws, v)
-            forge_manifest(ws / "run", lambda m: m["files"].__setitem__(entry_name(ws) if callable(entry_name) else entry_name,
-                                                                        entry(ws) if callable(entry) else entry))
+            forge_manifest(
+                ws / "run",
+                lambda m: m["files"].__setitem__(
+                    entry_name(ws) if callable(entry_name) else entry_name, entry(ws) if callable(entry) else entry
+                ),
+            )
+
         case(name, "forged manifest", ["run"], [Step(cmd)], setup)
 
     def vhash(ws):
@@ -259,80 +302,193 @@ def _forge_cases():
     entry_case("forge-backslash-dotdot", "..\\victim", {"dir": True})
     entry_case("forge-unicode-dotdot", "\u2024\u2024/victim", {"dir": True})  # one-dot leaders, not '..'
     entry_case("forge-newline-name", "a\n../victim", {"dir": True})
-    for field_name, bad in [("size", "1879"), ("size", -1), ("size", 1.5), ("size", True), ("size", None),
-                            ("size", 10 ** 30), ("sha256", 5), ("sha256", None), ("sha256", ["x"]),
-                            ("grows", "yes"), ("appending", 7), ("appending", {"a": 1})]:
+    for field_name, bad in [
+        ("size", "1879"),
+        ("size", -1),
+        ("size", 1.5),
+        ("size", True),
+        ("size", None),
+        ("size", 10**30),
+        ("sha256", 5),
+        ("sha256", None),
+        ("sha256", ["x"]),
+        ("grows", "yes"),
+        ("appending", 7),
+        ("appending", {"a": 1}),
+    ]:
+
         def mutate(m, field_name=field_name, bad=bad):
             m["files"]["config.yaml"][field_name] = bad
-        label = type(bad).__name__ if not isinstance(bad, int) or isinstance(bad, bool) else ("neg" if bad < 0 else "huge" if bad > 2 ** 63 else "int")
-        case(f"forge-config-yaml-{field_name}-{label}", "forged manifest", ["run"], [Step(OVERWRITE)],
-             lambda ws, mutate=mutate: forge_manifest(ws / "run", mutate))
+
+        label = (
+            type(bad).__name__
+            if not isinstance(bad, int) or isinstance(bad, bool)
+            else ("neg" if bad < 0 else "huge" if bad > 2**63 else "int")
+        )
+        case(
+            f"forge-config-yaml-{field_name}-{label}",
+            "forged manifest",
+            ["run"],
+            [Step(OVERWRITE)],
+            lambda ws, mutate=mutate: forge_manifest(ws / "run", mutate),
+        )
     for dir_value in (1, "other", False, {}, [], "LIBRARY"):
         shown = json.dumps(dir_value).replace('"', "") or "empty"
-        case(f"forge-dir-field-{shown}-{type(dir_value).__name__}", "forged manifest",
-             ["run"], [Step(OVERWRITE)],
-             lambda ws, v=dir_value: (victim(ws), write(ws / "run" / "mine" / "notes.txt", "mine\n"),
-                                      forge_manifest(ws / "run", lambda m: m["files"].__setitem__("mine", {"dir": v}))))
-    case("forge-entry-is-a-string", "forged manifest", ["run"], [Step(OVERWRITE)],
-         lambda ws: forge_manifest(ws / "run", lambda m: m["files"].__setitem__("config.yaml", "sha")))
-    case("forge-files-is-a-list", "forged manifest", ["run"], [Step(OVERWRITE), Step(RESUME)],
-         lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("files", list(m["files"]))))
-    case("forge-kind-is-another-kind", "forged manifest", ["run"], [Step(OVERWRITE), Step(RESUME)],
-         lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("kind", "prepared corpus")))
-    case("forge-kind-is-a-number", "forged manifest", ["run"], [Step(OVERWRITE)],
-         lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("kind", 5)))
-    case("forge-manifest-deeply-nested-json", "forged manifest", ["run"], [Step(OVERWRITE), Step(RESUME)],
-         lambda ws: write(ws / "run" / ".nexus-run", '{"kind": "train run", "files": ' + "[" * 200000 + "]" * 200000 + "}"))
-    case("forge-manifest-binary", "forged manifest", ["run"], [Step(OVERWRITE)],
-         lambda ws: write(ws / "run" / ".nexus-run", bytes(range(256)) * 4))
-    case("forge-manifest-is-a-directory", "forged manifest", ["run"], [Step(OVERWRITE)],
-         lambda ws: ((ws / "run" / ".nexus-run").unlink(), write(ws / "run" / ".nexus-run" / "x.txt", "user's\n")))
-    case("forge-manifest-is-a-fifo", "forged manifest", ["run"], [Step(OVERWRITE), Step(RESUME)],
-         lambda ws: ((ws / "run" / ".nexus-run").unlink(), os.mkfifo(ws / "run" / ".nexus-run")))
-    case("forge-manifest-symlink-to-another-run", "forged manifest", ["run"], [Step(OVERWRITE)],
-         lambda ws: (shutil.copytree(ws / "run", ws / "other"), (ws / "run" / ".nexus-run").unlink(),
-                     (ws / "run" / ".nexus-run").symlink_to(ws / "other" / ".nexus-run")))
-    case("forge-manifest-hardlink-from-another-run", "forged manifest", ["run"],
-         [Step([*TRAIN, "--out", "other", "--overwrite"])],
-         lambda ws: (victim(ws, "other"), os.link(ws / "run" / ".nexus-run", ws / "other" / ".nexus-run")))
+        case(
+            f"forge-dir-field-{shown}-{type(dir_value).__name__}",
+            "forged manifest",
+            ["run"],
+            [Step(OVERWRITE)],
+            lambda ws, v=dir_value: (
+                victim(ws),
+                write(ws / "run" / "mine" / "notes.txt", "mine\n"),
+                forge_manifest(ws / "run", lambda m: m["files"].__setitem__("mine", {"dir": v})),
+            ),
+        )
+    case(
+        "forge-entry-is-a-string",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: forge_manifest(ws / "run", lambda m: m["files"].__setitem__("config.yaml", "sha")),
+    )
+    case(
+        "forge-files-is-a-list",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE), Step(RESUME)],
+        lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("files", list(m["files"]))),
+    )
+    case(
+        "forge-kind-is-another-kind",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE), Step(RESUME)],
+        lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("kind", "prepared corpus")),
+    )
+    case(
+        "forge-kind-is-a-number",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: forge_manifest(ws / "run", lambda m: m.__setitem__("kind", 5)),
+    )
+    case(
+        "forge-manifest-deeply-nested-json",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE), Step(RESUME)],
+        lambda ws: write(
+            ws / "run" / ".nexus-run", '{"kind": "train run", "files": ' + "[" * 200000 + "]" * 200000 + "}"
+        ),
+    )
+    case(
+        "forge-manifest-binary",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: write(ws / "run" / ".nexus-run", bytes(range(256)) * 4),
+    )
+    case(
+        "forge-manifest-is-a-directory",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: ((ws / "run" / ".nexus-run").unlink(), write(ws / "run" / ".nexus-run" / "x.txt", "user's\n")),
+    )
+    case(
+        "forge-manifest-is-a-fifo",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE), Step(RESUME)],
+        lambda ws: ((ws / "run" / ".nexus-run").unlink(), os.mkfifo(ws / "run" / ".nexus-run")),
+    )
+    case(
+        "forge-manifest-symlink-to-another-run",
+        "forged manifest",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: (
+            shutil.copytree(ws / "run", ws / "other"),
+            (ws / "run" / ".nexus-run").unlink(),
+            (ws / "run" / ".nexus-run").symlink_to(ws / "other" / ".nexus-run"),
+        ),
+    )
+    case(
+        "forge-manifest-hardlink-from-another-run",
+        "forged manifest",
+        ["run"],
+        [Step([*TRAIN, "--out", "other", "--overwrite"])],
+        lambda ws: (victim(ws, "other"), os.link(ws / "run" / ".nexus-run", ws / "other" / ".nexus-run")),
+    )
 
     def chain(ws):
         victim(ws)
         (ws / "hop2").symlink_to(ws / "victim")
         (ws / "hop1").symlink_to(ws / "hop2")
         (ws / "run" / "logs").symlink_to(ws / "hop1")
-        forge_manifest(ws / "run", lambda m: m["files"].update({"logs": {"dir": "library"},
-                                                                "logs/thesis.txt": {"size": 1, "sha256": "0" * 64}}))
+        forge_manifest(
+            ws / "run",
+            lambda m: m["files"].update(
+                {"logs": {"dir": "library"}, "logs/thesis.txt": {"size": 1, "sha256": "0" * 64}}
+            ),
+        )
+
     case("forge-entry-through-a-symlink-chain", "forged manifest", ["run"], [Step(OVERWRITE), Step(RESUME)], chain)
 
     def unicode_entry(ws):
         write(ws / "run" / "ノート" / "考察.txt", "user's notes\n")
         forge_manifest(ws / "run", lambda m: m["files"].__setitem__("ノート/考察.txt", {"size": 3, "sha256": "1" * 64}))
+
     case("forge-unicode-entry-wrong-hash", "forged manifest", ["run"], [Step(OVERWRITE)], unicode_entry)
 
     def step_entry_on_user_dir(ws):
         write(ws / "run" / "step_0000009" / "meta.json", "{}\n")
         write(ws / "run" / "step_0000009" / "trainer_state.pt", "user's\n")
         forge_manifest(ws / "run", lambda m: m["files"].__setitem__("step_0000009", {"dir": True}))
-    case("forge-step-entry-on-a-users-folder", "forged manifest", ["run"], [Step(RESUME), Step(OVERWRITE)],
-         step_entry_on_user_dir)
+
+    case(
+        "forge-step-entry-on-a-users-folder",
+        "forged manifest",
+        ["run"],
+        [Step(RESUME), Step(OVERWRITE)],
+        step_entry_on_user_dir,
+    )
 
     def prep_forge(ws):
         victim(ws)
-        forge_manifest(ws / "prep", lambda m: m["files"].__setitem__("../victim/thesis.txt", {"size": 1, "sha256": "0" * 64}))
-    case("forge-prepared-corpus-entry-outside", "forged manifest", ["prep"],
-         [Step(["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"])],
-         prep_forge)
+        forge_manifest(
+            ws / "prep", lambda m: m["files"].__setitem__("../victim/thesis.txt", {"size": 1, "sha256": "0" * 64})
+        )
+
+    case(
+        "forge-prepared-corpus-entry-outside",
+        "forged manifest",
+        ["prep"],
+        [Step(["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"])],
+        prep_forge,
+    )
 
     def export_forge(ws):
         victim(ws)
-        forge_manifest(ws / "hf", lambda m: m["files"].__setitem__("/" + str(ws / "victim" / "thesis.txt").lstrip("/"),
-                                                                   {"size": 1, "sha256": "0" * 64}))
-    case("forge-hf-export-entry-absolute", "forged manifest", ["run", "hf"],
-         [Step(["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"])], export_forge)
+        forge_manifest(
+            ws / "hf",
+            lambda m: m["files"].__setitem__(
+                "/" + str(ws / "victim" / "thesis.txt").lstrip("/"), {"size": 1, "sha256": "0" * 64}
+            ),
+        )
+
+    case(
+        "forge-hf-export-entry-absolute",
+        "forged manifest",
+        ["run", "hf"],
+        [Step(["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"])],
+        export_forge,
+    )
 
 
 # --- B. forged lock journals: every line kind, every holder form, odd lock files
+
 
 def _lock_cases():
     def journal(name, lines, cmd=OVERWRITE, extra=None, then=None, lockname=".run.nexus-lock"):
@@ -342,97 +498,246 @@ def _lock_cases():
                 extra(ws)
             body = lines(ws) if callable(lines) else lines
             write(ws / lockname, body if isinstance(body, bytes) else "".join(x + "\n" for x in body))
+
         case(name, "forged journal", ["run"], [Step(cmd)], setup, then=then)
 
     dead = lambda ws: holder(dead_pid())  # noqa: E731
     journal("journal-pending-absolute", lambda ws: [dead(ws), json.dumps({"pending": str(ws / "victim")})], RESUME)
-    journal("journal-pending-sibling-temporary", lambda ws: [dead(ws), json.dumps({"pending": "victim/.thesis.txt.del-1-1"})],
-            RESUME, extra=lambda ws: write(ws / "victim" / ".thesis.txt.del-1-1", "user's\n"))
-    journal("journal-pending-users-plain-folder-inside", lambda ws: [dead(ws), json.dumps({"pending": "run/photos"})],
-            OVERWRITE, extra=lambda ws: write(ws / "run" / "photos" / "cat.jpg", b"\xff\xd8user"))
-    journal("journal-ready-forged-hash-for-users-file", lambda ws: [dead(ws), json.dumps(
-        {"ready": "run/notes.md", "sha256": "enter:" + hashlib.sha256(b"user notes\n").hexdigest()})],
-            RESUME, extra=lambda ws: write(ws / "run" / "notes.md", "user notes\n"))
-    journal("journal-ready-for-a-temporary-that-is-gone", lambda ws: [dead(ws), json.dumps({"pending": "run/.config.yaml.tmp-1-2"}),
-                                                                      json.dumps({"ready": "run/.config.yaml.tmp-1-2", "sha256": "enter:" + "0" * 64})],
-            RESUME, then=continue_run("6"))
-    journal("journal-done-without-pending", lambda ws: [dead(ws), json.dumps({"done": "run/metrics.jsonl"})], RESUME,
-            then=continue_run("6"))
-    journal("journal-garbage-lines", lambda ws: [dead(ws), "{not json", json.dumps([1, 2]), json.dumps({"pending": 5}),
-                                                 json.dumps({"ready": None}), "\x00\x01"], RESUME, then=continue_run("6"))
+    journal(
+        "journal-pending-sibling-temporary",
+        lambda ws: [dead(ws), json.dumps({"pending": "victim/.thesis.txt.del-1-1"})],
+        RESUME,
+        extra=lambda ws: write(ws / "victim" / ".thesis.txt.del-1-1", "user's\n"),
+    )
+    journal(
+        "journal-pending-users-plain-folder-inside",
+        lambda ws: [dead(ws), json.dumps({"pending": "run/photos"})],
+        OVERWRITE,
+        extra=lambda ws: write(ws / "run" / "photos" / "cat.jpg", b"\xff\xd8user"),
+    )
+    journal(
+        "journal-ready-forged-hash-for-users-file",
+        lambda ws: [
+            dead(ws),
+            json.dumps({"ready": "run/notes.md", "sha256": "enter:" + hashlib.sha256(b"user notes\n").hexdigest()}),
+        ],
+        RESUME,
+        extra=lambda ws: write(ws / "run" / "notes.md", "user notes\n"),
+    )
+    journal(
+        "journal-ready-for-a-temporary-that-is-gone",
+        lambda ws: [
+            dead(ws),
+            json.dumps({"pending": "run/.config.yaml.tmp-1-2"}),
+            json.dumps({"ready": "run/.config.yaml.tmp-1-2", "sha256": "enter:" + "0" * 64}),
+        ],
+        RESUME,
+        then=continue_run("6"),
+    )
+    journal(
+        "journal-done-without-pending",
+        lambda ws: [dead(ws), json.dumps({"done": "run/metrics.jsonl"})],
+        RESUME,
+        then=continue_run("6"),
+    )
+    journal(
+        "journal-garbage-lines",
+        lambda ws: [
+            dead(ws),
+            "{not json",
+            json.dumps([1, 2]),
+            json.dumps({"pending": 5}),
+            json.dumps({"ready": None}),
+            "\x00\x01",
+        ],
+        RESUME,
+        then=continue_run("6"),
+    )
     journal("journal-holder-not-json", ["pid 1 host x"], RESUME)
     journal("journal-empty-file", [], RESUME)
     journal("journal-binary", bytes(range(256)), RESUME)
     journal("journal-holder-on-another-host", lambda ws: [holder(1, host="elsewhere.example")], RESUME)
     journal("journal-holder-pid-reused", lambda ws: [holder(1, start_time="123")], RESUME, then=continue_run("6"))
     journal("journal-holder-live-self-like", lambda ws: [holder(os.getpid(), start_time="x")], RESUME)
-    journal("journal-pending-huge-line", lambda ws: [dead(ws), json.dumps({"pending": "run/." + "a" * 100000 + ".tmp-1-1"})],
-            RESUME)
-    journal("journal-pending-through-symlink", lambda ws: [dead(ws), json.dumps({"pending": "run/lnk/.thesis.txt.tmp-1-1"})],
-            RESUME, extra=lambda ws: (write(ws / "victim" / ".thesis.txt.tmp-1-1", "user's\n"),
-                                      (ws / "run" / "lnk").symlink_to(ws / "victim")))
-    case("lock-name-is-a-users-directory", "forged journal", ["run"], [Step(RESUME), Step(OVERWRITE)],
-         lambda ws: write(ws / ".run.nexus-lock" / "keep.txt", "user's\n"))
-    case("lock-name-is-a-symlink-to-users-file", "forged journal", ["run"], [Step(RESUME)],
-         lambda ws: (victim(ws), (ws / ".run.nexus-lock").symlink_to(ws / "victim" / "thesis.txt")))
-    case("lock-name-is-a-fifo", "forged journal", ["run"], [Step(RESUME)],
-         lambda ws: os.mkfifo(ws / ".run.nexus-lock"))
-    case("lock-temporary-look-alike-of-a-live-pid", "forged journal", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / f".run.nexus-lock.tmp-{os.getpid()}", holder(os.getpid()) + "\n"),
-         then=continue_run("6"))
-    case("lock-of-prepared-corpus-pending-outside", "forged journal", ["prep"],
-         [Step(["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"])],
-         lambda ws: (victim(ws), write(ws / ".prep.nexus-lock", holder(dead_pid()) + "\n" +
-                                       json.dumps({"pending": "victim/.thesis.txt.del-9-9"}) + "\n"),
-                     write(ws / "victim" / ".thesis.txt.del-9-9", "user's\n")))
+    journal(
+        "journal-pending-huge-line",
+        lambda ws: [dead(ws), json.dumps({"pending": "run/." + "a" * 100000 + ".tmp-1-1"})],
+        RESUME,
+    )
+    journal(
+        "journal-pending-through-symlink",
+        lambda ws: [dead(ws), json.dumps({"pending": "run/lnk/.thesis.txt.tmp-1-1"})],
+        RESUME,
+        extra=lambda ws: (
+            write(ws / "victim" / ".thesis.txt.tmp-1-1", "user's\n"),
+            (ws / "run" / "lnk").symlink_to(ws / "victim"),
+        ),
+    )
+    case(
+        "lock-name-is-a-users-directory",
+        "forged journal",
+        ["run"],
+        [Step(RESUME), Step(OVERWRITE)],
+        lambda ws: write(ws / ".run.nexus-lock" / "keep.txt", "user's\n"),
+    )
+    case(
+        "lock-name-is-a-symlink-to-users-file",
+        "forged journal",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: (victim(ws), (ws / ".run.nexus-lock").symlink_to(ws / "victim" / "thesis.txt")),
+    )
+    case("lock-name-is-a-fifo", "forged journal", ["run"], [Step(RESUME)], lambda ws: os.mkfifo(ws / ".run.nexus-lock"))
+    case(
+        "lock-temporary-look-alike-of-a-live-pid",
+        "forged journal",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: write(ws / f".run.nexus-lock.tmp-{os.getpid()}", holder(os.getpid()) + "\n"),
+        then=continue_run("6"),
+    )
+    case(
+        "lock-of-prepared-corpus-pending-outside",
+        "forged journal",
+        ["prep"],
+        [Step(["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"])],
+        lambda ws: (
+            victim(ws),
+            write(
+                ws / ".prep.nexus-lock",
+                holder(dead_pid()) + "\n" + json.dumps({"pending": "victim/.thesis.txt.del-9-9"}) + "\n",
+            ),
+            write(ws / "victim" / ".thesis.txt.del-9-9", "user's\n"),
+        ),
+    )
 
 
 # --- C. adopted names: things of the user's under names nexus uses
 
+
 def _adopt_cases():
-    case("adopt-users-tensorboard-file-then-overwrite", "adopted name", ["run_tb"], [Step(
-        [*TRAIN, "--train.log_to", "jsonl,tensorboard", "--out", "run", "--overwrite"])],
-         lambda ws: write(ws / "run" / "tensorboard" / "my_notes.txt", "the user's notes in nexus's tensorboard folder\n"))
-    case("adopt-users-wandb-symlink", "adopted name", ["run"], [Step(
-        [*TRAIN, "--train.steps", "4", "--train.log_to", "jsonl,wandb", "--out", "run", "--resume", "auto"])],
-         lambda ws: (victim(ws), (ws / "run" / "wandb").symlink_to(ws / "victim")))
-    case("adopt-users-file-named-like-a-step", "adopted name", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / "run" / "step_0000003", "a user's file with a step name\n"))
-    case("adopt-users-folder-named-like-a-step", "adopted name", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / "run" / "step_0000004" / "meta.json", '{"mine": true}\n'))
-    case("adopt-users-done-json", "adopted name", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / "run" / "done.json", '{"the user": "wrote this"}\n'))
-    case("adopt-manifest-temporary-look-alike", "adopted name", ["run"], [Step(OVERWRITE)],
-         lambda ws: write(ws / "run" / ".nexus-run.tmp-99999999", "user's file with a nexus-like name\n"))
-    case("adopt-users-temporary-look-alike-no-journal", "adopted name", ["run"], [Step(RESUME), Step(OVERWRITE)],
-         lambda ws: write(ws / "run" / ".config.yaml.tmp-1-1", "user's\n"))
-    case("adopt-users-file-beside-checkpoint-prefix", "adopted name", ["run"], [Step(OVERWRITE)],
-         lambda ws: write(ws / "run" / "checkpoint_notes.txt", "user's notes\n"))
-    case("adopt-users-file-inside-checkpoint", "adopted name", ["run"], [Step(RESUME), Step(OVERWRITE)],
-         lambda ws: write(ws / "run" / "checkpoint" / "README.md", "user's readme\n"))
-    case("adopt-users-file-inside-step-checkpoint-pruned", "adopted name", ["run"], [Step(RESUME)],
-         lambda ws: write(ws / "run" / "step_0000001" / "notes.txt", "user's notes in a step that would be pruned\n"))
-    case("adopt-hardlink-of-users-file-into-run", "adopted name", ["run"], [Step(OVERWRITE)],
-         lambda ws: (victim(ws), os.link(ws / "victim" / "thesis.txt", ws / "run" / "thesis.txt")))
-    case("adopt-users-probe-look-alike-in-empty-out", "adopted name", [], [Step([*TRAIN, "--out", "fresh"])],
-         lambda ws: write(ws / "fresh" / ".nexus-probe-abc" / "x", "user's\n"))
-    case("adopt-users-file-in-experiment-run-folder", "adopted name", ["exp"], [Step(EXPERIMENT)],
-         lambda ws: write(ws / "exp" / "baseline-micro" / "seed0" / "analysis.ipynb", "{}\n"))
+    case(
+        "adopt-users-tensorboard-file-then-overwrite",
+        "adopted name",
+        ["run_tb"],
+        [Step([*TRAIN, "--train.log_to", "jsonl,tensorboard", "--out", "run", "--overwrite"])],
+        lambda ws: write(
+            ws / "run" / "tensorboard" / "my_notes.txt", "the user's notes in nexus's tensorboard folder\n"
+        ),
+    )
+    case(
+        "adopt-users-wandb-symlink",
+        "adopted name",
+        ["run"],
+        [Step([*TRAIN, "--train.steps", "4", "--train.log_to", "jsonl,wandb", "--out", "run", "--resume", "auto"])],
+        lambda ws: (victim(ws), (ws / "run" / "wandb").symlink_to(ws / "victim")),
+    )
+    case(
+        "adopt-users-file-named-like-a-step",
+        "adopted name",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: write(ws / "run" / "step_0000003", "a user's file with a step name\n"),
+    )
+    case(
+        "adopt-users-folder-named-like-a-step",
+        "adopted name",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: write(ws / "run" / "step_0000004" / "meta.json", '{"mine": true}\n'),
+    )
+    case(
+        "adopt-users-done-json",
+        "adopted name",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: write(ws / "run" / "done.json", '{"the user": "wrote this"}\n'),
+    )
+    case(
+        "adopt-manifest-temporary-look-alike",
+        "adopted name",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: write(ws / "run" / ".nexus-run.tmp-99999999", "user's file with a nexus-like name\n"),
+    )
+    case(
+        "adopt-users-temporary-look-alike-no-journal",
+        "adopted name",
+        ["run"],
+        [Step(RESUME), Step(OVERWRITE)],
+        lambda ws: write(ws / "run" / ".config.yaml.tmp-1-1", "user's\n"),
+    )
+    case(
+        "adopt-users-file-beside-checkpoint-prefix",
+        "adopted name",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: write(ws / "run" / "checkpoint_notes.txt", "user's notes\n"),
+    )
+    case(
+        "adopt-users-file-inside-checkpoint",
+        "adopted name",
+        ["run"],
+        [Step(RESUME), Step(OVERWRITE)],
+        lambda ws: write(ws / "run" / "checkpoint" / "README.md", "user's readme\n"),
+    )
+    case(
+        "adopt-users-file-inside-step-checkpoint-pruned",
+        "adopted name",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: write(ws / "run" / "step_0000001" / "notes.txt", "user's notes in a step that would be pruned\n"),
+    )
+    case(
+        "adopt-hardlink-of-users-file-into-run",
+        "adopted name",
+        ["run"],
+        [Step(OVERWRITE)],
+        lambda ws: (victim(ws), os.link(ws / "victim" / "thesis.txt", ws / "run" / "thesis.txt")),
+    )
+    case(
+        "adopt-users-probe-look-alike-in-empty-out",
+        "adopted name",
+        [],
+        [Step([*TRAIN, "--out", "fresh"])],
+        lambda ws: write(ws / "fresh" / ".nexus-probe-abc" / "x", "user's\n"),
+    )
+    case(
+        "adopt-users-file-in-experiment-run-folder",
+        "adopted name",
+        ["exp"],
+        [Step(EXPERIMENT)],
+        lambda ws: write(ws / "exp" / "baseline-micro" / "seed0" / "analysis.ipynb", "{}\n"),
+    )
 
 
-EXPERIMENT = ["experiment", "compare", "--presets", "baseline-micro", "--seeds", "0", "--tokens", "256", "--out", "exp",
-              *TINY]
+EXPERIMENT = [
+    "experiment",
+    "compare",
+    "--presets",
+    "baseline-micro",
+    "--seeds",
+    "0",
+    "--tokens",
+    "256",
+    "--out",
+    "exp",
+    *TINY,
+]
 
 
 # --- D. appended, edited and truncated files of every kind nexus writes
 
+
 def _edit(p: Path, how: str) -> None:
     data = p.read_bytes()
     if how == "append":
-        p.write_bytes(data + (b'{"note": "the user\'s own line"}\n' if p.suffix == ".jsonl" else b"the user's addition\n"))
+        p.write_bytes(
+            data + (b'{"note": "the user\'s own line"}\n' if p.suffix == ".jsonl" else b"the user's addition\n")
+        )
     elif how == "edit":  # same size: only a hash check can tell
         i = len(data) // 2
-        p.write_bytes(data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:])
+        p.write_bytes(data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :])
     elif how == "truncate":
         p.write_bytes(data[: len(data) // 2])
 
@@ -448,23 +753,51 @@ def _edited_cases():
         ("step_0000001/trainer_state.pt", ("truncate",), (RESUME,)),
     ]:
         for how in hows:
-            case(f"{how}-{rel.replace('/', '-')}", "edited file", ["run"], [Step(c) for c in cmds],
-                 lambda ws, rel=rel, how=how: _edit(ws / "run" / rel, how))
+            case(
+                f"{how}-{rel.replace('/', '-')}",
+                "edited file",
+                ["run"],
+                [Step(c) for c in cmds],
+                lambda ws, rel=rel, how=how: _edit(ws / "run" / rel, how),
+            )
     prep = ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"]
     train_on = [*TRAIN, "--data", "prep", "--out", "r2"]
     # a changed shard or manifest must be refused; the stored tokenizer file is read only when named as a
     # tokenizer, and then checked against the identity manifest.json records, so training on the corpus is right
-    for rel, how, want in [("train-00000.bin", "edit", "refuse"), ("train-00000.bin", "truncate", "refuse"),
-                           ("manifest.json", "append", "refuse"), ("tokenizer.txt", "edit", "any")]:
-        case(f"{how}-prepared-{rel}", "edited file", ["prep"], [Step(train_on, want), Step(prep, want)],
-             lambda ws, rel=rel, how=how: _edit(ws / "prep" / rel, how))
-    case("edit-hf-export-config-json", "edited file", ["run", "hf"],
-         [Step(["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"])],
-         lambda ws: _edit(ws / "hf" / "config.json", "append"))
-    case("edit-experiment-report-md", "edited file", ["exp"], [Step(EXPERIMENT)],
-         lambda ws: _edit(ws / "exp" / "report.md", "append"))
-    case("edit-experiment-seed-metrics", "edited file", ["exp"], [Step(EXPERIMENT)],
-         lambda ws: _edit(ws / "exp" / "baseline-micro" / "seed0" / "metrics.jsonl", "append"))
+    for rel, how, want in [
+        ("train-00000.bin", "edit", "refuse"),
+        ("train-00000.bin", "truncate", "refuse"),
+        ("manifest.json", "append", "refuse"),
+        ("tokenizer.txt", "edit", "any"),
+    ]:
+        case(
+            f"{how}-prepared-{rel}",
+            "edited file",
+            ["prep"],
+            [Step(train_on, want), Step(prep, want)],
+            lambda ws, rel=rel, how=how: _edit(ws / "prep" / rel, how),
+        )
+    case(
+        "edit-hf-export-config-json",
+        "edited file",
+        ["run", "hf"],
+        [Step(["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"])],
+        lambda ws: _edit(ws / "hf" / "config.json", "append"),
+    )
+    case(
+        "edit-experiment-report-md",
+        "edited file",
+        ["exp"],
+        [Step(EXPERIMENT)],
+        lambda ws: _edit(ws / "exp" / "report.md", "append"),
+    )
+    case(
+        "edit-experiment-seed-metrics",
+        "edited file",
+        ["exp"],
+        [Step(EXPERIMENT)],
+        lambda ws: _edit(ws / "exp" / "baseline-micro" / "seed0" / "metrics.jsonl", "append"),
+    )
 
 
 # --- E. kills at every crash point (generated from the source, see discover_kills)
@@ -472,12 +805,24 @@ def _edited_cases():
 SCENARIOS = {  # name: (templates, the killed command, the command that must continue it, steps expected after)
     "train": ((), [*TRAIN, "--out", "run"], [*TRAIN, "--out", "run", "--resume", "auto"], 2),
     "overwrite": (("run",), OVERWRITE, OVERWRITE, 2),
-    "resume": (("run",), [*TRAIN, "--train.steps", "4", "--out", "run", "--resume", "auto"],
-               [*TRAIN, "--train.steps", "4", "--out", "run", "--resume", "auto"], 4),
-    "prepare": ((), ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"],
-                ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"], None),
-    "export": (("run",), ["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf"],
-               ["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"], None),
+    "resume": (
+        ("run",),
+        [*TRAIN, "--train.steps", "4", "--out", "run", "--resume", "auto"],
+        [*TRAIN, "--train.steps", "4", "--out", "run", "--resume", "auto"],
+        4,
+    ),
+    "prepare": (
+        (),
+        ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"],
+        ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"],
+        None,
+    ),
+    "export": (
+        ("run",),
+        ["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf"],
+        ["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "hf", "--overwrite"],
+        None,
+    ),
     "experiment": ((), EXPERIMENT, EXPERIMENT, None),
 }
 
@@ -487,8 +832,12 @@ def declared_crash_points() -> set[str]:
     names = set()
     for f in (SRC / "nexus").rglob("*.py"):
         for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "crash_point" \
-                    and node.args and isinstance(node.args[0], ast.Constant):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "crash_point"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 names.add(node.args[0].value)
     return names
 
@@ -519,16 +868,30 @@ def kill_case(sc: str, point: str) -> Case:
     out = {"prepare": "prep", "export": "hf", "experiment": "exp"}.get(sc, "run")
 
     def check(ws, results):
-        left = sorted(p.name for d in (ws, ws / out) if d.is_dir() for p in d.iterdir()
-                      if p.name.startswith(".") and p.name not in (".nexus-run", ".cache", ".trace"))
+        left = sorted(
+            p.name
+            for d in (ws, ws / out)
+            if d.is_dir()
+            for p in d.iterdir()
+            if p.name.startswith(".") and p.name not in (".nexus-run", ".cache", ".trace")
+        )
         if left:
             return f"unclean: temporaries left after continuing: {left[:4]}"
         return steps_once(n, out)(ws, results) if n else None
-    return Case(f"kill-{sc}-at-{point}", "kill", tmpl, None, [Step(argv, "killed", {"NEXUS_CRASH_AT": point})],
-                lambda ws: Step(again, "ok"), check)
+
+    return Case(
+        f"kill-{sc}-at-{point}",
+        "kill",
+        tmpl,
+        None,
+        [Step(argv, "killed", {"NEXUS_CRASH_AT": point})],
+        lambda ws: Step(again, "ok"),
+        check,
+    )
 
 
 # --- F. disk full, read-only and immutable places
+
 
 def _mount_tmpfs(where: Path, size: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
@@ -577,58 +940,153 @@ def _disk_cases():
         return Step(argv, "ok")
 
     for size, label in (("300k", "checkpoint"), ("60k", "first-log")):
-        case(f"disk-full-train-at-{label}", "disk full", [], [Step([*TRAIN, "--out", "disk/run"], "refuse")],
-             lambda ws, size=size: _mount_tmpfs(ws / "disk", size),
-             then=lambda ws: full_then(ws, [*TRAIN, "--out", "disk/run", "--resume", "auto"]),
-             check=steps_once(2, "disk/run"), teardown=lambda ws: _umount(ws / "disk"), needs=can_mount)
-    case("disk-full-resume-with-users-file-beside", "disk full", [],
-         [Step([*TRAIN, "--out", "disk/run"], "any"), Step([*TRAIN, "--train.steps", "6", "--out", "disk/run", "--resume", "auto"], "any")],
-         lambda ws: (_mount_tmpfs(ws / "disk", "420k"), write(ws / "disk" / "keep.txt", "user's\n")),
-         then=lambda ws: full_then(ws, [*TRAIN, "--train.steps", "6", "--out", "disk/run", "--resume", "auto"]),
-         check=steps_once(6, "disk/run"), teardown=lambda ws: _umount(ws / "disk"), needs=can_mount)
+        case(
+            f"disk-full-train-at-{label}",
+            "disk full",
+            [],
+            [Step([*TRAIN, "--out", "disk/run"], "refuse")],
+            lambda ws, size=size: _mount_tmpfs(ws / "disk", size),
+            then=lambda ws: full_then(ws, [*TRAIN, "--out", "disk/run", "--resume", "auto"]),
+            check=steps_once(2, "disk/run"),
+            teardown=lambda ws: _umount(ws / "disk"),
+            needs=can_mount,
+        )
+    case(
+        "disk-full-resume-with-users-file-beside",
+        "disk full",
+        [],
+        [
+            Step([*TRAIN, "--out", "disk/run"], "any"),
+            Step([*TRAIN, "--train.steps", "6", "--out", "disk/run", "--resume", "auto"], "any"),
+        ],
+        lambda ws: (_mount_tmpfs(ws / "disk", "420k"), write(ws / "disk" / "keep.txt", "user's\n")),
+        then=lambda ws: full_then(ws, [*TRAIN, "--train.steps", "6", "--out", "disk/run", "--resume", "auto"]),
+        check=steps_once(6, "disk/run"),
+        teardown=lambda ws: _umount(ws / "disk"),
+        needs=can_mount,
+    )
     prep = ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "disk/prep", "--num-proc", "1", "--quiet"]
-    case("disk-full-data-prepare", "disk full", [], [Step(prep, "refuse")], lambda ws: _mount_tmpfs(ws / "disk", "500k"),
-         then=lambda ws: full_then(ws, prep), teardown=lambda ws: _umount(ws / "disk"), needs=can_mount)
+    case(
+        "disk-full-data-prepare",
+        "disk full",
+        [],
+        [Step(prep, "refuse")],
+        lambda ws: _mount_tmpfs(ws / "disk", "500k"),
+        then=lambda ws: full_then(ws, prep),
+        teardown=lambda ws: _umount(ws / "disk"),
+        needs=can_mount,
+    )
     exp = ["export", "--checkpoint", "run/checkpoint", "--format", "hf", "--out", "disk/hf"]
-    case("disk-full-export-hf", "disk full", ["run"], [Step(exp, "refuse")], lambda ws: _mount_tmpfs(ws / "disk", "100k"),
-         then=lambda ws: full_then(ws, exp), teardown=lambda ws: _umount(ws / "disk"), needs=can_mount)
+    case(
+        "disk-full-export-hf",
+        "disk full",
+        ["run"],
+        [Step(exp, "refuse")],
+        lambda ws: _mount_tmpfs(ws / "disk", "100k"),
+        then=lambda ws: full_then(ws, exp),
+        teardown=lambda ws: _umount(ws / "disk"),
+        needs=can_mount,
+    )
 
     def readonly(ws):
         _mount_tmpfs(ws / "ro", "64m")
         shutil.copytree(ws / "run", ws / "ro" / "run", symlinks=True)
         subprocess.run(["mount", "-o", "remount,ro", str(ws / "ro")], check=True, capture_output=True)
-    case("read-only-filesystem-resume", "read-only", ["run"],
-         [Step([*TRAIN, "--train.steps", "4", "--out", "ro/run", "--resume", "auto"], "refuse"),
-          Step([*TRAIN, "--out", "ro/run", "--overwrite"], "refuse"),
-          Step([*TRAIN, "--out", "ro/new"], "refuse")], readonly,
-         teardown=lambda ws: _umount(ws / "ro"), needs=can_mount)
-    case("immutable-config-yaml-overwrite", "read-only", ["run"], [Step(OVERWRITE), Step(RESUME)],
-         lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "config.yaml")], check=True),
-         teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "config.yaml")], capture_output=True),
-         needs=can_chattr)
-    case("immutable-step-checkpoint-prune", "read-only", ["run"], [Step(RESUME)],
-         lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "step_0000001" / "meta.json")], check=True),
-         teardown=lambda ws: subprocess.run(["chattr", "-R", "-i", str(ws / "run")], capture_output=True),
-         needs=can_chattr)
+
+    case(
+        "read-only-filesystem-resume",
+        "read-only",
+        ["run"],
+        [
+            Step([*TRAIN, "--train.steps", "4", "--out", "ro/run", "--resume", "auto"], "refuse"),
+            Step([*TRAIN, "--out", "ro/run", "--overwrite"], "refuse"),
+            Step([*TRAIN, "--out", "ro/new"], "refuse"),
+        ],
+        readonly,
+        teardown=lambda ws: _umount(ws / "ro"),
+        needs=can_mount,
+    )
+    case(
+        "immutable-config-yaml-overwrite",
+        "read-only",
+        ["run"],
+        [Step(OVERWRITE), Step(RESUME)],
+        lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "config.yaml")], check=True),
+        teardown=lambda ws: subprocess.run(["chattr", "-i", str(ws / "run" / "config.yaml")], capture_output=True),
+        needs=can_chattr,
+    )
+    case(
+        "immutable-step-checkpoint-prune",
+        "read-only",
+        ["run"],
+        [Step(RESUME)],
+        lambda ws: subprocess.run(["chattr", "+i", str(ws / "run" / "step_0000001" / "meta.json")], check=True),
+        teardown=lambda ws: subprocess.run(["chattr", "-R", "-i", str(ws / "run")], capture_output=True),
+        needs=can_chattr,
+    )
 
 
 # --- G. concurrent writers, and a killed parallel prepare
 
+
 def _concurrent_cases():
     prep = ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", "prep", "--num-proc", "1", "--quiet"]
-    case("concurrent-prepare-same-out-x3", "concurrent", [], [Step(prep, "any", parallel=3)],
-         then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"))
-    case("concurrent-prepare-different-sources", "concurrent", [],
-         [Step(prep, "any", alongside=["data", "prepare", "stdlib", "--tokenizer", "byte", "--out", "prep", "--num-proc",
-                                       "1", "--max-documents", "50", "--quiet"])],
-         then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"))
-    case("concurrent-train-same-out-x2", "concurrent", [], [Step([*TRAIN, "--out", "run"], "any", parallel=2)],
-         then=lambda ws: Step([*TRAIN, "--train.steps", "3", "--out", "run", "--resume", "auto"], "ok"),
-         check=steps_once(3))
-    case("concurrent-resume-same-run-x2", "concurrent", ["run"], [Step(RESUME, "any", parallel=2)],
-         then=lambda ws: Step(RESUME, "ok"), check=steps_once(4))
-    case("concurrent-overwrite-and-resume", "concurrent", ["run"], [Step(OVERWRITE, "any", parallel=2)],
-         then=lambda ws: Step(RESUME, "ok"))
+    case(
+        "concurrent-prepare-same-out-x3",
+        "concurrent",
+        [],
+        [Step(prep, "any", parallel=3)],
+        then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"),
+    )
+    case(
+        "concurrent-prepare-different-sources",
+        "concurrent",
+        [],
+        [
+            Step(
+                prep,
+                "any",
+                alongside=[
+                    "data",
+                    "prepare",
+                    "stdlib",
+                    "--tokenizer",
+                    "byte",
+                    "--out",
+                    "prep",
+                    "--num-proc",
+                    "1",
+                    "--max-documents",
+                    "50",
+                    "--quiet",
+                ],
+            )
+        ],
+        then=lambda ws: Step([*TRAIN, "--data", "prep", "--out", "r2"], "ok"),
+    )
+    case(
+        "concurrent-train-same-out-x2",
+        "concurrent",
+        [],
+        [Step([*TRAIN, "--out", "run"], "any", parallel=2)],
+        then=lambda ws: Step([*TRAIN, "--train.steps", "3", "--out", "run", "--resume", "auto"], "ok"),
+        check=steps_once(3),
+    )
+    case(
+        "concurrent-resume-same-run-x2",
+        "concurrent",
+        ["run"],
+        [Step(RESUME, "any", parallel=2)],
+        then=lambda ws: Step(RESUME, "ok"),
+        check=steps_once(4),
+    )
+    case(
+        "concurrent-overwrite-and-resume",
+        "concurrent",
+        ["run"],
+        [Step(OVERWRITE, "any", parallel=2)],
+        then=lambda ws: Step(RESUME, "ok"),
+    )
 
 
 def _orphans(ws: Path) -> list[int]:
@@ -648,7 +1106,20 @@ def _orphans(ws: Path) -> list[int]:
 def _killed_prepare(ws: Path) -> list[Result]:
     """kill -9 of a parallel prepare once its workers run: none of its processes may outlive it."""
     write(ws / "corpus" / "big.txt", "\n\n".join(f"document {i} " + "words and more words " * 40 for i in range(30000)))
-    argv = ["data", "prepare", "corpus", "--tokenizer", "byte", "--out", "prep", "--num-proc", "2", "--shard-mb", "1", "--quiet"]
+    argv = [
+        "data",
+        "prepare",
+        "corpus",
+        "--tokenizer",
+        "byte",
+        "--out",
+        "prep",
+        "--num-proc",
+        "2",
+        "--shard-mb",
+        "1",
+        "--quiet",
+    ]
     t0 = time.monotonic()
     p = start(ws, argv)
     deadline = time.monotonic() + 60
@@ -671,41 +1142,107 @@ def _killed_prepare(ws: Path) -> list[Result]:
 
 # --- H. odd names and inputs
 
+
 def _name_cases():
-    for label, name in [("unicode", "ラン 走る"), ("spaces-and-quotes", "my \"run\" 'x'"), ("leading-dash-dir", "./-run"),
-                        ("emoji", "run-\U0001F525")]:
-        case(f"name-{label}", "odd name", [], [Step([*TRAIN, "--out", name], "ok")],
-             then=lambda ws, name=name: Step([*TRAIN, "--train.steps", "3", "--out", name, "--resume", "auto"], "ok"))
+    for label, name in [
+        ("unicode", "ラン 走る"),
+        ("spaces-and-quotes", "my \"run\" 'x'"),
+        ("leading-dash-dir", "./-run"),
+        ("emoji", "run-\U0001f525"),
+    ]:
+        case(
+            f"name-{label}",
+            "odd name",
+            [],
+            [Step([*TRAIN, "--out", name], "ok")],
+            then=lambda ws, name=name: Step([*TRAIN, "--train.steps", "3", "--out", name, "--resume", "auto"], "ok"),
+        )
     case("name-newline", "odd name", [], [Step([*TRAIN, "--out", "a\nb"], "any")])
     case("name-not-utf8", "odd name", [], [Step([*TRAIN, "--out", os.fsencode("run-") + b"\xff\xfe"], "refuse")])
     case("name-255-bytes-of-utf8", "odd name", [], [Step([*TRAIN, "--out", "é" * 128], "refuse")])
-    case("out-through-symlink-chain-into-another-run", "odd name", ["run"], [Step([*TRAIN, "--out", "l1", "--overwrite"])],
-         lambda ws: ((ws / "l2").symlink_to(ws / "run"), (ws / "l1").symlink_to(ws / "l2"),
-                     write(ws / "run" / "mine.txt", "user's\n")))
-    case("out-is-a-hardlinked-file", "odd name", [], [Step([*TRAIN, "--out", "f"], "refuse")],
-         lambda ws: (victim(ws), os.link(ws / "victim" / "thesis.txt", ws / "f")))
-    case("out-inside-the-resumed-checkpoint", "odd name", ["run"],
-         [Step([*TRAIN, "--train.steps", "4", "--resume", "run/checkpoint", "--out", "run/checkpoint/inner"], "refuse")])
+    case(
+        "out-through-symlink-chain-into-another-run",
+        "odd name",
+        ["run"],
+        [Step([*TRAIN, "--out", "l1", "--overwrite"])],
+        lambda ws: (
+            (ws / "l2").symlink_to(ws / "run"),
+            (ws / "l1").symlink_to(ws / "l2"),
+            write(ws / "run" / "mine.txt", "user's\n"),
+        ),
+    )
+    case(
+        "out-is-a-hardlinked-file",
+        "odd name",
+        [],
+        [Step([*TRAIN, "--out", "f"], "refuse")],
+        lambda ws: (victim(ws), os.link(ws / "victim" / "thesis.txt", ws / "f")),
+    )
+    case(
+        "out-inside-the-resumed-checkpoint",
+        "odd name",
+        ["run"],
+        [Step([*TRAIN, "--train.steps", "4", "--resume", "run/checkpoint", "--out", "run/checkpoint/inner"], "refuse")],
+    )
 
     def split_files(ws):
         write(ws / "d" / "train.txt", "\n\n".join(f"training document {i} with words" for i in range(200)))
         write(ws / "d" / "val.txt", "\n\n".join(f"held out document {i} with words" for i in range(20)))
-    case("val-fraction-with-split-named-files", "odd input", [],
-         [Step([*TRAIN, "--data", "d", "--data.val_fraction", "0.3", "--out", "r3"], "refuse")], split_files)
-    case("val-fraction-prepare-with-split-named-files", "odd input", [],
-         [Step(["data", "prepare", "d", "--tokenizer", "byte", "--out", "p3", "--val-fraction", "0.3", "--quiet"], "refuse")],
-         split_files)
-    case("config-file-is-binary-yaml-name", "odd input", [], [Step([*TRAIN, "--config", "c.yaml", "--out", "r4"], "refuse")],
-         lambda ws: write(ws / "c.yaml", bytes(range(256))))
-    case("rewarmup-inf-growth", "odd input", ["run"],
-         [Step(["grow", "--checkpoint", "run/checkpoint", "--width.hidden", "48", "--rewarmup", "inf,5", "--out", "g"],
-               "refuse")])
+
+    case(
+        "val-fraction-with-split-named-files",
+        "odd input",
+        [],
+        [Step([*TRAIN, "--data", "d", "--data.val_fraction", "0.3", "--out", "r3"], "refuse")],
+        split_files,
+    )
+    case(
+        "val-fraction-prepare-with-split-named-files",
+        "odd input",
+        [],
+        [
+            Step(
+                ["data", "prepare", "d", "--tokenizer", "byte", "--out", "p3", "--val-fraction", "0.3", "--quiet"],
+                "refuse",
+            )
+        ],
+        split_files,
+    )
+    case(
+        "config-file-is-binary-yaml-name",
+        "odd input",
+        [],
+        [Step([*TRAIN, "--config", "c.yaml", "--out", "r4"], "refuse")],
+        lambda ws: write(ws / "c.yaml", bytes(range(256))),
+    )
+    case(
+        "rewarmup-inf-growth",
+        "odd input",
+        ["run"],
+        [
+            Step(
+                ["grow", "--checkpoint", "run/checkpoint", "--width.hidden", "48", "--rewarmup", "inf,5", "--out", "g"],
+                "refuse",
+            )
+        ],
+    )
 
 
 # --- I. the study runner's ledger (issue 46): tampered run directories and records, signals, orphan workers
 
-STUDY = [str(ROOT / "benchmarks" / "studies" / "regime_study.py"), "--scale", "smoke", "--parts", "tune", "--lrs",
-         "0.016,0.032,0.008", "--results", "study/res", "--out", "study/runs"]
+STUDY = [
+    str(ROOT / "benchmarks" / "studies" / "regime_study.py"),
+    "--scale",
+    "smoke",
+    "--parts",
+    "tune",
+    "--lrs",
+    "0.016,0.032,0.008",
+    "--results",
+    "study/res",
+    "--out",
+    "study/runs",
+]
 STUDY_RUN = "study/runs/smoke/tune/small/lr{lr}/seed100"
 STUDY_RECORD = "study/res/progressive-regime/runs/tune/small/lr{lr}/seed100.json"
 
@@ -726,19 +1263,29 @@ def _study_cases():
         return f"loss: {rec.name} recorded from a run directory whose done.json was changed" if rec.exists() else None
 
     case("study-done-json-edited", "study ledger", ["study"], [Step(STUDY, "refuse")], edit_done, check=not_recorded)
-    case("study-done-json-of-another-lr", "study ledger", ["study"], [Step(STUDY, "refuse")], copy_done,
-         check=not_recorded)
+    case(
+        "study-done-json-of-another-lr",
+        "study ledger",
+        ["study"],
+        [Step(STUDY, "refuse")],
+        copy_done,
+        check=not_recorded,
+    )
 
     def edit_record(how):
         def setup(ws):
             p = ws / STUDY_RECORD.format(lr="0.016")
             rec = json.loads(p.read_text())
             p.write_text(json.dumps(how(rec)))
+
         return setup
 
-    for label, how in [("val-loss-edited", lambda r: {**r, "final": {**r["final"], "val_loss": 0.5}}),
-                       ("empty-list", lambda r: []), ("val-loss-not-a-number", lambda r: {**r, "final": {"val_loss": "n/a"}}),
-                       ("no-final", lambda r: {k: v for k, v in r.items() if k != "final"})]:
+    for label, how in [
+        ("val-loss-edited", lambda r: {**r, "final": {**r["final"], "val_loss": 0.5}}),
+        ("empty-list", lambda r: []),
+        ("val-loss-not-a-number", lambda r: {**r, "final": {"val_loss": "n/a"}}),
+        ("no-final", lambda r: {k: v for k, v in r.items() if k != "final"}),
+    ]:
         case(f"study-record-{label}", "study ledger", ["study"], [Step([*STUDY, "--plot"], "refuse")], edit_record(how))
 
     def split_dtypes(ws):
@@ -747,8 +1294,14 @@ def _study_cases():
         (ws / "bins").mkdir()
         np.arange(1, 5000, dtype=np.uint16).astype(np.uint16).tofile(ws / "bins" / "train.bin")
         (np.arange(1, 900) % 250 + 1).astype(np.uint32).tofile(ws / "bins" / "val.bin")
-    case("split-dtypes-uint16-train-uint32-val", "study ledger", [], [Step([*TRAIN, "--data", "bins", "--out", "r"],
-                                                                          "refuse")], split_dtypes)
+
+    case(
+        "split-dtypes-uint16-train-uint32-val",
+        "study ledger",
+        [],
+        [Step([*TRAIN, "--data", "bins", "--out", "r"], "refuse")],
+        split_dtypes,
+    )
     CASES.append(Case("study-sigterm-two-workers", "study signals", ()))
     CASES.append(Case("study-kill-9-orphans", "study signals", ()))
 
@@ -784,9 +1337,14 @@ def _signalled_study(ws: Path, sig: int) -> list[Result]:
 TEMPLATES = {
     "run": lambda d: [[*TRAIN, "--out", d / "run"]],
     "run_tb": lambda d: [[*TRAIN, "--train.log_to", "jsonl,tensorboard", "--out", d / "run"]],
-    "prep": lambda d: [["data", "prepare", "embedded", "--tokenizer", "byte", "--out", d / "prep", "--num-proc", "1", "--quiet"]],
-    "hf": lambda d: [[*TRAIN, "--out", d / "src"], ["export", "--checkpoint", d / "src" / "checkpoint", "--format", "hf", "--out", d / "hf"]],
-    "exp": lambda d: [[*EXPERIMENT[:-len(TINY) - 2], "--out", d / "exp", *TINY]],
+    "prep": lambda d: [
+        ["data", "prepare", "embedded", "--tokenizer", "byte", "--out", d / "prep", "--num-proc", "1", "--quiet"]
+    ],
+    "hf": lambda d: [
+        [*TRAIN, "--out", d / "src"],
+        ["export", "--checkpoint", d / "src" / "checkpoint", "--format", "hf", "--out", d / "hf"],
+    ],
+    "exp": lambda d: [[*EXPERIMENT[: -len(TINY) - 2], "--out", d / "exp", *TINY]],
     "study": lambda d: [STUDY],
 }
 TEMPLATE_DIR = {"run": "run", "run_tb": "run", "prep": "prep", "hf": "hf", "exp": "exp", "study": "study"}
@@ -806,6 +1364,7 @@ def build_templates(names: set, work: Path) -> dict:
 
 
 # ---------------------------------------------------------------- classification
+
 
 def classify(c: Case, results: list[Result], lost: list[str], extra: str | None) -> tuple[str, str]:
     problems, refused = [], False
@@ -834,8 +1393,11 @@ def classify(c: Case, results: list[Result], lost: list[str], extra: str | None)
             problems.append(f"{tag} exit {r.rc}: {r.err.strip()[-160:]}")
             continue
         # `nexus CMD: error: ...`, or a benchmark script's `error: ...`
-        errors = [line for line in r.err.splitlines() if (line.startswith("nexus") and ": error:" in line)
-                  or line.startswith("error: ")]
+        errors = [
+            line
+            for line in r.err.splitlines()
+            if (line.startswith("nexus") and ": error:" in line) or line.startswith("error: ")
+        ]
         if r.rc == 2:
             refused = True
             stray = [line for line in r.err.splitlines() if line.strip() and not line.startswith(("nexus", "error: "))]
@@ -844,7 +1406,11 @@ def classify(c: Case, results: list[Result], lost: list[str], extra: str | None)
             elif want == "ok":
                 problems.append(f"{tag} refused a legitimate command: {errors[0][:160]}")
         elif want == "refuse":
-            said = [line for line in r.err.splitlines() if line.startswith("nexus") and ("note" in line or "warning" in line)]
+            said = [
+                line
+                for line in r.err.splitlines()
+                if line.startswith("nexus") and ("note" in line or "warning" in line)
+            ]
             if not said:
                 problems.append(f"{tag} silently accepted (exit 0, expected a refusal or a line saying what it did)")
     if lost:
@@ -896,8 +1462,13 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
         if c.check and not lost:
             extra = c.check(ws, results) or extra
     except Exception as e:  # a harness failure is reported as such, never as a nexus verdict
-        return {"name": c.name, "group": c.group, "verdict": "harness-error", "detail": f"{type(e).__name__}: {e}",
-                "seconds": round(time.monotonic() - t0, 1)}
+        return {
+            "name": c.name,
+            "group": c.group,
+            "verdict": "harness-error",
+            "detail": f"{type(e).__name__}: {e}",
+            "seconds": round(time.monotonic() - t0, 1),
+        }
     finally:
         if c.teardown:
             try:
@@ -905,16 +1476,30 @@ def run_case(c: Case, templates: dict, work: Path, keep: Path | None) -> dict:
             except Exception:
                 pass
         if keep:
-            shutil.copytree(ws, keep / c.name.replace("/", "_"), symlinks=True, dirs_exist_ok=True,
-                            ignore_dangling_symlinks=True, copy_function=shutil.copy)
+            shutil.copytree(
+                ws,
+                keep / c.name.replace("/", "_"),
+                symlinks=True,
+                dirs_exist_ok=True,
+                ignore_dangling_symlinks=True,
+                copy_function=shutil.copy,
+            )
     verdict, detail = classify(c, results, lost, extra)
     subprocess.run(["chattr", "-R", "-i", str(ws)], capture_output=True)
     shutil.rmtree(ws, ignore_errors=True)
-    return {"name": c.name, "group": c.group, "verdict": verdict, "detail": detail,
-            "exits": [r.rc for r, _ in results], "seconds": round(time.monotonic() - t0, 1),
-            "commands": [" ".join(r.argv) for r, _ in results][:4],
-            "said": [next((line for line in r.err.splitlines() if ": error:" in line), r.err.strip()[-200:])[:300]
-                     for r, _ in results]}
+    return {
+        "name": c.name,
+        "group": c.group,
+        "verdict": verdict,
+        "detail": detail,
+        "exits": [r.rc for r, _ in results],
+        "seconds": round(time.monotonic() - t0, 1),
+        "commands": [" ".join(r.argv) for r, _ in results][:4],
+        "said": [
+            next((line for line in r.err.splitlines() if ": error:" in line), r.err.strip()[-200:])[:300]
+            for r, _ in results
+        ],
+    }
 
 
 def all_cases() -> list[Case]:
@@ -932,7 +1517,9 @@ def all_cases() -> list[Case]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--only", help="run the cases whose name matches this glob (or contains it)")
     ap.add_argument("--json", default="adversarial-results.json", help="where the results go (JSON)")
     ap.add_argument("--keep", type=Path, help="copy every case's workspace here after it runs")
@@ -944,7 +1531,9 @@ def main(argv=None) -> int:
         ap.error("--jobs: only 1 is supported (valid: 1)")
     cases = all_cases()
     if args.list:
-        print("\n".join(f"{c.group:16} {c.name}" for c in cases) + "\n(+ the kill cases found by tracing the scenarios)")
+        print(
+            "\n".join(f"{c.group:16} {c.name}" for c in cases) + "\n(+ the kill cases found by tracing the scenarios)"
+        )
         return 0
 
     def wanted(name):
@@ -968,36 +1557,56 @@ def main(argv=None) -> int:
         rows = []
         for i, c in enumerate(cases, 1):
             why = c.needs() if c.needs else None
-            row = ({"name": c.name, "group": c.group, "verdict": "skipped", "detail": why, "seconds": 0} if why
-                   else run_case(c, templates, work, args.keep))
+            row = (
+                {"name": c.name, "group": c.group, "verdict": "skipped", "detail": why, "seconds": 0}
+                if why
+                else run_case(c, templates, work, args.keep)
+            )
             rows.append(row)
-            print(f"[{i:3}/{len(cases)}] {row['verdict']:13} {row['seconds']:6.1f}s  {c.name}"
-                  + (f"\n      {row['detail']}" if row["detail"] else ""), flush=True)
+            print(
+                f"[{i:3}/{len(cases)}] {row['verdict']:13} {row['seconds']:6.1f}s  {c.name}"
+                + (f"\n      {row['detail']}" if row["detail"] else ""),
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("valid", "clean", "unclean", "loss", "skipped",
-                                                                 "harness-error")}
+    counts = {
+        v: sum(r["verdict"] == v for r in rows)
+        for v in ("valid", "clean", "unclean", "loss", "skipped", "harness-error")
+    }
     import torch
 
-    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": git,
-               "command": "python tools/adversarial.py" + (f" --only {args.only!r}" if args.only else ""),
-               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cases": len(rows), "counts": counts,
-               "unreached_crash_points": sorted(unreached), "seconds": round(time.monotonic() - started),
-               # CPU time of every nexus process the pass ran: the cost on an idle machine, whatever the load
-               "child_cpu_seconds": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-                                          + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime),
-               "results": rows}
+    git = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    summary = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git,
+        "command": "python tools/adversarial.py" + (f" --only {args.only!r}" if args.only else ""),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cases": len(rows),
+        "counts": counts,
+        "unreached_crash_points": sorted(unreached),
+        "seconds": round(time.monotonic() - started),
+        # CPU time of every nexus process the pass ran: the cost on an idle machine, whatever the load
+        "child_cpu_seconds": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+            + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+        ),
+        "results": rows,
+    }
     Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\n{'group':18}{'valid':>7}{'clean':>7}{'unclean':>9}{'loss':>6}{'other':>7}")
     for g in dict.fromkeys(r["group"] for r in rows):
         rs = [r for r in rows if r["group"] == g]
         n = {v: sum(r["verdict"] == v for r in rs) for v in ("valid", "clean", "unclean", "loss")}
         print(f"{g:18}{n['valid']:7}{n['clean']:7}{n['unclean']:9}{n['loss']:6}{len(rs) - sum(n.values()):7}")
-    print(f"{'total':18}{counts['valid']:7}{counts['clean']:7}{counts['unclean']:9}{counts['loss']:6}"
-          f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, {summary['child_cpu_seconds']} s of "
-          f"CPU, commit {git}, "
-          f"cpu {summary['cpu_capability']}) -> {args.json}")
+    print(
+        f"{'total':18}{counts['valid']:7}{counts['clean']:7}{counts['unclean']:9}{counts['loss']:6}"
+        f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, {summary['child_cpu_seconds']} s of "
+        f"CPU, commit {git}, "
+        f"cpu {summary['cpu_capability']}) -> {args.json}"
+    )
     if unreached:
         print(f"crash points no scenario reaches: {sorted(unreached)}")
     return 1 if counts["unclean"] or counts["loss"] or counts["harness-error"] or unreached else 0

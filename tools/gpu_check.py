@@ -26,6 +26,7 @@ GPU image has: nexus is imported from the checkout (PYTHONPATH=src), never pip-i
 growth sample at 1 and 2 processes on the CPU, with `datasets`, `wandb` and `lm_eval` made unimportable (the GPU
 image lacks them), to prove the script runs end to end where no GPU is lent. Its figures mean nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,17 @@ from _result import parse  # noqa: E402  (benchmarks/ is not a package)
 
 # Packages the GPU image lacks (/work/.library/device/KINDS.md, 2026-11-17): the dry run hides them.
 ABSENT_ON_GPU_IMAGE = ("datasets", "wandb", "lm_eval")
-REPORTED_PACKAGES = ("torch", "triton", "numpy", "transformers", "safetensors", "tokenizers", "numba", "tensorboard", "pytest")
+REPORTED_PACKAGES = (
+    "torch",
+    "triton",
+    "numpy",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "numba",
+    "tensorboard",
+    "pytest",
+)
 
 
 # The 124M tied baseline's shape, as gpu_mfu.py's defaults build it: the Trainer stage trains the same one
@@ -69,32 +80,114 @@ def stage_plan(dry: bool, out: Path) -> list[dict]:
     kind tells the summary how to read the stage's output: pytest counts, RESULT lines, the Trainer's
     metrics, or the growth sample's run directories."""
     py = sys.executable
-    tiny_mfu = ["--device", "cpu", "--dtype", "float32", "--no-compile", "--d-model", "64", "--layers", "2", "--vocab",
-                "512", "--seq", "32", "--batch", "2", "--steps", "1", "--rounds", "2", "--peak-n", "128"]
+    tiny_mfu = [
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--no-compile",
+        "--d-model",
+        "64",
+        "--layers",
+        "2",
+        "--vocab",
+        "512",
+        "--seq",
+        "32",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--rounds",
+        "2",
+        "--peak-n",
+        "128",
+    ]
     if dry:
-        tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not cuda", "-W",
-                 "ignore::UserWarning", str(ROOT / "tests" / "test_cuda.py")]
+        tests = [
+            py,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow and not cuda",
+            "-W",
+            "ignore::UserWarning",
+            str(ROOT / "tests" / "test_cuda.py"),
+        ]
         train = trainer_command(out, dry=True)
-        return [dict(name="cuda tests (CPU variants)", kind="tests", cmd=tests, timeout=600),
-                dict(name="gpu_mfu + HF and the chunked loss side by side (tiny, CPU)", kind="results", timeout=300,
-                     cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), *tiny_mfu, "--vs-hf", "--vs-chunked", "16"]),
-                dict(name="Trainer on the bare step's shape (tiny, CPU)", kind="trainer", cmd=train, timeout=300),
-                dict(name=f"gpu_mfu at {PRESET_450M} (tiny, CPU)", kind="results", timeout=300,
-                     cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), "--preset", PRESET_450M, "--untied", *tiny_mfu]),
-                dict(name="growth-study sample (CPU)", kind="growth", workers=(1, 2), window=45, timeout=100)]
-    tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "-rs", "-W", "ignore::UserWarning",
-             str(ROOT / "tests" / "test_cuda.py")]
-    return [dict(name="cuda tests", kind="tests", cmd=tests, timeout=90),  # 27 tests took 46.9 s on 2026-11-28; 5 more since
-            # its defaults are the issue's configuration (124M tied, bf16, compiled, 16 x 1024, fused AdamW)
-            dict(name="gpu_mfu + HF and the chunked loss side by side", kind="results", timeout=130,
-                 cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), "--vs-hf", "--vs-chunked", "4096", "--rounds", "3"]),
-            dict(name="Trainer on the bare step's shape", kind="trainer", cmd=trainer_command(out, dry=False),
-                 timeout=65),  # its first, compiling step took about 32 s on 2026-11-28
-            dict(name=f"gpu_mfu at {PRESET_450M}", kind="results", timeout=80,  # 32 layers to compile
-                 # --untied: the preset's own separate head (gpu_mfu ties it unless told)
-                 cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), "--preset", PRESET_450M, "--untied", "--rounds", "3", "--steps", "5"]),
-            dict(name="growth-study sample", kind="growth", workers=GROWTH_WORKERS, window=GROWTH_WINDOW_S,
-                 timeout=len(GROWTH_WORKERS) * (GROWTH_WINDOW_S + 5))]
+        return [
+            dict(name="cuda tests (CPU variants)", kind="tests", cmd=tests, timeout=600),
+            dict(
+                name="gpu_mfu + HF and the chunked loss side by side (tiny, CPU)",
+                kind="results",
+                timeout=300,
+                cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), *tiny_mfu, "--vs-hf", "--vs-chunked", "16"],
+            ),
+            dict(name="Trainer on the bare step's shape (tiny, CPU)", kind="trainer", cmd=train, timeout=300),
+            dict(
+                name=f"gpu_mfu at {PRESET_450M} (tiny, CPU)",
+                kind="results",
+                timeout=300,
+                cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), "--preset", PRESET_450M, "--untied", *tiny_mfu],
+            ),
+            dict(name="growth-study sample (CPU)", kind="growth", workers=(1, 2), window=45, timeout=100),
+        ]
+    tests = [
+        py,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "cuda",
+        "-rs",
+        "-W",
+        "ignore::UserWarning",
+        str(ROOT / "tests" / "test_cuda.py"),
+    ]
+    return [
+        dict(
+            name="cuda tests", kind="tests", cmd=tests, timeout=90
+        ),  # 27 tests took 46.9 s on 2026-11-28; 5 more since
+        # its defaults are the issue's configuration (124M tied, bf16, compiled, 16 x 1024, fused AdamW)
+        dict(
+            name="gpu_mfu + HF and the chunked loss side by side",
+            kind="results",
+            timeout=130,
+            cmd=[py, str(BENCH / "speed" / "gpu_mfu.py"), "--vs-hf", "--vs-chunked", "4096", "--rounds", "3"],
+        ),
+        dict(
+            name="Trainer on the bare step's shape", kind="trainer", cmd=trainer_command(out, dry=False), timeout=65
+        ),  # its first, compiling step took about 32 s on 2026-11-28
+        dict(
+            name=f"gpu_mfu at {PRESET_450M}",
+            kind="results",
+            timeout=80,  # 32 layers to compile
+            # --untied: the preset's own separate head (gpu_mfu ties it unless told)
+            cmd=[
+                py,
+                str(BENCH / "speed" / "gpu_mfu.py"),
+                "--preset",
+                PRESET_450M,
+                "--untied",
+                "--rounds",
+                "3",
+                "--steps",
+                "5",
+            ],
+        ),
+        dict(
+            name="growth-study sample",
+            kind="growth",
+            workers=GROWTH_WORKERS,
+            window=GROWTH_WINDOW_S,
+            timeout=len(GROWTH_WORKERS) * (GROWTH_WINDOW_S + 5),
+        ),
+    ]
 
 
 def trainer_command(out: Path, dry: bool) -> list[str]:
@@ -102,14 +195,46 @@ def trainer_command(out: Path, dry: bool) -> list[str]:
     that size over a file of random token ids, written by write_token_data), batch 16 x 1024, bf16, compiled;
     log every 10 steps, so the Trainer's own tokens/s after the compiling step is in metrics.jsonl."""
     data = out / "trainer-data"
-    cmd = [sys.executable, "-m", "nexus", "train", "--preset", "baseline-micro" if dry else SHAPE["preset"],
-           "--model.tie_embeddings", "true", "--data.source", str(data / "tokens.bin"), "--data.tokenizer",
-           str(data / "tokenizer.json"), "--train.eval_every", "0", "--train.save_every", "0", "--train.sample_tokens",
-           "1", "--train.out_dir", str(out / "trainer-run"), "--train.log_every", "2" if dry else "10"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nexus",
+        "train",
+        "--preset",
+        "baseline-micro" if dry else SHAPE["preset"],
+        "--model.tie_embeddings",
+        "true",
+        "--data.source",
+        str(data / "tokens.bin"),
+        "--data.tokenizer",
+        str(data / "tokenizer.json"),
+        "--train.eval_every",
+        "0",
+        "--train.save_every",
+        "0",
+        "--train.sample_tokens",
+        "1",
+        "--train.out_dir",
+        str(out / "trainer-run"),
+        "--train.log_every",
+        "2" if dry else "10",
+    ]
     if dry:
         return cmd + ["--data.seq_len", "64", "--train.batch_size", "2", "--train.steps", "6", "--train.device", "cpu"]
-    return cmd + ["--data.seq_len", str(SHAPE["seq"]), "--train.batch_size", str(SHAPE["batch"]), "--train.steps",
-                  "80", "--train.device", "cuda", "--train.dtype", "bfloat16", "--train.compile", "true"]
+    return cmd + [
+        "--data.seq_len",
+        str(SHAPE["seq"]),
+        "--train.batch_size",
+        str(SHAPE["batch"]),
+        "--train.steps",
+        "80",
+        "--train.device",
+        "cuda",
+        "--train.dtype",
+        "bfloat16",
+        "--train.compile",
+        "true",
+    ]
 
 
 def write_token_data(where: Path, vocab: int, tokens: int) -> None:
@@ -170,8 +295,21 @@ def growth_command(out: Path, workers: int, dry: bool) -> list[str]:
     its full scale, 150 steps on the embedded corpus), `workers` processes sharing the device; 2 seeds per
     worker so every worker has a run from the start (a seed's small prefix and its scratch run are free)."""
     seeds = ",".join(str(s) for s in range(max(1, (workers + 1) // 2)))
-    return [sys.executable, str(BENCH / "studies" / "progressive_regime.py"), "--scale", "main", "--data", "embedded",
-            "--untuned", "--workers", str(workers), "--seeds", seeds, "--out", str(out / f"growth-w{workers}")]
+    return [
+        sys.executable,
+        str(BENCH / "studies" / "progressive_regime.py"),
+        "--scale",
+        "main",
+        "--data",
+        "embedded",
+        "--untuned",
+        "--workers",
+        str(workers),
+        "--seeds",
+        seeds,
+        "--out",
+        str(out / f"growth-w{workers}"),
+    ]
 
 
 def run_window(cmd: list[str], env: dict, seconds: float, log: Path) -> float:
@@ -213,14 +351,24 @@ def growth_sample(stage: dict, env: dict, out: Path, dry: bool) -> dict:
         log = out / f"growth-w{n}.log"
         wall = run_window(growth_command(out, n, dry), env, stage["window"], log)
         rates = run_rates(out / f"growth-w{n}")
-        figs[str(n)] = {"window_s": round(wall, 1), "runs_logged": len(rates),
-                        "steps_per_s_per_process": round(statistics.median(rates), 2) if rates else None,
-                        "steps_per_s_range": [round(min(rates), 2), round(max(rates), 2)] if rates else None}
+        figs[str(n)] = {
+            "window_s": round(wall, 1),
+            "runs_logged": len(rates),
+            "steps_per_s_per_process": round(statistics.median(rates), 2) if rates else None,
+            "steps_per_s_range": [round(min(rates), 2), round(max(rates), 2)] if rates else None,
+        }
         lines += log.read_text().splitlines()[-5:]
     ok = all(f["steps_per_s_per_process"] for f in figs.values())
-    return {"name": stage["name"], "command": " ".join(growth_command(out, stage["workers"][-1], dry)) + " (each "
-            f"--workers {list(stage['workers'])} for {stage['window']} s)", "rc": 0 if ok else 1,
-            "seconds": round(time.perf_counter() - t0, 1), "log": "growth-w*.log", "tail": lines, "figures": figs}
+    return {
+        "name": stage["name"],
+        "command": " ".join(growth_command(out, stage["workers"][-1], dry)) + " (each "
+        f"--workers {list(stage['workers'])} for {stage['window']} s)",
+        "rc": 0 if ok else 1,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "log": "growth-w*.log",
+        "tail": lines,
+        "figures": figs,
+    }
 
 
 def regime_gpu_plan(growth: dict | None = None) -> dict:
@@ -235,30 +383,51 @@ def regime_gpu_plan(growth: dict | None = None) -> dict:
     out = Path(tempfile.mkdtemp(prefix="gpu-check-plan-"))
     plan = PR.plan_regime(list(PR.DEFAULT_METHODS), list(REGIME_SEEDS), "full", "stdlib", out, None)
     steps = sum(PR.describe_run(run, plan)["steps"] for run in plan["runs"].values())
-    cmd = (f"python benchmarks/studies/progressive_regime.py --data stdlib --seeds {','.join(map(str, REGIME_SEEDS))} "
-           f"--workers {workers} --sweep {SWEEP.relative_to(ROOT)} --out runs/regime-gpu")
-    res = {"command": cmd, "runs": len(plan["runs"]), "training_steps": steps,
-           "model": "4 layers x d 64 (and its grown/scratch shapes), 16 x 128 tokens per step", "target_minutes": 10}
-    measured = {int(n): f["steps_per_s_per_process"] for n, f in (growth or {}).items() if f.get("steps_per_s_per_process")}
+    cmd = (
+        f"python benchmarks/studies/progressive_regime.py --data stdlib --seeds {','.join(map(str, REGIME_SEEDS))} "
+        f"--workers {workers} --sweep {SWEEP.relative_to(ROOT)} --out runs/regime-gpu"
+    )
+    res = {
+        "command": cmd,
+        "runs": len(plan["runs"]),
+        "training_steps": steps,
+        "model": "4 layers x d 64 (and its grown/scratch shapes), 16 x 128 tokens per step",
+        "target_minutes": 10,
+    }
+    measured = {
+        int(n): f["steps_per_s_per_process"] for n, f in (growth or {}).items() if f.get("steps_per_s_per_process")
+    }
     if measured:  # at the most processes sampled (12 on the GPU; a dry run samples fewer)
         n = max(measured)
         res["projected_minutes"] = round(steps / (n * measured[n]) / 60, 1)
-        res["projection"] = (f"{steps:,} steps / ({n} processes x {measured[n]} steps/s each), if every process "
-                             f"stays busy; evaluations and the runs' dependency order not counted")
+        res["projection"] = (
+            f"{steps:,} steps / ({n} processes x {measured[n]} steps/s each), if every process "
+            f"stays busy; evaluations and the runs' dependency order not counted"
+        )
     return res
 
 
 def environment_report() -> dict:
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-           "cuda_available": torch.cuda.is_available(), "host": platform.node(), "date_utc":
-           time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "host": platform.node(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        env.update(device=torch.cuda.get_device_name(0), capability=f"{p.major}.{p.minor}",
-                   memory_gib=round(p.total_memory / 2**30, 1), sms=p.multi_processor_count,
-                   cudnn=torch.backends.cudnn.version(), bf16_supported=torch.cuda.is_bf16_supported())
+        env.update(
+            device=torch.cuda.get_device_name(0),
+            capability=f"{p.major}.{p.minor}",
+            memory_gib=round(p.total_memory / 2**30, 1),
+            sms=p.multi_processor_count,
+            cudnn=torch.backends.cudnn.version(),
+            bf16_supported=torch.cuda.is_bf16_supported(),
+        )
     else:
         env["device"] = f"cpu ({platform.processor() or platform.machine()})"
     env["packages"] = {}
@@ -268,8 +437,12 @@ def environment_report() -> dict:
         except metadata.PackageNotFoundError:
             env["packages"][name] = None
     try:
-        env["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                    timeout=10).stdout.strip() or None
+        env["git"] = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         env["git"] = None
     return env
@@ -287,7 +460,8 @@ def hide_packages(names, where: Path) -> str:
         "        if name.split('.')[0] in _HIDDEN:\n"
         "            raise ModuleNotFoundError(f'No module named {name!r} (hidden by gpu_check --dry-run)', name=name)\n"
         "        return None\n"
-        "sys.meta_path.insert(0, _Hide())\n")
+        "sys.meta_path.insert(0, _Hide())\n"
+    )
     return str(where)
 
 
@@ -302,23 +476,40 @@ def run_stage(stage: dict, env: dict, log: Path) -> dict:
         out += (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
     secs = time.perf_counter() - t0
     log.write_text(out)
-    return {"name": stage["name"], "command": " ".join(stage["cmd"]), "rc": rc, "seconds": round(secs, 1),
-            "log": log.name, "tail": out.strip().splitlines()[-15:]}
+    return {
+        "name": stage["name"],
+        "command": " ".join(stage["cmd"]),
+        "rc": rc,
+        "seconds": round(secs, 1),
+        "log": log.name,
+        "tail": out.strip().splitlines()[-15:],
+    }
 
 
 def pytest_counts(text: str) -> dict:
     """The counts of pytest's closing line ("3 passed, 2 skipped, 1 failed in 9.1s")."""
-    tail = next((line for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed|skipped|error)", line)), "")
+    tail = next(
+        (line for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed|skipped|error)", line)), ""
+    )
     return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", tail)}
 
 
 def write_summary(out: Path, env: dict, stages: list[dict], dry: bool) -> str:
-    lines = [f"# nexus GPU check{' (DRY RUN on a CPU: figures are plumbing only)' if dry else ''}", "",
-             f"- date (UTC): {env['date_utc']}; host {env['host']}; git {env['git']}",
-             f"- device: {env['device']}" + (f", capability {env.get('capability')}, {env.get('memory_gib')} GiB, "
-                                              f"{env.get('sms')} SMs, bf16 {env.get('bf16_supported')}" if env["cuda_available"] else ""),
-             f"- python {env['python']}, torch {env['torch']}, CUDA runtime {env['cuda_runtime']}, cuDNN {env.get('cudnn')}",
-             "- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()), ""]
+    lines = [
+        f"# nexus GPU check{' (DRY RUN on a CPU: figures are plumbing only)' if dry else ''}",
+        "",
+        f"- date (UTC): {env['date_utc']}; host {env['host']}; git {env['git']}",
+        f"- device: {env['device']}"
+        + (
+            f", capability {env.get('capability')}, {env.get('memory_gib')} GiB, "
+            f"{env.get('sms')} SMs, bf16 {env.get('bf16_supported')}"
+            if env["cuda_available"]
+            else ""
+        ),
+        f"- python {env['python']}, torch {env['torch']}, CUDA runtime {env['cuda_runtime']}, cuDNN {env.get('cudnn')}",
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()),
+        "",
+    ]
     total = 0.0
     for st in stages:
         total += st["seconds"]
@@ -342,8 +533,11 @@ def print_plan(dry: bool, out: Path) -> None:
     total = 0
     for i, st in enumerate(stage_plan(dry, out)):
         total += st["timeout"]
-        cmd = " ".join(st["cmd"]) if "cmd" in st else " | ".join(" ".join(growth_command(out, n, dry))
-                                                                  for n in st["workers"])
+        cmd = (
+            " ".join(st["cmd"])
+            if "cmd" in st
+            else " | ".join(" ".join(growth_command(out, n, dry)) for n in st["workers"])
+        )
         print(f"[{i + 1}] {st['name']} (timeout {st['timeout']} s): {cmd}")
     print(f"stage timeouts add up to {total} s ({total / 60:.1f} min; budget 8 min on the GPU)")
     print(f"regime default set at {len(REGIME_SEEDS)} seeds on the GPU: {json.dumps(regime_gpu_plan())}")
@@ -353,7 +547,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for summary.md, summary.json and each stage's log")
     p.add_argument("--dry-run", action="store_true", help="the same stages scaled down on a CPU (plumbing check)")
-    p.add_argument("--plan", action="store_true", help="print the stages, their budget and the regime's GPU plan; run nothing")
+    p.add_argument(
+        "--plan", action="store_true", help="print the stages, their budget and the regime's GPU plan; run nothing"
+    )
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     if args.plan:
@@ -371,7 +567,10 @@ def main(argv=None) -> int:
     if not args.dry_run and not report["cuda_available"]:
         print("gpu_check: torch sees no CUDA device (use --dry-run for the CPU plumbing check)", file=sys.stderr)
         return 2
-    print(f"gpu_check: {report['device']} | torch {report['torch']} | CUDA {report['cuda_runtime']} | out {out}", flush=True)
+    print(
+        f"gpu_check: {report['device']} | torch {report['torch']} | CUDA {report['cuda_runtime']} | out {out}",
+        flush=True,
+    )
     write_token_data(out / "trainer-data", SHAPE["vocab"], 400_000 if args.dry_run else 4_000_000)
     import torch
     from gpu_mfu import spec_peak_tflops
@@ -395,8 +594,17 @@ def main(argv=None) -> int:
         stages.append(res)
     trainer_vs_bare(stages)
     growth = next((st["figures"] for st in stages if st["name"].startswith("growth")), None)
-    stages.append({"name": f"plan: the regime default set at {len(REGIME_SEEDS)} seeds", "command": "(planned, not run)",
-                   "rc": 0, "seconds": 0.0, "log": "-", "tail": [], "figures": regime_gpu_plan(growth)})
+    stages.append(
+        {
+            "name": f"plan: the regime default set at {len(REGIME_SEEDS)} seeds",
+            "command": "(planned, not run)",
+            "rc": 0,
+            "seconds": 0.0,
+            "log": "-",
+            "tail": [],
+            "figures": regime_gpu_plan(growth),
+        }
+    )
     print(write_summary(out, report, stages, args.dry_run))
     return 0 if all(st["rc"] == 0 for st in stages) else 1
 

@@ -7,6 +7,7 @@ digest are left alone; a record that is not a well-formed record is reported and
 
     python tools/ledger_seal.py benchmarks/results/progressive-main
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     runs = Path(a.ledger) / RUNS
     if not runs.is_dir():
-        print(f"error: ledger={a.ledger!r} holds no {RUNS}/ folder (valid: benchmarks/results/<study>)", file=sys.stderr)
+        print(
+            f"error: ledger={a.ledger!r} holds no {RUNS}/ folder (valid: benchmarks/results/<study>)", file=sys.stderr
+        )
         return 2
     sealed = bad = 0
     for p in sorted(runs.rglob("*.json")):

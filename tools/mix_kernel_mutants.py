@@ -11,6 +11,7 @@ wrong index, the head-major layout ignored, a wrong derivative) and runs the fus
 tests/test_mixing_equations.py against it. Each mutant is a fresh process (numba compiles again), so
 a pass takes minutes. Never part of .ci/run.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,35 +27,74 @@ TESTS = ["tests/test_mixing_equations.py", "-k", "mix_layer_fused or in_place"]
 
 # (file, what it breaks, exact source text, replacement): each text occurs once in its file
 MUTANTS = [
-    (KERNELS, "forward: factors swapped", "o[w] = (k2[w] * g2) * c[w] + (k1[w] * g1) * a[w]",
-     "o[w] = (k2[w] * g1) * c[w] + (k1[w] * g2) * a[w]"),
+    (
+        KERNELS,
+        "forward: factors swapped",
+        "o[w] = (k2[w] * g2) * c[w] + (k1[w] * g1) * a[w]",
+        "o[w] = (k2[w] * g1) * c[w] + (k1[w] * g2) * a[w]",
+    ),
     (KERNELS, "forward without anchor: factor dropped", "o[w] = (k2[w] * g2) * c[w]\n", "o[w] = k2[w] * c[w]\n"),
     (KERNELS, "backward: anchor gradient with l2", "da[w] = g[w] * (k1[w] * g1)", "da[w] = g[w] * (k2[w] * g1)"),
-    (KERNELS, "backward: current gradient without its factor", "dc[w] = g[w] * (k2[w] * g2)\n                            da",
-     "dc[w] = g[w] * k2[w]\n                            da"),
+    (
+        KERNELS,
+        "backward: current gradient without its factor",
+        "dc[w] = g[w] * (k2[w] * g2)\n                            da",
+        "dc[w] = g[w] * k2[w]\n                            da",
+    ),
     (KERNELS, "backward: gamma1 gradient from the current side", "s1 += ga * k1[w]", "s1 += gc * k1[w]"),
-    (KERNELS, "backward: gamma2 gradient with l1", "s2 += gc * k2[w]\n                            s1",
-     "s2 += gc * k1[w]\n                            s1"),
+    (
+        KERNELS,
+        "backward: gamma2 gradient with l1",
+        "s2 += gc * k2[w]\n                            s1",
+        "s2 += gc * k1[w]\n                            s1",
+    ),
     (KERNELS, "backward: l1 gradient with gamma2", "e1[w] += ga * g1", "e1[w] += ga * g2"),
-    (KERNELS, "backward: head-major layout ignored", "g = grad[b, h, t] if head_major else grad[b, t, h]",
-     "g = grad[b, t, h]"),
-    (KERNELS, "backward without anchor: l2 gradient without gamma2", "e2[w] += gc * g2\n                if",
-     "e2[w] += gc\n                if"),
-    (KERNELS, "gate backward: sigmoid derivative y instead of y(1 - y)", "dz[t, k] = d_gam[t, k] * (y * (1 - y))",
-     "dz[t, k] = d_gam[t, k] * y"),
+    (
+        KERNELS,
+        "backward: head-major layout ignored",
+        "g = grad[b, h, t] if head_major else grad[b, t, h]",
+        "g = grad[b, t, h]",
+    ),
+    (
+        KERNELS,
+        "backward without anchor: l2 gradient without gamma2",
+        "e2[w] += gc * g2\n                if",
+        "e2[w] += gc\n                if",
+    ),
+    (
+        KERNELS,
+        "gate backward: sigmoid derivative y instead of y(1 - y)",
+        "dz[t, k] = d_gam[t, k] * (y * (1 - y))",
+        "dz[t, k] = d_gam[t, k] * y",
+    ),
     (KERNELS, "gate backward: first W2 row counted twice", "for k in range(1, K):", "for k in range(0, K):"),
     (KERNELS, "gate backward: bias gradient overwritten per token", "d_b[k] += dz[t, k]", "d_b[k] = dz[t, k]"),
-    (KERNELS, "layer forward: a component's two columns swapped",
-     "forward(curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 0], cols[i, 1]",
-     "forward(curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 1], cols[i, 0]"),
-    (KERNELS, "layer backward: first component's layout for all", "backward(grads[i], head_major[i],",
-     "backward(grads[i], head_major[0],"),
-    (FUSED, "FusedMix.backward: l1 and l2 gradients swapped",
-     "d_l1 = [_flat_grad(dl[0], s)", "d_l1 = [_flat_grad(dl[1], s)"),
+    (
+        KERNELS,
+        "layer forward: a component's two columns swapped",
+        "forward(curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 0], cols[i, 1]",
+        "forward(curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 1], cols[i, 0]",
+    ),
+    (
+        KERNELS,
+        "layer backward: first component's layout for all",
+        "backward(grads[i], head_major[i],",
+        "backward(grads[i], head_major[0],",
+    ),
+    (
+        FUSED,
+        "FusedMix.backward: l1 and l2 gradients swapped",
+        "d_l1 = [_flat_grad(dl[0], s)",
+        "d_l1 = [_flat_grad(dl[1], s)",
+    ),
     (FUSED, "FusedMix.backward: GELU derivative at its output", "gelu_backward(da, h2)", "gelu_backward(da, a2)"),
     (FUSED, "FusedMix.backward: input gradient skips the GELU", "d_x = (dh @ W1)", "d_x = (da @ W1)"),
-    (FUSED, "FusedMix.backward: fixed-layout grads re-transposed wrongly",
-     "grad = grad.transpose(1, 2).contiguous()", "grad = grad.contiguous()"),
+    (
+        FUSED,
+        "FusedMix.backward: fixed-layout grads re-transposed wrongly",
+        "grad = grad.transpose(1, 2).contiguous()",
+        "grad = grad.contiguous()",
+    ),
 ]
 
 
@@ -69,8 +109,13 @@ def run_one(work: Path, path: str, old: str, new: str) -> str:
         return f"not applied ({text.count(old)} matches)"
     target.write_text(text.replace(old, new))
     env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS], cwd=REPO,
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return {0: "SURVIVED", 1: "killed"}.get(r.returncode, f"killed (exit {r.returncode})")
 
 

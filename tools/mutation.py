@@ -15,6 +15,7 @@ mutant. This script exists because mutmut has no per-module test map of its own;
 Score = (killed + timeout) / (mutants - skipped). Every survivor's diff is written beside the table, so
 each can be killed by a sharper test or listed in docs/testing.md as equivalent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,11 +58,13 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
     shutil.copytree(REPO / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     text = (REPO / "pyproject.toml").read_text()
     text = text[: text.index("[tool.mutmut]")]  # the shared table is rewritten below, narrowed
-    lines = [f"source_paths = {toml_list(shared['source_paths'])}",
-             f"only_mutate = {toml_list(['src/' + module])}",
-             f"pytest_add_cli_args_test_selection = {toml_list(tests)}",
-             f"pytest_add_cli_args = {toml_list(shared.get('pytest_add_cli_args', []))}",
-             f"do_not_mutate_patterns = {toml_list(shared.get('do_not_mutate_patterns', []))}"]
+    lines = [
+        f"source_paths = {toml_list(shared['source_paths'])}",
+        f"only_mutate = {toml_list(['src/' + module])}",
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}",
+        f"pytest_add_cli_args = {toml_list(shared.get('pytest_add_cli_args', []))}",
+        f"do_not_mutate_patterns = {toml_list(shared.get('do_not_mutate_patterns', []))}",
+    ]
     for key in ("timeout_multiplier", "timeout_constant"):
         if key in shared:
             lines.append(f"{key} = {shared[key]}")
@@ -80,10 +83,17 @@ def read_results(work: Path, module: str) -> dict[str, int | None]:
 
 
 def mutmut(work: Path, *args: str, log=None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-               PYTHONPATH=str(work / "mutants" / "src"))  # subprocess-launched CLIs import the mutant too
-    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=work, env=env, text=True,
-                          stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = dict(
+        os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONPATH=str(work / "mutants" / "src")
+    )  # subprocess-launched CLIs import the mutant too
+    return subprocess.run(
+        [sys.executable, "-m", "mutmut", *args],
+        cwd=work,
+        env=env,
+        text=True,
+        stdout=log or subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 # One process for every diff: `mutmut show NAME` re-reads the whole tree per mutant (seconds each).
@@ -98,10 +108,13 @@ print(json.dumps(out))
 def survivor_diffs(work: Path, names: list[str]) -> dict[str, str]:
     if not names:
         return {}
-    r = subprocess.run([sys.executable, "-c", _DIFFS], cwd=work, input=json.dumps(names), text=True,
-                       capture_output=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _DIFFS], cwd=work, input=json.dumps(names), text=True, capture_output=True
+    )
     if r.returncode != 0:
-        print(f"mutation: survivor diffs unavailable ({r.stderr.strip().splitlines()[-1:]}); names only", file=sys.stderr)
+        print(
+            f"mutation: survivor diffs unavailable ({r.stderr.strip().splitlines()[-1:]}); names only", file=sys.stderr
+        )
         return {}
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -124,8 +137,14 @@ def run_module(module: str, tests: list[str], shared: dict, out: Path, children:
     with open(out / (work.name + ".survivors.txt"), "w") as f:
         for name in survivors:
             f.write(f"## {name} ({status(codes[name])})\n{diffs.get(name, '')}\n")
-    return {"module": module, "mutants": len(codes), **counts, "score": killed / scored if scored else None,
-            "seconds": round(time.time() - t0), "tests": tests}
+    return {
+        "module": module,
+        "mutants": len(codes),
+        **counts,
+        "score": killed / scored if scored else None,
+        "seconds": round(time.time() - t0),
+        "tests": tests,
+    }
 
 
 def main(argv=None) -> int:
@@ -144,21 +163,27 @@ def main(argv=None) -> int:
     chosen = list(plan) if args.all else args.modules
     unknown = [m for m in chosen if m not in plan]
     if not chosen or unknown:
-        print(f"mutation: module(s) {unknown or '(none)'} not in [tool.nexus-mutation.modules]; valid: "
-              f"{', '.join(plan)}", file=sys.stderr)
+        print(
+            f"mutation: module(s) {unknown or '(none)'} not in [tool.nexus-mutation.modules]; valid: {', '.join(plan)}",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     from importlib.metadata import version
+
     print(f"mutmut {version('mutmut')}, python {sys.version.split()[0]}, {len(chosen)} module(s)", flush=True)
     rows = []
     for m in chosen:
         row = run_module(m, plan[m], shared, out, args.children)
         rows.append(row)
         score = "n/a" if row["score"] is None else f"{row['score']:.1%}"
-        print(f"{m:45s} {row['mutants']:5d} mutants  killed {row.get('killed', 0) + row.get('timeout', 0):4d}  "
-              f"survived {row.get('survived', 0):3d}  no tests {row.get('no tests', 0):3d}  score {score}  "
-              f"({row['seconds']} s)", flush=True)
+        print(
+            f"{m:45s} {row['mutants']:5d} mutants  killed {row.get('killed', 0) + row.get('timeout', 0):4d}  "
+            f"survived {row.get('survived', 0):3d}  no tests {row.get('no tests', 0):3d}  score {score}  "
+            f"({row['seconds']} s)",
+            flush=True,
+        )
         (out / "summary.json").write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -17,6 +17,7 @@ whole model built on the meta device (names, order, shapes, dtypes of every para
 copy cut to 2 layers at full width built for real (seeded init, logits, gradients, generation). Input:
 2 sequences of 8 token ids (seeded); generation: 4 tokens greedy from the first 4.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -174,8 +175,13 @@ def _side(src: Path, cases: list, defaults: dict, tmp: Path, label: str) -> dict
     job.write_text(json.dumps({"cases": cases, "defaults": defaults}))
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "NEXUS_DISABLE_PLUGINS": "1"}
     with StepTimer() as t:
-        proc = subprocess.run([sys.executable, __file__, "--worker", str(job), str(result)], env=env, cwd=tmp,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", str(job), str(result)],
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
     if proc.returncode != 0:
         print(f"{label} worker failed: {proc.stderr[-2000:]}", file=sys.stderr)
     print(f"{label}: {len(cases)} presets in {t.elapsed.wall:.0f} s ({src})", flush=True)
@@ -205,8 +211,14 @@ def main() -> int:
         if args.only and args.only not in name:
             continue
         model = get_preset(name).model
-        cases.append({"name": name, "model": to_dict(model), "reduced": count(model)["total"] >= args.full_under,
-                      "params": count(model)["total"]})
+        cases.append(
+            {
+                "name": name,
+                "model": to_dict(model),
+                "reduced": count(model)["total"] >= args.full_under,
+                "params": count(model)["total"],
+            }
+        )
     defaults = to_dict(ModelConfig())
     with tempfile.TemporaryDirectory() as tmp:
         new = _side(ROOT / "src", cases, defaults, Path(tmp), "this tree")
@@ -233,10 +245,22 @@ def main() -> int:
             equal += d is None
             differ += d is not None
         print(f"{n:<28} {case['params'] / 1e6:>8.2f}M  {how:<22} {verdict}")
-    print(f"\n{equal} of {len(cases)} presets equal to {head} (this tree {here}), {differ} differ, {no_ref} without a "
-          f"reference form; full-under {args.full_under:.0e}")
-    emit("presets bitwise equal to the reference", [equal], "all equal", unit="presets", met=differ == 0,
-         presets=len(cases), differ=differ, without_reference=no_ref, reference=head, tree=here)
+    print(
+        f"\n{equal} of {len(cases)} presets equal to {head} (this tree {here}), {differ} differ, {no_ref} without a "
+        f"reference form; full-under {args.full_under:.0e}"
+    )
+    emit(
+        "presets bitwise equal to the reference",
+        [equal],
+        "all equal",
+        unit="presets",
+        met=differ == 0,
+        presets=len(cases),
+        differ=differ,
+        without_reference=no_ref,
+        reference=head,
+        tree=here,
+    )
     return 0 if differ == 0 else 1
 
 

@@ -9,6 +9,7 @@ the time per step is (long wall - short wall) / (long - short), so start-up, the
 and checkpoint cancel. Prints every round's per-step milliseconds for both sides and the ratio
 this/reference (median over rounds, with the range of per-round ratios).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,23 @@ def worker(preset: str, steps: int, out_dir: str) -> None:
     from nexus.presets import get_preset
     from nexus.train.trainer import Trainer
 
-    cfg = parse_overrides(get_preset(preset), ["--train.steps", str(steps), "--train.eval_every", "0",
-                                               "--train.save_every", "0", "--train.log_every", "10",
-                                               "--train.sample_tokens", "4", "--train.out_dir", out_dir])
+    cfg = parse_overrides(
+        get_preset(preset),
+        [
+            "--train.steps",
+            str(steps),
+            "--train.eval_every",
+            "0",
+            "--train.save_every",
+            "0",
+            "--train.log_every",
+            "10",
+            "--train.sample_tokens",
+            "4",
+            "--train.out_dir",
+            out_dir,
+        ],
+    )
     cfg.validate()
     trainer = Trainer(cfg, quiet=True)
     with StepTimer() as t:
@@ -46,8 +61,13 @@ def worker(preset: str, steps: int, out_dir: str) -> None:
 def _run(src: Path, preset: str, steps: int) -> float:
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "NEXUS_DISABLE_PLUGINS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, __file__, "--worker", preset, str(steps), str(Path(tmp) / "run")],
-                              env=env, cwd=tmp, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", preset, str(steps), str(Path(tmp) / "run")],
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
     if proc.returncode != 0:
         raise SystemExit(f"worker ({src}) failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
@@ -76,14 +96,26 @@ def main() -> int:
         for label in round_order(list(sides), r):
             short, long = _run(sides[label], args.preset, args.short), _run(sides[label], args.preset, args.long)
             per_step[label].append((long - short) / (args.long - args.short) * 1e3)
-        print(f"round {r + 1}: this {per_step['this'][-1]:.2f} ms/step, reference {per_step['reference'][-1]:.2f} "
-              f"ms/step, ratio {per_step['this'][-1] / per_step['reference'][-1]:.3f}", flush=True)
+        print(
+            f"round {r + 1}: this {per_step['this'][-1]:.2f} ms/step, reference {per_step['reference'][-1]:.2f} "
+            f"ms/step, ratio {per_step['this'][-1] / per_step['reference'][-1]:.3f}",
+            flush=True,
+        )
     ratios = [a / b for a, b in zip(per_step["this"], per_step["reference"])]
-    print(f"{args.preset} step, this tree ({here}) / {head}: {statistics.median(ratios):.3f}x "
-          f"[{min(ratios):.3f}, {max(ratios):.3f}] over {args.rounds} rounds")
-    emit(f"{args.preset} training step, this tree / {head}", ratios, "within noise of 1.0", met=None,
-         tree=here, reference=head, ms_per_step_this=[round(x, 2) for x in per_step["this"]],
-         ms_per_step_reference=[round(x, 2) for x in per_step["reference"]])
+    print(
+        f"{args.preset} step, this tree ({here}) / {head}: {statistics.median(ratios):.3f}x "
+        f"[{min(ratios):.3f}, {max(ratios):.3f}] over {args.rounds} rounds"
+    )
+    emit(
+        f"{args.preset} training step, this tree / {head}",
+        ratios,
+        "within noise of 1.0",
+        met=None,
+        tree=here,
+        reference=head,
+        ms_per_step_this=[round(x, 2) for x in per_step["this"]],
+        ms_per_step_reference=[round(x, 2) for x in per_step["reference"]],
+    )
     return 0
 
 

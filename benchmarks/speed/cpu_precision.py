@@ -12,6 +12,7 @@ over seeds. Compile: the time to the first compiled step of the same preset and 
     python benchmarks/speed/cpu_precision.py --threads 1 --no-loss --no-compile-check   # speed only
     python benchmarks/speed/cpu_precision.py --d-model 64 --layers 2 --rounds 1 --loss-steps 4 --seeds 0  # smoke
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,15 +35,25 @@ def cpu_bf16_report() -> str:
     except OSError:
         flags = []
     native = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return (f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}; native bf16: "
-            f"{', '.join(native) if native else 'none (no avx512_bf16 / amx_bf16)'}")
+    return (
+        f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}; native bf16: "
+        f"{', '.join(native) if native else 'none (no avx512_bf16 / amx_bf16)'}"
+    )
 
 
 def speed(args) -> dict:
     from train_throughput import build_pair, training_step
 
-    pair_args = SimpleNamespace(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.d_model // 64 or 1,
-                                kv_heads=0, seq=args.seq, untied=False, hf_attn="sdpa")
+    pair_args = SimpleNamespace(
+        vocab=args.vocab,
+        d_model=args.d_model,
+        layers=args.layers,
+        heads=args.d_model // 64 or 1,
+        kv_heads=0,
+        seq=args.seq,
+        untied=False,
+        hf_attn="sdpa",
+    )
     cfg, ours, hf = build_pair(pair_args)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
@@ -53,18 +64,29 @@ def speed(args) -> dict:
         step = training_step(model, opt, x, y, torch.bfloat16 if dtype == "bf16" else torch.float32, hf=is_hf)
         return lambda: float(step())
 
-    sides = {f"{name} {dtype}": make_step(model, name == "hf", dtype)
-             for name, model in (("nexus", ours), ("hf", hf)) for dtype in ("fp32", "bf16")}
+    sides = {
+        f"{name} {dtype}": make_step(model, name == "hf", dtype)
+        for name, model in (("nexus", ours), ("hf", hf))
+        for dtype in ("fp32", "bf16")
+    }
     losses = {k: fn() for k, fn in sides.items()}  # warm-up (and the losses each mode computes)
     # every (model, mode) alternates who goes first, round after round, on the process CPU clock
     times = alternate(sides, args.rounds, calls=args.steps, warmup=0, clock="cpu")
-    print(f"shape: d {cfg.d_model} x {cfg.n_layers} layers, seq {args.seq}, batch {args.batch}, vocab {args.vocab}; "
-          f"threads {torch.get_num_threads()}; CPU time per step, {args.rounds} alternated rounds x {args.steps} steps")
+    print(
+        f"shape: d {cfg.d_model} x {cfg.n_layers} layers, seq {args.seq}, batch {args.batch}, vocab {args.vocab}; "
+        f"threads {torch.get_num_threads()}; CPU time per step, {args.rounds} alternated rounds x {args.steps} steps"
+    )
     for k, v in times.items():
-        print(f"  {k:>10}: median {statistics.median(v) * 1e3:8.1f} ms  steps(ms) {[round(t * 1e3) for t in v]}  "
-              f"first loss {losses[k]:.4f}")
+        print(
+            f"  {k:>10}: median {statistics.median(v) * 1e3:8.1f} ms  steps(ms) {[round(t * 1e3) for t in v]}  "
+            f"first loss {losses[k]:.4f}"
+        )
     ratio = lambda a, b: [tb / ta for ta, tb in zip(times[a], times[b])]  # noqa: E731  speed of a over b, per round
-    emit("nexus bf16 autocast vs nexus fp32 (CPU training, speed)", ratio("nexus bf16", "nexus fp32"), "> 1 to default to bf16")
+    emit(
+        "nexus bf16 autocast vs nexus fp32 (CPU training, speed)",
+        ratio("nexus bf16", "nexus fp32"),
+        "> 1 to default to bf16",
+    )
     emit("HF bf16 autocast vs HF fp32 (CPU training, speed)", ratio("hf bf16", "hf fp32"), "report")
     emit("nexus fp32 vs HF fp32 eager (CPU training, speed)", ratio("nexus fp32", "hf fp32"), ">= 1.5 (nexus default)")
     hf_best = min(("hf fp32", "hf bf16"), key=lambda k: statistics.median(times[k]))
@@ -82,10 +104,30 @@ def train_loss(seed: int, dtype: str, steps: int, out, extra=()) -> tuple[float,
     from nexus.train.trainer import Trainer
 
     run = out / f"{dtype}-seed{seed}"
-    cfg = parse_overrides(get_preset("baseline-tiny"), [
-        "--train.steps", str(steps), "--train.seed", str(seed), "--train.dtype", dtype, "--train.device", "cpu",
-        "--train.log_every", str(steps), "--train.eval_every", "0", "--train.sample_every", "0",
-        "--train.save_every", "0", "--train.out_dir", str(run), *extra])
+    cfg = parse_overrides(
+        get_preset("baseline-tiny"),
+        [
+            "--train.steps",
+            str(steps),
+            "--train.seed",
+            str(seed),
+            "--train.dtype",
+            dtype,
+            "--train.device",
+            "cpu",
+            "--train.log_every",
+            str(steps),
+            "--train.eval_every",
+            "0",
+            "--train.sample_every",
+            "0",
+            "--train.save_every",
+            "0",
+            "--train.out_dir",
+            str(run),
+            *extra,
+        ],
+    )
     res = Trainer(cfg.validate(), quiet=True).fit()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in rows if "loss" in r][-1], res["val_loss"]
@@ -105,11 +147,20 @@ def loss_parity(args) -> None:
             print(f"  loss: seed {seed} {dtype:>8}: train {tr:.4f} val {v:.4f} ({run.elapsed.cpu:.0f} s CPU)")
     diffs = [b - a for a, b in zip(val["float32"], val["bfloat16"])]
     spread = statistics.stdev(val["float32"]) if len(val["float32"]) > 1 else float("nan")
-    print(f"val loss after {args.loss_steps} steps of baseline-tiny, seeds {args.seeds}: fp32 "
-          f"{statistics.mean(val['float32']):.4f} +- {spread:.4f}, bf16 {statistics.mean(val['bfloat16']):.4f}; "
-          f"bf16 - fp32 per seed {[round(d, 4) for d in diffs]}")
-    emit("val loss bf16 - fp32 (baseline-tiny, same seeds)", diffs, f"|mean| < fp32 seed spread ({spread:.4f})",
-         unit="nats", met=abs(statistics.mean(diffs)) < spread, fp32=val["float32"], bf16=val["bfloat16"])
+    print(
+        f"val loss after {args.loss_steps} steps of baseline-tiny, seeds {args.seeds}: fp32 "
+        f"{statistics.mean(val['float32']):.4f} +- {spread:.4f}, bf16 {statistics.mean(val['bfloat16']):.4f}; "
+        f"bf16 - fp32 per seed {[round(d, 4) for d in diffs]}"
+    )
+    emit(
+        "val loss bf16 - fp32 (baseline-tiny, same seeds)",
+        diffs,
+        f"|mean| < fp32 seed spread ({spread:.4f})",
+        unit="nats",
+        met=abs(statistics.mean(diffs)) < spread,
+        fp32=val["float32"],
+        bf16=val["bfloat16"],
+    )
 
 
 def compile_check(args) -> None:
@@ -121,7 +172,9 @@ def compile_check(args) -> None:
     cfg.model.vocab_size = 259
     torch.manual_seed(0)
     model = build_model(cfg.model)
-    ids = torch.randint(0, 259, (cfg.train.batch_size, cfg.data.seq_len + 1), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        0, 259, (cfg.train.batch_size, cfg.data.seq_len + 1), generator=torch.Generator().manual_seed(1)
+    )
     x, y = ids[:, :-1], ids[:, 1:]
     opt = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     compiled = torch.compile(model)
@@ -136,12 +189,22 @@ def compile_check(args) -> None:
         step(compiled)
     first = compiling.elapsed.wall
     print(f"compile: first two compiled steps of baseline-tiny {first:.1f} s wall (compilation included)")
-    times = alternate({"eager": lambda: step(model), "compiled": lambda: step(compiled)}, args.rounds,
-                      calls=args.compile_steps, warmup=0, clock="cpu")
-    print(f"  eager {[round(t * 1e3, 1) for t in times['eager']]} ms, compiled {[round(t * 1e3, 1) for t in times['compiled']]} ms")
-    emit("baseline-tiny compiled vs eager training step (speed)",
-         [e / c for e, c in zip(times["eager"], times["compiled"])], "> 1 and compile < 60 s to default to compile",
-         compile_s=round(first, 1))
+    times = alternate(
+        {"eager": lambda: step(model), "compiled": lambda: step(compiled)},
+        args.rounds,
+        calls=args.compile_steps,
+        warmup=0,
+        clock="cpu",
+    )
+    print(
+        f"  eager {[round(t * 1e3, 1) for t in times['eager']]} ms, compiled {[round(t * 1e3, 1) for t in times['compiled']]} ms"
+    )
+    emit(
+        "baseline-tiny compiled vs eager training step (speed)",
+        [e / c for e, c in zip(times["eager"], times["compiled"])],
+        "> 1 and compile < 60 s to default to compile",
+        compile_s=round(first, 1),
+    )
 
 
 def main() -> None:

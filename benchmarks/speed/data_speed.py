@@ -20,6 +20,7 @@ memory: peak resident memory (the process and all below it, forkserver workers i
   the peak does not grow with the corpus: the ratio list / peak must be >= 10.
 Every mode prints its raw numbers and a RESULT line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, alternate, emit, print_machine, ratios  # noqa: E402
 
-WORDS = ("the of and to in is was for on that with as by at from his an were are which this be or has had not "
-         "first one their its new after who they two her she been other when there all during into school time "
-         "may years more most only over city some world would where later up such used many can state about "
-         "national out known university united then made").split()
+WORDS = (
+    "the of and to in is was for on that with as by at from his an were are which this be or has had not "
+    "first one their its new after who they two her she been other when there all during into school time "
+    "may years more most only over city some world would where later up such used many can state about "
+    "national out known university united then made"
+).split()
 
 
 def generated_text(path: Path, n_bytes: int, seed: int = 0) -> None:
@@ -53,7 +56,7 @@ def generated_text(path: Path, n_bytes: int, seed: int = 0) -> None:
             words = vocab[rng.integers(0, len(vocab), int(lens.sum()))]
             docs, i = [], 0
             for n in lens:
-                docs.append(" ".join(words[i:i + n]))
+                docs.append(" ".join(words[i : i + n]))
                 i += n
             block = "\n\n".join(docs) + "\n\n"
             f.write(block)
@@ -65,8 +68,15 @@ def _prepare(src_path: Path, out: Path, tok, procs: int, shard_mb: int = 32) -> 
     from nexus.data.prepare import prepare
     from nexus.data.sources import resolve_source
 
-    return prepare(resolve_source(str(src_path)), DataConfig(source=str(src_path)), tok, out, num_proc=procs,
-                   shard_bytes=shard_mb << 20, progress=False)
+    return prepare(
+        resolve_source(str(src_path)),
+        DataConfig(source=str(src_path)),
+        tok,
+        out,
+        num_proc=procs,
+        shard_bytes=shard_mb << 20,
+        progress=False,
+    )
 
 
 # ----------------------------------------------------------------------------- loader
@@ -76,8 +86,8 @@ def nanogpt_get_batch(path: Path, block_size: int, batch_size: int):
 
     data = np.memmap(path, dtype=np.uint16, mode="r")
     ix = torch.randint(len(data) - block_size, (batch_size,))
-    x = torch.stack([torch.from_numpy((data[i:i + block_size]).astype(np.int64)) for i in ix])
-    y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + block_size]).astype(np.int64)) for i in ix])
+    x = torch.stack([torch.from_numpy((data[i : i + block_size]).astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy((data[i + 1 : i + 1 + block_size]).astype(np.int64)) for i in ix])
     return x, y
 
 
@@ -135,19 +145,34 @@ def run_loader(args) -> None:
             dm.global_train_batch(next(step), 0, B, 1)
 
         # the two loaders alternate who goes first, round after round, --batches batches each per round
-        times = alternate({"nexus": nexus_batch, "nanoGPT": lambda: nanogpt_get_batch(work / "train.bin", L, B)},
-                          args.rounds, calls=args.batches, warmup=0)
+        times = alternate(
+            {"nexus": nexus_batch, "nanoGPT": lambda: nanogpt_get_batch(work / "train.bin", L, B)},
+            args.rounds,
+            calls=args.batches,
+            warmup=0,
+        )
         ours, ref = ([1 / t for t in times[k]] for k in ("nexus", "nanoGPT"))
         per_round = ratios(times, "nanoGPT", "nexus")  # nexus batches/s over nanoGPT's
         print(f"batches/s (batch {B} x {L}): nexus {[round(v, 1) for v in ours]}, nanoGPT {[round(v, 1) for v in ref]}")
         train_tps = cpu_preset_tokens_per_s()
         loader_tps = statistics.median(ours) * B * L
-        print(f"loader {loader_tps:,.0f} tokens/s vs baseline-small training {train_tps:,.0f} tokens/s: "
-              f"{loader_tps / train_tps:,.0f}x")
-        emit("loader vs nanoGPT get_batch", per_round, ">= 1.0x", met=statistics.median(per_round) >= 1.0,
-             nexus_batches_per_s=ours, nanogpt_batches_per_s=ref, train_tokens=n_train, open_ms=round(open_s * 1000, 1),
-             loader_tokens_per_s=round(loader_tps), cpu_preset_train_tokens_per_s=round(train_tps),
-             loader_over_training=round(loader_tps / train_tps, 1))
+        print(
+            f"loader {loader_tps:,.0f} tokens/s vs baseline-small training {train_tps:,.0f} tokens/s: "
+            f"{loader_tps / train_tps:,.0f}x"
+        )
+        emit(
+            "loader vs nanoGPT get_batch",
+            per_round,
+            ">= 1.0x",
+            met=statistics.median(per_round) >= 1.0,
+            nexus_batches_per_s=ours,
+            nanogpt_batches_per_s=ref,
+            train_tokens=n_train,
+            open_ms=round(open_s * 1000, 1),
+            loader_tokens_per_s=round(loader_tps),
+            cpu_preset_train_tokens_per_s=round(train_tps),
+            loader_over_training=round(loader_tps / train_tps, 1),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -195,7 +220,7 @@ def run_prepare(args) -> None:
 
         def bare_encode() -> None:
             with ctx.Pool(args.procs, initializer=_base_init, initargs=(tok.tok.to_str(),)) as pool:
-                chunks = [docs[i::args.procs * 8] for i in range(args.procs * 8)]
+                chunks = [docs[i :: args.procs * 8] for i in range(args.procs * 8)]
                 n["tokenizers"] = sum(pool.map(_base_encode, chunks))
 
         # the two alternate who goes first, round after round; every round counts the tokens it made
@@ -209,9 +234,16 @@ def run_prepare(args) -> None:
         ours, ref = rates["nexus"], rates["tokenizers"]
         per_round = [a / b for a, b in zip(ours, ref)]
         print(f"tokens/s: nexus prepare {[round(v) for v in ours]}, bare encode_batch {[round(v) for v in ref]}")
-        emit("prepare vs bare tokenizers encode_batch", per_round, ">= 0.8x", met=statistics.median(per_round) >= 0.8,
-             nexus_tokens_per_s=[round(v) for v in ours], tokenizers_tokens_per_s=[round(v) for v in ref],
-             procs=args.procs, corpus_mb=round(text.stat().st_size / 2 ** 20, 1))
+        emit(
+            "prepare vs bare tokenizers encode_batch",
+            per_round,
+            ">= 0.8x",
+            met=statistics.median(per_round) >= 0.8,
+            nexus_tokens_per_s=[round(v) for v in ours],
+            tokenizers_tokens_per_s=[round(v) for v in ref],
+            procs=args.procs,
+            corpus_mb=round(text.stat().st_size / 2**20, 1),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -273,14 +305,25 @@ def run_memory(args) -> None:
         done.set()
         sampler.join()
         tokens = m["tokens"]["train"] + m["tokens"]["val"]
-        print(f"prepared {text.stat().st_size / 2**20:.0f} MB ({tokens:,} tokens) in {dt:.0f} s with {args.procs} "
-              f"process(es), shards of {args.shard_mb}M characters; peak resident memory of the process tree "
-              f"{peak[0] / 2**20:.0f} MB (before preparing: {before / 2**20:.0f} MB); the corpus as a list of "
-              f"strings: {as_list / 2**20:.0f} MB")
-        emit("prepare peak memory vs corpus as a list", [as_list / peak[0]], ">= 10x (bounded)",
-             met=as_list / peak[0] >= 10, peak_mb=round(peak[0] / 2 ** 20), before_mb=round(before / 2 ** 20),
-             list_mb=round(as_list / 2 ** 20), corpus_mb=round(text.stat().st_size / 2 ** 20), shard_mb=args.shard_mb,
-             procs=args.procs, seconds=round(dt))
+        print(
+            f"prepared {text.stat().st_size / 2**20:.0f} MB ({tokens:,} tokens) in {dt:.0f} s with {args.procs} "
+            f"process(es), shards of {args.shard_mb}M characters; peak resident memory of the process tree "
+            f"{peak[0] / 2**20:.0f} MB (before preparing: {before / 2**20:.0f} MB); the corpus as a list of "
+            f"strings: {as_list / 2**20:.0f} MB"
+        )
+        emit(
+            "prepare peak memory vs corpus as a list",
+            [as_list / peak[0]],
+            ">= 10x (bounded)",
+            met=as_list / peak[0] >= 10,
+            peak_mb=round(peak[0] / 2**20),
+            before_mb=round(before / 2**20),
+            list_mb=round(as_list / 2**20),
+            corpus_mb=round(text.stat().st_size / 2**20),
+            shard_mb=args.shard_mb,
+            procs=args.procs,
+            seconds=round(dt),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

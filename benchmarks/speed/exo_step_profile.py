@@ -11,6 +11,7 @@ torch and numba calls and nothing else; the rest of the difference between the t
 anchor's backward (its projection and norms), autograd summing the anchor gradients over layers,
 and the engine's work for the extra nodes and parameters. One model at a time, steps alternated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,9 +59,14 @@ def main() -> None:
                 return fn(*a, **k)
             finally:
                 spent[name] = spent.get(name, 0.0) + clock.so_far().cpu
+
         return wrapper
 
-    kf, kb, kg = mix_kernels.forward_layer_kernel(), mix_kernels.backward_layer_kernel(), mix_kernels.gate_backward_kernel()
+    kf, kb, kg = (
+        mix_kernels.forward_layer_kernel(),
+        mix_kernels.backward_layer_kernel(),
+        mix_kernels.gate_backward_kernel(),
+    )
     mix_kernels.forward_layer_kernel = lambda: timed("mix kernels, forward (one call per layer)", kf)
     mix_kernels.backward_layer_kernel = lambda: timed("mix kernels, backward (one call per layer)", kb)
     mix_kernels.gate_backward_kernel = lambda: timed("gate MLP tail kernel, backward", kg)
@@ -71,23 +77,30 @@ def main() -> None:
     mixing.AnchorMixer.forward = timed("mixer forward (all, incl. dispatch)", mixing.AnchorMixer.forward)
 
     models = {"gated": gated, "exo-dynamic-e": exo}
-    sides = {name: (lambda model=model: vo.step(model, None, x, y, device, torch.float32)) for name, model in models.items()}
+    sides = {
+        name: (lambda model=model: vo.step(model, None, x, y, device, torch.float32)) for name, model in models.items()
+    }
     alternate(sides, rounds=2, warmup=0)  # 2 untimed steps each (their parts' time is dropped below)
     spent.clear()
     # the models alternate who goes first, step after step, on the process CPU clock
     times = alternate(sides, rounds=args.steps, warmup=0, clock="cpu")
     totals = {name: sum(t) for name, t in times.items()}
     n = args.steps
-    print(f"d_model {d} x 29 layers, {shape.seq} tokens, {torch.get_num_threads()} thread(s), process CPU time, "
-          f"mean of {n} steps per model | mixing path: {'fused' if fused_mix.enabled() and mix_kernels.available() else 'eager'}")
+    print(
+        f"d_model {d} x 29 layers, {shape.seq} tokens, {torch.get_num_threads()} thread(s), process CPU time, "
+        f"mean of {n} steps per model | mixing path: {'fused' if fused_mix.enabled() and mix_kernels.available() else 'eager'}"
+    )
     for name, tot in totals.items():
         print(f"step {name:<14} {tot / n * 1e3:8.1f} ms")
     print(f"difference           {(totals['exo-dynamic-e'] - totals['gated']) / n * 1e3:8.1f} ms")
     for name, t in spent.items():
         print(f"  {name:<45} {t / n * 1e3:7.2f} ms per step")
-    emit(f"dynamic ExoFormer vs gated attention step, CPU time (d {d} x 29, {shape.seq} tokens)",
-         [e / g for e, g in zip(times["exo-dynamic-e"], times["gated"])], "report",
-         parts_ms_per_step={name: round(t / n * 1e3, 3) for name, t in spent.items()})
+    emit(
+        f"dynamic ExoFormer vs gated attention step, CPU time (d {d} x 29, {shape.seq} tokens)",
+        [e / g for e, g in zip(times["exo-dynamic-e"], times["gated"])],
+        "report",
+        parts_ms_per_step={name: round(t / n * 1e3, 3) for name, t in spent.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ both, their ratio and a per-phase breakdown taken inside one extra process.
 
 The temporary checkpoint is written under the system temp directory and removed afterwards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,24 @@ def process(cmd: list[str], env: dict):
 def tiny_checkpoint(workdir: Path, env: dict) -> Path:
     """The checkpoint a new user has after the quick start: baseline-tiny on the embedded data (2 steps)."""
     out = workdir / "run"
-    subprocess.run([sys.executable, "-m", "nexus", "train", "--preset", "baseline-tiny", "--out", str(out),
-                    "--train.steps", "2", "--quiet"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nexus",
+            "train",
+            "--preset",
+            "baseline-tiny",
+            "--out",
+            str(out),
+            "--train.steps",
+            "2",
+            "--quiet",
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     ckpts = sorted(p.parent for p in out.rglob("model.safetensors"))
     if not ckpts:
         raise RuntimeError(f"training wrote no checkpoint under {out}")
@@ -63,33 +80,65 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", help="checkpoint directory (default: train a 2-step baseline-tiny in a temp dir)")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1,
-                   help="OMP_NUM_THREADS for the timed processes (1 keeps a shared CPU steady)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="OMP_NUM_THREADS for the timed processes (1 keeps a shared CPU steady)"
+    )
     args = p.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     with tempfile.TemporaryDirectory(prefix="nexus-first-token-") as tmp:
         ckpt = Path(args.checkpoint) if args.checkpoint else tiny_checkpoint(Path(tmp), env)
-        gen = [sys.executable, "-m", "nexus", "generate", "--checkpoint", str(ckpt), "--max-new-tokens", "1",
-               "--temperature", "0"]
+        gen = [
+            sys.executable,
+            "-m",
+            "nexus",
+            "generate",
+            "--checkpoint",
+            str(ckpt),
+            "--max-new-tokens",
+            "1",
+            "--temperature",
+            "0",
+        ]
         floor = [sys.executable, "-c", "import torch"]
         print_machine()  # CPU model and capability beside the figures below
         # one untimed round warms the page cache for both, then they alternate who goes first
-        times = alternate({"generate": process(gen, env), "floor": process(floor, env)}, args.rounds, warmup=1,
-                          after_round=lambda r, t: print(f"  round {r}: nexus generate {t['generate']:.2f} s, "
-                                                         f"import torch alone {t['floor']:.2f} s"))
-        phases = json.loads(subprocess.run([sys.executable, "-c", PHASES, str(ckpt), str(BENCHMARKS)], check=True,
-                                           env=env, capture_output=True, text=True).stdout.splitlines()[-1])
+        times = alternate(
+            {"generate": process(gen, env), "floor": process(floor, env)},
+            args.rounds,
+            warmup=1,
+            after_round=lambda r, t: print(
+                f"  round {r}: nexus generate {t['generate']:.2f} s, import torch alone {t['floor']:.2f} s"
+            ),
+        )
+        phases = json.loads(
+            subprocess.run(
+                [sys.executable, "-c", PHASES, str(ckpt), str(BENCHMARKS)],
+                check=True,
+                env=env,
+                capture_output=True,
+                text=True,
+            ).stdout.splitlines()[-1]
+        )
     gen_s, floor_s = times["generate"], times["floor"]
     per_round = ratios(times, "generate", "floor")
-    print(f"whole process to the first token: median {statistics.median(gen_s):.2f} s {[round(v, 2) for v in gen_s]}; "
-          f"import torch alone: median {statistics.median(floor_s):.2f} s {[round(v, 2) for v in floor_s]}")
+    print(
+        f"whole process to the first token: median {statistics.median(gen_s):.2f} s {[round(v, 2) for v in gen_s]}; "
+        f"import torch alone: median {statistics.median(floor_s):.2f} s {[round(v, 2) for v in floor_s]}"
+    )
     names = ["import torch", "nexus imports", "checkpoint load", "prompt + first token"]
     print("one process, by phase: " + ", ".join(f"{n} {v:.3f} s" for n, v in zip(names, phases)))
-    print(f"generate / import-torch floor: median {statistics.median(per_round):.2f}, "
-          f"range [{min(per_round):.2f}, {max(per_round):.2f}]; load average {os.getloadavg()[0]:.1f}")
-    emit("nexus generate first token, whole process / bare `import torch` process", per_round, "report",
-         generate_s=[round(v, 3) for v in gen_s], import_torch_s=[round(v, 3) for v in floor_s],
-         phases_s=dict(zip(names, [round(v, 4) for v in phases])))
+    print(
+        f"generate / import-torch floor: median {statistics.median(per_round):.2f}, "
+        f"range [{min(per_round):.2f}, {max(per_round):.2f}]; load average {os.getloadavg()[0]:.1f}"
+    )
+    emit(
+        "nexus generate first token, whole process / bare `import torch` process",
+        per_round,
+        "report",
+        generate_s=[round(v, 3) for v in gen_s],
+        import_torch_s=[round(v, 3) for v in floor_s],
+        phases_s=dict(zip(names, [round(v, 4) for v in phases])),
+    )
 
 
 if __name__ == "__main__":

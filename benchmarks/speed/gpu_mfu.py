@@ -19,6 +19,7 @@ causal attention as half the square instead; at d 768 and T 1024 the difference 
     python benchmarks/speed/gpu_mfu.py --device cpu --dtype float32 --no-compile --d-model 64 --layers 2 \\
         --vocab 512 --seq 64 --batch 2 --steps 2 --rounds 2    # plumbing check on a CPU (no MFU meaning)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,17 @@ from _harness import StepTimer, alternate, emit, print_machine  # noqa: E402
 from train_throughput import training_step  # noqa: E402
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
-SPEC_BF16_TFLOPS = {"H100 SXM": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100 NVL": 835.0,
-                    "H200": 989.4, "H200 NVL": 835.0, "A100": 312.0, "L40S": 362.1, "A10G": 70.0}
+SPEC_BF16_TFLOPS = {
+    "H100 SXM": 989.4,
+    "H100 80GB HBM3": 989.4,
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H200": 989.4,
+    "H200 NVL": 835.0,
+    "A100": 312.0,
+    "L40S": 362.1,
+    "A10G": 70.0,
+}
 
 
 def spec_peak_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> float | None:
@@ -61,7 +71,7 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int
         sync(device)
 
     times = alternate({"gemm": gemm}, rounds=repeats, warmup=1)["gemm"]  # one untimed call first
-    return 2 * n ** 3 / statistics.median(times) / 1e12
+    return 2 * n**3 / statistics.median(times) / 1e12
 
 
 def model_config(args):
@@ -95,13 +105,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--peak-n", type=int, default=8192, help="size of the square GEMM that measures the peak")
-    p.add_argument("--vs-hf", action="store_true", help="also time transformers' LlamaForCausalLM (same config, "
-                   "weights, batch, dtype, compile and fused AdamW), interleaved round by round with nexus")
+    p.add_argument(
+        "--vs-hf",
+        action="store_true",
+        help="also time transformers' LlamaForCausalLM (same config, "
+        "weights, batch, dtype, compile and fused AdamW), interleaved round by round with nexus",
+    )
     p.add_argument("--loss-chunk", type=int, default=0, help="model.loss_chunk_tokens (0: the plain full-logits loss)")
-    p.add_argument("--vs-chunked", type=int, default=0, metavar="N", help="also time the same model with "
-                   "model.loss_chunk_tokens N (same weights, interleaved): does the chunked loss pay here?")
-    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-                   help="torch.compile mode (reduce-overhead: CUDA graphs); both sides with --vs-hf")
+    p.add_argument(
+        "--vs-chunked",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time the same model with "
+        "model.loss_chunk_tokens N (same weights, interleaved): does the chunked loss pay here?",
+    )
+    p.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+        help="torch.compile mode (reduce-overhead: CUDA graphs); both sides with --vs-hf",
+    )
     return p.parse_args(argv)
 
 
@@ -152,8 +176,10 @@ def main() -> None:
             for _ in range(2):  # compilation and autotuning, untimed
                 step()
         sync(device)
-    print(f"warm-up (compile) {warm.elapsed.wall:.1f} s; first-step loss "
-          + ", ".join(f"{k} {v:.4f}" for k, v in first.items()))
+    print(
+        f"warm-up (compile) {warm.elapsed.wall:.1f} s; first-step loss "
+        + ", ".join(f"{k} {v:.4f}" for k, v in first.items())
+    )
     peak_mem = {name: [] for name in sides}
     peaks = []
     last = {}
@@ -173,6 +199,7 @@ def main() -> None:
             sync(device)
             if device.type == "cuda":
                 peak_mem[name].append((torch.cuda.max_memory_allocated(device) - others[name]) / 2**30)
+
         return run
 
     def measure_peak(r: int, _) -> None:
@@ -186,42 +213,75 @@ def main() -> None:
     achieved = [r * flops_tok / 1e12 for r in rates]
     spec = spec_peak_tflops(device, dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"model: {n_params / 1e6:.1f}M params ({'untied' if args.untied else 'tied'} head), d {cfg.d_model}, "
-          f"{cfg.n_layers} layers, vocab {cfg.vocab_size}; batch {args.batch} x {args.seq}; {args.dtype}; "
-          f"compile {'off' if args.no_compile else args.compile_mode}; loss chunk {args.loss_chunk or 'off'}; device "
-          f"{name}; torch {torch.__version__}; final loss {float(loss):.3f}")
-    print(f"training FLOPs/token {flops_tok / 1e6:.1f}M; tokens/s per round {[round(r) for r in rates]}; "
-          f"achieved TFLOP/s {[round(a, 1) for a in achieved]}")
+    print(
+        f"model: {n_params / 1e6:.1f}M params ({'untied' if args.untied else 'tied'} head), d {cfg.d_model}, "
+        f"{cfg.n_layers} layers, vocab {cfg.vocab_size}; batch {args.batch} x {args.seq}; {args.dtype}; "
+        f"compile {'off' if args.no_compile else args.compile_mode}; loss chunk {args.loss_chunk or 'off'}; device "
+        f"{name}; torch {torch.__version__}; final loss {float(loss):.3f}"
+    )
+    print(
+        f"training FLOPs/token {flops_tok / 1e6:.1f}M; tokens/s per round {[round(r) for r in rates]}; "
+        f"achieved TFLOP/s {[round(a, 1) for a in achieved]}"
+    )
     print(f"measured {args.dtype} matmul peak ({args.peak_n}^3) per round: {[round(v, 1) for v in peaks]} TFLOP/s")
     vs_measured = [a / pk for a, pk in zip(achieved, peaks)]
     mem = {k: [round(v, 2) for v in peak_mem[k]] for k in sides} if device.type == "cuda" else None
     if args.vs_chunked:
         ratio = [c / n for c, n in zip(rounds["chunked"], rounds["nexus"])]
-        print(f"chunked loss ({args.vs_chunked} tokens per chunk), same process, interleaved: tokens/s per round "
-              f"{[round(v) for v in rounds['chunked']]}; chunked/plain {[round(v, 3) for v in ratio]}; peak memory GiB {mem}")
-        emit(f"training tokens/s, chunked/plain loss (chunk {args.vs_chunked}), {n_params / 1e6:.0f}M, {args.dtype}, "
-             f"{name}", ratio, "report (> 1: the chunked loss pays)", chunked_tokens_per_s=rounds["chunked"],
-             plain_tokens_per_s=rounds["nexus"], peak_gib=mem)
+        print(
+            f"chunked loss ({args.vs_chunked} tokens per chunk), same process, interleaved: tokens/s per round "
+            f"{[round(v) for v in rounds['chunked']]}; chunked/plain {[round(v, 3) for v in ratio]}; peak memory GiB {mem}"
+        )
+        emit(
+            f"training tokens/s, chunked/plain loss (chunk {args.vs_chunked}), {n_params / 1e6:.0f}M, {args.dtype}, "
+            f"{name}",
+            ratio,
+            "report (> 1: the chunked loss pays)",
+            chunked_tokens_per_s=rounds["chunked"],
+            plain_tokens_per_s=rounds["nexus"],
+            peak_gib=mem,
+        )
     if args.vs_hf:
         ratio = [n / h for n, h in zip(rounds["nexus"], rounds["hf"])]
-        print(f"HF LlamaForCausalLM (sdpa), same process, interleaved: tokens/s per round {[round(v) for v in rounds['hf']]}; "
-              f"nexus/HF {[round(v, 3) for v in ratio]}; peak memory GiB (each side's own) {mem}")
-        emit(f"training tokens/s nexus vs HF LlamaForCausalLM, {n_params / 1e6:.0f}M, {args.dtype}, compile "
-             f"{not args.no_compile}, {name}", ratio, ">= 1.3",
-             met=statistics.median(ratio) >= 1.3 if device.type == "cuda" else None,
-             nexus_tokens_per_s=rounds["nexus"], hf_tokens_per_s=rounds["hf"], peak_gib=mem)
+        print(
+            f"HF LlamaForCausalLM (sdpa), same process, interleaved: tokens/s per round {[round(v) for v in rounds['hf']]}; "
+            f"nexus/HF {[round(v, 3) for v in ratio]}; peak memory GiB (each side's own) {mem}"
+        )
+        emit(
+            f"training tokens/s nexus vs HF LlamaForCausalLM, {n_params / 1e6:.0f}M, {args.dtype}, compile "
+            f"{not args.no_compile}, {name}",
+            ratio,
+            ">= 1.3",
+            met=statistics.median(ratio) >= 1.3 if device.type == "cuda" else None,
+            nexus_tokens_per_s=rounds["nexus"],
+            hf_tokens_per_s=rounds["hf"],
+            peak_gib=mem,
+        )
     print(f"MFU vs measured matmul peak: median {statistics.median(vs_measured):.3f}")
     if spec:
         mfu = [a / spec for a in achieved]
-        print(f"MFU vs the data-sheet dense bf16 peak ({spec} TFLOP/s): median {statistics.median(mfu):.3f}, "
-              f"range [{min(mfu):.3f}, {max(mfu):.3f}]")
-        emit(f"training MFU, {n_params / 1e6:.0f}M baseline, {args.dtype}, compile {not args.no_compile}, {name}",
-             mfu, ">= 0.50", unit="fraction", met=statistics.median(mfu) >= 0.5, vs_measured_peak=vs_measured,
-             tokens_per_s=rates, spec_tflops=spec)
+        print(
+            f"MFU vs the data-sheet dense bf16 peak ({spec} TFLOP/s): median {statistics.median(mfu):.3f}, "
+            f"range [{min(mfu):.3f}, {max(mfu):.3f}]"
+        )
+        emit(
+            f"training MFU, {n_params / 1e6:.0f}M baseline, {args.dtype}, compile {not args.no_compile}, {name}",
+            mfu,
+            ">= 0.50",
+            unit="fraction",
+            met=statistics.median(mfu) >= 0.5,
+            vs_measured_peak=vs_measured,
+            tokens_per_s=rates,
+            spec_tflops=spec,
+        )
     else:
-        emit(f"training share of measured matmul peak, {n_params / 1e6:.1f}M model, {args.dtype}, {name}",
-             vs_measured, "report (no data-sheet bf16 peak for this device and dtype)", unit="fraction",
-             tokens_per_s=rates)
+        emit(
+            f"training share of measured matmul peak, {n_params / 1e6:.1f}M model, {args.dtype}, {name}",
+            vs_measured,
+            "report (no data-sheet bf16 peak for this device and dtype)",
+            unit="fraction",
+            tokens_per_s=rates,
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ and, as the same-process reference, one deepcopy of the model plus a clone of it
 (the cost of merely duplicating the training state). Target: growth <= 5 s on CPU. Wall and CPU
 seconds are both printed: on a shared, oversubscribed machine the CPU time is the honest cost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,29 @@ def main() -> None:
     ap.add_argument("--delta-m", type=int, default=308)
     ap.add_argument("--delta-a", type=int, default=268)
     ap.add_argument("--optimizer", default="adamw")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default; 1 avoids spin-waits on a busy machine)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (0 = torch default; 1 avoids spin-waits on a busy machine)",
+    )
     args = ap.parse_args()
     print_machine()  # CPU model and capability beside the figures below
     if args.threads:
         torch.set_num_threads(args.threads)
     proj = ProjectionOptions.make("nexus_rank", rank_m=args.m, rank_a=args.a)
-    cfg = RunConfig(model=ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=12, vocab_size=32000,
-                                      ffn_hidden=2048, max_seq_len=512, projection=proj),
-                    train=TrainConfig(optimizer=args.optimizer))
+    cfg = RunConfig(
+        model=ModelConfig(
+            d_model=args.d_model,
+            n_layers=args.layers,
+            n_heads=12,
+            vocab_size=32000,
+            ffn_hidden=2048,
+            max_seq_len=512,
+            projection=proj,
+        ),
+        train=TrainConfig(optimizer=args.optimizer),
+    )
     cfg.data.seq_len = 512
     torch.manual_seed(0)
     model = build_model(cfg.model)
@@ -57,25 +72,39 @@ def main() -> None:
 
     with StepTimer() as ref:
         ref_model = copy.deepcopy(model)
-        ref_state = {k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in v.items()}
-                     for k, v in state["state"].items()}
+        ref_state = {
+            k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in v.items()}
+            for k, v in state["state"].items()
+        }
     t_ref, c_ref = ref.elapsed.wall, ref.elapsed.cpu
     del ref_model, ref_state
 
     with StepTimer() as growth:
-        new_model, new_cfg, new_opt, res = grow(model, cfg, {"family": "nexus_rank", "delta_m": args.delta_m,
-                                                             "delta_a": args.delta_a}, state, step=1000)
+        new_model, new_cfg, new_opt, res = grow(
+            model, cfg, {"family": "nexus_rank", "delta_m": args.delta_m, "delta_a": args.delta_a}, state, step=1000
+        )
     t_grow, c_grow = growth.elapsed.wall, growth.elapsed.cpu
     n_new = sum(p.numel() for p in new_model.parameters())
-    print(f"model: {n_params / 1e6:.1f}M -> {n_new / 1e6:.1f}M parameters "
-          f"(M {args.m}->{args.m + args.delta_m}, A {args.a}->{args.a + args.delta_a}, {args.layers} layers, "
-          f"optimizer {args.optimizer}, threads {torch.get_num_threads()})")
+    print(
+        f"model: {n_params / 1e6:.1f}M -> {n_new / 1e6:.1f}M parameters "
+        f"(M {args.m}->{args.m + args.delta_m}, A {args.a}->{args.a + args.delta_a}, {args.layers} layers, "
+        f"optimizer {args.optimizer}, threads {torch.get_num_threads()})"
+    )
     print(f"growth incl. optimizer state: {t_grow:.2f} s wall, {c_grow:.2f} s CPU  (target <= 5 s)")
-    print(f"reference (deepcopy model + clone optimizer state): {t_ref:.2f} s wall, {c_ref:.2f} s CPU; "
-          f"ratio growth/reference {t_grow / t_ref:.2f} (wall), {c_grow / c_ref:.2f} (CPU)")
-    emit(f"Nexus-Rank growth incl. optimizer state, {n_params / 1e6:.0f}M -> {n_new / 1e6:.0f}M parameters", [t_grow],
-         "<= 5 s", unit="s", met=t_grow <= 5, cpu_s=round(c_grow, 3), reference_wall_s=round(t_ref, 3),
-         reference_cpu_s=round(c_ref, 3))
+    print(
+        f"reference (deepcopy model + clone optimizer state): {t_ref:.2f} s wall, {c_ref:.2f} s CPU; "
+        f"ratio growth/reference {t_grow / t_ref:.2f} (wall), {c_grow / c_ref:.2f} (CPU)"
+    )
+    emit(
+        f"Nexus-Rank growth incl. optimizer state, {n_params / 1e6:.0f}M -> {n_new / 1e6:.0f}M parameters",
+        [t_grow],
+        "<= 5 s",
+        unit="s",
+        met=t_grow <= 5,
+        cpu_s=round(c_grow, 3),
+        reference_wall_s=round(t_ref, 3),
+        reference_cpu_s=round(c_ref, 3),
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ and cached vs uncached generation.
 2. Generation of --gen-tokens new tokens with an order-2 model, with the per-level KV caches vs
    recomputing the whole prefix every step: target >= 3x faster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ def training(args) -> list[dict]:
         model = make(args, m, args.seq).train()
         runs[m] = (model, build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3)))
     # one warm-up round, then rounds in which the orders alternate who goes first, so machine load hits all alike
-    times = alternate({m: (lambda mo=mo, o=o: train_step(mo, o, x, y)) for m, (mo, o) in runs.items()},
-                      args.reps, calls=args.steps)
+    times = alternate(
+        {m: (lambda mo=mo, o=o: train_step(mo, o, x, y)) for m, (mo, o) in runs.items()}, args.reps, calls=args.steps
+    )
     runs = {m: (mo, o, times[m]) for m, (mo, o) in runs.items()}
     base_t = min(runs[1][2])
     base_med = statistics.median(runs[1][2])
@@ -64,10 +66,19 @@ def training(args) -> list[dict]:
     for m in orders:
         t, med = min(runs[m][2]), statistics.median(runs[m][2])
         f = train_flops_per_token(runs[m][0], args.seq)
-        rows.append({"order": m, "step_ms": 1e3 * t, "median_ms": 1e3 * med, "time_ratio": t / base_t,
-                     "median_ratio": med / base_med, "flops_ratio": f / base_f,
-                     "normalized": (t / base_t) / (f / base_f), "train_gflops_per_token": f / 1e9,
-                     "normalized_per_round": [r / (f / base_f) for r in ratios(times, m, 1)]})
+        rows.append(
+            {
+                "order": m,
+                "step_ms": 1e3 * t,
+                "median_ms": 1e3 * med,
+                "time_ratio": t / base_t,
+                "median_ratio": med / base_med,
+                "flops_ratio": f / base_f,
+                "normalized": (t / base_t) / (f / base_f),
+                "train_gflops_per_token": f / 1e9,
+                "normalized_per_round": [r / (f / base_f) for r in ratios(times, m, 1)],
+            }
+        )
     return rows
 
 
@@ -77,16 +88,21 @@ def generation(args) -> dict:
     ids = {}
 
     def side(use_cache: bool):
-        return lambda: ids.__setitem__(use_cache, generate(model, prompt, max_new_tokens=args.gen_tokens,
-                                                           temperature=0, use_cache=use_cache))
+        return lambda: ids.__setitem__(
+            use_cache, generate(model, prompt, max_new_tokens=args.gen_tokens, temperature=0, use_cache=use_cache)
+        )
 
     # the two ways alternate who goes first, --gen-reps rounds; the fastest of each is reported
     times = alternate({"cached": side(True), "uncached": side(False)}, args.gen_reps, warmup=0)
     assert torch.equal(ids[True], ids[False]), "cached generation must equal uncached"
     fastest = {name: min(t) for name, t in times.items()}
-    return {"cached_s": fastest["cached"], "uncached_s": fastest["uncached"],
-            "speedup": fastest["uncached"] / fastest["cached"], "new_tokens": args.gen_tokens,
-            "speedup_per_round": ratios(times, "uncached", "cached")}
+    return {
+        "cached_s": fastest["cached"],
+        "uncached_s": fastest["uncached"],
+        "speedup": fastest["uncached"] / fastest["cached"],
+        "new_tokens": args.gen_tokens,
+        "speedup_per_round": ratios(times, "uncached", "cached"),
+    }
 
 
 def main() -> None:
@@ -105,22 +121,39 @@ def main() -> None:
     args = p.parse_args()
     print_machine()  # CPU model and capability beside the figures below
     torch.set_num_threads(args.threads)
-    print(f"shape: {args.layers}x{args.d_model}, {args.heads} heads, batch {args.batch} x seq {args.seq}, "
-          f"device cpu, threads {args.threads}")
+    print(
+        f"shape: {args.layers}x{args.d_model}, {args.heads} heads, batch {args.batch} x seq {args.seq}, "
+        f"device cpu, threads {args.threads}"
+    )
     print("order | min step ms | time ratio | FLOPs ratio | time/FLOPs (target <= 1.1) | median ms (ratio)")
     rows = training(args)
     for r in rows:
-        print(f"{r['order']:5d} | {r['step_ms']:11.1f} | {r['time_ratio']:10.3f} | {r['flops_ratio']:11.3f} | "
-              f"{r['normalized']:25.3f} | {r['median_ms']:.1f} ({r['median_ratio']:.3f})")
+        print(
+            f"{r['order']:5d} | {r['step_ms']:11.1f} | {r['time_ratio']:10.3f} | {r['flops_ratio']:11.3f} | "
+            f"{r['normalized']:25.3f} | {r['median_ms']:.1f} ({r['median_ratio']:.3f})"
+        )
     for r in rows[1:]:  # per round: (order m step / order 1 step, same round) / FLOPs ratio; the table uses minima
-        emit(f"order {r['order']} attention step time / FLOPs ratio vs order 1 ({args.layers}x{args.d_model}, seq "
-             f"{args.seq})", r["normalized_per_round"], "<= 1.1", met=statistics.median(r["normalized_per_round"]) <= 1.1,
-             of_minima=round(r["normalized"], 4), flops_ratio=round(r["flops_ratio"], 4))
+        emit(
+            f"order {r['order']} attention step time / FLOPs ratio vs order 1 ({args.layers}x{args.d_model}, seq "
+            f"{args.seq})",
+            r["normalized_per_round"],
+            "<= 1.1",
+            met=statistics.median(r["normalized_per_round"]) <= 1.1,
+            of_minima=round(r["normalized"], 4),
+            flops_ratio=round(r["flops_ratio"], 4),
+        )
     g = generation(args)
-    print(f"generation, order 2, {g['new_tokens']} new tokens: cached {g['cached_s']:.2f} s, "
-          f"uncached {g['uncached_s']:.2f} s, speedup {g['speedup']:.1f}x (target >= 3)")
-    emit(f"order 2 cached vs uncached generation, {g['new_tokens']} new tokens", g["speedup_per_round"], ">= 3",
-         met=statistics.median(g["speedup_per_round"]) >= 3, of_minima=round(g["speedup"], 3))
+    print(
+        f"generation, order 2, {g['new_tokens']} new tokens: cached {g['cached_s']:.2f} s, "
+        f"uncached {g['uncached_s']:.2f} s, speedup {g['speedup']:.1f}x (target >= 3)"
+    )
+    emit(
+        f"order 2 cached vs uncached generation, {g['new_tokens']} new tokens",
+        g["speedup_per_round"],
+        ">= 3",
+        met=statistics.median(g["speedup_per_round"]) >= 3,
+        of_minima=round(g["speedup"], 3),
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ of one token per step) and without (the whole prefix recomputed every step). Eve
 both wall times and their ratio; the summary is the median ratio with the range over rounds. The
 two outputs are checked to be the same tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,37 +52,52 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print_machine()  # CPU model and capability beside the figures below
-    print(f"{args.preset}, prompt {args.prompt_tokens} + {args.new_tokens} new tokens, greedy, cpu, "
-          f"threads {args.threads}, {args.rounds} alternated rounds")
+    print(
+        f"{args.preset}, prompt {args.prompt_tokens} + {args.new_tokens} new tokens, greedy, cpu, "
+        f"threads {args.threads}, {args.rounds} alternated rounds"
+    )
     for order in [int(o) for o in args.orders.split(",")]:
         model = build(args.preset, order, args.prompt_tokens + args.new_tokens)
         for batch in [int(b) for b in args.batches.split(",")]:
-            prompt = torch.randint(0, model.cfg.vocab_size, (batch, args.prompt_tokens),
-                                   generator=torch.Generator().manual_seed(1))
+            prompt = torch.randint(
+                0, model.cfg.vocab_size, (batch, args.prompt_tokens), generator=torch.Generator().manual_seed(1)
+            )
             for use_cache in (True, False):  # warm-up, untimed: a short generation each way
                 generate(model, prompt, max_new_tokens=4, temperature=0, use_cache=use_cache)
             out = {}
 
             def side(use_cache: bool):
-                return lambda: out.__setitem__(use_cache, generate(model, prompt, max_new_tokens=args.new_tokens,
-                                                                   temperature=0, use_cache=use_cache))
+                return lambda: out.__setitem__(
+                    use_cache,
+                    generate(model, prompt, max_new_tokens=args.new_tokens, temperature=0, use_cache=use_cache),
+                )
 
             def check_round(r: int, t: dict) -> None:
                 assert torch.equal(out[True], out[False]), "cached and uncached generation must give the same tokens"
-                print(f"  order {order} batch {batch} round {r}: cached {t['cached']:.2f} s, uncached "
-                      f"{t['uncached']:.2f} s, ratio {t['uncached'] / t['cached']:.2f}")
+                print(
+                    f"  order {order} batch {batch} round {r}: cached {t['cached']:.2f} s, uncached "
+                    f"{t['uncached']:.2f} s, ratio {t['uncached'] / t['cached']:.2f}"
+                )
 
             # the two ways alternate who goes first, so a slow moment does not always land on one side
-            times = alternate({"cached": side(True), "uncached": side(False)}, args.rounds, warmup=0,
-                              after_round=check_round)
+            times = alternate(
+                {"cached": side(True), "uncached": side(False)}, args.rounds, warmup=0, after_round=check_round
+            )
             speedup = ratios(times, "uncached", "cached")
-            print(f"order {order} batch {batch}: cached/uncached speedup median {statistics.median(speedup):.2f}x, "
-                  f"range [{min(speedup):.2f}, {max(speedup):.2f}]")
+            print(
+                f"order {order} batch {batch}: cached/uncached speedup median {statistics.median(speedup):.2f}x, "
+                f"range [{min(speedup):.2f}, {max(speedup):.2f}]"
+            )
             target = TARGETS.get((order, batch))  # the issue sets targets for the baseline (order 1) only
-            emit(f"KV-cached vs uncached generation ({args.preset}, order {order}, B={batch}, {args.new_tokens} new)",
-                 speedup, f">= {target}" if target else "report",
-                 met=None if target is None else statistics.median(speedup) >= target,
-                 cached_s=[round(v, 4) for v in times["cached"]], uncached_s=[round(v, 4) for v in times["uncached"]])
+            emit(
+                f"KV-cached vs uncached generation ({args.preset}, order {order}, B={batch}, {args.new_tokens} new)",
+                speedup,
+                f">= {target}" if target else "report",
+                met=None if target is None else statistics.median(speedup) >= target,
+                cached_s=[round(v, 4) for v in times["cached"]],
+                uncached_s=[round(v, 4) for v in times["uncached"]],
+            )
+
 
 if __name__ == "__main__":
     main()

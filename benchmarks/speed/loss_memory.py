@@ -10,6 +10,7 @@ follows the tensors. Time: both paths alternate in this one process, median of t
     python benchmarks/speed/loss_memory.py                        # 1024 tokens, d 768, vocab 50,304, chunk 256
     python benchmarks/speed/loss_memory.py --tokens 64 --vocab 512 --d-model 32 --rounds 2 --chunk 16   # smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ PATHS = ("plain", "chunked")
 
 def inputs(args):
     g = torch.Generator().manual_seed(0)
-    h = (torch.randn(args.tokens, args.d_model, generator=g) / args.d_model ** 0.5).requires_grad_()
+    h = (torch.randn(args.tokens, args.d_model, generator=g) / args.d_model**0.5).requires_grad_()
     w = (torch.randn(args.vocab, args.d_model, generator=g) * 0.02).requires_grad_()
     y = torch.randint(0, args.vocab, (args.tokens,), generator=g)
     return h, w, y
@@ -61,8 +62,20 @@ def one_process(args) -> None:
 
 def measure_memory(args) -> dict[str, list[float]]:
     out = {p: [] for p in PATHS}
-    base = [sys.executable, __file__, "--tokens", str(args.tokens), "--d-model", str(args.d_model), "--vocab",
-            str(args.vocab), "--chunk", str(args.chunk), "--threads", str(args.threads)]
+    base = [
+        sys.executable,
+        __file__,
+        "--tokens",
+        str(args.tokens),
+        "--d-model",
+        str(args.d_model),
+        "--vocab",
+        str(args.vocab),
+        "--chunk",
+        str(args.chunk),
+        "--threads",
+        str(args.threads),
+    ]
     for r in range(args.rounds):
         for path in round_order(PATHS, r):  # the paths alternate who goes first, as the timed rounds do
             proc = subprocess.run(base + ["--one", path], capture_output=True, text=True, check=True)
@@ -89,16 +102,21 @@ def main() -> None:
     losses = {}
     for path in PATHS:  # warm-up (allocator, thread pool), and the two losses to compare
         losses[path] = loss_step(path, h, w, y, args.chunk)
-    times = alternate({path: (lambda path=path: loss_step(path, h, w, y, args.chunk)) for path in PATHS},
-                      args.rounds, warmup=0)
+    times = alternate(
+        {path: (lambda path=path: loss_step(path, h, w, y, args.chunk)) for path in PATHS}, args.rounds, warmup=0
+    )
     cap = torch.backends.cpu.get_cpu_capability()
     logits_mib = args.tokens * args.vocab * 4 / 2**20
-    print(f"shape: {args.tokens} tokens x d {args.d_model} -> vocab {args.vocab} (fp32 logits {logits_mib:.0f} MiB); "
-          f"chunk {args.chunk} tokens; threads {args.threads}; torch {torch.__version__}; CPU capability {cap}")
+    print(
+        f"shape: {args.tokens} tokens x d {args.d_model} -> vocab {args.vocab} (fp32 logits {logits_mib:.0f} MiB); "
+        f"chunk {args.chunk} tokens; threads {args.threads}; torch {torch.__version__}; CPU capability {cap}"
+    )
     print(f"loss: plain {losses['plain']:.6f} chunked {losses['chunked']:.6f}")
     for path in PATHS:
-        print(f"{path:>8}: peak RSS growth per round {[round(m, 1) for m in mem[path]]} MiB; "
-              f"step time per round {[round(t * 1e3, 1) for t in times[path]]} ms")
+        print(
+            f"{path:>8}: peak RSS growth per round {[round(m, 1) for m in mem[path]]} MiB; "
+            f"step time per round {[round(t * 1e3, 1) for t in times[path]]} ms"
+        )
     time_ratio = ratios(times, "chunked", "plain")
     print(f"RATIO chunked/plain step time = {statistics.median(time_ratio):.3f} (CPU capability {cap})")
     if min(mem["plain"]) <= 0:  # a loss this small fits in pages the process already had: nothing to compare
@@ -106,12 +124,24 @@ def main() -> None:
     else:
         mem_ratio = [c / pl for c, pl in zip(mem["chunked"], mem["plain"])]
         print(f"RATIO chunked/plain peak memory = {statistics.median(mem_ratio):.3f} (CPU capability {cap})")
-        emit(f"loss peak memory, chunked/plain head+CE ({args.tokens} tok, vocab {args.vocab}, CPU {cap})", mem_ratio,
-             "report (lower is better)", unit="x", plain_mib=mem["plain"], chunked_mib=mem["chunked"],
-             cpu_capability=cap)
-    emit(f"loss step time, chunked/plain head+CE ({args.tokens} tok, vocab {args.vocab}, CPU {cap})", time_ratio,
-         "report", unit="x", plain_ms=[t * 1e3 for t in times["plain"]],
-         chunked_ms=[t * 1e3 for t in times["chunked"]], cpu_capability=cap)
+        emit(
+            f"loss peak memory, chunked/plain head+CE ({args.tokens} tok, vocab {args.vocab}, CPU {cap})",
+            mem_ratio,
+            "report (lower is better)",
+            unit="x",
+            plain_mib=mem["plain"],
+            chunked_mib=mem["chunked"],
+            cpu_capability=cap,
+        )
+    emit(
+        f"loss step time, chunked/plain head+CE ({args.tokens} tok, vocab {args.vocab}, CPU {cap})",
+        time_ratio,
+        "report",
+        unit="x",
+        plain_ms=[t * 1e3 for t in times["plain"]],
+        chunked_ms=[t * 1e3 for t in times["chunked"]],
+        cpu_capability=cap,
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ one process; the cost is per logged line (a run logs every train.log_every steps
 
     python benchmarks/speed/metrics_sink_overhead.py --lines 300 --rounds 5 [--dir /path/on/the/disk/of/interest]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,15 @@ from nexus.train.loggers import JsonlSink
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
-RECORD = {"step": 0, "loss": 3.14159, "lr": 0.0003, "grad_norm": 1.2345, "tokens": 131072, "tok_per_s": 51234.5,
-          "epoch": 0.01}
+RECORD = {
+    "step": 0,
+    "loss": 3.14159,
+    "lr": 0.0003,
+    "grad_norm": 1.2345,
+    "tokens": 131072,
+    "tok_per_s": 51234.5,
+    "epoch": 0.01,
+}
 
 
 def plain_append(path: Path, rec: dict) -> None:
@@ -74,12 +82,21 @@ def main() -> None:
     ratio = ratios(times, "sink", "plain")
     print(f"dir: {args.dir or tempfile.gettempdir()} | {args.lines} lines x {args.rounds} alternated rounds")
     print(f"sink with manifest entry: {statistics.median(sink):.1f} us/line (rounds {min(sink):.1f}-{max(sink):.1f})")
-    print(f"plain append (reference): {statistics.median(plain):.1f} us/line (rounds {min(plain):.1f}-{max(plain):.1f})")
-    print(f"ratio: {statistics.median(ratio):.1f}x [{min(ratio):.1f}, {max(ratio):.1f}]; added per logged line: "
-          f"{statistics.median(sink) - statistics.median(plain):.1f} us")
-    emit("metrics sink with manifest entry vs plain append, per logged line", ratio, "report",
-         sink_us=[round(v, 1) for v in sink], plain_us=[round(v, 1) for v in plain],
-         added_us=round(statistics.median(sink) - statistics.median(plain), 1))
+    print(
+        f"plain append (reference): {statistics.median(plain):.1f} us/line (rounds {min(plain):.1f}-{max(plain):.1f})"
+    )
+    print(
+        f"ratio: {statistics.median(ratio):.1f}x [{min(ratio):.1f}, {max(ratio):.1f}]; added per logged line: "
+        f"{statistics.median(sink) - statistics.median(plain):.1f} us"
+    )
+    emit(
+        "metrics sink with manifest entry vs plain append, per logged line",
+        ratio,
+        "report",
+        sink_us=[round(v, 1) for v in sink],
+        plain_us=[round(v, 1) for v in plain],
+        added_us=round(statistics.median(sink) - statistics.median(plain), 1),
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ against autograd on the same expression, alternated in one process, on one compo
 
 Prints each side's median milliseconds per call and the ratio Function / autograd (lower is better).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,14 +59,21 @@ def main() -> None:
     # seconds per call -> ms; one warm-up round, then the sides alternate who goes first
     times = {k: [t * 1e3 for t in v] for k, v in alternate(sides, args.rounds, calls=args.calls).items()}
     med = medians(times)
-    print(f"{torch.get_num_threads()} threads | component ({args.tokens} tokens, {args.heads} x {args.head_dim}) "
-          f"| dynamic factors | {args.rounds} rounds x {args.calls} calls")
+    print(
+        f"{torch.get_num_threads()} threads | component ({args.tokens} tokens, {args.heads} x {args.head_dim}) "
+        f"| dynamic factors | {args.rounds} rounds x {args.calls} calls"
+    )
     for k, v in times.items():
         print(f"{k:>9}: median {med[k]:.3f} ms per forward+backward | rounds {[round(x, 3) for x in v]}")
     print(f"RATIO function / autograd = {med['function'] / med['autograd']:.3f}")
-    emit("ExoFormer mixing Function vs autograd", ratios(times, "function", "autograd"), target="< 1 (faster)",
-         met=med["function"] < med["autograd"], function_ms=round(med["function"], 4),
-         autograd_ms=round(med["autograd"], 4))
+    emit(
+        "ExoFormer mixing Function vs autograd",
+        ratios(times, "function", "autograd"),
+        target="< 1 (faster)",
+        met=med["function"] < med["autograd"],
+        function_ms=round(med["function"], 4),
+        autograd_ms=round(med["autograd"], 4),
+    )
 
 
 if __name__ == "__main__":

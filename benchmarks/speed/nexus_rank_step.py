@@ -7,6 +7,7 @@ run forward + backward + AdamW steps, timed interleaved in one process (median o
 the step-time ratio, the analytic training-FLOPs ratio (nexus.analysis.flops) and their quotient:
 target <= 1.1 (Nexus-Rank costs what its extra FLOPs say, no hidden overhead).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,14 @@ from _harness import alternate, emit, medians, print_machine, ratios  # noqa: E4
 
 
 def make(args, nexus: bool):
-    proj = ProjectionOptions.make("nexus_rank", rank_m=args.m, rank_a=args.a, form=args.form) if nexus else ProjectionOptions()
-    cfg = ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, max_seq_len=args.seq, projection=proj)
+    proj = (
+        ProjectionOptions.make("nexus_rank", rank_m=args.m, rank_a=args.a, form=args.form)
+        if nexus
+        else ProjectionOptions()
+    )
+    cfg = ModelConfig(
+        d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, max_seq_len=args.seq, projection=proj
+    )
     torch.manual_seed(0)
     model = build_model(cfg)
     return model, build_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-3)), cfg
@@ -63,15 +70,25 @@ def main() -> None:
     med = medians(times)
     flops = {k: train_flops_per_token(c, args.seq) for k, (_, _, c) in runs.items()}
     t_ratio, f_ratio = med["nexus_rank"] / med["baseline"], flops["nexus_rank"] / flops["baseline"]
-    print(f"shape: d={args.d_model} layers={args.layers} M={args.m} A={args.a} form={args.form} seq={args.seq} "
-          f"batch={args.batch} threads={torch.get_num_threads()}")
+    print(
+        f"shape: d={args.d_model} layers={args.layers} M={args.m} A={args.a} form={args.form} seq={args.seq} "
+        f"batch={args.batch} threads={torch.get_num_threads()}"
+    )
     for k in runs:
-        print(f"{k:>10}: median step {med[k] * 1e3:8.1f} ms  (min {min(times[k]) * 1e3:.1f})  "
-              f"train FLOPs/token {flops[k] / 1e6:8.2f} M")
+        print(
+            f"{k:>10}: median step {med[k] * 1e3:8.1f} ms  (min {min(times[k]) * 1e3:.1f})  "
+            f"train FLOPs/token {flops[k] / 1e6:8.2f} M"
+        )
     print(f"step-time ratio {t_ratio:.3f} / FLOPs ratio {f_ratio:.3f} = {t_ratio / f_ratio:.3f}  (target <= 1.1)")
-    emit(f"Nexus-Rank step time / FLOPs ratio, form {args.form}",
-         [r / f_ratio for r in ratios(times, "nexus_rank", "baseline")], target="<= 1.1", unit="",
-         met=t_ratio / f_ratio <= 1.1, flops_ratio=round(f_ratio, 4), step_time_ratio=round(t_ratio, 4))
+    emit(
+        f"Nexus-Rank step time / FLOPs ratio, form {args.form}",
+        [r / f_ratio for r in ratios(times, "nexus_rank", "baseline")],
+        target="<= 1.1",
+        unit="",
+        met=t_ratio / f_ratio <= 1.1,
+        flops_ratio=round(f_ratio, 4),
+        step_time_ratio=round(t_ratio, 4),
+    )
 
 
 if __name__ == "__main__":

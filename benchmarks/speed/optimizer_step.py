@@ -7,6 +7,7 @@ after round in one process on the same gradients.
 Prints the median milliseconds per optimizer step of each and the RATIO hand-written / fused and
 hand-written / foreach (how many times slower the Python loop is).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,16 @@ from _harness import alternate, emit, medians, print_machine, ratios  # noqa: E4
 
 def _optimizers(model, tcfg):
     fused = build_optimizer(model, tcfg)
-    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in fused.optimizers["adamw"].param_groups]
-    return {"fused": fused.optimizers["adamw"],
-            "foreach": torch.optim.AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps, foreach=True),
-            "hand-written": AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps)}
+    groups = [
+        {"params": g["params"], "weight_decay": g["weight_decay"]} for g in fused.optimizers["adamw"].param_groups
+    ]
+    return {
+        "fused": fused.optimizers["adamw"],
+        "foreach": torch.optim.AdamW(
+            groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps, foreach=True
+        ),
+        "hand-written": AdamW(groups, lr=tcfg.lr, betas=tuple(tcfg.optimizer.betas), eps=tcfg.optimizer.eps),
+    }
 
 
 def main() -> None:
@@ -53,16 +60,27 @@ def main() -> None:
     for o in opts.values():  # allocate state outside the timing
         o.step()
     # the optimizers alternate who goes first each round (the state was allocated above: no warm-up round)
-    times = alternate({k: o.step for k, o in opts.items()}, args.rounds, calls=args.steps, warmup=0,
-                      after_round=lambda r, t: print(f"round {r + 1}: " + " | ".join(
-                          f"{k} {v * 1e3:.1f} ms" for k, v in t.items())))
+    times = alternate(
+        {k: o.step for k, o in opts.items()},
+        args.rounds,
+        calls=args.steps,
+        warmup=0,
+        after_round=lambda r, t: print(f"round {r + 1}: " + " | ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items())),
+    )
     times = {k: [t * 1e3 for t in v] for k, v in times.items()}
     med = medians(times)
     print("median ms/step: " + " | ".join(f"{k} {v:.1f}" for k, v in med.items()))
-    print(f"RATIO hand-written/fused = {med['hand-written'] / med['fused']:.2f} | "
-          f"hand-written/foreach = {med['hand-written'] / med['foreach']:.2f}")
-    emit(f"hand-written AdamW vs fused, {args.preset}", ratios(times, "hand-written", "fused"), target="report",
-         unit="x", **{f"{k}_ms": round(v, 3) for k, v in med.items()})
+    print(
+        f"RATIO hand-written/fused = {med['hand-written'] / med['fused']:.2f} | "
+        f"hand-written/foreach = {med['hand-written'] / med['foreach']:.2f}"
+    )
+    emit(
+        f"hand-written AdamW vs fused, {args.preset}",
+        ratios(times, "hand-written", "fused"),
+        target="report",
+        unit="x",
+        **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+    )
 
 
 if __name__ == "__main__":

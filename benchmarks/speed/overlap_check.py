@@ -8,6 +8,7 @@ tokens, and the reference, one plain read of the same training tokens (their sum
 scan of them costs at least). Prints both times, the
 ratio, what the check found and the CPU capability. No target: a figure to report beside the docs' claim.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
 
 def read_once(tokens, chunk: int) -> int:
-    return sum(int(np.asarray(tokens[a:min(a + chunk, len(tokens))], dtype=np.int64).sum())
-               for a in range(0, len(tokens), chunk))
+    return sum(
+        int(np.asarray(tokens[a : min(a + chunk, len(tokens))], dtype=np.int64).sum())
+        for a in range(0, len(tokens), chunk)
+    )
 
 
 def main() -> None:
@@ -40,18 +43,32 @@ def main() -> None:
     dm = DataModule(DataConfig(source=a.data, cache_dir=a.cache_dir), quiet=True)
     train, val = dm.train.tokens, dm.val.tokens
     found = []
-    times = alternate({"check": lambda: found.append(find_overlap(train, val)),
-                       "read": lambda: read_once(train, CHUNK)}, a.rounds, warmup=0)
+    times = alternate(
+        {"check": lambda: found.append(find_overlap(train, val)), "read": lambda: read_once(train, CHUNK)},
+        a.rounds,
+        warmup=0,
+    )
     found = found[-1]
     check, ref = times["check"], times["read"]
     cap = torch.backends.cpu.get_cpu_capability()
     print(f"data {a.data}: {len(train):,} training, {len(val):,} validation tokens; scan limit {MAX_SCAN:,}")
-    print(f"found {found.found} of {found.sampled} sampled {found.window}-token validation windows in training "
-          f"({found.scanned:,} training tokens read)")
+    print(
+        f"found {found.found} of {found.sampled} sampled {found.window}-token validation windows in training "
+        f"({found.scanned:,} training tokens read)"
+    )
     print(f"check s {[round(x, 3) for x in check]} | plain read s {[round(x, 3) for x in ref]} | cpu capability {cap}")
-    emit("overlap check vs one plain read of the training tokens", ratios(times, "check", "read"), "report",
-         check_s=[round(x, 3) for x in check], read_s=[round(x, 3) for x in ref], found=found.found,
-         sampled=found.sampled, train_tokens=len(train), cpu_capability=cap)
+    emit(
+        "overlap check vs one plain read of the training tokens",
+        ratios(times, "check", "read"),
+        "report",
+        check_s=[round(x, 3) for x in check],
+        read_s=[round(x, 3) for x in ref],
+        found=found.found,
+        sampled=found.sampled,
+        train_tokens=len(train),
+        cpu_capability=cap,
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ Target: the listing under 2 s wall. Prints each round's seconds and the RATIO ol
 times the listing of another checkout's `src` (PYTHONPATH=SRC) in the same rounds, e.g. a revision whose
 listing imported torch; --no-meta leaves out the meta-build side (minutes per round on a loaded machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
 NEW = "from nexus.cli import main; main(['presets'])"
-OLD = ("from nexus.models.accounting import param_count_for_config\n"
-       "from nexus.presets import get_preset, names\n"
-       "for n in names(): param_count_for_config(get_preset(n).model)\n")
+OLD = (
+    "from nexus.models.accounting import param_count_for_config\n"
+    "from nexus.presets import get_preset, names\n"
+    "for n in names(): param_count_for_config(get_preset(n).model)\n"
+)
 
 
 def listing(code: str, src: str | None = None):
@@ -45,8 +48,14 @@ def main() -> None:
     if not args.no_meta:
         sides["meta-build counts"] = listing(OLD)
     # the sides alternate who goes first, round after round (no warm-up round: each is a fresh process)
-    times = alternate(sides, args.rounds, warmup=0, after_round=lambda r, t: print(
-        f"round {r + 1}: " + " | ".join(f"{k} {v:.2f} s" for k, v in t.items()), flush=True))
+    times = alternate(
+        sides,
+        args.rounds,
+        warmup=0,
+        after_round=lambda r, t: print(
+            f"round {r + 1}: " + " | ".join(f"{k} {v:.2f} s" for k, v in t.items()), flush=True
+        ),
+    )
     new = times["presets listing"]
     n = statistics.median(new)
     print(f"median: listing {n:.2f} s (target < 2 s) {[round(x, 2) for x in new]}")
@@ -59,8 +68,12 @@ def main() -> None:
         o = statistics.median(times["meta-build counts"])
         print(f"median: meta-build counts {o:.2f} s")
         print(f"RATIO meta-build / listing = {o / n:.1f}x")
-        emit("preset counts by meta-device builds vs the `nexus presets` listing", ratios(
-            times, "meta-build counts", "presets listing"), "report", meta_build_s=times["meta-build counts"])
+        emit(
+            "preset counts by meta-device builds vs the `nexus presets` listing",
+            ratios(times, "meta-build counts", "presets listing"),
+            "report",
+            meta_build_s=times["meta-build counts"],
+        )
     emit("`nexus presets` listing, a fresh process", new, "< 2 s", unit="s", met=n < 2)
 
 

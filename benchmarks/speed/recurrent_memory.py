@@ -12,6 +12,7 @@ every iteration) shows that the measurement does grow with depth when activation
     python benchmarks/speed/recurrent_memory.py                 # nexus-tiny shapes, batch 4 x 128 tokens
     python benchmarks/speed/recurrent_memory.py --device cuda --batch 8 --seq 256
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def child(args) -> dict:
@@ -62,7 +63,7 @@ def child(args) -> dict:
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() / 2 ** 20
+        base = torch.cuda.memory_allocated() / 2**20
     base_rss = rss_mb()
     peak = [base_rss]
     stop = threading.Event()
@@ -81,18 +82,41 @@ def child(args) -> dict:
     secs = t.elapsed.wall / args.steps
     stop.set()
     th.join()
-    res = {"t_inner": args.t_inner, "n_sup": args.n_sup, "full_backprop": args.full_backprop, "s_per_step": secs,
-           "rss_before_mb": base_rss, "rss_peak_mb": peak[0], "train_extra_mb": peak[0] - base_rss}
+    res = {
+        "t_inner": args.t_inner,
+        "n_sup": args.n_sup,
+        "full_backprop": args.full_backprop,
+        "s_per_step": secs,
+        "rss_before_mb": base_rss,
+        "rss_peak_mb": peak[0],
+        "train_extra_mb": peak[0] - base_rss,
+    }
     if dev.type == "cuda":
-        res.update(cuda_base_mb=base, cuda_peak_mb=torch.cuda.max_memory_allocated() / 2 ** 20)
+        res.update(cuda_base_mb=base, cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20)
         res["train_extra_mb"] = res["cuda_peak_mb"] - base
     return res
 
 
 def run_config(args, t_inner: int, n_sup: int, full_backprop: bool) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--t-inner", str(t_inner), "--n-sup", str(n_sup),
-           "--batch", str(args.batch if not full_backprop else args.control_batch), "--seq", str(args.seq),
-           "--steps", str(args.steps), "--device", args.device] + (["--full-backprop"] if full_backprop else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--preset",
+        args.preset,
+        "--t-inner",
+        str(t_inner),
+        "--n-sup",
+        str(n_sup),
+        "--batch",
+        str(args.batch if not full_backprop else args.control_batch),
+        "--seq",
+        str(args.seq),
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+    ] + (["--full-backprop"] if full_backprop else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -104,7 +128,9 @@ def main() -> None:
     p.add_argument("--t-inner", type=int, default=4)
     p.add_argument("--n-sup", type=int, default=4)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--control-batch", type=int, default=1, help="batch of the full-backprop control (it keeps every iteration)")
+    p.add_argument(
+        "--control-batch", type=int, default=1, help="batch of the full-backprop control (it keeps every iteration)"
+    )
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -122,18 +148,28 @@ def main() -> None:
     key = "train_extra_mb"
     ratio = rows[24][key] / max(rows[4][key], 1e-9)
     peak_key = "cuda_peak_mb" if args.device.startswith("cuda") else "rss_peak_mb"
-    print(f"{args.preset} batch {args.batch}x{args.seq} n_sup {args.n_sup} on {args.device}: training memory above the "
-          f"pre-step baseline T_inner=24 {rows[24][key]:.1f} MB vs T_inner=4 {rows[4][key]:.1f} MB -> ratio {ratio:.3f} "
-          f"(target <= 1.10); raw peak {rows[24][peak_key]:.0f} vs {rows[4][peak_key]:.0f} MB "
-          f"(ratio {rows[24][peak_key] / rows[4][peak_key]:.3f})")
-    emit(f"recurrent training memory T_inner 24 / T_inner 4 ({args.preset}, {args.device})", [ratio], "<= 1.10",
-         met=ratio <= 1.10, t_inner_24_mb=round(rows[24][key], 1), t_inner_4_mb=round(rows[4][key], 1))
+    print(
+        f"{args.preset} batch {args.batch}x{args.seq} n_sup {args.n_sup} on {args.device}: training memory above the "
+        f"pre-step baseline T_inner=24 {rows[24][key]:.1f} MB vs T_inner=4 {rows[4][key]:.1f} MB -> ratio {ratio:.3f} "
+        f"(target <= 1.10); raw peak {rows[24][peak_key]:.0f} vs {rows[4][peak_key]:.0f} MB "
+        f"(ratio {rows[24][peak_key] / rows[4][peak_key]:.3f})"
+    )
+    emit(
+        f"recurrent training memory T_inner 24 / T_inner 4 ({args.preset}, {args.device})",
+        [ratio],
+        "<= 1.10",
+        met=ratio <= 1.10,
+        t_inner_24_mb=round(rows[24][key], 1),
+        t_inner_4_mb=round(rows[4][key], 1),
+    )
     if not args.no_control:
         c = {t: run_config(args, t, 1, True) for t in (4, 24)}
         for t in (4, 24):
             print(json.dumps(c[t]))
-        print(f"control (full backprop, n_sup 1, batch {args.control_batch}): T_inner=24 {c[24][key]:.1f} MB vs "
-              f"T_inner=4 {c[4][key]:.1f} MB -> ratio {c[24][key] / max(c[4][key], 1e-9):.2f} (grows with depth, as it should)")
+        print(
+            f"control (full backprop, n_sup 1, batch {args.control_batch}): T_inner=24 {c[24][key]:.1f} MB vs "
+            f"T_inner=4 {c[4][key]:.1f} MB -> ratio {c[24][key] / max(c[4][key], 1e-9):.2f} (grows with depth, as it should)"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ the same batch; rounds alternate the two models in one process and print both st
 summary is each model's median tokens/s, their ratio with its range over rounds, and the effective
 layer applications per second (tokens/s x effective depth), the v4.1 script's "depth per unit compute".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ def matched_transformer(rec_cfg: ModelConfig, depth: int, target: int):
     """Transformer++ of `depth` layers whose parameter count is closest to `target`."""
     best = None
     for d in range(64, 4097, 32):
-        cfg = ModelConfig(vocab_size=rec_cfg.vocab_size, d_model=d, n_layers=depth, n_heads=d // 32,
-                          max_seq_len=rec_cfg.max_seq_len, tie_embeddings=rec_cfg.tie_embeddings)
+        cfg = ModelConfig(
+            vocab_size=rec_cfg.vocab_size,
+            d_model=d,
+            n_layers=depth,
+            n_heads=d // 32,
+            max_seq_len=rec_cfg.max_seq_len,
+            tie_embeddings=rec_cfg.tie_embeddings,
+        )
         total = n_params(build_model(cfg))
         if best is None or abs(total - target) < abs(best[1] - target):
             best = (cfg, total)
@@ -77,24 +84,43 @@ def main() -> None:
         opts[name].step()
 
     rc = rec_cfg.arch
-    print(f"{args.preset}: {n_params(rec) / 1e6:.2f}M params, d {rec_cfg.d_model}, {rec_cfg.n_layers} layers x T_inner "
-          f"{rc.t_inner} x N_sup {rc.n_sup} = effective depth {depth}, ternary {rc.ternary}")
-    print(f"Transformer++: {n_params(tf) / 1e6:.2f}M params, d {tf_cfg.d_model}, {tf_cfg.n_layers} layers, "
-          f"{tf_cfg.n_heads} heads, ffn {tf_cfg.ffn}")
+    print(
+        f"{args.preset}: {n_params(rec) / 1e6:.2f}M params, d {rec_cfg.d_model}, {rec_cfg.n_layers} layers x T_inner "
+        f"{rc.t_inner} x N_sup {rc.n_sup} = effective depth {depth}, ternary {rc.ternary}"
+    )
+    print(
+        f"Transformer++: {n_params(tf) / 1e6:.2f}M params, d {tf_cfg.d_model}, {tf_cfg.n_layers} layers, "
+        f"{tf_cfg.n_heads} heads, ffn {tf_cfg.ffn}"
+    )
     print(f"batch {args.batch} x {args.seq}, fp32, threads {args.threads}, forward + backward + AdamW")
     tokens = args.batch * args.seq
     # one warm-up round, then rounds in which the two alternate who goes first
-    times = alternate({k: (lambda k=k: train_step(k)) for k in models}, args.rounds, calls=args.steps,
-                      after_round=lambda r, t: print(f"  round {r}: recurrent {1e3 * t['recurrent']:.0f} ms/step, "
-                                                     f"transformer {1e3 * t['transformer']:.0f} ms/step"))
+    times = alternate(
+        {k: (lambda k=k: train_step(k)) for k in models},
+        args.rounds,
+        calls=args.steps,
+        after_round=lambda r, t: print(
+            f"  round {r}: recurrent {1e3 * t['recurrent']:.0f} ms/step, "
+            f"transformer {1e3 * t['transformer']:.0f} ms/step"
+        ),
+    )
     tps = {k: tokens / statistics.median(v) for k, v in times.items()}
     ratios = ratios_of(times, "transformer", "recurrent")  # step-time ratio = tokens/s ratio the other way
-    print(f"tokens/s: recurrent {tps['recurrent']:.0f}, transformer {tps['transformer']:.0f}; recurrent/transformer "
-          f"median {statistics.median(ratios):.3f}, range [{min(ratios):.3f}, {max(ratios):.3f}]")
-    print(f"effective layer applications per second (tokens/s x depth {depth}): recurrent "
-          f"{tps['recurrent'] * depth:.0f}, transformer {tps['transformer'] * depth:.0f}")
-    emit(f"recurrent ({args.preset}) vs Transformer++ of equal parameters and effective depth {depth}, training tokens/s",
-         ratios, "report", recurrent_tok_s=round(tps["recurrent"], 2), transformer_tok_s=round(tps["transformer"], 2))
+    print(
+        f"tokens/s: recurrent {tps['recurrent']:.0f}, transformer {tps['transformer']:.0f}; recurrent/transformer "
+        f"median {statistics.median(ratios):.3f}, range [{min(ratios):.3f}, {max(ratios):.3f}]"
+    )
+    print(
+        f"effective layer applications per second (tokens/s x depth {depth}): recurrent "
+        f"{tps['recurrent'] * depth:.0f}, transformer {tps['transformer'] * depth:.0f}"
+    )
+    emit(
+        f"recurrent ({args.preset}) vs Transformer++ of equal parameters and effective depth {depth}, training tokens/s",
+        ratios,
+        "report",
+        recurrent_tok_s=round(tps["recurrent"], 2),
+        transformer_tok_s=round(tps["transformer"], 2),
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ date, the machine and the load around each run.
 
 Nothing is written unless --out names a directory; an existing --out directory is refused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,22 @@ ROOT = HERE.parents[1]  # the checkout: each script runs from it, as its recorde
 # name -> (script, full arguments, --quick arguments). The full arguments are the commands recorded in
 # benchmarks/README.md; one thread and process CPU time where a script offers them (a shared 2-core box).
 BENCHMARKS = {
-    "ternary": ("ternary_inference.py", ["--threads", "1", "--reps", "3", "--new-tokens", "240", "--budget-s", "0"], ["--threads", "1", "--reps", "2", "--new-tokens", "48"]),
+    "ternary": (
+        "ternary_inference.py",
+        ["--threads", "1", "--reps", "3", "--new-tokens", "240", "--budget-s", "0"],
+        ["--threads", "1", "--reps", "2", "--new-tokens", "48"],
+    ),
     "kv": ("kv_cache_speed.py", ["--rounds", "3"], ["--rounds", "2", "--new-tokens", "96"]),
-    "train": ("train_throughput.py", ["--threads", "1", "--clock", "cpu", "--rounds", "5"],
-              ["--threads", "1", "--clock", "cpu", "--rounds", "2"]),
-    "train-compiled": ("train_throughput.py", ["--threads", "1", "--clock", "cpu", "--rounds", "5", "--compile"],
-                       ["--threads", "1", "--clock", "cpu", "--rounds", "2", "--compile"]),
+    "train": (
+        "train_throughput.py",
+        ["--threads", "1", "--clock", "cpu", "--rounds", "5"],
+        ["--threads", "1", "--clock", "cpu", "--rounds", "2"],
+    ),
+    "train-compiled": (
+        "train_throughput.py",
+        ["--threads", "1", "--clock", "cpu", "--rounds", "5", "--compile"],
+        ["--threads", "1", "--clock", "cpu", "--rounds", "2", "--compile"],
+    ),
     "grown": ("grown_step.py", ["--rounds", "5"], ["--rounds", "2"]),
     "recurrent": ("recurrent_vs_transformer.py", ["--rounds", "2"], ["--rounds", "2", "--seq", "64"]),
     "first-token": ("first_token.py", ["--rounds", "5"], ["--rounds", "2"]),
@@ -52,8 +63,12 @@ def run_one(name: str, argv: list[str]) -> tuple[list[dict], str, dict]:
     load0 = os.getloadavg()[0]
     with StepTimer() as t:
         proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, cwd=ROOT)
-    info = {"command": f"python benchmarks/speed/{script.name} {' '.join(argv)}", "rc": proc.returncode,
-            "wall_s": round(t.elapsed.wall, 1), "load": [round(load0, 1), round(os.getloadavg()[0], 1)]}
+    info = {
+        "command": f"python benchmarks/speed/{script.name} {' '.join(argv)}",
+        "rc": proc.returncode,
+        "wall_s": round(t.elapsed.wall, 1),
+        "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+    }
     return parse(proc.stdout), proc.stdout + proc.stderr, info
 
 
@@ -63,13 +78,19 @@ def fmt(rec: dict) -> str:
 
 
 def table(rows: list[tuple[dict, dict]], header: str, quick: bool = False) -> str:
-    out = [header, "", "| benchmark | figure (median [range]) | target | met | command | load start/end |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        header,
+        "",
+        "| benchmark | figure (median [range]) | target | met | command | load start/end |",
+        "|---|---|---|---|---|---|",
+    ]
     for rec, info in rows:
         # a --quick run's shorter decodes and fewer rounds are not the settings the targets are set at
         met = "n/a (--quick)" if quick else {True: "yes", False: "**no**", None: "—"}[rec.get("met")]
-        out.append(f"| {rec['name']} | {fmt(rec)} | {rec['target']} | {met} | `{info['command']}` | "
-                   f"{info['load'][0]} / {info['load'][1]} |")
+        out.append(
+            f"| {rec['name']} | {fmt(rec)} | {rec['target']} | {met} | `{info['command']}` | "
+            f"{info['load'][0]} / {info['load'][1]} |"
+        )
     return "\n".join(out)
 
 
@@ -116,8 +137,9 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         tmp.chmod(0o755)  # mkdtemp makes it private; the results are an ordinary directory
         try:
-            (tmp / "suite.json").write_text(json.dumps({"header": header, "results": [{**r, **i} for r, i in rows],
-                                                        "failed": failed}, indent=1))
+            (tmp / "suite.json").write_text(
+                json.dumps({"header": header, "results": [{**r, **i} for r, i in rows], "failed": failed}, indent=1)
+            )
             (tmp / "suite.md").write_text(text + "\n")
             for name, log in logs.items():
                 (tmp / f"{name}.log").write_text(log)

@@ -8,6 +8,7 @@ in steady state (alive, never answering). Measured: from that moment to the laun
 whether rank 0 ended with one line naming rank 1. Raw seconds per round are printed; the RESULT value
 is the median elapsed / (timeout + 10): at most 1.0 meets the bound.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,36 @@ def one_round(work: Path, timeout_s: int) -> tuple[float, bool]:
     script, stamp = work / "stop_rank1.py", work / "stopped_at"
     script.write_text(STOPPING_RANK)
     stamp.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-           "train", "--preset", "baseline-micro", "--quiet", "--train.steps", "50", "--train.batch_size", "2",
-           "--model.d_model", "32", "--model.n_layers", "1", "--data.seq_len", "32", "--train.eval_every", "0",
-           "--train.dist_timeout_s", str(timeout_s), "--train.out_dir", str(work / "run"), "--overwrite"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        "train",
+        "--preset",
+        "baseline-micro",
+        "--quiet",
+        "--train.steps",
+        "50",
+        "--train.batch_size",
+        "2",
+        "--model.d_model",
+        "32",
+        "--model.n_layers",
+        "1",
+        "--data.seq_len",
+        "32",
+        "--train.eval_every",
+        "0",
+        "--train.dist_timeout_s",
+        str(timeout_s),
+        "--train.out_dir",
+        str(work / "run"),
+        "--overwrite",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", STOP_STAMP=str(stamp), NEXUS_CACHE=str(work / "cache"))
     env.pop("NEXUS_DIST_TIMEOUT", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 300)
@@ -71,12 +98,22 @@ def main() -> None:
             e, ok = one_round(Path(d), args.timeout)
             elapsed.append(e)
             named.append(ok)
-            print(f"round {i + 1}: the job ended {e:.1f} s after rank 1 stopped (bound {args.timeout + 10} s); "
-                  f"one line naming rank 1: {ok}", flush=True)
+            print(
+                f"round {i + 1}: the job ended {e:.1f} s after rank 1 stopped (bound {args.timeout + 10} s); "
+                f"one line naming rank 1: {ok}",
+                flush=True,
+            )
     bound = args.timeout + 10
-    emit("stopped rank: job end / (timeout + 10 s)", [e / bound for e in elapsed], "<= 1.0", unit="ratio",
-         met=all(e <= bound for e in elapsed) and all(named), elapsed_s=[round(e, 1) for e in elapsed],
-         dist_timeout_s=args.timeout, launcher="torchrun defaults (--shutdown-timeout 30)")
+    emit(
+        "stopped rank: job end / (timeout + 10 s)",
+        [e / bound for e in elapsed],
+        "<= 1.0",
+        unit="ratio",
+        met=all(e <= bound for e in elapsed) and all(named),
+        elapsed_s=[round(e, 1) for e in elapsed],
+        dist_timeout_s=args.timeout,
+        launcher="torchrun defaults (--shutdown-timeout 30)",
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ rate over this model's own GEMM shapes and operand layouts. The script also prin
 bounds nexus/HF for the same FLOPs as far as torch's own GEMM kernels go: the best square-GEMM rate
 divided by HF's achieved FLOP rate (the silicon's theoretical peak is higher; benchmarks/README.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import CLOCKS, StepTimer, alternate, emit, print_machine, ratios  # noqa: E402
+
 
 def matmul_rate_gflops(shapes, repeats: int = 3, clock: str = "wall") -> tuple[float, str]:
     """fp32 torch.mm rate: for each shape (m, k, n, layout) the median of `repeats` timings, best shape wins.
@@ -67,9 +69,11 @@ def profile_step(step_fn, opt) -> None:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step_fn(opt)
-    groups = {"GEMM (mm/addmm/bmm/linear)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"),
-              "attention (sdpa)": ("aten::_scaled_dot_product", "aten::scaled_dot_product"),
-              "optimizer": ("Optimizer.step", "aten::_fused_adamw", "aten::_foreach")}
+    groups = {
+        "GEMM (mm/addmm/bmm/linear)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"),
+        "attention (sdpa)": ("aten::_scaled_dot_product", "aten::scaled_dot_product"),
+        "optimizer": ("Optimizer.step", "aten::_fused_adamw", "aten::_foreach"),
+    }
     total = sum(e.self_cpu_time_total for e in prof.key_averages())
     shares = dict.fromkeys([*groups, "other (elementwise, norms, loss, framework)"], 0.0)
     for e in prof.key_averages():
@@ -81,6 +85,7 @@ def profile_step(step_fn, opt) -> None:
 def training_step(fwd, opt, x, y, dtype, hf: bool):
     """One training step (forward, backward, optimizer) of a nexus model, or of an HF model whose loss is taken
     exactly as nexus's plain path takes it (fp32 cross-entropy over the already-shifted labels)."""
+
     def step():
         with torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
             if hf:
@@ -92,6 +97,7 @@ def training_step(fwd, opt, x, y, dtype, hf: bool):
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
+
     return step
 
 
@@ -116,8 +122,15 @@ def build_pair(args):
     from nexus.config import ModelConfig
     from nexus.models import build_model
 
-    cfg = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                      n_kv_heads=args.kv_heads, max_seq_len=args.seq, tie_embeddings=not args.untied)
+    cfg = ModelConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        n_kv_heads=args.kv_heads,
+        max_seq_len=args.seq,
+        tie_embeddings=not args.untied,
+    )
     cfg.validate([], "model")
     torch.manual_seed(0)
     ours = build_model(cfg)
@@ -148,16 +161,26 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"], help="HF attention implementation")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--no-malloc-tuning", action="store_true",
-                   help="keep glibc's default malloc (nexus's CLI tunes it for both models; see nexus/runtime.py)")
+    p.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="keep glibc's default malloc (nexus's CLI tunes it for both models; see nexus/runtime.py)",
+    )
     # wall: elapsed time (the honest measure on a quiet machine). cpu: this process's CPU time, which ignores
     # time spent descheduled, so with --threads 1 it stays meaningful on a shared, overloaded box.
     p.add_argument("--clock", default="wall", choices=list(CLOCKS), help="cpu: process CPU time (use with --threads 1)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile both models (inductor; what `--train.compile true` does for nexus), HF too")
-    p.add_argument("--adamw", default="fused", choices=["fused", "foreach"],
-                   help="torch AdamW kernel for both sides; fused is each side's default (nexus's trainer on "
-                        "CPU, HF Trainer's adamw_torch_fused since torch 2.8)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile both models (inductor; what `--train.compile true` does for nexus), HF too",
+    )
+    p.add_argument(
+        "--adamw",
+        default="fused",
+        choices=["fused", "foreach"],
+        help="torch AdamW kernel for both sides; fused is each side's default (nexus's trainer on "
+        "CPU, HF Trainer's adamw_torch_fused since torch 2.8)",
+    )
     p.add_argument("--profile", action="store_true", help="after timing, profile one step of each side")
     args = p.parse_args()
     print_machine()  # CPU model and capability beside the figures below
@@ -203,8 +226,14 @@ def main() -> None:
         ceilings.append(matmul_rate_gflops(CEILING_SHAPES, clock=args.clock)[0])
 
     # the two models alternate who goes first, round after round; --steps steps per model and round
-    times = alternate({"nexus": lambda: step_ours(opt_ours), "hf": lambda: step_hf(opt_hf)}, args.rounds,
-                      calls=args.steps, warmup=0, clock=args.clock, after_round=matmul_peaks)
+    times = alternate(
+        {"nexus": lambda: step_ours(opt_ours), "hf": lambda: step_hf(opt_hf)},
+        args.rounds,
+        calls=args.steps,
+        warmup=0,
+        clock=args.clock,
+        after_round=matmul_peaks,
+    )
 
     peak = statistics.median(p for p, _ in peaks)
     peak_shape = max(set(s for _, s in peaks), key=[s for _, s in peaks].count)
@@ -212,34 +241,55 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     tps = {k: tokens / v for k, v in med.items()}
     util = {k: tps[k] * flops_tok / 1e9 / peak for k in tps}
-    print(f"shape: d_model {cfg.d_model}, layers {cfg.n_layers}, heads {cfg.n_heads}/{cfg.kv_heads}, ffn {cfg.ffn}, "
-          f"vocab {cfg.vocab_size}, seq {args.seq}, batch {args.batch} | threads {torch.get_num_threads()} | "
-          f"HF attention {args.hf_attn} | clock {args.clock} | compile {args.compile} | torch {torch.__version__}")
+    print(
+        f"shape: d_model {cfg.d_model}, layers {cfg.n_layers}, heads {cfg.n_heads}/{cfg.kv_heads}, ffn {cfg.ffn}, "
+        f"vocab {cfg.vocab_size}, seq {args.seq}, batch {args.batch} | threads {torch.get_num_threads()} | "
+        f"HF attention {args.hf_attn} | clock {args.clock} | compile {args.compile} | torch {torch.__version__}"
+    )
     print(f"loss check: nexus {l_ours:.6f} hf {l_hf:.6f}")
     for k in ("nexus", "hf"):
-        print(f"{k:>5}: median step {med[k] * 1e3:8.1f} ms | {tps[k]:9.0f} tokens/s | "
-              f"{tps[k] * flops_tok / 1e9:7.1f} GFLOP/s = {100 * util[k]:5.1f}% of matmul peak | "
-              f"steps(ms) {[round(t * 1e3) for t in times[k]]}")
+        print(
+            f"{k:>5}: median step {med[k] * 1e3:8.1f} ms | {tps[k]:9.0f} tokens/s | "
+            f"{tps[k] * flops_tok / 1e9:7.1f} GFLOP/s = {100 * util[k]:5.1f}% of matmul peak | "
+            f"steps(ms) {[round(t * 1e3) for t in times[k]]}"
+        )
     ceiling = max(statistics.median(ceilings), peak)
-    print(f"matmul peak: {peak:.1f} GFLOP/s fp32 over this model's {len(gemms)} GEMM shapes (median over rounds "
-          f"{[round(p) for p, _ in peaks]}, usual best shape {peak_shape}); model FLOPs/token {flops_tok / 1e6:.1f}M")
+    print(
+        f"matmul peak: {peak:.1f} GFLOP/s fp32 over this model's {len(gemms)} GEMM shapes (median over rounds "
+        f"{[round(p) for p, _ in peaks]}, usual best shape {peak_shape}); model FLOPs/token {flops_tok / 1e6:.1f}M"
+    )
     hf_rate = tps["hf"] * flops_tok / 1e9
     # With torch's GEMM kernels no step runs its FLOPs faster than their best rate at any shape, so this
     # bounds nexus/HF for the same computation, whatever nexus does outside the GEMMs (a faster-than-torch
     # GEMM kernel could go past it, up to the silicon's own peak).
-    print(f"ceiling: best square GEMM {ceiling:.1f} GFLOP/s (median over rounds {[round(c) for c in ceilings]}); "
-          f"HF runs at {hf_rate:.1f} GFLOP/s, so nexus/HF <= {ceiling / hf_rate:.3f} for the same FLOPs")
-    print(f"RATIO nexus/hf tokens/s = {tps['nexus'] / tps['hf']:.3f}  (target >= 1.25, ceiling {ceiling / hf_rate:.3f})")
+    print(
+        f"ceiling: best square GEMM {ceiling:.1f} GFLOP/s (median over rounds {[round(c) for c in ceilings]}); "
+        f"HF runs at {hf_rate:.1f} GFLOP/s, so nexus/HF <= {ceiling / hf_rate:.3f} for the same FLOPs"
+    )
+    print(
+        f"RATIO nexus/hf tokens/s = {tps['nexus'] / tps['hf']:.3f}  (target >= 1.25, ceiling {ceiling / hf_rate:.3f})"
+    )
     print(f"RATIO nexus / matmul peak = {util['nexus']:.3f}  (target >= 0.85)")
     mode = "compiled" if args.compile else "eager"
     per_round = ratios(times, "hf", "nexus")  # HF's step time / nexus's = nexus/HF tokens/s
-    emit(f"training tokens/s vs HF LlamaForCausalLM ({mode}, d{cfg.d_model} x {cfg.n_layers}, seq {args.seq})",
-         per_round, f">= 1.25 (same-FLOPs ceiling here {ceiling / hf_rate:.2f})", met=statistics.median(per_round) >= 1.25,
-         ceiling=round(ceiling / hf_rate, 4),
-         nexus_ms=[round(t * 1e3, 1) for t in times["nexus"]], hf_ms=[round(t * 1e3, 1) for t in times["hf"]])
+    emit(
+        f"training tokens/s vs HF LlamaForCausalLM ({mode}, d{cfg.d_model} x {cfg.n_layers}, seq {args.seq})",
+        per_round,
+        f">= 1.25 (same-FLOPs ceiling here {ceiling / hf_rate:.2f})",
+        met=statistics.median(per_round) >= 1.25,
+        ceiling=round(ceiling / hf_rate, 4),
+        nexus_ms=[round(t * 1e3, 1) for t in times["nexus"]],
+        hf_ms=[round(t * 1e3, 1) for t in times["hf"]],
+    )
     shares = [tokens / t * flops_tok / 1e9 / p for t, (p, _) in zip(times["nexus"], peaks)]
-    emit(f"training share of measured matmul peak ({mode})", shares, ">= 0.85", unit="fraction",
-         met=statistics.median(shares) >= 0.85, peak_gflops=[round(p, 1) for p, _ in peaks])
+    emit(
+        f"training share of measured matmul peak ({mode})",
+        shares,
+        ">= 0.85",
+        unit="fraction",
+        met=statistics.median(shares) >= 0.85,
+        peak_gflops=[round(p, 1) for p, _ in peaks],
+    )
     if args.profile:
         for name, fn, opt in (("nexus", step_ours, opt_ours), ("hf", step_hf, opt_hf)):
             print(f"{name}:")

@@ -19,6 +19,7 @@ Pre-stated (2026-12-07, before any run of this study):
              gains (small - grown), which needs no gap. A share is reported only where its family's gap exceeds 4
              standard errors over the evaluation seeds.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,12 +65,19 @@ def pilot(parts: dict, ledger) -> dict | None:
         base = next(b for b in plan["bases"].values() if fam in b["methods"])
         small_shape = base["small_run"]
         scratch_shape = next(r["shape"] for r in plan["runs"].values() if r.get("method") == fam)
-        row = {shape: [r for r in c["table"][shape] if r["lr"] == c["best"][shape]][0]["losses"]
-               for shape in (small_shape, scratch_shape)}
+        row = {
+            shape: [r for r in c["table"][shape] if r["lr"] == c["best"][shape]][0]["losses"]
+            for shape in (small_shape, scratch_shape)
+        }
         diffs = [row[small_shape][s] - row[scratch_shape][s] for s in sorted(row[small_shape])]
         mean, se = sum(diffs) / len(diffs), _se(diffs)
-        out[fam] = {"small_minus_scratch": mean, "se": se, "ses": mean / se if se > 0 else float("inf"),
-                    "passes": mean > 0 and (se == 0 or mean / se >= GAP_SES), "edge": c["edge"]}
+        out[fam] = {
+            "small_minus_scratch": mean,
+            "se": se,
+            "ses": mean / se if se > 0 else float("inf"),
+            "passes": mean > 0 and (se == 0 or mean / se >= GAP_SES),
+            "edge": c["edge"],
+        }
     return out
 
 
@@ -78,8 +86,10 @@ def summarize(parts: dict, ledger, say) -> dict:
 
     out: dict = {"pilot": pilot(parts, ledger)}
     for fam, p in (out["pilot"] or {}).items():
-        say(f"pilot {fam} (tuning seeds {','.join(map(str, TUNING_SEEDS))}, chosen lrs): small - scratch "
-            f"{p['small_minus_scratch']:+.4f} = {p['ses']:.1f} SE ({'passes' if p['passes'] else 'FAILS: the test is void'})")
+        say(
+            f"pilot {fam} (tuning seeds {','.join(map(str, TUNING_SEEDS))}, chosen lrs): small - scratch "
+            f"{p['small_minus_scratch']:+.4f} = {p['ses']:.1f} SE ({'passes' if p['passes'] else 'FAILS: the test is void'})"
+        )
     ev = parts["eval"]
     if not (ev.get("tuned") and all(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())):
         held = sum(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())
@@ -95,8 +105,11 @@ def summarize(parts: dict, ledger, say) -> dict:
         sc = [ledger.final_val_loss(f"seed{sd}/scratch-{shape}") for sd in EVAL_SEEDS]
         gaps = [a - c for a, c in zip(sm, sc)]
         gap_ses = (sum(gaps) / len(gaps)) / _se(gaps) if _se(gaps) > 0 else float("inf")
-        per[fam] = {"gain": [a - g for a, g in zip(sm, gr)], "gap_ses": gap_ses,
-                    "share": [(a - g) / (a - c) for a, g, c in zip(sm, gr, sc)]}
+        per[fam] = {
+            "gain": [a - g for a, g in zip(sm, gr)],
+            "gap_ses": gap_ses,
+            "share": [(a - g) / (a - c) for a, g, c in zip(sm, gr, sc)],
+        }
         say(f"{fam}: growth gain (small - grown) {fmt(paired(sm, gr)['diff'])}; small - scratch gap {gap_ses:.1f} SE")
     a, b = FAMILIES
     out["gain_difference"] = paired(per[a]["gain"], per[b]["gain"])

@@ -32,6 +32,7 @@ Pre-stated (2026-12-07, before any run of this study):
              {8, 6, 4, 2} (perturb-8 was `naive-copy` in progressive-main). Each arm's symmetry lock at the end
              (how far each copied unit moved from its twin) is read from its run's metrics.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,13 +66,20 @@ def bracket_methods() -> dict:
     growth of `sparkling`'s small model with one stated spec."""
     from nexus.experiments import progressive as P
 
-    naive = {"init": "copy,copy", "preserve": "none", "optimizer_state": "copy"}  # naive-copy-locked's spec: no re-warmup
-    arms = {"naive-copy-random": {**naive, "init": "copy,random"},
-            "natural": {**naive, "optimizer_state": "asymmetric"},
-            **{f"perturb-{k}": {**naive, "perturb": 2.0 ** -k} for k in PERTURB_EXPONENTS}}
-    return {name: P.method_variant("naive-copy-locked", name=name, spec=spec,
-                                   note=f"sparkling-credible bracket: {name}")
-            for name, spec in arms.items()}
+    naive = {
+        "init": "copy,copy",
+        "preserve": "none",
+        "optimizer_state": "copy",
+    }  # naive-copy-locked's spec: no re-warmup
+    arms = {
+        "naive-copy-random": {**naive, "init": "copy,random"},
+        "natural": {**naive, "optimizer_state": "asymmetric"},
+        **{f"perturb-{k}": {**naive, "perturb": 2.0**-k} for k in PERTURB_EXPONENTS},
+    }
+    return {
+        name: P.method_variant("naive-copy-locked", name=name, spec=spec, note=f"sparkling-credible bracket: {name}")
+        for name, spec in arms.items()
+    }
 
 
 def study_parts(tune_lrs=TUNE_LRS) -> dict:
@@ -83,8 +91,9 @@ def study_parts(tune_lrs=TUNE_LRS) -> dict:
         "tune-cont": Arms(ARMS, TUNING_SEEDS, ns="tune-cont/", scratch_seeds=(), **tuned),
         "eval": Arms(ARMS, EVAL_SEEDS, **tuned),
         # the bracket branches from the evaluation's prefixes of its seeds: its runs are paired with eval's
-        "bracket": Arms(BRACKET, BRACKET_SEEDS, tuned_by="tune-halving", untuned_lrs=ESTIMATE_ONLY_LRS,
-                        scratch_seeds=()),
+        "bracket": Arms(
+            BRACKET, BRACKET_SEEDS, tuned_by="tune-halving", untuned_lrs=ESTIMATE_ONLY_LRS, scratch_seeds=()
+        ),
     }
 
 
@@ -103,8 +112,12 @@ def continuation_choice(parts: dict, ledger) -> dict | None:
     if not parts["tune-cont"].get("tuned") or not all(ledger.holds(k, r["cfg"]) for k, r in runs.items()):
         return None
     mean = {}
-    for label, suffix in (("small x1", "small"), (f"small x{LR_MULT}", f"small@lr{LR_MULT}x"),
-                          ("sparkling x1", ARMS[0]), (f"sparkling x{LR_MULT}", ARMS[1])):
+    for label, suffix in (
+        ("small x1", "small"),
+        (f"small x{LR_MULT}", f"small@lr{LR_MULT}x"),
+        ("sparkling x1", ARMS[0]),
+        (f"sparkling x{LR_MULT}", ARMS[1]),
+    ):
         vals = [ledger.final_val_loss(f"tune-cont/seed{sd}/{suffix}") for sd in TUNING_SEEDS]
         mean[label] = sum(vals) / len(vals)
     pick = {k: min((1, LR_MULT), key=lambda m: mean[f"{k} x{m}"]) for k in ("small", "sparkling")}
@@ -124,8 +137,13 @@ def pilot(parts: dict, ledger) -> dict | None:
     seeds = sorted(sm)
     d = paired([sm[s] for s in seeds], [sc[s] for s in seeds])["diff"]
     se = d["std"] / math.sqrt(d["n"]) if d["n"] > 1 else float("nan")
-    return {"small_minus_scratch": d["mean"], "se": se, "ses": d["mean"] / se if se > 0 else float("inf"),
-            "seeds": seeds, "passes": d["mean"] > 0 and (se == 0 or d["mean"] / se >= GAP_SES)}
+    return {
+        "small_minus_scratch": d["mean"],
+        "se": se,
+        "ses": d["mean"] / se if se > 0 else float("inf"),
+        "seeds": seeds,
+        "passes": d["mean"] > 0 and (se == 0 or d["mean"] / se >= GAP_SES),
+    }
 
 
 def summarize(parts: dict, ledger, plan_summary, say) -> dict:
@@ -138,14 +156,19 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
     p = pilot(parts, ledger)
     out["pilot"] = p
     if p:
-        say(f"pilot (tuning seeds {','.join(p['seeds'])}, chosen lrs): small - scratch {p['small_minus_scratch']:+.4f} "
-            f"= {p['ses']:.1f} standard errors ({'passes' if p['passes'] else 'FAILS'} the >= {GAP_SES:g} SE check)")
+        say(
+            f"pilot (tuning seeds {','.join(p['seeds'])}, chosen lrs): small - scratch {p['small_minus_scratch']:+.4f} "
+            f"= {p['ses']:.1f} standard errors ({'passes' if p['passes'] else 'FAILS'} the >= {GAP_SES:g} SE check)"
+        )
     cont = continuation_choice(parts, ledger)
     out["continuation"] = cont
     if cont:
-        say("continuation lr at growth (tuning seeds, mean final loss): " + ", ".join(
-            f"{k} {v:.4f}" for k, v in cont["mean"].items()) + f" -> small x{cont['pick']['small']}, sparkling "
-            f"x{cont['pick']['sparkling']}")
+        say(
+            "continuation lr at growth (tuning seeds, mean final loss): "
+            + ", ".join(f"{k} {v:.4f}" for k, v in cont["mean"].items())
+            + f" -> small x{cont['pick']['small']}, sparkling "
+            f"x{cont['pick']['sparkling']}"
+        )
     ev = parts["eval"]
     if not (ev.get("tuned") and all(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())):
         held = sum(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())
@@ -165,17 +188,24 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
         growth = paired(g, ctl)
         gap = paired(sm, sc)["diff"]
         gap_ses = gap["mean"] / (gap["std"] / math.sqrt(gap["n"])) if gap["std"] > 0 else float("inf")
-        row = {"grown_minus_scratch_equal_tokens": eq_tokens, "grown_minus_scratch_equal_flops": eq_flops,
-               "verdict_equal_tokens": _verdict(eq_tokens["diff"]["ci_low"], eq_tokens["diff"]["ci_high"]),
-               "verdict_equal_flops": _verdict(eq_flops["diff"]["ci_low"], eq_flops["diff"]["ci_high"]),
-               "growth_effect": growth, "control": control, "gap_ses": gap_ses,
-               "gap_closed": m["gap_closed"] if gap_ses >= GAP_SES else None}
+        row = {
+            "grown_minus_scratch_equal_tokens": eq_tokens,
+            "grown_minus_scratch_equal_flops": eq_flops,
+            "verdict_equal_tokens": _verdict(eq_tokens["diff"]["ci_low"], eq_tokens["diff"]["ci_high"]),
+            "verdict_equal_flops": _verdict(eq_flops["diff"]["ci_low"], eq_flops["diff"]["ci_high"]),
+            "growth_effect": growth,
+            "control": control,
+            "gap_ses": gap_ses,
+            "gap_closed": m["gap_closed"] if gap_ses >= GAP_SES else None,
+        }
         out["methods"][arm] = row
         say(f"{arm}: grown - scratch at equal tokens {fmt(eq_tokens['diff'])} -> {row['verdict_equal_tokens']}")
         say(f"{arm}: grown - scratch at equal FLOPs {fmt(eq_flops['diff'])} -> {row['verdict_equal_flops']}")
         say(f"{arm}: growth's own effect, grown - {control} (same lr, no growth) {fmt(growth['diff'])}")
-        say(f"{arm}: small - scratch gap {gap['mean']:+.4f} = {gap_ses:.1f} SE; share closed "
-            + (fmt_gap(m["gap_closed"]) if row["gap_closed"] else f"not reported (gap under {GAP_SES:g} SE)"))
+        say(
+            f"{arm}: small - scratch gap {gap['mean']:+.4f} = {gap_ses:.1f} SE; share closed "
+            + (fmt_gap(m["gap_closed"]) if row["gap_closed"] else f"not reported (gap under {GAP_SES:g} SE)")
+        )
     return out
 
 
@@ -201,10 +231,16 @@ def bracket_summary(parts: dict, ledger, say) -> dict | None:
     for arm in (*BRACKET, ARMS[0]):
         g = finals(arm)
         lock = [ledger.read(f"seed{sd}/{arm}")["final"].get("final_symmetry_lock_mean") for sd in BRACKET_SEEDS]
-        out[arm] = {"grown_minus_small": paired(g, small), "grown_minus_sparkling": paired(g, spark),
-                    "gap_closed": gap_closed(small, g, sc), "symmetry_lock": lock}
+        out[arm] = {
+            "grown_minus_small": paired(g, small),
+            "grown_minus_sparkling": paired(g, spark),
+            "gap_closed": gap_closed(small, g, sc),
+            "symmetry_lock": lock,
+        }
         locks = "n/a" if None in lock else ", ".join(f"{x:.6f}" for x in lock)
-        say(f"bracket {arm}: grown - small {fmt(out[arm]['grown_minus_small']['diff'])}; grown - sparkling "
+        say(
+            f"bracket {arm}: grown - small {fmt(out[arm]['grown_minus_small']['diff'])}; grown - sparkling "
             f"{fmt(out[arm]['grown_minus_sparkling']['diff'])}; share {fmt_gap(out[arm]['gap_closed'])}; symmetry "
-            f"lock at the end (mean cosine copy/twin per seed) {locks}")
+            f"lock at the end (mean cosine copy/twin per seed) {locks}"
+        )
     return out

@@ -9,6 +9,7 @@ Method pairs (nexus-vs-tokenformer) are run by `nexus experiment progressive --m
     python benchmarks/studies/progressive_methods.py                        # quick budget, seeds 0,1,2
     python benchmarks/studies/progressive_methods.py --tokens 102400 --seeds 0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,31 +41,50 @@ def main() -> None:
     rows = []
     for name in names:
         with StepTimer() as t:
-            plan = plan_progressive(name, overrides=overrides, tokens=a.tokens, grow_at=a.grow_at, seeds=seeds,
-                                    out=f"{a.out}/{name}")
+            plan = plan_progressive(
+                name, overrides=overrides, tokens=a.tokens, grow_at=a.grow_at, seeds=seeds, out=f"{a.out}/{name}"
+            )
             r = run_progressive(plan, quiet=True, say=lambda *_: None)
         sm = r["summary"]
-        rows.append({"method": name, "seeds": seeds, "final": sm["final_val_loss"],
-                     "grown_minus_scratch": sm["grown_minus_scratch_final"], "measured_saved": sm["measured_flops_saved"],
-                     "eq29_saved": r["eq29"]["flops_saved"], "tokens": r["token_budget"],
-                     "wall_s": t.elapsed.wall})
+        rows.append(
+            {
+                "method": name,
+                "seeds": seeds,
+                "final": sm["final_val_loss"],
+                "grown_minus_scratch": sm["grown_minus_scratch_final"],
+                "measured_saved": sm["measured_flops_saved"],
+                "eq29_saved": r["eq29"]["flops_saved"],
+                "tokens": r["token_budget"],
+                "wall_s": t.elapsed.wall,
+            }
+        )
         print(json.dumps(rows[-1], default=str), flush=True)
         finals = [v["runs"] for v in r["per_seed"].values()]
-        emit(f"{name}: grown - scratch final val loss (paired by seed, {r['token_budget']:,} tokens)",
-             [f["grown"]["final_val_loss"] - f["scratch"]["final_val_loss"] for f in finals],
-             "report (< 0: growth beat scratch)", unit="nats", seeds=seeds, t_p=sm["grown_minus_scratch_final"]["t_p"],
-             eq29_saved=r["eq29"]["flops_saved"])
+        emit(
+            f"{name}: grown - scratch final val loss (paired by seed, {r['token_budget']:,} tokens)",
+            [f["grown"]["final_val_loss"] - f["scratch"]["final_val_loss"] for f in finals],
+            "report (< 0: growth beat scratch)",
+            unit="nats",
+            seeds=seeds,
+            t_p=sm["grown_minus_scratch_final"]["t_p"],
+            eq29_saved=r["eq29"]["flops_saved"],
+        )
     print(f"\nseeds {a.seeds}; mean +- std over seeds")
-    print(f"{'method':20s} {'grown':>16s} {'scratch':>16s} {'small':>16s} {'grown-scratch':>14s} {'p (paired t)':>12s} "
-          f"{'measured saved':>22s} {'eq29 saved':>11s}")
+    print(
+        f"{'method':20s} {'grown':>16s} {'scratch':>16s} {'small':>16s} {'grown-scratch':>14s} {'p (paired t)':>12s} "
+        f"{'measured saved':>22s} {'eq29 saved':>11s}"
+    )
     for r in rows:
         f = r["final"]
         d = r["grown_minus_scratch"]
         m = r["measured_saved"]
         ms = "not reached" if m["reached"] == 0 else f"{100 * m['mean']:+.1f}% ({m['reached']}/{m['of']})"
         p = "-" if d["t_p"] is None else f"{d['t_p']:.3g}"
-        print(f"{r['method']:20s} " + " ".join(f"{f[k]['mean']:.4f}+-{f[k]['std']:.4f}" for k in ("grown", "scratch", "small"))
-              + f" {d['diff']['mean']:+14.4f} {p:>12s} {ms:>22s} {100 * r['eq29_saved']:+10.1f}%")
+        print(
+            f"{r['method']:20s} "
+            + " ".join(f"{f[k]['mean']:.4f}+-{f[k]['std']:.4f}" for k in ("grown", "scratch", "small"))
+            + f" {d['diff']['mean']:+14.4f} {p:>12s} {ms:>22s} {100 * r['eq29_saved']:+10.1f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ are trained once and copied, so the full setting trains 16 distinct runs per see
 Prints a progress line per run, one JSON line per method, and a table (mean +- std, 95% interval,
 paired tests vs scratch), also written to OUT/table.md and OUT/results.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,16 @@ from _harness import StepTimer, emit, print_machine  # noqa: E402
 
 # The recipe its recorded results were measured with (before issue 29): no QK-norm, weight decay on matrices only,
 # and naive-copy with the asymmetric optimizer state. benchmarks/studies/progressive_regime.py runs the paper's recipe.
-SMALL = {"model.n_layers": 2, "model.d_model": 16, "model.n_heads": 2, "model.head_dim": 8, "model.ffn_hidden": 32,
-         "train.eval_batches": 4, "model.qk_norm": False, "train.decay_all": False}
+SMALL = {
+    "model.n_layers": 2,
+    "model.d_model": 16,
+    "model.n_heads": 2,
+    "model.head_dim": 8,
+    "model.ffn_hidden": 32,
+    "train.eval_batches": 4,
+    "model.qk_norm": False,
+    "train.decay_all": False,
+}
 _NR = {"model.projection.rank_m": 24, "model.projection.rank_a": 32}
 # method -> (spec changes, extra small-model overrides): the 2x growth of each method at the shrunk shape
 REGIME = {
@@ -74,8 +83,12 @@ def regime_methods(names: list[str]) -> dict:
     bad = [n for n in names if n not in REGIME]
     if bad:
         raise SystemExit(f"--methods: {bad[0]!r} has no paper-regime shape (valid: {', '.join(REGIME)})")
-    return {name: method_variant(name, spec=REGIME[name][0], overrides={**SMALL, **REGIME[name][1]},
-                                 note="paper regime: shrunk, 2x") for name in names}
+    return {
+        name: method_variant(
+            name, spec=REGIME[name][0], overrides={**SMALL, **REGIME[name][1]}, note="paper regime: shrunk, 2x"
+        )
+        for name in names
+    }
 
 
 def param_counts(model_cfg) -> dict:
@@ -84,8 +97,9 @@ def param_counts(model_cfg) -> dict:
     from nexus.models.accounting import build_on_meta
 
     active = active_params(model_cfg)
-    emb = sum(p.numel() for n, p in build_on_meta(model_cfg).named_parameters()
-              if n.split(".")[0] in ("embed", "lm_head"))
+    emb = sum(
+        p.numel() for n, p in build_on_meta(model_cfg).named_parameters() if n.split(".")[0] in ("embed", "lm_head")
+    )
     return {"active": active, "active_non_embedding": active - emb}
 
 
@@ -147,8 +161,10 @@ def plan_method(method, tpp: float, seeds: list[int], out: Path) -> tuple[dict, 
 
     plan = plan_at_tokens_per_param(method, tpp, seeds=seeds, out=str(out / method.name))
     first = plan["configs"][str(seeds[0])]
-    return plan, {"small": param_counts(saved_run_config(first["small"]).model),
-                  "large": param_counts(saved_run_config(first["scratch"]).model)}
+    return plan, {
+        "small": param_counts(saved_run_config(first["small"]).model),
+        "large": param_counts(saved_run_config(first["scratch"]).model),
+    }
 
 
 def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
@@ -162,7 +178,7 @@ def step_seconds(cfg_dict: dict, steps: int = 20, warm: int = 5) -> float:
     tc = cfg.train
     tc.steps = warm + steps
     tc.drop_hook("growth")
-    tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10 ** 9
+    tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10**9
     with tempfile.TemporaryDirectory() as tmp:
         tc.out_dir = tmp
         tr = Trainer(cfg.validate(), quiet=True)
@@ -187,15 +203,27 @@ def estimate(plans: dict, seeds: list[int]) -> dict:
                     continue
                 seen.add(run_key(cfg))
                 scratch = plan["configs"][str(sd)]["scratch"]
-                big, small = run_key({**scratch, "train": {**scratch["train"], "seed": 0}}), run_key(
-                    {**cfg, "train": {**cfg["train"], "seed": 0,
-                                       "hooks": [h for h in cfg["train"]["hooks"] if h["kind"] != "growth"]}})
+                big, small = (
+                    run_key({**scratch, "train": {**scratch["train"], "seed": 0}}),
+                    run_key(
+                        {
+                            **cfg,
+                            "train": {
+                                **cfg["train"],
+                                "seed": 0,
+                                "hooks": [h for h in cfg["train"]["hooks"] if h["kind"] != "growth"],
+                            },
+                        }
+                    ),
+                )
                 if small not in cost:
                     cost[small] = step_seconds(cfg)
                 if run == "grown" and big not in cost:
                     cost[big] = step_seconds(scratch)
                 g = plan["grow_step"]
-                sec += g * cost[small] + (plan["steps"] - g) * cost[big] if run == "grown" else plan["steps"] * cost[small]
+                sec += (
+                    g * cost[small] + (plan["steps"] - g) * cost[big] if run == "grown" else plan["steps"] * cost[small]
+                )
         sec *= 1.1  # evaluation (eval_batches 4 at ~10 points), logging and checkpoints: ~10% measured on --quick
         total += sec
         lines.append(f"  {name:20s} {plan['steps']} steps/run | {sec / 60:6.1f} min (distinct runs only)")
@@ -219,26 +247,33 @@ def _p(x) -> str:
 
 
 def render_table(rows: list[dict], pair: dict | None) -> str:
-    out = ["| method | tokens/param at growth (active / non-emb.) | grown | scratch | small only | "
-           "grown − scratch [95% CI] | paired t p / Wilcoxon p | measured saved at equal loss (seeds reached) | "
-           "eq. 29 at equal tokens |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| method | tokens/param at growth (active / non-emb.) | grown | scratch | small only | "
+        "grown − scratch [95% CI] | paired t p / Wilcoxon p | measured saved at equal loss (seeds reached) | "
+        "eq. 29 at equal tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         d = r["grown_minus_scratch"]
         m = r["measured_saved"]
-        out.append(f"| {r['method']} | {r['tpp_active']:.0f} / {r['tpp_non_embedding']:.0f} | {fmt_ci(r['grown'])} | "
-                   f"{fmt_ci(r['scratch'])} | {fmt_ci(r['small'])} | {fmt_ci(d['diff'])} | {_p(d['t_p'])} / "
-                   f"{_p(d['wilcoxon_p'])} | {fmt_ci(m, True) if m['reached'] else 'not reached'} ({m['reached']}/{m['of']}) "
-                   f"| {100 * r['eq29_saved']:+.1f}% |")
+        out.append(
+            f"| {r['method']} | {r['tpp_active']:.0f} / {r['tpp_non_embedding']:.0f} | {fmt_ci(r['grown'])} | "
+            f"{fmt_ci(r['scratch'])} | {fmt_ci(r['small'])} | {fmt_ci(d['diff'])} | {_p(d['t_p'])} / "
+            f"{_p(d['wilcoxon_p'])} | {fmt_ci(m, True) if m['reached'] else 'not reached'} ({m['reached']}/{m['of']}) "
+            f"| {100 * r['eq29_saved']:+.1f}% |"
+        )
     if pair is not None:
         sm = pair["summary"]
         a, b = pair["methods"]
         d = sm["a_minus_b_final"]
-        out += ["", f"Pair {pair['pair']} ({a} vs {b}, grown runs only, same bases and tokens): {a} {fmt_ci(sm['final_val_loss'][a])}, "
-                f"{b} {fmt_ci(sm['final_val_loss'][b])}; {a} − {b} {fmt_ci(d['diff'])} (paired t p {_p(d['t_p'])}, "
-                f"Wilcoxon p {_p(d['wilcoxon_p'])}); compute {a} saved to reach {b}'s final loss: "
-                f"{fmt_ci(sm['saved'], True)} ({sm['reached']} of {len(pair['seeds'])} seeds reached it directly, "
-                f"{sm.get('reached_before_growth', 0)} before growth; negative = {b} needed less)."]
+        out += [
+            "",
+            f"Pair {pair['pair']} ({a} vs {b}, grown runs only, same bases and tokens): {a} {fmt_ci(sm['final_val_loss'][a])}, "
+            f"{b} {fmt_ci(sm['final_val_loss'][b])}; {a} − {b} {fmt_ci(d['diff'])} (paired t p {_p(d['t_p'])}, "
+            f"Wilcoxon p {_p(d['wilcoxon_p'])}); compute {a} saved to reach {b}'s final loss: "
+            f"{fmt_ci(sm['saved'], True)} ({sm['reached']} of {len(pair['seeds'])} seeds reached it directly, "
+            f"{sm.get('reached_before_growth', 0)} before growth; negative = {b} needed less).",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -248,15 +283,27 @@ def main() -> None:
     from nexus.growth import families
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", default=None, help="comma-separated (default: every method of --list whose family is installed)")
+    ap.add_argument(
+        "--methods", default=None, help="comma-separated (default: every method of --list whose family is installed)"
+    )
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--tokens-per-param", type=float, default=TOKENS_PER_PARAM,
-                    help=f"D_e / small active params (default {TOKENS_PER_PARAM:g})")
-    ap.add_argument("--quick", action="store_true", help=f"{QUICK_TOKENS_PER_PARAM:g} tokens per parameter (a smoke run)")
+    ap.add_argument(
+        "--tokens-per-param",
+        type=float,
+        default=TOKENS_PER_PARAM,
+        help=f"D_e / small active params (default {TOKENS_PER_PARAM:g})",
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_TOKENS_PER_PARAM:g} tokens per parameter (a smoke run)"
+    )
     ap.add_argument("--estimate", action="store_true", help="time a few steps of every distinct model; train nothing")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: these 10-40k-parameter models gain nothing from intra-op threads, "
-                         "and on a shared CPU two threads per process ran ~6x slower per step than one)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: these 10-40k-parameter models gain nothing from intra-op threads, "
+        "and on a shared CPU two threads per process ran ~6x slower per step than one)",
+    )
     ap.add_argument("--out", default="runs/bench-paper-regime")
     a = ap.parse_args()
     import torch
@@ -265,23 +312,32 @@ def main() -> None:
     tpp = QUICK_TOKENS_PER_PARAM if a.quick else a.tokens_per_param
     seeds = [int(s) for s in a.seeds.split(",")]
     installed = set(families())
-    names = a.methods.split(",") if a.methods else [n for n, m in P.methods().items() if m.family in installed and n in REGIME]
+    names = (
+        a.methods.split(",")
+        if a.methods
+        else [n for n, m in P.methods().items() if m.family in installed and n in REGIME]
+    )
     shrunk = regime_methods(names)  # the shrunk methods, in place of their namesakes
     out = Path(a.out) / ("quick" if a.quick else "full")
     plans, counts = {}, {}
     for name in names:
         plans[name], counts[name] = plan_method(shrunk[name], tpp, seeds, out)
     clock = StepTimer().start()  # progress lines and the foot say how long the study has run
-    head = (f"paper regime: {tpp:g} tokens/active param before growth | seeds {a.seeds} | threads "
-            f"{__import__('torch').get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
-            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {platform.node()}")
+    head = (
+        f"paper regime: {tpp:g} tokens/active param before growth | seeds {a.seeds} | threads "
+        f"{__import__('torch').get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {platform.node()}"
+    )
     print(head, flush=True)
     print_machine()  # CPU model and capability beside the figures below
     if a.estimate:
         e = estimate(plans, seeds)
         print("\n".join(e["lines"]))
-        print(f"idle estimate (per-step cost timed here x steps, distinct runs once, +10%): {e['total_s'] / 60:.1f} min "
-              f"| load now {os.getloadavg()[0]:.1f} | {clock.so_far().wall:.0f} s to measure", flush=True)
+        print(
+            f"idle estimate (per-step cost timed here x steps, distinct runs once, +10%): {e['total_s'] / 60:.1f} min "
+            f"| load now {os.getloadavg()[0]:.1f} | {clock.so_far().wall:.0f} s to measure",
+            flush=True,
+        )
         return
 
     def say(msg: str) -> None:
@@ -295,34 +351,65 @@ def main() -> None:
         method_clock = StepTimer().start()
         plan = plans[name]
         copied = cache.fill(plan["configs"], Path(plan["out_dir"]))
-        print(f"[{name}] {plan['steps']} steps/run, {plan['token_budget']:,} tokens, growth at step {plan['grow_step']}"
-              f" | {copied} identical run(s) copied from earlier methods", flush=True)
+        print(
+            f"[{name}] {plan['steps']} steps/run, {plan['token_budget']:,} tokens, growth at step {plan['grow_step']}"
+            f" | {copied} identical run(s) copied from earlier methods",
+            flush=True,
+        )
         r = P.run_progressive(plan, quiet=True, say=say)
         cache.record(plan["configs"], Path(plan["out_dir"]))
         sm = r["summary"]
         fin = sm["final_val_loss"]
         c = counts[name]
-        row = {"method": name, "seeds": seeds, "tokens": r["token_budget"], "steps": plan["steps"],
-               "params": c, "tpp_active": r["grow_at_tokens"] / c["small"]["active"],
-               "tpp_non_embedding": r["grow_at_tokens"] / c["small"]["active_non_embedding"],
-               "grown": fin["grown"], "scratch": fin["scratch"], "small": fin["small"],
-               "grown_minus_scratch": sm["grown_minus_scratch_final"],
-               "grown_minus_small": sm.get("grown_minus_small_final"),
-               "measured_saved": sm["measured_flops_saved"], "eq29_saved": r["eq29"]["flops_saved"],
-               "schedules": r["schedules"], "tau_rule": r["tau_rule"], "wall_s": method_clock.so_far().wall}
+        row = {
+            "method": name,
+            "seeds": seeds,
+            "tokens": r["token_budget"],
+            "steps": plan["steps"],
+            "params": c,
+            "tpp_active": r["grow_at_tokens"] / c["small"]["active"],
+            "tpp_non_embedding": r["grow_at_tokens"] / c["small"]["active_non_embedding"],
+            "grown": fin["grown"],
+            "scratch": fin["scratch"],
+            "small": fin["small"],
+            "grown_minus_scratch": sm["grown_minus_scratch_final"],
+            "grown_minus_small": sm.get("grown_minus_small_final"),
+            "measured_saved": sm["measured_flops_saved"],
+            "eq29_saved": r["eq29"]["flops_saved"],
+            "schedules": r["schedules"],
+            "tau_rule": r["tau_rule"],
+            "wall_s": method_clock.so_far().wall,
+        }
         rows.append(row)
         results[name] = row
-        print(json.dumps({k: row[k] for k in ("method", "tokens", "steps", "params", "tpp_active", "grown_minus_scratch",
-                                                "wall_s")}, default=str), flush=True)
-        emit(f"paper regime ({tpp:g} tokens/active param): {name} grown - scratch final val loss (paired by seed)",
-             [v["runs"]["grown"]["final_val_loss"] - v["runs"]["scratch"]["final_val_loss"] for v in r["per_seed"].values()],
-             "report (< 0: growth beat scratch)", unit="nats", seeds=seeds, t_p=sm["grown_minus_scratch_final"]["t_p"])
+        print(
+            json.dumps(
+                {
+                    k: row[k]
+                    for k in ("method", "tokens", "steps", "params", "tpp_active", "grown_minus_scratch", "wall_s")
+                },
+                default=str,
+            ),
+            flush=True,
+        )
+        emit(
+            f"paper regime ({tpp:g} tokens/active param): {name} grown - scratch final val loss (paired by seed)",
+            [
+                v["runs"]["grown"]["final_val_loss"] - v["runs"]["scratch"]["final_val_loss"]
+                for v in r["per_seed"].values()
+            ],
+            "report (< 0: growth beat scratch)",
+            unit="nats",
+            seeds=seeds,
+            t_p=sm["grown_minus_scratch_final"]["t_p"],
+        )
 
     pair = None
     for pname, (pa, pb, _) in PR.PAIRS.items():
         if pa in plans and pb in plans:  # the pair from its members' grown runs (copied: nothing trains)
-            pplan = PR.plan_pair(pname, tokens=plans[pa]["token_budget"], grow_at=0.5, seeds=seeds, out=str(out / pname),
-                                 variants=shrunk)
+            pplan = PR.plan_pair(
+                pname, tokens=plans[pa]["token_budget"], grow_at=0.5, seeds=seeds, out=str(out / pname), variants=shrunk
+            )
             for m, p in pplan["plans"].items():
                 cache.fill(p["configs"], Path(p["out_dir"]), claim=False)
             pair = PR.run_pair(pplan, quiet=True, say=say)
@@ -332,8 +419,19 @@ def main() -> None:
     print(f"\n{head}\n{foot}\n{table}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(f"{' '.join(sys.argv)}\n\n{head}\n{foot}\n\n{table}")
-    (out / "results.json").write_text(json.dumps({"command": sys.argv, "head": head, "wall_s": wall, "rows": rows,
-                                                  "pair": None if pair is None else pair["summary"]}, indent=2, default=str))
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "command": sys.argv,
+                "head": head,
+                "wall_s": wall,
+                "rows": rows,
+                "pair": None if pair is None else pair["summary"],
+            },
+            indent=2,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

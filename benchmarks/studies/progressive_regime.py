@@ -40,6 +40,7 @@ interval, paired differences between methods, compute to reach scratch's loss, e
 labelled separately), also written to OUT/<scale>/results.json and table.md, and the validation curves to
 OUT/<scale>/loss_vs_tokens.png (each seed faint, the mean bold, the post-growth half zoomed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,16 +55,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402
-from nexus.experiments.study_plan import (WIDE_LR, Scale, _sans_dir, describe_run, plan_branched, plan_lr_grid,  # noqa: E402, F401
-                                          shape_key, timed_config)
+from nexus.experiments.study_plan import (
+    WIDE_LR,
+    Scale,
+    _sans_dir,
+    describe_run,
+    plan_branched,
+    plan_lr_grid,  # noqa: E402, F401
+    shape_key,
+    timed_config,
+)
 
 DEFAULT_METHODS = ("sparkling", "sparkling-random", "naive-copy")
 ABLATIONS = ("sparkling-no-rewarmup", "sparkling-symmetric", "sparkling-hidden", "sparkling-both")
 # --arch (item 5): Nexusformer vs TokenFormer, each grown from its own base; name -> (the library method it shrinks,
 # its growth spec at d 64, its small projection sizes at d 64). Sizes and their matching: arch_methods().
 ARCH_SHAPES = {
-    "nexus-rank-regime": ("nexus-rank-matched", {"delta_m": 24, "delta_a": 80},
-                          {"model.projection.rank_m": 72, "model.projection.rank_a": 80}),
+    "nexus-rank-regime": (
+        "nexus-rank-matched",
+        {"delta_m": 24, "delta_a": 80},
+        {"model.projection.rank_m": 72, "model.projection.rank_a": 80},
+    ),
     "tokenformer-regime": ("tokenformer-matched", {"add_tokens": 127}, {"model.projection.param_tokens": 121}),
 }
 DEFAULT_SEEDS = (0, 1, 2)
@@ -72,18 +84,21 @@ DEFAULT_LRS = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
 MIN_SWEEP_LRS = 5
 # the regimes: tokens per parameter at growth (or a fixed growth step), batch, sequence length, evaluation batches,
 # evaluations per run
-SCALES = {s.name: s for s in (
-    Scale("full", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=40.0, min_val_tokens=65536),
-    # the main job's budget and shapes (`nexus experiment progressive`: 150 steps, growth at 75, 8 eval batches on
-    # the embedded corpus): its lr sweep is `--scale main --data embedded --lr-sweep`
-    Scale("main", batch=16, seq=128, eval_batches=8, evals=10, grow_steps=75),
-    # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
-    Scale("smoke", batch=2, seq=32, eval_batches=2, evals=4, grow_steps=4),
-    # issue 47's sparkling-credible study: growth after 20 tokens per parameter, as many steps after it
-    Scale("credible", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=20.0, min_val_tokens=65536),
-    # issue 47 item 3's nexus-rank-vs-tokenformer study: growth after 10 tokens per parameter of each small model
-    Scale("arch", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=10.0, min_val_tokens=65536),
-)}
+SCALES = {
+    s.name: s
+    for s in (
+        Scale("full", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=40.0, min_val_tokens=65536),
+        # the main job's budget and shapes (`nexus experiment progressive`: 150 steps, growth at 75, 8 eval batches on
+        # the embedded corpus): its lr sweep is `--scale main --data embedded --lr-sweep`
+        Scale("main", batch=16, seq=128, eval_batches=8, evals=10, grow_steps=75),
+        # a few steps of every run: proves the machinery (branching, sweep, statistics), not the science
+        Scale("smoke", batch=2, seq=32, eval_batches=2, evals=4, grow_steps=4),
+        # issue 47's sparkling-credible study: growth after 20 tokens per parameter, as many steps after it
+        Scale("credible", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=20.0, min_val_tokens=65536),
+        # issue 47 item 3's nexus-rank-vs-tokenformer study: growth after 10 tokens per parameter of each small model
+        Scale("arch", batch=16, seq=128, eval_batches=32, evals=20, tokens_per_param=10.0, min_val_tokens=65536),
+    )
+}
 SWEEP_FILE = "lr_sweep.json"
 PAPER_GAP_CLOSED = "0.84-0.90"
 
@@ -107,17 +122,30 @@ def arch_methods() -> dict:
     from nexus.experiments import progressive as P
 
     shape = P.methods()["sparkling"].overrides
-    return {name: P.method_variant(src, name=name, spec=spec, overrides={**shape, **sizes}, lrs={},
-                                   note="regime: d 64, own base")
-            for name, (src, spec, sizes) in ARCH_SHAPES.items()}
+    return {
+        name: P.method_variant(
+            src, name=name, spec=spec, overrides={**shape, **sizes}, lrs={}, note="regime: d 64, own base"
+        )
+        for name, (src, spec, sizes) in ARCH_SHAPES.items()
+    }
 
 
-def plan_regime(methods: list[str], seeds: list[int], scale_name: str, data: str, out: Path, lrs: dict | None,
-                tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "") -> dict:
+def plan_regime(
+    methods: list[str],
+    seeds: list[int],
+    scale_name: str,
+    data: str,
+    out: Path,
+    lrs: dict | None,
+    tokens_per_param: float | None = None,
+    post_mult: int = 1,
+    ns: str = "",
+) -> dict:
     """The regime's plan: `methods` (library methods, `<method>@wide-lr` arms and the --arch pair) on `seeds` at a
     scale of SCALES (study_plan.plan_branched: bases, branch points, tuned scratch; trains nothing)."""
-    return plan_branched(methods, seeds, SCALES[scale_name], data, out, lrs, tokens_per_param, post_mult, ns,
-                         arch_methods())
+    return plan_branched(
+        methods, seeds, SCALES[scale_name], data, out, lrs, tokens_per_param, post_mult, ns, arch_methods()
+    )
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -146,15 +174,24 @@ def _corpus_check(plan: dict) -> dict:
     drawn = plan["token_budget"]
     passes = drawn / n_train
     if passes > 1:
-        raise Refused(f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
-                      f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
-                      f"tokens{'' if plan['data'] == 'stdlib' else ', e.g. the stdlib corpus'})")
+        raise Refused(
+            f"--data={plan['data']!r} has {n_train:,} training tokens, and one run draws {drawn:,}: the "
+            f"corpus would repeat {passes:.2f}x within a run (valid: a corpus of >= {drawn:,} training "
+            f"tokens{'' if plan['data'] == 'stdlib' else ', e.g. the stdlib corpus'})"
+        )
     if n_val < SCALES[plan["scale"]].min_val_tokens:
-        raise Refused(f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
-                      f"for the fixed final evaluation)")
-    return {"train_tokens": n_train, "val_tokens": n_val, "tokens_per_run": drawn, "share_of_split_drawn": passes,
-            "sampler": "nexus.data.sampler visits every training window once per epoch in a seeded order, so a run "
-                       "that draws no more tokens than the training split sees no token twice"}
+        raise Refused(
+            f"--data={plan['data']!r} has {n_val:,} validation tokens (valid: >= {plan['eval_tokens']:,} "
+            f"for the fixed final evaluation)"
+        )
+    return {
+        "train_tokens": n_train,
+        "val_tokens": n_val,
+        "tokens_per_run": drawn,
+        "share_of_split_drawn": passes,
+        "sampler": "nexus.data.sampler visits every training window once per epoch in a seeded order, so a run "
+        "that draws no more tokens than the training split sees no token twice",
+    }
 
 
 # ----------------------------------------------------------------------------- running
@@ -176,7 +213,13 @@ def curve(ledger, name: str, segments: list[dict], prefix: str | None = None) ->
 
 def summarize(plan: dict, ledger) -> dict:
     from nexus.config_migration import saved_run_config
-    from nexus.experiments.curves import active_params, cumulative_flops, first_crossing, train_flops_per_token, value_at
+    from nexus.experiments.curves import (
+        active_params,
+        cumulative_flops,
+        first_crossing,
+        train_flops_per_token,
+        value_at,
+    )
     from nexus.experiments.report import eq29
     from nexus.experiments.stats import describe, gap_closed, paired
 
@@ -195,14 +238,19 @@ def summarize(plan: dict, ledger) -> dict:
         sc_name = f"scratch-{first['shape']}"
         large_fpt = fpt[f"{ns}seed{seeds[0]}/{sc_name}"]
         small_fpt = fpt[f"{ns}seed{seeds[0]}/{small_run}"]
-        segs = [{"start_tokens": 0.0, "flops_per_token": small_fpt}, {"start_tokens": d_e, "flops_per_token": large_fpt}]
+        segs = [
+            {"start_tokens": 0.0, "flops_per_token": small_fpt},
+            {"start_tokens": d_e, "flops_per_token": large_fpt},
+        ]
         g = [final[f"{ns}seed{sd}/{m}"] for sd in seeds]
         sc = [final[f"{ns}seed{sd}/{sc_name}"] for sd in seeds]
         sm = [final[f"{ns}seed{sd}/{small_run}"] for sd in seeds]
         reach = []
         for sd in seeds:
             pts = curve(ledger, f"{ns}seed{sd}/{m}", segs, f"{ns}seed{sd}/{prefix_run}")
-            hit = first_crossing([p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"{ns}seed{sd}/{sc_name}"])
+            hit = first_crossing(
+                [p["flops"] for p in pts], [p["val_loss"] for p in pts], final[f"{ns}seed{sd}/{sc_name}"]
+            )
             reach.append(None if hit is None else hit / (large_fpt * budget))
         got = [v for v in reach if v is not None]
         # scratch's loss at the grown run's total FLOPs (its prefix on the small model is cheaper), read off scratch's
@@ -215,23 +263,30 @@ def summarize(plan: dict, ledger) -> dict:
         n_small = active_params(model[f"{ns}seed{seeds[0]}/{small_run}"])
         n_large = active_params(model[f"{ns}seed{seeds[0]}/{sc_name}"])
         per_method[m] = {
-            "base": first["base"], "shape": first["shape"], "grown": describe(g), "scratch": describe(sc),
-            "small": describe(sm), "gap_closed": gap_closed(sm, g, sc), "grown_minus_scratch": paired(g, sc),
+            "base": first["base"],
+            "shape": first["shape"],
+            "grown": describe(g),
+            "scratch": describe(sc),
+            "small": describe(sm),
+            "gap_closed": gap_closed(sm, g, sc),
+            "grown_minus_scratch": paired(g, sc),
             "grown_minus_small": paired(g, sm),
             "compute_to_scratch_loss": {"per_seed": reach, "reached": len(got), "of": len(reach), **describe(got)},
             "eq29_equal_tokens": eq29(n_small, n_large, d_e, budget)["flops_saved"],
-            "per_seed": {"grown": g, "scratch": sc, "small": sm}, "grown_flops": grown_flops,
-            "scratch_at_grown_flops": at_flops}
+            "per_seed": {"grown": g, "scratch": sc, "small": sm},
+            "grown_flops": grown_flops,
+            "scratch_at_grown_flops": at_flops,
+        }
     between = {}
     for i, a in enumerate(methods):
-        for b in methods[i + 1:]:
+        for b in methods[i + 1 :]:
             between[f"{a} - {b}"] = paired(per_method[a]["per_seed"]["grown"], per_method[b]["per_seed"]["grown"])
     # two bases of equal size (Nexus-Rank vs TokenFormer): the architectures' own gap at equal tokens, small against small
     # and scratch against scratch, apart from what each one's growth contributes (its gap closed above)
     architectures = {}
     names = list(plan["bases"])
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             if plan["bases"][a]["small_params"] != plan["bases"][b]["small_params"]:
                 continue  # only bases matched in size train on equal tokens and compare as architectures
             ra, rb = (next(m for m in methods if per_method[m]["base"] == x) for x in (a, b))
@@ -239,7 +294,8 @@ def summarize(plan: dict, ledger) -> dict:
                 "methods": [ra, rb],
                 "small": paired(per_method[ra]["per_seed"]["small"], per_method[rb]["per_seed"]["small"]),
                 "scratch": paired(per_method[ra]["per_seed"]["scratch"], per_method[rb]["per_seed"]["scratch"]),
-                "grown": paired(per_method[ra]["per_seed"]["grown"], per_method[rb]["per_seed"]["grown"])}
+                "grown": paired(per_method[ra]["per_seed"]["grown"], per_method[rb]["per_seed"]["grown"]),
+            }
     return {"methods": per_method, "between_methods": between, "between_bases": architectures}
 
 
@@ -261,21 +317,33 @@ def plot_regime(plan: dict, ledger, out: Path) -> str:
         shapes = list(dict.fromkeys(plan["runs"][f"{ns}seed{seeds[0]}/{m}"]["shape"] for m in b["methods"]))
         greys = ["tab:gray", "k", "silver"]
         lines = [("small alone" + ("" if name == "small" else f" ({name})"), b["small_run"], True, "tab:orange")]
-        lines += [(f"scratch {sh}" + (" (tuned)" if plan["tuned"] else ""), f"scratch-{sh}", False, greys[i % len(greys)])
-                  for i, sh in enumerate(shapes)]
+        lines += [
+            (f"scratch {sh}" + (" (tuned)" if plan["tuned"] else ""), f"scratch-{sh}", False, greys[i % len(greys)])
+            for i, sh in enumerate(shapes)
+        ]
         lines += [(m, m, True, palette[i % len(palette)]) for i, m in enumerate(b["methods"])]
         tail, late = [], []
         for label, run, branched, color in lines:
-            curves = [curve(ledger, f"{ns}seed{sd}/{run}", [], f"{ns}seed{sd}/{b['prefix_run']}" if branched else None)
-                      for sd in seeds]
+            curves = [
+                curve(ledger, f"{ns}seed{sd}/{run}", [], f"{ns}seed{sd}/{b['prefix_run']}" if branched else None)
+                for sd in seeds
+            ]
             for ax in row:
                 for c in curves:
                     ax.plot([p["tokens"] for p in c], [p["val_loss"] for p in c], "-", color=color, alpha=0.25, lw=1)
                 xs, ys = mean_curve(curves, "tokens", "val_loss")
                 # small alone dashed and on top: after growth naive copy can sit on it and would hide it
                 small_line = run == b["small_run"]
-                ax.plot(xs, ys, "o--" if small_line else "o-", color=color, ms=2.5, lw=2, zorder=3 if small_line else 2,
-                        label=f"{label}, mean of {len(seeds)}")
+                ax.plot(
+                    xs,
+                    ys,
+                    "o--" if small_line else "o-",
+                    color=color,
+                    ms=2.5,
+                    lw=2,
+                    zorder=3 if small_line else 2,
+                    label=f"{label}, mean of {len(seeds)}",
+                )
             tail += [p["val_loss"] for c in curves for p in c if p["tokens"] >= grow_tokens]
             late += [p["val_loss"] for c in curves for p in c if p["tokens"] >= 0.1 * b["token_budget"]]
         for ax, title in zip(row, ("whole run", "after growth")):
@@ -289,8 +357,11 @@ def plot_regime(plan: dict, ledger, out: Path) -> str:
             row[1].set_xlim(grow_tokens * 0.98, b["token_budget"] * 1.01)
             row[1].set_ylim(lo - 0.05 * (hi - lo + 1e-9), hi + 0.05 * (hi - lo + 1e-9))
         row[0].legend(fontsize=7)
-    fig.suptitle(f"progressive regime ({plan['scale']}, {plan['data']}): seeds {', '.join(map(str, seeds))}, "
-                 f"evaluation on {plan['eval_tokens']:,} fixed tokens", fontsize=10)
+    fig.suptitle(
+        f"progressive regime ({plan['scale']}, {plan['data']}): seeds {', '.join(map(str, seeds))}, "
+        f"evaluation on {plan['eval_tokens']:,} fixed tokens",
+        fontsize=10,
+    )
     fig.tight_layout()
     return save_figure(fig, out / "loss_vs_tokens.png")
 
@@ -304,37 +375,57 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
 
     lines = [head, ""]
     for name, b in plan["bases"].items():
-        lines.append(f"regime ({name}: {', '.join(b['methods'])}): small {b['small_params']:,} parameters, growth at "
-                     f"{b['tokens_per_param_at_growth']:.1f} tokens/param (step {b['grow_step']}), "
-                     f"{b['steps'] - b['grow_step']} steps after growth, {b['token_budget']:,} tokens per run")
-    lines += [f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
-              f"seeds {', '.join(map(str, plan['seeds']))}",
-              f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
-              *sweep_lines(plan.get("sweep")),
-              f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
-              f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})", "",
-              "| method | base | grown | scratch (its own) | small (its own) | share of the gap closed [95% CI] | "
-              "grown - scratch (paired) | compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"regime ({name}: {', '.join(b['methods'])}): small {b['small_params']:,} parameters, growth at "
+            f"{b['tokens_per_param_at_growth']:.1f} tokens/param (step {b['grow_step']}), "
+            f"{b['steps'] - b['grow_step']} steps after growth, {b['token_budget']:,} tokens per run"
+        )
+    lines += [
+        f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
+        f"seeds {', '.join(map(str, plan['seeds']))}",
+        f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+        *sweep_lines(plan.get("sweep")),
+        f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
+        f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})",
+        "",
+        "| method | base | grown | scratch (its own) | small (its own) | share of the gap closed [95% CI] | "
+        "grown - scratch (paired) | compute to reach scratch's loss (of scratch's) | eq. 29 saved at equal tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m, r in summary["methods"].items():
         c = r["compute_to_scratch_loss"]
-        reach = "not reached" if not c["reached"] else f"{c['mean']:.3f}" + (f" +- {c['std']:.3f}" if c["n"] > 1 else "")
+        reach = (
+            "not reached" if not c["reached"] else f"{c['mean']:.3f}" + (f" +- {c['std']:.3f}" if c["n"] > 1 else "")
+        )
         d = r["grown_minus_scratch"]
-        lines.append(f"| {m} | {r['base']} | {fmt(r['grown'])} | {fmt(r['scratch'])} | {fmt(r['small'])} | "
-                     f"{fmt_gap(r['gap_closed'])} | {fmt(d['diff'])} p={_p(d['t_p'])} | {reach} ({c['reached']}/{c['of']} "
-                     f"seeds) | {100 * r['eq29_equal_tokens']:+.1f}% |")
-    lines += ["", f"SPARKLING's own share of the gap closed: {PAPER_GAP_CLOSED} (Table 1; grown ends above scratch).", "",
-              "Paired differences between methods (grown final val loss, same seeds; methods of one base branch from "
-              "the same small checkpoint):", ""]
+        lines.append(
+            f"| {m} | {r['base']} | {fmt(r['grown'])} | {fmt(r['scratch'])} | {fmt(r['small'])} | "
+            f"{fmt_gap(r['gap_closed'])} | {fmt(d['diff'])} p={_p(d['t_p'])} | {reach} ({c['reached']}/{c['of']} "
+            f"seeds) | {100 * r['eq29_equal_tokens']:+.1f}% |"
+        )
+    lines += [
+        "",
+        f"SPARKLING's own share of the gap closed: {PAPER_GAP_CLOSED} (Table 1; grown ends above scratch).",
+        "",
+        "Paired differences between methods (grown final val loss, same seeds; methods of one base branch from "
+        "the same small checkpoint):",
+        "",
+    ]
     for k, d in summary["between_methods"].items():
         lines.append(f"- {k}: {fmt(d['diff'])}; paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}")
     if summary.get("between_bases"):
-        lines += ["", "The base architectures' own gap (same seeds, equal tokens), apart from what growth contributes "
-                  "(each method's share of its own small-to-scratch gap above):", ""]
+        lines += [
+            "",
+            "The base architectures' own gap (same seeds, equal tokens), apart from what growth contributes "
+            "(each method's share of its own small-to-scratch gap above):",
+            "",
+        ]
         for k, d in summary["between_bases"].items():
-            lines.append(f"- {k} ({' vs '.join(d['methods'])}): small {fmt(d['small']['diff'])}; scratch "
-                         f"{fmt(d['scratch']['diff'])}; grown {fmt(d['grown']['diff'])} (paired t p = "
-                         f"{_p(d['small']['t_p'])}, {_p(d['scratch']['t_p'])}, {_p(d['grown']['t_p'])})")
+            lines.append(
+                f"- {k} ({' vs '.join(d['methods'])}): small {fmt(d['small']['diff'])}; scratch "
+                f"{fmt(d['scratch']['diff'])}; grown {fmt(d['grown']['diff'])} (paired t p = "
+                f"{_p(d['small']['t_p'])}, {_p(d['scratch']['t_p'])}, {_p(d['grown']['t_p'])})"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -344,12 +435,17 @@ def sweep_lines(sweep: dict | None) -> list[str]:
         return []
     cost = sweep.get("cost", {})
     n = sum(len(rows) for rows in sweep["table"].values())
-    lines = [f"lr sweep ({sweep['path']}): {n} runs, one seed (0), "
-             f"{(cost.get('run_seconds') or 0) / 60:.0f} run-minutes, {(cost.get('wall_s') or 0) / 60:.0f} min wall"]
+    lines = [
+        f"lr sweep ({sweep['path']}): {n} runs, one seed (0), "
+        f"{(cost.get('run_seconds') or 0) / 60:.0f} run-minutes, {(cost.get('wall_s') or 0) / 60:.0f} min wall"
+    ]
     for shape, rows in sweep["table"].items():
         best = min(rows, key=lambda r: r["final_val_loss"])
-        lines.append(f"  {shape}: " + ", ".join(f"{r['lr']:.3g} -> {r['final_val_loss']:.4f}" for r in rows)
-                     + f" (best {best['lr']:.3g})")
+        lines.append(
+            f"  {shape}: "
+            + ", ".join(f"{r['lr']:.3g} -> {r['final_val_loss']:.4f}" for r in rows)
+            + f" (best {best['lr']:.3g})"
+        )
     return lines
 
 
@@ -361,20 +457,33 @@ def _p(x) -> str:
 def plan_sweep(methods: list[str], scale_name: str, data: str, out: Path, lrs: list[float]) -> dict:
     """One seed, every lr, the small model of every base and the scratch model of every shape the methods use, at
     the full budget of their base."""
-    return plan_lr_grid(methods, [0], lrs, SCALES[scale_name], data, out, variants=arch_methods(),
-                        name="{shape}/lr{lr:.3g}", where="lr-sweep/{shape}/lr{lr:.3g}")
+    return plan_lr_grid(
+        methods,
+        [0],
+        lrs,
+        SCALES[scale_name],
+        data,
+        out,
+        variants=arch_methods(),
+        name="{shape}/lr{lr:.3g}",
+        where="lr-sweep/{shape}/lr{lr:.3g}",
+    )
 
 
 def read_sweep(path: Path, plan_key: dict) -> dict:
     if not path.is_file():
-        raise Refused(f"--sweep={str(path)!r} does not exist (valid: run --lr-sweep first with the same --scale, "
-                      f"--data and methods, or pass --untuned)")
+        raise Refused(
+            f"--sweep={str(path)!r} does not exist (valid: run --lr-sweep first with the same --scale, "
+            f"--data and methods, or pass --untuned)"
+        )
     try:
         s = json.loads(path.read_text())
         key, best = s["key"], s["best"]
     except (OSError, ValueError, KeyError) as e:
-        raise Refused(f"--sweep={str(path)!r} is not an lr sweep result ({type(e).__name__}) (valid: the "
-                      f"{SWEEP_FILE} that --lr-sweep writes)") from None
+        raise Refused(
+            f"--sweep={str(path)!r} is not an lr sweep result ({type(e).__name__}) (valid: the "
+            f"{SWEEP_FILE} that --lr-sweep writes)"
+        ) from None
     if key != plan_key:
         raise Refused(f"--sweep={str(path)!r} was swept for {key} (valid: a sweep of this plan, {plan_key})")
     return s  # "best": "small" / "<base>-small" and each scratch shape -> its best lr; "table": every run
@@ -426,7 +535,7 @@ def step_seconds(cfg: dict, steps: int, threads: int) -> tuple[float, float]:
     tc = c.train
     tc.steps, tc.schedule_steps = steps + 3, 0
     tc.drop_hook("growth")
-    tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10 ** 9
+    tc.eval_every, tc.save_every, tc.sample_every, tc.log_every = 0, 0, 0, 10**9
     with tempfile.TemporaryDirectory() as tmp:
         tc.out_dir = tmp
         tr = Trainer(c.validate(), quiet=True)
@@ -470,15 +579,19 @@ def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: di
 
 def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
     for name, b in plan["bases"].items():
-        say(f"plan: {plan['scale']} | base {name} ({', '.join(b['methods'])}) | small {b['small_params']:,} params | "
+        say(
+            f"plan: {plan['scale']} | base {name} ({', '.join(b['methods'])}) | small {b['small_params']:,} params | "
             f"growth at step {b['grow_step']} = {b['grow_step'] * plan['tokens_per_step']:,} tokens "
             f"({b['tokens_per_param_at_growth']:.1f} tokens/param) | {b['steps']} steps = {b['token_budget']:,} tokens per "
-            f"run | eval {plan['eval_tokens']:,} tokens | seeds {','.join(map(str, plan['seeds']))}")
+            f"run | eval {plan['eval_tokens']:,} tokens | seeds {','.join(map(str, plan['seeds']))}"
+        )
     if "problem" in corpus:
         say(f"corpus: a run would refuse it: {corpus['problem']}")
     else:
-        say(f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
-            f"one run draws {corpus['share_of_split_drawn']:.2f} of the training split (no token seen twice)")
+        say(
+            f"corpus {plan['data']}: {corpus['train_tokens']:,} training / {corpus['val_tokens']:,} validation tokens; "
+            f"one run draws {corpus['share_of_split_drawn']:.2f} of the training split (no token seen twice)"
+        )
     say(f"{'run':34s} {'layers':>6s} {'d_model':>7s} {'FFN':>8s} {'lr':>8s} {'steps':>6s} {'tokens':>11s}  est (CPU)")
     rows = est["rows"] if est else [{"run": k, **describe_run(r, plan)} for k, r in plan["runs"].items()]
     for r in rows:
@@ -489,8 +602,10 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
         f = f"{r['ffn']}" + (f"->{to['ffn']}" if to.get("ffn", r["ffn"]) != r["ffn"] else "")
         shape = f"{d:>7s} {f:>8s}"
         t = f"  {r['est_s'] / 60:5.1f} min" if "est_s" in r else ""
-        say(f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}"
-            + (f"  ({proj[0]})" if proj else ""))
+        say(
+            f"{r['run']:34s} {r['layers']:>6d} {shape} {r['lr']:>8.2g} {r['steps']:>6d} {r['tokens']:>11,d}{t}"
+            + (f"  ({proj[0]})" if proj else "")
+        )
 
 
 # ----------------------------------------------------------------------------- main
@@ -509,8 +624,12 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--smoke", action="store_true", help="--scale smoke on the embedded corpus")
     ap.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
     ap.add_argument("--ablations", action="store_true", help=f"also {', '.join(ABLATIONS)}")
-    ap.add_argument("--arch", action="store_true", help=f"also {', '.join(ARCH_SHAPES)}: Nexusformer vs TokenFormer, "
-                    "each grown from its own base (issue 29 item 5)")
+    ap.add_argument(
+        "--arch",
+        action="store_true",
+        help=f"also {', '.join(ARCH_SHAPES)}: Nexusformer vs TokenFormer, "
+        "each grown from its own base (issue 29 item 5)",
+    )
     ap.add_argument("--methods", default=None, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
     ap.add_argument("--estimate", action="store_true", help="print the plan and the time; train nothing")
     ap.add_argument("--lr-sweep", action="store_true", help="the lr sweep (one seed) -> OUT/<scale>/lr_sweep.json")
@@ -536,17 +655,24 @@ def _main(argv: list[str] | None) -> int:
         raise Refused(f"--lrs={a.lrs!r} (valid: at least {MIN_SWEEP_LRS} distinct learning rates > 0)")
     from nexus.experiments import progressive as P
 
-    methods = (a.methods.split(",") if a.methods else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else [])
-               + (list(ARCH_SHAPES) if a.arch else []))
+    methods = (
+        a.methods.split(",")
+        if a.methods
+        else list(DEFAULT_METHODS) + (list(ABLATIONS) if a.ablations else []) + (list(ARCH_SHAPES) if a.arch else [])
+    )
     known = {**P.methods(), **arch_methods()}
     for m in methods:
         if m not in known or (known[m].family != "width" and m not in ARCH_SHAPES):
-            raise Refused(f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
-                          f"{', '.join(DEFAULT_METHODS + ABLATIONS)}, or {', '.join(ARCH_SHAPES)})")
+            raise Refused(
+                f"--methods: {m!r} (valid: width methods of `nexus experiment progressive --list`, e.g. "
+                f"{', '.join(DEFAULT_METHODS + ABLATIONS)}, or {', '.join(ARCH_SHAPES)})"
+            )
     out = Path(a.out) / scale
-    head = (f"progressive regime ({scale}) | threads {a.threads} x workers {a.workers} | load "
-            f"{os.getloadavg()[0]:.1f} | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | "
-            f"{platform.node()}")
+    head = (
+        f"progressive regime ({scale}) | threads {a.threads} x workers {a.workers} | load "
+        f"{os.getloadavg()[0]:.1f} | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | "
+        f"{platform.node()}"
+    )
     print(head, flush=True)
     print_machine()  # CPU model and capability beside the figures below
     from nexus.config import ConfigError
@@ -567,19 +693,25 @@ def _main(argv: list[str] | None) -> int:
     except ConfigError as e:
         raise Refused(str(e)) from None
     for name in reused:
-        print(f"{name}: the lr sweep's run of the same config, {plan['runs'][name]['reused_from']}, is this run "
-              f"(not trained again)", flush=True)
+        print(
+            f"{name}: the lr sweep's run of the same config, {plan['runs'][name]['reused_from']}, is this run "
+            f"(not trained again)",
+            flush=True,
+        )
     corpus = corpus_check(plan, refuse=not a.estimate)
     if a.estimate:
         cost: dict = {}
         est = estimate(plan, a.threads, a.workers, a.timing_steps, cost)
         print_plan(plan, est, corpus, print)
         sw = estimate(plan_sweep(methods, scale, data, out, lrs), a.threads, a.workers, a.timing_steps, cost)
-        print(f"estimate (per-step and per-eval CPU time measured here x steps = wall time on idle cores, one thread "
-              f"per process; load now {os.getloadavg()[0]:.1f}): "
-              f"benchmark {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} min wall with {a.workers} "
-              f"worker(s); lr sweep ({len(lrs)} lrs x {len(sw['rows']) // len(lrs)} shapes, one seed) "
-              f"{sw['serial_s'] / 60:.1f} min serial, {sw['wall_s'] / 60:.1f} min wall", flush=True)
+        print(
+            f"estimate (per-step and per-eval CPU time measured here x steps = wall time on idle cores, one thread "
+            f"per process; load now {os.getloadavg()[0]:.1f}): "
+            f"benchmark {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} min wall with {a.workers} "
+            f"worker(s); lr sweep ({len(lrs)} lrs x {len(sw['rows']) // len(lrs)} shapes, one seed) "
+            f"{sw['serial_s'] / 60:.1f} min serial, {sw['wall_s'] / 60:.1f} min wall",
+            flush=True,
+        )
         return 0
     print_plan(plan, None, corpus, print)
     if not plan["tuned"]:
@@ -595,8 +727,9 @@ def _main(argv: list[str] | None) -> int:
     print("\n" + text, flush=True)
     from nexus.experiments.runs import write_json_atomic, write_text_atomic
 
-    write_json_atomic(out / "results.json", {"command": sys.argv, "plan": plan, "corpus": corpus, "summary": summary,
-                                             "wall_s": wall})
+    write_json_atomic(
+        out / "results.json", {"command": sys.argv, "plan": plan, "corpus": corpus, "summary": summary, "wall_s": wall}
+    )
     write_text_atomic(out / "table.md", f"`{' '.join(sys.argv)}`\n\n{text}")
     print(f"plot: {out / plot_regime(plan, ledger, out)}", flush=True)
     emit_headline(summary, f"progressive regime ({scale})", plan["seeds"])
@@ -606,9 +739,14 @@ def _main(argv: list[str] | None) -> int:
 def emit_headline(summary: dict, label: str, seeds: list[int]) -> None:
     """The RESULT line of each growth method of a summary (summarize()): grown - scratch final val loss, seed by seed."""
     for m, pm in summary["methods"].items():
-        emit(f"{label}: {m} grown - scratch final val loss (paired by seed)",
-             [g - sc for g, sc in zip(pm["per_seed"]["grown"], pm["per_seed"]["scratch"])],
-             "report (< 0: growth beat scratch)", unit="nats", seeds=list(seeds), t_p=pm["grown_minus_scratch"]["t_p"])
+        emit(
+            f"{label}: {m} grown - scratch final val loss (paired by seed)",
+            [g - sc for g, sc in zip(pm["per_seed"]["grown"], pm["per_seed"]["scratch"])],
+            "report (< 0: growth beat scratch)",
+            unit="nats",
+            seeds=list(seeds),
+            t_p=pm["grown_minus_scratch"]["t_p"],
+        )
 
 
 def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
@@ -619,9 +757,12 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
     if a.estimate:  # the sweep's plan and time; trains nothing
         est = estimate(plan, a.threads, a.workers, a.timing_steps)
         print_plan(plan, est, corpus, print)
-        print(f"estimate (per-step and per-eval CPU time measured here x steps, one thread per process; load now "
-              f"{os.getloadavg()[0]:.1f}): lr sweep {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} "
-              f"min wall with {a.workers} worker(s)", flush=True)
+        print(
+            f"estimate (per-step and per-eval CPU time measured here x steps, one thread per process; load now "
+            f"{os.getloadavg()[0]:.1f}): lr sweep {est['serial_s'] / 60:.1f} min serial, {est['wall_s'] / 60:.1f} "
+            f"min wall with {a.workers} worker(s)",
+            flush=True,
+        )
         return 0
     print_plan(plan, None, corpus, print)
     clock = StepTimer().start()
@@ -629,20 +770,37 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
     table, best = {}, {}
     for name, run in plan["runs"].items():
         done = read_done(Path(run["cfg"]["train"]["out_dir"]))
-        table.setdefault(run["shape"], []).append({"lr": run["lr"], "final_val_loss": float(done["val_loss"]),
-                                                   "wall_s": done.get("wall_s")})
+        table.setdefault(run["shape"], []).append(
+            {"lr": run["lr"], "final_val_loss": float(done["val_loss"]), "wall_s": done.get("wall_s")}
+        )
     for shape, rows in table.items():
         rows.sort(key=lambda r: r["lr"])
         b = min(rows, key=lambda r: r["final_val_loss"])
         best[shape] = b["lr"]
         edge = b["lr"] in (rows[0]["lr"], rows[-1]["lr"])
-        print(f"{shape:16s} " + "  ".join(f"{r['lr']:.3g}: {r['final_val_loss']:.4f}" for r in rows) +
-              f"  -> best {b['lr']:.3g}" + ("  (at the edge of the grid: widen --lrs)" if edge else ""), flush=True)
+        print(
+            f"{shape:16s} "
+            + "  ".join(f"{r['lr']:.3g}: {r['final_val_loss']:.4f}" for r in rows)
+            + f"  -> best {b['lr']:.3g}"
+            + ("  (at the edge of the grid: widen --lrs)" if edge else ""),
+            flush=True,
+        )
     wall = clock.so_far().wall
     cost = sum(r["wall_s"] or 0 for rows in table.values() for r in rows)
-    write_json_atomic(out / SWEEP_FILE, {"key": sweep_key(plan), "best": best, "table": table, "seed": 0,
-                                         "cost": {"wall_s": wall, "run_seconds": cost}, "command": sys.argv})
-    print(f"lr sweep: {len(plan['runs'])} runs, {wall / 60:.1f} min wall, {cost / 60:.1f} run-minutes -> {out / SWEEP_FILE}")
+    write_json_atomic(
+        out / SWEEP_FILE,
+        {
+            "key": sweep_key(plan),
+            "best": best,
+            "table": table,
+            "seed": 0,
+            "cost": {"wall_s": wall, "run_seconds": cost},
+            "command": sys.argv,
+        },
+    )
+    print(
+        f"lr sweep: {len(plan['runs'])} runs, {wall / 60:.1f} min wall, {cost / 60:.1f} run-minutes -> {out / SWEEP_FILE}"
+    )
     return 0
 
 

@@ -30,6 +30,7 @@ Parts (run in this order; a part that needs tuned lrs refuses until its tuning i
     python benchmarks/studies/regime_study.py --parts tune                 # run (or continue) a part; commit the ledger after
     python benchmarks/studies/regime_study.py --plot                       # tables and figures from the ledger alone
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,14 +87,25 @@ def study_parts(tune_lrs=TUNE_LRS, arch_lrs=ARCH_LRS) -> dict:
         "ablations": Arms(ABLATIONS, EVAL_SEEDS, **tuned),
         "horizon": tuple(Arms(("sparkling",), HORIZON_SEEDS, **tuned, post_mult=k, ns=f"post{k}x/") for k in HORIZONS),
         # before arch-tune is complete, every shape at 1.6e-2 (estimate only)
-        "arch": Arms(ARCH, ARCH_SEEDS, "arch-tune", 1.6e-2, ns="arch/", tokens_per_param=ARCH_TOKENS_PER_PARAM,
-                     scratch_seeds=ARCH_SCRATCH_SEEDS),
+        "arch": Arms(
+            ARCH,
+            ARCH_SEEDS,
+            "arch-tune",
+            1.6e-2,
+            ns="arch/",
+            tokens_per_param=ARCH_TOKENS_PER_PARAM,
+            scratch_seeds=ARCH_SCRATCH_SEEDS,
+        ),
     }
 
 
 STUDIES = {m.STUDY: m for m in (C, A)}  # studies with parts of their own (the rest: this file's regime study)
 # part -> the tuning part it needs complete in the ledger before it runs
-NEEDS = {name: (p[0] if isinstance(p, tuple) else p).tuned_by for name, p in study_parts().items() if not isinstance(p, LrGrid)}
+NEEDS = {
+    name: (p[0] if isinstance(p, tuple) else p).tuned_by
+    for name, p in study_parts().items()
+    if not isinstance(p, LrGrid)
+}
 # the horizon scan's 1x point: the headline's runs of the horizon seeds
 HORIZON_1X = Arms(("sparkling",), HORIZON_SEEDS, "tune", ESTIMATE_ONLY_LRS)
 
@@ -116,8 +128,9 @@ def study_def(study: str) -> tuple[tuple, dict, str]:
 
 
 # ----------------------------------------------------------------------------- estimate
-def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps: int, device: str,
-                   cuda_rate: float | None, say) -> list[dict]:
+def estimate_parts(
+    parts: dict, ledger, threads: int, workers: int, timing_steps: int, device: str, cuda_rate: float | None, say
+) -> list[dict]:
     """done / remaining / cost per part: CPU seconds from this machine's measured step and evaluation time, or
     steps at a stated GPU rate."""
     import torch
@@ -129,7 +142,7 @@ def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps
         done, todo_s, todo_steps, remaining = 0, 0.0, 0, 0
         for plan in part["plans"]:
             est = R.estimate(plan, threads, workers, timing_steps, cost) if device == "cpu" else None
-            for r in (est["rows"] if est else [{"run": k, **R.describe_run(v, plan)} for k, v in plan["runs"].items()]):
+            for r in est["rows"] if est else [{"run": k, **R.describe_run(v, plan)} for k, v in plan["runs"].items()]:
                 if r["run"] in seen or r["run"] not in part["runs"]:
                     continue
                 seen.add(r["run"])
@@ -141,25 +154,44 @@ def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps
                 todo_s += r.get("est_s", 0.0)
         if device == "cuda":
             todo_s = todo_steps / cuda_rate
-        rows.append({"part": name, "runs": done + remaining, "done": done, "remaining": remaining,
-                     "remaining_steps": todo_steps, "serial_s": todo_s, "wall_s": todo_s / max(1, workers),
-                     "tuned": part.get("tuned", True)})
+        rows.append(
+            {
+                "part": name,
+                "runs": done + remaining,
+                "done": done,
+                "remaining": remaining,
+                "remaining_steps": todo_steps,
+                "serial_s": todo_s,
+                "wall_s": todo_s / max(1, workers),
+                "tuned": part.get("tuned", True),
+            }
+        )
     if device == "cpu":
-        rate = ", ".join(f"{1 / s:.1f} steps/s ({json.loads(k)['ffn_hidden']} FFN, {json.loads(k)['projection']['kind']})"
-                         for k, (s, _) in cost.items())
-        basis = (f"CPU: per-step and per-evaluation CPU time measured here ({timing_steps} steps per model, {threads} "
-                 f"thread(s), capability {torch.backends.cpu.get_cpu_capability()}, load {os.getloadavg()[0]:.1f}): "
-                 f"{rate}")
+        rate = ", ".join(
+            f"{1 / s:.1f} steps/s ({json.loads(k)['ffn_hidden']} FFN, {json.loads(k)['projection']['kind']})"
+            for k, (s, _) in cost.items()
+        )
+        basis = (
+            f"CPU: per-step and per-evaluation CPU time measured here ({timing_steps} steps per model, {threads} "
+            f"thread(s), capability {torch.backends.cpu.get_cpu_capability()}, load {os.getloadavg()[0]:.1f}): "
+            f"{rate}"
+        )
     else:
-        basis = (f"GPU: an ASSUMED rate of {cuda_rate:g} optimizer steps/s per worker (not measured here; tiny models "
-                 f"are launch-bound, so {workers} worker(s) on one GPU are assumed not to slow each other)")
+        basis = (
+            f"GPU: an ASSUMED rate of {cuda_rate:g} optimizer steps/s per worker (not measured here; tiny models "
+            f"are launch-bound, so {workers} worker(s) on one GPU are assumed not to slow each other)"
+        )
     say(f"estimate basis: {basis}")
-    say(f"{'part':10s} {'runs':>5s} {'done':>5s} {'left':>5s} {'steps left':>11s} {'serial':>9s} {'wall':>9s}"
-        "   (runs: not counted again where an earlier part has them)")
+    say(
+        f"{'part':10s} {'runs':>5s} {'done':>5s} {'left':>5s} {'steps left':>11s} {'serial':>9s} {'wall':>9s}"
+        "   (runs: not counted again where an earlier part has them)"
+    )
     for r in rows:
-        say(f"{r['part']:10s} {r['runs']:5d} {r['done']:5d} {r['remaining']:5d} {r['remaining_steps']:11,d} "
+        say(
+            f"{r['part']:10s} {r['runs']:5d} {r['done']:5d} {r['remaining']:5d} {r['remaining_steps']:11,d} "
             f"{r['serial_s'] / 3600:8.2f}h {r['wall_s'] / 3600:8.2f}h  ({workers} worker(s))"
-            + ("" if r["tuned"] else "  [lrs not tuned yet: planned at estimate-only lrs, same cost]"))
+            + ("" if r["tuned"] else "  [lrs not tuned yet: planned at estimate-only lrs, same cost]")
+        )
     for name, part in parts.items():  # a corpus too small for a part is said now, not found after hours of runs
         for plan in part["plans"]:
             problem = R.corpus_check(plan, refuse=False).get("problem")
@@ -171,13 +203,17 @@ def estimate_parts(parts: dict, ledger, threads: int, workers: int, timing_steps
         steps = sum(r["remaining_steps"] for r in rows)
         measured = steps / tot if tot else float("nan")
         slow = measured / live["steps_per_s"] if live["steps_per_s"] else float("nan")
-        say(f"live rate: {live['steps_per_s']:.1f} steps/s per worker over the ledger's last {live['runs']} runs "
+        say(
+            f"live rate: {live['steps_per_s']:.1f} steps/s per worker over the ledger's last {live['runs']} runs "
             f"(finished {live['since']} .. {live['until']}) against {measured:.1f} timed now"
             + (f": {slow:.1f}x slower, the machine is loaded or was" if slow > 1.3 else "")
             + f"; at the live rate what remains takes {steps / live['steps_per_s'] / 3600 / max(1, workers):.2f} h wall "
-            f"with {workers} worker(s)")
-    say(f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
-        f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)")
+            f"with {workers} worker(s)"
+        )
+    say(
+        f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
+        f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)"
+    )
     return rows
 
 
@@ -189,14 +225,20 @@ def live_rate(parts: dict, ledger, last: int = 8) -> dict | None:
         for name, run in part["runs"].items():
             if ledger.holds(name, run["cfg"]):
                 final = ledger.read(name)
-                steps = run["cfg"]["train"]["steps"] - (run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0)
+                steps = run["cfg"]["train"]["steps"] - (
+                    run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0
+                )
                 if isinstance(final["final"].get("wall_s"), (int, float)) and final["final"]["wall_s"] > 0:
                     recs.append((final["finished_at"], steps, final["final"]["wall_s"]))
     if not recs:
         return None
     recs = sorted(set(recs))[-last:]
-    return {"steps_per_s": sum(r[1] for r in recs) / sum(r[2] for r in recs), "runs": len(recs),
-            "since": recs[0][0], "until": recs[-1][0]}
+    return {
+        "steps_per_s": sum(r[1] for r in recs) / sum(r[2] for r in recs),
+        "runs": len(recs),
+        "since": recs[0][0],
+        "until": recs[-1][0],
+    }
 
 
 # ----------------------------------------------------------------------------- results from the ledger
@@ -209,8 +251,10 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
         for shape, rows in c["table"].items():
             cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
             best = c["best"].get(shape)
-            say(f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)"))
+            say(
+                f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)")
+            )
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"], root / "tune.png")
     ready = {}
@@ -219,12 +263,18 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
         held = sum(ledger.holds(k, r["cfg"]) for k, r in part["runs"].items())
         ready[p] = held == len(part["runs"]) and part.get("tuned")
         if not ready[p]:
-            say(f"{p}: {held} of {len(part['runs'])} runs in the ledger" + ("" if part.get("tuned") else
-                " (its lrs are not tuned yet)") + "; not summarized yet")
+            say(
+                f"{p}: {held} of {len(part['runs'])} runs in the ledger"
+                + ("" if part.get("tuned") else " (its lrs are not tuned yet)")
+                + "; not summarized yet"
+            )
     if ready["headline"]:
         plans = [parts["headline"]["plans"][0]] + (parts["ablations"]["plans"] if ready["ablations"] else [])
-        plan = {**plans[0], "methods": [m for pl in plans for m in pl["methods"]],
-                "runs": merge_runs(pl["runs"] for pl in plans)}  # ablations branch from the headline's prefixes: paired
+        plan = {
+            **plans[0],
+            "methods": [m for pl in plans for m in pl["methods"]],
+            "runs": merge_runs(pl["runs"] for pl in plans),
+        }  # ablations branch from the headline's prefixes: paired
         out["headline"] = R.summarize(plan, ledger)
         say(R.render(plan, out["headline"], R.corpus_check(plan), f"headline from the ledger {root}"))
         R.plot_regime(plan, ledger, root)
@@ -241,9 +291,14 @@ def arch_study_summary(parts: dict, ledger, root: Path, say) -> dict:
     for shape, rows in c["table"].items():
         cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
         best = c["best"].get(shape)
-        say(f"tune {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-            + (f" -> {best:.3g}" + (" (edge of the grid: extend it)" if c["edge"][shape] else "") if best else
-               " (incomplete)"))
+        say(
+            f"tune {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+            + (
+                f" -> {best:.3g}" + (" (edge of the grid: extend it)" if c["edge"][shape] else "")
+                if best
+                else " (incomplete)"
+            )
+        )
     if any(r["mean"] is not None for rows in c["table"].values() for r in rows):
         plot_tuning(c, root / "tune.png")
     return A.summarize(parts, ledger, say)
@@ -257,8 +312,10 @@ def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
         for shape, rows in c["table"].items():
             cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
             best = c["best"].get(shape)
-            say(f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)"))
+            say(
+                f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
+                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)")
+            )
     c = parts["tune-halving"]["choice"] if parts["tune-halving"]["choice"]["table"] else parts["tune"]["choice"]
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"] if not c["complete"] else c, root / "tune.png")
@@ -275,19 +332,36 @@ def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:
     from nexus.experiments.stats import fmt_gap
 
     h = parts["headline"]["plans"][0]
-    one = plan_arms(HORIZON_1X, h["lrs"], R.SCALES[h["scale"]], h["data"],
-                    Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1], R.arch_methods())
+    one = plan_arms(
+        HORIZON_1X,
+        h["lrs"],
+        R.SCALES[h["scale"]],
+        h["data"],
+        Path(next(iter(h["runs"].values()))["cfg"]["train"]["out_dir"]).parents[1],
+        R.arch_methods(),
+    )
     rows = []
     for k, plan in [(1, one)] + list(zip(HORIZONS, parts["horizon"]["plans"])):
         m = R.summarize(plan, ledger)["methods"]["sparkling"]
         d = m["grown_minus_scratch"]["diff"]
-        rows.append({"post_mult": k, "post_steps": plan["steps"] - plan["grow_step"], "gap_closed": m["gap_closed"],
-                     "grown_minus_scratch": d, "reached_equal_tokens": sum(v <= 0 for v in
-                     [g - s for g, s in zip(m["per_seed"]["grown"], m["per_seed"]["scratch"])]),
-                     "reached_equal_flops": m["compute_to_scratch_loss"]["reached"], "seeds": len(HORIZON_SEEDS)})
-        say(f"horizon {k}x ({rows[-1]['post_steps']} steps after growth): share {fmt_gap(m['gap_closed'])}; grown - "
+        rows.append(
+            {
+                "post_mult": k,
+                "post_steps": plan["steps"] - plan["grow_step"],
+                "gap_closed": m["gap_closed"],
+                "grown_minus_scratch": d,
+                "reached_equal_tokens": sum(
+                    v <= 0 for v in [g - s for g, s in zip(m["per_seed"]["grown"], m["per_seed"]["scratch"])]
+                ),
+                "reached_equal_flops": m["compute_to_scratch_loss"]["reached"],
+                "seeds": len(HORIZON_SEEDS),
+            }
+        )
+        say(
+            f"horizon {k}x ({rows[-1]['post_steps']} steps after growth): share {fmt_gap(m['gap_closed'])}; grown - "
             f"scratch {d['mean']:+.4f}; reaches scratch's loss at equal tokens in {rows[-1]['reached_equal_tokens']} "
-            f"and within scratch's FLOPs in {rows[-1]['reached_equal_flops']} of {len(HORIZON_SEEDS)} seeds")
+            f"and within scratch's FLOPs in {rows[-1]['reached_equal_flops']} of {len(HORIZON_SEEDS)} seeds"
+        )
     from nexus.figures import pyplot, save_figure
 
     plt = pyplot()
@@ -296,13 +370,28 @@ def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:
         g = r["gap_closed"]
         if g["estimate"] is not None:
             lo, hi = (g["ci_low"], g["ci_high"]) if g["bounded"] else (g["estimate"], g["estimate"])
-            ax.errorbar([r["post_steps"]], [g["estimate"]], yerr=[[g["estimate"] - lo], [hi - g["estimate"]]], fmt="o",
-                        color="tab:blue", capsize=3)
-    ax.plot([r["post_steps"] for r in rows], [r["gap_closed"]["estimate"] for r in rows], "-", color="tab:blue",
-            label="sparkling, share of the gap closed (Fieller 95%)")
+            ax.errorbar(
+                [r["post_steps"]],
+                [g["estimate"]],
+                yerr=[[g["estimate"] - lo], [hi - g["estimate"]]],
+                fmt="o",
+                color="tab:blue",
+                capsize=3,
+            )
+    ax.plot(
+        [r["post_steps"] for r in rows],
+        [r["gap_closed"]["estimate"] for r in rows],
+        "-",
+        color="tab:blue",
+        label="sparkling, share of the gap closed (Fieller 95%)",
+    )
     ax.axhspan(0.84, 0.90, color="tab:green", alpha=0.2, label="SPARKLING Table 1 (0.84-0.90)")
-    ax.set(xscale="log", xlabel="optimizer steps after growth", ylabel="(small - grown) / (small - scratch)",
-           title=f"horizon scan, seeds {', '.join(map(str, HORIZON_SEEDS))}")
+    ax.set(
+        xscale="log",
+        xlabel="optimizer steps after growth",
+        ylabel="(small - grown) / (small - scratch)",
+        title=f"horizon scan, seeds {', '.join(map(str, HORIZON_SEEDS))}",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -325,13 +414,18 @@ def arch_summary(plan: dict, ledger, say) -> dict:
         gr = [final[f"{ns}seed{sd}/{m}"] for sd in ARCH_SEEDS]
         gain[m] = [a - g for a, g in zip(sm, gr)]
         idx = [ARCH_SEEDS.index(sd) for sd in ARCH_SCRATCH_SEEDS]
-        share[m] = gap_closed([sm[i] for i in idx], [gr[i] for i in idx],
-                              [final[f"{ns}seed{sd}/scratch-{sc}"] for sd in ARCH_SCRATCH_SEEDS])
+        share[m] = gap_closed(
+            [sm[i] for i in idx],
+            [gr[i] for i in idx],
+            [final[f"{ns}seed{sd}/scratch-{sc}"] for sd in ARCH_SCRATCH_SEEDS],
+        )
     a, b = ARCH
     d = paired(gain[a], gain[b])
-    say(f"arch ({ARCH_TOKENS_PER_PARAM:g} tokens/param at growth, seeds {','.join(map(str, ARCH_SEEDS))}): growth gain "
+    say(
+        f"arch ({ARCH_TOKENS_PER_PARAM:g} tokens/param at growth, seeds {','.join(map(str, ARCH_SEEDS))}): growth gain "
         f"(small - grown) {a} minus {b}: {fmt(d['diff'])}, paired t p = {R._p(d['t_p'])}; share of own gap (seeds "
-        f"{','.join(map(str, ARCH_SCRATCH_SEEDS))}): {a} {fmt_gap(share[a])}, {b} {fmt_gap(share[b])}")
+        f"{','.join(map(str, ARCH_SCRATCH_SEEDS))}): {a} {fmt_gap(share[a])}, {b} {fmt_gap(share[b])}"
+    )
     return {"gain_difference": d, "gains": gain, "share": share}
 
 
@@ -348,8 +442,12 @@ def plot_tuning(choice: dict, path: Path) -> str:
             ax.plot([r["lr"]] * len(pts), pts, "o", color=color, alpha=0.4, ms=4)
         full = [r for r in rows if r["mean"] is not None]
         ax.plot([r["lr"] for r in full], [r["mean"] for r in full], "-", color=color, lw=2, label=f"{shape}, mean")
-    ax.set(xscale="log", xlabel="peak lr", ylabel="final validation loss",
-           title=f"leak-free lr sweep, tuning seeds {', '.join(map(str, choice['seeds']))}")
+    ax.set(
+        xscale="log",
+        xlabel="peak lr",
+        ylabel="final validation loss",
+        title=f"leak-free lr sweep, tuning seeds {', '.join(map(str, choice['seeds']))}",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -365,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from nexus.experiments.ledger import StudyInterrupted
 
-    again = " ".join(shlex.quote(x) for x in [sys.executable, str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)])
+    again = " ".join(
+        shlex.quote(x) for x in [sys.executable, str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)]
+    )
 
     def term(signum, frame):  # before and after the runs: as Ctrl-C is, a stop with nothing in flight
         raise KeyboardInterrupt
@@ -378,12 +478,19 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except StudyInterrupted as e:
         saved = f" ({', '.join(e.saved)} saved mid-run, resumed from there)" if e.saved else ""
-        print(f"study stopped by {e.signal_name} at a run boundary: {e.finished} run(s) finished this time, all in the "
-              f"ledger{saved}; continue with: {again}", file=sys.stderr, flush=True)
+        print(
+            f"study stopped by {e.signal_name} at a run boundary: {e.finished} run(s) finished this time, all in the "
+            f"ledger{saved}; continue with: {again}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + e.signum
     except KeyboardInterrupt:
-        print(f"study stopped before any run was in flight; nothing was lost; continue with: {again}", file=sys.stderr,
-              flush=True)
+        print(
+            f"study stopped before any run was in flight; nothing was lost; continue with: {again}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     finally:
         signal.signal(signal.SIGTERM, before)
@@ -391,24 +498,45 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=STUDY, help="the ledger's name under --results; " + "; ".join(
-                    f"{m.STUDY}: its own parts ({', '.join(m.PARTS)}), scale {m.SCALE}" for m in STUDIES.values())
-                    + "; any other name runs the regime study's parts")
-    ap.add_argument("--results", default=str(Path(__file__).resolve().parents[1] / "results"),
-                    help="where ledgers live (default benchmarks/results)")
+    ap.add_argument(
+        "--study",
+        default=STUDY,
+        help="the ledger's name under --results; "
+        + "; ".join(f"{m.STUDY}: its own parts ({', '.join(m.PARTS)}), scale {m.SCALE}" for m in STUDIES.values())
+        + "; any other name runs the regime study's parts",
+    )
+    ap.add_argument(
+        "--results",
+        default=str(Path(__file__).resolve().parents[1] / "results"),
+        help="where ledgers live (default benchmarks/results)",
+    )
     ap.add_argument("--out", default="runs/regime-study", help="run directories (checkpoints; not committed)")
-    ap.add_argument("--scale", choices=sorted(R.SCALES), default=None,
-                    help="the regime (default: full, or the --study's own scale)")
+    ap.add_argument(
+        "--scale", choices=sorted(R.SCALES), default=None, help="the regime (default: full, or the --study's own scale)"
+    )
     ap.add_argument("--data", default="stdlib")
-    ap.add_argument("--parts", default=None, help=f"comma-separated parts to run, of {', '.join(PARTS)} (or the "
-                    "--study's own parts)")
+    ap.add_argument(
+        "--parts",
+        default=None,
+        help=f"comma-separated parts to run, of {', '.join(PARTS)} (or the --study's own parts)",
+    )
     ap.add_argument("--estimate", action="store_true", help="done / remaining / cost per part; train nothing")
     ap.add_argument("--plot", action="store_true", help="tables and figures from the ledger alone; train nothing")
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)")
-    ap.add_argument("--cuda-steps-per-s", type=float, default=None,
-                    help="--estimate --device cuda: the assumed optimizer steps/s of one worker (stated, not measured)")
-    ap.add_argument("--lrs", default=None, help="the tune part's lrs, comma-separated, in the order they run (default "
-                    f"{','.join(f'{x:g}' for x in TUNE_LRS)}; --scale main: {','.join(f'{x:g}' for x in MAIN_TUNE_LRS)})")
+    ap.add_argument(
+        "--device", default="cpu", choices=("cpu", "cuda"), help="where runs train (and what --estimate prices)"
+    )
+    ap.add_argument(
+        "--cuda-steps-per-s",
+        type=float,
+        default=None,
+        help="--estimate --device cuda: the assumed optimizer steps/s of one worker (stated, not measured)",
+    )
+    ap.add_argument(
+        "--lrs",
+        default=None,
+        help="the tune part's lrs, comma-separated, in the order they run (default "
+        f"{','.join(f'{x:g}' for x in TUNE_LRS)}; --scale main: {','.join(f'{x:g}' for x in MAIN_TUNE_LRS)})",
+    )
     ap.add_argument("--workers", type=int, default=1, help="runs at once, each in its own process")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--timing-steps", type=int, default=20)
@@ -416,8 +544,10 @@ def _main(argv) -> int:
     if a.workers < 1 or a.threads < 1:
         raise R.Refused(f"--workers={a.workers} / --threads={a.threads} (valid: integers >= 1)")
     if a.estimate and a.device == "cuda" and not (a.cuda_steps_per_s and a.cuda_steps_per_s > 0):
-        raise R.Refused(f"--cuda-steps-per-s={a.cuda_steps_per_s!r} (valid: with --estimate --device cuda, the assumed "
-                        f"optimizer steps/s of one worker, > 0, e.g. 40)")
+        raise R.Refused(
+            f"--cuda-steps-per-s={a.cuda_steps_per_s!r} (valid: with --estimate --device cuda, the assumed "
+            f"optimizer steps/s of one worker, > 0, e.g. 40)"
+        )
     parts_of, needs, default_scale = study_def(a.study)
     a.scale = a.scale or default_scale
     default_lrs = STUDIES[a.study].TUNE_LRS if a.study in STUDIES else MAIN_TUNE_LRS if a.scale == "main" else TUNE_LRS
@@ -444,8 +574,10 @@ def _main(argv) -> int:
     out = Path(a.out) / a.scale
     data = "embedded" if a.scale == "smoke" and a.data == "stdlib" else a.data
     say = lambda s: print(s, flush=True)  # noqa: E731
-    say(f"study {a.study} ({a.scale}, {data}) | ledger {root} | {len(ledger.names())} runs held | "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    say(
+        f"study {a.study} ({a.scale}, {data}) | ledger {root} | {len(ledger.names())} runs held | "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
     print_machine()  # CPU model and capability beside the figures below
     try:
         parts = build(a.scale, data, out, ledger, tune_lrs, study=a.study)
@@ -457,8 +589,10 @@ def _main(argv) -> int:
                 c = parts[needs[p]]["choice"]
                 n = sum(v is not None for rows in c["table"].values() for r in rows for v in r["losses"].values())
                 m = sum(len(r["losses"]) for rows in c["table"].values() for r in rows)
-                raise R.Refused(f"--parts {p} needs part {needs[p]!r} complete in the ledger ({n} of {m} runs there) "
-                                f"(valid: run --parts {needs[p]} first)")
+                raise R.Refused(
+                    f"--parts {p} needs part {needs[p]!r} complete in the ledger ({n} of {m} runs there) "
+                    f"(valid: run --parts {needs[p]} first)"
+                )
         for p in chosen:
             runs = parts[p]["runs"]
             if a.device == "cuda":
@@ -466,7 +600,9 @@ def _main(argv) -> int:
                     r["cfg"]["train"]["device"] = "cuda"
             plan0 = parts[p]["plans"][0]
             corpus = R.corpus_check({**plan0, "token_budget": max(pl["token_budget"] for pl in parts[p]["plans"])})
-            say(f"part {p}: {len(runs)} runs; corpus {corpus['share_of_split_drawn']:.2f} of the training split per run")
+            say(
+                f"part {p}: {len(runs)} runs; corpus {corpus['share_of_split_drawn']:.2f} of the training split per run"
+            )
             with StepTimer() as t:
                 R.execute(runs, a.workers, a.threads, say, ledger, plan0["tokens_per_step"])
             say(f"part {p}: finished in {t.elapsed.wall:.0f} s wall")
@@ -485,8 +621,11 @@ def _main(argv) -> int:
             if a.plot:  # the ledger's own summary, redrawn from nothing but the ledger
                 from nexus.experiments.runs import write_text_atomic
 
-                write_text_atomic(root / "summary.md", f"`{' '.join(['python benchmarks/studies/regime_study.py', *sys.argv[1:]])}`"
-                                  "\n\n```\n" + "\n".join(lines) + "\n```\n")
+                write_text_atomic(
+                    root / "summary.md",
+                    f"`{' '.join(['python benchmarks/studies/regime_study.py', *sys.argv[1:]])}`"
+                    "\n\n```\n" + "\n".join(lines) + "\n```\n",
+                )
                 say(f"summary: {root / 'summary.md'}")
     except ConfigError as e:
         raise R.Refused(str(e)) from None

@@ -9,6 +9,7 @@ constant LR after 30 linear warmup steps, clip 1.0, batch --bs of fresh task bat
 seed + 1000); every --every steps the accuracy on 4 held-out batches of 64 (nexus.eval.synthetic_eval).
 Order m > 1 uses the presets' form: Q and K refined, shared inner weights.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ from _harness import StepTimer, emit, print_machine  # noqa: E402
 def model_config(a, order: int, vocab_size: int) -> ModelConfig:
     """The small Transformer of --d/--layers/--heads; order 1 is standard attention (the higher-order kind
     takes orders >= 2 only), order m > 1 the presets' higher-order form."""
-    cfg = ModelConfig(d_model=a.d, n_layers=a.layers, n_heads=a.heads, max_seq_len=max(128, a.seq),
-                      vocab_size=max(64, vocab_size))
+    cfg = ModelConfig(
+        d_model=a.d, n_layers=a.layers, n_heads=a.heads, max_seq_len=max(128, a.seq), vocab_size=max(64, vocab_size)
+    )
     if order > 1:
         cfg.attention = AttentionOptions.make("higher_order", order=order, ho_targets="qk", ho_shared=True)
     return cfg
@@ -72,12 +74,25 @@ def main() -> None:
             sched.step()
             if step % a.every == 0:
                 curve.append(round(task_accuracy(model, task, n_batches=4, batch_size=64)["accuracy"], 3))
-        print(f"{a.task} {a.opts} seq {a.seq} lr {a.lr} order {order} seed {a.seed}: accuracy every {a.every} steps "
-              f"{curve} (cpu {clock.so_far().cpu:.0f} s)", flush=True)
-        final = curve[-1] if a.steps % a.every == 0 and curve else round(
-            task_accuracy(model, task, n_batches=4, batch_size=64)["accuracy"], 3)  # the curve ends before the last step
-        emit(f"{a.task} {a.opts} order {order}: held-out accuracy after {a.steps} steps (seed {a.seed})", [final],
-             "report (calibrated: between chance and 1)", unit="accuracy", curve=curve, every=a.every, lr=a.lr)
+        print(
+            f"{a.task} {a.opts} seq {a.seq} lr {a.lr} order {order} seed {a.seed}: accuracy every {a.every} steps "
+            f"{curve} (cpu {clock.so_far().cpu:.0f} s)",
+            flush=True,
+        )
+        final = (
+            curve[-1]
+            if a.steps % a.every == 0 and curve
+            else round(task_accuracy(model, task, n_batches=4, batch_size=64)["accuracy"], 3)
+        )  # the curve ends before the last step
+        emit(
+            f"{a.task} {a.opts} order {order}: held-out accuracy after {a.steps} steps (seed {a.seed})",
+            [final],
+            "report (calibrated: between chance and 1)",
+            unit="accuracy",
+            curve=curve,
+            every=a.every,
+            lr=a.lr,
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ place (the same code path as a configured growth hook). Prints final validation 
 the loss jump at growth (validation batch), and FLOPs saved per eq. 29 and from measured FLOPs.
 Usage: python benchmarks/studies/width_growth.py [--steps 200 --seeds 0 1 --tau 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,14 +95,20 @@ def main() -> None:
                 loss, event = grown_run(cfg, ckpt, spec)
                 results[name].append(loss)
                 jumps[name].append(event.get("loss_jump", float("nan")))
-                print(f"seed {seed} {name:12s} val {loss:.4f} jump {jumps[name][-1]:+.4f} "
-                      f"rms ratio {event.get('rms_ratio_per_layer')}  ({clock.so_far().wall:.0f}s)", flush=True)
+                print(
+                    f"seed {seed} {name:12s} val {loss:.4f} jump {jumps[name][-1]:+.4f} "
+                    f"rms ratio {event.get('rms_ratio_per_layer')}  ({clock.so_far().wall:.0f}s)",
+                    flush=True,
+                )
             wide = small_config(args.steps, seed, Path(tmp) / f"wide-{seed}")
             wide.model.d_model, wide.model.ffn_hidden = 128, 256
             loss = final_val(Trainer(wide, quiet=True))
             results["scratch-wide"].append(loss)
             print(f"seed {seed} scratch-wide val {loss:.4f}  ({clock.so_far().wall:.0f}s)", flush=True)
-    small, large = small_config(args.steps, 0, Path(".")).model, copy.deepcopy(small_config(args.steps, 0, Path(".")).model)
+    small, large = (
+        small_config(args.steps, 0, Path(".")).model,
+        copy.deepcopy(small_config(args.steps, 0, Path(".")).model),
+    )
     large.d_model, large.ffn_hidden = 128, 256
     tokens_per_step = 8 * 64
     comp = growth_compute(small, large, grow_at * tokens_per_step, args.steps * tokens_per_step, 64)
@@ -112,12 +119,19 @@ def main() -> None:
         jtxt = f"{sum(j) / len(j):+.4f}" if j else "   -"
         print(f"{name:14s} " + " ".join(f"{v:.4f}   " for v in losses) + f" {sum(losses) / len(losses):.4f}   {jtxt}")
     print(f"\nactive params small/large: {comp['active_params_small']:,} / {comp['active_params_large']:,}")
-    print(f"FLOPs saved vs scratch-wide: eq. 29 (6ND) {comp['saved_eq29']:.1%}, measured FLOPs {comp['saved_measured']:.1%}")
+    print(
+        f"FLOPs saved vs scratch-wide: eq. 29 (6ND) {comp['saved_eq29']:.1%}, measured FLOPs {comp['saved_measured']:.1%}"
+    )
     print(f"total time {clock.so_far().wall:.0f}s")
     for name in VARIANTS:
-        emit(f"width growth {name} - scratch-wide final val loss (paired by seed, {args.steps} steps)",
-             [g - w for g, w in zip(results[name], results["scratch-wide"])], "report (< 0: growth beat scratch)",
-             unit="nats", seeds=args.seeds, saved_eq29=round(comp["saved_eq29"], 4))
+        emit(
+            f"width growth {name} - scratch-wide final val loss (paired by seed, {args.steps} steps)",
+            [g - w for g, w in zip(results[name], results["scratch-wide"])],
+            "report (< 0: growth beat scratch)",
+            unit="nats",
+            seeds=args.seeds,
+            saved_eq29=round(comp["saved_eq29"], 4),
+        )
 
 
 if __name__ == "__main__":

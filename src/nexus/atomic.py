@@ -20,6 +20,7 @@ recognised on recovery: the journal's `ready` line holds the output's hash (a fi
 own manifest), and a NAME with that hash whose temporary is gone is nexus's completed rename, so it is
 entered then. Every kill leaves an output the same command continues.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,17 @@ from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
 from .outdir.manifest import pid_alive  # re-exported: data/prepare and the tests import it from here
-from .outdir.manifest import (entry_unchanged, holds_recorded_output, manifest_of_tree, output_hash, ownership_problems,
-                              read_manifest, record, remove_dead_manifest_temporaries, write_manifest)
+from .outdir.manifest import (
+    entry_unchanged,
+    holds_recorded_output,
+    manifest_of_tree,
+    output_hash,
+    ownership_problems,
+    read_manifest,
+    record,
+    remove_dead_manifest_temporaries,
+    write_manifest,
+)
 
 
 def fsync_tree(root: Path) -> None:
@@ -100,8 +110,10 @@ def _remove(p: Path) -> bool:
         else:
             p.unlink(missing_ok=True)
     except OSError as e:
-        print(f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, delete it by hand",
-              file=sys.stderr)
+        print(
+            f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, delete it by hand",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -241,8 +253,10 @@ def atomic_dir_write(final, write_fn, kind: str, hashes=None, enter: bool = Fals
     lk = output_lock(final)
     try:
         if final.exists() and (not final.is_dir() or (any(final.iterdir()) and ownership_problems(final))):
-            raise ConfigError(f"{str(final)!r} exists and holds files nexus did not write (valid: a new or empty "
-                              "directory; nexus never replaces what it did not write)")
+            raise ConfigError(
+                f"{str(final)!r} exists and holds files nexus did not write (valid: a new or empty "
+                "directory; nexus never replaces what it did not write)"
+            )
         tag = new_tag()
         tmp = side_name(final, "tmp", tag)
         if lk:
@@ -335,8 +349,10 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None, enter
     m = read_manifest(final.parent)
     listed = m is not None and final.name in m["files"]
     if listed and final.exists() and not entry_unchanged(final, m["files"][final.name]):
-        raise ConfigError(f"{str(final)!r} was changed since nexus wrote it, and nexus would replace it (valid: move it "
-                          "out of the folder; nexus never replaces what it did not write)")
+        raise ConfigError(
+            f"{str(final)!r} was changed since nexus wrote it, and nexus would replace it (valid: move it "
+            "out of the folder; nexus never replaces what it did not write)"
+        )
     enter = (enter or listed) and m is not None
     tmp = side_name(final, "tmp", new_tag())
     lk = lk or held_lock(final)
@@ -393,11 +409,22 @@ def _keep_aside(final: Path, lk) -> Path | None:
 
 def write_text_atomic(path, text: str, enter: bool = False) -> None:
     """Replace one file's contents atomically (temporary name, fsync, rename); enter: see write_file_atomic."""
+
     def write(tmp: Path) -> None:
         tmp.write_text(text)
 
     write_file_atomic(Path(path), write, enter=enter)
 
 
-__all__ = ["atomic_dir_write", "swap_into_place", "recover_recorded", "recover_interrupted", "remove_recorded",
-           "write_file_atomic", "write_text_atomic", "read_manifest", "fsync_tree", "fsync_dir"]
+__all__ = [
+    "atomic_dir_write",
+    "swap_into_place",
+    "recover_recorded",
+    "recover_interrupted",
+    "remove_recorded",
+    "write_file_atomic",
+    "write_text_atomic",
+    "read_manifest",
+    "fsync_tree",
+    "fsync_dir",
+]

@@ -4,6 +4,7 @@ Written into a temporary sibling directory and renamed into place, so a crash ne
 checkpoint under the final name. Loading verifies checksums and shapes and never unpickles
 arbitrary objects (safetensors for weights, torch.load(weights_only=True) for trainer state).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,11 @@ class NonFiniteWeightsError(RuntimeError):
 
 def nonfinite_tensors(state_dict: dict) -> list[str]:
     """Names of floating-point tensors holding NaN or inf."""
-    return [k for k, v in state_dict.items() if torch.is_tensor(v) and v.is_floating_point()
-            and not bool(torch.isfinite(v).all())]
+    return [
+        k
+        for k, v in state_dict.items()
+        if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
 
 
 _sha256 = sha256_of  # the one block-wise file digest nexus records (meta.json and the ownership manifest)
@@ -48,8 +52,13 @@ GIT_TIMEOUT_S = 5  # a save waits at most this long for the code's commit (meta.
 
 def _git_sha() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                              cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -57,8 +66,15 @@ def _git_sha() -> str:
 SHARDED_DIR = "sharded"  # FSDP2 checkpoints: torch.distributed.checkpoint files instead of model.safetensors
 
 
-def save_checkpoint(path, model, cfg: RunConfig, tokenizer=None, trainer_state: dict | None = None,
-                    extra_files: dict[str, str] | None = None, check=None) -> Path:
+def save_checkpoint(
+    path,
+    model,
+    cfg: RunConfig,
+    tokenizer=None,
+    trainer_state: dict | None = None,
+    extra_files: dict[str, str] | None = None,
+    check=None,
+) -> Path:
     """extra_files: {name: text} written beside the weights and covered by the checksums (e.g. an
     imported model's generation_config, kept for export). check: called with the complete checkpoint
     directory while it still has its temporary name (e.g. `nexus import --verify`); if it raises,
@@ -104,9 +120,14 @@ def write_checkpoint_files(d: Path, cfg: RunConfig, tokenizer=None, trainer_stat
     if trainer_state is not None:
         torch.save(trainer_state, d / "trainer_state.pt")
     files = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
-    meta = {"format_version": FORMAT_VERSION, "torch": torch.__version__, "git_sha": _git_sha(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "sha256": {f: _sha256(d / f) for f in files},
-            "weights": SHARDED_DIR if (d / SHARDED_DIR).is_dir() else "model.safetensors"}
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "torch": torch.__version__,
+        "git_sha": _git_sha(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "sha256": {f: _sha256(d / f) for f in files},
+        "weights": SHARDED_DIR if (d / SHARDED_DIR).is_dir() else "model.safetensors",
+    }
     try:
         from importlib.metadata import version
 
@@ -138,8 +159,10 @@ def load_sharded(path, keys: set[str] | None = None) -> dict:
     # which derives from BaseException (an `except Exception` let it out as a traceback)
     except (Exception, CheckpointException) as e:
         cause = next(iter(e.failures.values()))[0] if isinstance(e, CheckpointException) and e.failures else e
-        raise CheckpointError(f"{where} is corrupted or incomplete ({type(cause).__name__}: "
-                              f"{str(cause).splitlines()[0][:120] if str(cause) else ''})") from None
+        raise CheckpointError(
+            f"{where} is corrupted or incomplete ({type(cause).__name__}: "
+            f"{str(cause).splitlines()[0][:120] if str(cause) else ''})"
+        ) from None
 
 
 def checkpoint_dir(path, flag: str = "--checkpoint") -> Path:
@@ -163,8 +186,10 @@ def read_config(path, flag: str = "--checkpoint") -> RunConfig:
     except ConfigError as e:  # a field of the wrong type: say which file holds it
         raise CheckpointError(f"{cfg_file}: {e}") from None
     except (AttributeError, TypeError, KeyError) as e:  # a section of the wrong JSON type
-        raise CheckpointError(f"{cfg_file} does not hold a nexus config ({type(e).__name__}: {str(e)[:100]}) "
-                              "(valid: the config.json nexus writes)") from None
+        raise CheckpointError(
+            f"{cfg_file} does not hold a nexus config ({type(e).__name__}: {str(e)[:100]}) "
+            "(valid: the config.json nexus writes)"
+        ) from None
 
 
 def _json_object(f: Path) -> dict:
@@ -187,8 +212,10 @@ def verify_checksums(path: Path, flag: str = "--checkpoint") -> None:
     meta = _json_object(meta_file)
     sums = meta.get("sha256", {})
     if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
-        raise CheckpointError(f"{meta_file}: sha256 is a JSON {type(sums).__name__} (valid: an object of file name -> "
-                              "hex digest, as nexus writes it)")
+        raise CheckpointError(
+            f"{meta_file}: sha256 is a JSON {type(sums).__name__} (valid: an object of file name -> "
+            "hex digest, as nexus writes it)"
+        )
     for name, digest in sums.items():
         f = path / name
         if not f.is_file():
@@ -204,17 +231,31 @@ def load_state_dict_checked(model, sd: dict, where: str) -> None:
     bad = [k for k in own if k in sd and tuple(own[k].shape) != tuple(sd[k].shape)]
     cast = [k for k in own if k in sd and own[k].is_floating_point() and not sd[k].is_floating_point()]
     if cast:  # load_state_dict would silently cast integer weights to floats
-        raise CheckpointError(f"checkpoint {where!r}: {cast[0]} has dtype {str(sd[cast[0]].dtype).removeprefix('torch.')} "
-                              "(valid: floating-point weights, as nexus saves them)")
+        raise CheckpointError(
+            f"checkpoint {where!r}: {cast[0]} has dtype {str(sd[cast[0]].dtype).removeprefix('torch.')} "
+            "(valid: floating-point weights, as nexus saves them)"
+        )
     if missing or extra or bad:
-        detail = (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}" if extra else
-                  f"{bad[0]} has shape {tuple(sd[bad[0]].shape)} but config.json implies {tuple(own[bad[0]].shape)}")
+        detail = (
+            f"missing {missing[:3]}"
+            if missing
+            else f"unexpected {extra[:3]}"
+            if extra
+            else f"{bad[0]} has shape {tuple(sd[bad[0]].shape)} but config.json implies {tuple(own[bad[0]].shape)}"
+        )
         raise CheckpointError(f"checkpoint {where!r} does not match its config.json ({detail})")
     model.load_state_dict(sd, strict=True)
 
 
-def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cpu", allow_nonfinite: bool = False,
-                    flag: str = "--checkpoint", model_cfg=None, stored_config: bool = True):
+def load_checkpoint(
+    path,
+    overrides: dict | None = None,
+    map_location: str = "cpu",
+    allow_nonfinite: bool = False,
+    flag: str = "--checkpoint",
+    model_cfg=None,
+    stored_config: bool = True,
+):
     """-> (model, RunConfig, tokenizer). `overrides` sets model fields that may change at load time
     (e.g. {'arch.t_inner': 12} for test-time depth scaling). `model_cfg` (a validated ModelConfig)
     builds the model instead of the stored one, for a run that changed fields its weights do not depend
@@ -222,8 +263,10 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
     holds the run's config already (a resumed trainer) has config.json not read again. Weights holding
     NaN/inf are refused unless `allow_nonfinite` (to inspect a diverged model)."""
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
-                        f"{type(path).__name__}: {path!r}")
+        raise TypeError(
+            f"checkpoint path must be a str or os.PathLike (a checkpoint directory), not "
+            f"{type(path).__name__}: {path!r}"
+        )
     from .config_overrides import apply_override
     from .data.tokenizer_files import load_tokenizer_from_dir
     from .models import build_model
@@ -245,8 +288,10 @@ def load_checkpoint(path, overrides: dict | None = None, map_location: str = "cp
             raise CheckpointError(f"{weights} is corrupted or truncated ({str(e).splitlines()[0][:120]})") from None
     bad = [] if allow_nonfinite else nonfinite_tensors(sd)
     if bad:
-        raise CheckpointError(f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
-                              "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds NaN/inf in {len(bad)} weight tensors (first {bad[0]}) "
+            "(valid: a finite checkpoint; nexus.load(..., allow_nonfinite=True) to inspect it)"
+        )
     model = build_model(cfg.model if model_cfg is None else model_cfg)
     load_state_dict_checked(model, sd, str(path))
     return model, cfg, load_tokenizer_from_dir(path)
@@ -262,7 +307,9 @@ def load_trainer_state(path, with_optimizer: bool = True) -> dict | None:
         st = torch.load(f, weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises several types for truncated/corrupt pickles
         raise CheckpointError(f"{f} is corrupted ({type(e).__name__})") from None
-    if with_optimizer and is_sharded(path) and "optimizer" not in st:  # FSDP2: the optimizer state lives in the sharded files
+    if (
+        with_optimizer and is_sharded(path) and "optimizer" not in st
+    ):  # FSDP2: the optimizer state lives in the sharded files
         st["optimizer"] = load_sharded(path, {"optim"})["optim"]
     return st
 

@@ -6,6 +6,7 @@ Every field carries a one-line reason. Sub-configs own their own validation so t
 feature (anchor mixing, Nexus-Rank, MoE, ...) can be added without touching the others.
 `validate()` collects *all* problems and raises one ConfigError listing them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,8 @@ class AttentionOptions(KindOptions, kind="standard"):
 
     section: typing.ClassVar[str] = "attention"
     gate: typing.Literal["none", "elementwise", "headwise"] = option(
-        "none", "gated attention: o * sigmoid(g) before W_o, per element or per head (every kind takes it)")
+        "none", "gated attention: o * sigmoid(g) before W_o, per element or per head (every kind takes it)"
+    )
 
 
 @dataclass
@@ -92,41 +94,80 @@ class MixingConfig:
     COMPONENTS = ("q", "k", "v", "g")
 
     def validate(self, errors: list[str], p: str) -> None:
-        _check(errors, self.anchor in ("none", "value_residual", "nures", "exo"), f"{p}.anchor", self.anchor,
-               "none|value_residual|nures|exo")
+        _check(
+            errors,
+            self.anchor in ("none", "value_residual", "nures", "exo"),
+            f"{p}.anchor",
+            self.anchor,
+            "none|value_residual|nures|exo",
+        )
         bad = [c for c in self.components if c not in self.COMPONENTS]
         _check(errors, not bad, f"{p}.components", self.components, f"subset of {list(self.COMPONENTS)}")
-        _check(errors, self.granularity in ("elementwise", "headwise", "scalar"), f"{p}.granularity",
-               self.granularity, "elementwise|headwise|scalar")
+        _check(
+            errors,
+            self.granularity in ("elementwise", "headwise", "scalar"),
+            f"{p}.granularity",
+            self.granularity,
+            "elementwise|headwise|scalar",
+        )
         _check(errors, self.norm in ("all", "qk", "none"), f"{p}.norm", self.norm, "all|qk|none")
-        _check(errors, not (self.dynamic and self.anchor == "none"), f"{p}.dynamic", self.dynamic,
-               "false unless mixing.anchor is set (dynamic mixing needs an anchor)")
-        _check(errors, isinstance(self.dynamic_hidden, int) and self.dynamic_hidden > 0, f"{p}.dynamic_hidden",
-               self.dynamic_hidden, "an integer > 0")
+        _check(
+            errors,
+            not (self.dynamic and self.anchor == "none"),
+            f"{p}.dynamic",
+            self.dynamic,
+            "false unless mixing.anchor is set (dynamic mixing needs an anchor)",
+        )
+        _check(
+            errors,
+            isinstance(self.dynamic_hidden, int) and self.dynamic_hidden > 0,
+            f"{p}.dynamic_hidden",
+            self.dynamic_hidden,
+            "an integer > 0",
+        )
         if self.anchor == "none":
             return
-        _check(errors, isinstance(self.components, list) and len(self.components) > 0, f"{p}.components",
-               self.components, f"a non-empty subset of {list(self.COMPONENTS)} when mixing.anchor is set")
+        _check(
+            errors,
+            isinstance(self.components, list) and len(self.components) > 0,
+            f"{p}.components",
+            self.components,
+            f"a non-empty subset of {list(self.COMPONENTS)} when mixing.anchor is set",
+        )
         if self.anchor == "value_residual":
-            _check(errors, list(self.components) == ["v"], f"{p}.components", self.components,
-                   "['v'] with anchor=value_residual (ResFormer mixes values only; use anchor=nures for q/k/g)")
-            _check(errors, self.norm == "none", f"{p}.norm", self.norm,
-                   "none with anchor=value_residual (ResFormer reuses the raw v_1; use anchor=nures for normed anchors)")
+            _check(
+                errors,
+                list(self.components) == ["v"],
+                f"{p}.components",
+                self.components,
+                "['v'] with anchor=value_residual (ResFormer mixes values only; use anchor=nures for q/k/g)",
+            )
+            _check(
+                errors,
+                self.norm == "none",
+                f"{p}.norm",
+                self.norm,
+                "none with anchor=value_residual (ResFormer reuses the raw v_1; use anchor=nures for normed anchors)",
+            )
         if self.dynamic:
             _check(errors, self.learnable, f"{p}.learnable", self.learnable, "true when mixing.dynamic is on")
 
     def validate_with_model(self, errors: list[str], p: str, model: "ModelConfig") -> None:
         """Checks that need the rest of the model: gate logits must exist to be mixed."""
         if self.anchor != "none" and "g" in self.components and model.attention.gate == "none":
-            errors.append(f"{p}.components={self.components!r} (valid: drop 'g', or set "
-                          f"{p.rsplit('.', 1)[0]}.attention.gate=elementwise|headwise: mixing g needs gate logits)")
+            errors.append(
+                f"{p}.components={self.components!r} (valid: drop 'g', or set "
+                f"{p.rsplit('.', 1)[0]}.attention.gate=elementwise|headwise: mixing g needs gate logits)"
+            )
 
 
 @dataclass
 class ModelConfig:
     """Architecture. The baseline is a Llama-style Transformer++; sub-configs switch mechanisms on."""
 
-    arch: ArchitectureOptions = field(default_factory=ArchitectureOptions)  # {kind: transformer|<registered>, **its options}; a bare name is its kind
+    arch: ArchitectureOptions = field(
+        default_factory=ArchitectureOptions
+    )  # {kind: transformer|<registered>, **its options}; a bare name is its kind
     vocab_size: int = 259  # tokenizer size; byte tokenizer = 256 bytes + bos/eos/pad
     d_model: int = 128  # residual stream width
     n_layers: int = 4  # number of blocks (physical layers of a depth-recurrent architecture)
@@ -146,11 +187,17 @@ class ModelConfig:
     loss_chunk_tokens: int = 0  # >0: training head + CE this many tokens at a time, never the full logits (less memory; same loss to fp32 rounding); 0: plain
     attention_bias: bool = False  # bias in q/k/v projections (Qwen2)
     logit_scale: float = 1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in factor
-    attention: AttentionOptions = field(default_factory=AttentionOptions)  # {kind: standard|<registered>, **its options}
-    projection: ProjectionOptions = field(default_factory=ProjectionOptions)  # {kind: linear|<registered>, **its options}
+    attention: AttentionOptions = field(
+        default_factory=AttentionOptions
+    )  # {kind: standard|<registered>, **its options}
+    projection: ProjectionOptions = field(
+        default_factory=ProjectionOptions
+    )  # {kind: linear|<registered>, **its options}
     mixing: MixingConfig = field(default_factory=MixingConfig)
     mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
-    growth_state: dict[str, int] = field(default_factory=dict, metadata={"set_by_growth": True})  # scales growth pinned so the grown model computes what the model before it did, {name: value}; each name declared by a selected kind (growth_pins); set by growth only
+    growth_state: dict[str, int] = field(
+        default_factory=dict, metadata={"set_by_growth": True}
+    )  # scales growth pinned so the grown model computes what the model before it did, {name: value}; each name declared by a selected kind (growth_pins); set by growth only
 
     def __setattr__(self, name: str, value) -> None:
         if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
@@ -162,8 +209,14 @@ class ModelConfig:
         """The sub-configs each of which switches a mechanism of the transformer on, off at its defaults
         (attention, projection, mixing, mlp, and any section added later): not arch, which picks the
         architecture, nor growth_state, which growth sets."""
-        return [f.name for f in dataclasses.fields(cls) if f.name != "arch" and not f.metadata.get("set_by_growth")
-                and isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory)]
+        return [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name != "arch"
+            and not f.metadata.get("set_by_growth")
+            and isinstance(f.default_factory, type)
+            and dataclasses.is_dataclass(f.default_factory)
+        ]
 
     def kind_sections(self) -> list[KindOptions]:
         """The sections whose `kind` picks a registered entry (arch, attention, projection, mlp)."""
@@ -184,8 +237,10 @@ class ModelConfig:
     def _declared_pin(self, name: str) -> str:
         # a misspelt or foreign name would otherwise read 0 (not pinned) and silently change the function
         if name not in self.growth_pins():
-            raise RuntimeError(f"growth pin {name!r} is not declared by the selected kinds (declared: "
-                               f"{', '.join(self.growth_pins()) or 'none'})")
+            raise RuntimeError(
+                f"growth pin {name!r} is not declared by the selected kinds (declared: "
+                f"{', '.join(self.growth_pins()) or 'none'})"
+            )
         return name
 
     def _validate_growth_state(self, errors: list[str], p: str) -> None:
@@ -196,10 +251,17 @@ class ModelConfig:
         declared = self.growth_pins()
         for name, v in state.items():
             if name not in declared:
-                _check(errors, False, f"{p}.{name}", v, f"a scale the selected kinds pin: {', '.join(declared) or 'none'}")
+                _check(
+                    errors, False, f"{p}.{name}", v, f"a scale the selected kinds pin: {', '.join(declared) or 'none'}"
+                )
             else:
-                _check(errors, isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{p}.{name}", v,
-                       "an integer >= 0 (0 = not pinned)")
+                _check(
+                    errors,
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                    f"{p}.{name}",
+                    v,
+                    "an integer >= 0 (0 = not pinned)",
+                )
 
     @property
     def kv_heads(self) -> int:
@@ -224,17 +286,46 @@ class ModelConfig:
             _check(errors, isinstance(v, int) and v >= 0, f"{p}.{name}", v, "an integer >= 0 (0 = default)")
         if isinstance(self.n_heads, int) and self.n_heads > 0 and isinstance(self.d_model, int) and self.d_model > 0:
             if not self.head_dim:
-                _check(errors, self.d_model % self.n_heads == 0, f"{p}.d_model", self.d_model,
-                       f"a multiple of n_heads ({self.n_heads}), or set {p}.head_dim")
+                _check(
+                    errors,
+                    self.d_model % self.n_heads == 0,
+                    f"{p}.d_model",
+                    self.d_model,
+                    f"a multiple of n_heads ({self.n_heads}), or set {p}.head_dim",
+                )
             if isinstance(self.n_kv_heads, int) and self.n_kv_heads > 0:
-                _check(errors, self.n_heads % self.n_kv_heads == 0, f"{p}.n_kv_heads", self.n_kv_heads,
-                       f"a divisor of n_heads ({self.n_heads})")
+                _check(
+                    errors,
+                    self.n_heads % self.n_kv_heads == 0,
+                    f"{p}.n_kv_heads",
+                    self.n_kv_heads,
+                    f"a divisor of n_heads ({self.n_heads})",
+                )
         _positive(errors, f"{p}.rope_theta", self.rope_theta)
         _positive(errors, f"{p}.norm_eps", self.norm_eps)
-        _check(errors, isinstance(self.init_std, (int, float)) and self.init_std >= 0, f"{p}.init_std", self.init_std, "a number >= 0")
-        _check(errors, isinstance(self.z_loss, (int, float)) and self.z_loss >= 0, f"{p}.z_loss", self.z_loss, "a number >= 0")
-        _check(errors, isinstance(self.loss_chunk_tokens, int) and not isinstance(self.loss_chunk_tokens, bool)
-               and self.loss_chunk_tokens >= 0, f"{p}.loss_chunk_tokens", self.loss_chunk_tokens, "an integer >= 0 (0: off)")
+        _check(
+            errors,
+            isinstance(self.init_std, (int, float)) and self.init_std >= 0,
+            f"{p}.init_std",
+            self.init_std,
+            "a number >= 0",
+        )
+        _check(
+            errors,
+            isinstance(self.z_loss, (int, float)) and self.z_loss >= 0,
+            f"{p}.z_loss",
+            self.z_loss,
+            "a number >= 0",
+        )
+        _check(
+            errors,
+            isinstance(self.loss_chunk_tokens, int)
+            and not isinstance(self.loss_chunk_tokens, bool)
+            and self.loss_chunk_tokens >= 0,
+            f"{p}.loss_chunk_tokens",
+            self.loss_chunk_tokens,
+            "an integer >= 0 (0: off)",
+        )
         _positive(errors, f"{p}.logit_scale", self.logit_scale)
         self.attention.validate(errors, f"{p}.attention", self)
         self.projection.validate(errors, f"{p}.projection", self)
@@ -250,7 +341,9 @@ class DataConfig:
     """Where tokens come from and how they are cut into training sequences."""
 
     source: str = "embedded"  # embedded | stdlib | hf:<name> | synthetic:<task> | prepared dir | files (train --help)
-    tokenizer: str = "byte"  # byte | bpe (train on the corpus) | a tokenizer.json / tokenizer.txt or a directory holding one
+    tokenizer: str = (
+        "byte"  # byte | bpe (train on the corpus) | a tokenizer.json / tokenizer.txt or a directory holding one
+    )
     bpe_vocab_size: int = 2048  # vocabulary size when training a BPE tokenizer
     seq_len: int = 128  # tokens per training sequence
     val_fraction: float = 0.05  # share of documents held out for validation (deterministic split)
@@ -265,18 +358,45 @@ class DataConfig:
     synthetic: dict = field(default_factory=dict)  # generator options for synthetic:<task> (vocab, pairs, k, ...)
 
     def validate(self, errors: list[str], p: str = "data") -> None:
-        _check(errors, isinstance(self.source, str) and bool(self.source), f"{p}.source", self.source,
-               "embedded, a file path, hf:<name> or synthetic:<task>")
-        _check(errors, isinstance(self.seq_len, int) and self.seq_len >= 2, f"{p}.seq_len", self.seq_len, "an integer >= 2")
-        _check(errors, isinstance(self.bpe_vocab_size, int) and self.bpe_vocab_size >= 260, f"{p}.bpe_vocab_size",
-               self.bpe_vocab_size, "an integer >= 260")
-        _check(errors, isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1, f"{p}.val_fraction",
-               self.val_fraction, "a number in (0, 1)")
+        _check(
+            errors,
+            isinstance(self.source, str) and bool(self.source),
+            f"{p}.source",
+            self.source,
+            "embedded, a file path, hf:<name> or synthetic:<task>",
+        )
+        _check(
+            errors, isinstance(self.seq_len, int) and self.seq_len >= 2, f"{p}.seq_len", self.seq_len, "an integer >= 2"
+        )
+        _check(
+            errors,
+            isinstance(self.bpe_vocab_size, int) and self.bpe_vocab_size >= 260,
+            f"{p}.bpe_vocab_size",
+            self.bpe_vocab_size,
+            "an integer >= 260",
+        )
+        _check(
+            errors,
+            isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1,
+            f"{p}.val_fraction",
+            self.val_fraction,
+            "a number in (0, 1)",
+        )
         _check(errors, self.dtype in ("auto", "uint16", "uint32"), f"{p}.dtype", self.dtype, "auto, uint16 or uint32")
-        _check(errors, isinstance(self.num_proc, int) and self.num_proc >= 0, f"{p}.num_proc", self.num_proc,
-               "an integer >= 0 (0 = the usable cores, at most 8)")
-        _check(errors, isinstance(self.max_documents, int) and self.max_documents >= 0, f"{p}.max_documents",
-               self.max_documents, "an integer >= 0 (0 = all)")
+        _check(
+            errors,
+            isinstance(self.num_proc, int) and self.num_proc >= 0,
+            f"{p}.num_proc",
+            self.num_proc,
+            "an integer >= 0 (0 = the usable cores, at most 8)",
+        )
+        _check(
+            errors,
+            isinstance(self.max_documents, int) and self.max_documents >= 0,
+            f"{p}.max_documents",
+            self.max_documents,
+            "an integer >= 0 (0 = all)",
+        )
 
 
 # ----------------------------------------------------------------------------- training
@@ -300,9 +420,14 @@ class OptimizerOptions(KindOptions):
     def validate(self, errors: list[str], p: str, model=None) -> None:
         super().validate(errors, p, model)
         # a kind declared without its builder would validate and then build nothing (or another optimizer)
-        _check(errors, _resolvable(self.builder), f"{p}.kind", self.kind,
-               "a kind whose options name an importable builder, module:function (this one names "
-               f"{self.builder or 'none'!r})")
+        _check(
+            errors,
+            _resolvable(self.builder),
+            f"{p}.kind",
+            self.kind,
+            "a kind whose options name an importable builder, module:function (this one names "
+            f"{self.builder or 'none'!r})",
+        )
 
 
 def _resolvable(builder: str) -> bool:
@@ -322,14 +447,22 @@ class AdamWOptions(OptimizerOptions, kind="adamw"):
     needs the hand-written one (optim/optimizers.py)."""
 
     builder: typing.ClassVar[str] = "nexus.optim.param_groups:build_adamw"
-    betas: list[float] = option([0.9, 0.95], "AdamW's (beta1, beta2); beta2 0.95, not the paper's 0.999, as "
-                                "LLM pretraining uses (and new entries' bias correction is gentler, DESIGN.md)")
+    betas: list[float] = option(
+        [0.9, 0.95],
+        "AdamW's (beta1, beta2); beta2 0.95, not the paper's 0.999, as "
+        "LLM pretraining uses (and new entries' bias correction is gentler, DESIGN.md)",
+    )
     eps: float = option(1e-8, "AdamW's epsilon")
 
     def check(self, errors: list[str], p: str, model) -> None:
         betas = self.betas
-        _check(errors, isinstance(betas, (list, tuple)) and len(betas) == 2 and all(0 <= b < 1 for b in betas),
-               f"{p}.betas", betas, "two numbers in [0, 1)")
+        _check(
+            errors,
+            isinstance(betas, (list, tuple)) and len(betas) == 2 and all(0 <= b < 1 for b in betas),
+            f"{p}.betas",
+            betas,
+            "two numbers in [0, 1)",
+        )
         _positive(errors, f"{p}.eps", self.eps)
 
 
@@ -340,8 +473,9 @@ def optimizer_options(value) -> OptimizerOptions:
         value = {"kind": value}
     if isinstance(value, dict):  # {kind, **options}, as a config file writes it
         kind = value.get("kind", OptimizerOptions.kind_name)
-        return from_dict(OptimizerOptions.options_class(kind, "train.optimizer"), {**value, "kind": kind},
-                         "train.optimizer.")
+        return from_dict(
+            OptimizerOptions.options_class(kind, "train.optimizer"), {**value, "kind": kind}, "train.optimizer."
+        )
     return value
 
 
@@ -354,13 +488,21 @@ class TrainConfig:
     batch_size: int = 16  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step
     # the optimizer and its own options, {kind, **options}: --train.optimizer muon, --train.optimizer.betas 0.9,0.99
-    optimizer: OptimizerOptions = field(default_factory=AdamWOptions, metadata={
-        "reason": "the optimizer and its own options (each kind declared in optim/kinds/, with its paper's defaults)"})
+    optimizer: OptimizerOptions = field(
+        default_factory=AdamWOptions,
+        metadata={
+            "reason": "the optimizer and its own options (each kind declared in optim/kinds/, with its paper's defaults)"
+        },
+    )
     lr: float = 3e-3  # peak AdamW learning rate
     min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
-    schedule: str = choice("cosine", "train.schedule", "nexus.optim.schedules",
-                           "the LR schedule after linear warmup (each kind one module of optim/schedules/)",
-                           implemented=True)
+    schedule: str = choice(
+        "cosine",
+        "train.schedule",
+        "nexus.optim.schedules",
+        "the LR schedule after linear warmup (each kind one module of optim/schedules/)",
+        implemented=True,
+    )
     warmup_steps: int = 30  # linear warmup steps
     decay_fraction: float = 0.2  # wsd / linear_warmdown: share of steps spent decaying at the end
     weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices
@@ -378,8 +520,15 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     compile_mode: str = "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer kernel launches for small models on a GPU)
-    parallel: str = choice("ddp", "train.parallel", "nexus.train.parallelism", "how torchrun ranks share the model (each declared in train/parallelism.py)")
-    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory for ~1/3 more compute
+    parallel: str = choice(
+        "ddp",
+        "train.parallel",
+        "nexus.train.parallelism",
+        "how torchrun ranks share the model (each declared in train/parallelism.py)",
+    )
+    activation_checkpointing: bool = (
+        False  # recompute each block's activations in backward: less memory for ~1/3 more compute
+    )
     eval_every: int = 100  # validation every N steps (0 = only at the end)
     eval_batches: int = 8  # micro-batches per validation
     sample_every: int = 0  # print a generated sample every N steps (0 = only at the end)
@@ -388,12 +537,21 @@ class TrainConfig:
     save_every: int = 100  # step checkpoint every N steps, so a killed run can resume (0 = only at the end)
     keep_last: int = 2  # keep the last k step checkpoints
     log_every: int = 10  # metrics.jsonl / progress-bar refresh interval in steps
-    log_to: list[str] = choice(["jsonl"], "train.log_to", "nexus.train.loggers", "metric sinks (metrics.jsonl is always written; each declared in train/loggers.py)")
+    log_to: list[str] = choice(
+        ["jsonl"],
+        "train.log_to",
+        "nexus.train.loggers",
+        "metric sinks (metrics.jsonl is always written; each declared in train/loggers.py)",
+    )
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
-    hooks: list[dict] = field(default_factory=list)  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
+    hooks: list[dict] = field(
+        default_factory=list
+    )  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
     dist_timeout_s: int = 60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every rank
-    dist_init_timeout_s: int = 600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
+    dist_init_timeout_s: int = (
+        600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
+    )
 
     def __setattr__(self, name: str, value) -> None:
         if name == "optimizer":  # `TrainConfig(optimizer="muon")`, `tcfg.optimizer = "muon"`: a bare name is its kind
@@ -417,7 +575,16 @@ class TrainConfig:
         self.hooks = [h for h in self.hooks if not (isinstance(h, dict) and h.get("kind") == kind)]
 
     def validate(self, errors: list[str], p: str = "train") -> None:
-        for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens", "keep_last", "log_every", "max_nonfinite"):
+        for name in (
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "eval_batches",
+            "sample_tokens",
+            "keep_last",
+            "log_every",
+            "max_nonfinite",
+        ):
             v = getattr(self, name)
             _check(errors, isinstance(v, int) and v > 0, f"{p}.{name}", v, "an integer > 0")
         for name in ("warmup_steps", "eval_every", "sample_every", "save_every", "schedule_steps"):
@@ -426,41 +593,113 @@ class TrainConfig:
         _positive(errors, f"{p}.lr", self.lr)
         for name in ("dist_timeout_s", "dist_init_timeout_s"):
             v = getattr(self, name)
-            _check(errors, isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{p}.{name}", v,
-                   "an integer > 0 (seconds)")
+            _check(
+                errors,
+                isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                f"{p}.{name}",
+                v,
+                "an integer > 0 (seconds)",
+            )
         # each kind checks its own options when the trainer builds it (nexus.train.hooks.configured_hooks)
         for i, h in enumerate(self.hooks if isinstance(self.hooks, list) else [self.hooks]):
-            _check(errors, isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]), f"{p}.hooks[{i}]",
-                   h, "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}")
+            _check(
+                errors,
+                isinstance(h, dict) and isinstance(h.get("kind"), str) and bool(h["kind"]),
+                f"{p}.hooks[{i}]",
+                h,
+                "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}",
+            )
         _positive(errors, f"{p}.muon_lr", self.muon_lr)
-        _check(errors, isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2 ** 32,
-               f"{p}.seed", self.seed, "an integer in [0, 2**32)")  # numpy's seed range
-        _check(errors, isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0, f"{p}.muon_wd", self.muon_wd,
-               "a number >= 0")
-        _check(errors, isinstance(self.muon_momentum, (int, float)) and 0 <= self.muon_momentum < 1,
-               f"{p}.muon_momentum", self.muon_momentum, "a number in [0, 1)")
-        _check(errors, isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0, f"{p}.muon_ns_steps",
-               self.muon_ns_steps, "an integer > 0")
-        _check(errors, self.muon_ns in ("newton_schulz", "polar_express"), f"{p}.muon_ns", self.muon_ns, "newton_schulz|polar_express")
-        _check(errors, isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1, f"{p}.min_lr_ratio",
-               self.min_lr_ratio, "a number in [0, 1]")
-        _check(errors, isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1, f"{p}.decay_fraction",
-               self.decay_fraction, "a number in [0, 1]")
-        _check(errors, isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, f"{p}.weight_decay",
-               self.weight_decay, "a number >= 0")
+        _check(
+            errors,
+            isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**32,
+            f"{p}.seed",
+            self.seed,
+            "an integer in [0, 2**32)",
+        )  # numpy's seed range
+        _check(
+            errors,
+            isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0,
+            f"{p}.muon_wd",
+            self.muon_wd,
+            "a number >= 0",
+        )
+        _check(
+            errors,
+            isinstance(self.muon_momentum, (int, float)) and 0 <= self.muon_momentum < 1,
+            f"{p}.muon_momentum",
+            self.muon_momentum,
+            "a number in [0, 1)",
+        )
+        _check(
+            errors,
+            isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0,
+            f"{p}.muon_ns_steps",
+            self.muon_ns_steps,
+            "an integer > 0",
+        )
+        _check(
+            errors,
+            self.muon_ns in ("newton_schulz", "polar_express"),
+            f"{p}.muon_ns",
+            self.muon_ns,
+            "newton_schulz|polar_express",
+        )
+        _check(
+            errors,
+            isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1,
+            f"{p}.min_lr_ratio",
+            self.min_lr_ratio,
+            "a number in [0, 1]",
+        )
+        _check(
+            errors,
+            isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1,
+            f"{p}.decay_fraction",
+            self.decay_fraction,
+            "a number in [0, 1]",
+        )
+        _check(
+            errors,
+            isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0,
+            f"{p}.weight_decay",
+            self.weight_decay,
+            "a number >= 0",
+        )
         if isinstance(self.optimizer, OptimizerOptions):
             self.optimizer.validate(errors, f"{p}.optimizer", None)
         else:
             _check(errors, False, f"{p}.optimizer", self.optimizer, "an optimizer kind or {kind, **options}")
         _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
-        _check(errors, self.compile_mode in ("default", "reduce-overhead"), f"{p}.compile_mode", self.compile_mode,
-               "default|reduce-overhead")
-        _check(errors, self.compile or self.compile_mode == "default", f"{p}.compile_mode", self.compile_mode,
-               "default unless train.compile is true (a mode without compiling would do nothing)")
-        _check(errors, isinstance(self.grad_clip, (int, float)) and self.grad_clip >= 0, f"{p}.grad_clip", self.grad_clip, "a number >= 0")
+        _check(
+            errors,
+            self.compile_mode in ("default", "reduce-overhead"),
+            f"{p}.compile_mode",
+            self.compile_mode,
+            "default|reduce-overhead",
+        )
+        _check(
+            errors,
+            self.compile or self.compile_mode == "default",
+            f"{p}.compile_mode",
+            self.compile_mode,
+            "default unless train.compile is true (a mode without compiling would do nothing)",
+        )
+        _check(
+            errors,
+            isinstance(self.grad_clip, (int, float)) and self.grad_clip >= 0,
+            f"{p}.grad_clip",
+            self.grad_clip,
+            "a number >= 0",
+        )
         _check_choices(self, errors, p)  # optimizer, schedule, parallel, log_to: declared by their owners
-        _check(errors, isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
-               f"{p}.device", self.device, "auto|cpu|cuda|cuda:N")
+        _check(
+            errors,
+            isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
+            f"{p}.device",
+            self.device,
+            "auto|cpu|cuda|cuda:N",
+        )
 
 
 @dataclass
@@ -479,8 +718,13 @@ class RunConfig:
         self.data.validate(errors, "data")
         self.train.validate(errors, "train")
         if isinstance(self.data.seq_len, int) and isinstance(self.model.max_seq_len, int):
-            _check(errors, self.data.seq_len <= self.model.max_seq_len, "data.seq_len", self.data.seq_len,
-                   f"<= model.max_seq_len ({self.model.max_seq_len})")
+            _check(
+                errors,
+                self.data.seq_len <= self.model.max_seq_len,
+                "data.seq_len",
+                self.data.seq_len,
+                f"<= model.max_seq_len ({self.model.max_seq_len})",
+            )
         if errors:
             raise ConfigError("invalid config: " + "; ".join(errors))
         self.__dict__["_passed"] = self.to_dict()  # not a field: never saved or compared

@@ -5,6 +5,7 @@ the module that implements them declares (`declare_choice`); `KindOptions` is th
 `kind` picks a registered entry; `from_dict` / `to_dict` / `coerce` turn mappings into config dataclasses
 and back, naming the field of any bad value. Below config.py: nothing here names a field of the schema.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,13 @@ def _check(errors: list[str], ok: bool, path: str, value: Any, valid: str) -> No
 
 
 def _positive(errors, path, value):
-    _check(errors, isinstance(value, (int, float)) and math.isfinite(value) and value > 0, path, value,
-           "a finite number > 0")
+    _check(
+        errors,
+        isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+        path,
+        value,
+        "a finite number > 0",
+    )
 
 
 def option(default, reason: str, **metadata):
@@ -152,8 +158,10 @@ class KindOptions:
         # an option another kind has would otherwise be set here and read by nothing
         names = [f.name for f in dataclasses.fields(self)]
         if name not in names:
-            raise AttributeError(f"{self.section} kind {self.kind!r} has no option {name!r} "
-                                 f"(valid: {', '.join(n for n in names if n != 'kind')})")
+            raise AttributeError(
+                f"{self.section} kind {self.kind!r} has no option {name!r} "
+                f"(valid: {', '.join(n for n in names if n != 'kind')})"
+            )
         super().__setattr__(name, value)
 
     @classmethod
@@ -189,8 +197,9 @@ class KindOptions:
     @classmethod
     def make(cls, kind: str, **options) -> "KindOptions":
         """The options of `kind` from keyword values, parsed and coerced like a config file's section."""
-        return from_dict(cls.options_class(kind, f"model.{cls.section}"), {"kind": kind, **options},
-                         f"model.{cls.section}.")
+        return from_dict(
+            cls.options_class(kind, f"model.{cls.section}"), {"kind": kind, **options}, f"model.{cls.section}."
+        )
 
     def common(self) -> dict:
         """The values of the options every kind of this section shares (kept across a kind switch)."""
@@ -203,8 +212,13 @@ class KindOptions:
             if allowed is None:
                 continue
             values = v if isinstance(v, list) else [v]
-            _check(errors, all(x in allowed for x in values), f"{p}.{f.name}", v,
-                   ("a subset of " + str(list(allowed))) if isinstance(v, list) else "|".join(map(str, allowed)))
+            _check(
+                errors,
+                all(x in allowed for x in values),
+                f"{p}.{f.name}",
+                v,
+                ("a subset of " + str(list(allowed))) if isinstance(v, list) else "|".join(map(str, allowed)),
+            )
         self.check(errors, p, model)
 
     def check(self, errors: list[str], p: str, model) -> None:
@@ -228,8 +242,10 @@ def _claim_growth_pins(cls) -> None:
     for name in cls.__dict__.get("growth_pins", {}):
         owner = _PIN_SECTIONS.setdefault(name, cls.section)
         if owner != cls.section:
-            raise RuntimeError(f"{cls.__name__} declares growth pin {name!r} for {cls.section}, but {owner} kinds "
-                               "declare it already (valid: a name of its own)")
+            raise RuntimeError(
+                f"{cls.__name__} declares growth pin {name!r} for {cls.section}, but {owner} kinds "
+                "declare it already (valid: a name of its own)"
+            )
 
 
 def to_dict(obj) -> dict:

@@ -4,6 +4,7 @@ The reason is the field's `option(default, reason)` (a registered kind's options
 the field in config.py (the project rule: one line per field), read from the source with `tokenize`, so
 the listing can never drift from the code that defines it.
 """
+
 from __future__ import annotations
 
 import dataclasses

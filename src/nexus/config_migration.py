@@ -5,6 +5,7 @@ through `read_config_file` / `saved_run_config`; each upgrades the mapping once,
 (`RunConfig.from_dict` parses the current form only). A value an upgrade drops that was not its default
 (it had no effect) is named in one line on stderr.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,17 @@ from .errors import ConfigError
 LEGACY_GROWTH_STATE = ("frozen_n", "ffn_frozen_n", "frozen_m", "frozen_a")
 # Before each kind owned its options, model.attention and model.projection held every kind's fields.
 LEGACY_ATTENTION = {"order": 1, "ho_targets": "qk", "ho_form": "projected", "ho_shared": True, "ho_gate": False}
-LEGACY_PROJECTION = {"targets": ["q", "k", "v"], "rank_m": 0, "rank_a": 0, "form": "paper", "relax_order": False,
-                     "param_tokens": 0, "pattention_act": "gelu_l2", "freeze_scale": True, "ffn_param_tokens": 0}
+LEGACY_PROJECTION = {
+    "targets": ["q", "k", "v"],
+    "rank_m": 0,
+    "rank_a": 0,
+    "form": "paper",
+    "relax_order": False,
+    "param_tokens": 0,
+    "pattention_act": "gelu_l2",
+    "freeze_scale": True,
+    "ffn_param_tokens": 0,
+}
 # Before the MLP was a kind, model.moe held the experts' options; n_experts 0 meant the dense MLP.
 LEGACY_MOE = {"n_experts": 0, "top_k": 2, "expert_hidden": 0, "lb_loss_coef": 0.01, "router_z_coef": 0.001}
 
@@ -51,8 +61,10 @@ def upgrade(d):
     if isinstance(attn, dict) and "kind" not in attn:
         order = attn.get("order", 1)
         if not (isinstance(order, int) and not isinstance(order, bool) and order > 1):
-            model["attention"] = {"kind": "standard", **_keep(attn, {"gate"}, "model.attention",
-                                                              "order 1 is standard attention")}
+            model["attention"] = {
+                "kind": "standard",
+                **_keep(attn, {"gate"}, "model.attention", "order 1 is standard attention"),
+            }
         else:
             model["attention"] = {"kind": "higher_order", **attn}
     proj = model.get("projection")
@@ -60,8 +72,9 @@ def upgrade(d):
         kind = proj.get("kind", "linear")
         cls = ProjectionOptions.registered.get(kind) or ProjectionOptions.kinds().get(kind)
         own = {f.name for f in dataclasses.fields(cls)} if cls is not None else set(proj)
-        model["projection"] = _keep(proj, own | set(LEGACY_GROWTH_STATE), "model.projection",
-                                    f"not an option of projection kind {kind!r}")
+        model["projection"] = _keep(
+            proj, own | set(LEGACY_GROWTH_STATE), "model.projection", f"not an option of projection kind {kind!r}"
+        )
     if isinstance(model.get("projection"), dict) and any(k in model["projection"] for k in LEGACY_GROWTH_STATE):
         _move_growth_state(model)
     if isinstance(model.get("moe"), dict):
@@ -98,16 +111,21 @@ def _move_kind_sections(model: dict) -> None:
             defaults = dataclasses.asdict(kinds[k]())
             for name, v in options.items():
                 if name in defaults and v != defaults[name]:
-                    print(f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
-                          f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)", file=sys.stderr)
+                    print(
+                        f"config: dropped model.{k}.{name}={v!r} from an old config (model.{section} is "
+                        f"{chosen.get('kind', tp.kind_name)!r}; it had no effect)",
+                        file=sys.stderr,
+                    )
         model[section] = {"kind": chosen.pop("kind", tp.kind_name), **chosen}
 
 
 def _move_moe(model: dict) -> None:
     """model.moe (written before the MLP was a kind) -> model.mlp."""
     if "mlp" in model:
-        raise ConfigError("model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
-                          "old form of model.mlp: {kind: moe, n_experts: N, ...})")
+        raise ConfigError(
+            "model.moe and model.mlp given together (valid: model.mlp alone; model.moe is the "
+            "old form of model.mlp: {kind: moe, n_experts: N, ...})"
+        )
     moe = model.pop("moe")
     n = moe.get("n_experts", 0)
     if isinstance(n, int) and not isinstance(n, bool) and n == 0:
@@ -146,8 +164,11 @@ def _drop_unset_pins(model: dict) -> None:
         if v == 0 and not isinstance(v, bool):
             del state[name]
         elif declared is not None and name not in declared:
-            print(f"config: dropped model.growth_state.{name}={state.pop(name)!r} from an old config (no selected "
-                  "kind reads it; it had no effect)", file=sys.stderr)
+            print(
+                f"config: dropped model.growth_state.{name}={state.pop(name)!r} from an old config (no selected "
+                "kind reads it; it had no effect)",
+                file=sys.stderr,
+            )
 
 
 def _declared_pins(model: dict) -> set[str] | None:
@@ -176,8 +197,6 @@ def _upgrade_train_growth(d: dict) -> None:
         hooks = train.setdefault("hooks", [])
         if isinstance(hooks, list) and not any(isinstance(h, dict) and h.get("kind") == "growth" for h in hooks):
             hooks.append({"kind": "growth", "at": at, "spec": spec or {}})
-
-
 
 
 # train fields that were AdamW's (and Muon's AdamW half's) before each optimizer kind owned its options
@@ -215,8 +234,10 @@ def read_config_file(path: str | Path, flag: str = "--config") -> dict:
     except yaml.YAMLError as e:
         raise ConfigError(f"{flag}={str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
     except UnicodeDecodeError as e:  # a binary file (a checkpoint, an archive) named by mistake
-        raise ConfigError(f"{flag}={str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}) (valid: a YAML "
-                          "mapping with model/data/train sections)") from None
+        raise ConfigError(
+            f"{flag}={str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}) (valid: a YAML "
+            "mapping with model/data/train sections)"
+        ) from None
     if not isinstance(d, dict):
         raise ConfigError(f"{flag}={str(path)!r} (valid: a YAML mapping with model/data/train sections)")
     return upgrade(d)

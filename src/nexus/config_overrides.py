@@ -6,6 +6,7 @@ kind keeping the options every kind of it shares, a moved or growth-only field i
 A command line's values are text and are read as YAML scalars first; a file's mapping is merged as the
 typed values it holds (`merge_mapping`), never turned into text and read back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,12 +25,12 @@ from .errors import ConfigError
 MOVED_FIELDS = {
     "model.moe": "model.mlp (valid: --model.mlp.kind moe, then --model.mlp.n_experts N, --model.mlp.top_k K, ...)",
     "train.grow_at": "train.hooks (valid: `nexus train --grow-at N`, or --train.hooks '[{kind: growth, at: N, "
-                     "spec: {family: width, hidden: 128}}]')",
+    "spec: {family: width, hidden: 128}}]')",
     "train.betas": "train.optimizer.betas (each optimizer kind has its own, with its paper's default: valid: "
-                   "--train.optimizer.betas 0.9,0.95)",
+    "--train.optimizer.betas 0.9,0.95)",
     "train.eps": "train.optimizer.eps (each optimizer kind has its own: valid: --train.optimizer.eps 1e-8)",
     "train.growth": "train.hooks (valid: `nexus train --growth SPEC` or the family flags, or --train.hooks "
-                    "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
+    "'[{kind: growth, at: N, spec: {family: width, hidden: 128}}]')",
 }
 
 
@@ -52,8 +53,10 @@ def set_field(cfg: RunConfig, dotted: str, raw: Any, text: bool = False) -> None
         if old_form is not None:  # model.<kind>.<option>: the form before the kind owned its options
             section, kind = old_form
             if getattr(obj, section).kind != kind:
-                raise ConfigError(f"{dotted} is an option of {section} kind {kind}, not of "
-                                  f"{getattr(obj, section).kind!r} (valid: --{'.'.join(parts[:i])}.{section} {kind} before it)")
+                raise ConfigError(
+                    f"{dotted} is an option of {section} kind {kind}, not of "
+                    f"{getattr(obj, section).kind!r} (valid: --{'.'.join(parts[:i])}.{section} {kind} before it)"
+                )
             if i == len(parts) - 1:
                 raise ConfigError(f"{dotted} is a section; set one of its fields, e.g. {dotted}.<field>")
             parent, obj = obj, getattr(obj, section)
@@ -61,18 +64,24 @@ def set_field(cfg: RunConfig, dotted: str, raw: Any, text: bool = False) -> None
         if isinstance(obj, KindOptions) and part not in names:
             owners = [k for k, c in obj.kinds().items() if part in {f.name for f in dataclasses.fields(c)}]
             if owners:
-                raise ConfigError(f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
-                                  f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)")
+                raise ConfigError(
+                    f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
+                    f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)"
+                )
         if part not in names:
             moved = next((v for k, v in MOVED_FIELDS.items() if dotted == k or dotted.startswith(k + ".")), None)
             if moved:
                 raise ConfigError(f"{dotted} moved into {moved}")
             where = ".".join(parts[:i]) or "top level"
-            valid = ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
+            valid = (
+                ", ".join(sorted(n for n, f in names.items() if not f.metadata.get("set_by_growth"))) or "no sub-fields"
+            )
             raise ConfigError(f"unknown field {dotted!r} (valid at {where}: {valid})")
         if names[part].metadata.get("set_by_growth"):
-            raise ConfigError(f"{dotted} is set by growth only (valid: grow the model with `nexus grow` or "
-                              "--grow-at; it records the scales the growth pinned)")
+            raise ConfigError(
+                f"{dotted} is set by growth only (valid: grow the model with `nexus grow` or "
+                "--grow-at; it records the scales the growth pinned)"
+            )
         if i == len(parts) - 1:
             tp = typing.get_type_hints(type(obj))[part]
             if isinstance(getattr(obj, part), KindOptions):  # --model.arch <kind>: the section's kind
@@ -112,6 +121,7 @@ def apply_override(cfg: RunConfig, dotted: str, raw: Any) -> None:
 def merge_mapping(cfg: RunConfig, d: dict, prefix: str = "") -> RunConfig:
     """A (partial) config mapping on top of `cfg`: only the fields it names change. Within a kind section
     its `kind` is set first, so the kind's own options may follow it in any order."""
+
     def walk(section, d: dict, prefix: str) -> None:
         for k in sorted(d, key=lambda k: k != "kind"):
             v, sub = d[k], getattr(section, str(k), None)
@@ -157,4 +167,3 @@ def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:
             i += 2
         apply_override(cfg, key, val)
     return cfg
-

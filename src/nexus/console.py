@@ -7,6 +7,7 @@ that the first such error points the stream's file descriptor at /dev/null: late
 nowhere and the command carries on. Written by hand: neither the standard library nor tqdm has this
 (tqdm itself writes through `sys.stdout` / `sys.stderr` as it finds them at each call).
 """
+
 from __future__ import annotations
 
 import os

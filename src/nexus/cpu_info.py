@@ -8,6 +8,7 @@ below what the hardware has (torch's ATEN_CPU_CAPABILITY, numba's NUMBA_CPU_NAME
 MKL's and oneDNN's) are named in the line too: a figure measured under them is an emulation of a
 smaller CPU, not a measurement on one.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,8 +62,10 @@ def restricted_by() -> list[str]:
 def describe_cpu() -> str:
     """One line: model, torch capability, flags, logical CPUs, and any restriction in force."""
     flags = cpu_flags()
-    line = (f"CPU {cpu_model()}, torch capability {cpu_capability()}"
-            f"{' (flags ' + ' '.join(flags) + ')' if flags else ''}, {os.cpu_count()} logical CPUs")
+    line = (
+        f"CPU {cpu_model()}, torch capability {cpu_capability()}"
+        f"{' (flags ' + ' '.join(flags) + ')' if flags else ''}, {os.cpu_count()} logical CPUs"
+    )
     limits = restricted_by()
     if limits:
         line += f"; code generation restricted by {' '.join(limits)} (an emulation of a smaller CPU)"

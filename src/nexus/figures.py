@@ -1,5 +1,6 @@
 """Shared plumbing for every PNG nexus writes (analyses and experiments): matplotlib on the
 non-interactive Agg backend, and a save that never leaves a half-written image behind."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,9 @@ def save_figure(fig, path, enter: bool = False, dpi: int | None = None, **savefi
     path = Path(path)
     kw = {"dpi": DPI if dpi is None else dpi, **savefig_kw}
     try:
-        write_file_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kw),
-                          enter=enter)
+        write_file_atomic(
+            path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kw), enter=enter
+        )
     finally:
         pyplot().close(fig)
     return path.name

@@ -5,6 +5,7 @@ training runs, holding the caller's pipes. A worker's own parent may be a multip
 process that asked for it, so PR_SET_PDEATHSIG is not enough; a pidfd (Linux >= 5.3) becomes readable exactly when
 `pid` exits, and elsewhere a 1 s poll stands in. Written by hand: multiprocessing has no such option.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ import time
 
 def die_with(pid: int) -> None:
     """End this process (exit status 1) as soon as process `pid` has ended; watched by a daemon thread."""
+
     def watch() -> None:
         try:
             fd = os.pidfd_open(pid)

@@ -16,6 +16,7 @@ naming a function (`my_pkg:setup`) has that function called. Every plugin is imp
 lookup of any registry; one that cannot be imported is a one-line ConfigError naming it (exit 2).
 NEXUS_DISABLE_PLUGINS=1 skips them all.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -55,8 +56,10 @@ def load_plugins() -> None:
                 what = f"names module {ep.module!r}, which is not installed"
             else:
                 what = f"failed to load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
-            _plugins["error"] = ConfigError(f"plugin {ep.name!r} ({where}) {what} (valid: fix or uninstall that "
-                                            "package, or set NEXUS_DISABLE_PLUGINS=1)")
+            _plugins["error"] = ConfigError(
+                f"plugin {ep.name!r} ({where}) {what} (valid: fix or uninstall that "
+                "package, or set NEXUS_DISABLE_PLUGINS=1)"
+            )
             raise _plugins["error"] from None
         finally:
             _plugins["current"] = None
@@ -80,6 +83,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: `@registry.register(name)` on the entry; returns the entry unchanged."""
+
         def add(entry: T) -> T:
             if name in self._entries:
                 raise RuntimeError(f"{self.what} {name!r} registered twice")
@@ -87,6 +91,7 @@ class Registry(Generic[T]):
             if _plugins["current"] is not None:
                 self.origins[name] = _plugins["current"]
             return entry
+
         return add
 
     def load(self) -> None:

@@ -11,6 +11,7 @@ PyTorch's CPU performance guide fixes the same problem by preloading jemalloc or
 and a caching allocator (CUDA's, for one) makes the same trade. Written by hand because torch has
 no API for it.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -10,6 +10,7 @@ module of this package plus its registration line:
 is written as `<kind>.json` and printed (through `summary(result) -> str` when one is registered).
 The modules are imported when the first analysis is looked up, so this package stays light to import.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ def format_value(v) -> str:
 
 def register_analysis(kind: str, help: str, summary: Callable[[dict], str] | None = None):
     """Decorator: register `fn(src, out_dir, args) -> dict` as `nexus analyze <kind>`."""
+
     def deco(fn):
         ANALYSES.register(kind)(Analysis(fn, help, summary))
         return fn
+
     return deco

@@ -9,6 +9,7 @@ Every attention layer's `hook_qk` (the q, k its outer attention uses) is recorde
 higher-order layers also call `hook_inner["inner_<target>"]` with the inner level directly below
 the outer attention, which is the paper's inner-Q/inner-K map at order 2.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,12 @@ from ..models.higher_order import HigherOrderAttention
 from ..models.reference.higher_order_ref import causal_probs
 from .hooks import forward_hooks
 
-TITLES = {"outer": "outer attention", "inner_q": "inner attention (Q)", "inner_k": "inner attention (K)",
-          "inner_v": "inner attention (V)"}
+TITLES = {
+    "outer": "outer attention",
+    "inner_q": "inner attention (Q)",
+    "inner_k": "inner attention (K)",
+    "inner_v": "inner attention (V)",
+}
 
 
 class AttentionMapRecorder:
@@ -91,8 +96,12 @@ def write_attention_maps(model, input_ids: torch.Tensor, out_dir) -> dict:
     tmp = out / ".attention_maps.tmp.npz"
     np.savez(tmp, **maps)
     os.replace(tmp, out / "attention_maps.npz")
-    return {"maps": files, "figure": "attention_maps.png", "arrays": "attention_maps.npz",
-            "shape": list(maps[order[0]].shape)}
+    return {
+        "maps": files,
+        "figure": "attention_maps.png",
+        "arrays": "attention_maps.npz",
+        "shape": list(maps[order[0]].shape),
+    }
 
 
 def _draw(ax, m: np.ndarray, title: str) -> None:

@@ -11,6 +11,7 @@ The attention probabilities are recomputed from the (mixed, normed, rotated) q a
 passes to `attend` (read at its `hook_qk` hook point), so the fast SDPA path stays untouched; the
 gate logits are read at `hook_gate`. Hooks are installed per call and removed afterwards. Plots are written with matplotlib's Agg backend (no display needed).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,13 @@ import torch
 from ..figures import pyplot, save_figure
 from ..models.mixing import COMPONENTS, mixers
 from . import format_value, register_analysis
-from .exo_findings import (gate_selectivity, lambda_ratio_by_layer, near_zero_anchor_share, plot_gate_selectivity,
-                           plot_lambda_ratio_by_layer)
+from .exo_findings import (
+    gate_selectivity,
+    lambda_ratio_by_layer,
+    near_zero_anchor_share,
+    plot_gate_selectivity,
+    plot_lambda_ratio_by_layer,
+)
 from .hooks import forward_hooks
 
 
@@ -54,8 +60,15 @@ def recording_attention(model):
 
 
 def _empty() -> dict:
-    return {"entropy_head": None, "sink_sum": 0.0, "sink_n": 0, "queries": 0, "gate_sum": 0.0, "gate_n": 0,
-            "gate_values": []}
+    return {
+        "entropy_head": None,
+        "sink_sum": 0.0,
+        "sink_n": 0,
+        "queries": 0,
+        "gate_sum": 0.0,
+        "gate_n": 0,
+        "gate_values": [],
+    }
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -94,8 +107,9 @@ def attention_statistics(model, batches) -> dict:
         "entropy_per_head": ent_head,
         "sink_share": [rec[i]["sink_sum"] / max(rec[i]["sink_n"], 1) for i in layers],
         "gate_activation": [rec[i]["gate_sum"] / rec[i]["gate_n"] if rec[i]["gate_n"] else None for i in layers],
-        "first_layer_gate": (gate_selectivity(torch.cat(rec[0]["gate_values"]))
-                             if 0 in rec and rec[0]["gate_values"] else None),
+        "first_layer_gate": (
+            gate_selectivity(torch.cat(rec[0]["gate_values"])) if 0 in rec and rec[0]["gate_values"] else None
+        ),
     }
 
 
@@ -109,8 +123,12 @@ def mixing_coefficients(model) -> dict:
             continue
         a = [mx.anchor_coef[c].detach().float().flatten() for _, mx in rows]
         b = [mx.current_coef[c].detach().float().flatten() for _, mx in rows]
-        out[c] = {"layers": [i for i, _ in rows], "anchor": [t.tolist() for t in a], "current": [t.tolist() for t in b],
-                  "ratio": [(x / y.where(y.abs() > 1e-12, torch.full_like(y, 1e-12))).tolist() for x, y in zip(a, b)]}
+        out[c] = {
+            "layers": [i for i, _ in rows],
+            "anchor": [t.tolist() for t in a],
+            "current": [t.tolist() for t in b],
+            "ratio": [(x / y.where(y.abs() > 1e-12, torch.full_like(y, 1e-12))).tolist() for x, y in zip(a, b)],
+        }
     return out
 
 
@@ -118,8 +136,11 @@ def mixing_coefficients(model) -> dict:
 def plot_attention_statistics(stats: dict, out_dir: Path) -> list[str]:
     plt = pyplot()
     written = []
-    series = [("entropy", "attention entropy (nats)"), ("sink_share", "attention mass on first token"),
-              ("gate_activation", "mean gate activation")]
+    series = [
+        ("entropy", "attention entropy (nats)"),
+        ("sink_share", "attention mass on first token"),
+        ("gate_activation", "mean gate activation"),
+    ]
     for key, label in series:
         vals = stats[key]
         if all(v is None for v in vals):
@@ -159,19 +180,34 @@ def plot_mixing_coefficients(coefs: dict, out_dir: Path) -> list[str]:
 def summarize_attention(result: dict) -> str:
     from tabulate import tabulate
 
-    table = [(l, *(format_value(result[k][i]) for k in ("entropy", "sink_share", "gate_activation")))
-             for i, l in enumerate(result["layers"])]
-    rows = [tabulate(table, headers=("layer", "entropy", "sink_share", "gate_act"), tablefmt="plain",
-                     colalign=("right",) * 4, disable_numparse=True)]
+    table = [
+        (l, *(format_value(result[k][i]) for k in ("entropy", "sink_share", "gate_activation")))
+        for i, l in enumerate(result["layers"])
+    ]
+    rows = [
+        tabulate(
+            table,
+            headers=("layer", "entropy", "sink_share", "gate_act"),
+            tablefmt="plain",
+            colalign=("right",) * 4,
+            disable_numparse=True,
+        )
+    ]
     sel = result.get("first_layer_gate")
     if sel:
-        rows.append(f"first-layer gate: mean {sel['mean']:.4f}, share < 0.1 {sel['share_below_0.1']:.3f}, "
-                    f"share > 0.9 {sel['share_above_0.9']:.3f}")
+        rows.append(
+            f"first-layer gate: mean {sel['mean']:.4f}, share < 0.1 {sel['share_below_0.1']:.3f}, "
+            f"share > 0.9 {sel['share_above_0.9']:.3f}"
+        )
     return "\n".join(rows)
 
 
-@register_analysis("attention", "per-layer attention entropy, first-token sink share, gate activation, first-layer "
-                   "gate selectivity (Fig. 5b) (+ higher-order maps)", summarize_attention)
+@register_analysis(
+    "attention",
+    "per-layer attention entropy, first-token sink share, gate activation, first-layer "
+    "gate selectivity (Fig. 5b) (+ higher-order maps)",
+    summarize_attention,
+)
 def attention_kind(src, out_dir: Path, args) -> dict:
     model, batches = src.model(), src.batches()
     stats = attention_statistics(model, batches)
@@ -191,22 +227,42 @@ def summarize_mixing(result: dict) -> str:
         return "no anchor mixing in this model (model.mixing.anchor is none)"
     from tabulate import tabulate
 
-    table = [(c, l, d["mean_lambda1"][i], d["mean_lambda2"][i], d["mean_ratio"][i])
-             for c, d in result["ratio_by_layer"].items() for i, l in enumerate(d["layers"])]
-    rows = [tabulate(table, headers=("component", "layer", "mean(lambda1)", "mean(lambda2)", "mean(lambda1/lambda2)"),
-                     tablefmt="plain", floatfmt=".4f", colalign=("right",) * 5)]
+    table = [
+        (c, l, d["mean_lambda1"][i], d["mean_lambda2"][i], d["mean_ratio"][i])
+        for c, d in result["ratio_by_layer"].items()
+        for i, l in enumerate(d["layers"])
+    ]
+    rows = [
+        tabulate(
+            table,
+            headers=("component", "layer", "mean(lambda1)", "mean(lambda2)", "mean(lambda1/lambda2)"),
+            tablefmt="plain",
+            floatfmt=".4f",
+            colalign=("right",) * 5,
+        )
+    ]
     nz = result["near_zero_lambda1"]
-    rows.append(f"near-zero lambda1 (|lambda1| < {nz['threshold']}): {nz['all']:.4f} of all; "
-                + ", ".join(f"{c} {v:.4f}" for c, v in nz["per_component"].items()))
+    rows.append(
+        f"near-zero lambda1 (|lambda1| < {nz['threshold']}): {nz['all']:.4f} of all; "
+        + ", ".join(f"{c} {v:.4f}" for c, v in nz["per_component"].items())
+    )
     return "\n".join(rows)
 
 
-@register_analysis("mixing", "lambda1/lambda2 heatmaps per component, layer and channel/head; mean ratio per layer "
-                   "(Fig. 4); share of |lambda1| < 0.001 (App. C.1)", summarize_mixing)
+@register_analysis(
+    "mixing",
+    "lambda1/lambda2 heatmaps per component, layer and channel/head; mean ratio per layer "
+    "(Fig. 4); share of |lambda1| < 0.001 (App. C.1)",
+    summarize_mixing,
+)
 def mixing_kind(src, out_dir: Path, args) -> dict:
     coefs = mixing_coefficients(src.model())
     by_layer = lambda_ratio_by_layer(coefs)
-    return {"anchor": src.cfg.model.mixing.anchor, "granularity": src.cfg.model.mixing.granularity,
-            "components": coefs, "ratio_by_layer": by_layer,
-            "near_zero_lambda1": near_zero_anchor_share(coefs) if coefs else None,
-            "plots": plot_mixing_coefficients(coefs, out_dir) + plot_lambda_ratio_by_layer(by_layer, out_dir)}
+    return {
+        "anchor": src.cfg.model.mixing.anchor,
+        "granularity": src.cfg.model.mixing.granularity,
+        "components": coefs,
+        "ratio_by_layer": by_layer,
+        "near_zero_lambda1": near_zero_anchor_share(coefs) if coefs else None,
+        "plots": plot_mixing_coefficients(coefs, out_dir) + plot_lambda_ratio_by_layer(by_layer, out_dir),
+    }

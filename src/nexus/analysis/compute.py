@@ -7,6 +7,7 @@ SPARKLING eq. 29 (Kaplan's C ~ 6 N D with N the ACTIVE parameters):
 `growth_compute` gives the same comparison from the measured forward FLOPs per token of both
 shapes (nexus.analysis.flops, which also counts attention products and only routed experts).
 """
+
 from __future__ import annotations
 
 from ..config import ModelConfig
@@ -18,8 +19,7 @@ def flops_saved(n_small: float, n_large: float, d_e: float, d_total: float) -> d
         raise ValueError(f"need 0 <= d_e ({d_e}) <= d_total ({d_total}) and positive parameter counts")
     c_star = 6.0 * (n_small * d_e + n_large * (d_total - d_e))
     c_scratch = 6.0 * n_large * d_total
-    return {"c_star": c_star, "c_scratch": c_scratch, "saved": 1.0 - c_star / c_scratch,
-            "speedup": c_scratch / c_star}
+    return {"c_star": c_star, "c_scratch": c_scratch, "saved": 1.0 - c_star / c_scratch, "speedup": c_scratch / c_star}
 
 
 def active_params(cfg: ModelConfig) -> int:
@@ -46,8 +46,15 @@ def growth_compute(small: ModelConfig, large: ModelConfig, d_e: float, d_total: 
     by_params = flops_saved(n_small, n_large, d_e, d_total)
     f_small, f_large = train_flops_per_token(small, seq_len), train_flops_per_token(large, seq_len)
     measured = flops_saved(f_small / 6.0, f_large / 6.0, d_e, d_total)  # 6 N per token <-> FLOPs per token
-    return {"active_params_small": n_small, "active_params_large": n_large,
-            "saved_eq29": by_params["saved"], "c_star_eq29": by_params["c_star"], "c_scratch_eq29": by_params["c_scratch"],
-            "train_flops_per_token_small": f_small, "train_flops_per_token_large": f_large,
-            "saved_measured": measured["saved"], "c_star_measured": measured["c_star"],
-            "c_scratch_measured": measured["c_scratch"]}
+    return {
+        "active_params_small": n_small,
+        "active_params_large": n_large,
+        "saved_eq29": by_params["saved"],
+        "c_star_eq29": by_params["c_star"],
+        "c_scratch_eq29": by_params["c_scratch"],
+        "train_flops_per_token_small": f_small,
+        "train_flops_per_token_large": f_large,
+        "saved_measured": measured["saved"],
+        "c_star_measured": measured["c_star"],
+        "c_scratch_measured": measured["c_scratch"],
+    }

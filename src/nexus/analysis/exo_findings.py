@@ -14,6 +14,7 @@
 The paper defines neither the averaging of Fig. 4 nor which local minimum counts when there are
 several; the choices above are ours and are stated in docs/exoformer.md.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,10 +34,12 @@ def lambda_ratio_by_layer(coefs: dict) -> dict:
     attention_stats.mixing_coefficients(model)."""
     out = {}
     for c, d in coefs.items():
-        out[c] = {"layers": list(d["layers"]),
-                  "mean_ratio": [sum(r) / len(r) for r in d["ratio"]],
-                  "mean_lambda1": [sum(a) / len(a) for a in d["anchor"]],
-                  "mean_lambda2": [sum(b) / len(b) for b in d["current"]]}
+        out[c] = {
+            "layers": list(d["layers"]),
+            "mean_ratio": [sum(r) / len(r) for r in d["ratio"]],
+            "mean_lambda1": [sum(a) / len(a) for a in d["anchor"]],
+            "mean_lambda2": [sum(b) / len(b) for b in d["current"]],
+        }
     return out
 
 
@@ -75,10 +78,14 @@ def gate_selectivity(gates: torch.Tensor) -> dict:
     above GATE_OPEN, and a GATE_BINS-bin histogram over [0, 1] (fractions)."""
     g = gates.detach().float().flatten()
     hist = torch.histc(g, bins=GATE_BINS, min=0.0, max=1.0) / g.numel()
-    return {"mean": float(g.mean()), "std": float(g.std()) if g.numel() > 1 else 0.0,
-            "share_below_0.1": float((g < GATE_CLOSED).float().mean()),
-            "share_above_0.9": float((g > GATE_OPEN).float().mean()),
-            "histogram": hist.tolist(), "bins": [i / GATE_BINS for i in range(GATE_BINS + 1)]}
+    return {
+        "mean": float(g.mean()),
+        "std": float(g.std()) if g.numel() > 1 else 0.0,
+        "share_below_0.1": float((g < GATE_CLOSED).float().mean()),
+        "share_above_0.9": float((g > GATE_OPEN).float().mean()),
+        "histogram": hist.tolist(),
+        "bins": [i / GATE_BINS for i in range(GATE_BINS + 1)],
+    }
 
 
 def plot_gate_selectivity(sel: dict, out_dir: Path, layer: int) -> list[str]:
@@ -107,5 +114,10 @@ def refinement_stage(token_similarity: list[float]) -> dict:
     if not minima:
         return {"n_layers": L, "local_minima": [], "onset_layer": None, "refinement_layers": None, "share": None}
     onset = min(minima, key=lambda i: s[i])
-    return {"n_layers": L, "local_minima": minima, "onset_layer": onset, "refinement_layers": L - onset,
-            "share": (L - onset) / L}
+    return {
+        "n_layers": L,
+        "local_minima": minima,
+        "onset_layer": onset,
+        "refinement_layers": L - onset,
+        "share": (L - onset) / L,
+    }

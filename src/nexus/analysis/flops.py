@@ -13,6 +13,7 @@ Attention products are counted as the full T x T square, as `torch.utils.flop_co
 causal model this is an upper bound on the attention work actually done.
 Training FLOPs per token ~ 3 x forward (backward = 2 x forward).
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -83,8 +84,27 @@ def linear_layer_flops(model_or_cfg, seq_len: int) -> float:
 _MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
 _ACTIVATION = {"gelu", "silu", "sigmoid", "relu", "tanh", "erf", "exp"}
 _SOFTMAX = {"_softmax", "_safe_softmax", "softmax", "_log_softmax", "log_softmax"}
-_ELEMENTWISE = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "pow", "rsqrt", "sqrt",
-                "reciprocal", "square", "addcmul", "addcmul_", "clamp", "clamp_min", "abs"}
+_ELEMENTWISE = {
+    "add",
+    "add_",
+    "sub",
+    "sub_",
+    "mul",
+    "mul_",
+    "div",
+    "div_",
+    "neg",
+    "pow",
+    "rsqrt",
+    "sqrt",
+    "reciprocal",
+    "square",
+    "addcmul",
+    "addcmul_",
+    "clamp",
+    "clamp_min",
+    "abs",
+}
 _REDUCTION = {"mean", "sum", "linalg_vector_norm", "norm", "amax", "logsumexp"}
 
 
@@ -158,12 +178,23 @@ def flops_kind(src, out_dir, args) -> dict:
     seq = src.cfg.data.seq_len
     model = build_on_meta(src.cfg.model)
     parts = flops_breakdown(model, seq)
-    out = {"seq_len": seq, "counting": args.counting, "forward_flops_per_token": parts["total"],
-           "train_flops_per_token": 3 * parts["total"], "breakdown": parts}
+    out = {
+        "seq_len": seq,
+        "counting": args.counting,
+        "forward_flops_per_token": parts["total"],
+        "train_flops_per_token": 3 * parts["total"],
+        "breakdown": parts,
+    }
     if args.counting == "calflops":  # matmuls plus norms, activations, softmax and elementwise ops
         cal = calflops_like_counts(model, seq)
-        out.update({"forward_flops_per_token": cal["total"], "train_flops_per_token": 3 * cal["total"],
-                    "analytic_forward_flops_per_token": parts["total"], "calflops_categories": cal})
+        out.update(
+            {
+                "forward_flops_per_token": cal["total"],
+                "train_flops_per_token": 3 * cal["total"],
+                "analytic_forward_flops_per_token": parts["total"],
+                "calflops_categories": cal,
+            }
+        )
     return out
 
 

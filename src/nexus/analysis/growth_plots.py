@@ -9,6 +9,7 @@ averaged over the grown matrices. Repeat `--checkpoints` once per grown run (e.g
 240->380M, 240->440M) to pool the PCA and the scaling-law fit across runs (Table 5, Fig. 3). Performance is 1/PPL on validation batches (the paper uses benchmark
 accuracy; we have no benchmarks offline), so Perf% = relative change of 1/PPL.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,10 @@ def _grown_record(cfg, where: str) -> dict:
 
     rec = next((r for r in reversed(cfg.growth_history) if r.get("old_shapes")), None)
     if rec is None:
-        raise ConfigError(f"--checkpoints: {where!r} has no growth record with old_shapes "
-                          "(valid: checkpoints written by `nexus grow` or grown during training, and later ones of that run)")
+        raise ConfigError(
+            f"--checkpoints: {where!r} has no growth record with old_shapes "
+            "(valid: checkpoints written by `nexus grow` or grown during training, and later ones of that run)"
+        )
     return rec
 
 
@@ -37,8 +40,9 @@ def _val_loss(model, cfg, tok, n_batches: int, batch_size: int) -> float:
     return perplexity(model, cfg, tok, n_batches, batch_size)["val_loss"]
 
 
-def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate: bool = True,
-            reading: str = "whole") -> dict:
+def collect(
+    paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate: bool = True, reading: str = "whole"
+) -> dict:
     """Snapshot statistics of each checkpoint (same growth event required). The first checkpoint is
     taken at the growth: its grown matrices' pretrained corners are the base matrices that the
     default NOC / U_P reading compares every later snapshot's whole matrix with."""
@@ -52,16 +56,24 @@ def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate:
         if ref_step is None:
             ref_step = rec.get("step", 0)
         elif rec.get("step", 0) != ref_step:
-            raise ConfigError(f"--checkpoints: {p!r} comes from a growth at step {rec.get('step')} but the first from "
-                              f"step {ref_step} (valid: snapshots after one growth event)")
+            raise ConfigError(
+                f"--checkpoints: {p!r} comes from a growth at step {rec.get('step')} but the first from "
+                f"step {ref_step} (valid: snapshots after one growth event)"
+            )
         sd = {k: v for k, v in model.state_dict().items()}
         if base is None:
             base = gs.base_weights(sd, rec["old_shapes"])
         snap = gs.snapshot_stats(sd, rec["old_shapes"], base=base, reading=reading)
         st = load_trainer_state(p) or {}
-        row = {"checkpoint": str(p), "step": int(st.get("step", ref_step)), "tokens_seen": int(st.get("tokens_seen", 0)),
-               "u_p": snap["u_p"], "u_p_new_vs_original": snap["u_p_new_vs_original"], "noc": snap["noc"],
-               "matrices": len(snap["per_matrix"])}
+        row = {
+            "checkpoint": str(p),
+            "step": int(st.get("step", ref_step)),
+            "tokens_seen": int(st.get("tokens_seen", 0)),
+            "u_p": snap["u_p"],
+            "u_p_new_vs_original": snap["u_p_new_vs_original"],
+            "noc": snap["noc"],
+            "matrices": len(snap["per_matrix"]),
+        }
         if evaluate:
             row["val_loss"] = _val_loss(model, cfg, tok, n_batches, batch_size)
             row["ppl"] = math.exp(min(row["val_loss"], 50))
@@ -70,12 +82,17 @@ def collect(paths: list[str], n_batches: int = 4, batch_size: int = 4, evaluate:
 
 
 def _pca_json(p: dict, z) -> dict:
-    return {"components": p["components"].tolist(), "explained_ratio": p["explained_ratio"].tolist(),
-            "standardized": bool(p["standardized"]), "z": np.asarray(z).tolist()}
+    return {
+        "components": p["components"].tolist(),
+        "explained_ratio": p["explained_ratio"].tolist(),
+        "standardized": bool(p["standardized"]),
+        "z": np.asarray(z).tolist(),
+    }
 
 
-def analyze_run(paths: list[str], n_batches: int = 4, batch_size: int = 4, reading: str = "whole",
-                standardize: bool = True) -> dict:
+def analyze_run(
+    paths: list[str], n_batches: int = 4, batch_size: int = 4, reading: str = "whole", standardize: bool = True
+) -> dict:
     """Everything for one growth run: per-snapshot NOC / U_P / PPL, R(t), harmonic fit, Fisher's g,
     the run's own PCA (standardized by default, as Table 5) and the scaling-law fit."""
     data = collect(paths, n_batches, batch_size, reading=reading)
@@ -86,8 +103,13 @@ def analyze_run(paths: list[str], n_batches: int = 4, batch_size: int = 4, readi
     perf = [1.0 / r["ppl"] for r in rows]
     result: dict = {**data, "t_steps_since_growth": t.tolist()}
     if len(rows) >= 2:
-        traj = gs.trajectory(up, noc, perf if len(rows) >= 3 else None, t if len(set(t.tolist())) == len(t) else None,
-                             standardize=standardize)
+        traj = gs.trajectory(
+            up,
+            noc,
+            perf if len(rows) >= 3 else None,
+            t if len(set(t.tolist())) == len(t) else None,
+            standardize=standardize,
+        )
         result["u_p_pct"], result["noc_pct"], result["R"] = (traj[k].tolist() for k in ("u_p_pct", "noc_pct", "R"))
         if "harmonic" in traj:
             result["harmonic"], result["fisher"] = traj["harmonic"], traj["fisher"]
@@ -98,9 +120,15 @@ def analyze_run(paths: list[str], n_batches: int = 4, batch_size: int = 4, readi
             result["scaling_fit"] = gs.scaling_fit(traj["R"], [r["ppl"] for r in rows])
         # scalars first: the CLI prints these as its summary
         result["n_snapshots"], result["R_last"] = len(rows), result["R"][-1]
-        for key, src, field in (("harmonic_period_steps", "harmonic", "period"), ("harmonic_r2", "harmonic", "r2"),
-                                ("harmonic_p", "harmonic", "p"), ("fisher_g", "fisher", "g"), ("fisher_p", "fisher", "p"),
-                                ("scaling_w", "scaling_fit", "w"), ("scaling_r2", "scaling_fit", "r2")):
+        for key, src, field in (
+            ("harmonic_period_steps", "harmonic", "period"),
+            ("harmonic_r2", "harmonic", "r2"),
+            ("harmonic_p", "harmonic", "p"),
+            ("fisher_g", "fisher", "g"),
+            ("fisher_p", "fisher", "p"),
+            ("scaling_w", "scaling_fit", "w"),
+            ("scaling_r2", "scaling_fit", "r2"),
+        ):
             if src in result:
                 result[key] = result[src][field]
     return result
@@ -110,8 +138,15 @@ def pooled(runs: list[dict], standardize: bool = True) -> dict:
     """Cross-scale aggregation (Fig. 3, Table 5): one PCA over every run's (U_P%, NOC%, Perf%) rows
     after its growth step, and one fit ln PPL = w |ln R| + b over every run's (R, PPL) points."""
     out: dict = {"n_runs": len(runs), "n_points": sum(len(r["snapshots"]) for r in runs)}
-    rows = [gs.state_rows([s["u_p"] for s in r["snapshots"]], [s["noc"] for s in r["snapshots"]],
-                          [1.0 / s["ppl"] for s in r["snapshots"]]) for r in runs if len(r["snapshots"]) >= 2]
+    rows = [
+        gs.state_rows(
+            [s["u_p"] for s in r["snapshots"]],
+            [s["noc"] for s in r["snapshots"]],
+            [1.0 / s["ppl"] for s in r["snapshots"]],
+        )
+        for r in runs
+        if len(r["snapshots"]) >= 2
+    ]
     if sum(len(x) - 1 for x in rows) >= 3:
         p = gs.pooled_pca(rows, standardize)
         out["pca"] = {**_pca_json(p, np.vstack(p["z_runs"])), "z_runs": [z.tolist() for z in p["z_runs"]]}
@@ -124,8 +159,14 @@ def pooled(runs: list[dict], standardize: bool = True) -> dict:
     return out
 
 
-def analyze(runs: list[list[str]], out_dir: Path, n_batches: int = 4, batch_size: int = 4, reading: str = "whole",
-            standardize: bool = True) -> dict:
+def analyze(
+    runs: list[list[str]],
+    out_dir: Path,
+    n_batches: int = 4,
+    batch_size: int = 4,
+    reading: str = "whole",
+    standardize: bool = True,
+) -> dict:
     """One run: that run's analysis (the JSON keys of `analyze_run`). Several runs (e.g. 240->300M,
     240->380M, 240->440M): {"runs": [...], "pooled": cross-run PCA and scaling fit}, plus plots."""
     if runs and isinstance(runs[0], str):  # one run given as a flat list of paths
@@ -137,11 +178,15 @@ def analyze(runs: list[list[str]], out_dir: Path, n_batches: int = 4, batch_size
             result["plots"] = plot_growth(result, out_dir)
         return result
     agg = pooled(results, standardize)
-    result = {k: agg[k] for k in ("n_runs", "n_points", "pca_explained_pc12", "scaling_w", "scaling_b", "scaling_r2")
-              if k in agg}
+    result = {
+        k: agg[k]
+        for k in ("n_runs", "n_points", "pca_explained_pc12", "scaling_w", "scaling_b", "scaling_r2")
+        if k in agg
+    }
     result.update({"noc_reading": reading, "runs": results, "pooled": agg})
-    result["plots"] = [f for i, r in enumerate(results) if "R" in r
-                       for f in plot_growth(r, out_dir, prefix=f"run{i}_")] + plot_pooled(results, agg, out_dir)
+    result["plots"] = [
+        f for i, r in enumerate(results) if "R" in r for f in plot_growth(r, out_dir, prefix=f"run{i}_")
+    ] + plot_pooled(results, agg, out_dir)
     return result
 
 
@@ -158,8 +203,12 @@ def plot_growth(result: dict, out_dir: Path, prefix: str = "") -> list[str]:
     h = result.get("harmonic")
     if h:
         tt = np.linspace(t.min(), t.max(), 200)
-        ax.plot(tt, h["A0"] + h["A1"] * np.cos(2 * np.pi * h["frequency"] * tt + h["phi"]), "r-",
-                label=f"harmonic fit R²={h['r2']:.3f}, p={h['p']:.3f}")
+        ax.plot(
+            tt,
+            h["A0"] + h["A1"] * np.cos(2 * np.pi * h["frequency"] * tt + h["phi"]),
+            "r-",
+            label=f"harmonic fit R²={h['r2']:.3f}, p={h['p']:.3f}",
+        )
         ax.legend(fontsize=7)
     ax.set_xlabel("steps since growth")
     ax.set_ylabel("radius R")
@@ -216,8 +265,11 @@ def plot_pooled(runs: list[dict], agg: dict, out_dir: Path) -> list[str]:
     return files
 
 
-@register_analysis("growth", "growth dynamics over --checkpoints A B C [--checkpoints D E F ...]: NOC, U_P, R, "
-                   "harmonic fit, Fisher g, standardized PCA; several runs pooled for PCA and scaling fit")
+@register_analysis(
+    "growth",
+    "growth dynamics over --checkpoints A B C [--checkpoints D E F ...]: NOC, U_P, R, "
+    "harmonic fit, Fisher g, standardized PCA; several runs pooled for PCA and scaling fit",
+)
 def growth_kind(src, out_dir: Path, args) -> dict:
     """`nexus analyze growth`. Each --checkpoints group is one grown
     run in training order; give the flag once per run for cross-scale aggregation."""
@@ -227,14 +279,27 @@ def growth_kind(src, out_dir: Path, args) -> dict:
     groups = [g if isinstance(g, list) else [g] for g in groups]
     for g in groups:
         if len(g) < 2:
-            raise ConfigError(f"--checkpoints={g!r} (valid: two or more checkpoints of one grown run, in training order; "
-                              "repeat --checkpoints once per run)")
+            raise ConfigError(
+                f"--checkpoints={g!r} (valid: two or more checkpoints of one grown run, in training order; "
+                "repeat --checkpoints once per run)"
+            )
     if not groups:
-        raise ConfigError("--checkpoints is missing (valid: two or more checkpoints of one grown run, in training order)")
+        raise ConfigError(
+            "--checkpoints is missing (valid: two or more checkpoints of one grown run, in training order)"
+        )
     import sys
 
-    print(f"nexus analyze growth: {sum(map(len, groups))} checkpoints of {len(groups)} run(s): loading each and scoring "
-          f"{args.batches} validation batch(es) of {args.batch_size} on it, then NOC, U_P, R, PCA and the fits",
-          file=sys.stderr, flush=True)
-    return analyze(groups, out_dir, args.batches, args.batch_size, getattr(args, "noc_reading", "whole"),
-                   getattr(args, "pca", "standardized") == "standardized")
+    print(
+        f"nexus analyze growth: {sum(map(len, groups))} checkpoints of {len(groups)} run(s): loading each and scoring "
+        f"{args.batches} validation batch(es) of {args.batch_size} on it, then NOC, U_P, R, PCA and the fits",
+        file=sys.stderr,
+        flush=True,
+    )
+    return analyze(
+        groups,
+        out_dir,
+        args.batches,
+        args.batch_size,
+        getattr(args, "noc_reading", "whole"),
+        getattr(args, "pca", "standardized") == "standardized",
+    )

@@ -16,6 +16,7 @@ base (pre-growth) matrix with the whole grown matrix (see NOC_READINGS).
   pooled_pca(runs)          Table 5: PCA over several growth runs' (U_P%, NOC%, Perf%) rows
   grassmann_distances(Z)    R_G(t) from principal angles of span([PC1, PC2, 0], e3), R_E(t)
 """
+
 from __future__ import annotations
 
 import math
@@ -76,7 +77,7 @@ def scaling_fit(r, ppl) -> dict:
     keep = r > 0
     x, y = np.abs(np.log(r[keep])), np.log(ppl[keep])
     fit = stats.linregress(x, y)
-    return {"w": float(fit.slope), "b": float(fit.intercept), "r2": float(fit.rvalue ** 2), "n": int(keep.sum())}
+    return {"w": float(fit.slope), "b": float(fit.intercept), "r2": float(fit.rvalue**2), "n": int(keep.sum())}
 
 
 def harmonic_regression(t, y, n_freqs: int = 2000) -> dict:
@@ -100,9 +101,17 @@ def harmonic_regression(t, y, n_freqs: int = 2000) -> dict:
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
     df1, df2 = 2, n - 3
     F = (r2 / df1) / ((1 - r2) / df2) if r2 < 1 else float("inf")
-    return {"A0": float(coef[0]), "A1": float(math.hypot(coef[1], coef[2])), "phi": float(math.atan2(-coef[2], coef[1])),
-            "frequency": float(f), "period": float(1.0 / f), "r2": float(r2), "F": float(F),
-            "p": float(stats.f.sf(F, df1, df2)), "df": [df1, df2]}
+    return {
+        "A0": float(coef[0]),
+        "A1": float(math.hypot(coef[1], coef[2])),
+        "phi": float(math.atan2(-coef[2], coef[1])),
+        "frequency": float(f),
+        "period": float(1.0 / f),
+        "r2": float(r2),
+        "F": float(F),
+        "p": float(stats.f.sf(F, df1, df2)),
+        "df": [df1, df2],
+    }
 
 
 def fisher_g_pvalue(g: float, m: int) -> float:
@@ -123,7 +132,7 @@ def fisher_g(y, detrend: bool = True) -> dict:
     n = y.size
     m = (n - 1) // 2
     spec = np.abs(np.fft.rfft(y)) ** 2
-    ords = spec[1:m + 1]
+    ords = spec[1 : m + 1]
     g = float(ords.max() / ords.sum())
     k = int(np.argmax(ords)) + 1
     return {"g": g, "p": fisher_g_pvalue(g, m), "m": m, "dominant_frequency": k / n}
@@ -147,10 +156,16 @@ def pca(X, standardize: bool = True) -> dict:
     for i in range(vt.shape[0]):
         if vt[i, np.argmax(np.abs(vt[i]))] < 0:
             vt[i] = -vt[i]
-    var = s ** 2
+    var = s**2
     ratio = var / var.sum() if var.sum() > 0 else var
-    return {"components": vt, "explained_ratio": ratio, "z": Xc @ vt[:2].T, "mean": mean, "scale": scale,
-            "standardized": standardize}
+    return {
+        "components": vt,
+        "explained_ratio": ratio,
+        "z": Xc @ vt[:2].T,
+        "mean": mean,
+        "scale": scale,
+        "standardized": standardize,
+    }
 
 
 def project(p: dict, X) -> np.ndarray:
@@ -222,12 +237,16 @@ def _numpy(w) -> np.ndarray:
 def base_weights(state_dict: dict, old_shapes: dict) -> dict:
     """The base (pre-growth) matrices read from a snapshot taken at the growth step: each grown
     matrix's leading corner, which growth leaves as the pretrained weights."""
-    return {name: split_old_new(_numpy(state_dict[name]), shape)[0]
-            for name, shape in old_shapes.items() if name in state_dict}
+    return {
+        name: split_old_new(_numpy(state_dict[name]), shape)[0]
+        for name, shape in old_shapes.items()
+        if name in state_dict
+    }
 
 
-def snapshot_stats(state_dict: dict, old_shapes: dict, base: dict | None = None, reading: str = "whole",
-                   seed: int = 0) -> dict:
+def snapshot_stats(
+    state_dict: dict, old_shapes: dict, base: dict | None = None, reading: str = "whole", seed: int = 0
+) -> dict:
     """Per grown matrix and pooled (mean over matrices): NOC and U_P in the given reading (see
     NOC_READINGS). `base` maps names to the pre-growth weights (`base_weights` of the growth-step
     snapshot); without it the corner of this snapshot stands in, which is exact at the growth step."""
@@ -243,12 +262,18 @@ def snapshot_stats(state_dict: dict, old_shapes: dict, base: dict | None = None,
             continue
         original = base[name] if base is not None and name in base else old
         a, b = (original, w.ravel()) if reading == "whole" else (old, new)
-        per[name] = {"noc": noc(a, b, seed=seed), "u_p": mann_whitney_p(a, b),
-                     "u_p_new_vs_original": mann_whitney_p(original, new)}
+        per[name] = {
+            "noc": noc(a, b, seed=seed),
+            "u_p": mann_whitney_p(a, b),
+            "u_p_new_vs_original": mann_whitney_p(original, new),
+        }
     if not per:
         raise ValueError("no grown matrices with new entries in this checkpoint")
-    return {**{k: float(np.mean([v[k] for v in per.values()])) for k in ("noc", "u_p", "u_p_new_vs_original")},
-            "reading": reading, "per_matrix": per}
+    return {
+        **{k: float(np.mean([v[k] for v in per.values()])) for k in ("noc", "u_p", "u_p_new_vs_original")},
+        "reading": reading,
+        "per_matrix": per,
+    }
 
 
 def trajectory(up, noc_values, perf=None, t=None, standardize: bool = True) -> dict:

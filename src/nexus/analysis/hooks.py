@@ -10,6 +10,7 @@ outside the block.
   * `direct_anchor_projection`: project every token's anchor instead of gathering rows of a
     per-vocabulary table (benchmarks and tests compare the two paths).
 """
+
 from __future__ import annotations
 
 import contextlib

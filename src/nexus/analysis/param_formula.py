@@ -1,5 +1,6 @@
 """`nexus analyze params`: the parameter counts of a model (the arithmetic lives in kind_options/param_formula.py,
 below the models, so the builder's size check can use it; `count` and `sizes` are re-exported for callers here)."""
+
 from __future__ import annotations
 
 from ..kind_options.param_formula import count, sizes  # noqa: F401  (re-exported)

@@ -1,14 +1,15 @@
 """Hidden-state analyses (ExoFormer paper, section 3.2-3.3, Figures 2 and 6):
 
-  * cross-layer cosine: mean over tokens of cos(h_i(t), h_j(t)) for every pair of layers
-    (index 0 = the input embeddings, i = residual stream after layer i);
-  * token-to-token similarity: mean cosine between distinct tokens of the same sequence, per layer
-    (over-smoothing shows up as a rise towards 1);
-  * effective rank (Roy & Vetterli, 2007): exp of the entropy of the normalized singular values of
-    the (tokens x d_model) hidden-state matrix, per layer;
-  * anchor removal: validation loss and the numbers above with the anchor term zeroed in every
-    mixed layer, next to the intact model (the paper's "catastrophic failure" probe).
+* cross-layer cosine: mean over tokens of cos(h_i(t), h_j(t)) for every pair of layers
+  (index 0 = the input embeddings, i = residual stream after layer i);
+* token-to-token similarity: mean cosine between distinct tokens of the same sequence, per layer
+  (over-smoothing shows up as a rise towards 1);
+* effective rank (Roy & Vetterli, 2007): exp of the entropy of the normalized singular values of
+  the (tokens x d_model) hidden-state matrix, per layer;
+* anchor removal: validation loss and the numbers above with the anchor term zeroed in every
+  mixed layer, next to the intact model (the paper's "catastrophic failure" probe).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,8 +75,12 @@ def effective_ranks(states: list[list[torch.Tensor]]) -> list[float]:
 
 def representation_statistics(model, batches) -> dict:
     states = collect_hidden_states(model, batches)
-    return {"layers": list(range(len(states[0]))), "cross_layer_cosine": cross_layer_cosine(states),
-            "token_similarity": token_similarity(states), "effective_rank": effective_ranks(states)}
+    return {
+        "layers": list(range(len(states[0]))),
+        "cross_layer_cosine": cross_layer_cosine(states),
+        "token_similarity": token_similarity(states),
+        "effective_rank": effective_ranks(states),
+    }
 
 
 @torch.no_grad()
@@ -98,9 +103,15 @@ def anchor_removal(model, batches) -> dict:
     with anchor_removed(model):
         removed = representation_statistics(model, batches)
         removed_loss = validation_loss(model, batches)
-    return {"available": True, "loss_before": intact_loss, "loss_after": removed_loss,
-            "token_similarity_before": intact["token_similarity"], "token_similarity_after": removed["token_similarity"],
-            "effective_rank_before": intact["effective_rank"], "effective_rank_after": removed["effective_rank"]}
+    return {
+        "available": True,
+        "loss_before": intact_loss,
+        "loss_after": removed_loss,
+        "token_similarity_before": intact["token_similarity"],
+        "token_similarity_after": removed["token_similarity"],
+        "effective_rank_before": intact["effective_rank"],
+        "effective_rank_after": removed["effective_rank"],
+    }
 
 
 # ----------------------------------------------------------------------------- plots
@@ -134,25 +145,41 @@ def plot_representations(stats: dict, removal: dict | None, out_dir: Path) -> li
 def summarize_representations(result: dict) -> str:
     from tabulate import tabulate
 
-    table = [(l, format_value(result["token_similarity"][i]), format_value(result["effective_rank"][i]))
-             for i, l in enumerate(result["layers"])]
-    rows = [tabulate(table, headers=("layer", "token_sim", "eff_rank"), tablefmt="plain", colalign=("right",) * 3,
-                     disable_numparse=True)]
+    table = [
+        (l, format_value(result["token_similarity"][i]), format_value(result["effective_rank"][i]))
+        for i, l in enumerate(result["layers"])
+    ]
+    rows = [
+        tabulate(
+            table,
+            headers=("layer", "token_sim", "eff_rank"),
+            tablefmt="plain",
+            colalign=("right",) * 3,
+            disable_numparse=True,
+        )
+    ]
     ref = result.get("refinement_stage", {})
     if ref.get("share") is not None:
-        rows.append(f"refinement stage: token-similarity minimum after layer {ref['onset_layer']}, "
-                    f"{ref['refinement_layers']}/{ref['n_layers']} layers ({ref['share']:.2f})")
+        rows.append(
+            f"refinement stage: token-similarity minimum after layer {ref['onset_layer']}, "
+            f"{ref['refinement_layers']}/{ref['n_layers']} layers ({ref['share']:.2f})"
+        )
     else:
         rows.append("refinement stage: no interior local minimum of token similarity")
     rem = result.get("anchor_removal", {})
     if rem.get("available"):
-        rows.append(f"anchor removal: val loss {rem['loss_before']:.4f} -> {rem['loss_after']:.4f}, final-layer token "
-                    f"similarity {rem['token_similarity_before'][-1]:.3f} -> {rem['token_similarity_after'][-1]:.3f}")
+        rows.append(
+            f"anchor removal: val loss {rem['loss_before']:.4f} -> {rem['loss_after']:.4f}, final-layer token "
+            f"similarity {rem['token_similarity_before'][-1]:.3f} -> {rem['token_similarity_after'][-1]:.3f}"
+        )
     return "\n".join(rows)
 
 
-@register_analysis("representations", "cross-layer cosine, token-token similarity, effective rank, refinement-stage "
-                   "share, anchor removal", summarize_representations)
+@register_analysis(
+    "representations",
+    "cross-layer cosine, token-token similarity, effective rank, refinement-stage share, anchor removal",
+    summarize_representations,
+)
 def representations_kind(src, out_dir: Path, args) -> dict:
     model, batches = src.model(), src.batches()
     stats = representation_statistics(model, batches)

@@ -1,5 +1,6 @@
 """Where an analysis gets its inputs: the run config, the model (from a checkpoint, or a preset's
 fresh initialization) and validation batches, from the `nexus analyze` arguments."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,6 +65,8 @@ class AnalysisSource:
         model = self.model()
         data = DataModule(self.cfg.data, seed=self.cfg.train.seed, tokenizer=self._tok)
         if data.vocab_size > model.cfg.vocab_size:
-            raise ConfigError(f"data.tokenizer gives {data.vocab_size} tokens but model.vocab_size="
-                              f"{model.cfg.vocab_size} (valid: the tokenizer the model was built for)")
+            raise ConfigError(
+                f"data.tokenizer gives {data.vocab_size} tokens but model.vocab_size="
+                f"{model.cfg.vocab_size} (valid: the tokenizer the model was built for)"
+            )
         return list(data.val_batches(self.args.batches, self.args.batch_size))

@@ -6,6 +6,7 @@ added only when that command runs.
 Bad input anywhere (config, preset, override, data file, checkpoint) becomes one line on stderr
 and exit code 2; nothing is half-written because every writer goes through a temporary name.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ from ..plugins import Registry
 from ..runtime import tune_cpu_allocator
 
 # subcommand -> its module; every module of this package is imported on the first lookup
-COMMANDS: Registry[ModuleType] = Registry("COMMAND", __name__, plugins=False)  # plugins load at a registry's lookup, inside main()
+COMMANDS: Registry[ModuleType] = Registry(
+    "COMMAND", __name__, plugins=False
+)  # plugins load at a registry's lookup, inside main()
 
 
 def register_command(name: str, module_name: str) -> None:
@@ -27,7 +30,12 @@ def register_command(name: str, module_name: str) -> None:
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default prints usage too; we promise one line
-        self.exit(2, f"nexus {self.prog.split()[-1] if ' ' in self.prog else ''}: error: {message} (see --help)\n".replace("  ", " "))
+        self.exit(
+            2,
+            f"nexus {self.prog.split()[-1] if ' ' in self.prog else ''}: error: {message} (see --help)\n".replace(
+                "  ", " "
+            ),
+        )
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -73,8 +81,10 @@ def refuse_unknown_flags_early(word: str, argv: list[str]) -> None:
         name = a.split("=", 1)[0]
         # dotted: a config override, checked with the config; a prefix of a growth flag: argparse's abbreviation
         if a.startswith("--") and "." not in name and not any(f.startswith(name) for f in growth_flags()):
-            raise ConfigError(f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4, "
-                              f"or an option of `nexus {word} --help`)")
+            raise ConfigError(
+                f"unrecognized argument {a!r} (valid: --section.field VALUE, e.g. --model.n_layers 4, "
+                f"or an option of `nexus {word} --help`)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_guarded(prog: str, command) -> int:
     """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
-    input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
-SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
-    an internal fault and keeps its traceback. SIGTERM outside a training loop (which saves a checkpoint first)
-    stops the command as Ctrl-C does: one line, exit 143; every writer renames complete files only."""
+        input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
+    SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
+        an internal fault and keeps its traceback. SIGTERM outside a training loop (which saves a checkpoint first)
+        stops the command as Ctrl-C does: one line, exit 143; every writer renames complete files only."""
     import signal
     import threading
 
@@ -168,18 +178,27 @@ def file_system_refusal(e: BaseException) -> str | None:
 
     text = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
     where = f" writing {e.filename!r}" if isinstance(e, OSError) and e.filename else ""
-    if ((isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
-            or "No space left on device" in str(e) or "(os error 28)" in str(e)):
-        return (f"no space left on the device{where} ({type(e).__name__}: {text}) (valid: free space there, or another "
-                "output path; no file was left half-written)")
+    if (
+        (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+        or "No space left on device" in str(e)
+        or "(os error 28)" in str(e)
+    ):
+        return (
+            f"no space left on the device{where} ({type(e).__name__}: {text}) (valid: free space there, or another "
+            "output path; no file was left half-written)"
+        )
     # torch's PytorchStreamWriter: a full disk most often, the cause is not kept ("unexpected pos": a short
     # write found when the archive is closed)
     if "file write failed" in str(e) or ("inline_container" in str(e) and "unexpected pos" in str(e)):
-        return (f"a file could not be written ({type(e).__name__}: {text}) (valid: check the free space and permissions "
-                "of the output path; no file was left half-written)")
+        return (
+            f"a file could not be written ({type(e).__name__}: {text}) (valid: check the free space and permissions "
+            "of the output path; no file was left half-written)"
+        )
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return (f"the file system refused{where}: {e.strerror} (valid: a path this user may write; an immutable "
-                "(chattr +i) file or a read-only mount cannot be written or replaced)")
+        return (
+            f"the file system refused{where}: {e.strerror} (valid: a path this user may write; an immutable "
+            "(chattr +i) file or a read-only mount cannot be written or replaced)"
+        )
     return None
 
 

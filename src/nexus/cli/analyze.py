@@ -9,6 +9,7 @@ runs/analysis/<name>/<kind>), through a temporary directory renamed into place.
 The analyses live in nexus.analysis and register themselves (`register_analysis`); this module only
 parses arguments, picks the output directory and writes the result.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,30 +28,60 @@ def add_parser(sub, detailed: bool = True) -> None:
     import argparse
 
     kinds = "\n".join(f"  {k:<16} {a.help}" for k, a in ANALYSES.items()) if detailed else "  see nexus analyze --help"
-    p = sub.add_parser("analyze", help="analyses of a checkpoint or preset (attention, mixing, representations, ...)",
-                       description=f"Analyses; each writes <kind>.json and PNG plots.\n\nkinds:\n{kinds}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", metavar="KIND", help=f"one of: {', '.join(ANALYSES.names())}" if detailed else "analysis kind")
+    p = sub.add_parser(
+        "analyze",
+        help="analyses of a checkpoint or preset (attention, mixing, representations, ...)",
+        description=f"Analyses; each writes <kind>.json and PNG plots.\n\nkinds:\n{kinds}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "kind", metavar="KIND", help=f"one of: {', '.join(ANALYSES.names())}" if detailed else "analysis kind"
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory to analyse")
-    src.add_argument("--preset", metavar="NAME|FILE.yaml",
-                     help="analyse a preset's freshly initialized model (a name or a YAML file; overrides allowed)")
+    src.add_argument(
+        "--preset",
+        metavar="NAME|FILE.yaml",
+        help="analyse a preset's freshly initialized model (a name or a YAML file; overrides allowed)",
+    )
     add_config_file_arg(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default runs/analysis/<name>/<kind>)")
-    p.add_argument("--checkpoints", nargs="+", action="append", metavar="DIR", default=None,
-                   help="growth: checkpoints of one grown run in training order (the first at the growth); "
-                        "repeat the flag once per run to pool PCA and scaling fit across runs")
-    p.add_argument("--noc-reading", choices=["whole", "corner"], default="whole",
-                   help="growth: NOC/U_P compare the base matrix with the whole grown matrix (default, Table 4's "
-                        "magnitudes) or the pretrained corner with the new entries")
-    p.add_argument("--pca", choices=["standardized", "covariance"], default="standardized",
-                   help="growth: PCA of the correlation matrix (default, reproduces Table 5) or of the covariance")
-    p.add_argument("--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model")
+    p.add_argument(
+        "--checkpoints",
+        nargs="+",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="growth: checkpoints of one grown run in training order (the first at the growth); "
+        "repeat the flag once per run to pool PCA and scaling fit across runs",
+    )
+    p.add_argument(
+        "--noc-reading",
+        choices=["whole", "corner"],
+        default="whole",
+        help="growth: NOC/U_P compare the base matrix with the whole grown matrix (default, Table 4's "
+        "magnitudes) or the pretrained corner with the new entries",
+    )
+    p.add_argument(
+        "--pca",
+        choices=["standardized", "covariance"],
+        default="standardized",
+        help="growth: PCA of the correlation matrix (default, reproduces Table 5) or of the covariance",
+    )
+    p.add_argument(
+        "--batches", type=positive_int("--batches"), default=4, help="validation batches fed through the model"
+    )
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=4, help="sequences per batch")
-    p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)")
-    p.add_argument("--counting", choices=["analytic", "calflops"], default="analytic",
-                   help="flops: analytic (matmuls and attention products) or calflops (also norms, activations, "
-                        "softmax and elementwise ops, as CalFlops counts them; Nexusformer Table 8)")
+    p.add_argument(
+        "--seq-len", type=positive_int("--seq-len"), default=None, help="tokens per sequence (default: data.seq_len)"
+    )
+    p.add_argument(
+        "--counting",
+        choices=["analytic", "calflops"],
+        default="analytic",
+        help="flops: analytic (matmuls and attention products) or calflops (also norms, activations, "
+        "softmax and elementwise ops, as CalFlops counts them; Nexusformer Table 8)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run, accepts_overrides=True)

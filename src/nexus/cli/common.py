@@ -1,4 +1,5 @@
 """Helpers shared by subcommands: building a RunConfig from --preset/--config/overrides."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,15 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         if not action.option_strings or action.required or action.default is argparse.SUPPRESS or "default" in text:
             return text
         d = action.default
-        shown = "off" if d is False else "none" if d in (None, [], ()) else "%(default)r" if isinstance(d, str) else "%(default)s"
+        shown = (
+            "off"
+            if d is False
+            else "none"
+            if d in (None, [], ())
+            else "%(default)r"
+            if isinstance(d, str)
+            else "%(default)s"
+        )
         return f"{text} (default: {shown})".lstrip()
 
 
@@ -40,9 +49,14 @@ def growth_flags() -> frozenset[str]:
             text = path.read_text(encoding="utf-8")
             for node in ast.walk(ast.parse(text)) if "option(" in text else ():
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "option":
-                    given = dict(zip(("default", "reason", "flag"), node.args)) | {k.arg: k.value for k in node.keywords}
-                    flags |= {c.value for c in [given.get("flag"), *getattr(given.get("consts"), "keys", [])]
-                              if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+                    given = dict(zip(("default", "reason", "flag"), node.args)) | {
+                        k.arg: k.value for k in node.keywords
+                    }
+                    flags |= {
+                        c.value
+                        for c in [given.get("flag"), *getattr(given.get("consts"), "keys", [])]
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    }
     return frozenset(flags)
 
 
@@ -60,24 +74,38 @@ class ConfigFieldsHelpFormatter(DefaultsHelpFormatter):
         from ..config_help import format_fields
         from ..presets import get_preset
 
-        preset = text[len(FIELDS_EPILOG):]
-        head = (f"config fields, set with --section.field VALUE (or in --config FILE.yaml); the values are preset "
-                f"{preset}'s, the default (`nexus config --preset NAME` lists another's):")
-        return "\n".join([super()._fill_text(head, width, indent),
-                          *(indent + line for line in format_fields(get_preset(preset)).splitlines())])
+        preset = text[len(FIELDS_EPILOG) :]
+        head = (
+            f"config fields, set with --section.field VALUE (or in --config FILE.yaml); the values are preset "
+            f"{preset}'s, the default (`nexus config --preset NAME` lists another's):"
+        )
+        return "\n".join(
+            [
+                super()._fill_text(head, width, indent),
+                *(indent + line for line in format_fields(get_preset(preset)).splitlines()),
+            ]
+        )
 
 
 def add_config_args(p: argparse.ArgumentParser, default_preset: str | None = "baseline-tiny") -> None:
-    p.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
-                   help=f"preset name (see `nexus presets`) or a YAML file of your own (default {default_preset})")
+    p.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME|FILE.yaml",
+        help=f"preset name (see `nexus presets`) or a YAML file of your own (default {default_preset})",
+    )
     add_config_file_arg(p)
     p.set_defaults(accepts_overrides=True, default_preset=default_preset)
 
 
 def add_config_file_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, metavar="FILE.yaml",
-                   help="YAML config file; with --preset only the fields it names change the preset; dotted "
-                        "overrides apply on top of both")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE.yaml",
+        help="YAML config file; with --preset only the fields it names change the preset; dotted "
+        "overrides apply on top of both",
+    )
 
 
 def config_file_mapping(args) -> dict | None:
@@ -118,6 +146,7 @@ def positive_int(name: str):
         if v <= 0:
             raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: an integer > 0)")
         return v
+
     return parse
 
 
@@ -130,11 +159,13 @@ def nonneg_float(name: str):
         if not math.isfinite(v) or v < 0:
             raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: a finite number >= 0)")
         return v
+
     return parse
 
 
 def int_in_range(name: str, lo: int, hi: int, valid: str):
     """An integer in [lo, hi]; `valid` describes the range in the error."""
+
     def parse(s: str) -> int:
         try:
             v = int(s)
@@ -143,4 +174,5 @@ def int_in_range(name: str, lo: int, hi: int, valid: str):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{name}={s!r} (valid: {valid})")
         return v
+
     return parse

@@ -1,17 +1,27 @@
 """`nexus config`: every config field with its default (or a preset's value) and one-line reason."""
+
 from __future__ import annotations
 
 from .common import add_config_file_arg
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("config", help="list every config field with its default and what it is for",
-                       description="Every field you can set with --section.field VALUE or in a --config YAML, "
-                                   "with its default (or the value in --preset) and a one-line reason.")
-    p.add_argument("--preset", default=None, metavar="NAME|FILE.yaml",
-                   help="show this preset's values instead of the defaults (a name or a YAML file of your own)")
+    p = sub.add_parser(
+        "config",
+        help="list every config field with its default and what it is for",
+        description="Every field you can set with --section.field VALUE or in a --config YAML, "
+        "with its default (or the value in --preset) and a one-line reason.",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME|FILE.yaml",
+        help="show this preset's values instead of the defaults (a name or a YAML file of your own)",
+    )
     add_config_file_arg(p)
-    p.add_argument("--section", default="", metavar="PREFIX", help="only fields starting with this, e.g. train or model.mlp")
+    p.add_argument(
+        "--section", default="", metavar="PREFIX", help="only fields starting with this, e.g. train or model.mlp"
+    )
     p.add_argument("--yaml", action="store_true", help="print the resolved config as YAML instead")
     p.set_defaults(func=run)
 

@@ -1,4 +1,5 @@
 """`nexus data prepare SOURCE --tokenizer T --out DIR`: tokenize a corpus into a prepared directory."""
+
 from __future__ import annotations
 
 from .common import positive_int
@@ -9,19 +10,34 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("data", help="prepare a corpus: tokenize it once into memory-mapped shards")
     dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True, parser_class=type(p))
-    q = dsub.add_parser("prepare", help="tokenize SOURCE into sharded token files plus manifest.json in --out",
-                        description=f"Tokenize SOURCE ({valid_sources(prepare_only=True)}) into DIR: train-*.bin / "
-                                    "val-*.bin shards, the tokenizer and manifest.json. Train on it with `nexus train "
-                                    "--data DIR`. Interrupted runs resume: run the same command again.")
+    q = dsub.add_parser(
+        "prepare",
+        help="tokenize SOURCE into sharded token files plus manifest.json in --out",
+        description=f"Tokenize SOURCE ({valid_sources(prepare_only=True)}) into DIR: train-*.bin / "
+        "val-*.bin shards, the tokenizer and manifest.json. Train on it with `nexus train "
+        "--data DIR`. Interrupted runs resume: run the same command again.",
+    )
     q.add_argument("source", metavar="SOURCE")
-    q.add_argument("--tokenizer", required=True, metavar="T",
-                   help="byte | bpe (trained on the training documents) | a tokenizer.json or a directory holding one "
-                        "(a checkpoint, another prepared corpus)")
+    q.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="T",
+        help="byte | bpe (trained on the training documents) | a tokenizer.json or a directory holding one "
+        "(a checkpoint, another prepared corpus)",
+    )
     q.add_argument("--out", required=True, metavar="DIR", help="the prepared directory (new, empty, or one to resume)")
-    q.add_argument("--num-proc", type=positive_int("--num-proc"), default=None,
-                   help="worker processes (default: the usable cores, at most 8)")
-    q.add_argument("--shard-mb", type=positive_int("--shard-mb"), default=8,
-                   help="characters of text per shard, in millions (the unit of parallel work and of resume)")
+    q.add_argument(
+        "--num-proc",
+        type=positive_int("--num-proc"),
+        default=None,
+        help="worker processes (default: the usable cores, at most 8)",
+    )
+    q.add_argument(
+        "--shard-mb",
+        type=positive_int("--shard-mb"),
+        default=8,
+        help="characters of text per shard, in millions (the unit of parallel work and of resume)",
+    )
     q.add_argument("--val-fraction", type=float, default=None, help="share of documents held out (default 0.05)")
     q.add_argument("--split-seed", type=int, default=None, help="seed of the document-level split (default 1234)")
     q.add_argument("--text-field", default=None, help="field holding text in json/parquet/hub rows (default text)")
@@ -30,12 +46,18 @@ def add_parser(sub) -> None:
     q.add_argument("--chat", action="store_true", help="rows are chat conversations; loss mask on assistant tokens")
     splitting = [r for r in file_readers() if "document_per_file" in r.options and not r.whole_files]
     whole = [r for r in file_readers() if r.whole_files]
-    q.add_argument("--document-per-file", action="store_true",
-                   help=f"each {'/'.join(r.shown_suffixes() for r in splitting)} file is one document (default: "
-                        f"blank lines separate documents; {'/'.join(r.label for r in whole)} files are always one "
-                        "document each)")
-    q.add_argument("--skip-bad", action="store_true",
-                   help="leave out empty, binary and non-UTF-8 files (counted and named) instead of refusing")
+    q.add_argument(
+        "--document-per-file",
+        action="store_true",
+        help=f"each {'/'.join(r.shown_suffixes() for r in splitting)} file is one document (default: "
+        f"blank lines separate documents; {'/'.join(r.label for r in whole)} files are always one "
+        "document each)",
+    )
+    q.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="leave out empty, binary and non-UTF-8 files (counted and named) instead of refusing",
+    )
     q.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -53,8 +75,9 @@ def run(args, extra) -> int:
     from ..data.sources import resolve_source
     from ..outdir import PREPARED, check_output
 
-    cfg = DataConfig(source=args.source, tokenizer=args.tokenizer, chat=args.chat,
-                     document_per_file=args.document_per_file)
+    cfg = DataConfig(
+        source=args.source, tokenizer=args.tokenizer, chat=args.chat, document_per_file=args.document_per_file
+    )
     for name in ("val_fraction", "split_seed", "text_field", "max_documents", "bpe_vocab_size"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
@@ -65,8 +88,10 @@ def run(args, extra) -> int:
     source = resolve_source(args.source)
     source.check_fraction_unused(cfg.val_fraction, "--val-fraction")
     if not source.reader.documents_to_prepare:
-        raise ConfigError(f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
-                          f"(valid: documents: {valid_sources(prepare_only=True)})")
+        raise ConfigError(
+            f"SOURCE={args.source!r} is a {source.kind} source, already tokenized or generated "
+            f"(valid: documents: {valid_sources(prepare_only=True)})"
+        )
     out = check_output(Path(args.out), PREPARED, resume=True, sources=source.all_files)
     bad = source.bad_files()  # every bad file named at once, before anything is written
     if bad and not args.skip_bad:
@@ -86,13 +111,25 @@ def run(args, extra) -> int:
         if done is not None:
             settle_finished(out, done, mark_output=True)
             tot, files = done["tokens"], sum(len(v) for v in done["shards"].values())
-            print(f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
-                  f"tokens, {files} shard files); nothing to do", file=sys.stderr)
+            print(
+                f"nexus data prepare: already prepared in {out} ({tot['train']:,} train + {tot['val']:,} validation "
+                f"tokens, {files} shard files); nothing to do",
+                file=sys.stderr,
+            )
             if args.quiet:
                 print(json.dumps({"out": str(out), "tokens": tot, "documents": done["documents"]}))
             return 0
-        m = prepare(source, cfg, tok, out, num_proc=args.num_proc or default_num_proc(),
-                    shard_bytes=args.shard_mb << 20, progress=not args.quiet, label="data prepare", mark_output=True)
+        m = prepare(
+            source,
+            cfg,
+            tok,
+            out,
+            num_proc=args.num_proc or default_num_proc(),
+            shard_bytes=args.shard_mb << 20,
+            progress=not args.quiet,
+            label="data prepare",
+            mark_output=True,
+        )
     if args.quiet:
         print(json.dumps({"out": str(out), "tokens": m["tokens"], "documents": m["documents"]}))
     return 0

@@ -13,6 +13,7 @@ newest one (crash protection, as in the v4.1 script), growth included; INIT_CHEC
 `--resize-vocab`: byte pretraining -> chat SFT adds 3 special tokens); HUB_MODEL_ID is `--push-to-hub`.
 Every log line carries memory: CUDA allocated/reserved on GPU, process RSS on CPU.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,12 @@ HUB_DATA = {"pretrain": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "sft": "hf:H
 PHASE_LR = {"pretrain": 3e-4, "sft": 1e-4}  # the v4.1 script's hyper-parameter table
 PHASE_WARMUP = {"pretrain": 500, "sft": 100}
 PROMPTS = ("The future of AI is", "Once upon a time", "The most important idea in science is", "def main():")
-CHAT_PROMPTS = ("Hi! Who are you?", "What is the capital of France?", "Write a haiku about rain.",
-                "How do I sort a list in Python?")
+CHAT_PROMPTS = (
+    "Hi! Who are you?",
+    "What is the capital of France?",
+    "Write a haiku about rain.",
+    "How do I sort a list in Python?",
+)
 
 
 @dataclass
@@ -50,7 +55,13 @@ def _dataset_help() -> str:
 
 
 VARS = [
-    Var("MODEL_SIZE", "small", "choice", choices=SIZES, help="preset: tiny/small/base/medium (micro: a 70k-param smoke-test model)"),
+    Var(
+        "MODEL_SIZE",
+        "small",
+        "choice",
+        choices=SIZES,
+        help="preset: tiny/small/base/medium (micro: a 70k-param smoke-test model)",
+    ),
     Var("BATCH_SIZE", 4, "int", 1, help="micro batch size"),
     Var("GRAD_ACCUM", 8, "int", 1, help="gradient accumulation (effective batch = BS x GA)"),
     Var("SEQ_LEN", 256, "int", 2, help="sequence length"),
@@ -90,8 +101,9 @@ def _parse(var: Var, raw: str):
     try:
         value = int(raw) if var.kind == "int" else float(raw)
     except ValueError:
-        raise EnvError(f"{var.name}={raw!r} is not {'an integer' if var.kind == 'int' else 'a number'} "
-                       f"(valid: {_valid(var)})") from None
+        raise EnvError(
+            f"{var.name}={raw!r} is not {'an integer' if var.kind == 'int' else 'a number'} (valid: {_valid(var)})"
+        ) from None
     if var.kind == "float" and not math.isfinite(value):
         raise EnvError(f"{var.name}={raw!r} (valid: {_valid(var)})")
     if var.minimum is not None and (value <= 0 if var.minimum == 0 and var.kind == "float" else value < var.minimum):
@@ -138,12 +150,25 @@ def train_args(env: dict, given=()) -> list[str]:
         args += ["--init-from", env["INIT_CHECKPOINT"], "--resize-vocab"]
     if env["HUB_MODEL_ID"]:
         args += ["--push-to-hub", env["HUB_MODEL_ID"]]
-    fields = {"data.source": env["DATASET"], "data.seq_len": env["SEQ_LEN"], "data.chat": env["PHASE"] == "sft",
-              "data.max_documents": env["MAX_SAMPLES"], "train.batch_size": env["BATCH_SIZE"],
-              "train.grad_accum": env["GRAD_ACCUM"], "train.lr": env["LR"], "train.warmup_steps": env["WARMUP_STEPS"],
-              "train.steps": env["TOTAL_STEPS"], "train.log_every": env["LOG_EVERY"], "train.save_every": env["SAVE_EVERY"],
-              "train.eval_every": env["EVAL_EVERY"], "train.sample_every": env["EVAL_EVERY"], "train.eval_batches": 4,
-              "train.device": env["DEVICE"], "train.seed": env["SEED"], "train.sample_tokens": env["SAMPLE_TOKENS"]}
+    fields = {
+        "data.source": env["DATASET"],
+        "data.seq_len": env["SEQ_LEN"],
+        "data.chat": env["PHASE"] == "sft",
+        "data.max_documents": env["MAX_SAMPLES"],
+        "train.batch_size": env["BATCH_SIZE"],
+        "train.grad_accum": env["GRAD_ACCUM"],
+        "train.lr": env["LR"],
+        "train.warmup_steps": env["WARMUP_STEPS"],
+        "train.steps": env["TOTAL_STEPS"],
+        "train.log_every": env["LOG_EVERY"],
+        "train.save_every": env["SAVE_EVERY"],
+        "train.eval_every": env["EVAL_EVERY"],
+        "train.sample_every": env["EVAL_EVERY"],
+        "train.eval_batches": 4,
+        "train.device": env["DEVICE"],
+        "train.seed": env["SEED"],
+        "train.sample_tokens": env["SAMPLE_TOKENS"],
+    }
     if not env["INIT_CHECKPOINT"] or "TOKENIZER" in given:
         fields["data.tokenizer"] = env["TOKENIZER"]
     if env["N_SUP"]:
@@ -205,16 +230,22 @@ def make_trainer_class():
                 return
             mem = memory_text(self.device)
             if "val_loss" in record:
-                print(f"step {record['step']:>6} | val loss {record['val_loss']:.4f} "
-                      f"(ppl {math.exp(min(record['val_loss'], 50)):.2f}) | {mem}", flush=True)
+                print(
+                    f"step {record['step']:>6} | val loss {record['val_loss']:.4f} "
+                    f"(ppl {math.exp(min(record['val_loss'], 50)):.2f}) | {mem}",
+                    flush=True,
+                )
             elif record.get("event") == "growth":
                 # the record without the pre-growth model config (a screenful): that stays in config.json
                 short = {k: v for k, v in self.cfg.growth_history[-1].items() if k != "model_before"}
                 print(f"step {record['step']:>6} | grew: {short} | {mem}", flush=True)
             elif "loss" in record:  # other records (post-growth diagnostics) are in metrics.jsonl only
                 gn = f" | grad {record['grad_norm']:.3f}" if "grad_norm" in record else ""
-                print(f"step {record['step']:>6}/{self.cfg.train.steps} | loss {record['loss']:.4f}{gn} | "
-                      f"lr {record['lr']:.2e} | {record['tokens_per_s']:.0f} tok/s | {mem}", flush=True)
+                print(
+                    f"step {record['step']:>6}/{self.cfg.train.steps} | loss {record['loss']:.4f}{gn} | "
+                    f"lr {record['lr']:.2e} | {record['tokens_per_s']:.0f} tok/s | {mem}",
+                    flush=True,
+                )
 
         def sample(self) -> str:
             import torch
@@ -230,9 +261,15 @@ def make_trainer_class():
                 else:
                     ids = tok.encode(prompt) or [tok.eos_id]
                 g = torch.Generator(device=self.device).manual_seed(self.cfg.train.seed + i)
-                out = self.model.generate(torch.tensor([ids], device=self.device), max_new_tokens=self.cfg.train.sample_tokens,
-                                          temperature=0.8, top_p=0.9, eos_id=tok.eos_id, generator=g)
-                texts.append(f"{prompt} -> {tok.decode(out[0, len(ids):].tolist())}")
+                out = self.model.generate(
+                    torch.tensor([ids], device=self.device),
+                    max_new_tokens=self.cfg.train.sample_tokens,
+                    temperature=0.8,
+                    top_p=0.9,
+                    eos_id=tok.eos_id,
+                    generator=g,
+                )
+                texts.append(f"{prompt} -> {tok.decode(out[0, len(ids) :].tolist())}")
             torch.set_rng_state(rng)  # sampling must not perturb the training RNG (exact resume)
             if self.is_main:
                 print(f"--- samples @ step {self.step} ---", flush=True)
@@ -251,18 +288,23 @@ def run(environ=None) -> dict:
     args, extra = parse_train_args(train_args(env, given=[k for k, v in environ.items() if v.strip()]))
     plan = plan_run(args, extra, say=lambda msg: None)  # the line below says whether it resumes
     cfg = plan.cfg
-    print(f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
-          f"N_SUP={getattr(cfg.model.arch, 'n_sup', '-')} T_INNER={getattr(cfg.model.arch, 't_inner', '-')} "
-          f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
-          + (f" | resuming from {plan.resume}" if plan.resume else ""), flush=True)
+    print(
+        f"nexus env entry: MODEL_SIZE={env['MODEL_SIZE']} PHASE={env['PHASE']} DATASET={env['DATASET']} "
+        f"N_SUP={getattr(cfg.model.arch, 'n_sup', '-')} T_INNER={getattr(cfg.model.arch, 't_inner', '-')} "
+        f"effective batch={cfg.train.batch_size * cfg.train.grad_accum} OUTPUT_DIR={env['OUTPUT_DIR']}"
+        + (f" | resuming from {plan.resume}" if plan.resume else ""),
+        flush=True,
+    )
     try:
         result, trainer = execute(plan, quiet=True, trainer_class=make_trainer_class(), push_to_hub=args.push_to_hub)
     finally:
         plan.release()
     if trainer.is_main:
-        print(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "
-              f"| {memory_text(trainer.device)}" + (f" | pushed to {result['pushed']}" if "pushed" in result else ""),
-              flush=True)
+        print(
+            f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "
+            f"| {memory_text(trainer.device)}" + (f" | pushed to {result['pushed']}" if "pushed" in result else ""),
+            flush=True,
+        )
     return result
 
 
@@ -277,7 +319,9 @@ def env_error(e: ConfigError) -> EnvError:
 def usage() -> str:
     lines = ["usage: [VAR=value ...] python -m nexus.cli.env_train   (or: nexus-train-env)", "", "variables:"]
     for v in VARS:
-        default = {"LR": "3e-4 / 1e-4 (sft)", "WARMUP_STEPS": "500 / 100 (sft)", "DATASET": "hub set of PHASE"}.get(v.name, v.default)
+        default = {"LR": "3e-4 / 1e-4 (sft)", "WARMUP_STEPS": "500 / 100 (sft)", "DATASET": "hub set of PHASE"}.get(
+            v.name, v.default
+        )
         lines.append(f"  {v.name:<16} default {str(default)!r:<22} {v.help() if callable(v.help) else v.help}")
     return "\n".join(lines)
 
@@ -291,8 +335,11 @@ def main(argv=None, environ=None) -> int:
         print(usage())
         return 0
     if argv:
-        print(f"nexus-train-env: error: unexpected arguments {argv!r} (valid: none; configure with environment "
-              "variables, see --help)", file=sys.stderr)
+        print(
+            f"nexus-train-env: error: unexpected arguments {argv!r} (valid: none; configure with environment "
+            "variables, see --help)",
+            file=sys.stderr,
+        )
         return 2
 
     def train() -> int:

@@ -1,4 +1,5 @@
 """`nexus export`: write a checkpoint in another format (HF transformers, or packed ternary weights)."""
+
 from __future__ import annotations
 
 import json
@@ -11,21 +12,37 @@ PACKINGS = ("2bit", "base3")  # kept equal to export.ternary.PACKINGS (tested); 
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="export a checkpoint (--format hf: transformers directory; ternary: packed "
-                                      "2-bit or base-3)",
-                       description="hf: the baseline Transformer++ as Llama/Qwen2/Qwen3 for transformers. "
-                                   "ternary: NEXUS v4.1 recurrent models with packed ternary weights. "
-                                   "consolidated: an FSDP2 (sharded) checkpoint as one single-process checkpoint "
-                                   "(model.safetensors + full trainer_state.pt).")
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint (--format hf: transformers directory; ternary: packed 2-bit or base-3)",
+        description="hf: the baseline Transformer++ as Llama/Qwen2/Qwen3 for transformers. "
+        "ternary: NEXUS v4.1 recurrent models with packed ternary weights. "
+        "consolidated: an FSDP2 (sharded) checkpoint as one single-process checkpoint "
+        "(model.safetensors + full trainer_state.pt).",
+    )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="nexus checkpoint directory")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
-    p.add_argument("--out", default=None, metavar="PATH",
-                   help="output directory (hf) or file (ternary); optional with --push-to-hub (a temporary directory)")
-    p.add_argument("--push-to-hub", default=None, metavar="REPO",
-                   help="hf: upload the export to this Hub model repo (checked to be reachable before any work)")
-    p.add_argument("--packing", choices=PACKINGS, default=None,
-                   help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)")
-    p.add_argument("--verify", action="store_true", help="hf: reload with transformers and print the max logit difference")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="output directory (hf) or file (ternary); optional with --push-to-hub (a temporary directory)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="hf: upload the export to this Hub model repo (checked to be reachable before any work)",
+    )
+    p.add_argument(
+        "--packing",
+        choices=PACKINGS,
+        default=None,
+        help="ternary: 2bit (4 weights per byte, default) or base3 (5 per byte, 1.6 bits per weight)",
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="hf: reload with transformers and print the max logit difference"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier nexus output of the same kind at --out")
     p.set_defaults(func=run)
@@ -39,8 +56,10 @@ def export_ternary_guarded(checkpoint: str, out: str, packing: str = "2bit") -> 
     except ImportError as e:
         if e.name not in ("nexus.export.ternary", None):
             raise  # the module exists but one of its own imports failed: show the real error
-        raise ConfigError("--format=ternary is not available in this build (valid: hf; the ternary exporter "
-                          "nexus.export.ternary is missing)") from None
+        raise ConfigError(
+            "--format=ternary is not available in this build (valid: hf; the ternary exporter "
+            "nexus.export.ternary is missing)"
+        ) from None
     return export_ternary(checkpoint, out, packing=packing)
 
 
@@ -50,15 +69,20 @@ def consolidate(checkpoint: str, out: str) -> dict:
     from ..checkpoint import CheckpointError, is_sharded, load_checkpoint, load_trainer_state, save_checkpoint
 
     if not is_sharded(checkpoint):
-        raise CheckpointError(f"--checkpoint={checkpoint!r} is not a sharded (FSDP2) checkpoint "
-                              "(valid: a checkpoint with a sharded/ directory; others are already consolidated)")
+        raise CheckpointError(
+            f"--checkpoint={checkpoint!r} is not a sharded (FSDP2) checkpoint "
+            "(valid: a checkpoint with a sharded/ directory; others are already consolidated)"
+        )
     if Path(out).resolve() == Path(checkpoint).resolve():
         raise CheckpointError(f"--out={out!r} equals --checkpoint (valid: a different directory)")
     model, cfg, tok = load_checkpoint(checkpoint)
     state = load_trainer_state(checkpoint)
     path = save_checkpoint(out, model, cfg, tok, state)
-    return {"out": str(path), "params": sum(p.numel() for p in model.parameters()),
-            "step": None if state is None else int(state["step"])}
+    return {
+        "out": str(path),
+        "params": sum(p.numel() for p in model.parameters()),
+        "step": None if state is None else int(state["step"]),
+    }
 
 
 def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
@@ -77,8 +101,15 @@ def export_hf_checkpoint(checkpoint: str, out: str, verify: bool) -> dict:
     if special is not None and not has_stored_tokenizer(checkpoint):
         tok = None  # a HF import without a tokenizer: the byte tokenizer load_checkpoint falls back to is not its own
     # --verify runs before the directory takes its name: a failed check leaves no output behind
-    return export_hf(model, cfg, out, tok, generation_config=gen, special_ids=special,
-                     verify_tolerance=VERIFY_TOLERANCE if verify else None)
+    return export_hf(
+        model,
+        cfg,
+        out,
+        tok,
+        generation_config=gen,
+        special_ids=special,
+        verify_tolerance=VERIFY_TOLERANCE if verify else None,
+    )
 
 
 def run(args, extra) -> int:
@@ -108,16 +139,21 @@ def _run(args) -> int:
     from ..outdir import CHECKPOINT, HF_EXPORT, TERNARY
 
     kind = {"hf": HF_EXPORT, "ternary": TERNARY, "consolidated": CHECKPOINT}[args.format]
-    with guard_output(args.out, kind, overwrite=args.overwrite, sources=[args.checkpoint],
-                      file=args.format == "ternary"):
+    with guard_output(
+        args.out, kind, overwrite=args.overwrite, sources=[args.checkpoint], file=args.format == "ternary"
+    ):
         return _write(args)
 
 
 def _write(args) -> int:
     if args.format == "consolidated":
         res = consolidate(args.checkpoint, args.out)
-        print(json.dumps(res) if args.json else f"consolidated {args.checkpoint} -> {res['out']} "
-              f"({res['params'] / 1e6:.2f}M params, step {res['step']})")
+        print(
+            json.dumps(res)
+            if args.json
+            else f"consolidated {args.checkpoint} -> {res['out']} "
+            f"({res['params'] / 1e6:.2f}M params, step {res['step']})"
+        )
         return 0
     if args.format == "ternary":
         res = export_ternary_guarded(args.checkpoint, args.out, args.packing or "2bit")
@@ -131,7 +167,9 @@ def _write(args) -> int:
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"exported {res['architecture']} -> {res['out']} ({', '.join(res['files'])}; tokenizer: {res['tokenizer']})")
+        print(
+            f"exported {res['architecture']} -> {res['out']} ({', '.join(res['files'])}; tokenizer: {res['tokenizer']})"
+        )
         if "max_logit_diff" in res:
             print(f"  max |logit difference| vs transformers: {res['max_logit_diff']:.3g}")
         if "pushed" in res:

@@ -3,6 +3,7 @@
 The family options are generated from the growth families' spec dataclasses (`nexus.growth.spec`):
 one flag per field, its one-line reason as the help; exactly one family must claim the command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,11 @@ def add_growth_flags(p) -> None:
 
 
 def add_parser(sub, detailed: bool = True) -> None:
-    p = sub.add_parser("grow", help="grow a checkpoint and verify the growth",
-                       description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.")
+    p = sub.add_parser(
+        "grow",
+        help="grow a checkpoint and verify the growth",
+        description="Grow a checkpoint into --out (the source stays untouched). Prints the verification.",
+    )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="source checkpoint")
     p.add_argument("--out", required=True, metavar="DIR", help="where the grown checkpoint is written")
     p.add_argument("--no-verify", action="store_true", help="skip the probe-batch verification")
@@ -46,11 +50,15 @@ def run(args, extra) -> int:
         raise ConfigError("nothing to grow: give a growth option (see `nexus grow --help`)")
     bad = next((a for a in extra if a.startswith("--") and not a.startswith("--train.")), None)
     if bad is not None:
-        raise ConfigError(f"{bad} on nexus grow (valid: --train.* fields for the continued run, e.g. --train.steps "
-                          "600; the model's shape comes from the growth options)")
+        raise ConfigError(
+            f"{bad} on nexus grow (valid: --train.* fields for the continued run, e.g. --train.steps "
+            "600; the model's shape comes from the growth options)"
+        )
     parse_growth_spec(spec, "growth")  # fail on bad flags before touching the checkpoint
     with guard_output(args.out, CHECKPOINT, overwrite=args.overwrite, sources=[args.checkpoint]):
-        report = grow_checkpoint(args.checkpoint, args.out, spec, probe_verify=not args.no_verify, train_overrides=extra)
+        report = grow_checkpoint(
+            args.checkpoint, args.out, spec, probe_verify=not args.no_verify, train_overrides=extra
+        )
     if args.json:
         print(json.dumps(report, default=str))
     else:

@@ -1,5 +1,6 @@
 """`nexus import`: read a HF Llama/Qwen2/Qwen3 checkpoint (a local directory or a hub model id) into a nexus
 checkpoint directory."""
+
 from __future__ import annotations
 
 import json
@@ -9,13 +10,20 @@ VERIFY_TOLERANCE = 1e-4
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="import a HF Llama/Qwen2/Qwen3 checkpoint (directory or hub id) as a nexus checkpoint",
-                       description="Convert a HF checkpoint (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), "
-                                   "from a local directory or the Hugging Face Hub, into a nexus checkpoint with the "
-                                   "same logits.")
-    p.add_argument("--hf", required=True, metavar="DIR|OWNER/NAME",
-                   help="HF model directory (config.json + weights), or a hub model id (downloaded with "
-                        "huggingface_hub, or read from its cache offline)")
+    p = sub.add_parser(
+        "import",
+        help="import a HF Llama/Qwen2/Qwen3 checkpoint (directory or hub id) as a nexus checkpoint",
+        description="Convert a HF checkpoint (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), "
+        "from a local directory or the Hugging Face Hub, into a nexus checkpoint with the "
+        "same logits.",
+    )
+    p.add_argument(
+        "--hf",
+        required=True,
+        metavar="DIR|OWNER/NAME",
+        help="HF model directory (config.json + weights), or a hub model id (downloaded with "
+        "huggingface_hub, or read from its cache offline)",
+    )
     p.add_argument("--out", required=True, metavar="CKPT", help="nexus checkpoint directory to write")
     p.add_argument("--verify", action="store_true", help="also run the HF model and print the max logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
@@ -46,8 +54,12 @@ def _write(args) -> int:
     extra = {STORED_SPECIAL_IDS: json.dumps(model.hf_special_ids)}  # the model's own ids, for export
     if gen:
         extra[STORED_GENERATION_CONFIG] = json.dumps(gen, indent=2)
-    res = {"architecture": cfg.preset.removeprefix("hf:"), "params": count_parameters(model),
-           "tokenizer": getattr(tok, "kind", "byte"), "notes": model.import_notes}
+    res = {
+        "architecture": cfg.preset.removeprefix("hf:"),
+        "params": count_parameters(model),
+        "tokenizer": getattr(tok, "kind", "byte"),
+        "notes": model.import_notes,
+    }
     check = None
     if args.verify:
         from ..hf.verify import import_reference, verified_checkpoint_difference
@@ -56,12 +68,15 @@ def _write(args) -> int:
 
         def check(d):  # the checkpoint as written, before it takes --out's name: a mismatch leaves --out as it was
             res["max_logit_diff"] = verified_checkpoint_difference(d, ids, reference, VERIFY_TOLERANCE)
+
     res = {"checkpoint": str(save_checkpoint(args.out, model, cfg, tok, extra_files=extra, check=check)), **res}
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"imported {res['architecture']} ({res['params'] / 1e6:.2f}M params, tokenizer {res['tokenizer']}) "
-              f"-> {res['checkpoint']}")
+        print(
+            f"imported {res['architecture']} ({res['params'] / 1e6:.2f}M params, tokenizer {res['tokenizer']}) "
+            f"-> {res['checkpoint']}"
+        )
         for note in model.import_notes[1:]:
             print(f"  note: {note}")
         if args.verify:

@@ -5,6 +5,7 @@ config (a HF model: the default preset's), then the overrides. The model's shape
 directory (imported as `nexus import` does). The tokenizer is SOURCE's unless one is given; a
 tokenizer whose vocabulary differs from the model's needs --resize-vocab (checked by the trainer
 before anything is written)."""
+
 from __future__ import annotations
 
 import copy
@@ -34,15 +35,22 @@ def plan_init_from(args, extra: list[str], source: str, amend=None):
     model_changes = changed_fields(_model_dict(src_cfg), _model_dict(cfg), "model.")
     if model_changes and param_shapes(src_cfg.model) != param_shapes(cfg.model):
         shown = ", ".join(f"{p}={b!r} (source: {a!r})" for p, a, b in model_changes)
-        raise ConfigError(f"--init-from={source!r}: {shown} changes the model's shape (valid: drop it; grow the "
-                          f"weights first with `nexus grow --checkpoint {source} --out DIR ...`)")
+        raise ConfigError(
+            f"--init-from={source!r}: {shown} changes the model's shape (valid: drop it; grow the "
+            f"weights first with `nexus grow --checkpoint {source} --out DIR ...`)"
+        )
     if amend is not None:
         amend(cfg)
     cfg.validate()
     model, tok = load(cfg)
-    notes = [f"--init-from={source!r}: its weights only; a fresh optimizer and LR schedule"
-             + (f" (grown at steps {[r.get('step') for r in src_cfg.growth_history]}; its re-warmup is not carried)"
-                if src_cfg.growth_history else "")]
+    notes = [
+        f"--init-from={source!r}: its weights only; a fresh optimizer and LR schedule"
+        + (
+            f" (grown at steps {[r.get('step') for r in src_cfg.growth_history]}; its re-warmup is not carried)"
+            if src_cfg.growth_history
+            else ""
+        )
+    ]
     notes += [f"--init-from: {p} {a!r} -> {b!r}" for p, a, b in model_changes]
     notes.append(settings_note)
     cfg.growth_history = []  # the growth records describe the source run's optimizer and schedule, not this run's
@@ -65,20 +73,26 @@ def _training_settings(args, src: Path, src_cfg: RunConfig) -> tuple[RunConfig, 
     label = src_cfg.preset or src.name
     if args.preset or args.config:
         cfg = base_config(args)
-        note = (f"--init-from: data and training settings from {'--preset ' + args.preset if args.preset else ''}"
-                f"{' and ' if args.preset and args.config else ''}{'--config ' + args.config if args.config else ''}")
+        note = (
+            f"--init-from: data and training settings from {'--preset ' + args.preset if args.preset else ''}"
+            f"{' and ' if args.preset and args.config else ''}{'--config ' + args.config if args.config else ''}"
+        )
     elif (src / "meta.json").is_file():
         cfg = copy.deepcopy(src_cfg)
         cfg.train.drop_hook("growth")  # the weights have grown already; growing them again is not the run asked for
         cfg.train.schedule_steps = 0  # a fresh schedule over this run's steps
         cfg.train.out_dir = f"runs/{label}-init"  # never the source's own run directory
-        note = (f"--init-from: data and training settings (batch {cfg.train.batch_size} x {cfg.data.seq_len} tokens, "
-                f"lr {cfg.train.lr:g}, {cfg.train.steps} steps) from the checkpoint's config; --preset / --config / "
-                "overrides choose others")
+        note = (
+            f"--init-from: data and training settings (batch {cfg.train.batch_size} x {cfg.data.seq_len} tokens, "
+            f"lr {cfg.train.lr:g}, {cfg.train.steps} steps) from the checkpoint's config; --preset / --config / "
+            "overrides choose others"
+        )
     else:
         cfg = base_config(args)
-        note = (f"--init-from: a HF model carries no training settings: data and training from the default preset "
-                f"{args.default_preset} (--preset / --config / overrides choose others)")
+        note = (
+            f"--init-from: a HF model carries no training settings: data and training from the default preset "
+            f"{args.default_preset} (--preset / --config / overrides choose others)"
+        )
     cfg.preset = label
     return cfg, note
 

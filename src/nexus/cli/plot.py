@@ -1,31 +1,56 @@
 """`nexus plot RUN [RUN ...]`: loss against tokens, FLOPs and wall time of existing runs, to a figure and a CSV."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("plot", help="plot the loss curves of existing runs (PNG, SVG or PDF + CSV)",
-                       description="Train and validation loss of each RUN against tokens processed, training FLOPs "
-                                   "and wall time, growth steps marked: validation on top, the train loss EMA-smoothed "
-                                   "with the raw curve faint behind it; writes OUT.png (OUT.svg or OUT.pdf with "
-                                   "--format) and OUT.csv (every plotted point, the smoothed train curve as series "
-                                   "train_ema). A RUN is a `nexus train` run directory or a checkpoint inside one.")
+    p = sub.add_parser(
+        "plot",
+        help="plot the loss curves of existing runs (PNG, SVG or PDF + CSV)",
+        description="Train and validation loss of each RUN against tokens processed, training FLOPs "
+        "and wall time, growth steps marked: validation on top, the train loss EMA-smoothed "
+        "with the raw curve faint behind it; writes OUT.png (OUT.svg or OUT.pdf with "
+        "--format) and OUT.csv (every plotted point, the smoothed train curve as series "
+        "train_ema). A RUN is a `nexus train` run directory or a checkpoint inside one.",
+    )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or checkpoints inside them)")
-    p.add_argument("--out", default="runs/plot", metavar="PATH",
-                   help="output path without suffix: PATH.png (.svg, .pdf: --format) and PATH.csv (default: runs/plot)")
-    p.add_argument("--format", choices=["png", "svg", "pdf"], default="png",
-                   help="figure format: png (raster, --dpi), svg or pdf (vector, for papers and slides)")
-    p.add_argument("--dpi", type=_dpi, default=None, metavar="N",
-                   help="dots per inch of a png, in [50, 1200] (default 150: 2,700 x 825 pixels; 300 for print)")
+    p.add_argument(
+        "--out",
+        default="runs/plot",
+        metavar="PATH",
+        help="output path without suffix: PATH.png (.svg, .pdf: --format) and PATH.csv (default: runs/plot)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["png", "svg", "pdf"],
+        default="png",
+        help="figure format: png (raster, --dpi), svg or pdf (vector, for papers and slides)",
+    )
+    p.add_argument(
+        "--dpi",
+        type=_dpi,
+        default=None,
+        metavar="N",
+        help="dots per inch of a png, in [50, 1200] (default 150: 2,700 x 825 pixels; 300 for print)",
+    )
     p.add_argument("--title", default=None, help="figure title (default: the runs' names)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing figure or PATH.csv")
-    p.add_argument("--smooth", type=_weight, default=None, metavar="W",
-                   help="EMA weight of the train curve in [0, 1) (0: raw only; default: 1 - 30/points, none "
-                        "below 30 points); the raw curve stays, faint, behind it")
+    p.add_argument(
+        "--smooth",
+        type=_weight,
+        default=None,
+        metavar="W",
+        help="EMA weight of the train curve in [0, 1) (0: raw only; default: 1 - 30/points, none "
+        "below 30 points); the raw curve stays, faint, behind it",
+    )
     p.add_argument("--logx", action="store_true", help="log-scaled x axes (tokens, FLOPs, wall time)")
-    p.add_argument("--logy", action="store_true", help="log-scaled loss axis (the late part of a run, not the "
-                                                       "first drop, gets the room)")
+    p.add_argument(
+        "--logy",
+        action="store_true",
+        help="log-scaled loss axis (the late part of a run, not the first drop, gets the room)",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,7 +89,9 @@ def run(args, extra) -> int:
     figure, csv_path = out.with_name(f"{out.name}.{args.format}"), out.with_name(out.name + ".csv")
     for f in (figure, csv_path):
         if f.exists() and not args.overwrite:
-            raise ConfigError(f"--out={args.out!r}: {str(f)!r} exists (valid: a new path, or --overwrite to replace it)")
+            raise ConfigError(
+                f"--out={args.out!r}: {str(f)!r} exists (valid: a new path, or --overwrite to replace it)"
+            )
         if f.exists() and not f.is_file():
             raise ConfigError(f"--out={args.out!r}: {str(f)!r} is not a file (valid: a path for two new files)")
     runs = [read_run(p, name) for p, name in zip(args.runs, run_names(args.runs))]  # all read before any write

@@ -1,4 +1,5 @@
 """`nexus presets`: list presets with parameter counts (and fp16 / ternary sizes)."""
+
 from __future__ import annotations
 
 
@@ -22,10 +23,24 @@ def run(args, extra) -> int:
         info = sizes(cfg.model)
         origin = f" [plugin {PRESETS.origins[name]}]" if name in PRESETS.origins else ""
         ter = info.get("ternary_mb")
-        rows.append((name, f"{info['total'] / 1e6:.2f}M", f"{info.get('fp16_mb'):.1f}M",
-                     "-" if ter is None else f"{ter:.1f}M", describe(name) + origin))
-    print(tabulate(rows, headers=("preset", "params", "fp16", "ternary", "description"), tablefmt="plain",
-                   colalign=("left", "right", "right", "right", "left"), disable_numparse=True))
+        rows.append(
+            (
+                name,
+                f"{info['total'] / 1e6:.2f}M",
+                f"{info.get('fp16_mb'):.1f}M",
+                "-" if ter is None else f"{ter:.1f}M",
+                describe(name) + origin,
+            )
+        )
+    print(
+        tabulate(
+            rows,
+            headers=("preset", "params", "fp16", "ternary", "description"),
+            tablefmt="plain",
+            colalign=("left", "right", "right", "right", "left"),
+            disable_numparse=True,
+        )
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ this command) both go through `plan_run` and `execute`. The run's config is merg
 once (a resume through `train.resume.resume_config`, --init-from through `cli/init_from.py`), the
 output directory is checked before anything is written, and the trainer gets the finished config.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,39 +24,69 @@ HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch
 def add_parser(sub, detailed: bool = True) -> None:
     from ..data.readers import valid_sources
 
-    p = sub.add_parser("train", help="train a model (no arguments: the tiny baseline on the embedded corpus)",
-                       description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
-                                   "`nexus config` lists every field with its default and what it is for "
-                                   "(`nexus config --preset NAME` shows a preset's values).",
-                       formatter_class=ConfigFieldsHelpFormatter, epilog=FIELDS_EPILOG + "baseline-tiny")
+    p = sub.add_parser(
+        "train",
+        help="train a model (no arguments: the tiny baseline on the embedded corpus)",
+        description="Train a preset or config. Dotted overrides: --model.n_layers 4 --train.lr 1e-3. "
+        "`nexus config` lists every field with its default and what it is for "
+        "(`nexus config --preset NAME` shows a preset's values).",
+        formatter_class=ConfigFieldsHelpFormatter,
+        epilog=FIELDS_EPILOG + "baseline-tiny",
+    )
     add_config_args(p)
-    p.add_argument("--resume", default=None, metavar="DIR|auto",
-                   help="continue from a checkpoint directory with its optimizer state, writing into its run "
-                        "directory (or --out); auto: the newest checkpoint in the output directory, or a new run. "
-                        "Overrides of data, steps, LR and schedule, cadence and batch are honoured; a model change "
-                        "(but model.max_seq_len, model.z_loss) or a new tokenizer is refused (nexus grow, or --init-from)")
-    p.add_argument("--init-from", default=None, metavar="CKPT|HF_DIR",
-                   help="start a new run from the weights of a nexus checkpoint (grown ones too) or a HF model "
-                        "directory: fresh optimizer and LR schedule, data and training from --preset/--config (else "
-                        "CKPT's own), the model's shape and tokenizer from CKPT (continued pretraining, SFT)")
-    p.add_argument("--resize-vocab", action="store_true",
-                   help="with --init-from: resize the embedding (and head) to the tokenizer's vocabulary when it "
-                        "differs from the model's (new rows drawn like a fresh init; without it a mismatch is refused)")
-    p.add_argument("--push-to-hub", default=None, metavar="REPO",
-                   help="upload the final checkpoint to this HF Hub model repo (checked before training starts)")
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR|auto",
+        help="continue from a checkpoint directory with its optimizer state, writing into its run "
+        "directory (or --out); auto: the newest checkpoint in the output directory, or a new run. "
+        "Overrides of data, steps, LR and schedule, cadence and batch are honoured; a model change "
+        "(but model.max_seq_len, model.z_loss) or a new tokenizer is refused (nexus grow, or --init-from)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="CKPT|HF_DIR",
+        help="start a new run from the weights of a nexus checkpoint (grown ones too) or a HF model "
+        "directory: fresh optimizer and LR schedule, data and training from --preset/--config (else "
+        "CKPT's own), the model's shape and tokenizer from CKPT (continued pretraining, SFT)",
+    )
+    p.add_argument(
+        "--resize-vocab",
+        action="store_true",
+        help="with --init-from: resize the embedding (and head) to the tokenizer's vocabulary when it "
+        "differs from the model's (new rows drawn like a fresh init; without it a mismatch is refused)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="upload the final checkpoint to this HF Hub model repo (checked before training starts)",
+    )
     p.add_argument("--out", default=None, metavar="DIR", help="run directory (= --train.out_dir)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier nexus training run in the output directory (its files only)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier nexus training run in the output directory (its files only)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--data", default=None, metavar="SOURCE",
-                   help=f"training data (= --data.source): {valid_sources()}")
-    p.add_argument("--grow-at", type=int, default=None, metavar="STEP",
-                   help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
-                        "--growth, the family flags or the config")
-    p.add_argument("--growth", default=None, metavar="SPEC",
-                   help="growth spec as a YAML mapping (the growth hook's `spec` in train.hooks), e.g. "
-                        "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
-                        "family's flags below (--width.hidden 192 --rewarmup 1.3,250)")
+    p.add_argument("--data", default=None, metavar="SOURCE", help=f"training data (= --data.source): {valid_sources()}")
+    p.add_argument(
+        "--grow-at",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="grow the model at this step (the growth hook's `at` in train.hooks); the spec comes from "
+        "--growth, the family flags or the config",
+    )
+    p.add_argument(
+        "--growth",
+        default=None,
+        metavar="SPEC",
+        help="growth spec as a YAML mapping (the growth hook's `spec` in train.hooks), e.g. "
+        "'{family: width, hidden: 192, init: [copy, copy], rewarmup: [1.3, 250]}', or give the "
+        "family's flags below (--width.hidden 192 --rewarmup 1.3,250)",
+    )
     if detailed:
         from .grow import add_growth_flags
 
@@ -122,9 +153,17 @@ def execute(plan: Plan, *, quiet: bool = False, hooks=(), trainer_class=None, pu
         from ..hf.hub import check_hub_reachable
 
         check_hub_reachable(push_to_hub)  # offline or a bad repo id: fail now, not after training
-    trainer = (trainer_class or Trainer)(plan.cfg, resume=plan.resume, quiet=quiet, init_model=plan.init_model,
-                                         init_tokenizer=plan.init_tokenizer, resize_vocab=plan.resize_vocab,
-                                         notes=plan.notes, hooks=hooks, configured=plan.hooks)
+    trainer = (trainer_class or Trainer)(
+        plan.cfg,
+        resume=plan.resume,
+        quiet=quiet,
+        init_model=plan.init_model,
+        init_tokenizer=plan.init_tokenizer,
+        resize_vocab=plan.resize_vocab,
+        notes=plan.notes,
+        hooks=hooks,
+        configured=plan.hooks,
+    )
     if plan.replace and trainer.is_main:  # only now: a run that fails to start must not cost the old one
         from ..train.run_dir import clear_run
 
@@ -172,11 +211,14 @@ def plan_run(args, extra: list[str], say=None, growth: dict | None = None) -> Pl
     resume, init_from = args.resume, args.init_from
     if resume and resume != "auto" and (args.preset or args.config or init_from):
         other = "--preset" if args.preset else "--config" if args.config else "--init-from"
-        raise ConfigError(f"--resume={resume!r} with {other} (valid: one of them; a resumed run takes its model and "
-                          "data from the checkpoint, --init-from starts a new run from weights)")
+        raise ConfigError(
+            f"--resume={resume!r} with {other} (valid: one of them; a resumed run takes its model and "
+            "data from the checkpoint, --init-from starts a new run from weights)"
+        )
     if args.resize_vocab and not init_from:
-        raise ConfigError("--resize-vocab without --init-from (valid: add --init-from CKPT; a resumed run keeps its "
-                          "tokenizer)")
+        raise ConfigError(
+            "--resize-vocab without --init-from (valid: add --init-from CKPT; a resumed run keeps its tokenizer)"
+        )
     if resume == "auto":
         return _plan_auto(args, extra, say or _say, growth)
     plan = _plan_start(args, extra, resume, growth=growth)
@@ -207,9 +249,14 @@ def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = 
         if growth is not None:
             entry = cfg.train.set_hook("growth", **growth)
             if "spec" in growth and not entry.get("at"):
-                what = (f"--growth={args.growth!r}" if args.growth is not None else
-                        f"growth flags for family {growth['spec'].get('family')!r}")
-                raise ConfigError(f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)")
+                what = (
+                    f"--growth={args.growth!r}"
+                    if args.growth is not None
+                    else f"growth flags for family {growth['spec'].get('family')!r}"
+                )
+                raise ConfigError(
+                    f"{what} without --grow-at (valid: add --grow-at STEP, the step at which the model grows)"
+                )
         if cfg.train.hook("loss_curve") is None:  # the run draws its own curve: asked for in the config it writes
             cfg.train.set_hook("loss_curve")
 
@@ -220,8 +267,9 @@ def _plan_start(args, extra: list[str], resume, out=None, growth: dict | None = 
     elif args.init_from:
         from .init_from import plan_init_from
 
-        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(args, extra, args.init_from,
-                                                                                    amend=add_hooks)
+        plan.cfg, plan.init_model, plan.init_tokenizer, plan.notes = plan_init_from(
+            args, extra, args.init_from, amend=add_hooks
+        )
     else:
         plan.cfg = merged if merged is not None else parse_overrides(base_config(args), extra)
         add_hooks(plan.cfg)
@@ -250,17 +298,27 @@ def _plan_auto(args, extra: list[str], say, growth: dict | None) -> Plan:
             plan = _plan_start(args, extra, None, growth=growth, merged=merged)
             plan.replace = restart
             # said once the plan stands: a config refused above must not be preceded by "starting a new run"
-            say(f"--resume auto: no checkpoint in {out}; " + ("starting the run over (the files the killed run "
-                "wrote are replaced; nothing else is touched)" if restart else "starting a new run"))
+            say(
+                f"--resume auto: no checkpoint in {out}; "
+                + (
+                    "starting the run over (the files the killed run wrote are replaced; nothing else is touched)"
+                    if restart
+                    else "starting a new run"
+                )
+            )
         else:
             plan = _plan_start(args, extra, resume, out, growth)
             R.check_in_place(out, log_to=plan.cfg.train.log_to)  # before saying so: a refusal is one line
             say(f"--resume auto: resuming from {resume}")
-            given = [f for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
-                     if v]
+            given = [
+                f
+                for f, v in (("--preset", args.preset), ("--config", args.config), ("--init-from", args.init_from))
+                if v
+            ]
             if given:
-                plan.notes.insert(0, f"{'/'.join(given)} not used: the run continues from {resume} (its model, "
-                                     "tokenizer and weights)")
+                plan.notes.insert(
+                    0, f"{'/'.join(given)} not used: the run continues from {resume} (its model, tokenizer and weights)"
+                )
     except BaseException:
         if lock is not None:
             lock.release()

@@ -14,6 +14,7 @@ The byte tokenizer has only <bos>/<eos>/<pad>; ChatByteTokenizer extends it with
 specials as ids 259..261 (chosen by the loader when data.chat is on), so plain byte models keep
 their 259-token vocabulary. The BPE tokenizer already reserves <|user|>, <|assistant|>, <|end|>.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,8 +51,10 @@ def _special(tok, name: str) -> int:
     except KeyError:
         i = None
     if i is None:
-        raise ConfigError(f"data.chat=true needs the special token {name} in the tokenizer (valid: data.tokenizer "
-                          f"byte or bpe, which reserve <|user|>, <|assistant|>, <|end|>)")
+        raise ConfigError(
+            f"data.chat=true needs the special token {name} in the tokenizer (valid: data.tokenizer "
+            f"byte or bpe, which reserve <|user|>, <|assistant|>, <|end|>)"
+        )
     return i
 
 
@@ -59,12 +62,16 @@ def _messages(row) -> list:
     msgs = row.get("messages", row.get("conversations")) if isinstance(row, dict) else row
     if not isinstance(msgs, list) or not msgs:
         keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-        raise ConfigError(f"chat row has no non-empty 'messages' list (got {keys}; valid: "
-                          "{'messages': [{'role': 'user'|'assistant'|'system', 'content': str}, ...]})")
+        raise ConfigError(
+            f"chat row has no non-empty 'messages' list (got {keys}; valid: "
+            "{'messages': [{'role': 'user'|'assistant'|'system', 'content': str}, ...]})"
+        )
     for m in msgs:
         role = m.get("role") if isinstance(m, dict) else None
         if role not in PROMPT_ROLES + (REPLY_ROLE,) or not isinstance(m.get("content"), str):
-            raise ConfigError(f"chat message {str(m)[:80]!r} (valid: {{'role': user|assistant|system, 'content': str}})")
+            raise ConfigError(
+                f"chat message {str(m)[:80]!r} (valid: {{'role': user|assistant|system, 'content': str}})"
+            )
     return msgs
 
 

@@ -1,4 +1,5 @@
 """Where documents come from: the embedded default corpus, local files, or the HF hub."""
+
 from __future__ import annotations
 
 import inspect
@@ -8,9 +9,32 @@ from typing import Iterator
 from ..config import ConfigError, DataConfig
 
 # Standard-library modules whose docstrings extend the embedded corpus (all ship with CPython).
-_DOC_MODULES = ["collections", "functools", "itertools", "json", "pathlib", "re", "string", "textwrap",
-                "argparse", "logging", "unittest", "typing", "dataclasses", "statistics", "fractions",
-                "decimal", "datetime", "calendar", "heapq", "bisect", "csv", "difflib", "inspect", "ast"]
+_DOC_MODULES = [
+    "collections",
+    "functools",
+    "itertools",
+    "json",
+    "pathlib",
+    "re",
+    "string",
+    "textwrap",
+    "argparse",
+    "logging",
+    "unittest",
+    "typing",
+    "dataclasses",
+    "statistics",
+    "fractions",
+    "decimal",
+    "datetime",
+    "calendar",
+    "heapq",
+    "bisect",
+    "csv",
+    "difflib",
+    "inspect",
+    "ast",
+]
 
 
 def embedded_documents() -> list[str]:
@@ -106,8 +130,11 @@ def text_problem(p: Path, shown: str, opener=open) -> str | None:
         _WARNED.add(key)
         import sys
 
-        print(f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
-              "replaced by U+FFFD", file=sys.stderr)
+        print(
+            f"nexus: warning: data.source={shown!r}: {bad:,} undecodable byte sequences (the first at byte {first}) "
+            "replaced by U+FFFD",
+            file=sys.stderr,
+        )
     return None
 
 
@@ -155,7 +182,9 @@ def _table_rows(files: list[Path], path: str, kind: str | None = None) -> Iterat
     except ConfigError:
         raise
     except Exception as e:  # datasets raises many exception types for malformed files
-        raise ConfigError(f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+        raise ConfigError(
+            f"data.source={path!r} could not be read as {kind} ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        ) from None
 
 
 def file_documents(files: list[Path], fmt: str, spec: str, cfg: DataConfig) -> Iterator:
@@ -214,8 +243,11 @@ def _go_offline_if_hub_unreachable() -> bool:
     except OSError:
         pass
     os.environ["HF_HUB_OFFLINE"] = "1"
-    for mod, attr in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
-                      ("datasets.config", "HF_DATASETS_OFFLINE")):  # read once at import: set where already imported
+    for mod, attr in (
+        ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_DATASETS_OFFLINE"),
+    ):  # read once at import: set where already imported
         if mod in sys.modules and hasattr(sys.modules[mod], attr):
             setattr(sys.modules[mod], attr, True)
     return True
@@ -232,11 +264,18 @@ def _open_hub_stream(name: str, conf: str | None, spec: str) -> Iterator:
         it = iter(ds)
         first = next(it, None)
     except Exception as e:  # offline, unknown dataset, gated: one line, no traceback
-        offline = (" (the hub is unreachable from here, so only the local cache was looked in)" if went_offline else
-                   " (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)" if _hub_offline() else "")
-        raise ConfigError(f"data.source={spec!r} could not be loaded from the hub{offline} ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:160] if str(e) else ''}) (valid: an online dataset name, or "
-                          "a local file, folder or prepared directory)") from None
+        offline = (
+            " (the hub is unreachable from here, so only the local cache was looked in)"
+            if went_offline
+            else " (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)"
+            if _hub_offline()
+            else ""
+        )
+        raise ConfigError(
+            f"data.source={spec!r} could not be loaded from the hub{offline} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:160] if str(e) else ''}) (valid: an online dataset name, or "
+            "a local file, folder or prepared directory)"
+        ) from None
     finally:
         datasets.logging.set_verbosity(verbosity)
     if first is None:
@@ -248,4 +287,6 @@ def _open_hub_stream(name: str, conf: str | None, spec: str) -> Iterator:
 def _hub_offline() -> bool:
     import os
 
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    )

@@ -6,6 +6,7 @@ tokenizers name their specials differently (`</s>`, `<|endoftext|>`), so `HFToke
 in a nexus checkpoint as `hf_tokenizer.json` (the file verbatim) plus `hf_tokenizer_meta.json`
 (special ids and the original tokenizer_config.json, so export can write it back unchanged).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,18 @@ class HFTokenizer(BPETokenizer):
         directory = Path(directory)
         try:
             meta = json.loads((directory / STORED_META).read_text())
-            return cls(Tokenizer.from_file(str(directory / STORED_JSON)), meta["bos_id"], meta["eos_id"],
-                       meta["pad_id"], meta.get("tokenizer_config"))
+            return cls(
+                Tokenizer.from_file(str(directory / STORED_JSON)),
+                meta["bos_id"],
+                meta["eos_id"],
+                meta["pad_id"],
+                meta.get("tokenizer_config"),
+            )
         except Exception as e:  # missing/garbled meta or tokenizer file: the checkpoint is damaged
-            raise ConfigError(f"checkpoint tokenizer in {str(directory)!r} is damaged "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})") from None
+            raise ConfigError(
+                f"checkpoint tokenizer in {str(directory)!r} is damaged "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
+            ) from None
 
 
 def _token_text(entry) -> str | None:
@@ -81,6 +89,7 @@ def _read_tokenizer_config(directory: Path) -> dict:
 def wrap_tokenizer(tok, tcfg: dict, hf_model_cfg=None) -> "HFTokenizer | None":
     """A `tokenizers.Tokenizer` with its special ids: named by tokenizer_config.json, else by the HF
     model config, else the first known name the vocabulary has. None without any end-of-sequence token."""
+
     def special(name: str, known: tuple) -> int | None:
         text = _token_text(tcfg.get(f"{name}_token"))
         tid = tok.token_to_id(text) if text else None
@@ -108,13 +117,17 @@ def load_any_tokenizer_json(path: Path, hf_model_cfg=None):
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the tokenizers library raises a bare Exception on malformed JSON
-        raise ConfigError(f"data.tokenizer={str(path)!r} is not a valid tokenizer.json ({str(e).splitlines()[0]})") from None
+        raise ConfigError(
+            f"data.tokenizer={str(path)!r} is not a valid tokenizer.json ({str(e).splitlines()[0]})"
+        ) from None
     if tok.token_to_id("<eos>") is not None and _token_text(tcfg.get("eos_token")) in (None, "<eos>"):
         return BPETokenizer(tok)
     wrapped = wrap_tokenizer(tok, tcfg, hf_model_cfg)
     if wrapped is None:
-        raise ConfigError(f"data.tokenizer={str(path)!r} has no end-of-sequence token (valid: a tokenizer.json with "
-                          f"one of {', '.join(KNOWN_EOS)}, or a tokenizer_config.json beside it naming eos_token)")
+        raise ConfigError(
+            f"data.tokenizer={str(path)!r} has no end-of-sequence token (valid: a tokenizer.json with "
+            f"one of {', '.join(KNOWN_EOS)}, or a tokenizer_config.json beside it naming eos_token)"
+        )
     return wrapped
 
 
@@ -168,9 +181,13 @@ def write_hf_tokenizer(tokenizer, out_dir: Path, max_len: int | None = None) -> 
     out_dir = Path(out_dir)
     if isinstance(tokenizer, ByteTokenizer):
         tok = byte_tokenizer_json(tokenizer)
-        tcfg = {"tokenizer_class": "PreTrainedTokenizerFast", "nexus_tokenizer": tokenizer.kind,
-                "model_max_length": int(max_len or 1e30), "padding_side": "left",
-                "clean_up_tokenization_spaces": False}
+        tcfg = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "nexus_tokenizer": tokenizer.kind,
+            "model_max_length": int(max_len or 1e30),
+            "padding_side": "left",
+            "clean_up_tokenization_spaces": False,
+        }
         chat = [n for n in _byte_specials(tokenizer) if n.startswith("<|")]
         if chat:
             tcfg["additional_special_tokens"] = chat

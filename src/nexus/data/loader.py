@@ -6,6 +6,7 @@ document-level deterministic split, EOS after every document) and memory-mapped;
 chosen by the sampler (sampler.py): every token once per epoch, a pure function of (seed, sample
 number). The position is the sample number at a step, part of the trainer's checkpoint (`state_dict`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,16 @@ from ..config import ConfigError, DataConfig
 from ..models.lm_loss import IGNORE_INDEX
 from .prepare import Progress, doc_text, prepare
 from .sampler import WindowSampler
-from .shards import (check_tokenizer, joined, open_bin, open_prepared, read_manifest, split_tail, tokenizer_identity,
-                     windows)
+from .shards import (
+    check_tokenizer,
+    joined,
+    open_bin,
+    open_prepared,
+    read_manifest,
+    split_tail,
+    tokenizer_identity,
+    windows,
+)
 from .sources import resolve_source
 from .tokenizer import BPETokenizer, ByteTokenizer
 from .tokenizer_files import load_tokenizer
@@ -93,8 +102,10 @@ class DataModule:
         self.source = resolve_source(cfg.source)
         self.source.check_fraction_unused(cfg.val_fraction, "data.val_fraction")
         if self.source.tokenized and cfg.tokenizer == "bpe":
-            raise ConfigError(f"data.tokenizer='bpe' trains a tokenizer on text, but data.source={cfg.source!r} holds "
-                              "token ids (valid: the tokenizer the ids were made with: --data.tokenizer PATH)")
+            raise ConfigError(
+                f"data.tokenizer='bpe' trains a tokenizer on text, but data.source={cfg.source!r} holds "
+                "token ids (valid: the tokenizer the ids were made with: --data.tokenizer PATH)"
+            )
         self.tokenizer = tokenizer if tokenizer is not None else self._make_tokenizer()
         self.vocab_size = self.tokenizer.vocab_size
         if self.source.kind == "bin":
@@ -109,8 +120,10 @@ class DataModule:
             self.train, self.val = (TokenStream(*streams[s]) for s in ("train", "val"))
         for name, stream in (("train", self.train), ("validation", self.val)):
             if len(stream) < cfg.seq_len + 2:
-                raise ConfigError(f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
-                                  f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)")
+                raise ConfigError(
+                    f"data.source={cfg.source!r} gives only {len(stream)} {name} tokens "
+                    f"(valid: at least data.seq_len+2 = {cfg.seq_len + 2}; add text or lower data.seq_len)"
+                )
         self.sampler = WindowSampler(len(self.train), cfg.seq_len, seed)
 
     # ------------------------------------------------------------------ building
@@ -124,8 +137,10 @@ class DataModule:
             return ByteTokenizer()
         if cfg.tokenizer == "bpe":  # trained on the training documents, streamed
             if not self.quiet:  # a pass over all the text, silent inside `tokenizers`: say what the wait is
-                _say(f"training a BPE tokenizer (vocabulary {cfg.bpe_vocab_size:,}) on the training documents of "
-                     f"{cfg.source} (one pass over the text)")
+                _say(
+                    f"training a BPE tokenizer (vocabulary {cfg.bpe_vocab_size:,}) on the training documents of "
+                    f"{cfg.source} (one pass over the text)"
+                )
             docs = self.source.split_documents(cfg)
             return BPETokenizer.train((doc_text(d) for d, is_val in docs if not is_val), cfg.bpe_vocab_size)
         return load_tokenizer(cfg.tokenizer)
@@ -141,14 +156,29 @@ class DataModule:
         from .prepare import SHARD_BYTES
 
         root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
-        check_cache_dir(root, "data.cache_dir" if self.cfg.cache_dir else
-                        "NEXUS_CACHE" if os.environ.get("NEXUS_CACHE") else "the cache directory")
+        check_cache_dir(
+            root,
+            "data.cache_dir"
+            if self.cfg.cache_dir
+            else "NEXUS_CACHE"
+            if os.environ.get("NEXUS_CACHE")
+            else "the cache directory",
+        )
         d = root / self._cache_key()
         if not (d / "manifest.json").is_file():  # a new cache: every bad file named at once, before any work
             self.source.check_files()
         nproc = self.cfg.num_proc or default_num_proc()
-        prepare(self.source, self.cfg, self.tokenizer, d, num_proc=nproc, shard_bytes=SHARD_BYTES,
-                progress=not self.quiet, label="data", quiet_below_s=Progress.EVERY_S)
+        prepare(
+            self.source,
+            self.cfg,
+            self.tokenizer,
+            d,
+            num_proc=nproc,
+            shard_bytes=SHARD_BYTES,
+            progress=not self.quiet,
+            label="data",
+            quiet_below_s=Progress.EVERY_S,
+        )
         return d
 
     def _open_bin(self):
@@ -160,8 +190,10 @@ class DataModule:
         else:
             n_val = int(sum(len(a) for a in train) * cfg.val_fraction)
             train, val = split_tail(train, n_val)
-            self.val_note = (f"validation: the last {cfg.val_fraction:.0%} of the tokens ({n_val:,}; a bare .bin has "
-                             "no document boundaries, so the split is by position)")
+            self.val_note = (
+                f"validation: the last {cfg.val_fraction:.0%} of the tokens ({n_val:,}; a bare .bin has "
+                "no document boundaries, so the split is by position)"
+            )
         return TokenStream(joined(train)), TokenStream(joined(val))
 
     def summary(self) -> str:
@@ -177,8 +209,10 @@ class DataModule:
             from .stdlib_corpus import describe
 
             extra = f" | {describe()}"
-        return (f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab "
-                f"{self.vocab_size:,}) | train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}")
+        return (
+            f"{cfg.source} ({kind}) | tokenizer {tokenizer_identity(self.tokenizer)['kind']} (vocab "
+            f"{self.vocab_size:,}) | train {len(self.train):,} tokens | validation {len(self.val):,} tokens{cap}{extra}"
+        )
 
     def overlap_note(self) -> str | None:
         """One line when sampled validation windows occur verbatim in the training tokens (overlap.py says
@@ -197,15 +231,20 @@ class DataModule:
 
     def state_dict(self, step: int, global_bs: int, accum: int) -> dict:
         """The loader's position at `step`: samples drawn before it (and what they were drawn from)."""
-        return {"step": int(step), "samples": int(self.sample_index(step, 0, global_bs, accum)),
-                "train_tokens": int(len(self.train)) if self.task is None else 0}
+        return {
+            "step": int(step),
+            "samples": int(self.sample_index(step, 0, global_bs, accum)),
+            "train_tokens": int(len(self.train)) if self.task is None else 0,
+        }
 
     def load_state_dict(self, st: dict) -> str | None:
         """Continue from a stored position; returns a note when the training tokens changed meanwhile."""
         self.anchor = (int(st["step"]), int(st["samples"]))
         if self.task is None and st.get("train_tokens") and st["train_tokens"] != len(self.train):
-            return (f"data: the checkpoint's position was in a corpus of {st['train_tokens']:,} training tokens, "
-                    f"this one has {len(self.train):,}; reading continues at sample {st['samples']:,}")
+            return (
+                f"data: the checkpoint's position was in a corpus of {st['train_tokens']:,} training tokens, "
+                f"this one has {len(self.train):,}; reading continues at sample {st['samples']:,}"
+            )
         return None
 
     def epochs(self, tokens_seen: int) -> float:
@@ -217,7 +256,7 @@ class DataModule:
         """Global micro-batch (step, micro) of `global_bs` sequences; a pure function of (seed, position).
         Callers that do not pass `accum` get independent random windows per (step, micro) instead."""
         if self.task is not None or accum is None:
-            g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2 ** 62))
+            g = torch.Generator().manual_seed(hash((self.seed, step, micro)) % (2**62))
             if self.task is not None:
                 return self.task.batch(global_bs, g)
             hi = len(self.train) - self.cfg.seq_len - 1
@@ -225,8 +264,9 @@ class DataModule:
         first = self.sample_index(step, micro, global_bs, accum)
         return self.train.windows(self.sampler.starts(first, global_bs), self.cfg.seq_len)
 
-    def train_batch(self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1,
-                    accum: int | None = None):
+    def train_batch(
+        self, step: int, micro: int, batch_size: int, rank: int = 0, world: int = 1, accum: int | None = None
+    ):
         """The `rank`-th slice of global micro-batch (step, micro); global size batch_size * world."""
         x, y = self.global_train_batch(step, micro, batch_size * world, accum)
         sl = slice(rank * batch_size, (rank + 1) * batch_size)
@@ -235,7 +275,7 @@ class DataModule:
     def val_batches(self, n_batches: int, batch_size: int):
         """Deterministic validation batches: evenly spaced windows (or a fixed-seed synthetic set)."""
         if self.task is not None:
-            g = torch.Generator().manual_seed(10 ** 9 + 7)
+            g = torch.Generator().manual_seed(10**9 + 7)
             for _ in range(n_batches):
                 yield self.task.batch(batch_size, g)
             return
@@ -243,4 +283,4 @@ class DataModule:
         hi = len(self.val) - L - 1  # >= 1: __init__ refuses a validation stream below seq_len+2 tokens
         starts = np.linspace(0, hi, num=n_batches * batch_size).astype(np.int64)
         for b in range(n_batches):
-            yield self.val.windows(starts[b * batch_size:(b + 1) * batch_size], L)
+            yield self.val.windows(starts[b * batch_size : (b + 1) * batch_size], L)

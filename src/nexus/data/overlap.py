@@ -11,6 +11,7 @@ training position at once from prefix sums (numpy, no Python loop per token): st
 take 1.2-1.6 s on the loaded 2-core development machine (AVX512; benchmarks/speed/overlap_check.py). Hand-written because no library we depend
 on offers a vectorized rolling hash over a memmap.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,11 +39,16 @@ class Overlap:
         """One line when the splits overlap; None when no sampled window was found."""
         if not self.found:
             return None
-        read = ("all" if self.scanned >= self.train_tokens else
-                f"{self.scanned:,} of {self.train_tokens:,} (evenly spaced chunks)")
-        return (f"warning: validation overlaps training: {self.found} of {self.sampled} sampled {self.window}-token "
-                f"validation windows occur verbatim in the training tokens ({read} read); validation loss on "
-                "repeated text is optimistic")
+        read = (
+            "all"
+            if self.scanned >= self.train_tokens
+            else f"{self.scanned:,} of {self.train_tokens:,} (evenly spaced chunks)"
+        )
+        return (
+            f"warning: validation overlaps training: {self.found} of {self.sampled} sampled {self.window}-token "
+            f"validation windows occur verbatim in the training tokens ({read} read); validation loss on "
+            "repeated text is optimistic"
+        )
 
 
 def _powers(n: int, base: np.uint64) -> np.ndarray:
@@ -66,21 +72,22 @@ class WindowHasher:
 
     def __call__(self, tokens) -> np.ndarray:
         n, k = len(tokens), self.k
-        t, h = self.t[:n], self.h[:n - k + 1]
+        t, h = self.t[:n], self.h[: n - k + 1]
         t[...] = np.asarray(tokens)
         with np.errstate(over="ignore"):
             np.multiply(t, self.pw[:n], out=t)
-            np.cumsum(t, dtype=np.uint64, out=self.s[1:n + 1])
-            np.subtract(self.s[k:n + 1], self.s[:n - k + 1], out=h)  # = h[i] * B^i
-            np.multiply(h, self.ipw[:n - k + 1], out=h)
+            np.cumsum(t, dtype=np.uint64, out=self.s[1 : n + 1])
+            np.subtract(self.s[k : n + 1], self.s[: n - k + 1], out=h)  # = h[i] * B^i
+            np.multiply(h, self.ipw[: n - k + 1], out=h)
         return h
 
 
 _TABLE_BITS = 20  # a 1M-entry table of the wanted hashes' low bits: most windows are ruled out by one lookup
 
 
-def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_scan: int = MAX_SCAN,
-                 chunk: int = CHUNK) -> Overlap | None:
+def find_overlap(
+    train, val, window: int = WINDOW, samples: int = SAMPLES, max_scan: int = MAX_SCAN, chunk: int = CHUNK
+) -> Overlap | None:
     """Sampled validation windows found in the training tokens (token arrays or ShardedTokens). None when
     either split is shorter than one window."""
     n_train, n_val = len(train), len(val)
@@ -89,7 +96,7 @@ def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_s
     chunk = max(chunk, window)
     hasher = WindowHasher(min(chunk, n_train) + window, window)
     starts = np.unique(np.linspace(0, n_val - window, num=min(samples, n_val - window + 1)).astype(np.int64))
-    want = np.array([hasher(val[int(s):int(s) + window])[0] for s in starts])
+    want = np.array([hasher(val[int(s) : int(s) + window])[0] for s in starts])
     order = np.sort(want)
     mask = np.uint64((1 << _TABLE_BITS) - 1)
     table = np.zeros(1 << _TABLE_BITS, dtype=bool)
@@ -100,7 +107,7 @@ def find_overlap(train, val, window: int = WINDOW, samples: int = SAMPLES, max_s
     scanned = 0
     for c in np.unique(np.linspace(0, n_chunks - 1, num=take).astype(np.int64)):
         a = int(c) * chunk
-        part = train[a:min(a + chunk + window - 1, n_train)]  # windows that start in this chunk
+        part = train[a : min(a + chunk + window - 1, n_train)]  # windows that start in this chunk
         scanned += min(chunk, n_train - a)
         if len(part) < window:
             continue

@@ -8,6 +8,7 @@ size. Every shard file is written under a temporary name and renamed; `.prepare-
 finished shards, so an interrupted run resumes without re-tokenizing them (the stream is re-read to
 the same shard boundaries); `manifest.json` is written last, atomically.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,7 @@ from ..atomic import _alive, write_text_atomic
 from ..config import ConfigError, DataConfig
 from ..lifeline import die_with as _die_with
 from ..outdir import PREPARED, write_marker
-from .shards import (FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, shard_problems, token_dtype,
-                     tokenizer_identity)
+from .shards import FORMAT, MANIFEST, SPLITS, VERSION, read_manifest, shard_problems, token_dtype, tokenizer_identity
 from .split import SPLIT_BLOCK
 
 SHARD_BYTES = 8 << 20  # characters of text per shard: the unit of parallel work, resume and memory
@@ -39,20 +39,36 @@ _SHARD_TMP = re.compile(r"^\.(?:train|val)-\d+\.(?:bin|mask)\.tmp-(\d+)$")  # wh
 
 def fingerprint(source, cfg: DataConfig, tok, shard_bytes: int) -> dict:
     """Everything the prepared tokens depend on; a directory is reused or resumed only when it matches."""
-    fp = {"source": source.identity(), "tokenizer": tokenizer_identity(tok), "val_fraction": cfg.val_fraction,
-          "split_seed": cfg.split_seed, "split_block": SPLIT_BLOCK, "text_field": cfg.text_field,
-          "chat": cfg.chat, "max_documents": cfg.max_documents, "shard_bytes": shard_bytes, "version": VERSION}
+    fp = {
+        "source": source.identity(),
+        "tokenizer": tokenizer_identity(tok),
+        "val_fraction": cfg.val_fraction,
+        "split_seed": cfg.split_seed,
+        "split_block": SPLIT_BLOCK,
+        "text_field": cfg.text_field,
+        "chat": cfg.chat,
+        "max_documents": cfg.max_documents,
+        "shard_bytes": shard_bytes,
+        "version": VERSION,
+    }
     if cfg.document_per_file:  # only when set: directories and caches prepared before the option keep their key
         fp["document_per_file"] = True
     return fp
 
 
 # fingerprint key -> how `nexus data prepare` names it, and how a value is shown
-_SETTING = {"shard_bytes": ("--shard-mb", lambda v: f"{v / (1 << 20):g}"), "val_fraction": ("--val-fraction", str),
-            "split_seed": ("--split-seed", str), "text_field": ("--text-field", str), "chat": ("--chat", str),
-            "max_documents": ("--max-documents", str), "document_per_file": ("--document-per-file", str),
-            "tokenizer": ("--tokenizer", lambda t: f"{t['kind']} (vocab {t['vocab_size']}, sha256 {t['sha256']})"),
-            "split_block": ("the split block size", str), "version": ("the format version", str)}
+_SETTING = {
+    "shard_bytes": ("--shard-mb", lambda v: f"{v / (1 << 20):g}"),
+    "val_fraction": ("--val-fraction", str),
+    "split_seed": ("--split-seed", str),
+    "text_field": ("--text-field", str),
+    "chat": ("--chat", str),
+    "max_documents": ("--max-documents", str),
+    "document_per_file": ("--document-per-file", str),
+    "tokenizer": ("--tokenizer", lambda t: f"{t['kind']} (vocab {t['vocab_size']}, sha256 {t['sha256']})"),
+    "split_block": ("the split block size", str),
+    "version": ("the format version", str),
+}
 
 
 _OFF = {"document_per_file": False}  # keys written only when set
@@ -72,13 +88,27 @@ def differences(old: dict, new: dict) -> str:
         if old.get(key) != new.get(key):
             name, show = _SETTING.get(key, (key, str))
             a, b = (_shown(show, v) for v in (old.get(key, _OFF.get(key)), new.get(key, _OFF.get(key))))
-            out.append("SOURCE is not the one it was prepared from (file paths, sizes or modification times differ)"
-                       if key == "source" else f"{name} {a} -> {b}")
+            out.append(
+                "SOURCE is not the one it was prepared from (file paths, sizes or modification times differ)"
+                if key == "source"
+                else f"{name} {a} -> {b}"
+            )
     return "; ".join(out)
 
 
-def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard_bytes: int = SHARD_BYTES,
-            progress: bool = True, label: str = "prepare", quiet_below_s: float = 0.0, mark_output: bool = False) -> dict:
+def prepare(
+    source,
+    cfg: DataConfig,
+    tok,
+    out: Path,
+    *,
+    num_proc: int = 1,
+    shard_bytes: int = SHARD_BYTES,
+    progress: bool = True,
+    label: str = "prepare",
+    quiet_below_s: float = 0.0,
+    mark_output: bool = False,
+) -> dict:
     """Tokenize `source` into `out` (created if missing) and return the manifest. A finished directory
     with the same fingerprint is returned as it is; an interrupted one is resumed. quiet_below_s: the
     closing summary line is printed only when preparing took at least this long (the automatic cache
@@ -92,9 +122,11 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     if (out / MANIFEST).is_file():
         m = read_manifest(out, str(out))
         if m.get("fingerprint") != fp:
-            raise ConfigError(f"--out={str(out)!r} holds a corpus prepared with other settings: "
-                              f"{differences(m.get('fingerprint') or {}, fp)} (valid: a new directory, or the settings it "
-                              "was prepared with)")
+            raise ConfigError(
+                f"--out={str(out)!r} holds a corpus prepared with other settings: "
+                f"{differences(m.get('fingerprint') or {}, fp)} (valid: a new directory, or the settings it "
+                "was prepared with)"
+            )
         bad = shard_problems(out, [e for s in SPLITS for e in m["shards"][s]], m["dtype"])
         if not bad:
             settle_finished(out, m, mark_output)
@@ -105,8 +137,12 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
         write_text_atomic(state_path, json.dumps({"fingerprint": fp, "done": done}))
         (out / MANIFEST).unlink()
         if progress:
-            print(f"nexus {label}: {len(bad)} shard file(s) missing from {out} ({', '.join(n for n, _ in bad[:3])}"
-                  f"{' ...' if len(bad) > 3 else ''}); preparing them again", file=sys.stderr, flush=True)
+            print(
+                f"nexus {label}: {len(bad)} shard file(s) missing from {out} ({', '.join(n for n, _ in bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}); preparing them again",
+                file=sys.stderr,
+                flush=True,
+            )
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     if mark_output:
@@ -168,9 +204,11 @@ def prepare(source, cfg: DataConfig, tok, out: Path, *, num_proc: int = 1, shard
     dt = time.perf_counter() - t0
     tot = manifest["tokens"]
     if dt >= quiet_below_s:
-            meter.say(f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
-                  f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
-                  f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}")
+        meter.say(
+            f"{label}: {tot['train']:,} train + {tot['val']:,} validation tokens from "
+            f"{sum(manifest['documents'].values()):,} documents in {len(done)} shard(s), {dt:.1f} s "
+            f"({(tot['train'] + tot['val']) / max(dt, 1e-9):,.0f} tokens/s) -> {out}"
+        )
     return manifest
 
 
@@ -181,8 +219,10 @@ def _refuse_changed(out: Path, bad: list[tuple[str, str]]) -> None:
     if changed:
         name, why = changed[0]
         more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-        raise ConfigError(f"--out={str(out)!r}: shard {name}{more} {why} (valid: delete the damaged shard "
-                          f"file(s) and run the same command again to prepare them anew, or a new --out)")
+        raise ConfigError(
+            f"--out={str(out)!r}: shard {name}{more} {why} (valid: delete the damaged shard "
+            f"file(s) and run the same command again to prepare them anew, or a new --out)"
+        )
 
 
 def _done_from_manifest(m: dict, drop: set[str]) -> dict[int, dict]:
@@ -226,11 +266,23 @@ def _finish(done: dict, idx: int, res: dict, fp: dict, state_path: Path, meter) 
 def _manifest(done: dict, fp: dict, source, dtype: str, tok, cfg: DataConfig) -> dict:
     shards = {s: [done[i][s] for i in sorted(done) if done[i][s]] for s in SPLITS}
     total = {k: {s: sum(e[k] for e in shards[s]) for s in SPLITS} for k in ("tokens", "documents", "bytes")}
-    split = ({"unit": "file", "val_files": [str(p) for p in source.val_files]} if source.val_files else
-             {"unit": "document", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed, "block": SPLIT_BLOCK})
-    return {"format": FORMAT, "version": VERSION, "source": source.spec, "tokenizer": tokenizer_identity(tok),
-            "dtype": dtype, "split": split,
-            "max_documents": cfg.max_documents, **total, "shards": shards, "fingerprint": fp}
+    split = (
+        {"unit": "file", "val_files": [str(p) for p in source.val_files]}
+        if source.val_files
+        else {"unit": "document", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed, "block": SPLIT_BLOCK}
+    )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "source": source.spec,
+        "tokenizer": tokenizer_identity(tok),
+        "dtype": dtype,
+        "split": split,
+        "max_documents": cfg.max_documents,
+        **total,
+        "shards": shards,
+        "fingerprint": fp,
+    }
 
 
 def _shard_tasks(split_docs, cfg: DataConfig, shard_bytes: int):
@@ -239,8 +291,10 @@ def _shard_tasks(split_docs, cfg: DataConfig, shard_bytes: int):
     for doc, is_val in split_docs:
         if is_val is None:  # a single document: its tail is the validation text
             if cfg.chat:
-                raise ConfigError(f"data.source={cfg.source!r} holds one conversation (valid: at least two, so "
-                                  "one can be held out for validation)")
+                raise ConfigError(
+                    f"data.source={cfg.source!r} holds one conversation (valid: at least two, so "
+                    "one can be held out for validation)"
+                )
             text = doc_text(doc)
             cut = int(len(text) * (1 - cfg.val_fraction))
             yield [(text[:cut], False), (text[cut:], True)]
@@ -284,9 +338,9 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
         f.write(b)
 
     try:
-        with open(tmp_tok, "wb") as ft, (open(tmp_mask, "wb") if chat else _Null()) as fm:
+        with open(tmp_tok, "wb") as ft, open(tmp_mask, "wb") if chat else _Null() as fm:
             for i in range(0, len(docs), ENCODE_BATCH):
-                batch = docs[i:i + ENCODE_BATCH]
+                batch = docs[i : i + ENCODE_BATCH]
                 nbytes += sum(len(doc_text(d).encode("utf-8")) for d in batch)
                 if chat:
                     from .chat import encode_conversation
@@ -310,9 +364,16 @@ def _write_split(tok, docs: list, out: Path, stem: str, dtype, chat: bool) -> di
         tmp_tok.unlink(missing_ok=True)
         if tmp_mask is not None:
             tmp_mask.unlink(missing_ok=True)
-    return {"file": f"{stem}.bin", "mask": f"{stem}.mask" if chat else None, "tokens": n, "documents": len(docs),
-            "bytes": nbytes, "max_id": hi, "sha256": h_tok.hexdigest(),
-            **({"mask_sha256": h_mask.hexdigest()} if chat else {})}
+    return {
+        "file": f"{stem}.bin",
+        "mask": f"{stem}.mask" if chat else None,
+        "tokens": n,
+        "documents": len(docs),
+        "bytes": nbytes,
+        "max_id": hi,
+        "sha256": h_tok.hexdigest(),
+        **({"mask_sha256": h_mask.hexdigest()} if chat else {}),
+    }
 
 
 def encode_with_eos(tok, texts: list[str]) -> np.ndarray:
@@ -377,8 +438,9 @@ class _Runner:
             from concurrent.futures import ProcessPoolExecutor
 
             ctx = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
-            self.pool = ProcessPoolExecutor(self.num_proc, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(pickle.dumps(self.tok), os.getpid()))
+            self.pool = ProcessPoolExecutor(
+                self.num_proc, mp_context=ctx, initializer=_init_worker, initargs=(pickle.dumps(self.tok), os.getpid())
+            )
             self._submit(*self.held)
             self.held = None
         self._submit(idx, task)

@@ -8,6 +8,7 @@ run) is window perm_e[i mod n] of epoch e = i // n: a pure function of (seed, i)
 integer, the slices of a global batch that different ranks take are disjoint, and a resumed run that
 starts at the stored sample number sees exactly the windows the uninterrupted run would have.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,7 @@ class WindowSampler:
     def _epoch(self, e: int) -> tuple[np.ndarray, int]:
         if self._cached is None or self._cached[0] != e:
             rng = np.random.default_rng([self.seed, e, 0x6E6578])
-            perm = rng.permutation(self.n_windows).astype(np.uint32 if self.n_windows < 2 ** 32 else np.int64)
+            perm = rng.permutation(self.n_windows).astype(np.uint32 if self.n_windows < 2**32 else np.int64)
             self._cached = (e, perm, int(rng.integers(0, self.slack + 1)))
         return self._cached[1], self._cached[2]
 

@@ -8,6 +8,7 @@ tokenizer identity, dtype, the source, the split rule and per shard the tokens, 
 and largest id. Opening one maps the shards (np.memmap): nothing is read until a batch needs it.
 A bare `.bin` is nanoGPT's format: ids only, dtype not recorded.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,12 @@ def tokenizer_identity(tok) -> dict:
     """What makes two tokenizers give the same ids: kind, vocabulary size, EOS and the serialized model."""
     inner = getattr(tok, "tok", None)
     body = inner.to_str() if inner is not None else tok.kind
-    return {"kind": tok.kind, "vocab_size": int(tok.vocab_size), "eos_id": int(tok.eos_id),
-            "sha256": hashlib.sha256(body.encode()).hexdigest()[:16]}
+    return {
+        "kind": tok.kind,
+        "vocab_size": int(tok.vocab_size),
+        "eos_id": int(tok.eos_id),
+        "sha256": hashlib.sha256(body.encode()).hexdigest()[:16],
+    }
 
 
 def token_dtype(vocab_size: int):
@@ -62,7 +67,7 @@ class ShardedTokens:
         while a < b:
             lo = a - int(self.starts[i])
             take = min(b - a, len(self.arrays[i]) - lo)
-            parts.append(self.arrays[i][lo:lo + take])
+            parts.append(self.arrays[i][lo : lo + take])
             a += take
             i += 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -84,9 +89,9 @@ def split_tail(arrays: list[np.ndarray], n_tail: int) -> tuple[list[np.ndarray],
     while n_tail > 0 and head:
         last = head.pop()
         take = min(n_tail, len(last))
-        tail.insert(0, last[len(last) - take:])
+        tail.insert(0, last[len(last) - take :])
         if take < len(last):
-            head.append(last[:len(last) - take])
+            head.append(last[: len(last) - take])
         n_tail -= take
     return head, tail
 
@@ -95,7 +100,7 @@ def windows(tokens, starts: np.ndarray, length: int) -> np.ndarray:
     """tokens[s:s+length] for every s in starts, as one [len(starts), length] array."""
     if isinstance(tokens, np.ndarray):  # one gather for the whole batch
         return tokens[starts[:, None] + np.arange(length)]
-    return np.stack([tokens[int(s):int(s) + length] for s in starts])
+    return np.stack([tokens[int(s) : int(s) + length] for s in starts])
 
 
 def read_manifest(directory: Path, shown: str) -> dict:
@@ -111,8 +116,10 @@ def read_manifest(directory: Path, shown: str) -> dict:
         np.dtype(m["dtype"])
         m["tokenizer"]["sha256"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"data.source={shown!r}: manifest.json is not a nexus prepared-corpus manifest "
-                          f"({type(e).__name__}: {e}) (valid: a directory written by `nexus data prepare`)") from None
+        raise ConfigError(
+            f"data.source={shown!r}: manifest.json is not a nexus prepared-corpus manifest "
+            f"({type(e).__name__}: {e}) (valid: a directory written by `nexus data prepare`)"
+        ) from None
     return m
 
 
@@ -122,12 +129,20 @@ def check_tokenizer(manifest: dict, tok, shown: str, model_tokenizer: bool = Fal
     its embedding rows are its ids, so the advice is a corpus prepared with it."""
     want, have = manifest["tokenizer"], tokenizer_identity(tok)
     if (want["kind"], want["sha256"], want["vocab_size"]) != (have["kind"], have["sha256"], have["vocab_size"]):
-        whose, fix = (("the model's tokenizer (from its checkpoint)", "a corpus prepared with the model's tokenizer: "
-                       "nexus data prepare TEXT --tokenizer CHECKPOINT --out DIR") if model_tokenizer else
-                      ("the run's data.tokenizer", f"--data.tokenizer {shown}, the tokenizer stored with the corpus"))
-        raise ConfigError(f"data.source={shown!r} was prepared with tokenizer {want['kind']} (vocab {want['vocab_size']}, "
-                          f"sha256 {want['sha256']}), but {whose} is {have['kind']} (vocab {have['vocab_size']}, sha256 "
-                          f"{have['sha256']}) (valid: {fix})")
+        whose, fix = (
+            (
+                "the model's tokenizer (from its checkpoint)",
+                "a corpus prepared with the model's tokenizer: "
+                "nexus data prepare TEXT --tokenizer CHECKPOINT --out DIR",
+            )
+            if model_tokenizer
+            else ("the run's data.tokenizer", f"--data.tokenizer {shown}, the tokenizer stored with the corpus")
+        )
+        raise ConfigError(
+            f"data.source={shown!r} was prepared with tokenizer {want['kind']} (vocab {want['vocab_size']}, "
+            f"sha256 {want['sha256']}), but {whose} is {have['kind']} (vocab {have['vocab_size']}, sha256 "
+            f"{have['sha256']}) (valid: {fix})"
+        )
 
 
 def open_prepared(directory: Path, manifest: dict, verify: bool = True) -> dict:
@@ -150,18 +165,24 @@ def open_prepared(directory: Path, manifest: dict, verify: bool = True) -> dict:
 
 
 def _verify_shards(directory: Path, manifest: dict, dtype) -> None:
-    size = sum(int(e["tokens"]) * (dtype.itemsize + (1 if e.get("mask") else 0))
-               for s in SPLITS for e in manifest["shards"][s])
+    size = sum(
+        int(e["tokens"]) * (dtype.itemsize + (1 if e.get("mask") else 0)) for s in SPLITS for e in manifest["shards"][s]
+    )
     if size >= VERIFY_NOTE_BYTES and os.environ.get("RANK", "0") in ("", "0"):  # a wait of seconds is said
-        print(f"nexus data: checking {size / 1e9:,.1f} GB of shards in {directory} against their sha256",
-              file=sys.stderr, flush=True)
+        print(
+            f"nexus data: checking {size / 1e9:,.1f} GB of shards in {directory} against their sha256",
+            file=sys.stderr,
+            flush=True,
+        )
     bad = shard_problems(directory, [e for s in SPLITS for e in manifest["shards"][s]], dtype)
     if bad:
         name, why = bad[0]
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise ConfigError(f"data.source={str(directory)!r}: shard {name} {why}{more} (valid: an intact prepared "
-                          "directory: run the `nexus data prepare` command that made it again; a changed shard must "
-                          "be deleted first)")
+        raise ConfigError(
+            f"data.source={str(directory)!r}: shard {name} {why}{more} (valid: an intact prepared "
+            "directory: run the `nexus data prepare` command that made it again; a changed shard must "
+            "be deleted first)"
+        )
 
 
 def shard_problems(directory: Path, entries: list[dict], dtype) -> list[tuple[str, str]]:
@@ -179,11 +200,17 @@ def shard_problems(directory: Path, entries: list[dict], dtype) -> list[tuple[st
             if not path.is_file():
                 bad.append((e[key], "missing"))
             elif path.stat().st_size != want:
-                bad.append((e[key], f"is {path.stat().st_size:,} bytes, the manifest says {want:,} (truncated or "
-                                    "damaged)"))
+                bad.append(
+                    (e[key], f"is {path.stat().st_size:,} bytes, the manifest says {want:,} (truncated or damaged)")
+                )
             elif e.get(hkey) and _sha256(path) != e[hkey]:
-                bad.append((e[key], f"does not match the sha256 the manifest recorded ({e[hkey][:16]}...): its bytes "
-                                    "changed after it was prepared"))
+                bad.append(
+                    (
+                        e[key],
+                        f"does not match the sha256 the manifest recorded ({e[hkey][:16]}...): its bytes "
+                        "changed after it was prepared",
+                    )
+                )
     return bad
 
 
@@ -215,18 +242,24 @@ def open_bin(path: Path, dtype_name: str, vocab_size: int, shown: str) -> np.nda
     dtype = np.dtype(token_dtype(vocab_size) if dtype_name == "auto" else dtype_name)
     size = path.stat().st_size
     if size % dtype.itemsize:
-        raise ConfigError(f"data.source={shown!r}: {path.name} is {size:,} bytes, not a multiple of {dtype.name}'s "
-                          f"{dtype.itemsize} (valid: --data.dtype {' or '.join(d for d in BIN_DTYPES if d != dtype.name)}"
-                          f", or a complete token file)")
+        raise ConfigError(
+            f"data.source={shown!r}: {path.name} is {size:,} bytes, not a multiple of {dtype.name}'s "
+            f"{dtype.itemsize} (valid: --data.dtype {' or '.join(d for d in BIN_DTYPES if d != dtype.name)}"
+            f", or a complete token file)"
+        )
     mm = np.memmap(path, dtype=dtype, mode="r")
     if dtype == np.uint16 and looks_like_wider_ids(mm):
-        raise ConfigError(f"data.source={shown!r}: {path.name} read as uint16 has 0 at every odd position (ids "
-                          f"written as uint32 read as uint16 look so; a split of another dtype reads half its ids "
-                          f"as 0) (valid: every split in one dtype, --data.dtype uint32 when they are uint32)")
+        raise ConfigError(
+            f"data.source={shown!r}: {path.name} read as uint16 has 0 at every odd position (ids "
+            f"written as uint32 read as uint16 look so; a split of another dtype reads half its ids "
+            f"as 0) (valid: every split in one dtype, --data.dtype uint32 when they are uint32)"
+        )
     hi = max_id(mm)
     if hi >= vocab_size:
-        raise ConfigError(f"data.source={shown!r}: {path.name} holds id {hi} but the tokenizer has {vocab_size} ids "
-                          "(valid: the tokenizer the file was made with, --data.tokenizer PATH, or the right --data.dtype)")
+        raise ConfigError(
+            f"data.source={shown!r}: {path.name} holds id {hi} but the tokenizer has {vocab_size} ids "
+            "(valid: the tokenizer the file was made with, --data.tokenizer PATH, or the right --data.dtype)"
+        )
     return mm
 
 
@@ -241,4 +274,4 @@ def looks_like_wider_ids(tokens, sample: int = 1 << 20) -> bool:
 
 
 def max_id(tokens, chunk: int = 1 << 24) -> int:
-    return max((int(tokens[i:i + chunk].max()) for i in range(0, len(tokens), chunk)), default=-1)
+    return max((int(tokens[i : i + chunk].max()) for i in range(0, len(tokens), chunk)), default=-1)

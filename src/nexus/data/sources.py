@@ -6,6 +6,7 @@ prepare`), or files of one registered format (text, json lines, parquet, source 
 file, ...): a file, a folder (searched recursively), a glob (`'data/*.txt'`) or a comma-separated list of those.
 Every bad form is one ConfigError line naming the value and what would be valid (listed from the registry).
 """
+
 from __future__ import annotations
 
 import glob
@@ -20,8 +21,15 @@ from .readers import Reader, file_readers, reader, reader_for_file, readers, suf
 MANIFEST = "manifest.json"
 # Files named after a split (`train.bin`, `val.jsonl`, `validation-00000-of-00001.parquet`, a `test/` folder) are
 # that split, as nanoGPT and HF datasets name them: a held-out file is never read into training.
-SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
-               "dev": "val", "test": "test"}
+SPLIT_NAMES = {
+    "train": "train",
+    "training": "train",
+    "val": "val",
+    "valid": "val",
+    "validation": "val",
+    "dev": "val",
+    "test": "test",
+}
 # the bare name, or the name then a numbered part (`train-00000-of-00004`, `val_1`); `test_notes` is no split
 _SPLIT_STEM = re.compile(r"^(" + "|".join(sorted(SPLIT_NAMES, key=len, reverse=True)) + r")(?:[-_.]\d.*)?$", re.I)
 
@@ -45,17 +53,21 @@ class Source:
         ignored: refused (one line) when one other than the default was asked for."""
         if self.val_files and val_fraction != DataConfig.val_fraction:
             names = ", ".join(p.name for p in self.val_files[:3])
-            raise ConfigError(f"{flag}={val_fraction!r} is not used: the source names its held-out file(s) ({names}), "
-                              f"which are the validation split (valid: drop {flag}, or a source without files named "
-                              "as splits)")
+            raise ConfigError(
+                f"{flag}={val_fraction!r} is not used: the source names its held-out file(s) ({names}), "
+                f"which are the validation split (valid: drop {flag}, or a source without files named "
+                "as splits)"
+            )
 
     def split_note(self) -> str:
         """How the validation split was chosen when files named it (empty otherwise)."""
         if not self.val_files:
             return ""
-        note = (f"validation: the {len(self.val_files)} file(s) named as a held-out split ("
-                f"{', '.join(p.name for p in self.val_files[:3])}{', ...' if len(self.val_files) > 3 else ''}), "
-                f"training: the other {len(self.files)}")
+        note = (
+            f"validation: the {len(self.val_files)} file(s) named as a held-out split ("
+            f"{', '.join(p.name for p in self.val_files[:3])}{', ...' if len(self.val_files) > 3 else ''}), "
+            f"training: the other {len(self.files)}"
+        )
         if self.unread:
             note += f"; {len(self.unread)} test file(s) not read ({', '.join(p.name for p in self.unread[:3])})"
         return note
@@ -89,9 +101,12 @@ class Source:
         """One line naming every bad file at once (bad_files), before anything is tokenized or written."""
         bad = self.bad_files()
         if bad:
-            fix = ("non-empty token files: move the bad ones out (`nexus data prepare` reads text, not token files)"
-                   if self.tokenized else f"{self.reader.label} files with at least one document; `nexus data "
-                   "prepare SOURCE --skip-bad ...` leaves them out")
+            fix = (
+                "non-empty token files: move the bad ones out (`nexus data prepare` reads text, not token files)"
+                if self.tokenized
+                else f"{self.reader.label} files with at least one document; `nexus data "
+                "prepare SOURCE --skip-bad ...` leaves them out"
+            )
             raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: {fix})")
 
     def without(self, bad: list[tuple[Path, str]]) -> "Source":
@@ -99,10 +114,13 @@ class Source:
         drop = {p for p, _ in bad}
         keep = [f for f in self.files if f not in drop]
         if not keep:
-            raise ConfigError(f"data.source={self.spec!r}: every training file is bad ({self.describe_bad(bad, 3)}) "
-                              "(valid: a source with at least one readable file)")
-        return Source(self.kind, self.spec, keep, self.fmt, [f for f in self.val_files if f not in drop], self.unread,
-                      self.via)
+            raise ConfigError(
+                f"data.source={self.spec!r}: every training file is bad ({self.describe_bad(bad, 3)}) "
+                "(valid: a source with at least one readable file)"
+            )
+        return Source(
+            self.kind, self.spec, keep, self.fmt, [f for f in self.val_files if f not in drop], self.unread, self.via
+        )
 
     def identity(self) -> str:
         """What the source's content depends on, for cache keys (paths, sizes, modification times)."""
@@ -133,15 +151,19 @@ class Source:
             return ((d, True) for d in self._documents(cfg, self.val_files))
         import itertools
 
-        return itertools.chain(((d, False) for d in self._documents(cfg, self.files)),
-                               ((d, True) for d in self._documents(cfg, self.val_files)))
+        return itertools.chain(
+            ((d, False) for d in self._documents(cfg, self.files)),
+            ((d, True) for d in self._documents(cfg, self.val_files)),
+        )
 
     def _documents(self, cfg: DataConfig, files: list[Path]) -> Iterator:
         if cfg.document_per_file and "document_per_file" not in self.reader.options:
             takers = [r for r in file_readers() if "document_per_file" in r.options]
-            raise ConfigError(f"data.document_per_file=True applies to {'/'.join(r.shown_suffixes() for r in takers)} "
-                              f"files, not data.source={self.spec!r} (valid: false; rows of json/parquet files, "
-                              "stdlib files and the like are documents already)")
+            raise ConfigError(
+                f"data.document_per_file=True applies to {'/'.join(r.shown_suffixes() for r in takers)} "
+                f"files, not data.source={self.spec!r} (valid: false; rows of json/parquet files, "
+                "stdlib files and the like are documents already)"
+            )
         return _capped(self.reader.documents(self, files, cfg), cfg.max_documents, self.spec)
 
 
@@ -172,31 +194,42 @@ def resolve_source(spec: str, held_out_alone: bool = False) -> Source:
         r = _directory_reader(files[0])
         return Source(r.kind, spec, files, via=r.name)
     if any(f.is_dir() for f in files):
-        raise ConfigError(f"data.source={spec!r} mixes a prepared directory with other inputs (valid: one prepared "
-                          "directory alone)")
+        raise ConfigError(
+            f"data.source={spec!r} mixes a prepared directory with other inputs (valid: one prepared directory alone)"
+        )
     by_fmt: dict[str, list[Path]] = {}
     for f in files:
         r = reader_for_file(f)
         if r is None:
-            raise ConfigError(f"data.source={spec!r}: {str(f)!r} has suffix {suffix_of(f)!r} (valid: a registered "
-                              f"format: {', '.join(s for fr in file_readers() for s in fr.suffixes)})")
+            raise ConfigError(
+                f"data.source={spec!r}: {str(f)!r} has suffix {suffix_of(f)!r} (valid: a registered "
+                f"format: {', '.join(s for fr in file_readers() for s in fr.suffixes)})"
+            )
         by_fmt.setdefault(r.name, []).append(f)
     if len(by_fmt) > 1:
         counts = ", ".join(f"{reader(k).label}: {len(v)} file(s)" for k, v in sorted(by_fmt.items()))
-        raise ConfigError(f"data.source={spec!r} mixes file formats ({counts}) (valid: files of one format: "
-                          f"{', '.join(r.label for r in file_readers())})")
+        raise ConfigError(
+            f"data.source={spec!r} mixes file formats ({counts}) (valid: files of one format: "
+            f"{', '.join(r.label for r in file_readers())})"
+        )
     fmt = next(iter(by_fmt))
     dup = len(files) != len({f.resolve() for f in files})
     if dup:
-        raise ConfigError(f"data.source={spec!r} names a file more than once (valid: each file once; a repeated "
-                          "file would repeat its documents silently)")
+        raise ConfigError(
+            f"data.source={spec!r} names a file more than once (valid: each file once; a repeated "
+            "file would repeat its documents silently)"
+        )
     train, val, unread = split_named(files, parts)
     sibling = files[0].with_name("val.bin")
-    if fmt == "bin" and [f.name for f in files] == ["train.bin"] and sibling.is_file():  # nanoGPT's pair, train.bin named
+    if (
+        fmt == "bin" and [f.name for f in files] == ["train.bin"] and sibling.is_file()
+    ):  # nanoGPT's pair, train.bin named
         val = [sibling]
     if val and not train and not held_out_alone:
-        raise ConfigError(f"data.source={spec!r} holds only held-out files ({', '.join(p.name for p in val[:3])}) "
-                          "(valid: training files beside them, e.g. train.bin or train.jsonl)")
+        raise ConfigError(
+            f"data.source={spec!r} holds only held-out files ({', '.join(p.name for p in val[:3])}) "
+            "(valid: training files beside them, e.g. train.bin or train.jsonl)"
+        )
     return Source(reader(fmt).kind, spec, train, fmt, val, unread)
 
 
@@ -240,18 +273,24 @@ def _expand(part: str, spec: str) -> list[Path]:
     if p.is_dir():
         if any(r.claims_directory(p) for r in readers()):  # a prepared directory is one source, not its files
             return [p]
-        found = sorted((f for f in p.rglob("*") if f.is_file() and not _hidden(f.relative_to(p))),
-                       key=lambda f: f.relative_to(p).as_posix())
+        found = sorted(
+            (f for f in p.rglob("*") if f.is_file() and not _hidden(f.relative_to(p))),
+            key=lambda f: f.relative_to(p).as_posix(),
+        )
         if not found:
-            raise ConfigError(f"data.source={spec!r}: folder {part!r} holds no files (valid: a folder of files of "
-                              f"one format: {', '.join(r.shown_suffixes() for r in file_readers())}; or a prepared "
-                              "directory)")
+            raise ConfigError(
+                f"data.source={spec!r}: folder {part!r} holds no files (valid: a folder of files of "
+                f"one format: {', '.join(r.shown_suffixes() for r in file_readers())}; or a prepared "
+                "directory)"
+            )
         return found
     if glob.has_magic(part):
         found = sorted(Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file())
         if not found:
-            raise ConfigError(f"data.source={spec!r}: the glob {part!r} matches no file (valid: a pattern that "
-                              "matches at least one file)")
+            raise ConfigError(
+                f"data.source={spec!r}: the glob {part!r} matches no file (valid: a pattern that "
+                "matches at least one file)"
+            )
         return found
     raise ConfigError(f"data.source={spec!r}: {part!r} does not exist (valid: {valid_sources()})")
 

@@ -6,6 +6,7 @@ seed is `split_seed` itself, so a corpus of at most SPLIT_BLOCK documents splits
 permutation of all of them; later blocks use (split_seed, block index). No count pass is needed, so a
 hub stream is read once, and memory holds one block of documents.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator
@@ -26,8 +27,9 @@ def block_val_positions(n: int, block: int, val_fraction: float, split_seed: int
     return set(rng.permutation(n)[:n_val].tolist())
 
 
-def split_documents(docs: Iterable, val_fraction: float, split_seed: int,
-                    block_size: int | None = None) -> Iterator[tuple[object, bool]]:
+def split_documents(
+    docs: Iterable, val_fraction: float, split_seed: int, block_size: int | None = None
+) -> Iterator[tuple[object, bool]]:
     """(document, is_validation) in stream order. A corpus of one document yields it once with
     is_validation None: the caller holds out its tail instead."""
     size = block_size or SPLIT_BLOCK

@@ -6,6 +6,7 @@ sources). The corpus therefore reports what it found (`describe()`), and its cac
 interpreter version. Document order is the sorted relative path, so order and split are deterministic
 for a given installation.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,8 +36,10 @@ def stdlib_files() -> list[Path]:
         found += [Path(dirpath) / f for f in filenames if f.endswith(".py")]
     files = sorted(found, key=lambda p: p.relative_to(root).as_posix())
     if not files:
-        raise ConfigError(f"data.source='stdlib' found no .py files under {str(root)!r} (this Python ships no "
-                          "standard-library sources; valid: embedded, a local file or folder)")
+        raise ConfigError(
+            f"data.source='stdlib' found no .py files under {str(root)!r} (this Python ships no "
+            "standard-library sources; valid: embedded, a local file or folder)"
+        )
     return files
 
 
@@ -48,10 +51,15 @@ def describe() -> str:
     test = sum(p.stat().st_size for p in files if p.relative_to(root).parts[0] == "test")
     # the total first, then the test package as a part of it: "31.5 MB (with the test package, 17.1 MB)" read
     # as two sizes of one thing
-    parts = (f"of which the test package is {test / 1e6:.1f} MB and the rest {(size - test) / 1e6:.1f} MB" if test
-             else "no test package in this Python")
-    return (f"stdlib corpus: {len(files):,} .py files, {size / 1e6:.1f} MB in all ({parts}) from Python "
-            f"{sys.version.split()[0]} at {root}")
+    parts = (
+        f"of which the test package is {test / 1e6:.1f} MB and the rest {(size - test) / 1e6:.1f} MB"
+        if test
+        else "no test package in this Python"
+    )
+    return (
+        f"stdlib corpus: {len(files):,} .py files, {size / 1e6:.1f} MB in all ({parts}) from Python "
+        f"{sys.version.split()[0]} at {root}"
+    )
 
 
 def stdlib_documents() -> Iterator[str]:

@@ -18,6 +18,7 @@ Batches depend only on the torch.Generator, so training and evaluation are repro
 * induction (Olsson et al. 2022): a random block repeated; every position of the repeat after the
   first predicts the next token, which only a copy of the earlier block can tell.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -32,8 +33,10 @@ def _options(task_cls, name: str, options: dict, seq_len: int):
     valid = {f.name for f in fields(task_cls) if f.name != "seq_len"}
     unknown = sorted(set(options) - valid)
     if unknown:
-        raise ConfigError(f"data.synthetic.{unknown[0]}={options[unknown[0]]!r} is not an option of synthetic:{name} "
-                          f"(valid: {', '.join(sorted(valid))})")
+        raise ConfigError(
+            f"data.synthetic.{unknown[0]}={options[unknown[0]]!r} is not an option of synthetic:{name} "
+            f"(valid: {', '.join(sorted(valid))})"
+        )
     for key, val in options.items():
         if isinstance(val, bool) or not isinstance(val, int):
             raise ConfigError(f"data.synthetic.{key}={val!r} (valid: an integer)")
@@ -59,9 +62,18 @@ class MQAR:
 
     def check(self) -> None:
         _need(self.vocab >= 4, "vocab", self.vocab, "an integer >= 4")
-        _need(1 <= self.pairs <= self.vocab // 2 - 1, "pairs", self.pairs, f"1..{self.vocab // 2 - 1} (distinct keys below vocab/2)")
-        _need(self.seq_len >= 3 * self.pairs, "pairs", self.pairs,
-              f"at most data.seq_len/3 = {self.seq_len // 3} (context 2*pairs plus one slot per query)")
+        _need(
+            1 <= self.pairs <= self.vocab // 2 - 1,
+            "pairs",
+            self.pairs,
+            f"1..{self.vocab // 2 - 1} (distinct keys below vocab/2)",
+        )
+        _need(
+            self.seq_len >= 3 * self.pairs,
+            "pairs",
+            self.pairs,
+            f"at most data.seq_len/3 = {self.seq_len // 3} (context 2*pairs plus one slot per query)",
+        )
 
     def batch(self, batch_size: int, generator: torch.Generator):
         B, T, P, half = batch_size, self.seq_len, self.pairs, self.vocab // 2
@@ -69,7 +81,7 @@ class MQAR:
         values = torch.randint(half, self.vocab, (B, P), generator=generator)
         x = torch.zeros(B, T, dtype=torch.long)
         y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
-        x[:, 0:2 * P:2], x[:, 1:2 * P:2] = keys, values
+        x[:, 0 : 2 * P : 2], x[:, 1 : 2 * P : 2] = keys, values
         region = T - 2 * P
         slots = torch.argsort(torch.rand(B, region, generator=generator), dim=1)[:, :P] + 2 * P  # query positions
         order = torch.argsort(torch.rand(B, P, generator=generator), dim=1)  # which key goes to which slot
@@ -102,9 +114,18 @@ class KHop:
 
     def check(self) -> None:
         _need(self.k >= 1, "k", self.k, "an integer >= 1")
-        _need(self.seq_len >= 2 * self.k + 2, "k", self.k,
-              f"at most (data.seq_len-2)/2 = {(self.seq_len - 2) // 2} (k bigrams and the query must fit)")
-        _need(self.vocab >= self.k + 3, "vocab", self.vocab, f"an integer >= k+3 = {self.k + 3} (chain of k+1 tokens plus filler)")
+        _need(
+            self.seq_len >= 2 * self.k + 2,
+            "k",
+            self.k,
+            f"at most (data.seq_len-2)/2 = {(self.seq_len - 2) // 2} (k bigrams and the query must fit)",
+        )
+        _need(
+            self.vocab >= self.k + 3,
+            "vocab",
+            self.vocab,
+            f"an integer >= k+3 = {self.k + 3} (chain of k+1 tokens plus filler)",
+        )
         _need(self.all_positions in (0, 1), "all_positions", self.all_positions, "0 or 1")
 
     def batch(self, batch_size: int, generator: torch.Generator):
@@ -113,7 +134,7 @@ class KHop:
         y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
         for b in range(B):
             perm = torch.randperm(self.vocab, generator=generator)
-            chain, filler = perm[:k + 1], perm[k + 1:]
+            chain, filler = perm[: k + 1], perm[k + 1 :]
             x[b] = filler[torch.randint(0, len(filler), (T,), generator=generator)]
             # k non-overlapping bigram starts in [0, T-3]: choose k of the T-1-k "gaps" positions
             starts = torch.sort(torch.randperm(T - 1 - k, generator=generator)[:k]).values + torch.arange(k)
@@ -162,7 +183,7 @@ class Induction:
         block = torch.randint(0, self.vocab, (B, half), generator=generator)
         x = torch.cat([block, block, block], dim=1)[:, :T]
         y = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
-        y[:, half:T - 1] = x[:, half + 1:T]  # inside the repeat the next token is the copy's next token
+        y[:, half : T - 1] = x[:, half + 1 : T]  # inside the repeat the next token is the copy's next token
         return x, y
 
 

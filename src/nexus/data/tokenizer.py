@@ -1,4 +1,5 @@
 """Tokenizers: byte-level by default (no training, no download), HF `tokenizers` BPE optionally."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -53,7 +54,9 @@ class BPETokenizer:
         self.eos_id = tok.token_to_id("<eos>")
         self.pad_id = tok.token_to_id("<pad>")
         if self.eos_id is None:
-            raise ConfigError("data.tokenizer: tokenizer.json has no '<eos>' token (valid: a nexus-trained BPE or one with <bos>/<eos>/<pad>)")
+            raise ConfigError(
+                "data.tokenizer: tokenizer.json has no '<eos>' token (valid: a nexus-trained BPE or one with <bos>/<eos>/<pad>)"
+            )
 
     @classmethod
     def train(cls, texts, vocab_size: int) -> "BPETokenizer":
@@ -62,8 +65,12 @@ class BPETokenizer:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
         tok.train_from_iterator(texts, trainer)
         return cls(tok)
 

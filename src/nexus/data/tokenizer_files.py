@@ -3,6 +3,7 @@
 These dispatchers sit above `tokenizer`, `chat` and `hf_tokenizer` (they pick among all three), so the
 tokenizer classes never import each other in a circle.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,12 +24,16 @@ def load_tokenizer(path: str | Path, hf_model_cfg=None):
     if path.is_dir():
         found = next((path / n for n in STORED_TOKENIZER_FILES if (path / n).is_file()), None)
         if found is None:
-            raise ConfigError(f"data.tokenizer={str(path)!r} holds no tokenizer (valid: byte, bpe, a tokenizer.json, "
-                              f"or a directory holding one of {', '.join(STORED_TOKENIZER_FILES)})")
+            raise ConfigError(
+                f"data.tokenizer={str(path)!r} holds no tokenizer (valid: byte, bpe, a tokenizer.json, "
+                f"or a directory holding one of {', '.join(STORED_TOKENIZER_FILES)})"
+            )
         path = found
     if not path.is_file():
-        raise ConfigError(f"data.tokenizer={str(path)!r} does not exist (valid: byte, bpe, a tokenizer.json or "
-                          "tokenizer.txt, or a directory holding one)")
+        raise ConfigError(
+            f"data.tokenizer={str(path)!r} does not exist (valid: byte, bpe, a tokenizer.json or "
+            "tokenizer.txt, or a directory holding one)"
+        )
     if path.name == "hf_tokenizer.json":  # imported HF tokenizer whose specials are not <eos>...
         return HFTokenizer.load_dir(path.parent)
     if path.suffix == ".txt":
@@ -46,8 +51,11 @@ def tokenizer_from_hf_dir(directory: Path, hf_model_cfg=None):
         tok = load_tokenizer(Path(directory) / "tokenizer.json", hf_model_cfg)
     except ConfigError as e:
         return None, f"{e}: byte tokenizer used"
-    notes = {"byte": "tokenizer.json is nexus's byte tokenizer: restored as such", "bpe": "tokenizer.json has nexus "
-             "specials: used as a BPE tokenizer", "hf": "tokenizer.json wrapped as a HF tokenizer"}
+    notes = {
+        "byte": "tokenizer.json is nexus's byte tokenizer: restored as such",
+        "bpe": "tokenizer.json has nexus specials: used as a BPE tokenizer",
+        "hf": "tokenizer.json wrapped as a HF tokenizer",
+    }
     return tok, notes.get(tok.kind, notes["byte"])
 
 
@@ -72,6 +80,8 @@ def _byte_tokenizer_named(path: Path):
     except UnicodeDecodeError:
         text = None
     if text not in ("byte", "byte_chat"):
-        raise ConfigError(f"{str(path)!r} is not a text file naming a nexus tokenizer (valid: the tokenizer.txt "
-                          "nexus writes, 'byte' or 'byte_chat')")
+        raise ConfigError(
+            f"{str(path)!r} is not a text file naming a nexus tokenizer (valid: the tokenizer.txt "
+            "nexus writes, 'byte' or 'byte_chat')"
+        )
     return ChatByteTokenizer() if text == "byte_chat" else ByteTokenizer()

@@ -9,6 +9,7 @@ computed from one forward pass over context+continuation (left-truncated to max_
 what a direct computation from the model's logits gives. lm-eval is an optional dependency
 (`pip install nexus[eval]`); this module imports it lazily so the rest of nexus never needs it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,7 +24,9 @@ def _require_lm_eval():
         import lm_eval  # noqa: F401
         from lm_eval.api.model import LM
     except ImportError:
-        raise ConfigError("--lm-eval needs lm-evaluation-harness (valid: `pip install 'nexus[eval]'`, i.e. lm-eval>=0.4)") from None
+        raise ConfigError(
+            "--lm-eval needs lm-evaluation-harness (valid: `pip install 'nexus[eval]'`, i.e. lm-eval>=0.4)"
+        ) from None
     return LM
 
 
@@ -70,11 +73,15 @@ class NexusLM(_base()):
         args = dict(arg_dict)
         extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
         if "checkpoint" not in args:
-            raise ConfigError(f"--model_args={arg_dict!r} (valid: checkpoint=DIR[,batch_size=N,max_length=N,device=cpu])")
+            raise ConfigError(
+                f"--model_args={arg_dict!r} (valid: checkpoint=DIR[,batch_size=N,max_length=N,device=cpu])"
+            )
         unknown = sorted(set(args) - {"checkpoint", "batch_size", "max_length", "device"})
         if unknown:
-            raise ConfigError(f"--model_args {unknown[0]}={args[unknown[0]]!r} is not a nexus option "
-                              f"(valid: checkpoint, batch_size, max_length, device)")
+            raise ConfigError(
+                f"--model_args {unknown[0]}={args[unknown[0]]!r} is not a nexus option "
+                f"(valid: checkpoint, batch_size, max_length, device)"
+            )
         device = str(args.get("device") or extra.get("device") or "cpu")
         if device.startswith("cuda") and not torch.cuda.is_available():
             # lm-eval's CLI defaults --device to cuda; on a CPU machine that default means "run here"
@@ -111,21 +118,21 @@ class NexusLM(_base()):
         out: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
         order = sorted(range(len(pairs)), key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])))
         for b in range(0, len(order), self.batch_size):
-            idx = order[b:b + self.batch_size]
+            idx = order[b : b + self.batch_size]
             seqs, spans = [], []
             for i in idx:
                 ctx, cont = pairs[i]
                 if not cont:
                     raise ConfigError("lm-eval request with an empty continuation (valid: a non-empty target string)")
-                full = (ctx + cont)[-(self.max_length + 1):]
+                full = (ctx + cont)[-(self.max_length + 1) :]
                 inp = full[:-1]
                 n_cont = min(len(cont), len(inp))
                 seqs.append(inp)
-                spans.append((len(inp) - n_cont, len(inp), full[len(full) - n_cont:]))
+                spans.append((len(inp) - n_cont, len(inp), full[len(full) - n_cont :]))
             width = max(len(s) for s in seqs)
             x = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
             for r, s in enumerate(seqs):
-                x[r, :len(s)] = torch.tensor(s, dtype=torch.long)
+                x[r, : len(s)] = torch.tensor(s, dtype=torch.long)
             logits = self.model(x.to(self._device)).logits.float()
             logp = torch.log_softmax(logits, dim=-1)
             for r, i in enumerate(idx):
@@ -146,8 +153,15 @@ class NexusLM(_base()):
         results = []
         for req in requests:
             (text,) = req.args[:1]
-            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
-                token_list=self.encode(text), prefix_token=self.prefix_id, max_seq_len=self.max_length, context_len=1)]
+            windows = [
+                make_disjoint_window(w)
+                for w in get_rolling_token_windows(
+                    token_list=self.encode(text),
+                    prefix_token=self.prefix_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                )
+            ]
             results.append(sum(ll for ll, _ in self.score_tokens(windows)))
         return results
 
@@ -161,14 +175,15 @@ class NexusLM(_base()):
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", kwargs.get("max_new_tokens", 64)))
             temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample", False) else 0.0
-            ids = (self.encode(context) or [self.prefix_id])[-(self.max_length - 1):]
+            ids = (self.encode(context) or [self.prefix_id])[-(self.max_length - 1) :]
             x = torch.tensor([ids], dtype=torch.long, device=self._device)
-            gen = self.model.generate(x, max_new_tokens=max_new, temperature=temperature,
-                                      eos_id=getattr(self.tok, "eos_id", None))
-            text = self.tok.decode(gen[0, len(ids):].tolist())
+            gen = self.model.generate(
+                x, max_new_tokens=max_new, temperature=temperature, eos_id=getattr(self.tok, "eos_id", None)
+            )
+            text = self.tok.decode(gen[0, len(ids) :].tolist())
             for stop in until:
                 if stop and stop in text:
-                    text = text[:text.index(stop)]
+                    text = text[: text.index(stop)]
             outs.append(text)
         return outs
 
@@ -217,8 +232,10 @@ def task_manager(tasks: list[str], include_path: str | None = None):
     missing = _missing(tm, tasks)
     if missing:
         where = f"in {include_path!r} or " if include_path else ""
-        raise ConfigError(f"--lm-eval task {missing[0]!r} not found {where}among lm-eval's tasks (valid: a task name "
-                          f"from `lm_eval ls tasks`, or a task YAML in --lm-eval-include DIR)")
+        raise ConfigError(
+            f"--lm-eval task {missing[0]!r} not found {where}among lm-eval's tasks (valid: a task name "
+            f"from `lm_eval ls tasks`, or a task YAML in --lm-eval-include DIR)"
+        )
     return tm
 
 
@@ -238,9 +255,11 @@ _DATA_ERRORS = (ConnectionError, OSError, FileNotFoundError, ValueError)
 
 
 def _offline_error(tasks: list[str], e: Exception) -> ConfigError:
-    return ConfigError(f"--lm-eval {','.join(tasks)}: the task data cannot be loaded offline "
-                       f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}) (valid: a cached "
-                       f"dataset or a local task YAML with local data_files)")
+    return ConfigError(
+        f"--lm-eval {','.join(tasks)}: the task data cannot be loaded offline "
+        f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}) (valid: a cached "
+        f"dataset or a local task YAML with local data_files)"
+    )
 
 
 def check_tasks_load(tasks: list[str], tm) -> None:
@@ -251,19 +270,36 @@ def check_tasks_load(tasks: list[str], tm) -> None:
         raise _offline_error(tasks, e) from None
 
 
-def evaluate_tasks(lm: NexusLM, tasks: list[str], include_path: str | None = None, limit: int | None = None,
-                   num_fewshot: int | None = None, tm=None) -> dict:
+def evaluate_tasks(
+    lm: NexusLM,
+    tasks: list[str],
+    include_path: str | None = None,
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    tm=None,
+) -> dict:
     """Run lm-eval tasks; returns {task: {metric: value}}. Dataset problems become one ConfigError."""
     import lm_eval
 
     tm = tm or task_manager(tasks, include_path)
     try:
-        res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
-                                      bootstrap_iters=0, log_samples=False, verbosity="ERROR")
+        res = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=tasks,
+            task_manager=tm,
+            limit=limit,
+            num_fewshot=num_fewshot,
+            bootstrap_iters=0,
+            log_samples=False,
+            verbosity="ERROR",
+        )
     except _DATA_ERRORS as e:
         raise _offline_error(tasks, e) from None
     out = {}
     for task, metrics in (res or {}).get("results", {}).items():
-        out[task] = {k.split(",")[0]: v for k, v in metrics.items()
-                     if isinstance(v, (int, float)) and not k.startswith("alias") and "stderr" not in k}
+        out[task] = {
+            k.split(",")[0]: v
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not k.startswith("alias") and "stderr" not in k
+        }
     return out

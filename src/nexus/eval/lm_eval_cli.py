@@ -7,6 +7,7 @@ over to lm-eval's CLI). The plain `lm_eval` executable finds the model too, thro
 nexus-lm-eval.pth (src/_nexus_lm_eval_hook.py); this script is the form that needs no .pth file
 (for an interpreter that does not process site-packages .pth files, e.g. an embedded one).
 """
+
 from __future__ import annotations
 
 
@@ -15,8 +16,10 @@ def main() -> None:
     from .lm_eval_adapter import register
 
     if not register():
-        raise SystemExit(f"nexus-lm-eval: error: {ConfigError.__name__}: lm-evaluation-harness is not installed "
-                         "(valid: pip install 'nexus[eval]')")
+        raise SystemExit(
+            f"nexus-lm-eval: error: {ConfigError.__name__}: lm-evaluation-harness is not installed "
+            "(valid: pip install 'nexus[eval]')"
+        )
     from lm_eval.__main__ import cli_evaluate
 
     cli_evaluate()

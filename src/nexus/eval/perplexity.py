@@ -1,4 +1,5 @@
 """Validation loss and perplexity of a model on its run's held-out split."""
+
 from __future__ import annotations
 
 import math

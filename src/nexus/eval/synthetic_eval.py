@@ -1,4 +1,5 @@
 """Accuracy of a model on a synthetic task (MQAR, k-hop, induction): argmax at the scored positions."""
+
 from __future__ import annotations
 
 import torch
@@ -8,7 +9,7 @@ from ..data.synthetic import IGNORE_INDEX, make_task
 
 
 @torch.no_grad()
-def task_accuracy(model, task, n_batches: int = 8, batch_size: int = 32, seed: int = 10 ** 9 + 7) -> dict:
+def task_accuracy(model, task, n_batches: int = 8, batch_size: int = 32, seed: int = 10**9 + 7) -> dict:
     """Fraction of scored positions whose argmax prediction equals the target, on fresh batches
     from a fixed seed (the same held-out set as the trainer's synthetic validation batches)."""
     vocab = model.cfg.vocab_size
@@ -34,14 +35,18 @@ def evaluate_synthetic(model, cfg, task_name: str, n_batches: int, batch_size: i
     """Accuracy on `task_name`; the task options come from the run config when it trained on that
     task (so `nexus eval --task mqar` tests what the model learned), else the task's defaults."""
     if not str(cfg.data.source).startswith("synthetic:"):
-        raise ConfigError(f"--task={task_name} on a model trained on data.source={cfg.data.source!r}: its accuracy "
-                          f"would mean nothing (valid: a checkpoint trained on synthetic:{task_name}, or perplexity "
-                          "without --task)")
+        raise ConfigError(
+            f"--task={task_name} on a model trained on data.source={cfg.data.source!r}: its accuracy "
+            f"would mean nothing (valid: a checkpoint trained on synthetic:{task_name}, or perplexity "
+            "without --task)"
+        )
     same = cfg.data.source == f"synthetic:{task_name}"
     if not same:
         import sys
 
-        print(f"note: --task={task_name} on a model trained on {cfg.data.source}: the task's default options are used",
-              file=sys.stderr)
+        print(
+            f"note: --task={task_name} on a model trained on {cfg.data.source}: the task's default options are used",
+            file=sys.stderr,
+        )
     task = make_task(task_name, dict(cfg.data.synthetic) if same else {}, cfg.data.seq_len)
     return {"task": task_name, **task_accuracy(model, task, n_batches, batch_size)}

@@ -16,6 +16,7 @@ predicts `window` new tokens conditioned on the token before them; with stride <
 window after the first predicts `stride` new tokens with window - stride tokens of extra context
 (better estimates, window / stride times the compute).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,13 +39,20 @@ def document_windows(ids: list[int], prefix_id: int, window: int, stride: int) -
     while b < n:
         a, b = b, min(n, (1 + window) if b == 1 else b + stride)
         lo = max(0, b - 1 - window)
-        x = seq[lo:b - 1]
-        y = [t if lo + 1 + i >= a else IGNORE for i, t in enumerate(seq[lo + 1:b])]
+        x = seq[lo : b - 1]
+        y = [t if lo + 1 + i >= a else IGNORE for i, t in enumerate(seq[lo + 1 : b])]
         yield x, y
 
 
-def score(model, docs: Iterable[tuple[list[int], int, int]], prefix_id: int, window: int, stride: int,
-          batch_size: int, device=None) -> dict:
+def score(
+    model,
+    docs: Iterable[tuple[list[int], int, int]],
+    prefix_id: int,
+    window: int,
+    stride: int,
+    batch_size: int,
+    device=None,
+) -> dict:
     """docs: (token ids, UTF-8 bytes, words) per document. Returns the totals and the metrics above."""
     device = device or next(model.parameters()).device
     nll = 0.0
@@ -57,13 +65,14 @@ def score(model, docs: Iterable[tuple[list[int], int, int]], prefix_id: int, win
         x = torch.full((len(batch), L), prefix_id, dtype=torch.long)
         y = torch.full((len(batch), L), IGNORE, dtype=torch.long)
         for i, (xi, yi) in enumerate(batch):
-            x[i, :len(xi)] = torch.tensor(xi)
-            y[i, :len(yi)] = torch.tensor(yi)
+            x[i, : len(xi)] = torch.tensor(xi)
+            y[i, : len(yi)] = torch.tensor(yi)
         with torch.no_grad():
             logits = model(x.to(device)).logits.float()
         y = y.to(device)
-        nll += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE,
-                                     reduction="sum"))
+        nll += float(
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE, reduction="sum")
+        )
         tokens += int((y != IGNORE).sum())
         batch.clear()
 
@@ -79,12 +88,21 @@ def score(model, docs: Iterable[tuple[list[int], int, int]], prefix_id: int, win
     if batch:
         flush()
     loss = nll / max(tokens, 1)
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50)),
-            "bits_per_byte": nll / math.log(2) / max(n_bytes, 1),
-            "byte_perplexity": math.exp(min(nll / max(n_bytes, 1), 50)),
-            "word_perplexity": math.exp(min(nll / max(words, 1), 50)),
-            "nll_nats": nll, "tokens": tokens, "bytes": n_bytes, "words": words, "documents": n_docs,
-            "windows": "disjoint" if stride >= window else "sliding", "window": window, "stride": min(stride, window)}
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 50)),
+        "bits_per_byte": nll / math.log(2) / max(n_bytes, 1),
+        "byte_perplexity": math.exp(min(nll / max(n_bytes, 1), 50)),
+        "word_perplexity": math.exp(min(nll / max(words, 1), 50)),
+        "nll_nats": nll,
+        "tokens": tokens,
+        "bytes": n_bytes,
+        "words": words,
+        "documents": n_docs,
+        "windows": "disjoint" if stride >= window else "sliding",
+        "window": window,
+        "stride": min(stride, window),
+    }
 
 
 def count_words(text: str) -> int:
@@ -113,7 +131,7 @@ def token_documents(tokens, eos_id: int, chunk: int = 1 << 22) -> Iterator[list[
     """Documents of an EOS-separated token stream (a prepared split), read in chunks (never whole)."""
     carry: list[int] = []
     for i in range(0, len(tokens), chunk):
-        part = np.asarray(tokens[i:i + chunk]).astype(np.int64)
+        part = np.asarray(tokens[i : i + chunk]).astype(np.int64)
         ends = np.flatnonzero(part == eos_id)
         start = 0
         for e in ends.tolist():
@@ -149,9 +167,13 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
         docs = ((ids, 0, 0) for s in splits for ids in token_documents(streams[s][0], tok.eos_id))
         res = score(model, docs, tok.eos_id, window, stride, batch_size)
         n_bytes = sum(m["bytes"][s] for s in splits)
-        res.update(bytes=n_bytes, bits_per_byte=res["nll_nats"] / math.log(2) / max(n_bytes, 1),
-                   byte_perplexity=math.exp(min(res["nll_nats"] / max(n_bytes, 1), 50)), word_perplexity=None,
-                   words=None)
+        res.update(
+            bytes=n_bytes,
+            bits_per_byte=res["nll_nats"] / math.log(2) / max(n_bytes, 1),
+            byte_perplexity=math.exp(min(res["nll_nats"] / max(n_bytes, 1), 50)),
+            word_perplexity=None,
+            words=None,
+        )
     else:
         dcfg = copy.deepcopy(cfg.data)
         dcfg.source = source
@@ -165,8 +187,9 @@ def evaluate_source(model, cfg, tok, source: str, split: str, window: int, strid
     return res
 
 
-def _score_token_files(model, cfg, tok, src, source: str, split: str, window: int, stride: int,
-                       batch_size: int) -> dict:
+def _score_token_files(
+    model, cfg, tok, src, source: str, split: str, window: int, stride: int, batch_size: int
+) -> dict:
     """Bare token files (nanoGPT's train.bin / val.bin): loss and perplexity in nats per token only. The files
     hold ids, not text, so their byte and word counts are unknown: bits per byte and word perplexity are None,
     never a guess. The validation split is the one training reads (files named as splits, else the last
@@ -183,8 +206,14 @@ def _score_token_files(model, cfg, tok, src, source: str, split: str, window: in
     arrays = val if split == "val" else train + val
     docs = ((ids, 0, 0) for a in arrays for ids in token_documents(a, tok.eos_id))
     res = score(model, docs, tok.eos_id, window, stride, batch_size)
-    res.update(bytes=None, bits_per_byte=None, byte_perplexity=None, word_perplexity=None, words=None,
-               files=len(src.files) + len(src.val_files))
+    res.update(
+        bytes=None,
+        bits_per_byte=None,
+        byte_perplexity=None,
+        word_perplexity=None,
+        words=None,
+        files=len(src.files) + len(src.val_files),
+    )
     return res
 
 
@@ -192,6 +221,6 @@ def _val_texts(split_docs, dcfg, doc_text):
     for d, is_val in split_docs:
         if is_val is None:  # one document: its tail is the validation text, as in training
             text = doc_text(d)
-            yield text[int(len(text) * (1 - dcfg.val_fraction)):]
+            yield text[int(len(text) * (1 - dcfg.val_fraction)) :]
         elif is_val:
             yield doc_text(d)

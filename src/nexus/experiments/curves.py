@@ -5,6 +5,7 @@ comes from the analytic walker in `nexus.analysis.flops` when it is installed; o
 documented fallback is Kaplan's 6N with N = the active parameters (nexus.analysis.compute), which
 ignores attention's seq-length term.
 """
+
 from __future__ import annotations
 
 import json

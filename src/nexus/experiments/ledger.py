@@ -16,6 +16,7 @@ device it runs on, and by the corpus it read (a hash of its training and validat
 "embedded" stays while its contents change): a ledger file whose config or corpus differs from today's is a
 different experiment, refused with one line rather than reused or overwritten.
 """
+
 from __future__ import annotations
 
 import copy
@@ -89,8 +90,10 @@ def record_problem(rec) -> str | None:
     if not rec["val_curve"]:
         return "its validation curve has no point"
     if DIGEST not in rec:
-        return "it carries no digest (valid: a record this ledger wrote; tools/ledger_seal.py seals records written " \
-               "before digests)"
+        return (
+            "it carries no digest (valid: a record this ledger wrote; tools/ledger_seal.py seals records written "
+            "before digests)"
+        )
     if rec[DIGEST] != record_digest(rec):
         return "its contents do not match its digest: it was edited after nexus wrote it"
     return None
@@ -112,8 +115,11 @@ def last_growth_diagnostics(rows: list[dict]) -> dict:
 def device_line() -> dict:
     import torch
 
-    d = {"torch": torch.__version__, "machine": platform.machine(),
-         "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    d = {
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     if torch.cuda.is_available():
         d["cuda_device"] = torch.cuda.get_device_name(0)
     return d
@@ -157,14 +163,18 @@ class Ledger:
         try:
             rec = json.loads(p.read_text())
         except ValueError as e:  # written atomically, so this is a hand-edited or foreign file
-            raise ConfigError(f"ledger file {str(p)!r} is not valid JSON ({e}) (valid: a file the ledger wrote; "
-                              f"delete it to rerun that run)") from None
+            raise ConfigError(
+                f"ledger file {str(p)!r} is not valid JSON ({e}) (valid: a file the ledger wrote; "
+                f"delete it to rerun that run)"
+            ) from None
         problem = record_problem(rec)
         if problem is None and rec["name"] != name:
             problem = f"it records run {rec['name']!r}, not {name!r}"
         if problem:
-            raise ConfigError(f"ledger file {str(p)!r} is refused: {problem} (valid: the record nexus wrote; delete "
-                              f"the file to rerun that run)")
+            raise ConfigError(
+                f"ledger file {str(p)!r} is refused: {problem} (valid: the record nexus wrote; delete "
+                f"the file to rerun that run)"
+            )
         return rec
 
     def holds(self, name: str, cfg: dict) -> bool:
@@ -173,14 +183,18 @@ class Ledger:
         if rec is None:
             return False
         if config_key(rec.get("config") or {}) != config_key(cfg):
-            raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} with another config "
-                              f"(key {config_key(rec.get('config') or {})} vs today's {config_key(cfg)}) (valid: the same study "
-                              f"settings, another --study, or delete that file to rerun it)")
+            raise ConfigError(
+                f"ledger {str(self.path(name))!r} holds run {name!r} with another config "
+                f"(key {config_key(rec.get('config') or {})} vs today's {config_key(cfg)}) (valid: the same study "
+                f"settings, another --study, or delete that file to rerun it)"
+            )
         if rec.get("data_key") != self.data_key(cfg):
-            raise ConfigError(f"ledger {str(self.path(name))!r} holds run {name!r} trained on another corpus under the "
-                              f"name data.source={cfg['data'].get('source')!r} (corpus key {rec.get('data_key')} vs "
-                              f"today's {self.data_key(cfg)}) (valid: that corpus, another --study, or delete the "
-                              f"file to rerun it)")
+            raise ConfigError(
+                f"ledger {str(self.path(name))!r} holds run {name!r} trained on another corpus under the "
+                f"name data.source={cfg['data'].get('source')!r} (corpus key {rec.get('data_key')} vs "
+                f"today's {self.data_key(cfg)}) (valid: that corpus, another --study, or delete the "
+                f"file to rerun it)"
+            )
         return True
 
     def record(self, name: str, cfg: dict, result: dict, run_dir: Path, tokens_per_step: int) -> dict:
@@ -194,9 +208,11 @@ class Ledger:
         curve = val_curve(read_metrics(run_dir / "metrics.jsonl"), tokens_per_step)
         last = int(cfg["train"]["steps"])
         if not curve or curve[-1]["step"] != last:
-            raise ConfigError(f"run directory {str(run_dir)!r}: metrics.jsonl's validation curve ends at step "
-                              f"{curve[-1]['step'] if curve else None}, not at the run's last step {last} (valid: a "
-                              f"complete run; delete the directory to train the run again)")
+            raise ConfigError(
+                f"run directory {str(run_dir)!r}: metrics.jsonl's validation curve ends at step "
+                f"{curve[-1]['step'] if curve else None}, not at the run's last step {last} (valid: a "
+                f"complete run; delete the directory to train the run again)"
+            )
         final = {k: v for k, v in result.items() if isinstance(v, (int, float, str, type(None)))}
         final.update(last_growth_diagnostics(read_metrics(run_dir / "metrics.jsonl")))
         return self.write(name, cfg, final, curve, outputs)
@@ -204,10 +220,20 @@ class Ledger:
     def write(self, name: str, cfg: dict, final: dict, curve: list[dict], outputs: dict | None = None) -> dict:
         """Write one sealed record (atomically): the run's final metrics and its validation curve (downsampled);
         outputs: the sha256 of the run directory's done.json and metrics.jsonl it was read from."""
-        rec = seal({"name": name, "config_key": config_key(cfg), "data_key": self.data_key(cfg), "config": cfg,
-                    "final": final, "val_curve": downsample(curve), "curve_points_total": len(curve),
-                    "run_outputs": outputs, "device": device_line(),
-                    "finished_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+        rec = seal(
+            {
+                "name": name,
+                "config_key": config_key(cfg),
+                "data_key": self.data_key(cfg),
+                "config": cfg,
+                "final": final,
+                "val_curve": downsample(curve),
+                "curve_points_total": len(curve),
+                "run_outputs": outputs,
+                "device": device_line(),
+                "finished_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            }
+        )
         problem = record_problem(rec)
         if problem:
             raise ConfigError(f"ledger run {name!r} cannot be recorded: {problem} (valid: a finished run's metrics)")
@@ -219,8 +245,10 @@ class Ledger:
     def final_val_loss(self, name: str) -> float:
         rec = self.read(name)
         if rec is None:
-            raise ConfigError(f"the ledger {str(self.root)!r} holds no run {name!r} yet (valid: run the study "
-                              f"until it finishes; --estimate says what remains)")
+            raise ConfigError(
+                f"the ledger {str(self.root)!r} holds no run {name!r} yet (valid: run the study "
+                f"until it finishes; --estimate says what remains)"
+            )
         return float(rec["final"]["val_loss"])
 
     def curve(self, name: str) -> list[dict]:
@@ -229,7 +257,11 @@ class Ledger:
 
     def names(self) -> list[str]:
         base = self.root / RUNS
-        return sorted(p.relative_to(base).with_suffix("").as_posix() for p in base.rglob("*.json")) if base.is_dir() else []
+        return (
+            sorted(p.relative_to(base).with_suffix("").as_posix() for p in base.rglob("*.json"))
+            if base.is_dir()
+            else []
+        )
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -242,8 +274,10 @@ class StudyInterrupted(KeyboardInterrupt):
 
         self.signum, self.finished, self.saved = signum, finished, saved
         self.signal_name = signal.Signals(signum).name
-        super().__init__(f"stopped by {self.signal_name}: {finished} run(s) finished and in the ledger, "
-                         f"{len(saved)} in flight saved to resume")
+        super().__init__(
+            f"stopped by {self.signal_name}: {finished} run(s) finished and in the ledger, "
+            f"{len(saved)} in flight saved to resume"
+        )
 
 
 class _Stop(BaseException):
@@ -291,8 +325,13 @@ def run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> di
     torch.set_num_threads(threads)
     _STOP["in_job"] = True
     try:
-        return run_resumable(saved_run_config(copy.deepcopy(cfg)), Path(run_dir), quiet=True, say=lambda *_: None,
-                             start_from=None if start_from is None else Path(start_from))
+        return run_resumable(
+            saved_run_config(copy.deepcopy(cfg)),
+            Path(run_dir),
+            quiet=True,
+            say=lambda *_: None,
+            start_from=None if start_from is None else Path(start_from),
+        )
     except TrainingInterrupted as e:
         _STOP["signum"] = _STOP["signum"] or e.signum
         return {"interrupted": e.signum}
@@ -352,8 +391,10 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
             ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
         run = runs[name]
         steps = run["cfg"]["train"]["steps"] - (run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0)
-        say(f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s, "
-            f"{steps / max(res['wall_s'], 1e-9):.1f} steps/s live)")
+        say(
+            f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s, "
+            f"{steps / max(res['wall_s'], 1e-9):.1f} steps/s live)"
+        )
 
     def stopped():
         if _STOP["signum"] is not None:
@@ -370,8 +411,9 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
             stopped()
             return results
         pending, running, forwarded = list(order), {}, False
-        ex = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                                 initargs=(os.getpid(),))
+        ex = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(),)
+        )
         try:
             while (pending and _STOP["signum"] is None) or running:
                 for name in [n for n in pending if ready(n)]:

@@ -1,4 +1,5 @@
 """PNG plots for experiments (matplotlib with the non-interactive Agg backend)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,10 @@ def plot_progressive(r: dict, out_dir: Path) -> list[str]:
     paths = []
     seeds = list(r["per_seed"].values())
     names = list(seeds[0]["runs"])
-    for xkey, fname, xlabel, grow_x in (("flops", "loss_vs_flops.png", "training FLOPs", r["grow_at_flops"]),
-                                         ("tokens", "loss_vs_tokens.png", "training tokens", r["grow_at_tokens"])):
+    for xkey, fname, xlabel, grow_x in (
+        ("flops", "loss_vs_flops.png", "training FLOPs", r["grow_at_flops"]),
+        ("tokens", "loss_vs_tokens.png", "training tokens", r["grow_at_tokens"]),
+    ):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for name in names:
             color = COLORS.get(name, "tab:green")
@@ -34,10 +37,16 @@ def plot_progressive(r: dict, out_dir: Path) -> list[str]:
             for c in curves:
                 ax.plot([p[xkey] for p in c], [p["val_loss"] for p in c], "-", color=color, alpha=0.25, lw=1)
             xs, ys = mean_curve(curves, xkey, "val_loss")
-            label = {"grown": f"grown ({r['method']})", "scratch": f"scratch {r['large']['shape']}",
-                     "small": f"small only {r['small']['shape']}"}.get(name, name)
+            label = {
+                "grown": f"grown ({r['method']})",
+                "scratch": f"scratch {r['large']['shape']}",
+                "small": f"small only {r['small']['shape']}",
+            }.get(name, name)
             ax.plot(xs, ys, "o-", color=color, ms=3, lw=2, label=f"{label}, mean of {len(seeds)} seeds")
-        what = ", ".join(c.split(".")[-1] for c in r.get("growth_changes", [])[:2]) or f"{r['small']['shape']} -> {r['large']['shape']}"
+        what = (
+            ", ".join(c.split(".")[-1] for c in r.get("growth_changes", [])[:2])
+            or f"{r['small']['shape']} -> {r['large']['shape']}"
+        )
         ax.axvline(grow_x, color="tab:red", ls="--", lw=1, label=f"growth ({what})")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("validation loss (faint: each seed, bold: mean)")
@@ -111,10 +120,27 @@ def plot_compare(rows: list[dict], metric: str, out_path: Path) -> str:
     for i, row in enumerate(rows):
         has_ci = row.get("ci_low") is not None and row.get("ci_high") is not None
         lo, hi = (row["ci_low"], row["ci_high"]) if has_ci else (row["mean"] - row["std"], row["mean"] + row["std"])
-        ax.errorbar([i], [row["mean"]], yerr=[[row["mean"] - lo], [hi - row["mean"]]], fmt="o", color="tab:blue",
-                    ms=8, capsize=6, lw=2, zorder=3, label="mean, 95% t-interval" if i == 0 else None)
-        ax.plot([i + 0.12] * len(row["values"]), row["values"], ".", color="0.35", ms=6, zorder=2,
-                label="one seed" if i == 0 else None)
+        ax.errorbar(
+            [i],
+            [row["mean"]],
+            yerr=[[row["mean"] - lo], [hi - row["mean"]]],
+            fmt="o",
+            color="tab:blue",
+            ms=8,
+            capsize=6,
+            lw=2,
+            zorder=3,
+            label="mean, 95% t-interval" if i == 0 else None,
+        )
+        ax.plot(
+            [i + 0.12] * len(row["values"]),
+            row["values"],
+            ".",
+            color="0.35",
+            ms=6,
+            zorder=2,
+            label="one seed" if i == 0 else None,
+        )
     ax.set_xticks(range(len(rows)), [row["preset"] for row in rows], rotation=20, ha="right", fontsize=10)
     ax.set_xlim(-0.6, len(rows) - 0.4)
     ends = [v for row in rows for v in row["values"]]
@@ -129,8 +155,15 @@ def plot_compare(rows: list[dict], metric: str, out_path: Path) -> str:
     ax.set_ylabel(metric + (" (axis cut: does not start at 0)" if cut else ""), fontsize=11)
     if cut:  # the usual break mark, two short slanted strokes across the bottom of the y axis
         for dy in (0.0, 0.025):
-            ax.plot([-0.02, 0.02], [0.01 + dy, 0.04 + dy], transform=ax.transAxes, color="k", lw=1.2,
-                    clip_on=False, gid="axis-break")
+            ax.plot(
+                [-0.02, 0.02],
+                [0.01 + dy, 0.04 + dy],
+                transform=ax.transAxes,
+                color="k",
+                lw=1.2,
+                clip_on=False,
+                gid="axis-break",
+            )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=9, frameon=False)
     fig.tight_layout()

@@ -20,6 +20,7 @@ spec, description), so a new family's methods appear here without an edit. The t
 written down twice: a dry-run growth of a freshly built small model yields it,
 and that same dry run proves the method applies before any training starts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -71,21 +72,34 @@ def method_table() -> list[dict]:
     from ..growth import families
 
     installed = set(families())
-    return [{"name": m.name, "family": m.family, "installed": m.family in installed, "description": m.description}
-            for m in methods().values()]
+    return [
+        {"name": m.name, "family": m.family, "installed": m.family in installed, "description": m.description}
+        for m in methods().values()
+    ]
 
 
-def method_variant(base, name: str | None = None, spec: dict | None = None, overrides: dict | None = None,
-                   lrs: dict | None = None, note: str = ""):
+def method_variant(
+    base,
+    name: str | None = None,
+    spec: dict | None = None,
+    overrides: dict | None = None,
+    lrs: dict | None = None,
+    note: str = "",
+):
     """A study's own method: a registered one (name or Method) with its growth spec and small-model overrides
     changed (each merged over the base's), e.g. the same growth at another shape. Passed to plan_progressive as
     a Method, so the library's methods (and `--list`) stay as they are."""
     import dataclasses
 
     m = resolve_method(base) if isinstance(base, str) else base
-    return dataclasses.replace(m, name=name or m.name, spec={**m.spec, **(spec or {})},
-                               overrides={**m.overrides, **(overrides or {})}, lrs=m.lrs if lrs is None else lrs,
-                               description=m.description + (f" [{note}]" if note else ""))
+    return dataclasses.replace(
+        m,
+        name=name or m.name,
+        spec={**m.spec, **(spec or {})},
+        overrides={**m.overrides, **(overrides or {})},
+        lrs=m.lrs if lrs is None else lrs,
+        description=m.description + (f" [{note}]" if note else ""),
+    )
 
 
 def resolve_method(name):
@@ -100,13 +114,16 @@ def resolve_method(name):
     m = name if isinstance(name, Method) else known[name]
     installed = families()
     if m.family not in installed:
-        raise ConfigError(f"--method={name!r} needs growth family {m.family!r}, which is not installed in this build "
-                          f"(installed: {', '.join(installed) or 'none'})")
+        raise ConfigError(
+            f"--method={name!r} needs growth family {m.family!r}, which is not installed in this build "
+            f"(installed: {', '.join(installed) or 'none'})"
+        )
     return m
 
 
-def small_config(m, preset: str | None, overrides: list[str], seed: int | None,
-                 config_mapping: dict | None = None) -> RunConfig:
+def small_config(
+    m, preset: str | None, overrides: list[str], seed: int | None, config_mapping: dict | None = None
+) -> RunConfig:
     """Method m's small model: its preset with its own overrides and tuned lr (or a user preset as it is), a
     --config file's fields, then the command line's overrides; refused unless m's growth applies to it."""
     from ..presets import get_preset
@@ -139,12 +156,16 @@ def tokens_per_step(cfg: RunConfig) -> int:
 def _parse_grow_at(grow_at: float, budget: int) -> int:
     """A fraction of the budget (0 < x <= 1; 1 is the end, outside) or a token count (x > 1) -> tokens."""
     if not (isinstance(grow_at, (int, float)) and math.isfinite(grow_at)) or grow_at <= 0:
-        raise ConfigError(f"--grow-at={grow_at!r} (valid: a fraction in (0, 1) of the token budget, or a token count "
-                          f"in (0, {budget}))")
+        raise ConfigError(
+            f"--grow-at={grow_at!r} (valid: a fraction in (0, 1) of the token budget, or a token count "
+            f"in (0, {budget}))"
+        )
     d_e = grow_at * budget if grow_at <= 1 else grow_at
     if d_e >= budget:
-        raise ConfigError(f"--grow-at={grow_at!r} is {int(d_e)} tokens, outside the token budget of {budget} tokens "
-                          f"(valid: a fraction in (0, 1), or a token count in (0, {budget}))")
+        raise ConfigError(
+            f"--grow-at={grow_at!r} is {int(d_e)} tokens, outside the token budget of {budget} tokens "
+            f"(valid: a fraction in (0, 1), or a token count in (0, {budget}))"
+        )
     return int(d_e)
 
 
@@ -185,8 +206,10 @@ def parse_tau(tau, post_growth_steps: int) -> tuple[int, str]:
     except (TypeError, ValueError):
         t = -1
     if t < 0 or str(tau).strip() != str(t):
-        raise ConfigError(f"--tau={tau!r} (valid: 'ratio' for SPARKLING's 250/31,800 of the post-growth steps, or a "
-                          f"step count >= 0, e.g. 250 for the paper's literal value)")
+        raise ConfigError(
+            f"--tau={tau!r} (valid: 'ratio' for SPARKLING's 250/31,800 of the post-growth steps, or a "
+            f"step count >= 0, e.g. 250 for the paper's literal value)"
+        )
     return t, f"{t} steps (literal)"
 
 
@@ -210,11 +233,22 @@ def _total_params(model_cfg) -> int:
     return sum(p.numel() for p in build_on_meta(model_cfg).parameters())
 
 
-def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None = None, overrides: list[str] | None = None,
-                     tokens: int | None = None, grow_at: float = 0.5, seed: int | None = None,
-                     out: str | None = None, eval_points: int = 10, seeds: list[int] | None = None,
-                     recipe: str = "paper", tau=None, steplaw_scratch: bool = False,
-                     scratch_lr: float | None = None, config_mapping: dict | None = None) -> dict:
+def plan_progressive(
+    method: str | Method = DEFAULT_METHOD,
+    preset: str | None = None,
+    overrides: list[str] | None = None,
+    tokens: int | None = None,
+    grow_at: float = 0.5,
+    seed: int | None = None,
+    out: str | None = None,
+    eval_points: int = 10,
+    seeds: list[int] | None = None,
+    recipe: str = "paper",
+    tau=None,
+    steplaw_scratch: bool = False,
+    scratch_lr: float | None = None,
+    config_mapping: dict | None = None,
+) -> dict:
     """Validate everything and return the plan (configs of every run of every seed); trains nothing.
     method: a registered method's name, or a Method (a study's variant: method_variant).
     config_mapping: the fields a --config file names, merged onto the small model's preset before `overrides`."""
@@ -235,16 +269,19 @@ def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None =
     d_e = _parse_grow_at(grow_at, budget)
     grow_step = round(d_e / tps)
     if not 1 <= grow_step <= steps - 1:
-        raise ConfigError(f"--grow-at={grow_at!r} falls on step {grow_step} of {steps} (valid: a growth point with "
-                          f"at least one step ({tps} tokens) before and after it)")
+        raise ConfigError(
+            f"--grow-at={grow_at!r} falls on step {grow_step} of {steps} (valid: a growth point with "
+            f"at least one step ({tps} tokens) before and after it)"
+        )
     spec = {"family": m.family, **m.spec}
     tau_steps, tau_rule = None, None
     if "rewarmup" in spec and (recipe == "paper" or tau is not None):
         tau_steps, tau_rule = parse_tau(tau, steps - grow_step)
         spec["rewarmup"] = f"{PAPER_REWARMUP_RHO if recipe == 'paper' else spec['rewarmup'].split(',')[0]},{tau_steps}"
     elif tau is not None:
-        raise ConfigError(f"--tau={tau!r} with --method={m.name!r}, which has no re-warmup (valid: a method with one, "
-                          f"e.g. sparkling)")
+        raise ConfigError(
+            f"--tau={tau!r} with --method={m.name!r}, which has no re-warmup (valid: a method with one, e.g. sparkling)"
+        )
     if recipe == "paper":
         apply_paper_recipe(small, steps)
     target_model = dry_run_growth(small, m, spec)
@@ -260,8 +297,9 @@ def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None =
     scratch.model = copy.deepcopy(target_model)
     _reset_growth_only_fields(scratch.model, small.model)
     scratch.growth_history = []
-    user_lr = (any(o.lstrip("-").split("=")[0] == "train.lr" for o in (overrides or []))
-               or mapping_sets(config_mapping, "train.lr"))
+    user_lr = any(o.lstrip("-").split("=")[0] == "train.lr" for o in (overrides or [])) or mapping_sets(
+        config_mapping, "train.lr"
+    )
     scratch_lr_rule = "the small model's lr (untuned)"
     if scratch_lr is None and preset is None and m.lrs and not user_lr:
         scratch_lr, scratch_lr_rule = m.lrs["scratch"], f"tuned: {m.lrs['scratch']:.3g} ({MAIN_JOB_SWEEP})"
@@ -288,16 +326,36 @@ def plan_progressive(method: str | Method = DEFAULT_METHOD, preset: str | None =
             cfg.preset = f"{small.preset}:{name}"
             per[name] = cfg.validate().to_dict()
         configs[str(sd)] = per
-    return {"kind": "progressive", "method": m.name, "family": m.family, "description": m.description,
-            "spec": spec, "seeds": seeds, "recipe": recipe, "tau": tau_steps, "tau_rule": tau_rule,
-            "token_budget": steps * tps, "tokens_per_step": tps, "steps": steps, "grow_step": grow_step,
-            "grow_at_tokens": grow_step * tps, "out_dir": str(out_dir), "total_params": {"small": n_small, "large": n_large},
-            "scratch_lr_rule": scratch_lr_rule,
-            "schedules": {name: describe_schedule(t.train) + (f" (step law: small lr x (N_large/N_small)^{STEP_LAW_N_EXPONENT}"
-                                                               f" = {n_large:,}/{n_small:,} total params)"
-                                                               if name == "scratch-steplaw" else "")
-                          for name, t in templates.items()},
-            "configs": configs}
+    return {
+        "kind": "progressive",
+        "method": m.name,
+        "family": m.family,
+        "description": m.description,
+        "spec": spec,
+        "seeds": seeds,
+        "recipe": recipe,
+        "tau": tau_steps,
+        "tau_rule": tau_rule,
+        "token_budget": steps * tps,
+        "tokens_per_step": tps,
+        "steps": steps,
+        "grow_step": grow_step,
+        "grow_at_tokens": grow_step * tps,
+        "out_dir": str(out_dir),
+        "total_params": {"small": n_small, "large": n_large},
+        "scratch_lr_rule": scratch_lr_rule,
+        "schedules": {
+            name: describe_schedule(t.train)
+            + (
+                f" (step law: small lr x (N_large/N_small)^{STEP_LAW_N_EXPONENT}"
+                f" = {n_large:,}/{n_small:,} total params)"
+                if name == "scratch-steplaw"
+                else ""
+            )
+            for name, t in templates.items()
+        },
+        "configs": configs,
+    }
 
 
 def _reset_growth_only_fields(model_cfg, small_model_cfg) -> None:
@@ -317,8 +375,10 @@ def _check_same_plan(out_dir: Path, plan: dict) -> None:
         return
     old = json.loads(f.read_text())
     if _current_form(old.get("configs")) != json.loads(json.dumps(plan["configs"])):
-        raise ConfigError(f"--out={str(out_dir)!r} holds a different experiment ({old.get('method')}, "
-                          f"{old.get('token_budget')} tokens) (valid: the same settings to resume it, or another --out)")
+        raise ConfigError(
+            f"--out={str(out_dir)!r} holds a different experiment ({old.get('method')}, "
+            f"{old.get('token_budget')} tokens) (valid: the same settings to resume it, or another --out)"
+        )
 
 
 def _current_form(configs):
@@ -363,8 +423,10 @@ def _describe_run(plan: dict, name: str) -> str:
     m = plan["configs"][str(plan["seeds"][0])][name]["model"]
     shape = f"{m['n_layers']}x{m['d_model']}"
     if name == "grown":
-        return (f"small {shape} for {plan['grow_at_tokens']:,} tokens, grow ({plan['method']}) at step "
-                f"{plan['grow_step']}, continue to {plan['token_budget']:,} tokens")
+        return (
+            f"small {shape} for {plan['grow_at_tokens']:,} tokens, grow ({plan['method']}) at step "
+            f"{plan['grow_step']}, continue to {plan['token_budget']:,} tokens"
+        )
     if name == "small":
         return f"small model {shape} alone for {plan['token_budget']:,} tokens"
     return f"target model {shape} from scratch for {plan['token_budget']:,} tokens ({plan['schedules'][name]})"

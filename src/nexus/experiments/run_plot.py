@@ -5,6 +5,7 @@ A run is read from what training leaves in its directory: metrics.jsonl (losses,
 parameter count and, for runs since it was recorded, the elapsed wall time), config.yaml (batch shape
 and the model at the run's last start) and checkpoint/config.json (the final, possibly grown, model).
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,8 +27,9 @@ def find_run_dir(path: str) -> Path:
     for cand in (p, p.parent):
         if (cand / "metrics.jsonl").is_file():
             return cand
-    raise ConfigError(f"RUN={path!r} holds no metrics.jsonl (valid: a `nexus train` run directory, or a checkpoint "
-                      "inside one)")
+    raise ConfigError(
+        f"RUN={path!r} holds no metrics.jsonl (valid: a `nexus train` run directory, or a checkpoint inside one)"
+    )
 
 
 def _model_configs(run: Path) -> list[RunConfig]:
@@ -41,8 +43,10 @@ def _model_configs(run: Path) -> list[RunConfig]:
     if (run / "checkpoint" / "config.json").is_file():
         out.append(read_config(run / "checkpoint"))
     if not out:
-        raise ConfigError(f"RUN={str(run)!r} has neither config.yaml nor checkpoint/config.json (valid: a `nexus "
-                          "train` run directory)")
+        raise ConfigError(
+            f"RUN={str(run)!r} has neither config.yaml nor checkpoint/config.json (valid: a `nexus "
+            "train` run directory)"
+        )
     return out
 
 
@@ -92,8 +96,10 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
     tokens_per_step = tc.batch_size * tc.grad_accum * seq_len * (world or 1)
     last = next((r for r in reversed(rows) if "tokens_seen" in r and r.get("step")), None)
     if world is None and last is not None and last["tokens_seen"] > 1.5 * last["step"] * tokens_per_step:
-        notes.append(f"{name}: the world size is not recorded and the run trained on more tokens than one process "
-                     "takes: tokens and FLOPs assume one process")
+        notes.append(
+            f"{name}: the world size is not recorded and the run trained on more tokens than one process "
+            "takes: tokens and FLOPs assume one process"
+        )
     # growths logged by this run, and those its checkpoint records (a `nexus grow` before this run began)
     recorded = [int(g["step"]) for c in configs for g in c.growth_history if isinstance(g.get("step"), int)]
     growth_steps = sorted({int(r["step"]) for r in rows if r.get("event") == "growth"} | set(recorded))
@@ -113,10 +119,17 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
             f, exact = _flops_per_token(configs, seg_params.get(seg))
         seg_fpt.append(f)
         if not exact:
-            where = (f"before step {growth_steps[seg]}" if seg < len(growth_steps) else
-                     f"after step {growth_steps[-1]}" if growth_steps else "throughout")
-            notes.append(f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
-                         "config is not stored in this run: it was trained elsewhere, or grown in between)")
+            where = (
+                f"before step {growth_steps[seg]}"
+                if seg < len(growth_steps)
+                else f"after step {growth_steps[-1]}"
+                if growth_steps
+                else "throughout"
+            )
+            notes.append(
+                f"{name}: training FLOPs {where} are estimated from another of its models (that model's "
+                "config is not stored in this run: it was trained elsewhere, or grown in between)"
+            )
     bounds = [0] + growth_steps
 
     def flops_at(step: int) -> float:
@@ -128,8 +141,13 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
 
     def point(r: dict, key: str) -> dict:
         s = int(r["step"])
-        return {"step": s, "tokens": s * tokens_per_step, "flops": flops_at(s), "wall_s": r.get("elapsed_s"),
-                "loss": float(r[key])}
+        return {
+            "step": s,
+            "tokens": s * tokens_per_step,
+            "flops": flops_at(s),
+            "wall_s": r.get("elapsed_s"),
+            "loss": float(r[key]),
+        }
 
     train, val = {}, {}
     for r in rows:
@@ -148,10 +166,18 @@ def read_run(path: str, name: str, configs: list[RunConfig] | None = None) -> di
     if not train and not val:
         raise ConfigError(f"RUN={path!r}: its metrics.jsonl has no loss yet (valid: a run that logged a step)")
     if any(p["wall_s"] is None for p in [*train.values(), *val.values()]):
-        notes.append(f"{name}: wall time not recorded in (part of) its metrics.jsonl (runs before nexus logged "
-                     "elapsed_s): left out of the wall-time panel")
-    return {"name": name, "dir": str(run), "train": [train[s] for s in sorted(train)],
-            "val": [val[s] for s in sorted(val)], "growth": [growth_point(g) for g in growth_steps], "notes": notes}
+        notes.append(
+            f"{name}: wall time not recorded in (part of) its metrics.jsonl (runs before nexus logged "
+            "elapsed_s): left out of the wall-time panel"
+        )
+    return {
+        "name": name,
+        "dir": str(run),
+        "train": [train[s] for s in sorted(train)],
+        "val": [val[s] for s in sorted(val)],
+        "growth": [growth_point(g) for g in growth_steps],
+        "notes": notes,
+    }
 
 
 def run_names(paths: list[str]) -> list[str]:
@@ -196,20 +222,48 @@ def curves_csv(runs: list[dict]) -> str:
     for r in runs:
         for series in ("train", "train_ema", "val"):
             for p in r.get(series, []):
-                w.writerow([r["name"], series, p["step"], p["tokens"], f"{p['flops']:.6g}",
-                            "" if p["wall_s"] is None else f"{p['wall_s']:.3f}", f"{p['loss']:.6f}"])
+                w.writerow(
+                    [
+                        r["name"],
+                        series,
+                        p["step"],
+                        p["tokens"],
+                        f"{p['flops']:.6g}",
+                        "" if p["wall_s"] is None else f"{p['wall_s']:.3f}",
+                        f"{p['loss']:.6f}",
+                    ]
+                )
         for g in r["growth"]:
-            w.writerow([r["name"], "growth", g["step"], g["tokens"], f"{g['flops']:.6g}",
-                        "" if g["wall_s"] is None else f"{g['wall_s']:.3f}", ""])
+            w.writerow(
+                [
+                    r["name"],
+                    "growth",
+                    g["step"],
+                    g["tokens"],
+                    f"{g['flops']:.6g}",
+                    "" if g["wall_s"] is None else f"{g['wall_s']:.3f}",
+                    "",
+                ]
+            )
     return buf.getvalue()
 
 
-PANELS = (("tokens", "tokens processed"), ("flops", "training FLOPs (3 x forward, analytic)"),
-          ("wall_s", "wall time (s)"))
+PANELS = (
+    ("tokens", "tokens processed"),
+    ("flops", "training FLOPs (3 x forward, analytic)"),
+    ("wall_s", "wall time (s)"),
+)
 
 
-def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool = False,
-              logy: bool = False, enter: bool = False, dpi: int | None = None) -> None:
+def plot_runs(
+    runs: list[dict],
+    path: Path,
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    enter: bool = False,
+    dpi: int | None = None,
+) -> None:
     """Three panels (loss vs tokens, FLOPs, wall time), made to be read on a slide: per run one colour,
     the raw train loss faint behind its EMA (`with_smoothing`), the validation loss on top, thick with
     markers, growth steps as dashed vertical lines; log-scaled axes on request. enter, dpi (None: 150) and the
@@ -230,8 +284,17 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
                 ax.plot([p[key] for p in tr], [p["loss"] for p in tr], "-", color=c, lw=0.8, alpha=0.18, zorder=1)
                 ax.plot([p[key] for p in sm], [p["loss"] for p in sm], "-", color=c, lw=1.6, alpha=0.85, zorder=2)
             if va:
-                ax.plot([p[key] for p in va], [p["loss"] for p in va], "o-", color=c, lw=2.8, ms=6, zorder=4,
-                        markeredgecolor="white", markeredgewidth=0.8)
+                ax.plot(
+                    [p[key] for p in va],
+                    [p["loss"] for p in va],
+                    "o-",
+                    color=c,
+                    lw=2.8,
+                    ms=6,
+                    zorder=4,
+                    markeredgecolor="white",
+                    markeredgewidth=0.8,
+                )
             for g in r["growth"]:
                 if g[key] is not None:
                     ax.axvline(g[key], color=c, ls="--", lw=1.2, alpha=0.8, zorder=0)
@@ -239,10 +302,12 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
 
     ema_label = "train loss, EMA-smoothed" if any(r["smoothing"] for r in runs) else "train loss"
     handles = [Line2D([], [], color=colors[i % len(colors)], lw=3, label=r["name"]) for i, r in enumerate(runs)]
-    handles += [Line2D([], [], color="black", lw=2.8, marker="o", ms=6, label="validation loss"),
-                Line2D([], [], color="black", lw=1.6, alpha=0.85, label=ema_label),
-                Line2D([], [], color="black", lw=0.8, alpha=0.25, label="train loss, raw"),
-                Line2D([], [], color="black", ls="--", lw=1.2, label="growth")]
+    handles += [
+        Line2D([], [], color="black", lw=2.8, marker="o", ms=6, label="validation loss"),
+        Line2D([], [], color="black", lw=1.6, alpha=0.85, label=ema_label),
+        Line2D([], [], color="black", lw=0.8, alpha=0.25, label="train loss, raw"),
+        Line2D([], [], color="black", ls="--", lw=1.2, label="growth"),
+    ]
     for ax, (key, label) in zip(axes, PANELS):
         ax.set_xlabel(label + (" (log)" if logx else ""), fontsize=13)
         ax.set_ylabel("loss (nats per token)" + (" (log)" if logy else ""), fontsize=13)
@@ -262,8 +327,15 @@ def plot_runs(runs: list[dict], path: Path, title: str | None = None, logx: bool
             ax.yaxis.set_minor_formatter(plain)
             ax.yaxis.grid(True, which="minor", alpha=0.15)
         if key == "wall_s" and not any(p["wall_s"] is not None for r in runs for p in r["train"] + r["val"]):
-            ax.text(0.5, 0.5, "wall time not recorded\nin these runs", ha="center", va="center", transform=ax.transAxes,
-                    fontsize=12)
+            ax.text(
+                0.5,
+                0.5,
+                "wall time not recorded\nin these runs",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=12,
+            )
     fig.legend(handles=handles, fontsize=11, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "loss of " + ", ".join(r["name"] for r in runs), fontsize=15)
     fig.tight_layout(rect=(0, 0.1, 1, 1))

@@ -7,6 +7,7 @@ or starts over when it has none. `plan.json` holds the config the directory was 
 finished or resumed run is reused only for that config (a study whose tuning picked another lr once
 got the old lr's result under the new lr's name); another config is refused in one line.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,6 +42,7 @@ def _plan_fields(cfg_dict: dict) -> dict:
                 walk(v, f"{prefix}.{k}" if prefix else k)
         else:
             flat[prefix] = json.dumps(x, sort_keys=True, default=str)
+
     walk(d, "")
     return flat
 
@@ -53,15 +55,19 @@ def check_plan(run_dir: Path, cfg: RunConfig) -> None:
     try:
         old = _plan_fields(json.loads(path.read_text()))
     except (ValueError, ConfigError) as e:
-        raise ConfigError(f"run directory {str(run_dir)!r}: {PLAN} is unreadable ({e}) (valid: the file this run "
-                          f"wrote; delete the directory to train the run again)") from None
+        raise ConfigError(
+            f"run directory {str(run_dir)!r}: {PLAN} is unreadable ({e}) (valid: the file this run "
+            f"wrote; delete the directory to train the run again)"
+        ) from None
     new = _plan_fields(cfg.to_dict())
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if changed:
         shown = ", ".join(f"{k}: {old.get(k, '(absent)')} -> {new.get(k, '(absent)')}" for k in changed[:3])
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        raise ConfigError(f"run directory {str(run_dir)!r} holds a run of another config ({shown}{more}) (valid: the "
-                          f"config it was started with, another directory, or delete it to train this config)")
+        raise ConfigError(
+            f"run directory {str(run_dir)!r} holds a run of another config ({shown}{more}) (valid: the "
+            f"config it was started with, another directory, or delete it to train this config)"
+        )
 
 
 def finished_outputs(run_dir: Path) -> dict:
@@ -74,9 +80,11 @@ def finished_outputs(run_dir: Path) -> dict:
     for name in (DONE, "metrics.jsonl"):
         entry = files.get(name)
         if not (isinstance(entry, dict) and entry_unchanged(run_dir / name, entry)):
-            raise ConfigError(f"run directory {str(run_dir)!r}: {name!r} is not the file nexus wrote there ("
-                              f"{'not in its manifest' if entry is None else 'changed since'}), so its result cannot "
-                              f"be trusted (valid: restore it, or delete the directory to train the run again)")
+            raise ConfigError(
+                f"run directory {str(run_dir)!r}: {name!r} is not the file nexus wrote there ("
+                f"{'not in its manifest' if entry is None else 'changed since'}), so its result cannot "
+                f"be trusted (valid: restore it, or delete the directory to train the run again)"
+            )
         out[name] = entry["sha256"]
     return out
 
@@ -110,8 +118,10 @@ def refuse_edited_files(out: Path) -> None:
     for rel, entry in sorted(m["files"].items()):
         p = out / rel
         if isinstance(entry, dict) and not entry.get("dir") and p.exists() and not entry_unchanged(p, entry):
-            raise ConfigError(f"--out={str(out)!r}: {rel!r} was changed since nexus wrote it, and running the experiment "
-                              "again would replace it (valid: move or rename it, or another --out)")
+            raise ConfigError(
+                f"--out={str(out)!r}: {rel!r} was changed since nexus wrote it, and running the experiment "
+                "again would replace it (valid: move or rename it, or another --out)"
+            )
 
 
 def record_outputs(out: Path, files=(), runs=()) -> None:
@@ -120,7 +130,7 @@ def record_outputs(out: Path, files=(), runs=()) -> None:
 
     def rel(f) -> str:  # a name relative to `out`, or a path that starts with `out`
         p = Path(f)
-        return p.relative_to(out).as_posix() if p.parts[:len(out.parts)] == out.parts else p.as_posix()
+        return p.relative_to(out).as_posix() if p.parts[: len(out.parts)] == out.parts else p.as_posix()
 
     record(out, EXPERIMENT, files=[rel(f) for f in files], dirs=[rel(r) for r in runs])
 

@@ -13,6 +13,7 @@
 p-values are None where the test is undefined (fewer than two values, or zero variance in every
 difference).
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,15 @@ def gap_closed(small: list[float], grown: list[float], scratch: list[float], con
     num = [float(s) - float(g) for s, g in zip(small, grown)]
     den = [float(s) - float(c) for s, c in zip(small, scratch)]
     per_seed = [None if d == 0 else n / d for n, d in zip(num, den)]
-    out = {"n": k, "estimate": None, "ci_low": None, "ci_high": None, "bounded": False, "per_seed": per_seed,
-           "method": f"ratio of mean paired differences, Fieller {confidence:.0%} interval"}
+    out = {
+        "n": k,
+        "estimate": None,
+        "ci_low": None,
+        "ci_high": None,
+        "bounded": False,
+        "per_seed": per_seed,
+        "method": f"ratio of mean paired differences, Fieller {confidence:.0%} interval",
+    }
     if k == 0:
         return out
     mn, md = statistics.fmean(num), statistics.fmean(den)

@@ -2,6 +2,7 @@
 of the parts that compare arms. A study script names its parts as data (`LrGrid`, `Arms`) and calls `build_parts`;
 every plan comes from nexus.experiments.study_plan.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from .study_plan import Scale, merge_runs, plan_branched, plan_lr_grid
 @dataclass(frozen=True)
 class LrGrid:
     """A tuning part: every lr x tuning seed x shape of the arms; lrs None takes the study's command-line grid."""
+
     arms: tuple
     seeds: tuple
     ns: str
@@ -28,6 +30,7 @@ class Arms:
     complete in the ledger the part is planned at `untuned_lrs` (a dict per shape, or one lr for every shape of the
     tuning) and marked untuned: its cost can be estimated, it cannot run. scratch_seeds: the seeds with a scratch run
     (None: every seed)."""
+
     arms: tuple
     seeds: tuple
     tuned_by: str
@@ -49,8 +52,14 @@ def choose_lrs(plan: dict, ledger) -> dict:
         row[r["seed"]] = None if rec is None else float(rec["final"]["val_loss"])
     out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": True, "seeds": plan["seeds"]}
     for shape, by_lr in table.items():
-        rows = [{"lr": lr, "losses": {str(s): v for s, v in per.items()},
-                 "mean": None if None in per.values() else sum(per.values()) / len(per)} for lr, per in sorted(by_lr.items())]
+        rows = [
+            {
+                "lr": lr,
+                "losses": {str(s): v for s, v in per.items()},
+                "mean": None if None in per.values() else sum(per.values()) / len(per),
+            }
+            for lr, per in sorted(by_lr.items())
+        ]
         out["table"][shape] = rows
         if any(r["mean"] is None for r in rows):
             out["complete"] = False
@@ -64,22 +73,36 @@ def choose_lrs(plan: dict, ledger) -> dict:
 
 def top_lrs(choice: dict, k: int) -> dict:
     """Per shape, the k lrs of a complete grid with the lowest mean final loss, best first."""
-    return {shape: [r["lr"] for r in sorted(rows, key=lambda r: r["mean"])[:k]] for shape, rows in choice["table"].items()}
+    return {
+        shape: [r["lr"] for r in sorted(rows, key=lambda r: r["mean"])[:k]] for shape, rows in choice["table"].items()
+    }
 
 
 def choose_halving(first: dict, second: dict) -> dict:
     """Successive halving's choice: per shape, among the lrs the second round ran (the first round's best), the one
     with the lowest mean over every seed of both rounds; the first round's rows are kept for the table."""
-    out = {"table": {}, "best": {}, "neighbours": {}, "edge": {}, "complete": first["complete"] and second["complete"],
-           "seeds": list(first["seeds"]) + [s for s in second["seeds"] if s not in first["seeds"]]}
+    out = {
+        "table": {},
+        "best": {},
+        "neighbours": {},
+        "edge": {},
+        "complete": first["complete"] and second["complete"],
+        "seeds": list(first["seeds"]) + [s for s in second["seeds"] if s not in first["seeds"]],
+    }
     for shape, rows in first["table"].items():
         later = {r["lr"]: r["losses"] for r in second["table"].get(shape, [])}
         merged = []
         for r in rows:
             losses = {**r["losses"], **later.get(r["lr"], {})}
             vals = list(losses.values())
-            merged.append({"lr": r["lr"], "losses": losses, "rounds": 2 if r["lr"] in later else 1,
-                           "mean": None if None in vals else sum(vals) / len(vals)})
+            merged.append(
+                {
+                    "lr": r["lr"],
+                    "losses": losses,
+                    "rounds": 2 if r["lr"] in later else 1,
+                    "mean": None if None in vals else sum(vals) / len(vals),
+                }
+            )
         out["table"][shape] = merged
         finalists = [r for r in merged if r["rounds"] == 2]
         if not out["complete"] or not finalists or any(r["mean"] is None for r in finalists):
@@ -95,16 +118,31 @@ def choose_halving(first: dict, second: dict) -> dict:
 
 def plan_arms(part: Arms, lrs: dict, scale: Scale, data: str, out: Path, variants: dict | None = None) -> dict:
     """One Arms part's plan at the given lrs (its scratch runs only on its scratch seeds)."""
-    plan = plan_branched(list(part.arms), list(part.seeds), scale, data, out, lrs, tokens_per_param=part.tokens_per_param,
-                         post_mult=part.post_mult, ns=part.ns, variants=variants, small_lr_mults=part.small_lr_mults)
+    plan = plan_branched(
+        list(part.arms),
+        list(part.seeds),
+        scale,
+        data,
+        out,
+        lrs,
+        tokens_per_param=part.tokens_per_param,
+        post_mult=part.post_mult,
+        ns=part.ns,
+        variants=variants,
+        small_lr_mults=part.small_lr_mults,
+    )
     # each shape's scratch config, also where no scratch run is kept: a grown run's step is timed on it
     plan["shape_cfgs"] = {r["shape"]: r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch"}
     if part.scratch_seeds is not None:
-        plan["runs"] = {k: r for k, r in plan["runs"].items() if r["kind"] != "scratch" or r["seed"] in part.scratch_seeds}
+        plan["runs"] = {
+            k: r for k, r in plan["runs"].items() if r["kind"] != "scratch" or r["seed"] in part.scratch_seeds
+        }
     return plan
 
 
-def build_parts(parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lrs: tuple, variants: dict | None = None) -> dict:
+def build_parts(
+    parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lrs: tuple, variants: dict | None = None
+) -> dict:
     """Every part's plans, in the order given: each tuning grid with its choice from the ledger, then each part that
     compares arms (a part may be a tuple of Arms: one plan each) at its tuning's lrs where that is complete.
     Returns name -> {"plans", "runs" (merged), "choice" (grids) or "tuned" (arms)}."""
@@ -116,10 +154,14 @@ def build_parts(parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lr
             if part.top_of is not None:  # the first round's best per shape; until it is complete, its first lrs
                 src = built[part.top_of]
                 lrs = list(src["plans"][0]["lrs_swept"])
-                keep = top_lrs(src["choice"], part.top_k) if src["choice"]["complete"] else \
-                    {shape: lrs[:part.top_k] for shape in src["choice"]["table"]}
-            plan = plan_lr_grid(list(part.arms), list(part.seeds), lrs, scale, data, out, part.ns,
-                                part.tokens_per_param, variants)
+                keep = (
+                    top_lrs(src["choice"], part.top_k)
+                    if src["choice"]["complete"]
+                    else {shape: lrs[: part.top_k] for shape in src["choice"]["table"]}
+                )
+            plan = plan_lr_grid(
+                list(part.arms), list(part.seeds), lrs, scale, data, out, part.ns, part.tokens_per_param, variants
+            )
             if keep is not None:
                 plan["runs"] = {k: r for k, r in plan["runs"].items() if r["lr"] in keep[r["shape"]]}
             built[name] = {"plans": [plan], "tuned": part.top_of is None or built[part.top_of]["choice"]["complete"]}
@@ -134,8 +176,10 @@ def build_parts(parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lr
         lrs = tuning["best"] if tuning["complete"] else None
         untuned = group[0].untuned_lrs
         fallback = untuned if isinstance(untuned, dict) else {k: untuned for k in tuning["table"]}
-        built[name] = {"plans": [plan_arms(p, lrs or fallback, scale, data, out, variants) for p in group],
-                       "tuned": lrs is not None}
+        built[name] = {
+            "plans": [plan_arms(p, lrs or fallback, scale, data, out, variants) for p in group],
+            "tuned": lrs is not None,
+        }
     for part in built.values():
         part["runs"] = merge_runs(p["runs"] for p in part["plans"])
     return built

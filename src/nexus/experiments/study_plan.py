@@ -15,6 +15,7 @@ this module adds what a study needs beyond one experiment:
   - one name per run, so plans of one study share a ledger (nexus.experiments.ledger) without sharing names.
 The study scripts (benchmarks/studies/) name their arms, seeds and regimes as data and call these functions.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,6 +37,7 @@ class Scale:
     """A study's regime: tokens per step (batch x seq), the evaluation (eval_batches per evaluation, about `evals`
     evaluations per run), and the growth point: a fixed step (grow_steps) or tokens per parameter of the small
     model (tokens_per_param). min_val_tokens: the validation split a corpus must hold (0: any)."""
+
     name: str
     batch: int
     seq: int
@@ -52,9 +54,22 @@ class Scale:
 
 def run_overrides(scale: Scale, data: str, lr: float | None) -> list[str]:
     """The regime's settings of every run, as command-line overrides over each method's small model."""
-    o = ["--train.batch_size", str(scale.batch), "--data.seq_len", str(scale.seq),
-         "--train.eval_batches", str(scale.eval_batches), "--data.source", data, "--train.sample_tokens", "1",
-         "--train.grad_accum", "1", "--train.dtype", "float32"]  # pinned: a study keeps its numerics if a default moves
+    o = [
+        "--train.batch_size",
+        str(scale.batch),
+        "--data.seq_len",
+        str(scale.seq),
+        "--train.eval_batches",
+        str(scale.eval_batches),
+        "--data.source",
+        data,
+        "--train.sample_tokens",
+        "1",
+        "--train.grad_accum",
+        "1",
+        "--train.dtype",
+        "float32",
+    ]  # pinned: a study keeps its numerics if a default moves
     return o + (["--train.lr", repr(lr)] if lr is not None else [])
 
 
@@ -98,8 +113,9 @@ def growth_step(active_params: int, tokens_per_param: float, tokens_per_step: in
     return math.ceil(tokens_per_param * active_params / tokens_per_step)
 
 
-def plan_at_tokens_per_param(method, tokens_per_param: float, post_mult: int = 1, overrides: list[str] | None = None,
-                             **kw) -> dict:
+def plan_at_tokens_per_param(
+    method, tokens_per_param: float, post_mult: int = 1, overrides: list[str] | None = None, **kw
+) -> dict:
     """plan_progressive with growth after tokens_per_param tokens per active parameter of the small model and
     post_mult times as many steps after growth as before it."""
     from .curves import active_params
@@ -126,9 +142,19 @@ def _finish(cfg: dict, run_dir: Path, steps: int) -> dict:
     return c
 
 
-def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, out: Path, lrs: dict | None,
-                  tokens_per_param: float | None = None, post_mult: int = 1, ns: str = "",
-                  variants: dict | None = None, small_lr_mults: tuple = ()) -> dict:
+def plan_branched(
+    arms: list[str],
+    seeds: list[int],
+    scale: Scale,
+    data: str,
+    out: Path,
+    lrs: dict | None,
+    tokens_per_param: float | None = None,
+    post_mult: int = 1,
+    ns: str = "",
+    variants: dict | None = None,
+    small_lr_mults: tuple = (),
+) -> dict:
     """Every run of every seed (configs as dicts), the branch points and the shapes; trains nothing.
     Arms whose small models differ (Nexus-Rank, TokenFormer, SPARKLING's FFN axis) form separate bases: each base
     has its own prefix, small run, growth step and scratch. lrs: a tuned lr per base's small model ("small",
@@ -165,16 +191,31 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
         small_lr = None
         if lrs is not None:
             if f"{pre}small" not in lrs:
-                raise ConfigError(f"the lr sweep has no lr for the small model of base {label or 'small'!r} (valid: run "
-                                  f"--lr-sweep with the same methods, it sweeps every base and shape they use)")
+                raise ConfigError(
+                    f"the lr sweep has no lr for the small model of base {label or 'small'!r} (valid: run "
+                    f"--lr-sweep with the same methods, it sweeps every base and shape they use)"
+                )
             small_lr = lrs[f"{pre}small"]
         for m in ms:
-            plans[m] = P.plan_progressive(resolve(m, variants), overrides=run_overrides(scale, data, small_lr),
-                                          tokens=steps * tps, grow_at=grow_step * tps, seeds=seeds, out=str(out),
-                                          eval_points=scale.evals * (1 + post_mult) // 2)
-        bases[label or "small"] = {"methods": ms, "small_params": n_small, "grow_step": grow_step, "steps": steps,
-                                   "token_budget": steps * tps, "tokens_per_param_at_growth": grow_step * tps / n_small,
-                                   "small_run": f"{pre}small", "prefix_run": f"{pre}prefix"}
+            plans[m] = P.plan_progressive(
+                resolve(m, variants),
+                overrides=run_overrides(scale, data, small_lr),
+                tokens=steps * tps,
+                grow_at=grow_step * tps,
+                seeds=seeds,
+                out=str(out),
+                eval_points=scale.evals * (1 + post_mult) // 2,
+            )
+        bases[label or "small"] = {
+            "methods": ms,
+            "small_params": n_small,
+            "grow_step": grow_step,
+            "steps": steps,
+            "token_budget": steps * tps,
+            "tokens_per_param_at_growth": grow_step * tps / n_small,
+            "small_run": f"{pre}small",
+            "prefix_run": f"{pre}prefix",
+        }
         for sd in seeds:
             first = plans[ms[0]]["configs"][str(sd)]
             where = dict(base=label or "small", grow_step=grow_step, steps=steps)
@@ -182,13 +223,24 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
             prefix = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}prefix", steps)
             prefix["train"]["steps"] = grow_step  # the shared first half; the schedule keeps the full horizon
             runs[f"{ns}seed{sd}/{pre}prefix"] = {"cfg": prefix, "after": None, "kind": "prefix", "seed": sd, **where}
-            runs[f"{ns}seed{sd}/{pre}small"] = {"cfg": small, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "small",
-                                                "seed": sd, **where}
+            runs[f"{ns}seed{sd}/{pre}small"] = {
+                "cfg": small,
+                "after": f"{ns}seed{sd}/{pre}prefix",
+                "kind": "small",
+                "seed": sd,
+                **where,
+            }
             for k in small_lr_mults:  # the no-growth control of an lr change at growth
                 ctl = _finish(first["small"], out / f"{ns}seed{sd}" / f"{pre}small@lr{k:g}x", steps)
                 ctl["train"]["lr"] = k * first["small"]["train"]["lr"]
-                runs[f"{ns}seed{sd}/{pre}small@lr{k:g}x"] = {"cfg": ctl, "after": f"{ns}seed{sd}/{pre}prefix",
-                                                           "kind": "small", "seed": sd, "lr_mult": k, **where}
+                runs[f"{ns}seed{sd}/{pre}small@lr{k:g}x"] = {
+                    "cfg": ctl,
+                    "after": f"{ns}seed{sd}/{pre}prefix",
+                    "kind": "small",
+                    "seed": sd,
+                    "lr_mult": k,
+                    **where,
+                }
             for m in ms:
                 c = plans[m]["configs"][str(sd)]
                 key = shape_key(c["scratch"]["model"])
@@ -197,34 +249,76 @@ def plan_branched(arms: list[str], seeds: list[int], scale: Scale, data: str, ou
                     grown["train"]["lr"] = lrs[key] if lrs is not None else c["scratch"]["train"]["lr"]
                 elif lr_mult(m) is not None:  # K times the small model's lr from the growth step on
                     grown["train"]["lr"] = lr_mult(m) * first["small"]["train"]["lr"]
-                runs[f"{ns}seed{sd}/{m}"] = {"cfg": grown, "after": f"{ns}seed{sd}/{pre}prefix", "kind": "grown",
-                                             "seed": sd, "method": m, "shape": key, **where}
+                runs[f"{ns}seed{sd}/{m}"] = {
+                    "cfg": grown,
+                    "after": f"{ns}seed{sd}/{pre}prefix",
+                    "kind": "grown",
+                    "seed": sd,
+                    "method": m,
+                    "shape": key,
+                    **where,
+                }
                 name = f"{ns}seed{sd}/scratch-{key}"
                 if name not in runs:
                     sc = _finish(c["scratch"], out / f"{ns}seed{sd}" / f"scratch-{key}", steps)
                     if lrs is not None:
                         if key not in lrs:
-                            raise ConfigError(f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep "
-                                              f"with the same methods, it sweeps every shape they use)")
+                            raise ConfigError(
+                                f"the lr sweep has no scratch lr for shape {key} (valid: run --lr-sweep "
+                                f"with the same methods, it sweeps every shape they use)"
+                            )
                         sc["train"]["lr"] = lrs[key]
                     runs[name] = {"cfg": sc, "after": None, "kind": "scratch", "seed": sd, "shape": key, **where}
     b0 = bases[next(iter(bases))]
-    return {"scale": scale.name, "data": data, "methods": arms, "seeds": seeds, "tokens_per_step": tps,
-            "grow_step": b0["grow_step"], "steps": b0["steps"], "token_budget": max(b["token_budget"] for b in bases.values()),
-            "small_params": b0["small_params"], "tokens_per_param_at_growth": b0["tokens_per_param_at_growth"],
-            "bases": bases, "tau_rule": plans[arms[0]]["tau_rule"], "ns": ns, "post_mult": post_mult,
-            "eval_tokens": scale.eval_batches * tps, "tuned": lrs is not None, "lrs": lrs,
-            "specs": {m: plans[m]["spec"] for m in arms}, "runs": runs}
+    return {
+        "scale": scale.name,
+        "data": data,
+        "methods": arms,
+        "seeds": seeds,
+        "tokens_per_step": tps,
+        "grow_step": b0["grow_step"],
+        "steps": b0["steps"],
+        "token_budget": max(b["token_budget"] for b in bases.values()),
+        "small_params": b0["small_params"],
+        "tokens_per_param_at_growth": b0["tokens_per_param_at_growth"],
+        "bases": bases,
+        "tau_rule": plans[arms[0]]["tau_rule"],
+        "ns": ns,
+        "post_mult": post_mult,
+        "eval_tokens": scale.eval_batches * tps,
+        "tuned": lrs is not None,
+        "lrs": lrs,
+        "specs": {m: plans[m]["spec"] for m in arms},
+        "runs": runs,
+    }
 
 
-def plan_lr_grid(arms: list[str], seeds: list[int], lrs: list[float], scale: Scale, data: str, out: Path, ns: str = "",
-                 tokens_per_param: float | None = None, variants: dict | None = None, name: str = GRID_NAME,
-                 where: str = GRID_NAME) -> dict:
+def plan_lr_grid(
+    arms: list[str],
+    seeds: list[int],
+    lrs: list[float],
+    scale: Scale,
+    data: str,
+    out: Path,
+    ns: str = "",
+    tokens_per_param: float | None = None,
+    variants: dict | None = None,
+    name: str = GRID_NAME,
+    where: str = GRID_NAME,
+) -> dict:
     """Every lr x seed x shape (the small model of every base and the scratch model of every shape the arms grow
     to), each trained alone for its base's full budget, lr by lr (the grid's first lrs first). name / where: each
     run's name and directory below `out`, formatted with ns, shape, lr and seed."""
-    base = plan_branched(list(arms), [seeds[0]], scale, data, out / ns / "probe", None, tokens_per_param=tokens_per_param,
-                         variants=variants)
+    base = plan_branched(
+        list(arms),
+        [seeds[0]],
+        scale,
+        data,
+        out / ns / "probe",
+        None,
+        tokens_per_param=tokens_per_param,
+        variants=variants,
+    )
     shapes = {b["small_run"]: base["runs"][f"seed{seeds[0]}/{b['small_run']}"] for b in base["bases"].values()}
     shapes.update({r["shape"]: r for r in base["runs"].values() if r["kind"] == "scratch"})
     runs = {}
@@ -235,7 +329,14 @@ def plan_lr_grid(arms: list[str], seeds: list[int], lrs: list[float], scale: Sca
                 c["train"]["lr"], c["train"]["seed"] = lr, sd
                 c["train"]["out_dir"] = str(out / where.format(ns=ns, shape=shape, lr=lr, seed=sd))
                 runs[name.format(ns=ns, shape=shape, lr=lr, seed=sd)] = {
-                    **r, "cfg": c, "after": None, "kind": "scratch", "seed": sd, "shape": shape, "lr": lr}
+                    **r,
+                    "cfg": c,
+                    "after": None,
+                    "kind": "scratch",
+                    "seed": sd,
+                    "shape": shape,
+                    "lr": lr,
+                }
     return {**base, "runs": runs, "ns": ns, "seeds": list(seeds), "lrs_swept": list(lrs)}
 
 
@@ -258,8 +359,14 @@ def describe_run(run: dict, plan: dict) -> dict:
     m = run["cfg"]["model"]
     tc = run["cfg"]["train"]
     start = run["grow_step"] if run["kind"] in ("small", "grown") else 0
-    row = {"layers": m["n_layers"], "d_model": m["d_model"], "ffn": m["ffn_hidden"], "lr": tc["lr"],
-           "steps": tc["steps"] - start, "tokens": (tc["steps"] - start) * plan["tokens_per_step"]}
+    row = {
+        "layers": m["n_layers"],
+        "d_model": m["d_model"],
+        "ffn": m["ffn_hidden"],
+        "lr": tc["lr"],
+        "steps": tc["steps"] - start,
+        "tokens": (tc["steps"] - start) * plan["tokens_per_step"],
+    }
     if run["kind"] == "grown":
         g = next(h for h in tc["hooks"] if h["kind"] == "growth")["spec"]
         row["grows_to"] = {"d_model": g.get("hidden") or m["d_model"], "ffn": g.get("ffn") or m["ffn_hidden"]}
@@ -271,5 +378,7 @@ def timed_config(run: dict, plan: dict) -> dict:
     if run["kind"] == "grown":  # any seed's scratch run of the shape (a plan may run scratch on fewer seeds)
         if run["shape"] in plan.get("shape_cfgs", {}):
             return plan["shape_cfgs"][run["shape"]]
-        return next(r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch" and r.get("shape") == run["shape"])
+        return next(
+            r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch" and r.get("shape") == run["shape"]
+        )
     return run["cfg"]

@@ -10,6 +10,7 @@ sha256 over all tensor bytes (safetensors checks the header, not the payload).
 
 The reported file size is the size of this file on disk: embeddings and scales included.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,7 +48,7 @@ def unpack_codes(packed: np.ndarray, n: int, packing: str, where: str) -> np.nda
         bad = bool((digits == 3).any())
     else:
         bad = bool((b > 242).any())
-        digits = np.stack([(b // 3 ** i) % 3 for i in range(5)], axis=1)
+        digits = np.stack([(b // 3**i) % 3 for i in range(5)], axis=1)
     flat = digits.reshape(-1)
     if bad or flat.size < n:
         raise CheckpointError(f"{where} is corrupted (invalid packed ternary codes)")
@@ -100,8 +101,10 @@ def ternary_tensors(model, packing: str = "2bit") -> tuple[dict, dict, dict]:
     if not ternary:
         from ..config import ConfigError
 
-        raise ConfigError("--format ternary needs a model with BitLinear layers (valid: a "
-                          "model.arch.kind=recurrent checkpoint with model.arch.ternary=true)")
+        raise ConfigError(
+            "--format ternary needs a model with BitLinear layers (valid: a "
+            "model.arch.kind=recurrent checkpoint with model.arch.ternary=true)"
+        )
     tensors, shapes = {}, {}
     n_ternary = packed_bytes = 0
     skip = {f"{name}.weight" for name in ternary}
@@ -121,9 +124,14 @@ def ternary_tensors(model, packing: str = "2bit") -> tuple[dict, dict, dict]:
             continue
         tensors[key] = v.detach().float().contiguous().cpu()
         n_other += v.numel()
-    stats = {"ternary_params": n_ternary, "other_params": n_other, "ternary_tensors": len(ternary),
-             "packed_ternary_bytes": packed_bytes, "bits_per_ternary_weight": 8.0 * packed_bytes / max(n_ternary, 1),
-             "bits_per_ternary_weight_with_scales": 8.0 * (packed_bytes + 4 * len(ternary)) / max(n_ternary, 1)}
+    stats = {
+        "ternary_params": n_ternary,
+        "other_params": n_other,
+        "ternary_tensors": len(ternary),
+        "packed_ternary_bytes": packed_bytes,
+        "bits_per_ternary_weight": 8.0 * packed_bytes / max(n_ternary, 1),
+        "bits_per_ternary_weight_with_scales": 8.0 * (packed_bytes + 4 * len(ternary)) / max(n_ternary, 1),
+    }
     return tensors, shapes, stats
 
 
@@ -135,9 +143,15 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
     from ..atomic import output_lock, write_file_atomic
 
     tensors, shapes, stats = ternary_tensors(model, packing)
-    meta = {"format": FORMAT, "version": VERSION, "packing": packing, "config": cfg.to_json(),
-            "tokenizer": json.dumps(_tokenizer_meta(tokenizer)), "shapes": json.dumps(shapes),
-            "sha256": _digest(tensors)}
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "packing": packing,
+        "config": cfg.to_json(),
+        "tokenizer": json.dumps(_tokenizer_meta(tokenizer)),
+        "shapes": json.dumps(shapes),
+        "sha256": _digest(tensors),
+    }
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     lk = output_lock(out)
@@ -147,8 +161,14 @@ def save_ternary(model, cfg, tokenizer, out_path, packing: str = "2bit") -> dict
         if lk is not None:
             lk.release()
     size = out.stat().st_size
-    return {"path": str(out), "format": "ternary", "packing": packing, "file_bytes": size, "file_mb": size / 1e6,
-            **stats}
+    return {
+        "path": str(out),
+        "format": "ternary",
+        "packing": packing,
+        "file_bytes": size,
+        "file_mb": size / 1e6,
+        **stats,
+    }
 
 
 def export_ternary(checkpoint_dir, out_path, packing: str = "2bit") -> dict:
@@ -191,13 +211,17 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     path = Path(path)
     where = str(path)
     if not path.is_file():
-        raise CheckpointError(f"ternary file {where!r} does not exist (valid: a file written by nexus export --format ternary)")
+        raise CheckpointError(
+            f"ternary file {where!r} does not exist (valid: a file written by nexus export --format ternary)"
+        )
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"ternary file {where!r} is corrupted or truncated ({str(e).splitlines()[0][:100]})") from None
+        raise CheckpointError(
+            f"ternary file {where!r} is corrupted or truncated ({str(e).splitlines()[0][:100]})"
+        ) from None
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"ternary file {where!r} is not a nexus ternary export (format={meta.get('format')!r})")
     if meta.get("sha256") != _digest(tensors):
@@ -219,7 +243,9 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
     device = torch.device(device)
     if device.type != "cpu":
         if kernel != "auto" and kernel != "dense":
-            raise ConfigError(f"kernel={kernel!r} runs on CPU only, not on device={str(device)!r} (valid there: auto|dense)")
+            raise ConfigError(
+                f"kernel={kernel!r} runs on CPU only, not on device={str(device)!r} (valid there: auto|dense)"
+            )
         kernel = "dense"  # the low-bit kernels (torch's and ours) exist for CPU only
     model = build_model(cfg.model)
     found = []  # (name, module, codes, gamma, bias) of every BitLinear, in model order
@@ -231,7 +257,9 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
             raise CheckpointError(f"ternary file {where!r} lacks packed weights for {key} (config mismatch)")
         shape = shapes[key]
         if list(m.weight.shape) != shape:
-            raise CheckpointError(f"ternary file {where!r}: {key} has shape {shape} but its config implies {list(m.weight.shape)}")
+            raise CheckpointError(
+                f"ternary file {where!r}: {key} has shape {shape} but its config implies {list(m.weight.shape)}"
+            )
         n = int(np.prod(shape))
         codes = torch.from_numpy(unpack_codes(tensors.pop(key + _CODES).numpy(), n, packing, where)).reshape(shape)
         gamma = tensors.pop(key + _SCALE).reshape(())
@@ -253,9 +281,11 @@ def load_ternary(path, kernel: str = "auto", overrides: dict | None = None, devi
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
     if fallback and say is not None:
-        say(f"ternary kernel {kernel}: {len(fallback)} matrices use another kernel, their shape is not one torch's "
+        say(
+            f"ternary kernel {kernel}: {len(fallback)} matrices use another kernel, their shape is not one torch's "
             f"kernel takes (int4: out_features a multiple of 16 and in_features of 32; int8: in_features a multiple "
-            f"of 16): {', '.join(fallback[:4])}{' ...' if len(fallback) > 4 else ''}")
+            f"of 16): {', '.join(fallback[:4])}{' ...' if len(fallback) > 4 else ''}"
+        )
     model.kernel_choice = choice
     load_state_dict_checked(model, tensors, where)
     model.to(device).eval()

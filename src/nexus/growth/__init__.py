@@ -16,6 +16,7 @@ everything, then write atomically, the source untouched). Growth inside a traini
 `growth.hook.GrowthHook`, the hook kind "growth" a run config turns on in `train.hooks` (the trainer
 never imports growth).
 """
+
 from __future__ import annotations
 
 from .checkpoint_flow import grow_checkpoint
@@ -26,5 +27,18 @@ from .registry import GROWERS, GrowthResult, families, parse_growth_spec, regist
 from .spec import OPTIMIZER_STATE_POLICIES, GrowthSpec, spec_classes
 from .verification import verify
 
-__all__ = ["ParamMap", "GrowthResult", "GrowthSpec", "GROWERS", "register_grower", "families", "parse_growth_spec",
-           "spec_classes", "grow", "grow_checkpoint", "verify", "transplant_optimizer_state", "OPTIMIZER_STATE_POLICIES"]
+__all__ = [
+    "ParamMap",
+    "GrowthResult",
+    "GrowthSpec",
+    "GROWERS",
+    "register_grower",
+    "families",
+    "parse_growth_spec",
+    "spec_classes",
+    "grow",
+    "grow_checkpoint",
+    "verify",
+    "transplant_optimizer_state",
+    "OPTIMIZER_STATE_POLICIES",
+]

@@ -1,5 +1,6 @@
 """Growing a checkpoint directory: load, grow, verify, then write the grown checkpoint atomically to a
 new directory; the source stays untouched."""
+
 from __future__ import annotations
 
 import copy
@@ -9,8 +10,9 @@ from ..config import ConfigError, RunConfig
 from .generic_grow import grow
 
 
-def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: bool = True,
-                    train_overrides: list[str] = ()) -> dict:
+def grow_checkpoint(
+    src: str | Path, out: str | Path, spec: dict, probe_verify: bool = True, train_overrides: list[str] = ()
+) -> dict:
     """Load a checkpoint, grow it, verify, and write the grown checkpoint atomically to `out`.
     `train_overrides` (dotted `--train.*` arguments, e.g. --train.steps 600) are recorded in the grown
     checkpoint's config: the continued run's length and so its LR schedule after the growth."""
@@ -19,7 +21,9 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
 
     src, out = Path(src), Path(out)
     if out.resolve() == src.resolve():
-        raise ConfigError(f"--out={str(out)!r} equals --checkpoint (valid: a different directory; the source stays untouched)")
+        raise ConfigError(
+            f"--out={str(out)!r} equals --checkpoint (valid: a different directory; the source stays untouched)"
+        )
     model, cfg, tok = load_checkpoint(src)
     tstate = load_trainer_state(src) or {}
     step = int(tstate.get("step", 0))
@@ -42,8 +46,9 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
     if probe_verify:
         from .verification import verify
 
-        report["verify"] = verify(model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size,
-                                  train_cfg=new_cfg.train)
+        report["verify"] = verify(
+            model, new_model, result.param_maps, vocab_size=new_cfg.model.vocab_size, train_cfg=new_cfg.train
+        )
     # The post-growth monitor of an earlier growth describes the model before *that* growth: it is replaced
     # by this growth's, built as GrowthHook builds it in training, so the continued run logs the
     # symmetry lock and RMS ratio as a run grown in training does.
@@ -55,8 +60,14 @@ def grow_checkpoint(src: str | Path, out: str | Path, spec: dict, probe_verify: 
         from .diagnostics import monitor_after_growth
 
         data = DataModule(cfg.data, seed=cfg.train.seed, tokenizer=tok, quiet=True)
-        monitor, rms_report = monitor_after_growth(model, new_model, cfg.model.max_seq_len, new_cfg.model,
-                                                   result.param_maps, next(iter(data.val_batches(1, cfg.train.batch_size))))
+        monitor, rms_report = monitor_after_growth(
+            model,
+            new_model,
+            cfg.model.max_seq_len,
+            new_cfg.model,
+            result.param_maps,
+            next(iter(data.val_batches(1, cfg.train.batch_size))),
+        )
         report.update(rms_report)
         hooks[GrowthHook.state_key] = GrowthHook.saved_state(monitor, len(new_cfg.growth_history))
     report["continued run"] = continued_run_plan(new_cfg, step, out)
@@ -72,10 +83,15 @@ def continued_run_plan(cfg: RunConfig, step: int, out) -> str:
     from .rewarmup import lr_plan
 
     if cfg.train.steps <= step:
-        return (f"the run ended at step {step}: continue with `nexus train --resume {out} --train.steps N` (N > {step}); "
-                "its LR schedule is then re-planned over N steps, the new entries re-warmed as recorded (or give "
-                "--train.steps N here)")
+        return (
+            f"the run ended at step {step}: continue with `nexus train --resume {out} --train.steps N` (N > {step}); "
+            "its LR schedule is then re-planned over N steps, the new entries re-warmed as recorded (or give "
+            "--train.steps N here)"
+        )
     plan, at_floor = lr_plan(cfg.train, step, cfg.growth_history[-1])
-    floor = (" WARNING: every remaining step is at the LR floor (train.min_lr_ratio); set --train.schedule_steps"
-             if at_floor else "")
+    floor = (
+        " WARNING: every remaining step is at the LR floor (train.min_lr_ratio); set --train.schedule_steps"
+        if at_floor
+        else ""
+    )
     return f"`nexus train --resume {out}` trains steps {step}->{cfg.train.steps}; {plan}{floor}"

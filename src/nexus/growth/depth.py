@@ -32,6 +32,7 @@ through an output projection we can find (`residual_writers`). ResFormer / NuRes
 layer 0, so layer 0 must stay the old layer 0 (`--depth.where bottom` refused); ExoFormer's anchor comes from the
 embeddings and needs nothing. The NEXUS v4.1 recurrent model is refused: its depth is its loop count.
 """
+
 from __future__ import annotations
 
 import copy
@@ -60,23 +61,42 @@ LAYER_ZERO_ANCHORS = ("nures", "value_residual")  # mixing anchors read from lay
 @dataclass
 class DepthSpec(GrowthSpec):
     """Depth: new blocks (LLaMA-Pro zero-output blocks, G_stack, layer copies)."""
+
     triggers: ClassVar[tuple[str, ...]] = ("layers",)
     carries: ClassVar[tuple[str, ...]] = ("width",)
 
-    layers: int = option(0, "new layer count N (more than now; --depth.init stack: a multiple of it)",
-                         "--depth.layers", kind=int, metavar="N")
-    init: str = option("zero", "how new blocks start: zero (output projections zero, preserving) | copy-zero-out "
-                       "(LLaMA-Pro: copy of the block below, outputs zeroed, preserving) | stack (G_stack, "
-                       "changes the function) | copy (duplicate in place, changes the function)", "--depth.init",
-                       metavar="OP")
-    where: str = option("interleave", "where new blocks go (not stack): interleave | top | bottom", "--depth.where",
-                        metavar="W")
-    seed: int = option(None, "seed of the new blocks' own init (default: train.seed)", "--growth-seed", kind=int,
-                       metavar="S")
-    rewarmup: object = option(None, "asymmetric lr re-warmup of the new entries: RHO,TAU (SPARKLING: 1.3,250)",
-                              "--rewarmup", metavar="RHO,TAU")
-    width: dict = option(None, "a width growth applied first in the same growth (the --width.* flags given "
-                         "beside --depth.*), as its spec mapping")
+    layers: int = option(
+        0,
+        "new layer count N (more than now; --depth.init stack: a multiple of it)",
+        "--depth.layers",
+        kind=int,
+        metavar="N",
+    )
+    init: str = option(
+        "zero",
+        "how new blocks start: zero (output projections zero, preserving) | copy-zero-out "
+        "(LLaMA-Pro: copy of the block below, outputs zeroed, preserving) | stack (G_stack, "
+        "changes the function) | copy (duplicate in place, changes the function)",
+        "--depth.init",
+        metavar="OP",
+    )
+    where: str = option(
+        "interleave", "where new blocks go (not stack): interleave | top | bottom", "--depth.where", metavar="W"
+    )
+    seed: int = option(
+        None, "seed of the new blocks' own init (default: train.seed)", "--growth-seed", kind=int, metavar="S"
+    )
+    rewarmup: object = option(
+        None,
+        "asymmetric lr re-warmup of the new entries: RHO,TAU (SPARKLING: 1.3,250)",
+        "--rewarmup",
+        metavar="RHO,TAU",
+    )
+    width: dict = option(
+        None,
+        "a width growth applied first in the same growth (the --width.* flags given "
+        "beside --depth.*), as its spec mapping",
+    )
 
     def validate(self) -> "DepthSpec":
         from .width import parse_pair  # the one RHO,TAU parser, shared with width growth
@@ -84,15 +104,18 @@ class DepthSpec(GrowthSpec):
         super().validate()
         layers = self.layers
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise ConfigError(f"--depth.layers={layers!r} (valid: the new layer count, an integer larger than the "
-                              "current one)")
+            raise ConfigError(
+                f"--depth.layers={layers!r} (valid: the new layer count, an integer larger than the current one)"
+            )
         if self.init not in INITS:
             raise ConfigError(f"--depth.init={self.init!r} (valid: {'|'.join(INITS)})")
         if self.where not in WHERES:
             raise ConfigError(f"--depth.where={self.where!r} (valid: {'|'.join(WHERES)})")
         if self.init == "stack" and self.where != "interleave":
-            raise ConfigError(f"--depth.where={self.where!r} with --depth.init stack (valid: no --depth.where; "
-                              "G_stack repeats the whole stack, so where the copies go is fixed)")
+            raise ConfigError(
+                f"--depth.where={self.where!r} with --depth.init stack (valid: no --depth.where; "
+                "G_stack repeats the whole stack, so where the copies go is fixed)"
+            )
         check_int(self.seed, "--growth-seed", minimum=0)
         self.rewarmup = parse_pair(self.rewarmup, "--rewarmup")
         if self.width is not None:
@@ -109,12 +132,16 @@ class DepthSpec(GrowthSpec):
             raise ConfigError(f"depth.width.family={w.get('family')!r} (valid: width; depth carries width only)")
         ws = spec_from_dict({**w, "family": "width"}, "depth.width")
         if ws.rewarmup_all:
-            raise ConfigError("--rewarmup-all with --depth.* (valid: --rewarmup RHO,TAU: one re-warmup for the new "
-                              "channels and the new blocks)")
+            raise ConfigError(
+                "--rewarmup-all with --depth.* (valid: --rewarmup RHO,TAU: one re-warmup for the new "
+                "channels and the new blocks)"
+            )
         if ws.optimizer_state != self.optimizer_state or (ws.rewarmup and ws.rewarmup != self.rewarmup):
-            raise ConfigError(f"depth.width.optimizer_state={ws.optimizer_state!r} / rewarmup={ws.rewarmup!r} differ "
-                              f"from the growth's ({self.optimizer_state!r} / {self.rewarmup!r}) (valid: give them "
-                              "once, for the whole growth)")
+            raise ConfigError(
+                f"depth.width.optimizer_state={ws.optimizer_state!r} / rewarmup={ws.rewarmup!r} differ "
+                f"from the growth's ({self.optimizer_state!r} / {self.rewarmup!r}) (valid: give them "
+                "once, for the whole growth)"
+            )
         return {k: v for k, v in ws.to_dict().items() if k != "family"}
 
     def width_spec(self):
@@ -123,34 +150,46 @@ class DepthSpec(GrowthSpec):
     def applies_to(self, m) -> None:
         kind = m.arch.kind
         if kind == "recurrent":
-            raise ConfigError("depth growth of model.arch.kind='recurrent' (NEXUS v4.1): its depth is the loop count "
-                              "(arch.t_inner x arch.n_sup) over one shared block stack, and more loops are a change "
-                              "of the run, not of its parameters, nor function preserving (valid: a transformer "
-                              "model; for more loops start a run from the weights with --init-from and "
-                              "--model.arch.t_inner N)")
+            raise ConfigError(
+                "depth growth of model.arch.kind='recurrent' (NEXUS v4.1): its depth is the loop count "
+                "(arch.t_inner x arch.n_sup) over one shared block stack, and more loops are a change "
+                "of the run, not of its parameters, nor function preserving (valid: a transformer "
+                "model; for more loops start a run from the weights with --init-from and "
+                "--model.arch.t_inner N)"
+            )
         if kind != "transformer":
-            raise ConfigError(f"depth growth of model.arch.kind={kind!r} (valid: transformer; depth growth inserts "
-                              "pre-norm transformer blocks)")
+            raise ConfigError(
+                f"depth growth of model.arch.kind={kind!r} (valid: transformer; depth growth inserts "
+                "pre-norm transformer blocks)"
+            )
         if self.width is not None:
             self.width_spec().applies_to(m)
         old = m.n_layers
         if self.layers <= old:
-            raise ConfigError(f"--depth.layers={self.layers} is not more than the current {old} layers (valid: an "
-                              f"integer > {old}; depth growth never removes layers)")
+            raise ConfigError(
+                f"--depth.layers={self.layers} is not more than the current {old} layers (valid: an "
+                f"integer > {old}; depth growth never removes layers)"
+            )
         if self.init == "stack" and self.layers % old:
-            raise ConfigError(f"--depth.layers={self.layers} with --depth.init stack (valid: a multiple of the current "
-                              f"{old} layers, e.g. {2 * old}: G_stack repeats the whole trained stack)")
+            raise ConfigError(
+                f"--depth.layers={self.layers} with --depth.init stack (valid: a multiple of the current "
+                f"{old} layers, e.g. {2 * old}: G_stack repeats the whole trained stack)"
+            )
         if m.mixing.anchor in LAYER_ZERO_ANCHORS and self.where == "bottom":
-            raise ConfigError(f"--depth.where bottom on model.mixing.anchor={m.mixing.anchor!r} (valid: "
-                              "interleave|top; layer 0's own q/k/v/g are every later layer's anchor, so layer 0 must "
-                              "stay the old layer 0)")
+            raise ConfigError(
+                f"--depth.where bottom on model.mixing.anchor={m.mixing.anchor!r} (valid: "
+                "interleave|top; layer 0's own q/k/v/g are every later layer's anchor, so layer 0 must "
+                "stay the old layer 0)"
+            )
         if self.init in PRESERVING:
             block = build_on_meta(m).layers[0]
             try:
                 residual_writers(block)
             except LookupError as e:
-                raise ConfigError(f"--depth.init {self.init} on this model: {e} (valid: --depth.init stack|copy, "
-                                  "which copy whole blocks)") from None
+                raise ConfigError(
+                    f"--depth.init {self.init} on this model: {e} (valid: --depth.init stack|copy, "
+                    "which copy whole blocks)"
+                ) from None
 
 
 # ----------------------------------------------------------------------------- plan
@@ -238,18 +277,29 @@ def grow_depth(model, cfg: RunConfig, spec: DepthSpec) -> GrowthResult:
                         new_model.layers[k].get_parameter(rel).zero_()
                         zeroed.append(f"layers.{k}.{rel}")
     new_at = [k for k, (_, is_new) in enumerate(plan) if is_new]
-    record = {"layers": [old_n, spec.layers], "init": spec.init, "where": spec.where, "seed": seed,
-              "layer_sources": [j for j, _ in plan], "new_layers": new_at, "rewarmup": spec.rewarmup,
-              "order": "width then depth" if ws is not None else "depth"}
+    record = {
+        "layers": [old_n, spec.layers],
+        "init": spec.init,
+        "where": spec.where,
+        "seed": seed,
+        "layer_sources": [j for j, _ in plan],
+        "new_layers": new_at,
+        "rewarmup": spec.rewarmup,
+        "order": "width then depth" if ws is not None else "depth",
+    }
     if width_record is not None:
         record["width_growth"] = width_record
     preserving = spec.init in PRESERVING and (ws is None or _width_preserves(ws))
-    report = {**({f"width {k}": v for k, v in width_report.items() if isinstance(v, str)}),
-              "grown": f"layers {old_n}->{spec.layers} ({spec.init}"
-                       + ("" if spec.init == "stack" else f", {spec.where}") + f"; new at {_ranges(new_at)})",
-              "function": (_preserved_note(ws) if preserving else _changed_note(spec, ws))}
-    report["params"] = (f"{sum(p.numel() for p in model.parameters()):,} -> "
-                        f"{sum(p.numel() for p in new_model.parameters()):,}")
+    report = {
+        **({f"width {k}": v for k, v in width_report.items() if isinstance(v, str)}),
+        "grown": f"layers {old_n}->{spec.layers} ({spec.init}"
+        + ("" if spec.init == "stack" else f", {spec.where}")
+        + f"; new at {_ranges(new_at)})",
+        "function": (_preserved_note(ws) if preserving else _changed_note(spec, ws)),
+    }
+    report["params"] = (
+        f"{sum(p.numel() for p in model.parameters()):,} -> {sum(p.numel() for p in new_model.parameters()):,}"
+    )
     if ws is not None:
         report["order"] = "width first, then depth on the widened model; verified once, after both"
     if spec.rewarmup:
@@ -290,8 +340,9 @@ def _copy_tensors(base: nn.Module, new_model: nn.Module, plan, init: str, base_m
             maps[name] = dataclasses.replace(prior)
         elif copies and old is not None and old.shape == p.shape:
             p.copy_(old)
-            maps[name] = ParamMap(old_name=None, old_slices=prior.old_slices, copy_source=prior.copy_source,
-                                  copy_of=prior.old_name)
+            maps[name] = ParamMap(
+                old_name=None, old_slices=prior.old_slices, copy_source=prior.copy_source, copy_of=prior.old_name
+            )
         else:  # a zero block, or a tensor its source block lacks (NuRes layer 0 has no mixer): the own init
             maps[name] = ParamMap(old_name=None)
     missing = sorted(set(old_params) - placed)
@@ -342,22 +393,45 @@ register_grower("depth", DepthSpec)(grow_depth)
 # (rho, tau) as the SPARKLING methods here (width.py), for a like-for-like comparison; G_stack's paper has none.
 _DEPTH_SMALL = {"model.n_layers": 2}
 register_method(
-    Method("gstack", "depth", "baseline-tiny", {"layers": 8, "init": "stack"},
-           "G_stack (Du et al. 2024): 2 layers stacked 4x to 8 (g = 4); changes the function on purpose (loss jump "
-           "reported)", _DEPTH_SMALL),
-    Method("depth-zero", "depth", "baseline-tiny", {"layers": 4, "init": "zero", "where": "interleave",
-                                                     "rewarmup": "1.3,30"},
-           "function-preserving insertion: 2 -> 4 layers, new blocks interleaved with their output projections "
-           "zero (LLaMA-Pro's zero W_O / W_down), asymmetric optimizer state, re-warmup of the new blocks",
-           _DEPTH_SMALL),
-    Method("depth-copy-zero-out", "depth", "baseline-tiny", {"layers": 4, "init": "copy-zero-out",
-                                                              "rewarmup": "1.3,30"},
-           "LLaMA-Pro block expansion: 2 -> 4 layers, each new block a copy of the one below with W_O / W_down "
-           "zeroed (function preserving), re-warmup of the new blocks", _DEPTH_SMALL),
-    Method("width-depth", "depth", "baseline-tiny",
-           {"layers": 4, "init": "zero", "rewarmup": "1.3,30",
-            "width": {"ffn": 512, "init": "copy,copy", "preserve": "exact"}},
-           "width and depth in one growth: FFN inner 256 -> 512 (exact copy split) then 2 -> 4 layers (zero output "
-           "projections); function preserving, re-warmup of every new entry", {**_DEPTH_SMALL,
-                                                                               "model.ffn_hidden": 256}),
+    Method(
+        "gstack",
+        "depth",
+        "baseline-tiny",
+        {"layers": 8, "init": "stack"},
+        "G_stack (Du et al. 2024): 2 layers stacked 4x to 8 (g = 4); changes the function on purpose (loss jump "
+        "reported)",
+        _DEPTH_SMALL,
+    ),
+    Method(
+        "depth-zero",
+        "depth",
+        "baseline-tiny",
+        {"layers": 4, "init": "zero", "where": "interleave", "rewarmup": "1.3,30"},
+        "function-preserving insertion: 2 -> 4 layers, new blocks interleaved with their output projections "
+        "zero (LLaMA-Pro's zero W_O / W_down), asymmetric optimizer state, re-warmup of the new blocks",
+        _DEPTH_SMALL,
+    ),
+    Method(
+        "depth-copy-zero-out",
+        "depth",
+        "baseline-tiny",
+        {"layers": 4, "init": "copy-zero-out", "rewarmup": "1.3,30"},
+        "LLaMA-Pro block expansion: 2 -> 4 layers, each new block a copy of the one below with W_O / W_down "
+        "zeroed (function preserving), re-warmup of the new blocks",
+        _DEPTH_SMALL,
+    ),
+    Method(
+        "width-depth",
+        "depth",
+        "baseline-tiny",
+        {
+            "layers": 4,
+            "init": "zero",
+            "rewarmup": "1.3,30",
+            "width": {"ffn": 512, "init": "copy,copy", "preserve": "exact"},
+        },
+        "width and depth in one growth: FFN inner 256 -> 512 (exact copy split) then 2 -> 4 layers (zero output "
+        "projections); function preserving, re-warmup of every new entry",
+        {**_DEPTH_SMALL, "model.ffn_hidden": 256},
+    ),
 )

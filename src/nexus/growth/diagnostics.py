@@ -11,6 +11,7 @@
   just before growth on the same batch. `state_dict` / `from_state_dict` carry it through a checkpoint,
   so a resumed run logs the same values.
 """
+
 from __future__ import annotations
 
 import torch
@@ -67,8 +68,9 @@ def _layer_of(name: str | None) -> int | None:
     return int(parts[1]) if len(parts) > 2 and parts[0] == "layers" and parts[1].isdigit() else None
 
 
-def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None,
-                     pairs: list[tuple[int, int]] | None = None) -> dict:
+def rms_ratio_report(
+    old_model, new_model, vocab_size: int, ids: torch.Tensor | None = None, pairs: list[tuple[int, int]] | None = None
+) -> dict:
     """pairs: (old, new) stream indices to compare (`stream_pairs`; default: each with itself)."""
     dev = next(new_model.parameters()).device
     ids = (probe_batch(vocab_size) if ids is None else ids).to(dev)
@@ -78,10 +80,13 @@ def rms_ratio_report(old_model, new_model, vocab_size: int, ids: torch.Tensor | 
     rms_new, loss_new = _streams_and_loss(new_model, ids)
     pairs = pairs or [(i, i) for i in range(min(len(rms_old), len(rms_new)))]
     ratios = [rms_new[b] / max(rms_old[a], 1e-12) for a, b in pairs]
-    return {"rms_ratio_per_layer": [round(r, 4) for r in ratios],
-            "rms_ratio_max_dev": round(max(abs(r - 1) for r in ratios), 4),
-            "probe_loss_before": round(loss_old, 4), "probe_loss_after": round(loss_new, 4),
-            "loss_jump": round(loss_new - loss_old, 4)}
+    return {
+        "rms_ratio_per_layer": [round(r, 4) for r in ratios],
+        "rms_ratio_max_dev": round(max(abs(r - 1) for r in ratios), 4),
+        "probe_loss_before": round(loss_old, 4),
+        "probe_loss_after": round(loss_new, 4),
+        "loss_jump": round(loss_new - loss_old, 4),
+    }
 
 
 def copied_channel_cosines(w: torch.Tensor, dim: int, src: torch.Tensor) -> torch.Tensor:
@@ -125,8 +130,14 @@ class PostGrowthMonitor:
     """Trainer callback: logs the symmetry-lock metric (when channels were copied) and the per-layer
     activation RMS ratio against the pre-growth model (`base_rms` on `probe`) every `every` logged steps."""
 
-    def __init__(self, param_maps: dict, probe: torch.Tensor | None = None, base_rms: list[float] | None = None,
-                 every: int = 1, pairs: list[tuple[int, int]] | None = None):
+    def __init__(
+        self,
+        param_maps: dict,
+        probe: torch.Tensor | None = None,
+        base_rms: list[float] | None = None,
+        every: int = 1,
+        pairs: list[tuple[int, int]] | None = None,
+    ):
         self.param_maps, self.every, self.calls = param_maps, every, 0
         self.pairs = pairs  # (old, new) stream indices compared (stream_pairs); None: each with itself
         self.probe, self.base_rms = probe, base_rms
@@ -145,8 +156,10 @@ class PostGrowthMonitor:
             now = residual_rms(trainer.model, self.probe)
             pairs = self.pairs or [(i, i) for i in range(min(len(self.base_rms), len(now)))]
             ratios = [now[b] / max(self.base_rms[a], 1e-12) for a, b in pairs]
-            rec.update(rms_ratio_per_layer=[round(x, 4) for x in ratios],
-                       rms_ratio_max_dev=round(max(abs(x - 1) for x in ratios), 4))
+            rec.update(
+                rms_ratio_per_layer=[round(x, 4) for x in ratios],
+                rms_ratio_max_dev=round(max(abs(x - 1) for x in ratios), 4),
+            )
         if rec:
             trainer.log({"step": step, **rec})
 
@@ -164,25 +177,38 @@ class PostGrowthMonitor:
                     sources.append(src)
                     j = len(sources) - 1
                 copy_source.setdefault(name, {})[int(dim)] = j
-        return {"probe": None if self.probe is None else self.probe.detach().cpu(),
-                "base_rms": None if self.base_rms is None else [float(x) for x in self.base_rms],
-                "every": self.every, "calls": self.calls, "sources": sources, "copy_source": copy_source,
-                "pairs": None if self.pairs is None else [[int(a), int(b)] for a, b in self.pairs]}
+        return {
+            "probe": None if self.probe is None else self.probe.detach().cpu(),
+            "base_rms": None if self.base_rms is None else [float(x) for x in self.base_rms],
+            "every": self.every,
+            "calls": self.calls,
+            "sources": sources,
+            "copy_source": copy_source,
+            "pairs": None if self.pairs is None else [[int(a), int(b)] for a, b in self.pairs],
+        }
 
     @classmethod
     def from_state_dict(cls, st: dict) -> "PostGrowthMonitor":
         """The monitor `state_dict` described (KeyError/IndexError/TypeError on a malformed state)."""
-        maps = {name: ParamMap(name, copy_source={int(d): st["sources"][j].long() for d, j in dims.items()})
-                for name, dims in st["copy_source"].items()}
+        maps = {
+            name: ParamMap(name, copy_source={int(d): st["sources"][j].long() for d, j in dims.items()})
+            for name, dims in st["copy_source"].items()
+        }
         pairs = st.get("pairs")  # absent in states saved before depth growth: same depth, each stream with itself
-        monitor = cls(maps, st["probe"], st["base_rms"], int(st["every"]),
-                      None if pairs is None else [(int(a), int(b)) for a, b in pairs])
+        monitor = cls(
+            maps,
+            st["probe"],
+            st["base_rms"],
+            int(st["every"]),
+            None if pairs is None else [(int(a), int(b)) for a, b in pairs],
+        )
         monitor.calls = int(st["calls"])
         return monitor
 
 
-def monitor_after_growth(old_model, new_model, old_max_seq_len: int, new_model_cfg, param_maps: dict,
-                         val_batch) -> tuple[PostGrowthMonitor, dict]:
+def monitor_after_growth(
+    old_model, new_model, old_max_seq_len: int, new_model_cfg, param_maps: dict, val_batch
+) -> tuple[PostGrowthMonitor, dict]:
     """(the post-growth monitor, the growth-time RMS-ratio report) from one validation batch (x, y): the
     same for a growth inside training (GrowthHook) and for `nexus grow`, so a run continued from a grown
     checkpoint logs what the run grown in training logs."""
@@ -193,5 +219,5 @@ def monitor_after_growth(old_model, new_model, old_max_seq_len: int, new_model_c
     report = rms_ratio_report(old_model, new_model, new_model_cfg.vocab_size, probe, pairs)
     # a few rows of the same probe, kept for the post-growth RMS ratio (cheap enough to run every logged step)
     ids = (probe if probe is not None else probe_batch(new_model_cfg.vocab_size))[:4]
-    ids = ids[:, :min(ids.shape[1], new_model_cfg.max_seq_len + 1, old_max_seq_len + 1)]
+    ids = ids[:, : min(ids.shape[1], new_model_cfg.max_seq_len + 1, old_max_seq_len + 1)]
     return PostGrowthMonitor(param_maps, ids, residual_rms(old_model, ids), pairs=pairs), report

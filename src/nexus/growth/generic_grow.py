@@ -1,5 +1,6 @@
 """Growing a model with any registered family: the grower builds the grown model, this carries the rest
 (the growth record in the config, the optimizer with its transplanted state, the re-warmup masks)."""
+
 from __future__ import annotations
 
 import copy
@@ -13,8 +14,9 @@ from .optimizer_surgery import transplant_optimizer_state
 from .registry import GROWERS, parse_growth_spec
 
 
-def grow(model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = None, step: int = 0,
-         checked_against=None):
+def grow(
+    model: nn.Module, cfg: RunConfig, spec, optimizer_state: dict | None = None, step: int = 0, checked_against=None
+):
     """Grow `model` per `spec` (a spec dataclass, or a mapping with "family"). Returns (new_model,
     new_cfg, new_optimizer, result).
 

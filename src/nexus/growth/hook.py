@@ -12,6 +12,7 @@ before any training step. After a growth it logs the post-growth diagnostics (`o
 (probe ids, pre-growth RMS, copy sources) is saved with every checkpoint (`state_dict`) and rebuilt on
 resume, so a resumed run logs the values the uninterrupted run would have.
 """
+
 from __future__ import annotations
 
 import copy
@@ -51,10 +52,14 @@ class GrowthOptions:
     def check(self, errors: list[str], where: str, cfg) -> None:
         at, steps = self.at, cfg.train.steps
         if not 0 <= at < steps:
-            errors.append(f"{where}.at={at!r} (valid: the step at which the model grows, below train.steps "
-                          f"({steps}), or 0 for no growth)")
+            errors.append(
+                f"{where}.at={at!r} (valid: the step at which the model grows, below train.steps "
+                f"({steps}), or 0 for no growth)"
+            )
         elif at and not self.spec:
-            errors.append(f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})")
+            errors.append(
+                f"{where}.spec is missing (valid: a growth spec mapping, e.g. {{family: width, hidden: 128}})"
+            )
 
 
 @HOOK_KINDS.register("growth")
@@ -78,8 +83,10 @@ class GrowthHook(Hook):
         at, spec = options.at, options.spec or None
         hook = cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
         if not at and spec is not None:  # kept, not refused: an upgraded train.grow_at 0 + train.growth is this entry
-            hook.idle_note = (f"{where} has a spec but at=0: this run never grows (valid: at N with 0 < N < "
-                              f"train.steps ({cfg.train.steps}) to grow at step N)")
+            hook.idle_note = (
+                f"{where} has a spec but at=0: this run never grows (valid: at N with 0 < N < "
+                f"train.steps ({cfg.train.steps}) to grow at step N)"
+            )
         return hook
 
     @classmethod
@@ -113,10 +120,12 @@ class GrowthHook(Hook):
         if self.idle_note:
             trainer.notes.append(self.idle_note)
         if self.pending(cfg) and trainer.step > self.at:  # a resumed run past its growth step would never grow
-            raise ConfigError(f"growth at step {self.at} (--grow-at / train.hooks) but the run resumes at step "
-                              f"{trainer.step}, past it, so it would never grow (valid: --grow-at N with "
-                              f"{trainer.step} <= N < train.steps ({cfg.train.steps}); at {trainer.step} it grows at the "
-                              "resumed run's first step)")
+            raise ConfigError(
+                f"growth at step {self.at} (--grow-at / train.hooks) but the run resumes at step "
+                f"{trainer.step}, past it, so it would never grow (valid: --grow-at N with "
+                f"{trainer.step} <= N < train.steps ({cfg.train.steps}); at {trainer.step} it grows at the "
+                "resumed run's first step)"
+            )
         if self.pending(cfg):  # the spec was checked against the model when the trainer was built
             record = {"step": self.at, "rewarmup": getattr(self.spec, "rewarmup", None)}
         elif cfg.growth_history:
@@ -129,8 +138,10 @@ class GrowthHook(Hook):
         plan, at_floor = lr_plan(cfg.train, trainer.step, record)
         trainer.say(plan)
         if at_floor:
-            trainer.say(f"note: the lr stays at its floor (train.min_lr_ratio={cfg.train.min_lr_ratio} x lr) for every "
-                        f"remaining step: the schedule's horizon ended (valid: --train.schedule_steps N to re-plan it)")
+            trainer.say(
+                f"note: the lr stays at its floor (train.min_lr_ratio={cfg.train.min_lr_ratio} x lr) for every "
+                f"remaining step: the schedule's horizon ended (valid: --train.schedule_steps N to re-plan it)"
+            )
 
     def on_checkpoint_load(self, trainer) -> None:
         trainer.swap(lr_rule=rewarmup_rule(trainer.cfg))
@@ -139,9 +150,11 @@ class GrowthHook(Hook):
             return
         st = self.loaded
         if st is None or (isinstance(st, dict) and st.get("n_growths") != n):  # older, or grown since (`nexus grow`)
-            trainer.notes.append("the checkpoint holds no post-growth monitor for its latest growth (written before "
-                                 "nexus saved it, or grown outside training): symmetry_lock_* and rms_ratio_* are "
-                                 "not logged after this resume")
+            trainer.notes.append(
+                "the checkpoint holds no post-growth monitor for its latest growth (written before "
+                "nexus saved it, or grown outside training): symmetry_lock_* and rms_ratio_* are "
+                "not logged after this resume"
+            )
             return
         from ..checkpoint import CheckpointError
         from .diagnostics import PostGrowthMonitor
@@ -149,9 +162,11 @@ class GrowthHook(Hook):
         try:
             self.monitor = PostGrowthMonitor.from_state_dict(st["monitor"])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-            raise CheckpointError(f"--resume={str(trainer.resumed_from)!r}: the post-growth monitor state in its "
-                                  f"trainer_state.pt is malformed ({type(e).__name__}: {str(e)[:100]}) (valid: a "
-                                  "state written by GrowthHook.state_dict)") from None
+            raise CheckpointError(
+                f"--resume={str(trainer.resumed_from)!r}: the post-growth monitor state in its "
+                f"trainer_state.pt is malformed ({type(e).__name__}: {str(e)[:100]}) (valid: a "
+                "state written by GrowthHook.state_dict)"
+            ) from None
         self.monitor_growths = n
 
     def on_step_start(self, trainer, step: int) -> None:
@@ -168,14 +183,21 @@ class GrowthHook(Hook):
         # Under FSDP2 the model and optimizer state are gathered whole on every rank first; the growth
         # itself is the single-process code, and trainer.swap shards the grown model again.
         old_model, old_state = trainer.full_model_and_optimizer_state()
-        new_model, new_cfg, new_opt, result = grow(old_model, trainer.cfg, spec, old_state, trainer.step,
-                                                   checked_against=self.checked_model if spec is self.spec else None)
+        new_model, new_cfg, new_opt, result = grow(
+            old_model,
+            trainer.cfg,
+            spec,
+            old_state,
+            trainer.step,
+            checked_against=self.checked_model if spec is self.spec else None,
+        )
         torch.set_rng_state(rng)  # growth's random init must not shift the training RNG stream
         from .diagnostics import monitor_after_growth
 
         batch = next(iter(trainer.data.val_batches(1, trainer.cfg.train.batch_size)))
-        self.monitor, rms_report = monitor_after_growth(old_model, new_model, trainer.cfg.model.max_seq_len,
-                                                        new_cfg.model, result.param_maps, batch)
+        self.monitor, rms_report = monitor_after_growth(
+            old_model, new_model, trainer.cfg.model.max_seq_len, new_cfg.model, result.param_maps, batch
+        )
         result.report.update(rms_report)
         self.monitor_growths = len(new_cfg.growth_history)
         trainer.swap(new_model, new_opt, lr_rule=rewarmup_rule(new_cfg), cfg=new_cfg)
@@ -183,8 +205,15 @@ class GrowthHook(Hook):
         from .report import growth_summary
 
         params_before = sum(p.numel() for p in old_model.parameters())
-        trainer.say(growth_summary(trainer.step, new_cfg.growth_history[-1], result.report, params_before,
-                                   sum(p.numel() for p in new_model.parameters())))
+        trainer.say(
+            growth_summary(
+                trainer.step,
+                new_cfg.growth_history[-1],
+                result.report,
+                params_before,
+                sum(p.numel() for p in new_model.parameters()),
+            )
+        )
         return result.report
 
 

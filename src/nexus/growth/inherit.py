@@ -7,6 +7,7 @@ tensor in its leading corner, and `fill_new(name, new_param, old_param)` writes 
 `init_seed` the new model gets its own initialization under that seed instead, and parameters the old
 model does not have keep it (a retrofit's new inner attention).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -73,8 +74,9 @@ def build_initialized(old_model: nn.Module, cfg: ModelConfig, seed: int) -> nn.M
     return new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)
 
 
-def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed: int | None = None
-            ) -> tuple[nn.Module, dict[str, ParamMap], dict]:
+def inherit(
+    old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed: int | None = None
+) -> tuple[nn.Module, dict[str, ParamMap], dict]:
     """-> (new model, param_maps, old_shapes of grown params).
 
     A parameter of the same shape is copied whole. A grown one gets the old tensor in its leading corner
@@ -84,7 +86,9 @@ def inherit(old_model: nn.Module, new_cfg: ModelConfig, fill_new=None, init_seed
     new model's own initialization (only with `init_seed`). Every old parameter must find its place."""
     # a with-block, not @torch.no_grad(): mutmut does not mutate decorated functions
     with torch.no_grad():
-        new_model = build_like(old_model, new_cfg) if init_seed is None else build_initialized(old_model, new_cfg, init_seed)
+        new_model = (
+            build_like(old_model, new_cfg) if init_seed is None else build_initialized(old_model, new_cfg, init_seed)
+        )
         old_params = dict(old_model.named_parameters())
         new_names = {name for name, _ in new_model.named_parameters()}
         dropped = sorted(set(old_params) - new_names)

@@ -7,6 +7,7 @@ so a new family's methods appear in the experiment without editing it (the first
 module of this package, and the installed plugins). Which models a method applies to is its family's
 spec (`applies_to`), not written down here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -21,6 +21,7 @@ sqrt(width) factors are pinned at the pre-growth widths).
 init=zero is the paper-literal recipe (exact, dead: verification flags it); init=noise draws every
 new entry from N(0, (noise_frac * std_old)^2) (the paper's 10%/20% ablation; not exact).
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,15 +51,22 @@ _ZEROED = {
 @dataclass
 class NexusRankSpec(NewEntriesSpec):
     """Nexusformer: add units to the M and A stages of every Nexus-Rank projection."""
+
     triggers: ClassVar[tuple[str, ...]] = ("delta_m", "delta_a")
 
-    delta_m: int = option(None, "units added to the M stage of every Nexus-Rank projection", "--delta-m", kind=int,
-                          metavar="N")
+    delta_m: int = option(
+        None, "units added to the M stage of every Nexus-Rank projection", "--delta-m", kind=int, metavar="N"
+    )
     delta_a: int = option(None, "units added to the A stage", "--delta-a", kind=int, metavar="N")
-    init: str = option("exact", "exact (one side of each new unit zero, the other random: exact and live) | zero "
-                       "(paper-literal, dead) | noise", "--rank-init", choices=INITS)
-    cut: str = option("in", f"which side of each new unit is zero for --rank-init exact: {'|'.join(CUTS)}", "--cut",
-                      metavar="CUT")
+    init: str = option(
+        "exact",
+        "exact (one side of each new unit zero, the other random: exact and live) | zero (paper-literal, dead) | noise",
+        "--rank-init",
+        choices=INITS,
+    )
+    cut: str = option(
+        "in", f"which side of each new unit is zero for --rank-init exact: {'|'.join(CUTS)}", "--cut", metavar="CUT"
+    )
 
     def validate(self) -> "NexusRankSpec":
         super().validate()
@@ -78,16 +86,22 @@ class NexusRankSpec(NewEntriesSpec):
         """A model with Nexus-Rank projections, an exact cut for its form, and a valid grown shape."""
         pcfg = model_cfg.projection
         if pcfg.kind != "nexus_rank":
-            raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this model has no Nexus-Rank projections to grow "
-                              "(valid: a model trained with --model.projection.kind nexus_rank)")
+            raise ConfigError(
+                f"model.projection.kind={pcfg.kind!r}: this model has no Nexus-Rank projections to grow "
+                "(valid: a model trained with --model.projection.kind nexus_rank)"
+            )
         if self.init == "exact" and self.cut not in EXACT_CUTS[pcfg.form]:
-            raise ConfigError(f"--cut={self.cut!r} is not exact for model.projection.form={pcfg.form!r} "
-                              f"(valid exact cuts: {'|'.join(EXACT_CUTS[pcfg.form])})")
+            raise ConfigError(
+                f"--cut={self.cut!r} is not exact for model.projection.form={pcfg.form!r} "
+                f"(valid exact cuts: {'|'.join(EXACT_CUTS[pcfg.form])})"
+            )
         errors: list[str] = []
         grown_model_config(model_cfg, self).validate(errors, "model")
         if errors:
-            raise ConfigError(f"growth by --delta-m {self.delta_m or 0} --delta-a {self.delta_a or 0} gives an invalid "
-                              "model: " + "; ".join(errors))
+            raise ConfigError(
+                f"growth by --delta-m {self.delta_m or 0} --delta-a {self.delta_a or 0} gives an invalid "
+                "model: " + "; ".join(errors)
+            )
 
 
 def grown_model_config(model_cfg, spec: NexusRankSpec):
@@ -129,12 +143,25 @@ def grow_nexus_rank(model, cfg: RunConfig, spec: NexusRankSpec) -> GrowthResult:
 
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
     exact = init == "zero" or (init == "exact" and spec.cut in EXACT_CUTS[pcfg.form])
-    record = {"old_m": old_m, "new_m": np_.rank_m, "old_a": old_a, "new_a": np_.rank_a, "init": init,
-              "cut": spec.cut if init == "exact" else None, "form": pcfg.form, "exact": exact,
-              "noise_frac": spec.noise_frac if init == "noise" else None, "old_shapes": old_shapes}
-    report = {"projections grown": len(mods), "M": f"{old_m} -> {np_.rank_m}", "A": f"{old_a} -> {np_.rank_a}",
-              "init": init if init != "exact" else f"exact (cut {spec.cut}, form {pcfg.form})",
-              "function preserved by construction": exact}
+    record = {
+        "old_m": old_m,
+        "new_m": np_.rank_m,
+        "old_a": old_a,
+        "new_a": np_.rank_a,
+        "init": init,
+        "cut": spec.cut if init == "exact" else None,
+        "form": pcfg.form,
+        "exact": exact,
+        "noise_frac": spec.noise_frac if init == "noise" else None,
+        "old_shapes": old_shapes,
+    }
+    report = {
+        "projections grown": len(mods),
+        "M": f"{old_m} -> {np_.rank_m}",
+        "A": f"{old_a} -> {np_.rank_a}",
+        "init": init if init != "exact" else f"exact (cut {spec.cut}, form {pcfg.form})",
+        "function preserved by construction": exact,
+    }
     if init == "zero":
         report["warning"] = zero_init_warning(cfg.train.optimizer.kind)
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
@@ -152,20 +179,32 @@ def zero_init_warning(optimizer: str) -> str:
     growth changes W_M's and W_A's shapes, so the old weights take steps of another size."""
     head = "paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so the new units never learn"
     if optimizer == "muon":
-        return (head + "; under Muon the old weights do not train exactly like the small model either (its update scale "
-                "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A) (use --rank-init exact)")
+        return (
+            head + "; under Muon the old weights do not train exactly like the small model either (its update scale "
+            "sqrt(max(1, rows/cols)) follows the grown shapes of W_M and W_A) (use --rank-init exact)"
+        )
     return head + "; under AdamW the grown model trains exactly like the small one (use --rank-init exact)"
 
 
 # the progressive experiment's Nexus-Rank methods (growth/methods.py)
 register_method(
-    Method("nexus-rank", "nexus_rank", "baseline-tiny", {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
-           "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256}),
+    Method(
+        "nexus-rank",
+        "nexus_rank",
+        "baseline-tiny",
+        {"delta_m": 96, "delta_a": 256, "init": "exact", "cut": "in"},
+        "Nexus-Rank dual-axis growth M 160->256, A 256->512 in Q/K/V (exact live cut)",
+        {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 160, "model.projection.rank_a": 256},
+    ),
     # Nexusformer's head-to-head with TokenFormer (its Sec. 4.3, the 41.5% claim) needs same-size bases. Per
     # projection Nexus-Rank has d*M + M*A + A*d parameters (d < M < A), TokenFormer 2*n*d (n parameter tokens):
     # M 144, A 160 -> 61,952 = n 242; grown to M 192, A 320 -> 126,976 = n 496, both exactly, at d = 128.
-    Method("nexus-rank-matched", "nexus_rank", "baseline-tiny", {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
-           "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
-           {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160}),
+    Method(
+        "nexus-rank-matched",
+        "nexus_rank",
+        "baseline-tiny",
+        {"delta_m": 48, "delta_a": 160, "init": "exact", "cut": "in"},
+        "Nexus-Rank growth M 144->192, A 160->320 in Q/K/V (sized like tokenformer-matched)",
+        {"model.projection.kind": "nexus_rank", "model.projection.rank_m": 144, "model.projection.rank_a": 160},
+    ),
 )

@@ -2,6 +2,7 @@
 (never list order), from the old state of the tensor it grew from, under one of the policies
 (asymmetric, copy, drop, scaled); AdamW's step becomes per-element where old and new entries share a
 tensor, and `new_mask` marks the new entries for the re-warmup."""
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,9 @@ from .param_map import ParamMap
 from .spec import OPTIMIZER_STATE_POLICIES
 
 
-def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric",
-                               mark_new: bool = True) -> None:
+def transplant_optimizer_state(
+    old_state: dict, new_optimizer, maps: dict[str, ParamMap], policy: str = "asymmetric", mark_new: bool = True
+) -> None:
     """Move optimizer state from `old_state` (an OptimizerSet.state_dict()) into `new_optimizer`.
 
     asymmetric: old entries keep their state, new entries start at zero with their own step count 0
@@ -40,8 +42,9 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                 name = new_optimizer.param_names[id(p)]
                 pm = maps.get(name, ParamMap(old_name=name))
                 # only grown/new tensors get a mask: a full-size zero mask per unchanged tensor costs ~1 GB at 100M params
-                has_new = pm.old_name is None or (pm.old_slices is not None and
-                                                  tuple(sl.stop for sl in pm.old_slices) != tuple(p.shape))
+                has_new = pm.old_name is None or (
+                    pm.old_slices is not None and tuple(sl.stop for sl in pm.old_slices) != tuple(p.shape)
+                )
                 mask = pm.new_mask(p.shape).to(p.device) if has_new else None
                 # a new tensor duplicating a whole old one (ParamMap.copy_of) starts from its state under `copy` only
                 source = pm.old_name if pm.old_name is not None else (pm.copy_of if policy == "copy" else None)
@@ -54,13 +57,15 @@ def transplant_optimizer_state(old_state: dict, new_optimizer, maps: dict[str, P
                         if key == "step":
                             st[key] = _grow_step(val, p, pm, policy)
                             continue
-                        if not torch.is_tensor(val) or val.shape == () :
+                        if not torch.is_tensor(val) or val.shape == ():
                             st[key] = val
                             continue
                         if key not in declared:
-                            raise RuntimeError(f"{type(opt).__name__} keeps state {key!r} of {name} that its "
-                                               f"state_growth does not declare (declared: {sorted(declared)}; "
-                                               "optim/base.py GrowableOptimizer)")
+                            raise RuntimeError(
+                                f"{type(opt).__name__} keeps state {key!r} of {name} that its "
+                                f"state_growth does not declare (declared: {sorted(declared)}; "
+                                "optim/base.py GrowableOptimizer)"
+                            )
                         st[key] = _grow_tensor_state(val, p, pm, policy, declared[key])
                 if mark_new and mask is not None:  # has_new: the mask has new entries (no full scan)
                     st["new_mask"] = mask

@@ -3,6 +3,7 @@
 Its own module (re-exported by `nexus.growth`) so the generic helpers `inherit` and `verification`
 can use it without importing the package `__init__` that imports them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """The growth-family registry: a family module registers its spec dataclass and its grower with one
 line, `@register_grower("<family>", <Spec>)`, and the first lookup imports every module of the package."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,14 +25,18 @@ class GrowthResult:
 
 # The same extension pattern as presets, projections and analyses: a family module registers itself,
 # and the first lookup imports every module of this package.
-GROWERS: Registry[Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = Registry("growth spec family", __package__)
+GROWERS: Registry[Callable[[nn.Module, RunConfig, GrowthSpec], GrowthResult]] = Registry(
+    "growth spec family", __package__
+)
 
 
 def register_grower(family: str, spec_cls: type[GrowthSpec]):
     """The one registration line of a growth family: its name, its spec dataclass and its grower."""
+
     def deco(fn):
         register_spec(family, spec_cls)
         return GROWERS.register(family)(fn)
+
     return deco
 
 

@@ -11,6 +11,7 @@ Two ways (spec["mode"]):
 CLI: `nexus grow --retrofit higher-order --order 2 [--ho-targets qk] [--ho-form projected]
 [--lossless] [--ho-shared|--ho-separate] --checkpoint A --out B`, then `nexus train --resume B`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,18 +31,25 @@ MODES = ("paper", "lossless")
 @dataclass
 class RetrofitSpec(GrowthSpec):
     """Nexus higher-order attention retrofit of a standard-attention Transformer."""
+
     triggers: ClassVar[tuple[str, ...]] = ("kind",)
 
     kind: str = option("higher-order", "what the attention is converted to", "--retrofit", choices=KINDS)
     order: int = option(2, "higher-order attention order m (>= 2)", "--order", kind=int, metavar="M")
-    mode: str = option("paper", "paper (new random recursive parts) | lossless (zero-initialized gate on each "
-                       "refinement: logits unchanged at conversion)", consts={"--lossless": "lossless"})
-    targets: str = option(None, "what the inner attention refines: q | qk (default) | qkv", "--ho-targets",
-                          metavar="T")
+    mode: str = option(
+        "paper",
+        "paper (new random recursive parts) | lossless (zero-initialized gate on each "
+        "refinement: logits unchanged at conversion)",
+        consts={"--lossless": "lossless"},
+    )
+    targets: str = option(None, "what the inner attention refines: q | qk (default) | qkv", "--ho-targets", metavar="T")
     form: str = option(None, "projected (eq. 12, default) | self (eq. 7-8)", "--ho-form", metavar="F")
-    shared: bool = option(None, "whether the inner attention reuses the layer's weights (default: shared with "
-                          "--lossless or form self, separate random inner weights for the paper way)",
-                          consts={"--ho-shared": True, "--ho-separate": False})
+    shared: bool = option(
+        None,
+        "whether the inner attention reuses the layer's weights (default: shared with "
+        "--lossless or form self, separate random inner weights for the paper way)",
+        consts={"--ho-shared": True, "--ho-separate": False},
+    )
     seed: int = option(0, "seed of the random recursive parts", "--growth-seed", kind=int, metavar="S")
 
     def validate(self) -> "RetrofitSpec":
@@ -58,11 +66,15 @@ class RetrofitSpec(GrowthSpec):
     def applies_to(self, model_cfg) -> None:
         """A standard-attention (order 1) transformer whose retrofitted attention config is valid."""
         if model_cfg.arch.kind != "transformer":
-            raise ConfigError(f"model.arch.kind={model_cfg.arch.kind!r} cannot be retrofitted with higher-order attention "
-                              f"(valid: a transformer; this one has no attention layers)")
+            raise ConfigError(
+                f"model.arch.kind={model_cfg.arch.kind!r} cannot be retrofitted with higher-order attention "
+                f"(valid: a transformer; this one has no attention layers)"
+            )
         if model_cfg.attention.kind != "standard":
-            raise ConfigError(f"model.attention.kind={model_cfg.attention.kind!r}: the model is not standard attention, "
-                              f"e.g. already higher-order (valid: a standard-attention checkpoint)")
+            raise ConfigError(
+                f"model.attention.kind={model_cfg.attention.kind!r}: the model is not standard attention, "
+                f"e.g. already higher-order (valid: a standard-attention checkpoint)"
+            )
         retrofit_model_config(model_cfg, self)
 
 
@@ -94,15 +106,31 @@ def grow_retrofit(model, cfg: RunConfig, spec: RetrofitSpec) -> GrowthResult:
     new_names = {name for name, pm in maps.items() if pm.old_name is None}
     n_new = sum(p.numel() for name, p in new_model.named_parameters() if name in new_names)
     a = new_cfg.attention
-    record = {"retrofit": "higher-order", "order": a.order, "targets": a.ho_targets, "form": a.ho_form,
-              "shared": a.ho_shared, "gate": a.ho_gate, "new_parameters": n_new}
-    report = {"retrofit": f"higher-order order {a.order} ({spec.mode} way)",
-              "new_parameters": n_new, "new_tensors": len(new_names)}
+    record = {
+        "retrofit": "higher-order",
+        "order": a.order,
+        "targets": a.ho_targets,
+        "form": a.ho_form,
+        "shared": a.ho_shared,
+        "gate": a.ho_gate,
+        "new_parameters": n_new,
+    }
+    report = {
+        "retrofit": f"higher-order order {a.order} ({spec.mode} way)",
+        "new_parameters": n_new,
+        "new_tensors": len(new_names),
+    }
     return GrowthResult(model=new_model, model_cfg=new_cfg, param_maps=maps, record=record, report=report)
 
 
 # the progressive experiment's retrofit method (growth/methods.py)
 register_method(
-    Method("retrofit-ho", "retrofit", "baseline-tiny", {"kind": "higher-order", "mode": "lossless", "order": 2},
-           "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)", {}),
+    Method(
+        "retrofit-ho",
+        "retrofit",
+        "baseline-tiny",
+        {"kind": "higher-order", "mode": "lossless", "order": 2},
+        "retrofit 4x128 with order-2 higher-order attention (lossless zero-gated, shared weights)",
+        {},
+    ),
 )

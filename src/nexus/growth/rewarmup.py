@@ -36,6 +36,7 @@ The optimizers apply this per-element lr to the *update* (after Adam's normalisa
 orthogonalisation), so it works under both. The `rewarmup-all` baseline uses the same curve with every
 entry marked new (done by `nexus.growth.grow` when the record says `rewarmup_all`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,10 @@ def make_rewarmup(record: dict):
     rho, tau = (float(rw["rho"]), int(rw["tau"])) if rw else (1.0, 0)
     old_f, new_f = planned_factors(record)
     if rw and (not 0 < rho < float("inf") or tau < 0):  # a record written before --rewarmup refused nan
-        raise ConfigError(f"growth record rewarmup={rw!r} (valid: a finite rho > 0 and tau >= 0; grow the checkpoint "
-                          "again with a valid --rewarmup RHO,TAU)")
+        raise ConfigError(
+            f"growth record rewarmup={rw!r} (valid: a finite rho > 0 and tau >= 0; grow the checkpoint "
+            "again with a valid --rewarmup RHO,TAU)"
+        )
 
     def lr_new(step: int, base_lr: float, factor: float, tcfg) -> float:
         return base_lr * new_f(step, tcfg)
@@ -95,7 +98,11 @@ def planned_factors(record: dict | None):
         return lr_factor(step, tcfg)
 
     def new(step: int, tcfg) -> float:
-        return rewarmup_factor(step, int(record["step"]), float(rw["rho"]), int(rw["tau"]), tcfg) if rw else old(step, tcfg)
+        return (
+            rewarmup_factor(step, int(record["step"]), float(rw["rho"]), int(rw["tau"]), tcfg)
+            if rw
+            else old(step, tcfg)
+        )
 
     replan = (record or {}).get("lr_replan")
     if not replan:
@@ -109,6 +116,7 @@ def planned_factors(record: dict | None):
                 return plan(step, tcfg)
             start = plan(s, dataclasses.replace(tcfg, schedule_steps=before))  # what the old plan gave at s
             return start + (plan(s + tau, tcfg) - start) * (step - s) / tau
+
         return f
 
     return bridged(old), bridged(new)
@@ -138,7 +146,9 @@ def lr_plan(tcfg, start: int, record: dict | None = None) -> tuple[str, bool]:
         tau = max(tcfg.warmup_steps, 1)
         marks |= {int(replan["step"]), int(replan["step"]) + tau - 1, int(replan["step"]) + tau}
     marks = sorted(t for t in marks if start <= t <= last)
-    parts = [f"first step {start}: {old(start):.3g}" + (f" (new entries {new(start):.3g})" if rw and start > t_e else "")]
+    parts = [
+        f"first step {start}: {old(start):.3g}" + (f" (new entries {new(start):.3g})" if rw and start > t_e else "")
+    ]
     if t_e is not None and start <= t_e <= last:
         parts.append(f"growth step {t_e}: old entries {old(t_e):.3g}, new {new(t_e):.3g}")
     p_old = max(marks, key=old)

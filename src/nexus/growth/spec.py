@@ -13,6 +13,7 @@ built), so a bad spec of any family fails with exit 2 before step 0, not at the 
 help; a flag shared by several families (`--growth-seed`, `--noise-frac`, `--optimizer-state`) is one
 option with one spelling.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,18 +25,36 @@ from ..config import ConfigError
 OPTIMIZER_STATE_POLICIES = ("asymmetric", "copy", "drop", "scaled")
 
 
-def option(default, reason: str, flag: str | None = None, *, kind=None, metavar: str | None = None,
-           choices: tuple | None = None, consts: dict | None = None):
+def option(
+    default,
+    reason: str,
+    flag: str | None = None,
+    *,
+    kind=None,
+    metavar: str | None = None,
+    choices: tuple | None = None,
+    consts: dict | None = None,
+):
     """A spec field: its default, its one-line reason (also the flag's help) and its command-line flag.
     kind: the flag's value type (int | float | str); consts: {flag: value} for value-less flags
     (`--lossless` -> "lossless"), which replace the valued flag."""
-    return field(default=default, metadata={"reason": reason, "flag": flag, "kind": kind or str, "metavar": metavar,
-                                            "choices": choices, "consts": consts})
+    return field(
+        default=default,
+        metadata={
+            "reason": reason,
+            "flag": flag,
+            "kind": kind or str,
+            "metavar": metavar,
+            "choices": choices,
+            "consts": consts,
+        },
+    )
 
 
 @dataclass
 class GrowthSpec:
     """Fields every family shares."""
+
     family: ClassVar[str] = ""  # set by register_grower
     triggers: ClassVar[tuple[str, ...]] = ()  # fields whose flags select this family on the command line
     declared_after: ClassVar[str | None] = None  # the field the `declared_options` follow (in help and records)
@@ -43,10 +62,15 @@ class GrowthSpec:
     # field of the same name and the grower applies it (depth carries width: `--depth.* --width.*` in one call)
     carries: ClassVar[tuple[str, ...]] = ()
 
-    optimizer_state: str = option("asymmetric", "what the new entries' optimizer state starts from: asymmetric (old "
-                                  "keep theirs, new start at zero) | copy | drop | scaled (asymmetric, and the old "
-                                  "moments of rescaled fan-in tensors scaled like their weights)",
-                                  "--optimizer-state", metavar="POLICY", choices=OPTIMIZER_STATE_POLICIES)
+    optimizer_state: str = option(
+        "asymmetric",
+        "what the new entries' optimizer state starts from: asymmetric (old "
+        "keep theirs, new start at zero) | copy | drop | scaled (asymmetric, and the old "
+        "moments of rescaled fan-in tensors scaled like their weights)",
+        "--optimizer-state",
+        metavar="POLICY",
+        choices=OPTIMIZER_STATE_POLICIES,
+    )
 
     @classmethod
     def declared_options(cls) -> list:
@@ -63,7 +87,9 @@ class GrowthSpec:
     def validate(self) -> "GrowthSpec":
         """Check (and normalize) the fields; ConfigError names the field, the value and what is valid."""
         if self.optimizer_state not in OPTIMIZER_STATE_POLICIES:
-            raise ConfigError(f"--optimizer-state={self.optimizer_state!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})")
+            raise ConfigError(
+                f"--optimizer-state={self.optimizer_state!r} (valid: {'|'.join(OPTIMIZER_STATE_POLICIES)})"
+            )
         return self
 
     def applies_to(self, model_cfg) -> None:
@@ -80,10 +106,16 @@ class NewEntriesSpec(GrowthSpec):
     """Fields of the families that append units whose new entries may be drawn at random (Nexus-Rank,
     TokenFormer)."""
 
-    noise_frac: float = option(0.1, "std of noise-initialized entries as a fraction of the pretrained std",
-                               "--noise-frac", kind=float, metavar="F")
-    seed: int = option(None, "seed of the random new entries (default: train.seed)", "--growth-seed", kind=int,
-                       metavar="S")
+    noise_frac: float = option(
+        0.1,
+        "std of noise-initialized entries as a fraction of the pretrained std",
+        "--noise-frac",
+        kind=float,
+        metavar="F",
+    )
+    seed: int = option(
+        None, "seed of the random new entries (default: train.seed)", "--growth-seed", kind=int, metavar="S"
+    )
 
     def validate(self) -> "NewEntriesSpec":
         super().validate()
@@ -125,14 +157,18 @@ def spec_from_dict(d, where: str = "growth spec") -> GrowthSpec:
         return d if d.__dict__.get("_validated") == d.to_dict() else _validated(d.validate())
     family = d.get("family") if isinstance(d, dict) else None
     if family not in _SPECS:
-        raise ConfigError(f"{where}={d!r} (valid: a mapping with family one of {', '.join(sorted(_SPECS))}, "
-                          "e.g. --growth '{family: width, hidden: 192}')")
+        raise ConfigError(
+            f"{where}={d!r} (valid: a mapping with family one of {', '.join(sorted(_SPECS))}, "
+            "e.g. --growth '{family: width, hidden: 192}')"
+        )
     cls = _SPECS[family]
     names = [f.name for f in spec_fields(cls)]
     unknown = sorted(set(d) - set(names) - {"family"})
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}={d[unknown[0]]!r} is not a {family} growth option "
-                          f"(valid: {', '.join(sorted(names))})")
+        raise ConfigError(
+            f"{where}.{unknown[0]}={d[unknown[0]]!r} is not a {family} growth option "
+            f"(valid: {', '.join(sorted(names))})"
+        )
     return _validated(cls(**{k: v for k, v in d.items() if k != "family"}).validate())
 
 
@@ -161,7 +197,8 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     help gives each family's reason when they differ."""
     ordered = [("every family", GrowthSpec)] + [
         (f"{family} ({cls.__doc__.strip().splitlines()[0].rstrip('.')})", cls)
-        for family, cls in sorted(_SPECS.items(), key=lambda kv: (kv[0] != "width", kv[0]))]
+        for family, cls in sorted(_SPECS.items(), key=lambda kv: (kv[0] != "width", kv[0]))
+    ]
     base_names = {f.name for f in fields(GrowthSpec)}
     by_flag: dict[str, list] = {}  # flag -> [(family, field)] over every family that has it
     for family, cls in _SPECS.items():
@@ -180,21 +217,35 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
                 for flag, value in md["consts"].items():
                     if flag not in seen:
                         seen.add(flag)
-                        excl.add_argument(flag, dest=_field_dest(f), action="store_const", const=value,
-                                          default=None, help=f"{f.name}={value!r}: {md['reason']}")
+                        excl.add_argument(
+                            flag,
+                            dest=_field_dest(f),
+                            action="store_const",
+                            const=value,
+                            default=None,
+                            help=f"{f.name}={value!r}: {md['reason']}",
+                        )
                 continue
             if md["flag"] in seen:
                 continue
             seen.add(md["flag"])
-            group.add_argument(md["flag"], dest=_field_dest(f), type=md["kind"], default=None,
-                               metavar=md["metavar"] or f.name.upper(), choices=md["choices"],
-                               help=_help(by_flag.get(md["flag"], [("", f)])))
+            group.add_argument(
+                md["flag"],
+                dest=_field_dest(f),
+                type=md["kind"],
+                default=None,
+                metavar=md["metavar"] or f.name.upper(),
+                choices=md["choices"],
+                help=_help(by_flag.get(md["flag"], [("", f)])),
+            )
 
 
 def _help(users: list) -> str:
     """A flag's help: its field's reason and default, per family when the families differ."""
+
     def one(f) -> str:
         return f.metadata["reason"] + (f"; default {f.default}" if f.default not in (None, "", 0, False) else "")
+
     texts: dict[str, list[str]] = {}
     for family, f in users:
         texts.setdefault(one(f), []).append(family)
@@ -221,13 +272,14 @@ def spec_from_flags(args) -> dict | None:
         host = next((f for f in claimed if set(claimed) - {f} <= set(_SPECS[f].carries)), None)
         if host is None:
             combos = [f"{f} with {'/'.join(_SPECS[f].carries)}" for f in sorted(_SPECS) if _SPECS[f].carries]
-            raise ConfigError(f"several growth families requested ({', '.join(sorted(claimed))}); grow one at a time"
-                              + (f" (valid: one family, or {'; '.join(combos)})" if combos else ""))
+            raise ConfigError(
+                f"several growth families requested ({', '.join(sorted(claimed))}); grow one at a time"
+                + (f" (valid: one family, or {'; '.join(combos)})" if combos else "")
+            )
         carried = [f for f in claimed if f != host]
         claimed = [host]
     if not claimed:
-        stray = [(fam, name) for fam, given in given_by.items() for name in given
-                 if not _shared(name, fam)]
+        stray = [(fam, name) for fam, given in given_by.items() for name in given if not _shared(name, fam)]
         if stray:
             fam, name = stray[0]
             flag = _field_flag(_SPECS[fam], name)
@@ -241,8 +293,9 @@ def spec_from_flags(args) -> dict | None:
         for name in given:
             flag = _field_flag(_SPECS[fam], name)
             if flag not in own:  # another family's option would be silently ignored
-                raise ConfigError(f"{flag} is a {fam} growth option, not a {family} one (valid: the {family} "
-                                  "options, see --help)")
+                raise ConfigError(
+                    f"{flag} is a {fam} growth option, not a {family} one (valid: the {family} options, see --help)"
+                )
     return {"family": family, **given_by[family], **{fam: {"family": fam, **given_by[fam]} for fam in carried}}
 
 
@@ -270,10 +323,24 @@ def check_int(value, flag: str, minimum: int = 1, allow_none: bool = True, what:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{flag}={value!r} (valid: {what} >= {minimum})" if minimum != 1 else
-                          f"{flag}={value!r} (valid: {what} > 0)")
+        raise ConfigError(
+            f"{flag}={value!r} (valid: {what} >= {minimum})"
+            if minimum != 1
+            else f"{flag}={value!r} (valid: {what} > 0)"
+        )
     return value
 
 
-__all__ = ["GrowthSpec", "NewEntriesSpec", "option", "register_spec", "spec_classes", "spec_from_dict", "spec_fields", "add_spec_flags",
-           "spec_from_flags", "check_int", "OPTIMIZER_STATE_POLICIES"]
+__all__ = [
+    "GrowthSpec",
+    "NewEntriesSpec",
+    "option",
+    "register_spec",
+    "spec_classes",
+    "spec_from_dict",
+    "spec_fields",
+    "add_spec_flags",
+    "spec_from_flags",
+    "check_int",
+    "OPTIMIZER_STATE_POLICIES",
+]

@@ -11,6 +11,7 @@ ffn_frozen_n, pins the pattention kind declares); without it tau follows the new
 is rescaled, and the report says the growth is not exact. The softmax variant is never exact (a zero
 score still takes softmax mass).
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,14 +32,21 @@ INITS = ("exact", "zero", "noise")
 @dataclass
 class TokenFormerSpec(NewEntriesSpec):
     """TokenFormer: append parameter tokens to every Pattention layer."""
+
     triggers: ClassVar[tuple[str, ...]] = ("add_tokens", "add_ffn_tokens")
 
-    add_tokens: int = option(None, "parameter tokens appended to every q/k/v/o Pattention", "--add-tokens", kind=int,
-                             metavar="N")
-    add_ffn_tokens: int = option(None, "parameter tokens appended to every FFN Pattention", "--add-ffn-tokens",
-                                 kind=int, metavar="N")
-    init: str = option("exact", "exact (zero keys, random values: exact and live) | zero (TokenFormer's, dead) | noise",
-                       "--token-init", choices=INITS)
+    add_tokens: int = option(
+        None, "parameter tokens appended to every q/k/v/o Pattention", "--add-tokens", kind=int, metavar="N"
+    )
+    add_ffn_tokens: int = option(
+        None, "parameter tokens appended to every FFN Pattention", "--add-ffn-tokens", kind=int, metavar="N"
+    )
+    init: str = option(
+        "exact",
+        "exact (zero keys, random values: exact and live) | zero (TokenFormer's, dead) | noise",
+        "--token-init",
+        choices=INITS,
+    )
 
     def validate(self) -> "TokenFormerSpec":
         super().validate()
@@ -55,14 +63,20 @@ class TokenFormerSpec(NewEntriesSpec):
         """A TokenFormer model with Pattention where tokens are added (attention and/or FFN)."""
         pcfg = model_cfg.projection
         if pcfg.kind != "pattention":
-            raise ConfigError(f"model.projection.kind={pcfg.kind!r}: this model has no Pattention layers to add tokens "
-                              "to (valid: a TokenFormer model, --model.projection.kind pattention)")
+            raise ConfigError(
+                f"model.projection.kind={pcfg.kind!r}: this model has no Pattention layers to add tokens "
+                "to (valid: a TokenFormer model, --model.projection.kind pattention)"
+            )
         if self.add_tokens and not [t for t in pcfg.targets if t != "ffn"]:
-            raise ConfigError(f"--add-tokens={self.add_tokens}: model.projection.targets={pcfg.targets} has no attention "
-                              "Pattention (valid: use --add-ffn-tokens)")
+            raise ConfigError(
+                f"--add-tokens={self.add_tokens}: model.projection.targets={pcfg.targets} has no attention "
+                "Pattention (valid: use --add-ffn-tokens)"
+            )
         if self.add_ffn_tokens and "ffn" not in pcfg.targets:
-            raise ConfigError(f"--add-ffn-tokens={self.add_ffn_tokens}: model.projection.targets={pcfg.targets} has no "
-                              "FFN Pattention (valid: use --add-tokens)")
+            raise ConfigError(
+                f"--add-ffn-tokens={self.add_ffn_tokens}: model.projection.targets={pcfg.targets} has no "
+                "FFN Pattention (valid: use --add-tokens)"
+            )
 
 
 def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResult:
@@ -100,18 +114,37 @@ def grow_tokenformer(model, cfg: RunConfig, spec: TokenFormerSpec) -> GrowthResu
     new_model, maps, old_shapes = inherit(model, new_model_cfg, fill_new)
     exact = init in ("exact", "zero") and pcfg.freeze_scale and pcfg.pattention_act == "gelu_l2"
     scale_mode = "frozen (tau = sqrt(n before growth))" if pcfg.freeze_scale else "follows n (tau = sqrt(new n))"
-    record = {"old_tokens": old_n, "new_tokens": np_.param_tokens or old_n, "old_ffn_tokens": old_ffn_n,
-              "new_ffn_tokens": np_.ffn_param_tokens or old_ffn_n, "init": init, "scale": "frozen" if pcfg.freeze_scale else "free",
-              "exact": exact, "old_shapes": old_shapes}
-    report = {"pattention layers": len(mods), "tokens": f"{old_n} -> {record['new_tokens']}" if add else "unchanged",
-              "ffn tokens": f"{old_ffn_n} -> {record['new_ffn_tokens']}" if add_ffn else "unchanged",
-              "init": init, "scale factor": scale_mode, "function preserved by construction": exact}
+    record = {
+        "old_tokens": old_n,
+        "new_tokens": np_.param_tokens or old_n,
+        "old_ffn_tokens": old_ffn_n,
+        "new_ffn_tokens": np_.ffn_param_tokens or old_ffn_n,
+        "init": init,
+        "scale": "frozen" if pcfg.freeze_scale else "free",
+        "exact": exact,
+        "old_shapes": old_shapes,
+    }
+    report = {
+        "pattention layers": len(mods),
+        "tokens": f"{old_n} -> {record['new_tokens']}" if add else "unchanged",
+        "ffn tokens": f"{old_ffn_n} -> {record['new_ffn_tokens']}" if add_ffn else "unchanged",
+        "init": init,
+        "scale factor": scale_mode,
+        "function preserved by construction": exact,
+    }
     if not exact:
-        why = ("tau follows n (set model.projection.freeze_scale=true for exact growth)" if not pcfg.freeze_scale else
-               "softmax Pattention gives zero scores softmax mass" if pcfg.pattention_act == "softmax" else "noise init")
+        why = (
+            "tau follows n (set model.projection.freeze_scale=true for exact growth)"
+            if not pcfg.freeze_scale
+            else "softmax Pattention gives zero scores softmax mass"
+            if pcfg.pattention_act == "softmax"
+            else "noise init"
+        )
         report["note"] = f"growth is not function-preserving: {why}"
     if init == "zero":
-        report["warning"] = "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
+        report["warning"] = (
+            "all-zero key and value tokens: every new token's gradient is zero forever (use --token-init exact)"
+        )
     return GrowthResult(new_model, new_model_cfg, maps, record, report)
 
 
@@ -121,10 +154,20 @@ register_grower("tokenformer", TokenFormerSpec)(grow_tokenformer)
 
 # the progressive experiment's TokenFormer methods (growth/methods.py)
 register_method(
-    Method("tokenformer-matched", "tokenformer", "baseline-tiny", {"add_tokens": 254, "init": "exact"},
-           "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 242}),
-    Method("tokenformer", "tokenformer", "baseline-tiny", {"add_tokens": 64, "init": "exact"},
-           "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
-           {"model.projection.kind": "pattention", "model.projection.param_tokens": 64}),
+    Method(
+        "tokenformer-matched",
+        "tokenformer",
+        "baseline-tiny",
+        {"add_tokens": 254, "init": "exact"},
+        "TokenFormer: Q/K/V parameter tokens 242->496 (sized like nexus-rank-matched)",
+        {"model.projection.kind": "pattention", "model.projection.param_tokens": 242},
+    ),
+    Method(
+        "tokenformer",
+        "tokenformer",
+        "baseline-tiny",
+        {"add_tokens": 64, "init": "exact"},
+        "TokenFormer: Q/K/V parameter tokens 64->128 (frozen sqrt(n) scale)",
+        {"model.projection.kind": "pattention", "model.projection.param_tokens": 64},
+    ),
 )

@@ -8,6 +8,7 @@
    with GELU(0) = 0 an all-zero growth stays exactly zero under any optimizer, so "exactly zero"
    is the honest test (a live block has a gradient many orders of magnitude above rounding).
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,9 +51,18 @@ def max_abs_dlogits(model_before: nn.Module, model_after: nn.Module, x: torch.Te
         return float((a.double() - b.double()).abs().max())
 
 
-def verify(model_before: nn.Module, model_after: nn.Module, param_maps: dict[str, ParamMap], vocab_size: int,
-           train_cfg=None, optimizer: str | None = None, n_steps: int = 2, batch_size: int = 2, seq_len: int = 32,
-           seed: int = 0) -> dict:
+def verify(
+    model_before: nn.Module,
+    model_after: nn.Module,
+    param_maps: dict[str, ParamMap],
+    vocab_size: int,
+    train_cfg=None,
+    optimizer: str | None = None,
+    n_steps: int = 2,
+    batch_size: int = 2,
+    seq_len: int = 32,
+    seed: int = 0,
+) -> dict:
     """-> {"max_abs_dlogits", "new_block_grad_norms": {block: [norm after probe 1, probe 2, ...]},
     "dead_blocks": [...], "optimizer": name}. Neither model is modified."""
     from ..config import TrainConfig
@@ -89,5 +99,10 @@ def verify(model_before: nn.Module, model_after: nn.Module, param_maps: dict[str
                 norms[b].append(float((g if sl is None else g[sl]).double().norm()))
         opt.step()
     dead = [b for b, ns in norms.items() if all(n == 0.0 for n in ns)]
-    return {"max_abs_dlogits": dlogits, "new_block_grad_norms": norms, "dead_blocks": dead,
-            "optimizer": tcfg.optimizer.kind, "probe_steps": n_steps}
+    return {
+        "max_abs_dlogits": dlogits,
+        "new_block_grad_norms": norms,
+        "dead_blocks": dead,
+        "optimizer": tcfg.optimizer.kind,
+        "probe_steps": n_steps,
+    }

@@ -33,6 +33,7 @@ Heuristic baselines (Appendix H), for copy-copy only: uneven splitting of a copy
 weight (`split: 1:2` or `random` with r in [0.1, 0.5]) and a symmetric +-perturbation of the copied
 fan-in columns that cancels in the forward pass (`perturb`: its std relative to the weight std).
 """
+
 from __future__ import annotations
 
 import copy
@@ -70,27 +71,55 @@ def all_axes() -> tuple[str, ...]:
     """The hidden axis (d_model, every model has it) and every declared inner axis."""
     return ("hidden", *inner_axes())
 
+
 # ----------------------------------------------------------------------------- the spec
 @dataclass
 class WidthSpec(GrowthSpec):
     """SPARKLING: hidden size, dense FFN and MoE expert inner size."""
+
     declared_after: ClassVar[str] = "hidden"  # --width.hidden, then each MLP kind's --width.<axis>
 
     hidden: int = option(0, "new hidden size d_model (0 = unchanged)", "--width.hidden", kind=int, metavar="N")
-    init: object = option("copy,copy", "fan-out,fan-in init of the new channels, copy|random|zero each", "--init",
-                          metavar="OUT,IN")
-    preserve: str = option("rms", "rms (SPARKLING's RMS-preserving fan-in factor) | exact (function preserving) | "
-                           "none (naive, no rescale)", "--preserve", metavar="MODE")
-    split: str = option("even", "how a copy group splits its fan-in weight: even | 1:2 | random r in [0.1, 0.5] "
-                        "(heuristic baselines, copy,copy only)", "--split", metavar="S")
-    perturb: float = option(0.0, "std of a symmetric +-perturbation of copied fan-in columns, relative to the "
-                            "weights' std (baseline, copy,copy only)", "--perturb", kind=float, metavar="STD")
-    seed: int = option(0, "seed of random init, sampled gains, random split ratios and perturbations",
-                       "--growth-seed", kind=int, metavar="S")
-    rewarmup: object = option(None, "asymmetric lr re-warmup of the new entries: RHO,TAU (SPARKLING: 1.3,250)",
-                              "--rewarmup", metavar="RHO,TAU")
-    rewarmup_all: object = option(None, "baseline: the same re-warmup drives every parameter (RHO,TAU)",
-                                  "--rewarmup-all", metavar="RHO,TAU")
+    init: object = option(
+        "copy,copy", "fan-out,fan-in init of the new channels, copy|random|zero each", "--init", metavar="OUT,IN"
+    )
+    preserve: str = option(
+        "rms",
+        "rms (SPARKLING's RMS-preserving fan-in factor) | exact (function preserving) | none (naive, no rescale)",
+        "--preserve",
+        metavar="MODE",
+    )
+    split: str = option(
+        "even",
+        "how a copy group splits its fan-in weight: even | 1:2 | random r in [0.1, 0.5] "
+        "(heuristic baselines, copy,copy only)",
+        "--split",
+        metavar="S",
+    )
+    perturb: float = option(
+        0.0,
+        "std of a symmetric +-perturbation of copied fan-in columns, relative to the "
+        "weights' std (baseline, copy,copy only)",
+        "--perturb",
+        kind=float,
+        metavar="STD",
+    )
+    seed: int = option(
+        0,
+        "seed of random init, sampled gains, random split ratios and perturbations",
+        "--growth-seed",
+        kind=int,
+        metavar="S",
+    )
+    rewarmup: object = option(
+        None,
+        "asymmetric lr re-warmup of the new entries: RHO,TAU (SPARKLING: 1.3,250)",
+        "--rewarmup",
+        metavar="RHO,TAU",
+    )
+    rewarmup_all: object = option(
+        None, "baseline: the same re-warmup drives every parameter (RHO,TAU)", "--rewarmup-all", metavar="RHO,TAU"
+    )
 
     @classmethod
     def declared_options(cls) -> list:
@@ -131,8 +160,9 @@ class WidthSpec(GrowthSpec):
         if len(parts) == 1:
             parts = parts * 2
         if len(parts) != 2 or any(p not in INITS for p in parts):
-            raise ConfigError(f"--init={self.init!r} (valid: FAN_OUT,FAN_IN with each one of {'|'.join(INITS)}, "
-                              "e.g. copy,copy)")
+            raise ConfigError(
+                f"--init={self.init!r} (valid: FAN_OUT,FAN_IN with each one of {'|'.join(INITS)}, e.g. copy,copy)"
+            )
         self.init = ",".join(parts)
         if self.preserve not in PRESERVE_MODES:
             raise ConfigError(f"--preserve={self.preserve!r} (valid: {'|'.join(PRESERVE_MODES)})")
@@ -146,8 +176,10 @@ class WidthSpec(GrowthSpec):
         if self.perturb < 0:
             raise ConfigError(f"--perturb={self.perturb!r} (valid: a number >= 0)")
         if (self.split != "even" or self.perturb) and (self.init_out, self.init_in) != ("copy", "copy"):
-            raise ConfigError(f"--split/--perturb with --init={self.init} "
-                              "(valid: only with --init copy,copy, they act on copied channel pairs)")
+            raise ConfigError(
+                f"--split/--perturb with --init={self.init} "
+                "(valid: only with --init copy,copy, they act on copied channel pairs)"
+            )
         rw, rw_all = self.rewarmup, self.rewarmup_all
         if rw and rw_all and rw_all is not True:  # True beside a pair is the normalized form of --rewarmup-all
             raise ConfigError("--rewarmup and --rewarmup-all given together (valid: one of them)")
@@ -182,20 +214,28 @@ class WidthSpec(GrowthSpec):
         mlp_axes = m.mlp.width_axes(m)
         for axis in inner_axes():  # each exists only where the model's MLP kind has it
             if targets.get(axis) and axis not in mlp_axes:
-                raise ConfigError(f"width.{axis}={targets[axis]} on a model whose MLP (model.mlp.kind="
-                                  f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
-                                  "its inner size)")
+                raise ConfigError(
+                    f"width.{axis}={targets[axis]} on a model whose MLP (model.mlp.kind="
+                    f"{m.mlp.kind}) has no {axis} axis (valid: width.{'|width.'.join(mlp_axes)} for "
+                    "its inner size)"
+                )
         current = self.current_sizes(m)
         for axis, new in targets.items():
             if new < current[axis]:
-                raise ConfigError(f"width.{axis}={new} is smaller than the current size {current[axis]} "
-                                  f"(valid: >= {current[axis]}; width growth never shrinks)")
+                raise ConfigError(
+                    f"width.{axis}={new} is smaller than the current size {current[axis]} "
+                    f"(valid: >= {current[axis]}; width growth never shrinks)"
+                )
         if not any(new > current[a] for a, new in targets.items()):
-            raise ConfigError(f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
-                              f"(valid: give --width.{'/--width.'.join(all_axes())} larger than now)")
+            raise ConfigError(
+                f"nothing to grow: width targets {targets or '{}'} equal the current sizes {current} "
+                f"(valid: give --width.{'/--width.'.join(all_axes())} larger than now)"
+            )
         if self.init_out == "zero" and self.init_in == "zero":
-            raise ConfigError("--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
-                              "exactly zero gradient forever)")
+            raise ConfigError(
+                "--init zero,zero (valid: at most one zero side; with both zero every new channel gets "
+                "exactly zero gradient forever)"
+            )
         gen = torch.Generator().manual_seed(self.seed)
         plans = {a: plan_axis(a, current[a], new, self, gen) for a, new in targets.items() if new > current[a]}
         if self.preserve == "exact":
@@ -212,9 +252,11 @@ def check_roles(old_model, new_model, plans: dict) -> None:
         for dim, (axis, _) in grown_roles(roles.get(name, {}), plans).items():
             expected[dim] = plans[axis].new
         if tuple(expected) != tuple(p.shape):
-            raise ConfigError(f"width growth has no role for {name!r} {old_shapes[name]} -> {tuple(p.shape)} in this "
-                              "model (valid: a model whose layer kinds all declare width_roles, see "
-                              "models/width_roles.py)")
+            raise ConfigError(
+                f"width growth has no role for {name!r} {old_shapes[name]} -> {tuple(p.shape)} in this "
+                "model (valid: a model whose layer kinds all declare width_roles, see "
+                "models/width_roles.py)"
+            )
 
 
 def grown_roles(roles: Roles, plans: dict) -> Roles:
@@ -247,12 +289,14 @@ def _init_with_declared_axes(dataclass_init):
     """WidthSpec's constructor: the dataclass fields, and each declared inner axis (`declared_options`) as a
     keyword (0 = unchanged) kept as an instance attribute; an axis no registered kind declares is refused
     as the dataclass refuses an unknown field."""
+
     def __init__(self, *args, **kw):
         axes = inner_axes()
         sizes = {a: kw.pop(a, 0) for a in axes}
         dataclass_init(self, *args, **kw)
         for axis, size in sizes.items():
             setattr(self, axis, size)
+
     return __init__
 
 
@@ -294,8 +338,11 @@ def plan_axis(axis: str, old: int, new: int, ws: WidthSpec, gen: torch.Generator
     if both_copy:
         frac = 1.0 / m  # even split of a group's fan-in weight
         if ws.split != "even":
-            r = torch.full((old,), 1.0 / 3.0, dtype=torch.float64) if ws.split == "1:2" else \
-                0.1 + 0.4 * torch.rand(old, generator=gen, dtype=torch.float64)
+            r = (
+                torch.full((old,), 1.0 / 3.0, dtype=torch.float64)
+                if ws.split == "1:2"
+                else 0.1 + 0.4 * torch.rand(old, generator=gen, dtype=torch.float64)
+            )
             is_src = torch.arange(new) < old
             frac = torch.where(m > 1, torch.where(is_src, r[src], (1 - r[src]) / (m - 1)), frac)
         if ws.preserve == "exact":
@@ -323,14 +370,18 @@ def check_exact(ws: WidthSpec, plans: dict[str, AxisPlan]) -> None:
                 continue
             if ws.init_out == "copy" and ws.init_in in ("copy", "zero"):
                 if plan.new % plan.old:
-                    raise ConfigError(f"--preserve exact with --init {pair} needs width.hidden ({plan.new}) to be a "
-                                      f"multiple of d_model ({plan.old}) so RMSNorm sees the same RMS "
-                                      "(valid: a multiple, or --init zero,<any>, or --preserve rms)")
+                    raise ConfigError(
+                        f"--preserve exact with --init {pair} needs width.hidden ({plan.new}) to be a "
+                        f"multiple of d_model ({plan.old}) so RMSNorm sees the same RMS "
+                        "(valid: a multiple, or --init zero,<any>, or --preserve rms)"
+                    )
                 continue
         elif ws.init_in == "zero" or ws.init_out == "zero" or (ws.init_out, ws.init_in) == ("copy", "copy"):
             continue
-        raise ConfigError(f"--preserve exact with --init {pair} on width.{axis} (valid: exact needs copy,copy or "
-                          "a zero side; use --preserve rms or none for this init)")
+        raise ConfigError(
+            f"--preserve exact with --init {pair} on width.{axis} (valid: exact needs copy,copy or "
+            "a zero side; use --preserve rms or none for this init)"
+        )
 
 
 # ----------------------------------------------------------------------------- tensor growth
@@ -340,8 +391,9 @@ def _random_like(old: torch.Tensor, shape, gen: torch.Generator, fallback_std: f
     return torch.randn(shape, generator=gen, dtype=torch.float32).to(old.dtype) * std
 
 
-def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: WidthSpec, gen: torch.Generator,
-                init_std: float) -> tuple[torch.Tensor, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+def grow_tensor(
+    old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: WidthSpec, gen: torch.Generator, init_std: float
+) -> tuple[torch.Tensor, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     """Expand `old` along each grown dim per its role. Returns (new tensor, copy_source dims, fan-in
     factor per rescaled dim)."""
     t = old.detach().cpu().clone()  # grow on the CPU (plans and generators live there); the caller copies it back
@@ -360,7 +412,7 @@ def grow_tensor(old: torch.Tensor, roles: dict, plans: dict[str, AxisPlan], ws: 
         shape = list(t.shape)
         shape[dim] = n_add
         if kind == "copy":
-            tail = t.index_select(dim, plan.src[plan.old:])
+            tail = t.index_select(dim, plan.src[plan.old :])
             copy_source[dim] = plan.src.clone()
         elif kind == "random":
             tail = _random_like(old.detach().cpu(), shape, gen, init_std)
@@ -423,32 +475,52 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     def fill_new(name: str, p: torch.Tensor, old: torch.Tensor) -> ParamMap:
         grown_dims = grown_roles(roles.get(name, {}), plans)
         if not grown_dims:
-            raise RuntimeError(f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
-                               f"{tuple(p.shape)} (no module declares a width role for it)")
+            raise RuntimeError(
+                f"width growth does not know how to grow {name!r} {tuple(old.shape)} -> "
+                f"{tuple(p.shape)} (no module declares a width role for it)"
+            )
         new_t, copy_source, fan_in = grow_tensor(old, grown_dims, plans, ws, gen, m.init_std)
         if tuple(new_t.shape) != tuple(p.shape):
-            raise RuntimeError(f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
-                               f"config implies {tuple(p.shape)}")
+            raise RuntimeError(
+                f"width growth produced {name!r} with shape {tuple(new_t.shape)} but the grown "
+                f"config implies {tuple(p.shape)}"
+            )
         p.copy_(new_t)
-        return ParamMap(old_name=name, old_slices=tuple(slice(0, s) for s in old.shape),
-                        copy_source=copy_source or None, fan_in_scale=fan_in or None)
+        return ParamMap(
+            old_name=name,
+            old_slices=tuple(slice(0, s) for s in old.shape),
+            copy_source=copy_source or None,
+            fan_in_scale=fan_in or None,
+        )
 
     new_model, maps, _ = inherit(model, new_mcfg, fill_new)
 
-    record = {"axes": {a: [pl.old, pl.new] for a, pl in plans.items()}, "init": [ws.init_out, ws.init_in],
-              "preserve": ws.preserve, "split": ws.split, "perturb": ws.perturb, "seed": ws.seed,
-              "fan_in_scale": {a: round(float(pl.col_scale.mean()), 6) for a, pl in plans.items()},
-              "rewarmup": ws.rewarmup, "rewarmup_all": ws.rewarmup_all}
-    report = {"grown": ", ".join(f"{a} {pl.old}->{pl.new}" for a, pl in plans.items()),
-              "init (fan-out,fan-in)": f"{ws.init_out},{ws.init_in}", "preserve": ws.preserve,
-              "fan-in factor": ", ".join(f"{a}: {float(pl.col_scale.mean()):.4f}" for a, pl in plans.items())}
+    record = {
+        "axes": {a: [pl.old, pl.new] for a, pl in plans.items()},
+        "init": [ws.init_out, ws.init_in],
+        "preserve": ws.preserve,
+        "split": ws.split,
+        "perturb": ws.perturb,
+        "seed": ws.seed,
+        "fan_in_scale": {a: round(float(pl.col_scale.mean()), 6) for a, pl in plans.items()},
+        "rewarmup": ws.rewarmup,
+        "rewarmup_all": ws.rewarmup_all,
+    }
+    report = {
+        "grown": ", ".join(f"{a} {pl.old}->{pl.new}" for a, pl in plans.items()),
+        "init (fan-out,fan-in)": f"{ws.init_out},{ws.init_in}",
+        "preserve": ws.preserve,
+        "fan-in factor": ", ".join(f"{a}: {float(pl.col_scale.mean()):.4f}" for a, pl in plans.items()),
+    }
     # only where a gate dimension itself grows: hidden-only growth adds no SwiGLU unit, so there is nothing drawn
     if ws.init_out == "zero" and any(r[1] == "gate" and r[0] in plans for n in maps for r in roles.get(n, {}).values()):
         report["note"] = "zero fan-out on SwiGLU zeroes the up side only (gate drawn at random) so new units train"
     if "hidden" in plans and m.tie_embeddings:
         report["logit_scale"] = new_mcfg.logit_scale
     if ws.rewarmup:
-        report["rewarmup"] = f"rho={ws.rewarmup['rho']} tau={ws.rewarmup['tau']}" + (" (all parameters)" if ws.rewarmup_all else "")
+        report["rewarmup"] = f"rho={ws.rewarmup['rho']} tau={ws.rewarmup['tau']}" + (
+            " (all parameters)" if ws.rewarmup_all else ""
+        )
     from .diagnostics import rms_ratio_report
 
     report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))
@@ -468,8 +540,13 @@ register_grower("width", WidthSpec)(grow_width)
 # Table 2 "Inner 2x"): copy ratio c = 1, where the RMS rule 1/sqrt(1+3c) = 1/2 is also the exact split, so the
 # grown model computes the same function. Hidden 2x (heads and head size kept) and both axes are named methods.
 SPARKLING_RECIPE = {"model.qk_norm": True, "train.weight_decay": 0.1, "train.decay_all": True}
-_SPARKLING_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 16, "model.ffn_hidden": 128,
-                    **SPARKLING_RECIPE}
+_SPARKLING_SMALL = {
+    "model.d_model": 64,
+    "model.n_heads": 4,
+    "model.head_dim": 16,
+    "model.ffn_hidden": 128,
+    **SPARKLING_RECIPE,
+}
 _FFN_2X, _HIDDEN_2X = {"ffn": 256}, {"hidden": 128}
 # copy init, RMS-preserving rescale, asymmetric optimizer state, re-warmup (tau replaced by the paper recipe's ratio)
 _SPARKLING = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "asymmetric", "rewarmup": "1.3,30"}
@@ -484,43 +561,104 @@ _NAIVE = {**_FFN_2X, "init": "copy,copy", "preserve": "none", "optimizer_state":
 # nothing, and its scale (MoE, many GPUs, reduced precision) makes rounding differences between the copies the
 # plausible cause. Our stand-in, an assumption stated rather than read from the paper: a zero-sum perturbation of
 # the copied fan-in columns of std 2^-8 x the weights' std, bf16's rounding step (8 significand bits), at growth.
-NAIVE_SYMMETRY_BREAK = 2.0 ** -8
+NAIVE_SYMMETRY_BREAK = 2.0**-8
 # the main job before issue 29: half-width baseline-tiny (4 heads of 32) grown jointly d 64->128, FFN 192->352
 # (copy ratio 0.83, not exact), weight decay on matrices only, no QK-norm
 _LEGACY_SMALL = {"model.d_model": 64, "model.n_heads": 4, "model.head_dim": 32}
 _LEGACY_WIDTH = {"hidden": 128, "ffn": 352}
 register_method(
-    Method("sparkling", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING},
-           "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
-           "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
-    Method("sparkling-hidden", "width", "baseline-tiny", {**_HIDDEN_2X, **_SPARKLING},
-           "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe", _SPARKLING_SMALL),
-    Method("sparkling-both", "width", "baseline-tiny", {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
-           "SPARKLING, hidden 64->128 and FFN inner 128->256 together (the paper's joint 2x), full recipe",
-           _SPARKLING_SMALL),
-    Method("sparkling-random", "width", "baseline-tiny", {**_FFN_2X, **_SPARKLING, "init": "random,random"},
-           "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, "
-           "re-warmup)", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
-    Method("naive-copy", "width", "baseline-tiny", {**_NAIVE, "perturb": NAIVE_SYMMETRY_BREAK},
-           "SPARKLING's 'Naive Expansion', FFN inner 128->256: copy init with none of the interventions (no "
-           "rescale, symmetric optimizer state, no re-warmup); the copies' fan-in columns differ by a zero-sum "
-           "perturbation of 2^-8 of the weights' std (one bf16 rounding step) that cancels in the forward pass, "
-           "so the copies can drift apart as they do in the paper's training", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
-    Method("naive-copy-locked", "width", "baseline-tiny", _NAIVE,
-           "control: naive-copy without the symmetry-breaking perturbation; in deterministic fp32 the copies stay "
-           "exactly locked (SPARKLING Sec. 4.1), so it is the small model under another name", _SPARKLING_SMALL,
-           lrs=_FFN_AXIS_LRS),
-    Method("sparkling-no-rewarmup", "width", "baseline-tiny",
-           {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
-           "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
-    Method("sparkling-symmetric", "width", "baseline-tiny",
-           {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
-           "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
-           "re-warmup (Fig. 2's 'Copy Opt.')", _SPARKLING_SMALL, lrs=_FFN_AXIS_LRS),
-    Method("legacy-sparkling", "width", "baseline-tiny", {**_LEGACY_WIDTH, **_SPARKLING},
-           "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
-           "only, no QK-norm", _LEGACY_SMALL),
-    Method("legacy-naive-copy", "width", "baseline-tiny", {**_LEGACY_WIDTH, "init": "copy,copy", "preserve": "none"},
-           "naive-copy before issue 29: d 64->128, FFN 192->352, no rescale, no re-warmup, but the asymmetric "
-           "optimizer state", _LEGACY_SMALL),
+    Method(
+        "sparkling",
+        "width",
+        "baseline-tiny",
+        {**_FFN_2X, **_SPARKLING},
+        "SPARKLING, FFN inner 128->256 (one axis 2x, exact copy): copy init, RMS rescale, asymmetric optimizer "
+        "state, re-warmup; wd 0.1 on all parameters, per-head QK-norm",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "sparkling-hidden",
+        "width",
+        "baseline-tiny",
+        {**_HIDDEN_2X, **_SPARKLING},
+        "SPARKLING, hidden 64->128 (4 heads of 16 kept), full recipe",
+        _SPARKLING_SMALL,
+    ),
+    Method(
+        "sparkling-both",
+        "width",
+        "baseline-tiny",
+        {**_HIDDEN_2X, **_FFN_2X, **_SPARKLING},
+        "SPARKLING, hidden 64->128 and FFN inner 128->256 together (the paper's joint 2x), full recipe",
+        _SPARKLING_SMALL,
+    ),
+    Method(
+        "sparkling-random",
+        "width",
+        "baseline-tiny",
+        {**_FFN_2X, **_SPARKLING, "init": "random,random"},
+        "SPARKLING, FFN inner 128->256, random init of the new channels (RMS rescale, asymmetric state, re-warmup)",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "naive-copy",
+        "width",
+        "baseline-tiny",
+        {**_NAIVE, "perturb": NAIVE_SYMMETRY_BREAK},
+        "SPARKLING's 'Naive Expansion', FFN inner 128->256: copy init with none of the interventions (no "
+        "rescale, symmetric optimizer state, no re-warmup); the copies' fan-in columns differ by a zero-sum "
+        "perturbation of 2^-8 of the weights' std (one bf16 rounding step) that cancels in the forward pass, "
+        "so the copies can drift apart as they do in the paper's training",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "naive-copy-locked",
+        "width",
+        "baseline-tiny",
+        _NAIVE,
+        "control: naive-copy without the symmetry-breaking perturbation; in deterministic fp32 the copies stay "
+        "exactly locked (SPARKLING Sec. 4.1), so it is the small model under another name",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "sparkling-no-rewarmup",
+        "width",
+        "baseline-tiny",
+        {**_FFN_2X, **{k: v for k, v in _SPARKLING.items() if k != "rewarmup"}},
+        "ablation: SPARKLING, FFN inner 128->256, without the re-warmup (Fig. 3's 'w/o')",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "sparkling-symmetric",
+        "width",
+        "baseline-tiny",
+        {**_FFN_2X, "init": "copy,copy", "preserve": "rms", "optimizer_state": "copy"},
+        "ablation: FFN inner 128->256, copy init and RMS rescale with copied (symmetric) optimizer state, no "
+        "re-warmup (Fig. 2's 'Copy Opt.')",
+        _SPARKLING_SMALL,
+        lrs=_FFN_AXIS_LRS,
+    ),
+    Method(
+        "legacy-sparkling",
+        "width",
+        "baseline-tiny",
+        {**_LEGACY_WIDTH, **_SPARKLING},
+        "the main job before issue 29: d 64->128 and FFN 192->352 at once (copy ratio 0.83), decay on matrices "
+        "only, no QK-norm",
+        _LEGACY_SMALL,
+    ),
+    Method(
+        "legacy-naive-copy",
+        "width",
+        "baseline-tiny",
+        {**_LEGACY_WIDTH, "init": "copy,copy", "preserve": "none"},
+        "naive-copy before issue 29: d 64->128, FFN 192->352, no rescale, no re-warmup, but the asymmetric "
+        "optimizer state",
+        _LEGACY_SMALL,
+    ),
 )

@@ -4,6 +4,7 @@ Only what our baseline TransformerLM computes exactly is accepted; anything else
 sliding windows, MLP biases, other activations) is refused with one line naming the HF field,
 because importing it silently would give different logits.
 """
+
 from __future__ import annotations
 
 from ..config import ConfigError, ModelConfig
@@ -21,8 +22,10 @@ def require_transformers():
     try:
         import transformers
     except ImportError:
-        raise ConfigError("HF import/export needs the `transformers` package (valid: pip install 'nexus[hf]', "
-                          "the extra that installs it)") from None
+        raise ConfigError(
+            "HF import/export needs the `transformers` package (valid: pip install 'nexus[hf]', "
+            "the extra that installs it)"
+        ) from None
     return transformers
 
 
@@ -34,8 +37,9 @@ def architecture_of(hf_cfg) -> str:
             return a
     if not archs and hf_cfg.model_type in by_type:  # configs saved without `architectures`
         return by_type[hf_cfg.model_type]
-    raise ConfigError(f"config.json architectures={archs or hf_cfg.model_type!r} "
-                      f"(valid: one of {', '.join(HF_ARCHITECTURES)})")
+    raise ConfigError(
+        f"config.json architectures={archs or hf_cfg.model_type!r} (valid: one of {', '.join(HF_ARCHITECTURES)})"
+    )
 
 
 def model_config_from_hf(hf_cfg) -> tuple[ModelConfig, str]:
@@ -96,8 +100,10 @@ def check_exportable(cfg: ModelConfig) -> None:
     offenders = [name for name in cfg.mechanism_sections() if getattr(cfg, name) != getattr(baseline, name)]
     if offenders:
         name = offenders[0]
-        raise ConfigError(f"model.{name}={getattr(cfg, name)!r} cannot be exported to HF "
-                          f"(valid: the baseline Transformer++ with default model.{name} options)")
+        raise ConfigError(
+            f"model.{name}={getattr(cfg, name)!r} cannot be exported to HF "
+            f"(valid: the baseline Transformer++ with default model.{name} options)"
+        )
 
 
 def hf_architecture_for(cfg: ModelConfig) -> str:
@@ -106,23 +112,36 @@ def hf_architecture_for(cfg: ModelConfig) -> str:
         return "Qwen3ForCausalLM"  # QK-norm; q/k/v biases via attention_bias (its o_proj bias written as zeros)
     if cfg.attention_bias:
         if cfg.head_dim and cfg.head_dim * cfg.n_heads != cfg.d_model:
-            raise ConfigError(f"model.head_dim={cfg.head_dim} with attention_bias cannot be exported "
-                              f"(valid: head_dim 0 or d_model/n_heads, as Qwen2 requires)")
+            raise ConfigError(
+                f"model.head_dim={cfg.head_dim} with attention_bias cannot be exported "
+                f"(valid: head_dim 0 or d_model/n_heads, as Qwen2 requires)"
+            )
         return "Qwen2ForCausalLM"
     return "LlamaForCausalLM"
 
 
 def hf_config_from_model(cfg: ModelConfig, arch: str, special_ids: dict):
     transformers = require_transformers()
-    cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen2ForCausalLM": transformers.Qwen2Config,
-           "Qwen3ForCausalLM": transformers.Qwen3Config}[arch]
+    cls = {
+        "LlamaForCausalLM": transformers.LlamaConfig,
+        "Qwen2ForCausalLM": transformers.Qwen2Config,
+        "Qwen3ForCausalLM": transformers.Qwen3Config,
+    }[arch]
     kw = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ffn,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.ffn,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
         tie_word_embeddings=cfg.tie_embeddings and cfg.logit_scale == 1.0,  # else the scaled head is untied
-        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)}, hidden_act="silu",
-        initializer_range=cfg.init_std, bos_token_id=special_ids.get("bos"), eos_token_id=special_ids.get("eos"),
+        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
+        hidden_act="silu",
+        initializer_range=cfg.init_std,
+        bos_token_id=special_ids.get("bos"),
+        eos_token_id=special_ids.get("eos"),
         pad_token_id=special_ids.get("pad"),
     )
     if arch != "Qwen2ForCausalLM":

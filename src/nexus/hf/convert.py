@@ -3,6 +3,7 @@
 The mapping is exact because our baseline computes what HF Llama/Qwen compute: RMSNorm in fp32,
 rotate-half RoPE, SwiGLU, GQA, optional QK-norm and q/k/v biases. Tests hold it to 1e-5 in fp32.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,13 @@ import torch
 from ..checkpoint import CheckpointError, atomic_dir_write, load_state_dict_checked
 from ..outdir import HF_EXPORT
 from ..config import ConfigError, ModelConfig, RunConfig
-from .config_map import (check_exportable, hf_architecture_for, hf_config_from_model, model_config_from_hf,
-                         require_transformers)
+from .config_map import (
+    check_exportable,
+    hf_architecture_for,
+    hf_config_from_model,
+    model_config_from_hf,
+    require_transformers,
+)
 from ..data.hf_tokenizer import write_hf_tokenizer
 from ..data.tokenizer_files import tokenizer_from_hf_dir
 from .weights import IGNORED, hf_key_to_nexus, nexus_key_to_hf, read_hf_weights
@@ -24,12 +30,16 @@ def read_hf_config(directory: Path):
     if not directory.is_dir():
         raise CheckpointError(f"--hf={str(directory)!r} (valid: an existing HF model directory)")
     if not (directory / "config.json").is_file():
-        raise CheckpointError(f"--hf={str(directory)!r} has no config.json (valid: a directory written by save_pretrained)")
+        raise CheckpointError(
+            f"--hf={str(directory)!r} has no config.json (valid: a directory written by save_pretrained)"
+        )
     try:
         return transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:  # transformers raises ValueError/OSError/KeyError for unknown or broken configs
-        raise CheckpointError(f"{str(directory / 'config.json')!r} is not a usable HF config "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+        raise CheckpointError(
+            f"{str(directory / 'config.json')!r} is not a usable HF config "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+        ) from None
 
 
 def hf_state_to_nexus(hf_sd: dict, cfg: ModelConfig, where: str) -> dict:
@@ -40,8 +50,10 @@ def hf_state_to_nexus(hf_sd: dict, cfg: ModelConfig, where: str) -> dict:
         if key.endswith("self_attn.o_proj.bias"):
             # Llama/Qwen3 with attention_bias carry an output bias that our attention lacks; only zeros map exactly.
             if value.abs().max() > 0:
-                raise ConfigError(f"{where}: {key} is non-zero (valid: attention_bias checkpoints whose o_proj "
-                                  "bias is zero; nexus attention has no output bias)")
+                raise ConfigError(
+                    f"{where}: {key} is non-zero (valid: attention_bias checkpoints whose o_proj "
+                    "bias is zero; nexus attention has no output bias)"
+                )
             continue
         name = hf_key_to_nexus(key)
         if name is None:
@@ -133,16 +145,28 @@ def export_special_ids(mcfg: ModelConfig, tokenizer, imported: dict | None) -> d
     for name, value in ids.items():
         for tid in value if isinstance(value, list) else [value]:
             if tid is not None and not (isinstance(tid, int) and 0 <= tid < mcfg.vocab_size):
-                source = "the imported config.json" if (imported or {}).get(name) is not None else \
-                    f"the checkpoint's {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer"
-                raise ConfigError(f"{name}_token_id={value!r} from {source} is outside the model's vocabulary "
-                                  f"(valid: an id in 0..{mcfg.vocab_size - 1} = model.vocab_size - 1, or none; "
-                                  "a tokenizer with more ids than the model has cannot be exported with it)")
+                source = (
+                    "the imported config.json"
+                    if (imported or {}).get(name) is not None
+                    else f"the checkpoint's {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer"
+                )
+                raise ConfigError(
+                    f"{name}_token_id={value!r} from {source} is outside the model's vocabulary "
+                    f"(valid: an id in 0..{mcfg.vocab_size - 1} = model.vocab_size - 1, or none; "
+                    "a tokenizer with more ids than the model has cannot be exported with it)"
+                )
     return ids
 
 
-def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | None = None,
-              special_ids: dict | None = None, verify_tolerance: float | None = None) -> dict:
+def export_hf(
+    model,
+    cfg,
+    out_dir,
+    tokenizer=None,
+    generation_config: dict | None = None,
+    special_ids: dict | None = None,
+    verify_tolerance: float | None = None,
+) -> dict:
     """Write a baseline model as a HF checkpoint directory `transformers` loads with the same logits.
 
     cfg: RunConfig or ModelConfig. generation_config: an imported model's generation_config.json,
@@ -174,8 +198,11 @@ def export_hf(model, cfg, out_dir, tokenizer=None, generation_config: dict | Non
         hf_cfg = hf_config_from_model(mcfg, arch, special)
         hf_cfg.dtype = "float32"
         hf_cfg.save_pretrained(str(d))  # transformers may add its own generation_config.json; ours replaces it
-        gen = dict(generation_config) if generation_config else {
-            f"{k}_token_id": v for k, v in special.items() if v is not None}
+        gen = (
+            dict(generation_config)
+            if generation_config
+            else {f"{k}_token_id": v for k, v in special.items() if v is not None}
+        )
         if gen:
             (d / GENERATION_CONFIG).write_text(json.dumps(gen, indent=2))
         save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})

@@ -1,4 +1,5 @@
 """Compare our logits with HF `transformers` on a fixed batch: the check `--verify` runs after import/export."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,9 @@ def hf_logits(hf_dir: Path, ids: torch.Tensor) -> torch.Tensor:
     """fp32 logits of the HF checkpoint in `hf_dir` (eager attention); the HF model is freed on return."""
     transformers = require_transformers()
     with no_progress_bars(transformers):  # its `Loading weights: 100%` bar is not nexus's output
-        hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
-                                                               attn_implementation="eager", local_files_only=True).eval()
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            str(hf_dir), dtype=torch.float32, attn_implementation="eager", local_files_only=True
+        ).eval()
     with torch.no_grad():
         return hf(ids).logits.float()
 
@@ -60,7 +62,7 @@ def within_tolerance(diff: float, tolerance: float, mismatch: str) -> float:
 
 
 def first_line(e: BaseException) -> str:
-    """"Type: first line of the message" (cut to 160 characters), for one-line errors that wrap a library's."""
+    """ "Type: first line of the message" (cut to 160 characters), for one-line errors that wrap a library's."""
     return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else 'no details'}"
 
 
@@ -74,13 +76,16 @@ def import_reference(hf_dir: Path, mcfg) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         return ids, hf_logits(hf_dir, ids)
     except Exception as e:  # transformers raises many types (ValueError, OSError, KeyError) for a directory it refuses
-        raise ConfigError(f"--hf={str(hf_dir)!r} does not load in transformers ({first_line(e)}), so --verify cannot "
-                          "compare with it (valid: a directory AutoModelForCausalLM.from_pretrained loads; or drop "
-                          "--verify); nothing was written") from None
+        raise ConfigError(
+            f"--hf={str(hf_dir)!r} does not load in transformers ({first_line(e)}), so --verify cannot "
+            "compare with it (valid: a directory AutoModelForCausalLM.from_pretrained loads; or drop "
+            "--verify); nothing was written"
+        ) from None
 
 
-def verified_checkpoint_difference(ckpt_dir: Path, ids: torch.Tensor, reference: torch.Tensor,
-                                   tolerance: float) -> float:
+def verified_checkpoint_difference(
+    ckpt_dir: Path, ids: torch.Tensor, reference: torch.Tensor, tolerance: float
+) -> float:
     """max |logit difference| between the nexus checkpoint just written at ckpt_dir (still under its
     temporary name) and the HF reference; RuntimeError when it does not load or differs by more than
     `tolerance`. The checkpoint is read back rather than the model in memory checked, so what is
@@ -91,5 +96,8 @@ def verified_checkpoint_difference(ckpt_dir: Path, ids: torch.Tensor, reference:
         model = load_checkpoint(ckpt_dir)[0].eval()
     except Exception as e:  # nexus wrote it a moment ago from checked input: any refusal is ours
         raise RuntimeError(f"the imported checkpoint does not load back ({first_line(e)}); nothing was written") from e
-    return within_tolerance(nexus_logit_difference(model, ids, reference), tolerance,
-                            "the imported checkpoint's logits differ from the HF model's")
+    return within_tolerance(
+        nexus_logit_difference(model, ids, reference),
+        tolerance,
+        "the imported checkpoint's logits differ from the HF model's",
+    )

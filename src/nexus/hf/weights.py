@@ -3,6 +3,7 @@
 The renaming is a table of regular expressions, one row per tensor kind, used in both directions,
 so import and export cannot drift apart.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,14 +73,18 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
         # weights_only=True: a .bin is a pickle, and loading must never run arbitrary code.
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # safetensors/pickle raise several exception types for damaged files
-        raise CheckpointError(f"HF weights file {str(path)!r} is corrupted or truncated "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})") from None
+        raise CheckpointError(
+            f"HF weights file {str(path)!r} is corrupted or truncated "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
+        ) from None
 
 
 def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     """All tensors of a HF checkpoint directory (single or sharded, safetensors or .bin), as fp32."""
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
         if (directory / single).is_file():
             files = [directory / single]
             break
@@ -87,15 +92,19 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
             try:
                 shards = sorted(set(json.loads((directory / index).read_text())["weight_map"].values()))
             except (json.JSONDecodeError, KeyError, AttributeError):
-                raise CheckpointError(f"{str(directory / index)!r} is corrupted (valid: a HF weight index with weight_map)") from None
+                raise CheckpointError(
+                    f"{str(directory / index)!r} is corrupted (valid: a HF weight index with weight_map)"
+                ) from None
             files = [directory / s for s in shards]
             missing = [str(f.name) for f in files if not f.is_file()]
             if missing:
                 raise CheckpointError(f"--hf={str(directory)!r} is missing shard {missing[0]} listed in {index}")
             break
     else:
-        raise CheckpointError(f"--hf={str(directory)!r} has no model.safetensors or pytorch_model.bin "
-                              "(valid: a directory written by save_pretrained)")
+        raise CheckpointError(
+            f"--hf={str(directory)!r} has no model.safetensors or pytorch_model.bin "
+            "(valid: a directory written by save_pretrained)"
+        )
     sd: dict[str, torch.Tensor] = {}
     for f in files:
         sd.update(_load_file(f))

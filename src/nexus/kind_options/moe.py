@@ -1,4 +1,5 @@
 """The mixture-of-experts MLP kind's options and parameter count (the module: models/moe.py)."""
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,9 @@ class MoEOptions(MLPOptions, kind="moe"):
 
     n_experts: int = option(8, "number of SwiGLU experts")
     top_k: int = option(2, "experts each token is routed to")
-    expert_hidden: int = option(0, "inner size of each expert (0 -> model.ffn_hidden // top_k: the dense model's active FFN size)")
+    expert_hidden: int = option(
+        0, "inner size of each expert (0 -> model.ffn_hidden // top_k: the dense model's active FFN size)"
+    )
     lb_loss_coef: float = option(0.01, "load-balancing loss weight (Switch/OLMoE form)")
     router_z_coef: float = option(0.001, "router z-loss weight (ST-MoE)")
     # width growth grows the experts' inner size, not a dense FFN's (there is none)

@@ -10,6 +10,7 @@ registered kind counts its own layers in its torch-free options file (`params` o
 nexus/kind_options/). tests/test_param_formula.py holds the totals to a real build of every preset, so a
 model change that these counts do not follow fails there, and holds the listing to importing no torch.
 """
+
 from __future__ import annotations
 
 from ..config import ModelConfig
@@ -36,8 +37,12 @@ def _attention(cfg: ModelConfig) -> int:
     """models/attention.py Attention: q/k/v/o projections, optional gate and QK-norm gains."""
     d, H, KV, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.hd
     bias = cfg.attention_bias
-    n = (_projection(cfg, "q", d, H * hd, bias) + _projection(cfg, "k", d, KV * hd, bias)
-         + _projection(cfg, "v", d, KV * hd, bias) + _projection(cfg, "o", H * hd, d, False))
+    n = (
+        _projection(cfg, "q", d, H * hd, bias)
+        + _projection(cfg, "k", d, KV * hd, bias)
+        + _projection(cfg, "v", d, KV * hd, bias)
+        + _projection(cfg, "o", H * hd, d, False)
+    )
     gate = cfg.attention.gate
     if gate != "none":
         n += _linear(d, H * hd if gate == "elementwise" else H)
@@ -99,8 +104,11 @@ def _mixing(cfg: ModelConfig) -> int:
 def _mlp(cfg: ModelConfig) -> int:
     """The dense baseline (SwiGLU, or one projection of the configured kind when it targets ffn), or the
     count the MLP kind `model.mlp.kind` declares in its options."""
-    base = (_projection(cfg, "ffn", cfg.d_model, cfg.d_model, False) if cfg.projection.uses("ffn")
-            else _swiglu(cfg.d_model, cfg.ffn))
+    base = (
+        _projection(cfg, "ffn", cfg.d_model, cfg.d_model, False)
+        if cfg.projection.uses("ffn")
+        else _swiglu(cfg.d_model, cfg.ffn)
+    )
     return base if cfg.mlp.kind == "dense" else cfg.mlp.params(cfg, base)
 
 
@@ -123,8 +131,13 @@ def sizes(cfg: ModelConfig) -> dict:
     """count() plus fp16 size and, for ternary models, the packed size (2 bits per ternary weight,
     everything else fp16), in MB; the form `nexus presets` and `nexus analyze params` print."""
     c = count(cfg)
-    out = {"total": c["total"], "embedding": c["embedding"], "non_embedding": c["non_embedding"],
-           "fp16_mb": c["total"] * 2 / 1e6, "ternary_mb": None}
+    out = {
+        "total": c["total"],
+        "embedding": c["embedding"],
+        "non_embedding": c["non_embedding"],
+        "fp16_mb": c["total"] * 2 / 1e6,
+        "ternary_mb": None,
+    }
     if c["ternary"]:
         out["ternary_mb"] = (c["ternary"] * 2 / 8 + (c["total"] - c["ternary"]) * 2) / 1e6
     return out

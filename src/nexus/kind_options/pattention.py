@@ -1,4 +1,5 @@
 """Pattention projection's options and parameter count (the module: models/pattention.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,16 +14,21 @@ class PattentionOptions(ProjectionOptions, kind="pattention"):
 
     growth_pins: ClassVar[dict[str, str]] = {
         "frozen_n": "tau = sqrt(frozen_n) on the q/k/v/o Pattention (0 -> param_tokens); TokenFormer growth pins "
-                    "it with freeze_scale so the old scores keep their scale",
+        "it with freeze_scale so the old scores keep their scale",
         "ffn_frozen_n": "the same for the FFN Pattention (0 -> its tokens)",
     }
 
-    targets: list[Literal["q", "k", "v", "o", "ffn"]] = option(["q", "k", "v"], "which projections are Pattention (q,k,v,o,ffn)")
+    targets: list[Literal["q", "k", "v", "o", "ffn"]] = option(
+        ["q", "k", "v"], "which projections are Pattention (q,k,v,o,ffn)"
+    )
     param_tokens: int = option(0, "parameter tokens per q/k/v/o projection (0 -> d_model)")
     pattention_act: Literal["gelu_l2", "softmax"] = option(
-        "gelu_l2", "gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant")
+        "gelu_l2", "gelu_l2: GELU(L2norm(scores)*sqrt(n)) ; softmax: the softmax variant"
+    )
     freeze_scale: bool = option(True, "freeze sqrt(n) at its pre-growth value so growth is exact")
-    ffn_param_tokens: int = option(0, "parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o")
+    ffn_param_tokens: int = option(
+        0, "parameter tokens of the FFN (0 -> model.ffn); TokenFormer sizes it apart from q/k/v/o"
+    )
 
     def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
         for name in ("param_tokens", "ffn_param_tokens"):

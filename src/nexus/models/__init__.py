@@ -1,4 +1,5 @@
 """Model zoo: `build_model(ModelConfig)` builds the architecture `model.arch` names (models/kinds.py)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """Parameter accounting for any config without allocating weights (arithmetic, or the meta device); the size
 check every build passes first is models/size_check.py."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,13 @@ def param_count_for_config(cfg: ModelConfig) -> dict:
     total = sum(p.numel() for p in model.parameters())
     emb = sum(p.numel() for n, p in model.named_parameters() if n.endswith("embed.weight") or "lm_head" in n)
     ternary = sum(p.numel() for m in model.modules() if getattr(m, "is_ternary", False) for p in [m.weight])
-    out = {"total": total, "embedding": emb, "non_embedding": total - emb, "fp16_mb": total * 2 / 1e6,
-           "ternary_mb": None}
+    out = {
+        "total": total,
+        "embedding": emb,
+        "non_embedding": total - emb,
+        "fp16_mb": total * 2 / 1e6,
+        "ternary_mb": None,
+    }
     if ternary:
         # ternary weights at 2 bits + one fp32 scale per tensor; everything else fp16
         out["ternary_mb"] = (ternary * 2 / 8 + (total - ternary) * 2) / 1e6

@@ -10,6 +10,7 @@ Inputs are explicit: `forward(x, rope, anchors=None, cache=None)`. Analyses read
 pattern through the parameter-free hook points `hook_qk` (q, k as `attend` receives them) and
 `hook_gate` (the gate logits), never through flags in the model.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -40,7 +41,9 @@ class ProjectionMixer(Protocol):
     def __call__(self, parts: dict, x: torch.Tensor, anchors: dict | None) -> dict:
         """Before QK-norm: the projections `parts` (q/k/v/g, (B, T, heads, width)) -> mixed parts."""
 
-    def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def after_qk_norm(
+        self, q: torch.Tensor, k: torch.Tensor, anchors: dict | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """After QK-norm, before RoPE: q, k (B, T, heads, hd) -> q, k."""
 
 
@@ -64,9 +67,20 @@ def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tens
 
 
 class Attention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
-                 make_projection: ProjectionFactory = linear_projection, bias: bool = False, gate: str = "none",
-                 qk_norm: bool = False, norm_eps: float = 1e-5, mixer: ProjectionMixer | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        make_projection: ProjectionFactory = linear_projection,
+        bias: bool = False,
+        gate: str = "none",
+        qk_norm: bool = False,
+        norm_eps: float = 1e-5,
+        mixer: ProjectionMixer | None = None,
+    ):
         super().__init__()
         d, H, KV, hd = d_model, n_heads, n_kv_heads, head_dim
         self.n_heads, self.n_kv_heads, self.head_dim = H, KV, hd
@@ -141,12 +155,16 @@ class Attention(nn.Module):
         k = apply_rope(k.transpose(1, 2), cos, sin)
         return parts, q, k, parts["v"].transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
-                cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        anchors: dict | None = None,
+        cache: dict | None = None,
+    ) -> torch.Tensor:
         """x (B, T, d) normed input; rope the (cos, sin) tables of these positions; anchors the
         cross-layer anchor tensors (component -> (B, T, heads, width)) when mixing is on."""
         parts, q, k, v = self.mix_norm_rope(self.project(x), x, rope, anchors)
         q, k = self.hook_qk(q, k)
         o = self.attend(q, k, v, cache)
         return self.output(o.transpose(1, 2), parts)
-

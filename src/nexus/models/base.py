@@ -6,6 +6,7 @@
 z-loss + auxiliary losses, without a host sync), the global init, `new_cache` and `generate`.
 TransformerLM and RecurrentLM subclass it, build their layer stack and supply `forward`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -88,8 +89,16 @@ class LanguageModel(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None):
+    def generate(
+        self,
+        input_ids,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        eos_id: int | None = None,
+        generator: torch.Generator | None = None,
+    ):
         from .generate import generate
 
         return generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator)

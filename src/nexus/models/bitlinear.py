@@ -9,6 +9,7 @@ The quantizers are custom autograd Functions rather than the `w + (q - w).detach
 that idiom's forward value is `w + (q - w)`, which in floating point is not always exactly `q`:
 the "every weight is ternary" and "packed export gives identical logits" guarantees need exact q.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -90,8 +91,17 @@ class BitLinear(nn.Linear):
 
     is_ternary = True  # read by models/accounting.py to report ternary model sizes
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, act_quant: bool = False,
-                 input_norm: bool = False, norm_eps: float = 1e-5, device=None, dtype=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        act_quant: bool = False,
+        input_norm: bool = False,
+        norm_eps: float = 1e-5,
+        device=None,
+        dtype=None,
+    ):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.act_quant = act_quant  # 8-bit per-token absmax activation quantization
         self.input_norm = input_norm  # parameter-free RMSNorm before quantization (SubLN)
@@ -160,8 +170,11 @@ INT4_GROUP_SIZES = (256, 128, 64, 32)  # group sizes the CPU int4 kernel takes (
 
 def int4_supported(out_features: int, in_features: int) -> bool:
     """torch's CPU int4 kernel packs N % 16 == 0 outputs and needs K divisible by a group size."""
-    return (hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and out_features % 16 == 0
-            and in_features % INT4_GROUP_SIZES[-1] == 0)
+    return (
+        hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+        and out_features % 16 == 0
+        and in_features % INT4_GROUP_SIZES[-1] == 0
+    )
 
 
 def int8_supported(in_features: int) -> bool:
@@ -196,8 +209,9 @@ def pack_int4(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     return packed, scales_zeros, group
 
 
-def int4_weight_matmul(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group: int,
-                       scale: torch.Tensor) -> torch.Tensor:
+def int4_weight_matmul(
+    x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group: int, scale: torch.Tensor
+) -> torch.Tensor:
     """x @ (codes * scale)^T with torch's weight-only int4 CPU kernel (`aten._weight_int4pack_mm_for_cpu`).
 
     Half the bytes of int8: a recurrent model re-reads the same few matrices dozens of times per token,
@@ -206,8 +220,9 @@ def int4_weight_matmul(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torc
     scalar path ~100x slower), so x and the product are rounded to bf16, accumulated in fp32 inside.
     """
     lead = x.shape[:-1]
-    y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed, group,
-                                                     scales_zeros)
+    y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+        x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed, group, scales_zeros
+    )
     return (y.to(x.dtype) * scale).reshape(*lead, scales_zeros.shape[1])
 
 
@@ -236,8 +251,16 @@ class PackedTernaryLinear(nn.Module):
     is_ternary = True
     kernel_choice = None  # the measurement behind kernel="auto" (KernelChoice), else None
 
-    def __init__(self, codes: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, act_quant: bool,
-                 input_norm: bool, norm_eps: float, kernel: str = "auto"):
+    def __init__(
+        self,
+        codes: torch.Tensor,
+        gamma: torch.Tensor,
+        bias: torch.Tensor | None,
+        act_quant: bool,
+        input_norm: bool,
+        norm_eps: float,
+        kernel: str = "auto",
+    ):
         super().__init__()
         if kernel not in PACKED_KERNELS:
             raise ValueError(f"kernel={kernel!r} (valid: {'|'.join(PACKED_KERNELS)})")
@@ -252,8 +275,10 @@ class PackedTernaryLinear(nn.Module):
             from . import ternary_kernels
 
             if not ternary_kernels.available():
-                raise ValueError(f"kernel={kernel!r} needs numba, which is not installed (valid without it: "
-                                 f"auto|{'|'.join(TORCH_LOW_BIT_KERNELS)}|dense)")
+                raise ValueError(
+                    f"kernel={kernel!r} needs numba, which is not installed (valid without it: "
+                    f"auto|{'|'.join(TORCH_LOW_BIT_KERNELS)}|dense)"
+                )
         if kernel == "int4" and not int4_supported(self.out_features, self.in_features):
             kernel = "int8"
         if kernel == "int8" and not int8_supported(self.in_features):
@@ -287,12 +312,16 @@ class PackedTernaryLinear(nn.Module):
         if self.kernel == "dense":
             return F.linear(x, self.weight, self.bias)
         if x.device.type != "cpu":  # moved off the CPU after loading: the low-bit kernels are CPU-only
-            raise RuntimeError(f"PackedTernaryLinear kernel={self.kernel!r} runs on CPU only; load the file with "
-                               f"load_ternary(path, device={str(x.device)!r}) for the dense kernel there")
+            raise RuntimeError(
+                f"PackedTernaryLinear kernel={self.kernel!r} runs on CPU only; load the file with "
+                f"load_ternary(path, device={str(x.device)!r}) for the dense kernel there"
+            )
         if self.kernel in NUMBA_KERNELS:
             if torch.is_grad_enabled() and x.requires_grad:
-                raise RuntimeError(f"PackedTernaryLinear kernel={self.kernel!r} is inference-only (no autograd); "
-                                   "load the file with kernel='dense' to differentiate through it")
+                raise RuntimeError(
+                    f"PackedTernaryLinear kernel={self.kernel!r} is inference-only (no autograd); "
+                    "load the file with kernel='dense' to differentiate through it"
+                )
             from . import ternary_kernels
 
             if self.kernel == "fp32-2bit":

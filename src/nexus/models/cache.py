@@ -7,6 +7,7 @@ allocated once for the whole generation copies only the new entry. `generate()` 
 length and passes it as the cache's capacity; without a capacity the buffer doubles when full, so
 copies stay amortized O(1) per token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,11 +28,16 @@ class SeqBuffer:
         d, n = self.dim, x.shape[self.dim]
         end = self.length + n
         if self.data is not None:
-            same = (self.data.dtype == x.dtype and self.data.device == x.device and
-                    all(a == b for i, (a, b) in enumerate(zip(self.data.shape, x.shape)) if i != d))
+            same = (
+                self.data.dtype == x.dtype
+                and self.data.device == x.device
+                and all(a == b for i, (a, b) in enumerate(zip(self.data.shape, x.shape)) if i != d)
+            )
             if not same:
-                raise RuntimeError(f"cache holds {tuple(self.data.shape)} {self.data.dtype}; cannot append "
-                                   f"{tuple(x.shape)} {x.dtype} (a cache serves one batch of sequences)")
+                raise RuntimeError(
+                    f"cache holds {tuple(self.data.shape)} {self.data.dtype}; cannot append "
+                    f"{tuple(x.shape)} {x.dtype} (a cache serves one batch of sequences)"
+                )
         if self.data is None or self.data.shape[d] < end:
             old = 0 if self.data is None else self.data.shape[d]
             shape = list(x.shape)

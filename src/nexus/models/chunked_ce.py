@@ -17,6 +17,7 @@ Arithmetic, per token t with logits z = s * (h_t W^T) (s: the model's logit_scal
 Under autocast the GEMMs run in the autocast dtype, as the plain path's head matmul does there; the
 softmax and sums stay in fp32 (the plain path's `.float()` logits).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +46,8 @@ class _ChunkedHeadCE(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_grad else None
         with torch.autocast(h.device.type, enabled=False):  # dtypes are explicit here
             for start in range(0, h.shape[0], chunk):
-                hc = h[start:start + chunk].to(cdt)
-                lab = labels[start:start + chunk]
+                hc = h[start : start + chunk].to(cdt)
+                lab = labels[start : start + chunk]
                 logits = (hc @ w.t()).to(acc)
                 if scale != 1.0:
                     logits = logits * scale
@@ -65,7 +66,7 @@ class _ChunkedHeadCE(torch.autograd.Function):
                 probs.mul_((coef / denom)[:, None])
                 probs.scatter_add_(1, safe, -(vf / denom)[:, None])
                 g = (probs * scale if scale != 1.0 else probs).to(cdt)  # d loss / d (h W^T)
-                grad_h[start:start + chunk] = (g @ w).to(h.dtype)
+                grad_h[start : start + chunk] = (g @ w).to(h.dtype)
                 grad_w += (g.t() @ hc).to(acc)
         ce = ce_sum / denom
         total = (ce_sum + z_loss * z_sum) / denom  # its own tensor: `ce` below carries no gradient
@@ -80,8 +81,9 @@ class _ChunkedHeadCE(torch.autograd.Function):
         return grad_h * grad_total, grad_w * grad_total, None, None, None, None, None
 
 
-def chunked_head_cross_entropy(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int,
-                               scale: float = 1.0, z_loss: float = 0.0):
+def chunked_head_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int, scale: float = 1.0, z_loss: float = 0.0
+):
     """(loss, ce, n_valid) of the LM head `logits = scale * h @ weight^T` on (..., D) hidden states `h` and
     (...) `labels` (IGNORE_INDEX skipped), `chunk` tokens at a time: loss = mean CE + z_loss * mean
     logsumexp^2 (differentiable in h and weight), ce the mean CE alone (no gradient: it is what runs
@@ -96,8 +98,15 @@ def chunked_head_cross_entropy(h: torch.Tensor, weight: torch.Tensor, labels: to
     return total, ce, n
 
 
-def lm_loss_chunked(out: LMOutput, h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, z_loss: float,
-                    chunk: int, scale: float = 1.0) -> LMOutput:
+def lm_loss_chunked(
+    out: LMOutput,
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    z_loss: float,
+    chunk: int,
+    scale: float = 1.0,
+) -> LMOutput:
     """lm_loss with the head folded in (models/chunked_ce.py): the CE and z-loss of `scale * h @ weight^T`,
     `chunk` tokens at a time, without the full logits (out.logits stays None). ce_loss carries no gradient."""
     loss, ce, n = chunked_head_cross_entropy(h, weight, labels, chunk, scale, z_loss)

@@ -19,6 +19,7 @@ no forward hooks anywhere (analyses hook the HookPoints), no cross-layer mixing,
 subclassed or replaced layers (BitLinear, Nexus-Rank, higher-order attention, MoE), fp32 weights.
 tests/test_decode_cache.py holds it to the module forward and to uncached generation.
 """
+
 from __future__ import annotations
 
 import torch
@@ -53,16 +54,32 @@ def _plain_block(block: nn.Module, block_type: type) -> bool:
 class _Layer:
     """One block's weights and its cache buffers, looked up once per generate() call."""
 
-    __slots__ = ("attn_norm", "mlp_norm", "q_norm", "k_norm", "q", "k", "v", "o", "gate", "up", "down",
-                 "k_buf", "v_buf")
+    __slots__ = (
+        "attn_norm",
+        "mlp_norm",
+        "q_norm",
+        "k_norm",
+        "q",
+        "k",
+        "v",
+        "o",
+        "gate",
+        "up",
+        "down",
+        "k_buf",
+        "v_buf",
+    )
 
     def __init__(self, block: nn.Module, layer_cache: LayerCache):
         attn, mlp = block.attn, block.mlp
         self.attn_norm, self.mlp_norm = block.attn_norm.weight, block.mlp_norm.weight
         self.q_norm = attn.q_norm.weight if attn.q_norm is not None else None
         self.k_norm = attn.k_norm.weight if attn.k_norm is not None else None
-        self.q, self.k, self.v = (attn.q_proj.weight, attn.q_proj.bias), (attn.k_proj.weight, attn.k_proj.bias), \
-            (attn.v_proj.weight, attn.v_proj.bias)
+        self.q, self.k, self.v = (
+            (attn.q_proj.weight, attn.q_proj.bias),
+            (attn.k_proj.weight, attn.k_proj.bias),
+            (attn.v_proj.weight, attn.v_proj.bias),
+        )
         self.o = (attn.o_proj.weight, attn.o_proj.bias)
         self.gate, self.up, self.down = ((m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
         self.k_buf, self.v_buf = layer_cache["k"], layer_cache["v"]
@@ -97,8 +114,9 @@ class PlainDecoder:
             return None
         for lc in layer_caches:
             bufs = [lc.get("k"), lc.get("v")]
-            if not all(isinstance(b, SeqBuffer) and b.data is not None and b.dim == 2 and b.length == cache.pos
-                       for b in bufs):
+            if not all(
+                isinstance(b, SeqBuffer) and b.data is not None and b.dim == 2 and b.length == cache.pos for b in bufs
+            ):
                 return None
         return cls(model, cache, [_Layer(b, lc) for b, lc in zip(model.layers, layer_caches)])
 
@@ -107,7 +125,9 @@ class PlainDecoder:
         pos = cache.pos
         B = ids.shape[0]
         if ids.shape[1] != 1 or pos >= self.cos.shape[0]:
-            raise RuntimeError(f"PlainDecoder takes one token within max_seq_len (got {ids.shape[1]} at position {pos})")
+            raise RuntimeError(
+                f"PlainDecoder takes one token within max_seq_len (got {ids.shape[1]} at position {pos})"
+            )
         H, KV, hd, d, eps = self.n_heads, self.n_kv, self.hd, self.d, self.eps
         cos, sin = self.cos[pos], self.sin[pos]
         x = F.embedding(ids, self.model.embed.weight).view(B, d)

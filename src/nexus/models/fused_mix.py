@@ -12,6 +12,7 @@ DynamicMixing.stages) with a hand-written backward, the coefficients enter flat 
 and gamma never leaves the node. `mix_layer` in modulated_mix.py picks this path; it is held to the
 eager path and to a reference written from eq. 6-7 in tests/test_exoformer.py.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,8 +30,13 @@ def usable(tensors: list[torch.Tensor]) -> bool:
     pass the activations and one tensor of each kind of parameter: a model's parameters share one
     dtype and device, and autocast changes the activations'."""
     dtype = tensors[0].dtype
-    return (dtype in (torch.float32, torch.float64) and all(t.is_cpu and t.dtype == dtype for t in tensors)
-            and _ENABLED and not torch.compiler.is_compiling() and mix_kernels.available())
+    return (
+        dtype in (torch.float32, torch.float64)
+        and all(t.is_cpu and t.dtype == dtype for t in tensors)
+        and _ENABLED
+        and not torch.compiler.is_compiling()
+        and mix_kernels.available()
+    )
 
 
 def enabled() -> bool:
@@ -58,8 +64,8 @@ class FusedMix(torch.autograd.Function):
         n = len(cols)
         weights, tensors = (tensors[:3], tensors[3:]) if dynamic is not None else ((), tensors)
         currents = [t.contiguous() for t in tensors[:n]]  # projections are already contiguous
-        anchors = [t.contiguous() for t in tensors[n:2 * n]] if has_anchor else currents
-        l1s, l2s = tensors[-2 * n:-n], tensors[-n:]
+        anchors = [t.contiguous() for t in tensors[n : 2 * n]] if has_anchor else currents
+        l1s, l2s = tensors[-2 * n : -n], tensors[-n:]
         B, T = currents[0].shape[:2]
         if dynamic is not None:
             h, a, gamma = dynamic.stages(x)  # grad is off inside forward: plain tensors
@@ -71,12 +77,24 @@ class FusedMix(torch.autograd.Function):
         # numpy views of what the backward reads, made once, as one tuple per kind (the layer kernel's
         # arguments); the tensors also go to save_for_backward, for autograd's check that nothing
         # modified them in place
-        arrays = (tuple(c.detach().numpy() for c in currents), tuple(an.detach().numpy() for an in anchors),
-                  tuple(_coef(l1, s, c) for l1, s, c in zip(l1s, coef_shapes, currents)),
-                  tuple(_coef(l2, s, c) for l2, s, c in zip(l2s, coef_shapes, currents)))
+        arrays = (
+            tuple(c.detach().numpy() for c in currents),
+            tuple(an.detach().numpy() for an in anchors),
+            tuple(_coef(l1, s, c) for l1, s, c in zip(l1s, coef_shapes, currents)),
+            tuple(_coef(l2, s, c) for l2, s, c in zip(l2s, coef_shapes, currents)),
+        )
         outs = tuple(torch.empty_like(cur) for cur in currents)
-        mix_kernels.forward_layer_kernel()(*arrays, gam_np, _cols_array(cols), has_anchor, tuple(o.numpy() for o in outs))
-        ctx.n, ctx.cols, ctx.coef_shapes, ctx.has_anchor, ctx.arrays, ctx.gam_np = n, cols, coef_shapes, has_anchor, arrays, gam_np
+        mix_kernels.forward_layer_kernel()(
+            *arrays, gam_np, _cols_array(cols), has_anchor, tuple(o.numpy() for o in outs)
+        )
+        ctx.n, ctx.cols, ctx.coef_shapes, ctx.has_anchor, ctx.arrays, ctx.gam_np = (
+            n,
+            cols,
+            coef_shapes,
+            has_anchor,
+            arrays,
+            gam_np,
+        )
         ctx.dynamic = dynamic is not None
         ctx.save_for_backward(x, h, a, gam, *weights, *currents, *(anchors if has_anchor else ()), *l1s, *l2s)
         return outs
@@ -107,10 +125,21 @@ def _backward(ctx, grads):
     d_cur = [torch.empty_like(cur) for cur in currents]
     d_anc = [torch.empty_like(cur) for cur in currents] if has_anchor else d_cur
     d_ls = [torch.zeros((2, *cur.shape[2:]), dtype=cur.dtype) for cur in currents]  # accumulated into
-    mix_kernels.backward_layer_kernel()(tuple(grads_np), head_major, *ctx.arrays, ctx.gam_np, _cols_array(ctx.cols),
-                                        has_anchor, tuple(t.numpy() for t in d_cur), tuple(t.numpy() for t in d_anc),
-                                        tuple(t.numpy() for t in d_ls), d_gam_np)
-    d_l1 = [_flat_grad(dl[0], s) if has_anchor else None for dl, s in zip(d_ls, ctx.coef_shapes)]  # l1 is unused without the anchor
+    mix_kernels.backward_layer_kernel()(
+        tuple(grads_np),
+        head_major,
+        *ctx.arrays,
+        ctx.gam_np,
+        _cols_array(ctx.cols),
+        has_anchor,
+        tuple(t.numpy() for t in d_cur),
+        tuple(t.numpy() for t in d_anc),
+        tuple(t.numpy() for t in d_ls),
+        d_gam_np,
+    )
+    d_l1 = [
+        _flat_grad(dl[0], s) if has_anchor else None for dl, s in zip(d_ls, ctx.coef_shapes)
+    ]  # l1 is unused without the anchor
     d_l2 = [_flat_grad(dl[1], s) for dl, s in zip(d_ls, ctx.coef_shapes)]
     d_x = d_weights = ()
     if ctx.dynamic:  # eq. 6 backward: sigmoid, the second Linear, GELU, the first Linear
@@ -118,13 +147,24 @@ def _backward(ctx, grads):
         x2, h2, a2 = (t.reshape(d_gam.shape[0], -1) for t in (x, h, a))
         dz, da = torch.empty_like(d_gam), torch.empty_like(h2)
         d_W2, d_b = torch.zeros_like(W2), torch.zeros_like(b)
-        mix_kernels.gate_backward_kernel()(d_gam_np, ctx.gam_np, a2.numpy(), W2.detach().numpy(), dz.numpy(),
-                                           da.numpy(), d_W2.numpy(), d_b.numpy())
+        mix_kernels.gate_backward_kernel()(
+            d_gam_np, ctx.gam_np, a2.numpy(), W2.detach().numpy(), dz.numpy(), da.numpy(), d_W2.numpy(), d_b.numpy()
+        )
         dh = torch.ops.aten.gelu_backward(da, h2)
         d_weights = (dh.t() @ x2, d_W2, d_b)
         d_x = (dh @ W1).view(x.shape)
-    out = (d_x if ctx.dynamic else None, None, None, None, None, *d_weights, *d_cur, *(d_anc if has_anchor else ()),
-           *d_l1, *d_l2)
+    out = (
+        d_x if ctx.dynamic else None,
+        None,
+        None,
+        None,
+        None,
+        *d_weights,
+        *d_cur,
+        *(d_anc if has_anchor else ()),
+        *d_l1,
+        *d_l2,
+    )
     return tuple(g if need else None for g, need in zip(out, ctx.needs_input_grad, strict=True))
 
 

@@ -1,4 +1,5 @@
 """Sampling with a KV cache (temperature, top-k, top-p) for any nexus model with `new_cache()`."""
+
 from __future__ import annotations
 
 import torch
@@ -7,8 +8,9 @@ from .bitlinear import hold_quantized_weights
 from .cache import LayerCache
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """logits (B, V) -> next ids (B, 1). temperature 0 means greedy."""
     if temperature <= 0:
         return logits.argmax(-1, keepdim=True)
@@ -28,9 +30,17 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
 
 
 @torch.no_grad()
-def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
-             top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = True) -> torch.Tensor:
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> torch.Tensor:
     """Append up to max_new_tokens to input_ids (B, T). Prefill once, then one token per step. Ids of any
     integer dtype are accepted (uint8 ids from a byte buffer too) and returned as int64."""
     check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, use_cache)
@@ -45,8 +55,9 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, temperatu
         model.train(was_training)
 
 
-def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id,
-                        use_cache: bool = True) -> None:
+def check_generate_args(
+    model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, use_cache: bool = True
+) -> None:
     """What `nexus generate` checks on its flags, for the Python API: a ValueError/TypeError naming the argument.
     A prompt longer than the context is refused with the cache (which cannot slide: nothing would be
     generated); a generation the context cuts short is said with a warning (the CLI prints a note)."""
@@ -77,18 +88,28 @@ def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, to
         bad("top_k", top_k, "an integer >= 0 (0 = off)")
     if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
         bad("top_p", top_p, "a number in (0, 1]")
-    if eos_id is not None and (not isinstance(eos_id, numbers.Integral) or isinstance(eos_id, bool) or eos_id < 0
-                               or (vocab is not None and eos_id >= vocab)):
+    if eos_id is not None and (
+        not isinstance(eos_id, numbers.Integral)
+        or isinstance(eos_id, bool)
+        or eos_id < 0
+        or (vocab is not None and eos_id >= vocab)
+    ):
         bad("eos_id", eos_id, f"None or a token id in [0, {vocab})" if vocab is not None else "None or a token id >= 0")
     context = getattr(getattr(model, "cfg", None), "max_seq_len", None)
     if use_cache and context is not None:
         if input_ids.shape[1] > context:
-            bad("input_ids", f"a prompt of {input_ids.shape[1]} tokens",
-                f"at most the model's context of {context} tokens (keep its last {context}: input_ids[:, -{context}:])")
+            bad(
+                "input_ids",
+                f"a prompt of {input_ids.shape[1]} tokens",
+                f"at most the model's context of {context} tokens (keep its last {context}: input_ids[:, -{context}:])",
+            )
         room = context - input_ids.shape[1] + 1  # the last new token is never fed back
         if max_new_tokens > room:
-            warnings.warn(f"generate: the model's context is {context} tokens; generation stops after {room} new "
-                          f"tokens, not max_new_tokens={max_new_tokens}", stacklevel=3)
+            warnings.warn(
+                f"generate: the model's context is {context} tokens; generation stops after {room} new "
+                f"tokens, not max_new_tokens={max_new_tokens}",
+                stacklevel=3,
+            )
 
 
 def _decode(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_id, generator, use_cache):

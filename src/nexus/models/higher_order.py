@@ -25,6 +25,7 @@ the outer level is the one whose q/k/v/g the cross-layer anchors mix.
 Attention-map analyses read the outer level at `hook_qk` (like standard attention) and the inner
 level directly below it at `hook_inner["inner_<target>"]`, called with that level's (q, k).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,21 @@ from .cache import append_history, child_cache
 
 
 class HigherOrderAttention(Attention):
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, order: int,
-                 form: str, shared: bool, targets: tuple[str, ...], ho_gate: bool, mixer=None, **attention_kwargs):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        order: int,
+        form: str,
+        shared: bool,
+        targets: tuple[str, ...],
+        ho_gate: bool,
+        mixer=None,
+        **attention_kwargs,
+    ):
         """order/form/shared/targets/ho_gate: model.attention.order, ho_form, ho_shared, ho_targets,
         ho_gate, all required (their defaults live in HigherOrderOptions only); the rest (sizes,
         make_projection, bias, gate, qk_norm, norm_eps) as for Attention."""
@@ -74,8 +88,10 @@ class HigherOrderAttention(Attention):
         undoes RMSNorm's rescaling of the block input, but the projected form also applies W_q/W_k/W_v to
         the inner output Y, which no norm rescaled, so the refined Q~/K~/V~ would shrink."""
         if self.form == "projected" and spec.hidden and spec.preserve == "exact" and spec.init_out == "zero":
-            return ("--preserve exact with --init zero,<any> on width.hidden cannot keep projected higher-order "
-                    "attention exact (its inner output is not normed; valid: --init copy,copy, or --preserve rms)")
+            return (
+                "--preserve exact with --init zero,<any> on width.hidden cannot keep projected higher-order "
+                "attention exact (its inner output is not normed; valid: --init copy,copy, or --preserve rms)"
+            )
         return None
 
     # ------------------------------------------------------------------ levels
@@ -109,8 +125,9 @@ class HigherOrderAttention(Attention):
             parts[t] = self._blend(t, parts[t], refined)
         return parts
 
-    def level_output(self, w: Attention, x: torch.Tensor, m: int, rope, cache: dict | None, memo: dict,
-                     label: str) -> torch.Tensor:
+    def level_output(
+        self, w: Attention, x: torch.Tensor, m: int, rope, cache: dict | None, memo: dict, label: str
+    ) -> torch.Tensor:
         """The whole attention of weights `w` at order m (an inner level), in model space (B, T, d)."""
         key = f"{self._weights_name(w)}:{m}"
         hook = self.hook_inner[label] if m == self.order - 1 else None  # maps: the level below the outer
@@ -146,8 +163,13 @@ class HigherOrderAttention(Attention):
         return z.transpose(1, 2)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
-                cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        anchors: dict | None = None,
+        cache: dict | None = None,
+    ) -> torch.Tensor:
         parts = self.level_parts(self, x, self.order, rope, cache, memo={})
         parts, q, k, v = self.mix_norm_rope(parts, x, rope, anchors)  # anchor mixing acts on the outer level only
         q, k = self.hook_qk(q, k)
@@ -202,8 +224,9 @@ def _linear_flops(p: nn.Module) -> float:
 
 def _build(cfg: ModelConfig, **common) -> HigherOrderAttention:
     a = cfg.attention
-    return HigherOrderAttention(order=a.order, form=a.ho_form, shared=a.ho_shared, targets=tuple(a.ho_targets),
-                                ho_gate=a.ho_gate, **common)
+    return HigherOrderAttention(
+        order=a.order, form=a.ho_form, shared=a.ho_shared, targets=tuple(a.ho_targets), ho_gate=a.ho_gate, **common
+    )
 
 
 ATTENTION_KINDS.register("higher_order")(LayerKind(_build))

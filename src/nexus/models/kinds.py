@@ -20,6 +20,7 @@ builder: `ARCHITECTURES.register("x")(Architecture(build))` (models/recurrent.py
 roles the built modules declare (models/width_roles.py). The modules of nexus.models are imported on the
 first lookup, so a new kind needs no central list.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

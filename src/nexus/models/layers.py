@@ -1,4 +1,5 @@
 """Small building blocks shared by every architecture: RMSNorm, RoPE, SwiGLU, hook points."""
+
 from __future__ import annotations
 
 import torch
@@ -52,7 +53,7 @@ class RotaryEmbedding(nn.Module):
     def tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         if start + length > self.cos.shape[0]:
             self._build(max(start + length, 2 * self.cos.shape[0]))
-        return self.cos[start:start + length], self.sin[start:start + length]
+        return self.cos[start : start + length], self.sin[start : start + length]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -83,12 +84,19 @@ class SwiGLU(nn.Module):
     def width_roles(self, inner: str = "ffn") -> dict:
         """Width growth: the inner axis (`inner`: ffn, or expert_inner for an MoE expert) is written by
         gate/up and read by down; the hidden axis the other way round."""
-        roles = {"gate_proj.weight": {0: (inner, "gate"), 1: ("hidden", "in")},
-                 "up_proj.weight": {0: (inner, "out"), 1: ("hidden", "in")},
-                 "down_proj.weight": {0: ("hidden", "out"), 1: (inner, "in")}}
+        roles = {
+            "gate_proj.weight": {0: (inner, "gate"), 1: ("hidden", "in")},
+            "up_proj.weight": {0: (inner, "out"), 1: ("hidden", "in")},
+            "down_proj.weight": {0: ("hidden", "out"), 1: (inner, "in")},
+        }
         if self.down_proj.bias is not None:
-            roles.update({"gate_proj.bias": {0: (inner, "gate")}, "up_proj.bias": {0: (inner, "out")},
-                          "down_proj.bias": {0: ("hidden", "out")}})
+            roles.update(
+                {
+                    "gate_proj.bias": {0: (inner, "gate")},
+                    "up_proj.bias": {0: (inner, "out")},
+                    "down_proj.bias": {0: ("hidden", "out")},
+                }
+            )
         return roles
 
 

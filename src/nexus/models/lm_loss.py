@@ -1,5 +1,6 @@
 """The language-model loss shared by every architecture (cross-entropy, z-loss, auxiliary losses) and the
 output it fills in."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -22,6 +22,7 @@ may use FMA); no assumptions about NaN, infinities or signed zeros.
 numba is imported lazily: `available()` is False when it is missing, and the callers fall back to
 the eager Function.
 """
+
 from __future__ import annotations
 
 import functools
@@ -127,8 +128,22 @@ def _kernels():
     def backward_layer(grads, head_major, curs, ancs, l1s, l2s, gam, cols, has_anc, d_curs, d_ancs, d_ls, d_gam):
         """backward for component i = 0..n-1; head_major[i] gives grads[i]'s layout."""
         for i in range(len(curs)):
-            backward(grads[i], head_major[i], curs[i], ancs[i], l1s[i], l2s[i], gam, cols[i, 0], cols[i, 1], has_anc,
-                     d_curs[i], d_ancs[i], d_ls[i], d_gam)
+            backward(
+                grads[i],
+                head_major[i],
+                curs[i],
+                ancs[i],
+                l1s[i],
+                l2s[i],
+                gam,
+                cols[i, 0],
+                cols[i, 1],
+                has_anc,
+                d_curs[i],
+                d_ancs[i],
+                d_ls[i],
+                d_gam,
+            )
 
     return forward, backward, gate_backward, forward_layer, backward_layer
 

@@ -20,6 +20,7 @@ MixingConfig, the model width and the (heads, width) table attention itself uses
 (`attention.component_shapes`), and returns the anchor source plus one mixer per layer, which the
 model hands to each attention at construction.
 """
+
 from __future__ import annotations
 
 import torch
@@ -105,8 +106,9 @@ class ExoAnchor(AnchorSource):
             self.proj.weight._muon_split = list(self.sizes)
         self.norms = make_anchor_norms(shapes, normed, eps)
 
-    def forward(self, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None,
-                embed_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self, embeddings: torch.Tensor, input_ids: torch.Tensor | None = None, embed_weight: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         """The anchors: component -> (B, T, heads, width). `input_ids`/`embed_weight` may be given only
         when `embeddings` is the plain lookup embed_weight[input_ids]; without them every token is
         projected directly."""
@@ -195,8 +197,16 @@ class AnchorMixer(nn.Module):
     """Layer n's mixer: S_hat = (l1 * g1) * anchor + (l2 * g2) * S for each mixed component.
     Coefficients are stored flat (1-D) so optimizers treat them like gains: AdamW, no weight decay."""
 
-    def __init__(self, d_model: int, shapes: Shapes, components: list[str], granularity: str, learnable: bool,
-                 dynamic: bool, dynamic_hidden: int):
+    def __init__(
+        self,
+        d_model: int,
+        shapes: Shapes,
+        components: list[str],
+        granularity: str,
+        learnable: bool,
+        dynamic: bool,
+        dynamic_hidden: int,
+    ):
         super().__init__()
         self.components = list(components)
         self.shapes = {c: coefficient_shape(shapes[c], granularity) for c in self.components}
@@ -234,9 +244,16 @@ class AnchorMixer(nn.Module):
         """anchors None drops the anchor term (the anchor-removal analysis, nexus.analysis.hooks)."""
         comps = self.components
         anchor_list = None if anchors is None else [anchors[c] for c in comps]
-        mixed = mix_layer([parts[c] for c in comps], anchor_list, [self.anchor_coef[c] for c in comps],
-                          [self.current_coef[c] for c in comps], [self.shapes[c] for c in comps], x, self.dynamic,
-                          [(2 * COMPONENTS.index(c), 2 * COMPONENTS.index(c) + 1) for c in comps])  # (gamma1, gamma2)
+        mixed = mix_layer(
+            [parts[c] for c in comps],
+            anchor_list,
+            [self.anchor_coef[c] for c in comps],
+            [self.current_coef[c] for c in comps],
+            [self.shapes[c] for c in comps],
+            x,
+            self.dynamic,
+            [(2 * COMPONENTS.index(c), 2 * COMPONENTS.index(c) + 1) for c in comps],
+        )  # (gamma1, gamma2)
         return {**parts, **dict(zip(comps, mixed))}
 
     def after_qk_norm(self, q: torch.Tensor, k: torch.Tensor, anchors: dict | None):
@@ -255,16 +272,24 @@ class _FixedCoefficients(nn.Module):
 
 
 # ----------------------------------------------------------------------------- construction
-def build_anchor_mixing(mixing: MixingConfig, d_model: int, shapes: Shapes, n_layers: int, eps: float
-                        ) -> tuple[nn.Module, list[nn.Module | None]]:
+def build_anchor_mixing(
+    mixing: MixingConfig, d_model: int, shapes: Shapes, n_layers: int, eps: float
+) -> tuple[nn.Module, list[nn.Module | None]]:
     """(anchor source, one mixer per layer or None) for `mixing.anchor` exo | value_residual | nures.
     ExoFormer mixes every layer; with internal anchors layer 0 is the anchor (captured, unmixed)."""
     comps = [c for c in COMPONENTS if c in mixing.components]
     normed = [c for c in comps if anchor_is_normed(mixing, c)]
 
     def mixer() -> AnchorMixer:
-        return AnchorMixer(d_model, shapes, comps, coefficient_granularity(mixing), mixing.learnable,
-                           mixing.dynamic, mixing.dynamic_hidden)
+        return AnchorMixer(
+            d_model,
+            shapes,
+            comps,
+            coefficient_granularity(mixing),
+            mixing.learnable,
+            mixing.dynamic,
+            mixing.dynamic_hidden,
+        )
 
     if mixing.anchor == "exo":
         return ExoAnchor(d_model, shapes, comps, normed, eps), [mixer() for _ in range(n_layers)]
@@ -273,5 +298,8 @@ def build_anchor_mixing(mixing: MixingConfig, d_model: int, shapes: Shapes, n_la
 
 def mixers(model: nn.Module) -> list[tuple[int, AnchorMixer]]:
     """(layer index, mixer) for every mixed layer, for analyses and tests."""
-    return [(i, layer.attn.mixer) for i, layer in enumerate(getattr(model, "layers", []))
-            if isinstance(getattr(layer.attn, "mixer", None), AnchorMixer)]
+    return [
+        (i, layer.attn.mixer)
+        for i, layer in enumerate(getattr(model, "layers", []))
+        if isinstance(getattr(layer.attn, "mixer", None), AnchorMixer)
+    ]

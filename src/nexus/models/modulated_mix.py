@@ -17,6 +17,7 @@ forms grad * S once, and both its per-channel (l) and per-token (g) gradients co
 one product by matrix-vector products. The forward saves only the inputs. Both are held to autograd
 on eq. 7 (and gradcheck) in tests/test_exoformer.py.
 """
+
 from __future__ import annotations
 
 import torch
@@ -70,30 +71,55 @@ def _side_grads(grad, x, lam, gam, need_x: bool, need_lam: bool, need_gam: bool)
     return d_x, d_lam, d_gam
 
 
-def modulated_mix(current: torch.Tensor, anchor: torch.Tensor | None, l1: torch.Tensor, l2: torch.Tensor,
-                  g1: torch.Tensor | None = None, g2: torch.Tensor | None = None) -> torch.Tensor:
+def modulated_mix(
+    current: torch.Tensor,
+    anchor: torch.Tensor | None,
+    l1: torch.Tensor,
+    l2: torch.Tensor,
+    g1: torch.Tensor | None = None,
+    g2: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(l1 * g1) * anchor + (l2 * g2) * current; anchor None drops the anchor term (anchor removal)."""
     return ModulatedMix.apply(current, anchor, l1, l2, g1, g2)
 
 
-
-
-def mix_layer(currents: list[torch.Tensor], anchors: list[torch.Tensor] | None, l1s: list[torch.Tensor],
-              l2s: list[torch.Tensor], coef_shapes: list[tuple[int, int]], x: torch.Tensor, dynamic,
-              cols: list[tuple[int, int]]) -> list[torch.Tensor]:
+def mix_layer(
+    currents: list[torch.Tensor],
+    anchors: list[torch.Tensor] | None,
+    l1s: list[torch.Tensor],
+    l2s: list[torch.Tensor],
+    coef_shapes: list[tuple[int, int]],
+    x: torch.Tensor,
+    dynamic,
+    cols: list[tuple[int, int]],
+) -> list[torch.Tensor]:
     """Mix every component of one layer: currents[i] (B, T, heads, width) with anchors[i] (None drops
     every anchor term: anchor removal) by the flat coefficients l1s[i], l2s[i] (viewed as
     coef_shapes[i]) and, with `dynamic` (the layer's DynamicMixing, eq. 6, read on x), the per-token
     factors gamma[..., cols[i]]; without it the factors are 1."""
     weights = (dynamic.fc1.weight, dynamic.fc2.weight, dynamic.fc2.bias) if dynamic is not None else ()
     if fused_mix.usable([x, *currents, *(anchors or ()), l1s[0], l2s[0], *weights[:1]]):
-        return list(fused_mix.FusedMix.apply(x, dynamic, tuple(cols), tuple(coef_shapes), anchors is not None, *weights,
-                                             *currents, *(anchors or ()), *l1s, *l2s))
+        return list(
+            fused_mix.FusedMix.apply(
+                x,
+                dynamic,
+                tuple(cols),
+                tuple(coef_shapes),
+                anchors is not None,
+                *weights,
+                *currents,
+                *(anchors or ()),
+                *l1s,
+                *l2s,
+            )
+        )
     gamma = dynamic(x) if dynamic is not None else None  # (B, T, 8)
     outs = []
     for i, (cur, l1, l2, shape, (i1, i2)) in enumerate(zip(currents, l1s, l2s, coef_shapes, cols)):
         g1 = g2 = None
         if gamma is not None:
             g1, g2 = gamma[..., i1, None, None], gamma[..., i2, None, None]  # (B, T, 1, 1)
-        outs.append(modulated_mix(cur, anchors[i] if anchors is not None else None, l1.view(shape), l2.view(shape), g1, g2))
+        outs.append(
+            modulated_mix(cur, anchors[i] if anchors is not None else None, l1.view(shape), l2.view(shape), g1, g2)
+        )
     return outs

@@ -14,6 +14,7 @@ orthogonalizes each expert on its own and width growth addresses experts by name
 The fast forward groups tokens by expert (one matmul per expert); `reference/moe_ref.py` is the
 per-token loop it is tested against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,16 @@ from .width_roles import port, prefixed
 
 
 class MoEMLP(AuxLossModule):
-    def __init__(self, d_model: int, n_experts: int, top_k: int, hidden: int, lb_coef: float = 0.0,
-                 z_coef: float = 0.0, n_layers: int = 1):
+    def __init__(
+        self,
+        d_model: int,
+        n_experts: int,
+        top_k: int,
+        hidden: int,
+        lb_coef: float = 0.0,
+        z_coef: float = 0.0,
+        n_layers: int = 1,
+    ):
         """hidden: inner size of one expert; lb_coef / z_coef weigh the aux losses, which are averaged
         over the model's n_layers MoE layers."""
         super().__init__()
@@ -76,7 +85,7 @@ class MoEMLP(AuxLossModule):
         for e, n in enumerate(counts):
             if n == 0:
                 continue
-            sel = order[start:start + n]
+            sel = order[start : start + n]
             start += n
             tok = flat_token[sel]
             y = self.experts[e](x2.index_select(0, tok)) * flat_weight[sel].unsqueeze(-1).to(x.dtype)

@@ -13,6 +13,7 @@ Three forms:
 The three stages are plain nn.Linear layers: the optimizer, Muon, the FLOPs walker and the growth
 code all see ordinary matrices (weight shapes: w_m (M, D), w_a (A, M), w_d (D_out, A)).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,17 @@ class NexusRank(nn.Module):
     # Linear's output; W_A and the widths M, A stay.
     width_ports = {"in": ("w_m.weight", 1), "out": ("w_d.weight", 0)}
 
-    def __init__(self, d_in: int, d_out: int, m: int, a: int, form: str = "paper", bias: bool = False,
-                 scale_m: int = 0, scale_a: int = 0):
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        m: int,
+        a: int,
+        form: str = "paper",
+        bias: bool = False,
+        scale_m: int = 0,
+        scale_a: int = 0,
+    ):
         super().__init__()
         self.d_in, self.d_out, self.m, self.a, self.form = d_in, d_out, m, a, form
         self.w_m = nn.Linear(d_in, m, bias=False)
@@ -72,7 +82,7 @@ class NexusRank(nn.Module):
         # GELU is nearly linear; 1/sqrt(fan_in) keeps them O(1) so both nonlinearities act from step 0.
         # W_D keeps the global init so the projection's output scale matches a Linear baseline.
         for lin in (self.w_m, self.w_a):
-            nn.init.normal_(lin.weight, std=lin.in_features ** -0.5)
+            nn.init.normal_(lin.weight, std=lin.in_features**-0.5)
 
     def extra_repr(self) -> str:
         return f"{self.d_in}->{self.m}->{self.a}->{self.d_out}, form={self.form}"
@@ -80,8 +90,16 @@ class NexusRank(nn.Module):
 
 def make_nexus_rank(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> NexusRank:
     p = cfg.projection
-    return NexusRank(d_in, d_out, p.resolved_m(cfg.d_model), p.resolved_a(cfg.d_model), p.form, bias,
-                     cfg.pinned("frozen_m"), cfg.pinned("frozen_a"))
+    return NexusRank(
+        d_in,
+        d_out,
+        p.resolved_m(cfg.d_model),
+        p.resolved_a(cfg.d_model),
+        p.form,
+        bias,
+        cfg.pinned("frozen_m"),
+        cfg.pinned("frozen_a"),
+    )
 
 
 PROJECTIONS.register("nexus_rank")(ProjectionKind(make_nexus_rank))

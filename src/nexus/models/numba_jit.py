@@ -5,6 +5,7 @@ no assumptions about NaN, infinities or signed zeros. No on-disk cache: numba wo
 the installed package, and nexus writes only where the user points it. boundscheck off: the callers
 size every array.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,8 +25,10 @@ def njit():
 def compiled_lazily(define):
     """A cached getter of `define(jit)` (a module's kernels, compiled on their first call) that gives None
     without numba: the lazy import every kernel module needs, written once."""
+
     @functools.cache
     def kernels():
         jit = njit()
         return None if jit is None else define(jit)
+
     return kernels

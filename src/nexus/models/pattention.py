@@ -9,6 +9,7 @@ Growth appends tokens. With zero new keys the new scores are 0, GELU(0) = 0 and 
 score row is unchanged, so the old outputs survive -- *if* tau stays sqrt(n_old). `frozen_n`
 pins tau at the pre-growth count; without it growth rescales every old score (not exact).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,16 @@ L2_EPS = 1e-6  # keeps a zero score row finite
 
 
 class Pattention(nn.Module):
-    def __init__(self, d_in: int, d_out: int, n_tokens: int, act: str = "gelu_l2", frozen_n: int = 0,
-                 bias: bool = False, init_std: float = 0.02):
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        n_tokens: int,
+        act: str = "gelu_l2",
+        frozen_n: int = 0,
+        bias: bool = False,
+        init_std: float = 0.02,
+    ):
         super().__init__()
         self.d_in, self.d_out, self.n_tokens, self.act = d_in, d_out, n_tokens, act
         self.key_tokens = nn.Parameter(torch.empty(n_tokens, d_in))
@@ -37,8 +46,10 @@ class Pattention(nn.Module):
         self.reset_special_parameters()
 
     def width_refusal(self, spec) -> str:
-        return ("Pattention projections (model.projection.kind='pattention') do not take width growth "
-                "(valid: linear or nexus_rank projections; grow Pattention with --add-tokens)")
+        return (
+            "Pattention projections (model.projection.kind='pattention') do not take width growth "
+            "(valid: linear or nexus_rank projections; grow Pattention with --add-tokens)"
+        )
 
     @property
     def tau(self) -> float:

@@ -8,6 +8,7 @@ torch, so configs are parsed and counted without it), and register here, in thei
 Layers never see the config: they get a `ProjectionFactory` (target, d_in, d_out, bias) -> module
 made once per model by `projection_factory(cfg)`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from ..plugins import Registry
 
 # target ("q", "k", "v", "o", "ffn"), d_in, d_out, bias -> the module
 ProjectionFactory = Callable[[str, int, int, bool], nn.Module]
-
 
 
 @dataclass(frozen=True)
@@ -47,4 +47,5 @@ def projection_factory(cfg: ModelConfig) -> ProjectionFactory:
         if p.uses(target):
             return build(cfg, target, d_in, d_out, bias)
         return nn.Linear(d_in, d_out, bias=bias)
+
     return make

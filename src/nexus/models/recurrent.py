@@ -16,6 +16,7 @@ load or generation time is the v4.1 script's test-time scaling. Cached decoding 
 (supervision step, iteration, layer) application, the last k-1 conv inputs: the recurrence runs
 over depth, so each application is a different causal conv over time with its own history.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,11 +42,14 @@ class CausalDepthwiseConv(nn.Module):
 
     def __init__(self, d_model: int, kernel: int):
         super().__init__()
-        self.kernel_size = kernel  # taps over time ("kernel" alone names a decode kernel elsewhere: PackedTernaryLinear)
+        self.kernel_size = (
+            kernel  # taps over time ("kernel" alone names a decode kernel elsewhere: PackedTernaryLinear)
+        )
         self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=True)
 
-    def forward(self, x: torch.Tensor, state: "torch.Tensor | ConvHistory | None" = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, state: "torch.Tensor | ConvHistory | None" = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start),
         or a ConvHistory (decoding), which is updated in place. Returns (y (B, T, D), new state)."""
         B, T, D = x.shape
@@ -65,8 +69,8 @@ class CausalDepthwiseConv(nn.Module):
         # per call at these shapes, 100x the arithmetic; the taps are the same sum in a fixed order.
         y = self.conv.bias.to(x.dtype) + full[:, 0:T] * w[:, 0]
         for j in range(1, self.kernel_size):
-            y = y + full[:, j:j + T] * w[:, j]
-        last = full[:, full.shape[1] - (self.kernel_size - 1):]
+            y = y + full[:, j : j + T] * w[:, j]
+        last = full[:, full.shape[1] - (self.kernel_size - 1) :]
         if isinstance(state, ConvHistory):
             state.reset(last)
             return y, state
@@ -140,8 +144,9 @@ class RecurrentBlock(nn.Module):
         self.conv_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.conv = CausalDepthwiseConv(cfg.d_model, rc.conv_kernel)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = RecurrentMLP(cfg.d_model, cfg.ffn, ternary=rc.ternary, act_quant=rc.act_quant, subln=rc.subln,
-                                norm_eps=cfg.norm_eps)
+        self.mlp = RecurrentMLP(
+            cfg.d_model, cfg.ffn, ternary=rc.ternary, act_quant=rc.act_quant, subln=rc.subln, norm_eps=cfg.norm_eps
+        )
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, key=None) -> torch.Tensor:
         state = cache.get(key) if cache is not None else None
@@ -180,12 +185,15 @@ class RecurrentLM(LanguageModel):
         configured depth instead)."""
         rc = self.cfg.arch
         out = []
-        for name, arg, override, configured in (("n_sup", n_sup, self._depth_override[0], rc.n_sup),
-                                                ("t_inner", t_inner, self._depth_override[1], rc.t_inner)):
+        for name, arg, override, configured in (
+            ("n_sup", n_sup, self._depth_override[0], rc.n_sup),
+            ("t_inner", t_inner, self._depth_override[1], rc.t_inner),
+        ):
             v = arg if arg is not None else override if override is not None else configured
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name}={v!r} (valid: an integer >= 1, or None for the configured "
-                                  f"model.arch.{name}={configured})")
+                raise ConfigError(
+                    f"{name}={v!r} (valid: an integer >= 1, or None for the configured model.arch.{name}={configured})"
+                )
             out.append(v)
         return out[0], out[1]
 
@@ -210,8 +218,15 @@ class RecurrentLM(LanguageModel):
             z = layer(z, cache.layer(i) if cache is not None else None, (sup, it))
         return z
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
-                return_hidden: bool = False, n_sup: int | None = None, t_inner: int | None = None) -> LMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        cache=None,
+        return_hidden: bool = False,
+        n_sup: int | None = None,
+        t_inner: int | None = None,
+    ) -> LMOutput:
         """labels[t] is the target of position t (already shifted). In training mode with labels, `loss`
         is the deep-supervision loss (CE summed, or averaged, over supervision steps) and `ce_loss` the
         CE of the final step; otherwise both are the final CE (what validation reports)."""
@@ -251,9 +266,18 @@ class RecurrentLM(LanguageModel):
         return lm_loss(out, labels, self.cfg.z_loss, main=deep_loss)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, input_ids, max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, eos_id: int | None = None, generator: torch.Generator | None = None,
-                 n_sup: int | None = None, t_inner: int | None = None):
+    def generate(
+        self,
+        input_ids,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        eos_id: int | None = None,
+        generator: torch.Generator | None = None,
+        n_sup: int | None = None,
+        t_inner: int | None = None,
+    ):
         """Sample with cached conv states; n_sup / t_inner raise the recurrence depth for this call."""
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
         with torch.no_grad(), self.depth_scaled(n_sup, t_inner):
@@ -319,11 +343,24 @@ class NexusConfig:
         return dataclasses.asdict(self)
 
     def to_model_config(self) -> ModelConfig:
-        mc = ModelConfig(arch=RecurrentOptions(n_sup=self.n_sup, t_inner=self.T_inner, conv_kernel=self.conv_kernel,
-                                               ternary=self.ternary, act_quant=self.act_quant),
-                         vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
-                         n_heads=1, ffn_hidden=self.ffn_hidden, max_seq_len=self.max_seq_len,
-                         tie_embeddings=self.tie_embeddings, norm_eps=self.norm_eps, init_std=self.init_std)
+        mc = ModelConfig(
+            arch=RecurrentOptions(
+                n_sup=self.n_sup,
+                t_inner=self.T_inner,
+                conv_kernel=self.conv_kernel,
+                ternary=self.ternary,
+                act_quant=self.act_quant,
+            ),
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=1,
+            ffn_hidden=self.ffn_hidden,
+            max_seq_len=self.max_seq_len,
+            tie_embeddings=self.tie_embeddings,
+            norm_eps=self.norm_eps,
+            init_std=self.init_std,
+        )
         errors: list[str] = []
         mc.validate(errors)
         if errors:

@@ -2,6 +2,7 @@
 
 Kept apart from models/accounting.py, which builds models on the meta device (and so imports build_model):
 this module imports neither, so the builder can call it without an import circle."""
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,9 @@ def check_model_size(cfg: ModelConfig, n: int) -> None:
     need = n * torch.get_default_dtype().itemsize
     free = available_bytes(device)
     if free is not None and need > free:
-        raise ConfigError(f"model.d_model={cfg.d_model}, model.n_layers={cfg.n_layers}, model.vocab_size="
-                          f"{cfg.vocab_size}: {n:,} parameters need {need / 1e9:,.1f} GB as "
-                          f"{str(torch.get_default_dtype()).removeprefix('torch.')} but {free / 1e9:,.1f} GB is free on "
-                          f"{device.type} (valid: a smaller model)")
+        raise ConfigError(
+            f"model.d_model={cfg.d_model}, model.n_layers={cfg.n_layers}, model.vocab_size="
+            f"{cfg.vocab_size}: {n:,} parameters need {need / 1e9:,.1f} GB as "
+            f"{str(torch.get_default_dtype()).removeprefix('torch.')} but {free / 1e9:,.1f} GB is free on "
+            f"{device.type} (valid: a smaller model)"
+        )

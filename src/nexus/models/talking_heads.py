@@ -18,6 +18,7 @@ the whole (T, T) map per head, so this runs the explicit softmax, not the fused 
 Everything else (projections, gate, QK-norm, RoPE, anchor mixing, KV cache, width-growth roles) is
 the base Attention's; P_l and P_w are h x h, so width growth leaves them alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,18 @@ from .cache import append_history
 
 
 class TalkingHeadsAttention(Attention):
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *, mix_logits: bool = True,
-                 mix_weights: bool = True, mixer=None, **attention_kwargs):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        mix_logits: bool = True,
+        mix_weights: bool = True,
+        mixer=None,
+        **attention_kwargs,
+    ):
         super().__init__(d_model, n_heads, n_kv_heads, head_dim, **attention_kwargs)
         self.logit_mix = nn.Parameter(torch.eye(n_heads)) if mix_logits else None  # P_l[h_in, h_out]
         self.weight_mix = nn.Parameter(torch.eye(n_heads)) if mix_weights else None  # P_w[h_in, h_out]

@@ -17,6 +17,7 @@ The layers are timed together, one pass through all of them per round, as decodi
 them, so the timing sees the same cache pressure as the model. The choice is cached in this process
 per (matrix shapes, torch CPU capability, torch threads): loading the same model again reuses it.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,8 +49,10 @@ class KernelChoice:
             how = "as measured at an earlier load in this process"
         else:
             times = ", ".join(f"{k} {v:.2f}" for k, v in sorted(self.ms.items(), key=lambda kv: kv[1]))
-            how = (f"fastest at batch 1 of ms per pass over the {self.n_matrices} ternary matrices: {times} "
-                   f"(best of {self.rounds} interleaved rounds, {self.clock})")
+            how = (
+                f"fastest at batch 1 of ms per pass over the {self.n_matrices} ternary matrices: {times} "
+                f"(best of {self.rounds} interleaved rounds, {self.clock})"
+            )
         return f"ternary kernel auto -> {self.kernel}: {how}; {describe_cpu()}, {self.threads} torch threads"
 
 
@@ -73,8 +76,9 @@ def _key(layers) -> tuple:
     return shapes, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
 
 
-def choose_kernel(layers: list[tuple[torch.Tensor, torch.Tensor]], layer_class,
-                  kernels: list[str] | None = None) -> KernelChoice:
+def choose_kernel(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], layer_class, kernels: list[str] | None = None
+) -> KernelChoice:
     """layers: (codes (N, K) in {-1, 0, 1}, gamma) of every ternary matrix of a model (or one layer);
     layer_class: bitlinear.PackedTernaryLinear (passed in, so this module and bitlinear.py, whose
     kernel="auto" calls it, do not import each other). Returns the fastest of `kernels` (default:
@@ -92,7 +96,7 @@ def choose_kernel(layers: list[tuple[torch.Tensor, torch.Tensor]], layer_class,
     spent, r = 0.0, 0
     with torch.no_grad():
         while r <= MIN_ROUNDS or (r <= MAX_ROUNDS and spent < BUDGET_S):
-            for k in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+            for k in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
                 t0 = clock()
                 for m in built[k]:
                     m(inputs[m.in_features])

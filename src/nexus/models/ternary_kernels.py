@@ -31,6 +31,7 @@ beside torch's. Compiled with the shared configuration of models/numba_jit.py (r
 sums vectorize). numba is imported lazily; without it these kernels are unavailable and "auto" does
 not offer them.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -14,6 +14,7 @@ sum x_k u_k - sum x_k trick), so outputs agree with the three separate calls and
 path to fp32 summation-order rounding (tests hold both). Used for one row (decoding) only: a prompt
 goes through the tiled kernels of ternary_kernels.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -100,8 +101,11 @@ _kernels = compiled_lazily(_define)  # (int8, planes2) fused SwiGLU kernels, or 
 def _fusable(gate, up, down) -> str | None:
     """The numba kernel all three projections share when the MLP can run fused, else None."""
     kernel = getattr(gate, "kernel", None)
-    if kernel not in ("fp32-int8", "fp32-2bit") or getattr(up, "kernel", None) != kernel \
-            or getattr(down, "kernel", None) != kernel:
+    if (
+        kernel not in ("fp32-int8", "fp32-2bit")
+        or getattr(up, "kernel", None) != kernel
+        or getattr(down, "kernel", None) != kernel
+    ):
         return None
     if gate.act_quant or up.act_quant or down.act_quant or gate.input_norm or up.input_norm:
         return None  # 8-bit activations or a norm before gate/up: not this fused form
@@ -126,14 +130,34 @@ def fused_swiglu(gate, up, down, x: torch.Tensor) -> torch.Tensor | None:
     out = torch.empty(down.out_features)
     if kernel == "fp32-int8":
         h = np.empty(n_hidden, np.float32)
-        kernels[0](x.reshape(-1).contiguous().numpy(), gate.codes.numpy(), np.float32(gate._gamma),
-                   up.codes.numpy(), np.float32(up._gamma), down.codes.numpy(), np.float32(down._gamma),
-                   bool(down.input_norm), np.float32(down.norm_eps), h, out.numpy())
+        kernels[0](
+            x.reshape(-1).contiguous().numpy(),
+            gate.codes.numpy(),
+            np.float32(gate._gamma),
+            up.codes.numpy(),
+            np.float32(up._gamma),
+            down.codes.numpy(),
+            np.float32(down._gamma),
+            bool(down.input_norm),
+            np.float32(down.norm_eps),
+            h,
+            out.numpy(),
+        )
     else:
         xa = np.zeros(4 * gate.planes.shape[1], np.float32)  # zero padding: padded columns add nothing
-        xa[:x.shape[-1]] = x.reshape(-1).numpy()
+        xa[: x.shape[-1]] = x.reshape(-1).numpy()
         h = np.zeros(4 * down.planes.shape[1], np.float32)  # hidden row, zero-padded like x
-        kernels[1](xa, gate.planes.numpy(), np.float32(gate._gamma), up.planes.numpy(), np.float32(up._gamma),
-                   down.planes.numpy(), np.float32(down._gamma), bool(down.input_norm), np.float32(down.norm_eps),
-                   h, out.numpy())
+        kernels[1](
+            xa,
+            gate.planes.numpy(),
+            np.float32(gate._gamma),
+            up.planes.numpy(),
+            np.float32(up._gamma),
+            down.planes.numpy(),
+            np.float32(down._gamma),
+            bool(down.input_norm),
+            np.float32(down.norm_eps),
+            h,
+            out.numpy(),
+        )
     return out.reshape(*x.shape[:-1], down.out_features)

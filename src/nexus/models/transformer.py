@@ -6,6 +6,7 @@ Each block gets its inputs as arguments: the RoPE tables of the positions, the c
 (ExoFormer: projected from the token embeddings; ResFormer / NuResFormer: filled by layer 0) and its
 cache. Auxiliary losses (MoE) are read from the layers that computed them (`collect_aux_losses`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,9 +26,18 @@ from .width_roles import port, prefixed
 def build_attention(cfg: ModelConfig, make_projection: ProjectionFactory, mixer=None) -> nn.Module:
     """The attention of one layer: the config unpacked into plain sizes, flags and collaborators, built
     by the registered attention kind the config selects (models/kinds.py), else standard attention."""
-    common = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.kv_heads, head_dim=cfg.hd,
-                  make_projection=make_projection, bias=cfg.attention_bias, gate=cfg.attention.gate,
-                  qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, mixer=mixer)
+    common = dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.kv_heads,
+        head_dim=cfg.hd,
+        make_projection=make_projection,
+        bias=cfg.attention_bias,
+        gate=cfg.attention.gate,
+        qk_norm=cfg.qk_norm,
+        norm_eps=cfg.norm_eps,
+        mixer=mixer,
+    )
     kind = attention_kind(cfg)
     return Attention(**common) if kind is None else kind.build(cfg, **common)
 
@@ -58,11 +68,19 @@ class Block(nn.Module):
     def width_roles(self) -> dict:
         """Width growth: both norms are over the hidden axis; an MLP that is one projection (TokenFormer's
         FFN kind) reads and writes it through its ports (SwiGLU and MoE declare their own roles)."""
-        return {"attn_norm.weight": {0: ("hidden", "gain")}, "mlp_norm.weight": {0: ("hidden", "gain")},
-                **prefixed("mlp", {**port(self.mlp, "in", "hidden", "in"), **port(self.mlp, "out", "hidden", "out")})}
+        return {
+            "attn_norm.weight": {0: ("hidden", "gain")},
+            "mlp_norm.weight": {0: ("hidden", "gain")},
+            **prefixed("mlp", {**port(self.mlp, "in", "hidden", "in"), **port(self.mlp, "out", "hidden", "out")}),
+        }
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], anchors: dict | None = None,
-                cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        anchors: dict | None = None,
+        cache: dict | None = None,
+    ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rope, anchors, cache)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -100,8 +118,9 @@ class TransformerLM(LanguageModel):
             cache.pos += T
         return self.norm(x), states
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None,
-                return_hidden: bool = False) -> LMOutput:
+    def forward(
+        self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache=None, return_hidden: bool = False
+    ) -> LMOutput:
         """labels[t] is the target of position t (already shifted); IGNORE_INDEX is ignored."""
         h, states = self.hidden_states(input_ids, cache, collect=return_hidden)
         # only training-mode layers store auxiliary losses: skip the module walk when decoding

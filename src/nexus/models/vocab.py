@@ -1,5 +1,6 @@
 """Resizing a language model's vocabulary (`nexus train --init-from CKPT --resize-vocab`): a new
 tokenizer with more tokens (e.g. byte pretraining -> byte chat SFT adds 3 special tokens) or fewer."""
+
 from __future__ import annotations
 
 import torch
@@ -16,10 +17,12 @@ def needs_resize(n_model: int, n_tok: int, data_cfg, own_tokenizer: bool, resize
         return False
     if resize:
         return True
-    raise ConfigError(f"model.vocab_size={n_model} but the tokenizer (data.tokenizer={data_cfg.tokenizer!r}"
-                      f"{', data.chat=true' if data_cfg.chat else ''}) has {n_tok} tokens (valid: the model's own "
-                      "tokenizer, a tokenizer of its size, or --resize-vocab with --init-from to fit the embedding "
-                      "to the tokenizer)")
+    raise ConfigError(
+        f"model.vocab_size={n_model} but the tokenizer (data.tokenizer={data_cfg.tokenizer!r}"
+        f"{', data.chat=true' if data_cfg.chat else ''}) has {n_tok} tokens (valid: the model's own "
+        "tokenizer, a tokenizer of its size, or --resize-vocab with --init-from to fit the embedding "
+        "to the tokenizer)"
+    )
 
 
 @torch.no_grad()

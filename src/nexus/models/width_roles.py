@@ -18,6 +18,7 @@ in its own file and nothing central lists parameter names):
 A parent's declaration of a parameter wins over the child's own (an MoE expert's inner axis is
 expert_inner, not the ffn its SwiGLU would say).
 """
+
 from __future__ import annotations
 
 import torch.nn as nn

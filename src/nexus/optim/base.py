@@ -20,6 +20,7 @@ What nexus asks of an optimizer beyond torch.optim.Optimizer:
     by name (OptimizerSet.state_dict), so save and resume are bitwise.
 tests/test_optimizer_kinds.py runs these checks over every registered kind.
 """
+
 from __future__ import annotations
 
 import typing
@@ -49,8 +50,14 @@ class GrowableOptimizer(torch.optim.Optimizer):
     def apply_update(self, p: torch.Tensor, update: torch.Tensor, group: dict, state: dict, keep=None) -> None:
         """p <- p - lr * (update + decoupled weight decay), with the re-warmup lr on entries `new_mask` marks and
         nothing changed where `keep` is 0 (a skipped step)."""
-        _apply_update(_local(p), update, _effective_lr(group, state), group.get("weight_decay", 0.0),
-                      group.get("cautious_wd", False), keep)
+        _apply_update(
+            _local(p),
+            update,
+            _effective_lr(group, state),
+            group.get("weight_decay", 0.0),
+            group.get("cautious_wd", False),
+            keep,
+        )
 
 
 # torch's own AdamW (the fast path of runs that never grew) keeps these; growth swaps it for optim.optimizers.AdamW
@@ -122,5 +129,3 @@ def _skip_flags(found_inf, p: torch.Tensor):
         return None, None
     keep = 1.0 - found_inf.to(device=p.device, dtype=torch.float32)
     return keep, keep > 0
-
-

@@ -11,6 +11,7 @@ things torch's optimizers cannot express (and for cautious weight decay, which t
 Both live in optimizer state: `state["step"]` may be a scalar or a per-element tensor, and
 `state["new_mask"]` (float 0/1, param-shaped) selects entries that follow `group["lr_new"]`.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,10 @@ class AdamW(GrowableOptimizer):
     state_growth = {"exp_avg": 1, "exp_avg_sq": 2}  # first moment scales like the weight, second like its square
 
     def __init__(self, params, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, cautious_wd=False):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      cautious_wd=cautious_wd, lr_new=None))
+        super().__init__(
+            params,
+            dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, cautious_wd=cautious_wd, lr_new=None),
+        )
 
     def step(self, closure=None):
         # a with block, not @torch.no_grad(): mutmut 3.8.1 does not mutate decorated functions
@@ -88,8 +91,9 @@ class AdamW(GrowableOptimizer):
                     else:
                         bc1, bc2 = _bias_correction(t, b1), _bias_correction(t, b2)
                         update = (m / bc1).div_((v / bc2).sqrt_().add_(group["eps"]))
-                    _apply_update(_local(p), update, _effective_lr(group, st), group["weight_decay"],
-                                  group["cautious_wd"], keep)
+                    _apply_update(
+                        _local(p), update, _effective_lr(group, st), group["weight_decay"], group["cautious_wd"], keep
+                    )
                 if plain:
                     self._plain_step(group, plain)
             return loss
@@ -97,8 +101,12 @@ class AdamW(GrowableOptimizer):
     def _is_plain(self, group: dict, st: dict) -> bool:
         """A tensor torch's own AdamW can step: one step count, no re-warmup mask, plain weight decay,
         no skip flag. In a grown run most tensors are like this (only grown ones carry masks)."""
-        return (st["step"].ndim == 0 and "new_mask" not in st and not group["cautious_wd"]
-                and getattr(self, "found_inf", None) is None)
+        return (
+            st["step"].ndim == 0
+            and "new_mask" not in st
+            and not group["cautious_wd"]
+            and getattr(self, "found_inf", None) is None
+        )
 
     def _plain_step(self, group: dict, params: list) -> None:
         """torch's multi-tensor AdamW over the plain tensors: the per-tensor loop above costs ~7x more
@@ -106,10 +114,22 @@ class AdamW(GrowableOptimizer):
         states = [self.state[p] for p in params]
         b1, b2 = group["betas"]
         functional_adamw(  # on FSDP2 shards like the loop above: every AdamW operation is elementwise
-            [_local(p) for p in params], [_local(p.grad) for p in params], [_local(s["exp_avg"]) for s in states],
-            [_local(s["exp_avg_sq"]) for s in states], [], [_local(s["step"]) for s in states], foreach=True,
-            capturable=device_side_steps(params[0].device), amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"],
-            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+            [_local(p) for p in params],
+            [_local(p.grad) for p in params],
+            [_local(s["exp_avg"]) for s in states],
+            [_local(s["exp_avg_sq"]) for s in states],
+            [],
+            [_local(s["step"]) for s in states],
+            foreach=True,
+            capturable=device_side_steps(params[0].device),
+            amsgrad=False,
+            beta1=b1,
+            beta2=b2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )
 
 
 def device_side_steps(device: torch.device) -> bool:
@@ -131,7 +151,7 @@ _POLAR_EXPRESS = [
     (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
     (1.875, -1.25, 0.375),
 ]
-_POLAR_EXPRESS = [(a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5) for a, b, c in _POLAR_EXPRESS]
+_POLAR_EXPRESS = [(a / 1.01, b / 1.01**3, c / 1.01**5) for a, b, c in _POLAR_EXPRESS]
 
 
 def orthogonalize(g: torch.Tensor, steps: int = 5, method: str = "newton_schulz") -> torch.Tensor:
@@ -166,10 +186,30 @@ class Muon(GrowableOptimizer):
 
     state_growth = {"momentum_buffer": 1}  # a first moment: scales like the weight
 
-    def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, ns_steps=5,
-                 ns_method="newton_schulz", cautious_wd=False):
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                                      ns_steps=ns_steps, ns_method=ns_method, cautious_wd=cautious_wd, lr_new=None))
+    def __init__(
+        self,
+        params,
+        lr=0.02,
+        momentum=0.95,
+        nesterov=True,
+        weight_decay=0.0,
+        ns_steps=5,
+        ns_method="newton_schulz",
+        cautious_wd=False,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                nesterov=nesterov,
+                weight_decay=weight_decay,
+                ns_steps=ns_steps,
+                ns_method=ns_method,
+                cautious_wd=cautious_wd,
+                lr_new=None,
+            ),
+        )
 
     @staticmethod
     def blocks_of(p: torch.Tensor) -> int:
@@ -208,8 +248,9 @@ class Muon(GrowableOptimizer):
                     buf.lerp_(g, weight)
                     g = g.lerp(buf, group["momentum"]) if group["nesterov"] else buf
                     update = self.direction(p, g, group)
-                    _apply_update(p, update, _effective_lr(group, st), group["weight_decay"], group["cautious_wd"],
-                                  keep)
+                    _apply_update(
+                        p, update, _effective_lr(group, st), group["weight_decay"], group["cautious_wd"], keep
+                    )
             return loss
 
 
@@ -218,8 +259,9 @@ def torch_adamw(param_groups: list[dict], lr: float, betas, eps: float) -> torch
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     params = [p for g in param_groups for p in g["params"]]
-    fused = bool(params) and all(p.device.type in _get_fused_kernels_supported_devices() and p.is_floating_point()
-                                 for p in params)
+    fused = bool(params) and all(
+        p.device.type in _get_fused_kernels_supported_devices() and p.is_floating_point() for p in params
+    )
     return torch.optim.AdamW(param_groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 
 
@@ -288,8 +330,14 @@ class OptimizerSet:
         "membership": {param_name: [opt, group_index]}} -- tensors and plain data only."""
         out = {"groups": {}, "state": {}, "membership": {}}
         for oname, o in self.optimizers.items():
-            out["groups"][oname] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()
-                                     if k != "params" and k not in _IMPLEMENTATION_KEYS} for g in o.param_groups]
+            out["groups"][oname] = [
+                {
+                    k: (list(v) if isinstance(v, tuple) else v)
+                    for k, v in g.items()
+                    if k != "params" and k not in _IMPLEMENTATION_KEYS
+                }
+                for g in o.param_groups
+            ]
             for gi, g in enumerate(o.param_groups):
                 for p in g["params"]:
                     name = self.param_names[id(p)]

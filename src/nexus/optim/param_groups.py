@@ -5,6 +5,7 @@ A builder's contract: `build(named, tcfg) -> {name: torch optimizer}` for `named
 parameter) pairs in model order; each optimizer is a `GrowableOptimizer` (optim/base.py) or torch's AdamW, and
 reads its own options from `tcfg.optimizer` (the kind's section). `adam_groups` is the usual split into decayed
 and undecayed groups a builder may reuse. `build_optimizer` adds every group's `base_lr` (the schedule's peak)."""
+
 from __future__ import annotations
 
 import importlib
@@ -65,9 +66,15 @@ def build_muon(named, tcfg: TrainConfig) -> dict:
     buckets = buckets_of(named, tcfg)
     opts = build_adamw([(n, p) for n, p in named if classify(n, p, tcfg) != "muon"], tcfg)
     if buckets["muon"]:
-        opts["muon"] = Muon([{"params": buckets["muon"], "name": "muon"}], lr=tcfg.muon_lr, momentum=tcfg.muon_momentum,
-                            weight_decay=tcfg.muon_wd, ns_steps=tcfg.muon_ns_steps, ns_method=tcfg.muon_ns,
-                            cautious_wd=tcfg.cautious_wd)
+        opts["muon"] = Muon(
+            [{"params": buckets["muon"], "name": "muon"}],
+            lr=tcfg.muon_lr,
+            momentum=tcfg.muon_momentum,
+            weight_decay=tcfg.muon_wd,
+            ns_steps=tcfg.muon_ns_steps,
+            ns_method=tcfg.muon_ns,
+            cautious_wd=tcfg.cautious_wd,
+        )
     return opts
 
 

@@ -1,5 +1,6 @@
 """Learning-rate schedules as a multiplier of the peak lr at a given step (warmup first). The kinds and their
 shapes are the table in optim/schedules/ (one module per kind); this module applies the configured one."""
+
 from __future__ import annotations
 
 from ..config import TrainConfig

@@ -5,6 +5,7 @@ kills at exact moments this way instead of relying on timing; unset, a point cos
 
 `NEXUS_CRASH_TRACE=FILE` appends one line per point reached (`NAME` or `NAME@WHAT`) to FILE, so a harness
 (tools/adversarial.py) can find which command reaches which point and aim a kill at each."""
+
 from __future__ import annotations
 
 import os

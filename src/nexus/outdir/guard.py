@@ -12,6 +12,7 @@ it wrote (a file added by the user, or a listed file the user changed): nothing 
 moves it. A ternary export file is recognised by its safetensors header. Checks only read, except one
 probe directory created and removed beside the output to find out whether the place is writable.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,10 +33,31 @@ EXPERIMENT = "experiment"  # a `nexus experiment` directory (plan.json, runs, re
 PREPARED = "prepared corpus"  # a `nexus data prepare` directory (manifest.json, token shards, tokenizer)
 # Kernel pseudo-filesystems: writing there is never what a user meant by an output path. A RAM disk
 # (tmpfs, /dev/shm) is a normal place for outputs and is allowed.
-PSEUDO_FILESYSTEMS = frozenset({
-    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
-    "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "hugetlbfs", "autofs", "rpc_pipefs",
-    "nsfs", "selinuxfs"})
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "cgroup",
+        "cgroup2",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "binfmt_misc",
+        "efivarfs",
+        "hugetlbfs",
+        "autofs",
+        "rpc_pipefs",
+        "nsfs",
+        "selinuxfs",
+    }
+)
 _PSEUDO_FALLBACK = (Path("/proc"), Path("/sys"))  # where /proc/self/mounts cannot be read
 
 
@@ -97,8 +119,10 @@ def refuse_unproven(p: Path, shown: str) -> None:
         rel, why = problems[0]
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
         what = "was changed since nexus wrote it" if why == "changed" else "was not written by nexus"
-        raise ConfigError(f"{shown}: {rel!r}{more} {what} (valid: move it out of the folder, or another output path; "
-                          "--overwrite replaces only files nexus wrote and never deletes anything else)")
+        raise ConfigError(
+            f"{shown}: {rel!r}{more} {what} (valid: move it out of the folder, or another output path; "
+            "--overwrite replaces only files nexus wrote and never deletes anything else)"
+        )
 
 
 def _older_run_hint(p: Path, found, kind: str) -> str:
@@ -106,12 +130,23 @@ def _older_run_hint(p: Path, found, kind: str) -> str:
     can still be read, so say how to continue it elsewhere."""
     if kind != TRAIN_RUN or found or not (p / "checkpoint" / "meta.json").is_file():
         return ""
-    return (f"; if it is a run from a nexus release before manifests, continue it in a new folder: "
-            f"--resume {p / 'checkpoint'} --out NEW_DIR")
+    return (
+        f"; if it is a run from a nexus release before manifests, continue it in a new folder: "
+        f"--resume {p / 'checkpoint'} --out NEW_DIR"
+    )
 
 
-def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = False, resume: bool = False,
-                 sources=(), file: bool = False, kinds=()) -> Path:
+def check_output(
+    path,
+    kind: str,
+    *,
+    flag: str = "--out",
+    overwrite: bool = False,
+    resume: bool = False,
+    sources=(),
+    file: bool = False,
+    kinds=(),
+) -> Path:
     """Raise ConfigError (one line) unless `path` may receive a `kind` output; returns it as a Path.
 
     overwrite: an earlier output of the same kind may be replaced (only if nexus can prove it wrote
@@ -124,20 +159,25 @@ def check_output(path, kind: str, *, flag: str = "--out", overwrite: bool = Fals
     for src in sources:
         if src is not None and (is_inside(p, src) or is_inside(src, p)):
             where = "is inside" if is_inside(p, src) else "contains"
-            raise ConfigError(f"{shown} {where} the source {str(src)!r} (valid: a path outside the source; "
-                              "the source stays untouched)")
+            raise ConfigError(
+                f"{shown} {where} the source {str(src)!r} (valid: a path outside the source; "
+                "the source stays untouched)"
+            )
     if p.is_dir() and all(dead_manifest_temporary(q) for q in p.iterdir()):
         return p  # an empty directory (or one a writer killed before its first manifest left): nothing to lose
     if p.exists():
         found = output_kind(p)
         if found != kind and found not in kinds:
             what = f"a nexus {found} output" if found else "not a nexus output (it has no nexus manifest)"
-            raise ConfigError(f"{shown} already exists and is {what} (valid: a new or empty "
-                              f"{'file path' if file else 'directory'}, or an earlier nexus {kind} output; "
-                              f"nexus never replaces what it did not write){_older_run_hint(p, found, kind)}")
+            raise ConfigError(
+                f"{shown} already exists and is {what} (valid: a new or empty "
+                f"{'file path' if file else 'directory'}, or an earlier nexus {kind} output; "
+                f"nexus never replaces what it did not write){_older_run_hint(p, found, kind)}"
+            )
         if not (overwrite or resume):
-            raise ConfigError(f"{shown} already holds a nexus {kind} output (valid: another {flag}, or --overwrite "
-                              "to replace it)")
+            raise ConfigError(
+                f"{shown} already holds a nexus {kind} output (valid: another {flag}, or --overwrite to replace it)"
+            )
         if overwrite and p.is_dir():
             refuse_unproven(p, shown)
     return p
@@ -186,8 +226,10 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
     shown = f"{flag}={str(p)!r}"
     for part in p.parts:
         if len(os.fsencode(part)) > 255:
-            raise ConfigError(f"{shown}: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long (valid: names "
-                              "of at most 255 bytes)")
+            raise ConfigError(
+                f"{shown}: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long (valid: names "
+                "of at most 255 bytes)"
+            )
     try:
         resolved = p.resolve(strict=False)
         for q in (p, *p.parents):  # a dangling link anywhere on the way would be written through
@@ -203,8 +245,10 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
         if e.errno == errno.ENOENT:
             link = next(q for q in (p, *p.parents) if q.is_symlink() and not q.exists())
             where = "is" if link == p else f"lies below {str(link)!r},"
-            raise ConfigError(f"{shown} {where} a symlink to {os.readlink(link)!r}, which does not exist (valid: a "
-                              "path that exists or can be created; nexus does not write through dangling symlinks)") from None
+            raise ConfigError(
+                f"{shown} {where} a symlink to {os.readlink(link)!r}, which does not exist (valid: a "
+                "path that exists or can be created; nexus does not write through dangling symlinks)"
+            ) from None
         if e.errno == errno.ENAMETOOLONG:
             raise ConfigError(f"{shown} is too long for the filesystem (valid: a shorter path)") from None
         raise
@@ -212,24 +256,31 @@ def check_usable(p: Path, flag: str = "--out", file: bool = False) -> None:
         str(resolved).encode("utf-8")
     except UnicodeEncodeError as e:
         shown_bytes = str(p).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise ConfigError(f"{flag}='{shown_bytes}' is not valid UTF-8 (byte "
-                          f"{str(resolved)[e.start].encode('utf-8', 'surrogateescape')!r}) (valid: a path whose names "
-                          "are UTF-8 text)") from None
+        raise ConfigError(
+            f"{flag}='{shown_bytes}' is not valid UTF-8 (byte "
+            f"{str(resolved)[e.start].encode('utf-8', 'surrogateescape')!r}) (valid: a path whose names "
+            "are UTF-8 text)"
+        ) from None
     ancestor = resolved.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     fstype = _filesystem_type(resolved)  # a path not there yet lies on the mount of the folder above it
-    if fstype in PSEUDO_FILESYSTEMS or (fstype is None and any(
-            resolved == r or r in resolved.parents for r in _PSEUDO_FALLBACK)):
-        raise ConfigError(f"{shown} is on the kernel filesystem {fstype or 'proc/sys'} (valid: a path on a disk or a "
-                          "RAM disk such as /dev/shm)")
+    if fstype in PSEUDO_FILESYSTEMS or (
+        fstype is None and any(resolved == r or r in resolved.parents for r in _PSEUDO_FALLBACK)
+    ):
+        raise ConfigError(
+            f"{shown} is on the kernel filesystem {fstype or 'proc/sys'} (valid: a path on a disk or a "
+            "RAM disk such as /dev/shm)"
+        )
     if p.exists():
         if file and p.is_dir():
             raise ConfigError(f"{shown} is a directory (valid: a file path)")
         if not file and not p.is_dir():
             raise ConfigError(f"{shown} is a file (valid: a directory path)")
     if not ancestor.is_dir():
-        raise ConfigError(f"{shown} lies below the file {str(ancestor)!r} (valid: a path whose parents are directories)")
+        raise ConfigError(
+            f"{shown} lies below the file {str(ancestor)!r} (valid: a path whose parents are directories)"
+        )
     for place in ([resolved] if p.is_dir() else []) + [ancestor]:
         _probe_writable(place, shown)
 
@@ -239,5 +290,7 @@ def _probe_writable(directory: Path, shown: str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".nexus-probe-", dir=directory))
     except OSError as e:
-        raise ConfigError(f"{shown}: cannot write in {str(directory)!r} ({e.strerror or type(e).__name__}) "
-                          "(valid: a writable directory)") from None
+        raise ConfigError(
+            f"{shown}: cannot write in {str(directory)!r} ({e.strerror or type(e).__name__}) "
+            "(valid: a writable directory)"
+        ) from None

@@ -19,6 +19,7 @@ from here), makes a second writer stop with one line. Locks are per process and 
 inside an output whose lock this process holds (a step checkpoint inside a run directory) journals
 into that lock. Only torchrun's rank 0 (or a single process) takes locks.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,13 @@ def _proc_start(pid: int) -> str | None:
 
 
 def _holder() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "proc_start": _proc_start(os.getpid()),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join(sys.argv[:3])[:200]}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "proc_start": _proc_start(os.getpid()),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "command": " ".join(sys.argv[:3])[:200],
+    }
 
 
 def holder_alive(h: dict) -> bool | None:
@@ -112,12 +118,23 @@ def is_nexus_holder(h) -> bool:
 def check_lock_file(lf: Path, flag: str, target: Path) -> None:
     """Refuse (one line) a lock name held by something nexus did not write: a folder, a symlink, a file
     whose first line is not a nexus holder. Nexus never takes such a thing over, so never deletes it."""
-    what = ("a folder" if lf.is_dir() and not lf.is_symlink() else "a symlink" if lf.is_symlink() else
-            "not a regular file" if not lf.is_file() else  # a FIFO would block the read below forever
-            None if is_nexus_holder(read_lock(lf)[0]) else "a file that is not a nexus lock")
+    what = (
+        "a folder"
+        if lf.is_dir() and not lf.is_symlink()
+        else "a symlink"
+        if lf.is_symlink()
+        else "not a regular file"
+        if not lf.is_file()
+        # a FIFO would block the read below forever
+        else None
+        if is_nexus_holder(read_lock(lf)[0])
+        else "a file that is not a nexus lock"
+    )
     if what:
-        raise ConfigError(f"{flag}={str(target)!r}: its lock name {str(lf)!r} is {what} (valid: move it away, or "
-                          "another output path; nexus never deletes what it did not write)")
+        raise ConfigError(
+            f"{flag}={str(target)!r}: its lock name {str(lf)!r} is {what} (valid: move it away, or "
+            "another output path; nexus never deletes what it did not write)"
+        )
 
 
 def confined_pending(target: Path, base: Path, pending, lf: Path, flag: str = "--out") -> list[str]:
@@ -135,15 +152,18 @@ def confined_pending(target: Path, base: Path, pending, lf: Path, flag: str = "-
         elif ok:
             ok = target == q.parent or target in q.parent.parents
         if not ok:
-            raise ConfigError(f"{flag}={str(target)!r}: the lock {str(lf)!r} records {rel!r}, which is not a "
-                              "temporary of this output (valid: delete that lock file if no nexus process is "
-                              "writing there; nothing was touched)")
+            raise ConfigError(
+                f"{flag}={str(target)!r}: the lock {str(lf)!r} records {rel!r}, which is not a "
+                "temporary of this output (valid: delete that lock file if no nexus process is "
+                "writing there; nothing was touched)"
+            )
     return list(pending)
 
 
 def _describe(h: dict) -> str:
-    return (f"pid {h.get('pid')} on host {h.get('host')!r} since {h.get('started')}"
-            + (f" ({h['command']})" if h.get("command") else ""))
+    return f"pid {h.get('pid')} on host {h.get('host')!r} since {h.get('started')}" + (
+        f" ({h['command']})" if h.get("command") else ""
+    )
 
 
 class OutputLock:
@@ -280,7 +300,9 @@ def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
     stale_ready: dict[str, str] = {}
     try:
         for _ in range(3):
-            carried = [{"pending": n} for n in stale_pending] + [{"ready": n, "sha256": h} for n, h in stale_ready.items()]
+            carried = [{"pending": n} for n in stale_pending] + [
+                {"ready": n, "sha256": h} for n, h in stale_ready.items()
+            ]
             if _create_whole(lk.file, [_holder(), *carried]):  # still owed: stays recorded until recovered
                 lk.taken_over, lk.taken_ready = stale_pending, stale_ready
                 _HELD[target.resolve()] = lk
@@ -295,11 +317,15 @@ def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
                 continue  # replaced while being read: look again
             alive = holder_alive(holder)
             if alive is None:
-                raise ConfigError(f"{flag}={str(target)!r} is locked by {_describe(holder)}, which cannot be checked from "
-                                  f"here (valid: wait for it; if that process is gone, delete {str(lk.file)!r})")
+                raise ConfigError(
+                    f"{flag}={str(target)!r} is locked by {_describe(holder)}, which cannot be checked from "
+                    f"here (valid: wait for it; if that process is gone, delete {str(lk.file)!r})"
+                )
             if alive:
-                raise ConfigError(f"{flag}={str(target)!r} is being written by another nexus process: {_describe(holder)} "
-                                  "(valid: wait for it to finish, or another output path)")
+                raise ConfigError(
+                    f"{flag}={str(target)!r} is being written by another nexus process: {_describe(holder)} "
+                    "(valid: wait for it to finish, or another output path)"
+                )
             confined_pending(target, lk.file.parent, pending, lk.file, flag)
             # the holder is gone: move its lock aside (one taker wins the rename), keep its record
             aside = lk.file.with_name(f"{lk.file.name}.stale-{os.getpid()}")
@@ -314,15 +340,16 @@ def acquire_output_lock(target, flag: str = "--out") -> OutputLock:
                     os.link(aside, lk.file)
                     aside.unlink()
                 except FileExistsError:  # a third writer's lock is there now: keep the moved one, say so
-                    raise ConfigError(f"{flag}={str(target)!r}: several processes took over its stale lock at once; "
-                                      f"{str(aside)!r} holds one of their records (valid: wait for them to finish, "
-                                      "then retry)") from None
+                    raise ConfigError(
+                        f"{flag}={str(target)!r}: several processes took over its stale lock at once; "
+                        f"{str(aside)!r} holds one of their records (valid: wait for them to finish, "
+                        "then retry)"
+                    ) from None
                 continue
             stale_pending += pending
             stale_ready.update(ready)
             aside.unlink(missing_ok=True)
-            lk.note = (f"took over the lock of {str(target)!r} left by {_describe(holder)}, "
-                       "which is no longer running")
+            lk.note = f"took over the lock of {str(target)!r} left by {_describe(holder)}, which is no longer running"
     except BaseException:
         lk.drop_created()
         raise

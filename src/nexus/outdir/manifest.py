@@ -23,6 +23,7 @@ The manifest is input like any other: an entry that is not a plain relative path
 entry reached through a symlink is never nexus's (nexus writes no symlinks), so a forged or corrupted
 manifest can never point a delete outside the output.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,7 +56,7 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
 
 
 def _is_marker_tmp(name: str) -> bool:
-    return name.startswith(MARKER_TMP) and name[len(MARKER_TMP):].isdigit()
+    return name.startswith(MARKER_TMP) and name[len(MARKER_TMP) :].isdigit()
 
 
 # how write_manifest's text begins (sort_keys puts "created" first; indented or not)
@@ -81,7 +82,7 @@ def dead_manifest_temporary(p: Path) -> bool:
     the manifest beside it, if any, is the previous whole one, and the temporary is nothing."""
     if not manifest_temporary(p):
         return False
-    return not pid_alive(int(p.name[len(MARKER_TMP):]))
+    return not pid_alive(int(p.name[len(MARKER_TMP) :]))
 
 
 def pid_alive(pid: int) -> bool:
@@ -137,9 +138,11 @@ def read_manifest(directory) -> dict | None:
     m["files"] = files if isinstance(files, dict) else {}
     for rel in m["files"]:
         if not confined_name(rel):
-            raise ManifestError(f"{str(f)!r} lists {rel!r}, which is not a path inside {str(Path(directory))!r} "
-                                "(valid: relative names without '..'; nexus never writes such an entry, so the "
-                                "file was edited: restore it or move the folder's contents out by hand)")
+            raise ManifestError(
+                f"{str(f)!r} lists {rel!r}, which is not a path inside {str(Path(directory))!r} "
+                "(valid: relative names without '..'; nexus never writes such an entry, so the "
+                "file was edited: restore it or move the folder's contents out by hand)"
+            )
     return m
 
 
@@ -268,8 +271,14 @@ def library_problems(folder: Path, entry: dict) -> list[tuple[str, str]]:
 
 
 def _starts_with_recorded(p: Path, e) -> bool:
-    if p.is_symlink() or not p.is_file() or not isinstance(e, dict) or not isinstance(e.get("size"), int) \
-            or isinstance(e.get("size"), bool) or e["size"] < 0:
+    if (
+        p.is_symlink()
+        or not p.is_file()
+        or not isinstance(e, dict)
+        or not isinstance(e.get("size"), int)
+        or isinstance(e.get("size"), bool)
+        or e["size"] < 0
+    ):
         return False
     return p.stat().st_size >= e["size"] and sha256_of(p, e["size"]) == e.get("sha256")
 
@@ -349,7 +358,13 @@ def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     skip = set(covered) | set(ignore)  # folders whose contents are accounted for (or reported) as a whole
     for p in sorted(d.rglob("*")):
         rel = p.relative_to(d).as_posix()
-        if rel == MARKER or manifest_temporary(p) or rel in listed or rel in skip or any(rel.startswith(c + "/") for c in skip):
+        if (
+            rel == MARKER
+            or manifest_temporary(p)
+            or rel in listed
+            or rel in skip
+            or any(rel.startswith(c + "/") for c in skip)
+        ):
             continue
         if p.is_dir() and rel in parents:
             continue  # a folder that holds listed files

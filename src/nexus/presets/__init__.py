@@ -4,6 +4,7 @@ calling one another and changing fields -- no exec, no globals beyond this regis
 Each paper's presets live in their own module (baseline, exoformer, nexusformer, sparkling,
 higher_order, recurrent); every module present in this package is imported on first use.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -20,6 +21,7 @@ def register(name: str, description: str = ""):
         doc_lines = (fn.__doc__ or "").strip().splitlines()
         PRESETS.register(name)((fn, description or (doc_lines[0] if doc_lines else "")))
         return fn
+
     return deco
 
 
@@ -84,12 +86,16 @@ def file_preset(path: str) -> RunConfig:
         cfg = RunConfig.from_dict(d)
     elif base is None or base == "":
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        raise ConfigError(f"--preset={path!r} is a partial config without a base (it leaves out {shown}) "
-                          "(valid: name the preset it changes inside the file, e.g. `preset: baseline-micro`, "
-                          "or give every field, as a run's config.yaml holds them)")
+        raise ConfigError(
+            f"--preset={path!r} is a partial config without a base (it leaves out {shown}) "
+            "(valid: name the preset it changes inside the file, e.g. `preset: baseline-micro`, "
+            "or give every field, as a run's config.yaml holds them)"
+        )
     elif not isinstance(base, str) or is_preset_file(base) or base not in PRESETS:
-        raise ConfigError(f"--preset={path!r}: its field preset={base!r} is not a registered preset (valid: a name "
-                          "`nexus presets` lists, e.g. baseline-micro)")
+        raise ConfigError(
+            f"--preset={path!r}: its field preset={base!r} is not a registered preset (valid: a name "
+            "`nexus presets` lists, e.g. baseline-micro)"
+        )
     else:
         cfg = get_preset(base)
         merge_mapping(cfg, {k: v for k, v in d.items() if k != "preset"})

@@ -1,4 +1,5 @@
 """Transformer++ baseline presets (Llama-style) from laptop to small-GPU scale."""
+
 from __future__ import annotations
 
 from ..config import ModelConfig, RunConfig, TrainConfig
@@ -9,7 +10,9 @@ from . import register
 def baseline_tiny() -> RunConfig:
     return RunConfig(
         model=ModelConfig(d_model=128, n_layers=4, n_heads=4, max_seq_len=256),
-        train=TrainConfig(steps=300, batch_size=16, lr=3e-3, warmup_steps=30, eval_every=100, out_dir="runs/baseline-tiny"),
+        train=TrainConfig(
+            steps=300, batch_size=16, lr=3e-3, warmup_steps=30, eval_every=100, out_dir="runs/baseline-tiny"
+        ),
     )
 
 

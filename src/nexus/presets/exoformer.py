@@ -6,6 +6,7 @@ zero-initialized output/down projections and LM head (untied), z-loss 1e-5, Muon
 lr 0.01, cautious weight decay 0.1) for 2-D matrices and AdamW (lr 3e-3, no weight decay) for the
 rest, linear warmup then a linear warmdown over the last 20% of steps.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -35,10 +36,22 @@ def exoformer_recipe(cfg: RunConfig) -> RunConfig:
 # ----------------------------------------------------------------------------- Table 2 rows
 # Each row: (preset stem, description, gate, mixing fields). Gate "elementwise" follows the paper
 # (element-wise multiplicative gating); rows without a gate are Base Transformer and ResFormer.
-def _mix(anchor: str, granularity: str = "elementwise", norm: str = "all", components=("q", "k", "v", "g"),
-         dynamic: bool = False, learnable: bool = True) -> MixingConfig:
-    return MixingConfig(anchor=anchor, granularity=granularity, norm=norm, components=list(components),
-                        dynamic=dynamic, learnable=learnable)
+def _mix(
+    anchor: str,
+    granularity: str = "elementwise",
+    norm: str = "all",
+    components=("q", "k", "v", "g"),
+    dynamic: bool = False,
+    learnable: bool = True,
+) -> MixingConfig:
+    return MixingConfig(
+        anchor=anchor,
+        granularity=granularity,
+        norm=norm,
+        components=list(components),
+        dynamic=dynamic,
+        learnable=learnable,
+    )
 
 
 _G = {"e": "elementwise", "h": "headwise", "s": "scalar"}
@@ -46,26 +59,54 @@ _G = {"e": "elementwise", "h": "headwise", "s": "scalar"}
 TABLE2_ROWS: list[tuple[str, str, str, MixingConfig]] = [
     ("base-transformer", "Base Transformer (no gate, no mixing)", "none", MixingConfig()),
     ("gated", "Gated Attention (elementwise output gate)", "elementwise", MixingConfig()),
-    ("resformer", "ResFormer: v_n = 0.5 v_1 + 0.5 v_n", "none",
-     _mix("value_residual", norm="none", components=("v",), learnable=False)),
-    ("naive-combination", "Gated Attention + ResFormer, unmodified", "elementwise",
-     _mix("value_residual", norm="none", components=("v",), learnable=False)),
+    (
+        "resformer",
+        "ResFormer: v_n = 0.5 v_1 + 0.5 v_n",
+        "none",
+        _mix("value_residual", norm="none", components=("v",), learnable=False),
+    ),
+    (
+        "naive-combination",
+        "Gated Attention + ResFormer, unmodified",
+        "elementwise",
+        _mix("value_residual", norm="none", components=("v",), learnable=False),
+    ),
 ]
 for _k, _gran in _G.items():
     TABLE2_ROWS += [
-        (f"nures-{_k}-qknorm", f"{_k.upper()}-NuResFormer (only Q/K anchor norms)", "elementwise",
-         _mix("nures", _gran, norm="qk")),
-        (f"nures-{_k}-nonorm-vg", f"{_k.upper()}-NuResFormer (no norm, mixing V and G only)", "elementwise",
-         _mix("nures", _gran, norm="none", components=("v", "g"))),
-        (f"nures-{_k}", f"{_k.upper()}-NuResFormer (internal anchor = layer 0, all anchors normed)", "elementwise",
-         _mix("nures", _gran)),
-        (f"exo-{_k}", f"{_k.upper()}-ExoFormer (external anchor from the embeddings)", "elementwise",
-         _mix("exo", _gran)),
+        (
+            f"nures-{_k}-qknorm",
+            f"{_k.upper()}-NuResFormer (only Q/K anchor norms)",
+            "elementwise",
+            _mix("nures", _gran, norm="qk"),
+        ),
+        (
+            f"nures-{_k}-nonorm-vg",
+            f"{_k.upper()}-NuResFormer (no norm, mixing V and G only)",
+            "elementwise",
+            _mix("nures", _gran, norm="none", components=("v", "g")),
+        ),
+        (
+            f"nures-{_k}",
+            f"{_k.upper()}-NuResFormer (internal anchor = layer 0, all anchors normed)",
+            "elementwise",
+            _mix("nures", _gran),
+        ),
+        (
+            f"exo-{_k}",
+            f"{_k.upper()}-ExoFormer (external anchor from the embeddings)",
+            "elementwise",
+            _mix("exo", _gran),
+        ),
     ]
 TABLE2_ROWS += [
     ("exo-e-nonorm", "E-ExoFormer without anchor normalization", "elementwise", _mix("exo", norm="none")),
-    ("exo-dynamic-e", "Dynamic E-ExoFormer (per-token gamma from a small MLP)", "elementwise",
-     _mix("exo", dynamic=True)),
+    (
+        "exo-dynamic-e",
+        "Dynamic E-ExoFormer (per-token gamma from a small MLP)",
+        "elementwise",
+        _mix("exo", dynamic=True),
+    ),
 ]
 
 
@@ -109,8 +150,9 @@ def exo_1b_base() -> RunConfig:
     return cfg
 
 
-def _register_row(stem: str, desc: str, gate: str, mixing: MixingConfig, scale: str,
-                  base: Callable[[], RunConfig], note: str) -> None:
+def _register_row(
+    stem: str, desc: str, gate: str, mixing: MixingConfig, scale: str, base: Callable[[], RunConfig], note: str
+) -> None:
     name = f"{stem}-{scale}"
 
     def build() -> RunConfig:
@@ -124,8 +166,15 @@ def _register_row(stem: str, desc: str, gate: str, mixing: MixingConfig, scale: 
 
 for _stem, _desc, _gate, _mixing in TABLE2_ROWS:
     _register_row(_stem, _desc, _gate, _mixing, "tiny", exo_tiny_base, "4x128 CPU scale, ExoFormer recipe")
-    _register_row(_stem, _desc, _gate, _mixing, "450m", lambda g=(_gate != "none"): exo_450m_base(g),
-                  "~450M, Table 3 recipe (FineWeb-Edu)")
+    _register_row(
+        _stem,
+        _desc,
+        _gate,
+        _mixing,
+        "450m",
+        lambda g=(_gate != "none"): exo_450m_base(g),
+        "~450M, Table 3 recipe (FineWeb-Edu)",
+    )
 for _stem, _desc, _gate, _mixing in TABLE2_ROWS:
     if _stem in ("gated", "exo-dynamic-e"):
         _register_row(_stem, _desc, _gate, _mixing, "1b", exo_1b_base, "~1B, Table 4 recipe (FineWeb-Edu)")

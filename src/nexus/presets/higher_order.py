@@ -1,6 +1,7 @@
 """Nexus higher-order attention presets: the paper's Table-2 ablation at tiny and Pythia-70M scale,
 Table 1's Pythia-160M / 410M / 1B comparisons, and baseline-vs-higher-order comparisons on synthetic
 reasoning tasks (MQAR, k-hop induction)."""
+
 from __future__ import annotations
 
 from ..config import AttentionOptions, RunConfig
@@ -18,15 +19,26 @@ TABLE2 = (
 
 
 def higher_order(cfg: RunConfig, targets: str, shared: bool, order: int) -> RunConfig:
-    cfg.model.attention = AttentionOptions.make("higher_order", **cfg.model.attention.common(), order=order,
-                                                ho_targets=targets, ho_shared=shared, ho_form="projected")
+    cfg.model.attention = AttentionOptions.make(
+        "higher_order",
+        **cfg.model.attention.common(),
+        order=order,
+        ho_targets=targets,
+        ho_shared=shared,
+        ho_form="projected",
+    )
     return cfg
 
 
 # Pythia's shapes (Biderman et al. 2023, Table 1 of that paper): width, layers, heads, peak LR. All
 # share 2048 context, the ~50k (50,304 padded) BPE vocabulary, untied embeddings and 1% warmup of
 # 143k steps (1430). The Nexus paper trains "with the same setting as pre-trained Pythia".
-PYTHIA = {"70m": (512, 6, 8, 1e-3), "160m": (768, 12, 12, 6e-4), "410m": (1024, 24, 16, 3e-4), "1b": (2048, 16, 8, 3e-4)}
+PYTHIA = {
+    "70m": (512, 6, 8, 1e-3),
+    "160m": (768, 12, 12, 6e-4),
+    "410m": (1024, 24, 16, 3e-4),
+    "1b": (2048, 16, 8, 3e-4),
+}
 
 
 def pythia_baseline(scale: str) -> RunConfig:
@@ -48,9 +60,11 @@ def pythia_70m_baseline() -> RunConfig:
 
 
 for _scale, (_d, _layers, _heads, _) in PYTHIA.items():
-    register(f"pythia-{_scale}-baseline", f"Table {'1/2' if _scale == '70m' else 1} baseline: Transformer++ with "
-                                          f"Pythia-{_scale.upper()}'s shape ({_layers}x{_d}, {_heads} heads; GPU)")(
-        lambda scale=_scale: pythia_baseline(scale))
+    register(
+        f"pythia-{_scale}-baseline",
+        f"Table {'1/2' if _scale == '70m' else 1} baseline: Transformer++ with "
+        f"Pythia-{_scale.upper()}'s shape ({_layers}x{_d}, {_heads} heads; GPU)",
+    )(lambda scale=_scale: pythia_baseline(scale))
 
 
 def _register_table2(name: str, targets: str, shared: bool, order: int) -> None:
@@ -88,8 +102,11 @@ def _register_table1(scale: str) -> None:
         return cfg
 
     d, layers, heads, _ = PYTHIA[scale]
-    register(f"nexus-qk-shared-{scale}", f"Table 1 Nexus at Pythia-{scale.upper()}'s shape ({layers}x{d}, {heads} "
-                                         f"heads; order 2, shared QK: Table 1 does not name its variant; GPU)")(preset)
+    register(
+        f"nexus-qk-shared-{scale}",
+        f"Table 1 Nexus at Pythia-{scale.upper()}'s shape ({layers}x{d}, {heads} "
+        f"heads; order 2, shared QK: Table 1 does not name its variant; GPU)",
+    )(preset)
 
 
 for _scale in TABLE1_SCALES:

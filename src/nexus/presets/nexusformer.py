@@ -7,6 +7,7 @@ give head counts; we use head size 64 where the width allows (768 -> 12, 1024 ->
 80 for width 800. Training recipe from appendix E: AdamW (0.9, 0.95), peak lr 7e-4, 4096 context
 (continued training after growth: lr 1e-3). `nexus analyze params` prints the sizes these give.
 """
+
 from __future__ import annotations
 
 from ..config import ProjectionOptions, RunConfig
@@ -82,7 +83,9 @@ def nexusformer_micro() -> RunConfig:
     return cfg
 
 
-@register("nexusformer-tiny", "Nexusformer 4x128, Nexus-Rank Q/K/V (M=192, A=256): CPU run, grow with --delta-m/--delta-a")
+@register(
+    "nexusformer-tiny", "Nexusformer 4x128, Nexus-Rank Q/K/V (M=192, A=256): CPU run, grow with --delta-m/--delta-a"
+)
 def nexusformer_tiny() -> RunConfig:
     cfg = baseline_tiny()
     cfg.model.projection = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=192, rank_a=256)
@@ -93,8 +96,9 @@ def nexusformer_tiny() -> RunConfig:
 @register("tokenformer-micro", "TokenFormer 2x64: Pattention q/k/v/o (64 tokens) and FFN (128 tokens), for tests")
 def tokenformer_micro() -> RunConfig:
     cfg = baseline_micro()
-    cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=64,
-                                                   ffn_param_tokens=128)
+    cfg.model.projection = ProjectionOptions.make(
+        "pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=64, ffn_param_tokens=128
+    )
     cfg.train.out_dir = "runs/tokenformer-micro"
     return cfg
 
@@ -102,8 +106,9 @@ def tokenformer_micro() -> RunConfig:
 @register("tokenformer-tiny", "TokenFormer 4x128: Pattention q/k/v/o (128 tokens) and FFN (384 tokens), CPU run")
 def tokenformer_tiny() -> RunConfig:
     cfg = baseline_tiny()
-    cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=128,
-                                            ffn_param_tokens=384)
+    cfg.model.projection = ProjectionOptions.make(
+        "pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=128, ffn_param_tokens=384
+    )
     cfg.train.out_dir = "runs/tokenformer-tiny"
     return cfg
 
@@ -115,6 +120,7 @@ def _nexusformer_paper(size: str):
         cfg.model.ffn_hidden = ffn
         cfg.model.projection = ProjectionOptions.make("nexus_rank", targets=["q", "k", "v"], rank_m=m, rank_a=a)
         return cfg
+
     return fn
 
 
@@ -122,9 +128,11 @@ def _tokenformer_paper(size: str):
     def fn() -> RunConfig:
         layers, d, ffn, slots = TOKENFORMER_SHAPES[size]
         cfg = _paper_scale(baseline_tiny(), layers, d, f"tokenformer-{size}", size in GROWTH_TARGETS)
-        cfg.model.projection = ProjectionOptions.make("pattention", targets=["q", "k", "v", "o", "ffn"],
-                                                param_tokens=slots, ffn_param_tokens=ffn)
+        cfg.model.projection = ProjectionOptions.make(
+            "pattention", targets=["q", "k", "v", "o", "ffn"], param_tokens=slots, ffn_param_tokens=ffn
+        )
         return cfg
+
     return fn
 
 
@@ -137,23 +145,33 @@ def _baseline_paper(size: str, shapes: dict, name: str, qwen3: bool):
         if qwen3:  # Qwen3's block: Transformer++ plus per-head QK-norm, RoPE base 1e6; its small models tie the head
             m.qk_norm, m.rope_theta, m.tie_embeddings = True, 1_000_000.0, True
         return cfg
+
     return fn
 
 
 for _size, (_l, _d, _f) in QWEN3_SHAPES.items():
     _table = "Table 7" if _size in GROWTH_TARGETS else "Table 6"
-    register(f"qwen3-{_size}", f"Qwen3-style baseline {_size.upper()} ({_table}): {_l} layers, d={_d}, SwiGLU {_f}, "
-             f"QK-norm, {_even_heads(_d)} heads (the paper gives none)")(_baseline_paper(_size, QWEN3_SHAPES, "qwen3", True))
+    register(
+        f"qwen3-{_size}",
+        f"Qwen3-style baseline {_size.upper()} ({_table}): {_l} layers, d={_d}, SwiGLU {_f}, "
+        f"QK-norm, {_even_heads(_d)} heads (the paper gives none)",
+    )(_baseline_paper(_size, QWEN3_SHAPES, "qwen3", True))
 for _size, (_l, _d, _f) in TRANSFORMER_PP_SHAPES.items():
-    register(f"transformer-pp-{_size}", f"Transformer++ baseline {_size.upper()} (Table 6): {_l} layers, d={_d}, SwiGLU {_f}, "
-             f"{_even_heads(_d)} heads (the paper gives none)")(
-        _baseline_paper(_size, TRANSFORMER_PP_SHAPES, "transformer-pp", False))
+    register(
+        f"transformer-pp-{_size}",
+        f"Transformer++ baseline {_size.upper()} (Table 6): {_l} layers, d={_d}, SwiGLU {_f}, "
+        f"{_even_heads(_d)} heads (the paper gives none)",
+    )(_baseline_paper(_size, TRANSFORMER_PP_SHAPES, "transformer-pp", False))
 
 for _size in NEXUSFORMER_SHAPES:
     _table = "Table 7 growth target" if _size in GROWTH_TARGETS else "Table 6"
-    register(f"nexusformer-{_size}", f"Nexusformer {_size.upper()} ({_table}): {NEXUSFORMER_SHAPES[_size][0]} layers, "
-             f"d={NEXUSFORMER_SHAPES[_size][1]}, M={NEXUSFORMER_SHAPES[_size][3]}, A={NEXUSFORMER_SHAPES[_size][4]}")(
-        _nexusformer_paper(_size))
-    register(f"tokenformer-{_size}", f"TokenFormer {_size.upper()} ({_table}): {TOKENFORMER_SHAPES[_size][0]} layers, "
-             f"d={TOKENFORMER_SHAPES[_size][1]}, {TOKENFORMER_SHAPES[_size][3]} qkv tokens, {TOKENFORMER_SHAPES[_size][2]} FFN tokens")(
-        _tokenformer_paper(_size))
+    register(
+        f"nexusformer-{_size}",
+        f"Nexusformer {_size.upper()} ({_table}): {NEXUSFORMER_SHAPES[_size][0]} layers, "
+        f"d={NEXUSFORMER_SHAPES[_size][1]}, M={NEXUSFORMER_SHAPES[_size][3]}, A={NEXUSFORMER_SHAPES[_size][4]}",
+    )(_nexusformer_paper(_size))
+    register(
+        f"tokenformer-{_size}",
+        f"TokenFormer {_size.upper()} ({_table}): {TOKENFORMER_SHAPES[_size][0]} layers, "
+        f"d={TOKENFORMER_SHAPES[_size][1]}, {TOKENFORMER_SHAPES[_size][3]} qkv tokens, {TOKENFORMER_SHAPES[_size][2]} FFN tokens",
+    )(_tokenformer_paper(_size))

@@ -18,6 +18,7 @@ conventional ratio with a small vocabulary. We keep the table (params, ternary M
 Training recipe of the v4.1 script: AdamW (0.9, 0.95), wd 0.01, clip 1.0, cosine with 500 warmup steps,
 lr 3e-4 (1e-4 for SFT, set by the env-var entry point), micro-batch 4 x accumulation 8, seq 256.
 """
+
 from __future__ import annotations
 
 from ..config import ArchitectureOptions, DataConfig, ModelConfig, RunConfig, TrainConfig
@@ -33,12 +34,31 @@ def swiglu_hidden(d_model: int) -> int:
 def _nexus(d_model: int, n_layers: int, n_sup: int, t_inner: int, name: str) -> RunConfig:
     ffn_hidden = swiglu_hidden(d_model)
     return RunConfig(
-        model=ModelConfig(arch=ArchitectureOptions.make("recurrent", n_sup=n_sup, t_inner=t_inner), d_model=d_model,
-                          n_layers=n_layers, n_heads=1, ffn_hidden=ffn_hidden, max_seq_len=1024),
+        model=ModelConfig(
+            arch=ArchitectureOptions.make("recurrent", n_sup=n_sup, t_inner=t_inner),
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=1,
+            ffn_hidden=ffn_hidden,
+            max_seq_len=1024,
+        ),
         data=DataConfig(seq_len=256),
-        train=TrainConfig(steps=20000, batch_size=4, grad_accum=8, lr=3e-4, warmup_steps=500, schedule="cosine",
-                          optimizer={"kind": "adamw", "betas": [0.9, 0.95]}, weight_decay=0.01, grad_clip=1.0,
-                          eval_every=500, sample_every=500, save_every=1000, log_every=10, out_dir=f"runs/{name}"),
+        train=TrainConfig(
+            steps=20000,
+            batch_size=4,
+            grad_accum=8,
+            lr=3e-4,
+            warmup_steps=500,
+            schedule="cosine",
+            optimizer={"kind": "adamw", "betas": [0.9, 0.95]},
+            weight_decay=0.01,
+            grad_clip=1.0,
+            eval_every=500,
+            sample_every=500,
+            save_every=1000,
+            log_every=10,
+            out_dir=f"runs/{name}",
+        ),
     )
 
 
@@ -50,8 +70,11 @@ def nexus_tiny() -> RunConfig:
     return _nexus(768, 2, n_sup=4, t_inner=4, name="nexus-tiny")
 
 
-@register("nexus-small", f"NEXUS v4.1 ~40M (v4.1 default), 2x1536, SwiGLU 4096: T_inner 6 x N_sup 4 = depth 48 "
-                         f"({_SIZES}; the v4.1 script's width 512 would hold 4.3M)")
+@register(
+    "nexus-small",
+    f"NEXUS v4.1 ~40M (v4.1 default), 2x1536, SwiGLU 4096: T_inner 6 x N_sup 4 = depth 48 "
+    f"({_SIZES}; the v4.1 script's width 512 would hold 4.3M)",
+)
 def nexus_small() -> RunConfig:
     return _nexus(1536, 2, n_sup=4, t_inner=6, name="nexus-small")
 

@@ -6,6 +6,7 @@ grows one axis 2x unless its name says otherwise (`-both`; `-legacy` is the earl
 The small models keep head count and head size fixed (`head_dim` explicit) so that hidden growth
 lands exactly on the wide model's shape. Growth happens at half the steps, the paper's mid-stage.
 """
+
 from __future__ import annotations
 
 from ..config import MLPOptions, ModelConfig, RunConfig, TrainConfig
@@ -16,8 +17,9 @@ SPARKLING_GROWTH = {"init": "copy,copy", "preserve": "rms", "optimizer_state": "
 
 
 def _with_growth(cfg: RunConfig, tau: int, **axes) -> RunConfig:
-    cfg.train.set_hook("growth", at=cfg.train.steps // 2,
-                       spec={"family": "width", **axes, **SPARKLING_GROWTH, "rewarmup": [1.3, tau]})
+    cfg.train.set_hook(
+        "growth", at=cfg.train.steps // 2, spec={"family": "width", **axes, **SPARKLING_GROWTH, "rewarmup": [1.3, tau]}
+    )
     return cfg
 
 
@@ -37,8 +39,11 @@ def _dense_tiny(d_model: int = 64, ffn: int = 128) -> RunConfig:
     return cfg
 
 
-@register("sparkling-dense-tiny", "dense 4x64 (4 heads of 16), FFN inner 128 -> 256 at step 150: one axis 2x, "
-                                  "exact copy (SPARKLING recipe: wd on all params, per-head QK-norm)")
+@register(
+    "sparkling-dense-tiny",
+    "dense 4x64 (4 heads of 16), FFN inner 128 -> 256 at step 150: one axis 2x, "
+    "exact copy (SPARKLING recipe: wd on all params, per-head QK-norm)",
+)
 def sparkling_dense_tiny() -> RunConfig:
     cfg = _dense_tiny()
     cfg.train.out_dir = "runs/sparkling-dense-tiny"
@@ -66,8 +71,10 @@ def sparkling_dense_tiny_wide() -> RunConfig:
     return cfg
 
 
-@register("sparkling-dense-tiny-legacy", "the earlier sparkling-dense-tiny: 4x64, FFN 192, hidden 128 / FFN 384 "
-                                         "at once, wd on matrices only, no QK-norm")
+@register(
+    "sparkling-dense-tiny-legacy",
+    "the earlier sparkling-dense-tiny: 4x64, FFN 192, hidden 128 / FFN 384 at once, wd on matrices only, no QK-norm",
+)
 def sparkling_dense_tiny_legacy() -> RunConfig:
     cfg = baseline_tiny()
     m = cfg.model
@@ -102,13 +109,33 @@ TESTBED_STEPS = 200_000_000_000 // (768 * 4096)  # 63,578 optimizer steps
 
 @register("sparkling-olmoe-testbed", "paper Table 3/4: 24x1024 MoE, 64 experts top-8, expert inner 512, 200B tokens")
 def sparkling_olmoe_testbed() -> RunConfig:
-    m = ModelConfig(vocab_size=50304, d_model=1024, n_layers=24, n_heads=16, n_kv_heads=4, head_dim=96,
-                    max_seq_len=4096, qk_norm=True, tie_embeddings=True,
-                    mlp=MLPOptions.make("moe", n_experts=64, top_k=8, expert_hidden=512))
+    m = ModelConfig(
+        vocab_size=50304,
+        d_model=1024,
+        n_layers=24,
+        n_heads=16,
+        n_kv_heads=4,
+        head_dim=96,
+        max_seq_len=4096,
+        qk_norm=True,
+        tie_embeddings=True,
+        mlp=MLPOptions.make("moe", n_experts=64, top_k=8, expert_hidden=512),
+    )
     # batch 3 x grad_accum 4 per process x 64 GPUs = the paper's global batch of 768 sequences
-    t = TrainConfig(steps=TESTBED_STEPS, batch_size=3, grad_accum=4, lr=1.9556e-3,
-                    optimizer={"kind": "adamw", "betas": [0.9, 0.95], "eps": 1e-8}, weight_decay=0.1, decay_all=True, schedule="cosine", warmup_steps=int(0.03 * TESTBED_STEPS),
-                    min_lr_ratio=0.01, dtype="bfloat16", out_dir="runs/sparkling-olmoe-testbed")
+    t = TrainConfig(
+        steps=TESTBED_STEPS,
+        batch_size=3,
+        grad_accum=4,
+        lr=1.9556e-3,
+        optimizer={"kind": "adamw", "betas": [0.9, 0.95], "eps": 1e-8},
+        weight_decay=0.1,
+        decay_all=True,
+        schedule="cosine",
+        warmup_steps=int(0.03 * TESTBED_STEPS),
+        min_lr_ratio=0.01,
+        dtype="bfloat16",
+        out_dir="runs/sparkling-olmoe-testbed",
+    )
     cfg = RunConfig(model=m, train=t)
     cfg.data.seq_len, cfg.data.tokenizer, cfg.data.bpe_vocab_size = 4096, "bpe", 50304
     return cfg

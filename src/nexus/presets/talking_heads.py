@@ -1,5 +1,6 @@
 """Talking-heads attention presets (Shazeer et al. 2020; models/talking_heads.py), beside the baseline
 they differ from in `model.attention` alone."""
+
 from __future__ import annotations
 
 from ..config import AttentionOptions, RunConfig
@@ -13,7 +14,9 @@ def talking_heads(cfg: RunConfig, name: str) -> RunConfig:
     return cfg
 
 
-@register("talking-heads-tiny", "Transformer++ 4x128 with talking-heads attention (logits and weights mixed across heads)")
+@register(
+    "talking-heads-tiny", "Transformer++ 4x128 with talking-heads attention (logits and weights mixed across heads)"
+)
 def talking_heads_tiny() -> RunConfig:
     return talking_heads(baseline_tiny(), "talking-heads-tiny")
 

@@ -7,6 +7,7 @@ training, set on the process group with torch's own `_set_pg_timeout`. When a co
 found through the launcher's key-value store, so the job ends with one readable line; at exit, silent
 ranks on the same host are killed, since a stopped process never acts on the launcher's SIGTERM.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -35,8 +36,10 @@ def world() -> tuple[int, int]:
 def _env_int(environ, name: str, default: str | None = None, low: int = 0, high: int | None = None) -> int:
     raw = environ.get(name, default)
     if raw is None:
-        raise ConfigError(f"{name} is not set with WORLD_SIZE={environ.get('WORLD_SIZE')} (valid: launch with torchrun, "
-                          "which sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT)")
+        raise ConfigError(
+            f"{name} is not set with WORLD_SIZE={environ.get('WORLD_SIZE')} (valid: launch with torchrun, "
+            "which sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT)"
+        )
     try:
         v = int(raw)
     except ValueError:
@@ -59,8 +62,10 @@ def launch_env(environ=None) -> tuple[int, int, int] | None:
     rank = _env_int(environ, "RANK", None, 0, ws - 1)
     local = _env_int(environ, "LOCAL_RANK", "0", 0, ws - 1)
     if not environ.get("MASTER_ADDR"):
-        raise ConfigError(f"WORLD_SIZE={ws} without MASTER_ADDR (valid: launch with torchrun, or set MASTER_ADDR and "
-                          "MASTER_PORT to rank 0's address and a free port)")
+        raise ConfigError(
+            f"WORLD_SIZE={ws} without MASTER_ADDR (valid: launch with torchrun, or set MASTER_ADDR and "
+            "MASTER_PORT to rank 0's address and a free port)"
+        )
     _env_int(environ, "MASTER_PORT", None, 1, 65535)
     return rank, ws, local
 
@@ -132,11 +137,16 @@ def unresponsive_rank_message(exc: BaseException) -> str | None:
     if not any(s in str(exc).lower() for s in _SIGNS_OF_A_LOST_PEER):
         return None
     silent = _ranks_not_answering(rank, ws)
-    who = ("rank " + str(silent[0]) if len(silent) == 1 else "ranks " + ", ".join(map(str, silent))) if silent \
+    who = (
+        ("rank " + str(silent[0]) if len(silent) == 1 else "ranks " + ", ".join(map(str, silent)))
+        if silent
         else "a rank (which one could not be told)"
-    return (f"{who} stopped answering: rank {rank} waited for it in a collective past the timeout "
-            f"(train.dist_timeout_s={_TIMEOUTS['steady']} s in training, train.dist_init_timeout_s="
-            f"{_TIMEOUTS['patient']} s through set-up and saves); ending every rank")
+    )
+    return (
+        f"{who} stopped answering: rank {rank} waited for it in a collective past the timeout "
+        f"(train.dist_timeout_s={_TIMEOUTS['steady']} s in training, train.dist_init_timeout_s="
+        f"{_TIMEOUTS['patient']} s through set-up and saves); ending every rank"
+    )
 
 
 def _ranks_not_answering(rank: int, ws: int, wait_s: float = 3.0) -> list[int]:

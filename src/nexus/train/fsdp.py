@@ -8,6 +8,7 @@ Growth under FSDP2 gathers the full model and optimizer state on every rank, gro
 with the ordinary (single-process) growth code, then shards the grown model and its transplanted
 optimizer state again (`regather`, `shard_state`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,8 +56,10 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def full_optimizer_state(sd: dict) -> dict:
     """An OptimizerSet.state_dict() with every DTensor gathered to a full tensor (collective)."""
     out = dict(sd)
-    out["state"] = {name: {k: (full_tensor(v) if torch.is_tensor(v) else v) for k, v in st.items()}
-                    for name, st in sd.get("state", {}).items()}
+    out["state"] = {
+        name: {k: (full_tensor(v) if torch.is_tensor(v) else v) for k, v in st.items()}
+        for name, st in sd.get("state", {}).items()
+    }
     return out
 
 

@@ -7,6 +7,7 @@ gradients the optimizer applies: after reduction across ranks and after train.gr
 at before_optimizer_step; with grad_clip 0 they are the raw gradients). They are computed on the device
 and read to the host once per logged step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ def group_of(name: str) -> str:
     `embed.weight` -> `embed` (a wrapper's prefix dropped)."""
     for prefix in WRAPPERS:
         while name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     parts = name.split(".")
     return ".".join(parts[:2]) if len(parts) > 2 and parts[1].isdigit() else parts[0]
 
@@ -62,5 +63,4 @@ class GradNormHook(Hook):
         if not squares:
             return
         norms = torch.stack([torch.stack(s).sum() for s in squares.values()]).sqrt().tolist()  # one host read
-        trainer.log({"step": step + 1, "event": "grad_norm",
-                     **{f"grad_norm/{k}": v for k, v in zip(squares, norms)}})
+        trainer.log({"step": step + 1, "event": "grad_norm", **{f"grad_norm/{k}": v for k, v in zip(squares, norms)}})

@@ -4,6 +4,7 @@ Each step adds its `finite` flag; the host reads the counters only at log steps 
 reports the longest streak of skipped steps since the previous read, so a run that stays non-finite
 for train.max_nonfinite steps in a row is still stopped, at the next read.
 """
+
 from __future__ import annotations
 
 import torch

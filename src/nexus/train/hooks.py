@@ -32,6 +32,7 @@ refuses a config the hook cannot serve (before anything is written), and the tra
 may also be implied by the config without an entry (`implied_by`: a grown model needs its re-warmup back
 on resume). A hook's saved state is its own: the format of `state_dict` is defined by its class only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -126,8 +127,11 @@ def parse_hook_options(kind: type[Hook], entry: dict, cfg, where: str):
     names = [f.name for f in dataclasses.fields(kind.Options)] if kind.Options is not None else []
     unknown = sorted(set(given) - set(names))
     if unknown:
-        valid = f"options of hook kind {entry['kind']!r}: {', '.join(names)}" if names else \
-            f"hook kind {entry['kind']!r} takes no options"
+        valid = (
+            f"options of hook kind {entry['kind']!r}: {', '.join(names)}"
+            if names
+            else f"hook kind {entry['kind']!r} takes no options"
+        )
         raise ConfigError(f"{where}.{unknown[0]}={given[unknown[0]]!r} (valid: {valid})")
     if kind.Options is None:
         return None
@@ -152,18 +156,26 @@ def configured_hooks(cfg, present=(), built=None) -> list[Hook]:
         where = f"train.hooks[{i}]"
         kind = HOOK_KINDS.get(entry["kind"]) if isinstance(entry, dict) else None
         if kind is None:
-            raise ConfigError(f"{where}={entry!r} (valid: a mapping with a kind, e.g. {{kind: growth, at: 150, spec: ...}})")
+            raise ConfigError(
+                f"{where}={entry!r} (valid: a mapping with a kind, e.g. {{kind: growth, at: 150, spec: ...}})"
+            )
         if kind in kinds:
             raise ConfigError(f"{where}: a second {entry['kind']!r} hook (valid: one entry per kind)")
         if any(type(h) is kind for h in present):
-            raise RuntimeError(f"{where} configures a {entry['kind']!r} hook and the trainer was given one too "
-                               "(valid: one of them)")
+            raise RuntimeError(
+                f"{where} configures a {entry['kind']!r} hook and the trainer was given one too (valid: one of them)"
+            )
         kinds.append(kind)
     if built is not None:
         return [h for h in built if not any(type(p) is type(h) for p in present)]
-    hooks = [kind.from_config(entry, cfg, f"train.hooks[{i}]") for i, (kind, entry) in enumerate(zip(kinds, cfg.train.hooks))]
-    hooks += [kind() for _, kind in HOOK_KINDS.items()
-              if kind.implied_by(cfg) and not any(type(h) is kind for h in [*present, *hooks])]
+    hooks = [
+        kind.from_config(entry, cfg, f"train.hooks[{i}]") for i, (kind, entry) in enumerate(zip(kinds, cfg.train.hooks))
+    ]
+    hooks += [
+        kind()
+        for _, kind in HOOK_KINDS.items()
+        if kind.implied_by(cfg) and not any(type(h) is kind for h in [*present, *hooks])
+    ]
     for h in hooks:
         h.check(cfg)
     return hooks
@@ -190,15 +202,28 @@ class Evaluation(Hook):
     def on_step_end(self, trainer, step, metrics):
         if trainer.due(trainer.cfg.train.eval_every):
             val = trainer.evaluate()
-            trainer.log({"step": step, "val_loss": val, "tokens_seen": trainer.tokens_seen,
-                         "elapsed_s": round(trainer.elapsed(), 3)})
+            trainer.log(
+                {
+                    "step": step,
+                    "val_loss": val,
+                    "tokens_seen": trainer.tokens_seen,
+                    "elapsed_s": round(trainer.elapsed(), 3),
+                }
+            )
             trainer.say(f"step {step}: train loss {metrics['loss']:.4f} | val loss {val:.4f}")
             trainer.call_hooks("on_eval", step, val)
 
     def on_fit_end(self, trainer, result):
         val = trainer.evaluate()
-        trainer.log({"step": trainer.step, "val_loss": val, "tokens_seen": trainer.tokens_seen,
-                     "elapsed_s": round(trainer.elapsed(), 3), "final": True})
+        trainer.log(
+            {
+                "step": trainer.step,
+                "val_loss": val,
+                "tokens_seen": trainer.tokens_seen,
+                "elapsed_s": round(trainer.elapsed(), 3),
+                "final": True,
+            }
+        )
         result.update(val_loss=val, val_ppl=math.exp(min(val, 50)))
         trainer.call_hooks("on_eval", trainer.step, val)
 
@@ -253,12 +278,17 @@ class ConsoleProgress(Hook):
         if self.bar.disable and step % max(tc.steps // 10, tc.log_every) < tc.log_every:
             # no terminal (CI, pipes, log files): a plain line that carries what the bar would show
             eta = trainer.eta()
-            trainer.say(f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {throughput(m)}"
-                        + (f" | epoch {m['epoch']:.3f}" if "epoch" in m else "")
-                        + f" | {clock(m['elapsed_s'])} elapsed" + ("" if eta is None else f", ETA {clock(eta)}"))
+            trainer.say(
+                f"step {step}/{tc.steps} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | {throughput(m)}"
+                + (f" | epoch {m['epoch']:.3f}" if "epoch" in m else "")
+                + f" | {clock(m['elapsed_s'])} elapsed"
+                + ("" if eta is None else f", ETA {clock(eta)}")
+            )
         if m.get("skipped_since_last_log"):
-            trainer.say(f"step {step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
-                        f"norm skipped since the last log ({m['nonfinite_total']} so far)")
+            trainer.say(
+                f"step {step}: {m['skipped_since_last_log']} step(s) with a non-finite loss or gradient "
+                f"norm skipped since the last log ({m['nonfinite_total']} so far)"
+            )
 
     def on_step_end(self, trainer, step, metrics):
         self.bar.update(1)
@@ -268,8 +298,10 @@ class ConsoleProgress(Hook):
             self.bar.close()
         if not trainer.is_main:
             return
-        trainer.say(f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) after {trainer.step} "
-                    f"steps, {trainer.tokens_seen:,} tokens")
+        trainer.say(
+            f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) after {trainer.step} "
+            f"steps, {trainer.tokens_seen:,} tokens"
+        )
         if result.get("sample"):
             trainer.say(f"sample: {result['sample']!r}")
         trainer.say(f"checkpoint: {result['checkpoint']}")

@@ -5,6 +5,7 @@ the run writes anything, so a missing package is a one-line config error, not a 
 W&B honours its own environment (WANDB_MODE=offline, WANDB_PROJECT, ...) and keeps its files in the
 run directory.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,11 @@ from ..outdir.crash import crash_point
 from ..outdir.manifest import entry_unchanged, record_growing
 from .run_dir import logger_dir_started, record_run_files
 
-SINKS = {"jsonl": "metrics.jsonl in the run directory (written whether named or not)",
-         "tensorboard": "TensorBoard event files in the run directory (needs the tensorboard package)",
-         "wandb": "Weights & Biases (needs the wandb package; WANDB_MODE=offline works without an account)"}
+SINKS = {
+    "jsonl": "metrics.jsonl in the run directory (written whether named or not)",
+    "tensorboard": "TensorBoard event files in the run directory (needs the tensorboard package)",
+    "wandb": "Weights & Biases (needs the wandb package; WANDB_MODE=offline works without an account)",
+}
 for _name, _reason in SINKS.items():
     declare_choice("train.log_to", _name, _reason)
 TARGETS = tuple(SINKS)
@@ -35,8 +38,10 @@ def check_log_targets(targets: list[str]) -> None:
         if t not in TARGETS:
             raise ConfigError(f"train.log_to={targets!r} (valid: a list of {'|'.join(TARGETS)})")
         if t in _PACKAGES and importlib.util.find_spec(_PACKAGES[t][0]) is None:
-            raise ConfigError(f"train.log_to includes {t!r} but the {t} package is not installed "
-                              f"(valid: {_PACKAGES[t][1]}, or drop {t})")
+            raise ConfigError(
+                f"train.log_to includes {t!r} but the {t} package is not installed "
+                f"(valid: {_PACKAGES[t][1]}, or drop {t})"
+            )
     if "wandb" in targets:
         _check_wandb_can_start()
 
@@ -53,13 +58,18 @@ def _check_wandb_can_start() -> None:
         wandb.login(verify=False)
     except (wandb.errors.Error, ValueError) as e:
         reason = " ".join(str(e).split()).split(" For further information")[0][:300]  # pydantic appends a URL
-        raise ConfigError(f"train.log_to includes 'wandb' but W&B cannot start: {reason} "
-                          "(valid: `wandb login`, WANDB_API_KEY, WANDB_MODE=offline, or drop wandb)") from None
+        raise ConfigError(
+            f"train.log_to includes 'wandb' but W&B cannot start: {reason} "
+            "(valid: `wandb login`, WANDB_API_KEY, WANDB_MODE=offline, or drop wandb)"
+        ) from None
 
 
 def _scalars(record: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in record.items()
-            if isinstance(v, numbers.Real) and not isinstance(v, bool) and k != "step"}
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and k != "step"
+    }
 
 
 class JsonlSink:
@@ -81,8 +91,10 @@ class JsonlSink:
         self._rehash()
 
     def _refuse(self, what: str) -> None:
-        raise ConfigError(f"--out={str(self.out_dir)!r}: 'metrics.jsonl' {what}, and the run would append to it "
-                          "(valid: move it out of the folder; nexus never adds to a file that is not its own)")
+        raise ConfigError(
+            f"--out={str(self.out_dir)!r}: 'metrics.jsonl' {what}, and the run would append to it "
+            "(valid: move it out of the folder; nexus never adds to a file that is not its own)"
+        )
 
     def _rehash(self) -> None:
         self.hasher = hashlib.sha256(self.path.read_bytes())
@@ -132,8 +144,9 @@ class WandbSink:
 
         logger_dir_started(out_dir, "wandb")
         self.wandb = wandb
-        self.run = wandb.init(project=project, name=out_dir.name, dir=str(out_dir), config=config,
-                              reinit="finish_previous")
+        self.run = wandb.init(
+            project=project, name=out_dir.name, dir=str(out_dir), config=config, reinit="finish_previous"
+        )
         self.resume_step = resume_step
 
     def write(self, record: dict) -> None:
@@ -146,8 +159,14 @@ class WandbSink:
 class MetricLog:
     """Fans each record out to the chosen sinks (rank 0 only; the trainer does not create it elsewhere)."""
 
-    def __init__(self, out_dir: Path, targets: list[str], config: dict | None = None, project: str = "nexus",
-                 resume_step: int | None = None):
+    def __init__(
+        self,
+        out_dir: Path,
+        targets: list[str],
+        config: dict | None = None,
+        project: str = "nexus",
+        resume_step: int | None = None,
+    ):
         check_log_targets(targets)
         out_dir.mkdir(parents=True, exist_ok=True)
         self.sinks = [JsonlSink(out_dir)]  # metrics.jsonl is always written: the experiments read it

@@ -7,6 +7,7 @@ runs need more (attention scores, the FFN's hidden layer, allocator slack), so a
 right; a run that passes may still be tight. Parameters are counted by arithmetic on the config
 (models/accounting.py: param_count), so a million-layer config is refused at once, before anything is built.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,5 +41,6 @@ def check_training_memory(cfg: RunConfig, device: torch.device) -> dict:
             f"data.seq_len={cfg.data.seq_len}: training needs at least {est['total'] / GB:,.1f} GB "
             f"({est['params'] / 1e6:,.1f}M params: weights+grads+AdamW {(est['total'] - est['activations']) / GB:,.1f} GB, "
             f"activations {est['activations'] / GB:,.1f} GB) but {free / GB:,.1f} GB is free on {device.type} "
-            "(valid: a smaller model or batch)")
+            "(valid: a smaller model or batch)"
+        )
     return est

@@ -11,6 +11,7 @@ for a new shape, `nexus train --init-from` for a new tokenizer or optimizer.
 
 `nexus train --resume`, `nexus-train-env` and the experiments all resume through `resume_config`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,14 @@ RESUMABLE_MODEL_FIELDS = {
 # would be recorded as honoured while having no effect, so it is refused. A prepared directory fixed its
 # split, text field, document cap, document unit and token files when `nexus data prepare` wrote it; a
 # .bin file has no documents; a synthetic task reads no corpus.
-_CORPUS_FIELDS = ("data.split_seed", "data.text_field", "data.max_documents", "data.num_proc", "data.cache_dir",
-                  "data.document_per_file")
+_CORPUS_FIELDS = (
+    "data.split_seed",
+    "data.text_field",
+    "data.max_documents",
+    "data.num_proc",
+    "data.cache_dir",
+    "data.document_per_file",
+)
 UNREAD_DATA_FIELDS = {
     "prepared": ("data.val_fraction", "data.dtype", *_CORPUS_FIELDS),
     "bin": _CORPUS_FIELDS,
@@ -50,8 +57,9 @@ def launched_world_size() -> int:
     return max(int(os.environ.get("WORLD_SIZE") or 1), 1)  # unset or empty: one process
 
 
-def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
-                  flag: str = "--resume", amend=None) -> tuple[RunConfig, list[str]]:
+def resume_config(
+    ckpt, overrides=(), *, out_dir=None, world: int | None = None, flag: str = "--resume", amend=None
+) -> tuple[RunConfig, list[str]]:
     """(the validated config a run resumed from `ckpt` trains with, a note per change it makes).
 
     overrides: dotted `--section.field VALUE` arguments, applied on top of the checkpoint's config.
@@ -72,8 +80,9 @@ def resume_config(ckpt, overrides=(), *, out_dir=None, world: int | None = None,
     notes += carry_schedule_and_lr(stored.train, cfg.train, grown=bool(stored.growth_history), step=st.get("step"))
     record_replan(stored.train, cfg.train, cfg.growth_history, st.get("step"))
     notes += nothing_to_train(stored, cfg, st.get("step"), where)
-    notes += keep_global_batch(stored.train, cfg.train, st.get("world"),
-                               launched_world_size() if world is None else world, where)
+    notes += keep_global_batch(
+        stored.train, cfg.train, st.get("world"), launched_world_size() if world is None else world, where
+    )
     cfg.train.out_dir = str(out_dir or resume_run_dir(ckpt))
     if amend is not None:
         amend(cfg)
@@ -88,10 +97,14 @@ def nothing_to_train(stored: RunConfig, cfg: RunConfig, step: int | None, where:
         return []
     fix = f"--train.steps N with N > {step}"
     if stored.growth_history and stored.growth_history[-1].get("step") == step:
-        raise ConfigError(f"{where}: the checkpoint was grown at step {step} and train.steps is {cfg.train.steps}: "
-                          f"nothing left to train (valid: {fix}; its LR schedule is then re-planned over N steps)")
-    return [f"the checkpoint is at step {step} and train.steps is {cfg.train.steps}: no step is trained, only the "
-            f"final evaluation and checkpoint (give {fix} to train further)"]
+        raise ConfigError(
+            f"{where}: the checkpoint was grown at step {step} and train.steps is {cfg.train.steps}: "
+            f"nothing left to train (valid: {fix}; its LR schedule is then re-planned over N steps)"
+        )
+    return [
+        f"the checkpoint is at step {step} and train.steps is {cfg.train.steps}: no step is trained, only the "
+        f"final evaluation and checkpoint (give {fix} to train further)"
+    ]
 
 
 def changed_fields(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -112,22 +125,30 @@ def refuse_unresumable(stored: RunConfig, cfg: RunConfig, changes, where: str, c
     init_from = f"`nexus train --init-from {ckpt}`"
     tok = [c for c in changes if c[0] in TOKENIZER_FIELDS]
     if tok:
-        raise ConfigError(f"{where}: {_shown(tok)} changes the tokenizer the checkpoint was trained with (valid: "
-                          f"resume without it, or start a new run from its weights with {init_from} and the new "
-                          "tokenizer, adding --resize-vocab if its vocabulary differs)")
+        raise ConfigError(
+            f"{where}: {_shown(tok)} changes the tokenizer the checkpoint was trained with (valid: "
+            f"resume without it, or start a new run from its weights with {init_from} and the new "
+            "tokenizer, adding --resize-vocab if its vocabulary differs)"
+        )
     opt = [c for c in changes if c[0] in OPTIMIZER_FIELDS]
     if opt:
-        raise ConfigError(f"{where}: {_shown(opt)} cannot take the checkpoint's optimizer state (valid: resume "
-                          f"without it, or start from its weights with a fresh optimizer: {init_from})")
+        raise ConfigError(
+            f"{where}: {_shown(opt)} cannot take the checkpoint's optimizer state (valid: resume "
+            f"without it, or start from its weights with a fresh optimizer: {init_from})"
+        )
     model = [c for c in changes if c[0].startswith("model.") and c[0] not in RESUMABLE_MODEL_FIELDS]
     if model and param_shapes(stored.model) != param_shapes(cfg.model):
-        raise ConfigError(f"{where}: {_shown(model)} changes the model's shape (valid: resume without it; grow the "
-                          f"checkpoint with `nexus grow --checkpoint {ckpt} --out DIR ...`, or start from its weights "
-                          f"with {init_from})")
+        raise ConfigError(
+            f"{where}: {_shown(model)} changes the model's shape (valid: resume without it; grow the "
+            f"checkpoint with `nexus grow --checkpoint {ckpt} --out DIR ...`, or start from its weights "
+            f"with {init_from})"
+        )
     if model:
-        raise ConfigError(f"{where}: {_shown(model)} changes the function the checkpoint's weights compute (valid: "
-                          f"resume without it; the model fields a resume may change: "
-                          f"{', '.join(RESUMABLE_MODEL_FIELDS)}; or start a new run from its weights with {init_from})")
+        raise ConfigError(
+            f"{where}: {_shown(model)} changes the function the checkpoint's weights compute (valid: "
+            f"resume without it; the model fields a resume may change: "
+            f"{', '.join(RESUMABLE_MODEL_FIELDS)}; or start a new run from its weights with {init_from})"
+        )
     refuse_unread_data(cfg, changes, where)
 
 
@@ -142,8 +163,10 @@ def refuse_unread_data(cfg: RunConfig, changes, where: str) -> None:
     unread = [c for c in data if c[0] in UNREAD_DATA_FIELDS.get(kind, ())]
     if unread:
         redo = " (prepare the data again with the new setting: `nexus data prepare`)" if kind == "prepared" else ""
-        raise ConfigError(f"{where}: {_shown(unread)} has no effect on data.source={cfg.data.source!r}, a {kind} "
-                          f"source, which does not read it (valid: resume without it{redo})")
+        raise ConfigError(
+            f"{where}: {_shown(unread)} has no effect on data.source={cfg.data.source!r}, a {kind} "
+            f"source, which does not read it (valid: resume without it{redo})"
+        )
 
 
 def _shown(changes) -> str:
@@ -168,27 +191,40 @@ def keep_global_batch(old, new, old_world: int | None, world: int, where: str) -
     explicit = (new.batch_size, new.grad_accum) != (old.batch_size, old.grad_accum)
     if old_world is None:  # written before checkpoints recorded it
         if world > 1 and not explicit:
-            return [f"the checkpoint does not record its world size: the global batch is now {new.batch_size} x "
-                    f"{new.grad_accum} x {world} = {new.batch_size * new.grad_accum * world} sequences"]
+            return [
+                f"the checkpoint does not record its world size: the global batch is now {new.batch_size} x "
+                f"{new.grad_accum} x {world} = {new.batch_size * new.grad_accum * world} sequences"
+            ]
         old_world = world
     before = old.batch_size * old.grad_accum * old_world
     if explicit:
         after = new.batch_size * new.grad_accum * world
-        return [] if after == before else [
-            f"global batch {before} -> {after} sequences per step (train.batch_size {new.batch_size} x "
-            f"train.grad_accum {new.grad_accum} x world {world}), as given on resume"]
+        return (
+            []
+            if after == before
+            else [
+                f"global batch {before} -> {after} sequences per step (train.batch_size {new.batch_size} x "
+                f"train.grad_accum {new.grad_accum} x world {world}), as given on resume"
+            ]
+        )
     if world == old_world:
         return []
     per_step = new.batch_size * world
     if before % per_step == 0:
         new.grad_accum = before // per_step
-        return [f"world size {old_world} -> {world}: train.grad_accum {old.grad_accum} -> {new.grad_accum} keeps the "
-                f"global batch of {before} sequences ({new.batch_size} x {new.grad_accum} x {world})"]
+        return [
+            f"world size {old_world} -> {world}: train.grad_accum {old.grad_accum} -> {new.grad_accum} keeps the "
+            f"global batch of {before} sequences ({new.batch_size} x {new.grad_accum} x {world})"
+        ]
     fits = [(b, before // (b * world)) for b in range(new.batch_size, 0, -1) if before % (b * world) == 0]
-    valid = (f"--train.batch_size {fits[0][0]} --train.grad_accum {fits[0][1]} keeps it" if fits else
-             f"a world size dividing {before} keeps it")
-    raise ConfigError(f"{where}: world size {old_world} -> {world} cannot keep the global batch of {before} sequences "
-                      f"(train.batch_size {old.batch_size} x train.grad_accum {old.grad_accum} x world {old_world}) "
-                      f"with train.batch_size {new.batch_size} (valid: {valid}; or set --train.batch_size and "
-                      "--train.grad_accum to choose a new global batch)")
-
+    valid = (
+        f"--train.batch_size {fits[0][0]} --train.grad_accum {fits[0][1]} keeps it"
+        if fits
+        else f"a world size dividing {before} keeps it"
+    )
+    raise ConfigError(
+        f"{where}: world size {old_world} -> {world} cannot keep the global batch of {before} sequences "
+        f"(train.batch_size {old.batch_size} x train.grad_accum {old.grad_accum} x world {old_world}) "
+        f"with train.batch_size {new.batch_size} (valid: {valid}; or set --train.batch_size and "
+        "--train.grad_accum to choose a new global batch)"
+    )

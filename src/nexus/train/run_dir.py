@@ -7,6 +7,7 @@ directory, and a run resumed from it writes metrics.jsonl, step_*/ and checkpoin
 to the untouched files it started from. Never into the run recorded in the checkpoint's config: a
 copied or grown checkpoint must not write into the run it came from.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_man
 from ..outdir.crash import crash_point
 from ..outdir.guard import check_usable, recorded_temporaries
 from ..outdir.lock import is_rank0
-from ..outdir.manifest import (entry_unchanged, is_library, library_file_owned, library_problems,
-                               remove_dead_manifest_temporaries, through_symlink)
+from ..outdir.manifest import (
+    entry_unchanged,
+    is_library,
+    library_file_owned,
+    library_problems,
+    remove_dead_manifest_temporaries,
+    through_symlink,
+)
 
 _CKPT_NAME = re.compile(r"^(checkpoint|step_\d+)$")
 # What `nexus train` itself writes into a run directory (besides checkpoints and logger folders)
@@ -34,8 +41,12 @@ def owning_run(ckpt) -> Path | None:
     """The run directory `ckpt` is part of (its manifest lists it), or None for a stand-alone checkpoint."""
     ckpt = Path(ckpt)
     m = read_manifest(ckpt.parent)
-    if _CKPT_NAME.match(ckpt.name) and m is not None and isinstance(m["files"].get(ckpt.name), dict) \
-            and m["files"][ckpt.name].get("dir") is True:
+    if (
+        _CKPT_NAME.match(ckpt.name)
+        and m is not None
+        and isinstance(m["files"].get(ckpt.name), dict)
+        and m["files"][ckpt.name].get("dir") is True
+    ):
         return ckpt.parent
     return None
 
@@ -100,8 +111,10 @@ def check_in_place(out_dir, flag: str = "--out", log_to=()) -> None:
         return
     m = read_manifest(out)
     if m is None:
-        raise ConfigError(f"{shown} has no nexus manifest, so nexus will not write into it (valid: --out DIR for the "
-                          "resumed run, a new or empty directory)")
+        raise ConfigError(
+            f"{shown} has no nexus manifest, so nexus will not write into it (valid: --out DIR for the "
+            "resumed run, a new or empty directory)"
+        )
     pending = recorded_temporaries(out)
     logged = [n for n in LOGGER_DIRS if n in log_to]
     for p in sorted(out.iterdir()):
@@ -113,8 +126,10 @@ def check_in_place(out_dir, flag: str = "--out", log_to=()) -> None:
             continue
         if entry is None or not entry_unchanged(p, entry):
             what = "was changed since nexus wrote it" if entry is not None else "was not written by nexus"
-            raise ConfigError(f"{shown}: {p.name!r} {what}, and the resumed run would write it (valid: move it out "
-                              "of the folder, or --out DIR for the resumed run)")
+            raise ConfigError(
+                f"{shown}: {p.name!r} {what}, and the resumed run would write it (valid: move it out "
+                "of the folder, or --out DIR for the resumed run)"
+            )
 
 
 def trim_metrics(run_dir, max_step: int | None) -> None:
@@ -162,8 +177,10 @@ def logger_dir_started(out_dir, name: str) -> None:
     m = read_manifest(out)
     entry = (m or {"files": {}})["files"].get(name)
     if (p.exists() or p.is_symlink()) and (not is_library(entry) or p.is_symlink() or not p.is_dir()):
-        raise ConfigError(f"--out={str(out)!r}: {name!r} was not written by nexus, and the run would log into it "
-                          "(valid: move it out of the folder, or drop it from --train.log_to)")
+        raise ConfigError(
+            f"--out={str(out)!r}: {name!r} was not written by nexus, and the run would log into it "
+            "(valid: move it out of the folder, or drop it from --train.log_to)"
+        )
     if p.is_dir():
         foreign_in_library(out, name, entry, f"--out={str(out)!r}")
     _LOGGER_DIRS_STARTED.add(p.resolve())
@@ -175,8 +192,10 @@ def foreign_in_library(out: Path, name: str, entry: dict, shown: str) -> None:
     run) is its own, which it continues."""
     foreign = [rel for rel, why in library_problems(out / name, entry) if why != "changed"]
     if foreign:
-        raise ConfigError(f"{shown}: {name + '/' + foreign[0]!r} was not written by nexus, and the run would log into "
-                          "its folder (valid: move it out of the folder, or drop it from --train.log_to)")
+        raise ConfigError(
+            f"{shown}: {name + '/' + foreign[0]!r} was not written by nexus, and the run would log into "
+            "its folder (valid: move it out of the folder, or drop it from --train.log_to)"
+        )
 
 
 def record_run_files(out_dir) -> None:
@@ -195,7 +214,7 @@ def prune_step_checkpoints(out_dir, step: int, keep_last: int) -> None:
     one is always kept."""
     out = Path(out_dir)
     older = [d for d in training_checkpoints(out) if d.name.startswith("step_") and checkpoint_step(d) < step]
-    doomed = older[:max(len(older) - (keep_last - 1), 0)]
+    doomed = older[: max(len(older) - (keep_last - 1), 0)]
     remove_entries(out, [d.name for d in doomed])
 
 
@@ -242,13 +261,23 @@ def clear_run(out_dir) -> None:
     m = read_manifest(out)
     if m is None:
         return
-    changed = [rel for rel, e in sorted(m["files"].items()) if through_symlink(out, rel) or (
-        isinstance(e, dict) and not e.get("dir") and (out / rel).exists() and not entry_unchanged(out / rel, e))]
-    changed += [f"{rel}/{inner}" for rel, e in sorted(m["files"].items()) if is_library(e) and (out / rel).is_dir()
-                and not through_symlink(out, rel) for inner, _ in library_problems(out / rel, e)]
+    changed = [
+        rel
+        for rel, e in sorted(m["files"].items())
+        if through_symlink(out, rel)
+        or (isinstance(e, dict) and not e.get("dir") and (out / rel).exists() and not entry_unchanged(out / rel, e))
+    ]
+    changed += [
+        f"{rel}/{inner}"
+        for rel, e in sorted(m["files"].items())
+        if is_library(e) and (out / rel).is_dir() and not through_symlink(out, rel)
+        for inner, _ in library_problems(out / rel, e)
+    ]
     if changed:
-        raise ConfigError(f"--out={str(out)!r}: {changed[0]!r} was changed since nexus wrote it, so the run is not "
-                          "replaced (valid: move it out of the folder; nothing was removed)")
+        raise ConfigError(
+            f"--out={str(out)!r}: {changed[0]!r} was changed since nexus wrote it, so the run is not "
+            "replaced (valid: move it out of the folder; nothing was removed)"
+        )
     # checkpoints first: a kill midway leaves either a resumable checkpoint with its metrics, or no
     # checkpoint at all (then --resume auto starts the run over, as --overwrite would)
     remove_entries(out, sorted(m["files"], key=lambda n: not _CKPT_NAME.match(n)))
@@ -265,13 +294,17 @@ def carry_schedule_and_lr(old, new, *, grown: bool, step: int | None = None) -> 
     notes = []
     if not new.schedule_steps and new.steps != old.steps:
         if grown and new.steps > (old.schedule_steps or old.steps):
-            notes.append(f"train.steps {old.steps} -> {new.steps} on a grown checkpoint: the LR schedule is re-planned "
-                         f"over {new.steps} steps (the base {new.schedule} over the new horizon, new entries re-warm "
-                         "as the growth recorded; set --train.schedule_steps to choose the horizon)")
+            notes.append(
+                f"train.steps {old.steps} -> {new.steps} on a grown checkpoint: the LR schedule is re-planned "
+                f"over {new.steps} steps (the base {new.schedule} over the new horizon, new entries re-warm "
+                "as the growth recorded; set --train.schedule_steps to choose the horizon)"
+            )
             return notes + _lr_notes(old, new, step)
         new.schedule_steps = old.schedule_steps or old.steps
-        notes.append(f"train.steps {old.steps} -> {new.steps}: the LR schedule keeps its horizon of "
-                     f"{new.schedule_steps} steps (set --train.schedule_steps to re-plan it)")
+        notes.append(
+            f"train.steps {old.steps} -> {new.steps}: the LR schedule keeps its horizon of "
+            f"{new.schedule_steps} steps (set --train.schedule_steps to re-plan it)"
+        )
     return notes + _lr_notes(old, new, step)
 
 
@@ -299,4 +332,3 @@ def apply_base_lrs(optimizer, base_lrs: list[float]) -> None:
     silently win otherwise)."""
     for g, lr in zip(optimizer.param_groups, base_lrs):
         g["base_lr"] = lr
-

@@ -9,6 +9,7 @@ Reading needs no process group and no particular world size (`nexus.checkpoint.l
 resume at another world size, `nexus export --format consolidated` (one safetensors file), or
 generate/eval/export straight from the sharded directory.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -47,7 +48,9 @@ def save_sharded(path, model, optimizer, cfg, tokenizer, trainer_state: dict) ->
     flag = torch.tensor([float(len(bad))], device=next(iter(model.parameters())).device)
     dist.all_reduce(flag)
     if flag.item():
-        raise NonFiniteWeightsError(f"not saving {path}: weight tensors hold NaN/inf" + (f" (first {bad[0]})" if bad else ""))
+        raise NonFiniteWeightsError(
+            f"not saving {path}: weight tensors hold NaN/inf" + (f" (first {bad[0]})" if bad else "")
+        )
     tag = _rank0_tag()
     tmp = final.parent / f".{final.name}.tmp-{tag}"
     rank = dist.get_rank()

@@ -11,6 +11,7 @@ Extension points (the trainer imports none of their users):
   * `self.lr_rule`: callable(step, base_lr, factor, tcfg) -> lr of the entries an optimizer marks new
     (`new_mask`, SPARKLING's re-warmup), or None
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,8 +57,10 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     def message(self, resume: str | None = None) -> str:
         """What happened and how to resume (`resume`: the command, default `nexus train --resume CKPT`)."""
-        return (f"stopped by {self.signal_name} at step {self.step}; checkpoint saved: {self.checkpoint}; resume with: "
-                f"{resume or f'nexus train --resume {self.checkpoint}'}")
+        return (
+            f"stopped by {self.signal_name} at step {self.step}; checkpoint saved: {self.checkpoint}; resume with: "
+            f"{resume or f'nexus train --resume {self.checkpoint}'}"
+        )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -70,12 +73,14 @@ def resolve_device(name: str) -> torch.device:
 
 def memory_stats(device: torch.device) -> dict:
     if device.type == "cuda":
-        return {"cuda_alloc_mb": torch.cuda.memory_allocated(device) / 2 ** 20,
-                "cuda_reserved_mb": torch.cuda.memory_reserved(device) / 2 ** 20}
+        return {
+            "cuda_alloc_mb": torch.cuda.memory_allocated(device) / 2**20,
+            "cuda_reserved_mb": torch.cuda.memory_reserved(device) / 2**20,
+        }
     try:
         with open("/proc/self/statm") as f:
             rss_pages = int(f.read().split()[1])
-        return {"rss_mb": rss_pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20}
+        return {"rss_mb": rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20}
     except (OSError, ValueError):
         import resource
 
@@ -83,8 +88,18 @@ def memory_stats(device: torch.device) -> dict:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig | None, resume: str | None = None, quiet: bool = False, init_model=None,
-                 init_tokenizer=None, hooks=(), resize_vocab: bool = False, notes=(), configured=None):
+    def __init__(
+        self,
+        cfg: RunConfig | None,
+        resume: str | None = None,
+        quiet: bool = False,
+        init_model=None,
+        init_tokenizer=None,
+        hooks=(),
+        resize_vocab: bool = False,
+        notes=(),
+        configured=None,
+    ):
         """cfg: the finished run config; for `resume` the one `train.resume.resume_config` gives (None:
         that of the checkpoint unchanged); validated here unless it was validated unchanged before.
         init_model / init_tokenizer: a new run starts from these weights; a tokenizer of another
@@ -103,9 +118,12 @@ class Trainer:
                 self.notes += more
             tstate = load_trainer_state(resume)
             if tstate is None:
-                raise CheckpointError(f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)")
-            init_model, _, init_tokenizer = load_checkpoint(resume, flag="--resume", model_cfg=cfg.model,
-                                                            stored_config=False)
+                raise CheckpointError(
+                    f"--resume={str(resume)!r} has no trainer_state.pt (valid: a training checkpoint)"
+                )
+            init_model, _, init_tokenizer = load_checkpoint(
+                resume, flag="--resume", model_cfg=cfg.model, stored_config=False
+            )
         cfg.validated()  # a config from the front door (cli/train.py) or resume_config is not checked twice
         from .loggers import check_log_targets
 
@@ -152,8 +170,10 @@ class Trainer:
             self.resumed_step = self.step
         self._wrap()
         if self.cfg.train.parallel == "fsdp2" and self.world == 1:  # asked for, not done: say so
-            self.notes.append("train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; "
-                              "launch with torchrun --nproc_per_node N to shard)")
+            self.notes.append(
+                "train.parallel=fsdp2 at world size 1: training unsharded (FSDP2 shards across ranks; "
+                "launch with torchrun --nproc_per_node N to shard)"
+            )
         # what the config turns on, whoever built the trainer; checked before anything is written
         for hook in [*builtin_hooks(), *configured_hooks(self.cfg, hooks, built=configured), *hooks]:
             self.add_hook(hook)
@@ -271,13 +291,20 @@ class Trainer:
         return plain, full_optimizer_state(self.optimizer.state_dict())
 
     def trainer_state(self, with_optimizer: bool = True) -> dict:
-        rng = {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(
-            np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy())}
+        rng = {
+            "torch": torch.get_rng_state(),
+            "numpy": torch.from_numpy(np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy()),
+        }
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        st = {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_total": int(self.health.total), "rng": rng,
-              "elapsed_s": self.elapsed(),
-              "world": self.world}  # a resume at another world size keeps the global batch (train/resume.py)
+        st = {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "nonfinite_total": int(self.health.total),
+            "rng": rng,
+            "elapsed_s": self.elapsed(),
+            "world": self.world,
+        }  # a resume at another world size keeps the global batch (train/resume.py)
         tc = self.cfg.train
         st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
         if with_optimizer:
@@ -297,8 +324,10 @@ class Trainer:
                 opt_state = shard_state(opt_state, self.model)
             left_out = self.optimizer.load_state_dict(opt_state)
             if left_out:  # nothing silent: a parameter frozen since the save loses its moments
-                self.notes.append(f"optimizer state of {len(left_out)} parameter(s) this run does not train was "
-                                  f"left out: {', '.join(left_out[:5])}" + (" ..." if len(left_out) > 5 else ""))
+                self.notes.append(
+                    f"optimizer state of {len(left_out)} parameter(s) this run does not train was "
+                    f"left out: {', '.join(left_out[:5])}" + (" ..." if len(left_out) > 5 else "")
+                )
             self.step = int(st["step"])
             self.tokens_seen = int(st.get("tokens_seen", 0))
             self.elapsed_before = float(st.get("elapsed_s", 0.0))  # checkpoints before it was kept: 0
@@ -309,7 +338,9 @@ class Trainer:
             torch.set_rng_state(st["rng"]["torch"])
             _np_restore(json.loads(bytes(st["rng"]["numpy"].tolist()).decode()))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"trainer_state.pt does not match this run ({type(e).__name__}: {str(e)[:100]})") from None
+            raise CheckpointError(
+                f"trainer_state.pt does not match this run ({type(e).__name__}: {str(e)[:100]})"
+            ) from None
 
     # ------------------------------------------------------------------ loop pieces
     def _micro_batches(self, step: int):
@@ -341,7 +372,9 @@ class Trainer:
                 x, y = x.pin_memory(), y.pin_memory()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1
-            ctx = self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else contextlib.nullcontext()
+            ctx = (
+                self.train_model.no_sync() if (self.world > 1 and not sync and self._ddp) else contextlib.nullcontext()
+            )
             if self._fsdp:  # FSDP2: reduce-scatter gradients only after the last micro-batch
                 self.train_model.set_requires_gradient_sync(sync)
             if tc.compile and tc.compile_mode == "reduce-overhead":
@@ -366,8 +399,14 @@ class Trainer:
         self.call_hooks("after_optimizer_step", step)
         self.optimizer.zero_grad(set_to_none=True)
         self.health.update(finite)
-        return {"step": step + 1, "loss": loss, "grad_norm": gn, "finite": finite, "lr_factor": lr_factor,
-                "tokens": total_tokens}
+        return {
+            "step": step + 1,
+            "loss": loss,
+            "grad_norm": gn,
+            "finite": finite,
+            "lr_factor": lr_factor,
+            "tokens": total_tokens,
+        }
 
     def read_step_metrics(self, m: dict) -> dict:
         """Host copy of one step's metrics (one device->host transfer), and the non-finite check: aborts
@@ -381,8 +420,10 @@ class Trainer:
         if total:
             out["nonfinite_total"] = total
         if worst >= self.cfg.train.max_nonfinite:
-            raise TrainingAborted(f"loss or gradient norm was non-finite for {worst} steps in a row "
-                                  f"(train.max_nonfinite={self.cfg.train.max_nonfinite}); lower train.lr or check the data")
+            raise TrainingAborted(
+                f"loss or gradient norm was non-finite for {worst} steps in a row "
+                f"(train.max_nonfinite={self.cfg.train.max_nonfinite}); lower train.lr or check the data"
+            )
         return out
 
     @property
@@ -454,14 +495,22 @@ class Trainer:
             if self._fsdp:
                 from .sharded_checkpoint import save_sharded
 
-                path = save_sharded(path, self.model, self.optimizer, self.cfg, self.data.tokenizer,
-                                    self.trainer_state(with_optimizer=False))
+                path = save_sharded(
+                    path,
+                    self.model,
+                    self.optimizer,
+                    self.cfg,
+                    self.data.tokenizer,
+                    self.trainer_state(with_optimizer=False),
+                )
             else:
                 path = save_checkpoint(path, self.model, self.cfg, self.data.tokenizer, self.trainer_state())
         except NonFiniteWeightsError as e:
             last = R.latest_checkpoint(self.out_dir)
-            raise TrainingAborted(f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
-                                  f"{last or 'none'}; lower train.lr") from None
+            raise TrainingAborted(
+                f"weights became non-finite by step {self.step} ({e}); last finite checkpoint: "
+                f"{last or 'none'}; lower train.lr"
+            ) from None
         self.call_hooks("on_checkpoint_save", path)
         return path
 
@@ -530,8 +579,12 @@ class Trainer:
             self._stop_signal = signum
             if not self.quiet:  # a quiet caller (a study's worker) says what stopped once, itself
                 # no step named: a signal during a save stops at the step being saved, one during a step after it
-                print(f"nexus: {signal.Signals(signum).name}: stopping at the next step boundary with a checkpoint "
-                      "(Ctrl-C again stops at once, without one)", file=sys.stderr, flush=True)
+                print(
+                    f"nexus: {signal.Signals(signum).name}: stopping at the next step boundary with a checkpoint "
+                    "(Ctrl-C again stops at once, without one)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -560,8 +613,10 @@ class Trainer:
         if leak:
             self.say(f"data: {leak}")
         n = len(self.data.train)
-        planned = self.data.epochs(self.tokens_seen + (tc.steps - self.step) * tc.grad_accum * tc.batch_size
-                                   * self.world * self.cfg.data.seq_len)
+        planned = self.data.epochs(
+            self.tokens_seen
+            + (tc.steps - self.step) * tc.grad_accum * tc.batch_size * self.world * self.cfg.data.seq_len
+        )
         repeat = f": the corpus repeats ~{planned:.1f} times (epoch is in metrics.jsonl)" if planned > 1 else ""
         self.say(f"data: {n:,} training tokens; by step {tc.steps} the run will have read {planned:.3f} epochs{repeat}")
 
@@ -619,14 +674,18 @@ class Trainer:
             from ..atomic import write_text_atomic
 
             # the run's from now on, entered in its manifest as it is renamed: a restart may replace it, nothing else
-            write_text_atomic(self.out_dir / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False), enter=True)
+            write_text_atomic(
+                self.out_dir / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False), enter=True
+            )
             early, self._early_records = self._early_records or [], None
             for record in early:  # the run directory is ready: what was logged before fit() goes in now
                 self.log(record)
             for note in self.notes:  # what changed from what the user asked: shown even with quiet
                 print(f"note: {note}", file=sys.stderr, flush=True)
-        self.say(f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
-                 f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}")
+        self.say(
+            f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
+            f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}"
+        )
         self._say_epochs(self.cfg.train)
         if self.cfg.train.compile:  # the first step waits for the compiler: say so instead of looking hung
             self.say("torch.compile: the first step compiles the model (often a minute or more; later steps are fast)")
@@ -645,11 +704,17 @@ class Trainer:
         dt = time.perf_counter() - self._since_log[0]
         # tokens_per_s and tokens_seen count loss-bearing tokens (labels scored); processed_tokens_per_s every
         # input position the model ran on (the two differ on chat, synthetic and padded data)
-        m.update(tokens_per_s=self._since_log[1] / max(dt, 1e-9), tokens_seen=self.tokens_seen,
-                 processed_tokens_per_s=self._since_log[2] / max(dt, 1e-9), elapsed_s=round(self.elapsed(), 3),
-                 epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
-                 lr=self.optimizer.param_groups[0]["lr"], **group_lrs(self.optimizer), params=self.n_params,
-                 **memory_stats(self.device))
+        m.update(
+            tokens_per_s=self._since_log[1] / max(dt, 1e-9),
+            tokens_seen=self.tokens_seen,
+            processed_tokens_per_s=self._since_log[2] / max(dt, 1e-9),
+            elapsed_s=round(self.elapsed(), 3),
+            epoch=self.data.epochs(self.tokens_seen),  # above 1: the corpus has repeated
+            lr=self.optimizer.param_groups[0]["lr"],
+            **group_lrs(self.optimizer),
+            params=self.n_params,
+            **memory_stats(self.device),
+        )
         self._since_log = (time.perf_counter(), 0, 0)
         return m
 

@@ -14,6 +14,7 @@ A reader is a module of this package that registers an instance:
 The package is scanned on the first lookup, so a new format is a new file; every message and help text that lists
 what a source may be is built from the registry (`valid_sources`, `file_forms`). Torch-free.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -137,5 +138,7 @@ def valid_sources(prepare_only: bool = False) -> str:
     """What data.source may be, built from the registry (every "valid:" and help text that lists sources).
     prepare_only: the sources `nexus data prepare` tokenizes (documents, not token ids or a generator)."""
     files = [r for r in file_readers() if r.documents_to_prepare or not prepare_only]
-    return (f"{', '.join(named_forms(prepare_only))}, or a file, folder, glob or comma-separated list of files of one "
-            f"format: {file_forms(files)}")
+    return (
+        f"{', '.join(named_forms(prepare_only))}, or a file, folder, glob or comma-separated list of files of one "
+        f"format: {file_forms(files)}"
+    )

@@ -1,5 +1,6 @@
 """The sources named by a word or a prefix rather than a file: the embedded corpus, this Python's stdlib sources,
 a hub dataset, a synthetic task, and a prepared directory (a directory holding manifest.json)."""
+
 from __future__ import annotations
 
 import sys

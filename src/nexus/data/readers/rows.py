@@ -1,5 +1,6 @@
 """Table rows through HF `datasets` (streamed, no Arrow copy in the HF cache): json lines (plain or gzip-compressed)
 and parquet. A row's data.text_field is a document, or with data.chat the whole row is a conversation."""
+
 from __future__ import annotations
 
 import gzip

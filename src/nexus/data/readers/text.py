@@ -1,4 +1,5 @@
 """Plain-text files: prose (blank lines separate documents) and source code (one document per file)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,8 +37,24 @@ class Code(Text):
     would put a file's pieces on both sides of the train/validation split (issue 50 item 4)."""
 
     name, label = "code", "source code"
-    suffixes = (".py", ".pyi", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs", ".go", ".java", ".js", ".ts", ".sh",
-                ".rb", ".lua", ".jl")
+    suffixes = (
+        ".py",
+        ".pyi",
+        ".c",
+        ".h",
+        ".cc",
+        ".cpp",
+        ".hpp",
+        ".rs",
+        ".go",
+        ".java",
+        ".js",
+        ".ts",
+        ".sh",
+        ".rb",
+        ".lua",
+        ".jl",
+    )
     order = 23
     whole_files = True
 

@@ -1,5 +1,6 @@
 """nanoGPT's bare token file (`train.bin`): raw ids, no document boundaries, dtype by data.dtype. Mapped as it is
 (loader.py); its ids are checked against the tokenizer when opened (shards.open_bin)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -7,6 +7,7 @@ It reads the weights of a `TransformerLM` built with linear projections and a Sw
 shares no code with the model (own RMSNorm, RoPE, attention), so a test comparing the two checks
 the order mix -> QK-norm -> RoPE -> attention -> gate -> W_o and the anchor definitions.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,15 +74,17 @@ def reference_logits(model, ids: torch.Tensor) -> torch.Tensor:
             heads = KV if c in ("k", "v") else H
             width = hd if c != "g" or cfg.attention.gate == "elementwise" else 1
             n = heads * width
-            a = (x @ W[row:row + n].t()).view(T, heads, width)
+            a = (x @ W[row : row + n].t()).view(T, heads, width)
             anchors[c] = _anchor_norm(model.anchor.norms, c, a, eps)
             row += n
     for li, layer in enumerate(model.layers):
         att = layer.attn
         h = rms(x, layer.attn_norm.weight, eps)
-        S = {"q": (h @ att.q_proj.weight.t()).view(T, H, hd),
-             "k": (h @ att.k_proj.weight.t()).view(T, KV, hd),
-             "v": (h @ att.v_proj.weight.t()).view(T, KV, hd)}
+        S = {
+            "q": (h @ att.q_proj.weight.t()).view(T, H, hd),
+            "k": (h @ att.k_proj.weight.t()).view(T, KV, hd),
+            "v": (h @ att.v_proj.weight.t()).view(T, KV, hd),
+        }
         if att.g_proj is not None:
             S["g"] = (h @ att.g_proj.weight.t()).view(T, H, -1)
         mixer = att.mixer

@@ -5,6 +5,7 @@ recursion written as the paper writes it (eq. 7-8 for the self form, eq. 11-12 f
 form). It reads the weights of a `HigherOrderAttention` so tests can hold the fast layer to it on
 outputs and gradients. Only plain nn.Linear projections are supported.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ def _rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
-def reference_higher_order(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                           causal_inner: bool = True) -> torch.Tensor:
+def reference_higher_order(
+    layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, causal_inner: bool = True
+) -> torch.Tensor:
     """Output of `layer` (a HigherOrderAttention, no mixer) on x (B,T,d). `causal_inner=False`
     builds the leaky variant that the no-leakage test must be able to catch."""
     B, T, _ = x.shape

@@ -2,6 +2,7 @@
 
 Used only by tests to hold `MoEMLP.forward` (grouped by expert) to the definition.
 """
+
 from __future__ import annotations
 
 import torch

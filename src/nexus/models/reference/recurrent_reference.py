@@ -5,6 +5,7 @@ per position, the ternary quantizer is spelled out element by element in numpy-f
 recurrence / deep supervision follow the v4.1 script's listing line by line. It reads the weights of a
 RecurrentLM but none of its methods, so a bug in the fast path cannot hide here too.
 """
+
 from __future__ import annotations
 
 import torch
@@ -104,6 +105,8 @@ def ref_deep_supervision_loss(model, ids: torch.Tensor, labels: torch.Tensor, n_
                 z = ref_f(model, z + x)
         z = ref_f(model, z + x)
         logits = ref_head(model, z)
-        loss = loss + F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        loss = loss + F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX
+        )
         z = z.detach()
     return loss

@@ -1,4 +1,5 @@
 """Muon (Jordan et al., 2024) for 2-D hidden matrices, AdamW for the rest (embeddings, head, norms)."""
+
 from __future__ import annotations
 
 import typing

@@ -14,6 +14,7 @@ what it was (the two are equal up to rounding: tests/test_schedule_kinds.py hold
 read this table; nothing else names a kind. An unknown name, or one declared without a shape, is refused at
 validation in one line (config_base.choice with implemented=True).
 """
+
 from __future__ import annotations
 
 from ...config_base import declare_choice

@@ -1,4 +1,5 @@
 """The peak lr after the warmup, no decay."""
+
 from __future__ import annotations
 
 from . import Schedule, register_schedule

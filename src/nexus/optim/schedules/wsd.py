@@ -1,5 +1,6 @@
 """Warmup-stable-decay: flat at the peak, then a linear decay to min_lr_ratio over the last decay_fraction of
 the horizon; `linear_warmdown` is the same curve under ExoFormer's name."""
+
 from __future__ import annotations
 
 from . import Schedule, horizon, register_schedule
