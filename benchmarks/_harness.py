@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from _result import PREFIX, emit, machine, parse, print_machine  # noqa: F401  (the harness's one import)
 
@@ -48,7 +48,7 @@ class StepTimer:
 
     elapsed: Elapsed
 
-    def start(self) -> "StepTimer":
+    def start(self) -> StepTimer:
         self._wall, self._cpu = time.perf_counter(), time.process_time()
         return self
 
@@ -56,7 +56,7 @@ class StepTimer:
         """Seconds since start() (or since entering the `with`), on both clocks; the timer keeps running."""
         return Elapsed(time.perf_counter() - self._wall, time.process_time() - self._cpu)
 
-    def __enter__(self) -> "StepTimer":
+    def __enter__(self) -> StepTimer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -23,6 +23,7 @@ def machine() -> str:
     import platform
 
     import torch
+
     from nexus.cpu_info import describe_cpu
 
     return f"{describe_cpu()}; torch {torch.__version__}, Python {platform.python_version()}"

@@ -1,9 +1,8 @@
 import os
 
 import pytest
-import torch
-
 import tolerance_guard
+import torch
 
 # Tests never touch the user's cache or the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -8,13 +8,12 @@ import copy
 
 import pytest
 import torch
+from tolerance_guard import atol_for
 
 from nexus.config_overrides import parse_overrides
 from nexus.models import build_model
 from nexus.presets import get_preset
 from nexus.train.fsdp import apply_activation_checkpointing
-
-from tolerance_guard import atol_for
 
 CASES = {
     "baseline": ("baseline-micro", []),

@@ -91,8 +91,9 @@ MICRO = [
 
 
 def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_deleted(capsys, tmp_path):
-    from nexus.cli import main
     from test_output_safety import one_line_exit_2
+
+    from nexus.cli import main
 
     run = tmp_path / "run"
     tb = ["--train.log_to", "[jsonl, tensorboard]"]
@@ -119,8 +120,7 @@ def test_a_users_file_dropped_into_the_runs_own_tensorboard_folder_is_never_dele
 def test_only_the_manifests_own_temporary_is_removed_never_a_users_file_of_that_name(tmp_path):
     import subprocess
 
-    from nexus.outdir.manifest import new_manifest, write_manifest
-    from nexus.outdir.manifest import remove_dead_manifest_temporaries
+    from nexus.outdir.manifest import new_manifest, remove_dead_manifest_temporaries, write_manifest
 
     dead = []
     for _ in range(2):  # two pids no process has now
@@ -171,11 +171,10 @@ def test_a_lock_taken_over_by_another_process_between_the_read_and_the_rename_is
 
 def test_a_validation_fraction_with_files_named_as_splits_is_refused_not_ignored(capsys, tmp_path):
     import pytest
+    from test_output_safety import one_line_exit_2
 
-    from nexus.cli import main
     from nexus.config import ConfigError, DataConfig
     from nexus.data.loader import DataModule
-    from test_output_safety import one_line_exit_2
 
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "train.txt").write_text("\n\n".join(f"training document {i}" for i in range(40)))

@@ -8,7 +8,6 @@ import importlib
 import time
 
 import pytest
-
 from benchmark_module import BENCHMARKS
 
 

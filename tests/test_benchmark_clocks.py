@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from benchmark_module import BENCHMARKS
 
 HARNESS = BENCHMARKS / "_harness.py"

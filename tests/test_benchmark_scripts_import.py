@@ -11,10 +11,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
 from benchmark_module import BENCHMARKS
 
 TOOLS = BENCHMARKS.parent / "tools"

@@ -5,10 +5,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.models.accounting import param_count_for_config
 from nexus.config import ModelConfig
-from nexus.models.recurrent import RecurrentOptions
+from nexus.models.accounting import param_count_for_config
 from nexus.models.bitlinear import BitLinear, hold_quantized_weights
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models.reference.recurrent_reference import ref_act_quant, ref_ternary
 
 

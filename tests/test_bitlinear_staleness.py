@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from nexus.config import ModelConfig
-from nexus.models.recurrent import RecurrentOptions
 from nexus.models import build_model
 from nexus.models.bitlinear import BitLinear, hold_quantized_weights
+from nexus.models.recurrent import RecurrentOptions
 from nexus.models.reference.recurrent_reference import ref_ternary
 
 

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_output_safety import MICRO, one_line_exit_2
 
 import nexus
 from nexus.checkpoint import _sha256, save_checkpoint
-from nexus.cli import main
 from nexus.models import build_model
 from nexus.presets import get_preset
-from test_output_safety import MICRO, one_line_exit_2, snapshot
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from nexus.cli import main, run_guarded
 from test_clean_errors import ckpt  # noqa: F401  (the module-scoped checkpoint fixture)
 from test_output_safety import MICRO, one_line_exit_2, snapshot
+
+from nexus.cli import main, run_guarded
 
 
 @pytest.fixture

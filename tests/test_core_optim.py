@@ -3,6 +3,7 @@ Muon orthogonalization, schedules, parameter-group rules."""
 
 import pytest
 import torch
+from tolerance_guard import atol_for
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nexus.config import ModelConfig, TrainConfig
@@ -10,8 +11,6 @@ from nexus.models import build_model
 from nexus.optim.optimizers import AdamW, Muon, orthogonalize
 from nexus.optim.param_groups import build_optimizer, classify
 from nexus.optim.schedule import lr_factor
-
-from tolerance_guard import atol_for
 
 
 def test_adamw_matches_torch():

@@ -16,8 +16,8 @@ import torch
 
 from nexus.config import AttentionOptions, ModelConfig, ProjectionOptions, RunConfig
 from nexus.config_overrides import parse_overrides
-from nexus.models.recurrent import RecurrentOptions
 from nexus.models import build_model
+from nexus.models.recurrent import RecurrentOptions
 from nexus.presets import get_preset
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]

@@ -649,8 +649,8 @@ def test_the_check_is_announced_exactly_from_its_threshold_on_rank_0(tmp_path, m
 
 
 def test_a_model_tokenizer_mismatch_advises_preparing_with_the_model_tokenizer(tmp_path):
-    from nexus.data.shards import check_tokenizer, tokenizer_identity
     from nexus.data.chat import ChatByteTokenizer
+    from nexus.data.shards import check_tokenizer, tokenizer_identity
 
     m = {"tokenizer": tokenizer_identity(ByteTokenizer())}
     with pytest.raises(ConfigError) as e:

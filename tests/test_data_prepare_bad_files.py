@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from data_helpers import byte_documents
+
 from nexus.cli import main
 from nexus.data.tokenizer import ByteTokenizer
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
+from nexus import lifeline
 from nexus.config import ConfigError, DataConfig
 from nexus.data import prepare as P
-from nexus import lifeline
 from nexus.data.sources import resolve_source
 from nexus.data.tokenizer import ByteTokenizer
 

@@ -15,8 +15,8 @@ import re
 
 import numpy as np
 import pytest
-
 from data_helpers import byte_documents
+
 from nexus.cli import main
 from nexus.config import DataConfig
 from nexus.data.loader import DataModule

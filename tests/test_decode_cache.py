@@ -7,12 +7,10 @@ import pytest
 import torch
 
 from nexus.config import AttentionOptions, ModelConfig
-from nexus.models.recurrent import RecurrentOptions
-from nexus.models.cache import KVCache
-from nexus.models.generate import generate
 from nexus.models import build_model
-from nexus.models.recurrent import ConvHistory
-from nexus.models.cache import LayerCache, SeqBuffer, append_history
+from nexus.models.cache import KVCache, LayerCache, SeqBuffer, append_history
+from nexus.models.generate import generate
+from nexus.models.recurrent import ConvHistory, RecurrentOptions
 
 
 def test_seq_buffer_equals_concatenation_and_reuses_storage():

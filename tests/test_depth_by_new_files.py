@@ -62,10 +62,10 @@ def test_depth_growth_is_one_new_file_and_edits_nothing(tmp_path):
 
 
 def main(work: Path) -> None:
-    import nexus
     import torch
-
     from test_extension_by_new_files import MICRO, cli, train
+
+    import nexus
 
     assert Path(nexus.__file__).resolve().parent == Path(os.environ["PYTHONPATH"].split(os.pathsep)[0], "nexus")
     from nexus.checkpoint import load_checkpoint

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from nexus.presets import get_preset
 from nexus.config_overrides import parse_overrides
+from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
 
 # A micro run: 1 layer, 6 steps, gradient accumulation on so DDP's no_sync path is exercised too.

@@ -24,10 +24,10 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from nexus.cli import COMMANDS, build_parser, main, refuse_unknown_flags_early
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
+from nexus.cli import env_train
 from nexus.data.chat import ChatByteTokenizer, chat_prompt_ids, encode_conversation
 from nexus.data.tokenizer import BPETokenizer, ByteTokenizer
-from nexus.cli import env_train
 
 CONV = {
     "messages": [

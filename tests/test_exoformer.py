@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nexus.analysis.hooks import anchor_removed, direct_anchor_projection
 from nexus.config import ConfigError, ModelConfig, RunConfig
 from nexus.models import build_model
 from nexus.models.layers import RMSNorm
-from nexus.analysis.hooks import anchor_removed, direct_anchor_projection
 from nexus.models.mixing import COMPONENTS, mixers
 from nexus.models.modulated_mix import modulated_mix
 from nexus.models.reference.anchor_mixing_ref import reference_logits

@@ -17,8 +17,8 @@ import torch
 from nexus.cli import main
 from nexus.config import ConfigError
 from nexus.experiments import progressive as P
-from nexus.growth.methods import Method, register_method
 from nexus.growth import GrowthResult, GrowthSpec, ParamMap, register_grower
+from nexus.growth.methods import Method, register_method
 
 
 @dataclasses.dataclass

@@ -5,14 +5,13 @@ names, one writer per output."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
 import pytest
+from test_output_safety import MICRO, make_victim, one_line_exit_2, snapshot
 
 from nexus.cli import main
-from test_output_safety import MICRO, make_victim, one_line_exit_2, snapshot
 
 
 @pytest.fixture(scope="module")

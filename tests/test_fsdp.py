@@ -12,14 +12,13 @@ import sys
 
 import pytest
 import torch
+from test_distributed import _env  # the same launcher environment as the DDP tests
+from tolerance_guard import atol_for
 
 from nexus.cli import main
 from nexus.config_overrides import parse_overrides
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
-from test_distributed import _env  # the same launcher environment as the DDP tests
-
-from tolerance_guard import atol_for
 
 RUN = [
     "--train.steps",

@@ -7,16 +7,15 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-
 import pytest
 import torch
 import torch.nn.functional as F
+from test_exoformer import micro_model_cfg, randomize_mixing
 
 from nexus.models import build_model, fused_mix, mix_kernels
 from nexus.models.mixing import DynamicMixing
 from nexus.models.modulated_mix import mix_layer
 from nexus.models.reference.anchor_mixing_ref import reference_logits
-from test_exoformer import micro_model_cfg, randomize_mixing
 
 pytestmark = pytest.mark.skipif(not mix_kernels.available(), reason="numba is not installed")
 

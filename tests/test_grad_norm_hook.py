@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 import torch.nn as nn
+from test_core_train import micro_cfg
 
 from nexus.config import ConfigError
 from nexus.train.hooks import HOOK_KINDS, Hook
 from nexus.train.trainer import Trainer
-from test_core_train import micro_cfg
 
 
 class GradCapture(Hook):

@@ -3,18 +3,16 @@ the source's step and data cursor, carries the grown optimizer and the new growt
 source's other hook states too), records `--train.*` overrides in its config, and its report says what the
 continued run will do; the source is never touched."""
 
-import copy
 import hashlib
 
 import pytest
-import torch
+from test_core_train import micro_cfg
 
 from nexus.checkpoint import load_checkpoint, load_trainer_state, read_config, save_checkpoint
 from nexus.config import ConfigError
 from nexus.growth import grow_checkpoint
 from nexus.growth.rewarmup import lr_plan
 from nexus.train.trainer import Trainer
-from test_core_train import micro_cfg
 
 SPEC = {"family": "width", "hidden": 64, "init": "copy,copy"}
 STEPS = 4

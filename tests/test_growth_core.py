@@ -17,8 +17,8 @@ from nexus.cli import main
 from nexus.config import TrainConfig
 from nexus.config_overrides import parse_overrides
 from nexus.growth import ParamMap, grow_checkpoint, transplant_optimizer_state
-from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
+from nexus.presets import get_preset
 from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
 

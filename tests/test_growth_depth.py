@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from test_core_train import losses, micro_cfg
 
 from nexus.checkpoint import load_checkpoint, load_trainer_state
 from nexus.cli import main
@@ -23,7 +24,6 @@ from nexus.optim.param_groups import build_optimizer
 from nexus.presets import get_preset
 from nexus.train.resume import resume_config
 from nexus.train.trainer import Trainer
-from test_core_train import losses, micro_cfg
 
 
 def _cfg(preset: str = "baseline-micro", *extra: str):

@@ -10,14 +10,14 @@ import json
 
 import pytest
 import torch
+from test_core_train import micro_cfg
 
 from nexus.checkpoint import load_trainer_state
+from nexus.config_migration import saved_run_config
 from nexus.growth import grow_checkpoint
 from nexus.growth.hook import GrowthHook, grow_in_training
 from nexus.growth.registry import parse_growth_spec
 from nexus.train.trainer import Trainer
-from test_core_train import micro_cfg
-from nexus.config_migration import saved_run_config
 
 LR, RHO, TAU, AT, STEPS = 0.01, 1.5, 2, 2, 6
 SPEC = {"family": "width", "hidden": 64, "init": "copy,copy", "rewarmup": [RHO, TAU]}

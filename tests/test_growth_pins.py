@@ -14,7 +14,7 @@ import torch
 
 import nexus.config as C
 from nexus.checkpoint import load_checkpoint, save_checkpoint
-from nexus.config import ConfigError, MLPOptions, ModelConfig, ProjectionOptions, RunConfig
+from nexus.config import ConfigError, ModelConfig
 from nexus.config_migration import LEGACY_GROWTH_STATE, saved_run_config
 from nexus.config_overrides import parse_overrides
 from nexus.data.tokenizer import ByteTokenizer

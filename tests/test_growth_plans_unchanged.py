@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from benchmark_module import load_benchmark
+
 from nexus.config_migration import saved_run_config
 from nexus.experiments import progressive as P
 

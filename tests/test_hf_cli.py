@@ -14,9 +14,9 @@ import nexus
 from nexus.checkpoint import save_checkpoint
 from nexus.cli import main
 from nexus.config import ModelConfig, RunConfig
+from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.data.tokenizer import BPETokenizer
 from nexus.hf import import_hf
-from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
 TEXTS = [

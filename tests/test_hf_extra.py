@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 
 from nexus.checkpoint import save_checkpoint

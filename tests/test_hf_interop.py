@@ -15,9 +15,9 @@ from nexus.checkpoint import save_checkpoint
 from nexus.cli import main
 from nexus.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from nexus.data.chat import ChatByteTokenizer
+from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.data.loader import DataModule
 from nexus.data.tokenizer import ByteTokenizer
-from nexus.data.hf_tokenizer import HFTokenizer
 from nexus.models import build_model
 
 TEXT = "héllo wörld\n\t 日本 ok"

@@ -2,9 +2,8 @@
 directly below the outer one, once per refined target), anchor mixing on the outer level only,
 zero_init_out on the outer output projection only, and which width growths it refuses."""
 
-from types import SimpleNamespace
-
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from nexus.models.accounting import param_count_for_config
 from nexus.analysis.attention_maps import record_attention_maps, write_attention_maps
 from nexus.config import AttentionOptions, ModelConfig
+from nexus.models.accounting import param_count_for_config
 from nexus.models.transformer import TransformerLM
 from nexus.presets import get_preset
 

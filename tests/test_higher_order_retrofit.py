@@ -102,6 +102,7 @@ def test_retrofit_rejects_non_transformer_and_already_higher_order_models():
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
 def test_retrofit_of_a_model_imported_from_a_local_hf_checkpoint(arch, tmp_path):
     import transformers
+
     from nexus.hf import import_hf
 
     config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))

@@ -6,8 +6,8 @@ records (no training): each number is checked against its definition computed he
 from __future__ import annotations
 
 import pytest
-
 from benchmark_module import load_benchmark
+
 from nexus.experiments import ledger as L
 
 

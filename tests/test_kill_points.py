@@ -130,9 +130,9 @@ def test_killed_between_the_two_renames_of_a_replaced_checkpoint(tmp_path):
 def test_ternary_export_killed_before_its_rename_leaves_a_recorded_temporary_the_next_export_removes(tmp_path):
     from nexus.checkpoint import save_checkpoint
     from nexus.config import ModelConfig, RunConfig
-    from nexus.models.recurrent import RecurrentOptions
     from nexus.data.tokenizer import ByteTokenizer
     from nexus.models import build_model
+    from nexus.models.recurrent import RecurrentOptions
 
     cfg = RunConfig(
         model=ModelConfig(arch=RecurrentOptions(n_sup=2, t_inner=2), d_model=32, n_layers=2, n_heads=1, ffn_hidden=80)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from benchmark_module import BENCHMARKS, load_benchmark
+
 from nexus.config import ConfigError
 from nexus.experiments import ledger as L
 

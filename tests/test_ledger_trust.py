@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from benchmark_module import BENCHMARKS, load_benchmark
+
 from nexus.config import ConfigError
 from nexus.config_migration import saved_run_config
 from nexus.experiments import ledger as L

@@ -7,14 +7,12 @@ import contextlib
 import io
 import json
 
+import lm_eval  # noqa: F401,E402  -- a dev dependency: without it these tests must fail, never skip
 import pytest
 import torch
-
-import lm_eval  # noqa: F401,E402  -- a dev dependency: without it these tests must fail, never skip
-
 from lm_eval.api.instance import Instance  # noqa: E402
-
 from lm_eval_helpers import write_tiny_mc_task  # noqa: E402
+
 from nexus.cli import main  # noqa: E402
 from nexus.data.tokenizer import ByteTokenizer  # noqa: E402
 from nexus.eval.lm_eval_adapter import NexusLM, evaluate_tasks  # noqa: E402

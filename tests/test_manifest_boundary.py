@@ -14,11 +14,11 @@ import socket
 from pathlib import Path
 
 import pytest
+from test_output_safety import one_line_exit_2
 
 from nexus.cli import main
 from nexus.outdir.lock import lock_file
 from nexus.outdir.manifest import MARKER, entry_unchanged, ownership_problems, read_manifest
-from test_output_safety import one_line_exit_2
 
 MICRO = [
     "--preset",

@@ -5,8 +5,8 @@ import torch
 
 from nexus.config import MLPOptions, ModelConfig
 from nexus.models import build_model
-from nexus.models.transformer import build_mlp
 from nexus.models.reference.moe_ref import moe_aux_reference, moe_forward_reference
+from nexus.models.transformer import build_mlp
 
 
 def moe_cfg(**kw) -> ModelConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from test_front_door import MICRO  # the same micro run
 
 import nexus.checkpoint as CK
 import nexus.cli.train as T
@@ -16,7 +17,6 @@ import nexus.train.hooks as H
 from nexus.cli import main
 from nexus.config import RunConfig
 from nexus.growth.width import WidthSpec
-from test_front_door import MICRO  # the same micro run
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from nexus.outdir.guard import (
     write_marker,
 )
 from nexus.outdir.lock import lock_file
-from nexus.outdir.manifest import MARKER, read_manifest, record
+from nexus.outdir.manifest import read_manifest, record
 
 HOST = socket.gethostname()
 DEAD = 2**22 + 4321
@@ -62,8 +62,8 @@ def refusal(fn, *args, **kw) -> str:
 
 # ----------------------------------------------------------------------------- what is there
 def test_the_kind_of_an_output_is_its_manifests_or_a_ternary_files_header(tmp_path):
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     assert output_kind(output(tmp_path / "a", ANALYSIS)) == ANALYSIS
     (tmp_path / "plain").mkdir()
@@ -197,8 +197,8 @@ def test_an_output_inside_a_source_or_holding_one_is_refused(tmp_path):
 
 
 def test_a_ternary_export_file_is_replaced_without_a_folder_check(tmp_path):
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     f = tmp_path / "model.safetensors"
     save_file({"w": torch.zeros(2)}, str(f), metadata={"format": "nexus-ternary-v1"})
@@ -342,7 +342,7 @@ def test_an_unusable_path_is_refused_under_the_callers_flag(tmp_path):
     assert refusal(check_output, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(
         f"--save={str(tmp_path / 'f')!r} is a file"
     )
-    assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN, flag="--save").startswith(f"--save=")
+    assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN, flag="--save").startswith("--save=")
     assert refusal(claim_directory, tmp_path / "f", TRAIN_RUN).startswith(f"--out={str(tmp_path / 'f')!r} is a file")
 
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from nexus.models.accounting import param_count_for_config
 from nexus.analysis.param_formula import sizes
 from nexus.config import ModelConfig, RunConfig
 from nexus.config_overrides import parse_overrides
+from nexus.models.accounting import param_count_for_config
 from nexus.presets import get_preset, names
 
 # one config per mechanism the formula has a term for; small enough to build for real in a second

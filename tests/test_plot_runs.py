@@ -78,7 +78,7 @@ def test_plot_writes_a_png_and_a_csv_with_every_runs_points(two_runs, tmp_path, 
     growth = [r for r in rows if r["series"] == "growth"]
     assert [(r["run"], int(r["step"])) for r in growth] == [(grown.name, 6)]
     # the grown model costs more per token after step 6: FLOPs per token rise there, not before
-    g = sorted(((int(r["step"]), float(r["flops"])) for r in rows if r["run"] == grown.name and r["series"] == "train"))
+    g = sorted((int(r["step"]), float(r["flops"])) for r in rows if r["run"] == grown.name and r["series"] == "train")
     p = dict((int(r["step"]), float(r["flops"])) for r in rows if r["run"] == plain.name and r["series"] == "train")
     assert g[1][1] == pytest.approx(p[g[1][0]]) and g[-1][1] > p[g[-1][0]] * 1.05
 

@@ -121,8 +121,9 @@ def test_preset_and_config_together_file_over_preset_command_line_over_file(tmp_
     assert cfg["model"]["n_layers"] == 5 and cfg["train"]["lr"] == 0.002 and cfg["train"]["steps"] == 7
     # what the file does not name stays the preset's
     assert cfg["model"]["d_model"] == micro.model.d_model and cfg["data"]["seq_len"] == micro.data.seq_len
-    from nexus.cli.common import build_config
     from types import SimpleNamespace
+
+    from nexus.cli.common import build_config
 
     args = SimpleNamespace(preset="baseline-micro", config=str(f), default_preset="baseline-tiny")
     built = build_config(args, ["--train.steps", "3"])

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from benchmark_module import load_benchmark
 
 
@@ -201,7 +200,7 @@ def test_the_sweeps_run_of_a_benchmark_config_is_not_trained_again(bench, tmp_pa
     assert (out / "smoke" / "seed1" / f"scratch-{key}" / "done.json").is_file()  # another seed is its own run
     res = json.loads((out / "smoke" / "results.json").read_text())
     assert res["summary"]["methods"]["sparkling"]["per_seed"]["scratch"][0] == swept
-    assert f"seed0/small: the lr sweep's run" in text and not (out / "smoke" / "seed0" / "small").exists()
+    assert "seed0/small: the lr sweep's run" in text and not (out / "smoke" / "seed0" / "small").exists()
     assert f"lr sweep ({out / 'smoke' / bench.SWEEP_FILE}): 10 runs, one seed" in text  # its cost beside the result
     assert f"(best {lr:.3g})" in text
     small_lr = sweep["best"]["small"]

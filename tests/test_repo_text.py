@@ -6,8 +6,8 @@ read text and build parsers only (no command is run), so they stay fast.
 
 import re
 import shlex
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from nexus.checkpoint import load_checkpoint, load_trainer_state
+from nexus.checkpoint import load_checkpoint
 from nexus.cli import main
 
 MICRO = [

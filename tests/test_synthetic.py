@@ -4,6 +4,7 @@ ConfigError, `nexus train --data synthetic:...` + `nexus eval --task ...` work e
 from __future__ import annotations
 
 import json
+
 import pytest
 import torch
 

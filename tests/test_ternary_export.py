@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from nexus.checkpoint import CheckpointError, save_checkpoint
 from nexus.config import ModelConfig, RunConfig
-from nexus.models.recurrent import RecurrentOptions
 from nexus.data.tokenizer import ByteTokenizer
+from nexus.export.ternary import export_ternary, load_ternary, pack_codes, unpack_codes
 from nexus.models import build_model
 from nexus.models.bitlinear import PackedTernaryLinear
-from nexus.export.ternary import export_ternary, load_ternary, pack_codes, unpack_codes
+from nexus.models.recurrent import RecurrentOptions
 
 
 @settings(max_examples=40, deadline=None)

@@ -12,10 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nexus.models import ternary_kernels
+from nexus.models import ternary_kernels, ternary_swiglu
 from nexus.models.bitlinear import PackedTernaryLinear
 from nexus.models.recurrent import RecurrentMLP
-from nexus.models import ternary_swiglu
 
 pytestmark = pytest.mark.skipif(not ternary_kernels.available(), reason="numba is not installed")
 FP32_KERNELS = ["fp32-2bit", "fp32-int8"]

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from tolerance_guard import checked_assert_close
 
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_core_train import micro_cfg  # the same micro run (log every step, no periodic eval)
 
 from nexus.config import ConfigError
 from nexus.config_migration import saved_run_config
 from nexus.train.hooks import Hook
 from nexus.train.trainer import Trainer
-from test_core_train import micro_cfg  # the same micro run (log every step, no periodic eval)
 
 
 class Recorder(Hook):

@@ -2,10 +2,10 @@
 N steps (weights, optimizer state, counters, bitwise), with the same hook events in the same order."""
 
 import torch
-
-from nexus.train.trainer import Trainer
 from test_core_train import micro_cfg  # the same micro run (log every step, no periodic eval)
 from test_trainer_hooks import Recorder
+
+from nexus.train.trainer import Trainer
 
 STEPS = 5
 

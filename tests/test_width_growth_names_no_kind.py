@@ -27,7 +27,7 @@ def test_width_growth_source_names_no_kind():
 def test_every_section_kind_answers_the_width_growth_questions():
     for section in ModelConfig().kind_sections():
         for kind, cls in type(section).kinds().items():
-            assert callable(getattr(cls, "check_width_growth")) and callable(getattr(cls, "pin_sizes")), kind
+            assert callable(cls.check_width_growth) and callable(cls.pin_sizes), kind
 
 
 def test_a_new_kinds_refusal_is_asked_without_editing_width_py():

@@ -26,9 +26,10 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections import Counter
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
+from pathlib import Path
 
 import torch
-
 import variant_overhead as vo
+
 from nexus.analysis.hooks import direct_anchor_projection
 from nexus.models import fused_mix, mix_kernels, mixing
 from nexus.runtime import tune_cpu_allocator
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, alternate, emit, print_machine  # noqa: E402

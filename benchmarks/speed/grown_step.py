@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-
-import torch
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
-from _harness import alternate, emit, ratios as ratios_of  # noqa: E402
+from _harness import alternate, emit  # noqa: E402
+from _harness import ratios as ratios_of
 
 from nexus.config import ModelConfig, RunConfig, TrainConfig
 from nexus.growth import grow

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
+from pathlib import Path
 
 import torch
 
@@ -21,8 +23,6 @@ from nexus.config import ModelConfig, ProjectionOptions, RunConfig, TrainConfig
 from nexus.growth import grow
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
@@ -24,8 +26,6 @@ from nexus.config import AttentionOptions, ModelConfig, TrainConfig
 from nexus.models.generate import generate
 from nexus.models.transformer import TransformerLM
 from nexus.optim.param_groups import build_optimizer
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, print_machine, ratios  # noqa: E402

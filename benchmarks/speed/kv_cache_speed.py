@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from _harness import alternate, emit, print_machine, ratios  # noqa: E402
 
 from nexus.config import AttentionOptions
-from nexus.models.generate import generate
 from nexus.models import build_model
+from nexus.models.generate import generate
 from nexus.presets import get_preset
 
 TARGETS = {(1, 1): 6, (1, 8): 15}  # (attention order, batch) -> cached/uncached target (issue 17: baseline only)

@@ -11,13 +11,13 @@ Prints each side's median milliseconds per call and the ratio Function / autogra
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 from nexus.models.modulated_mix import modulated_mix
 from nexus.runtime import tune_cpu_allocator
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, medians, print_machine, ratios  # noqa: E402

@@ -11,6 +11,8 @@ target <= 1.1 (Nexus-Rank costs what its extra FLOPs say, no hidden overhead).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
@@ -18,8 +20,6 @@ from nexus.analysis.flops import train_flops_per_token
 from nexus.config import ModelConfig, ProjectionOptions, TrainConfig
 from nexus.models import build_model
 from nexus.optim.param_groups import build_optimizer
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, medians, print_machine, ratios  # noqa: E402

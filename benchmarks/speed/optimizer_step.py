@@ -11,15 +11,15 @@ hand-written / foreach (how many times slower the Python loop is).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 from nexus.models import build_model
-from nexus.presets import get_preset
 from nexus.optim.optimizers import AdamW
 from nexus.optim.param_groups import build_optimizer
-import sys
-from pathlib import Path
+from nexus.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, medians, print_machine, ratios  # noqa: E402

@@ -36,8 +36,8 @@ def child(args) -> dict:
     import torch
 
     from nexus.models import build_model
-    from nexus.presets import get_preset
     from nexus.optim.param_groups import build_optimizer
+    from nexus.presets import get_preset
 
     torch.manual_seed(0)
     cfg = get_preset(args.preset)

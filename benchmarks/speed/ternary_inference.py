@@ -132,8 +132,8 @@ def main() -> None:
 
     from nexus.checkpoint import save_checkpoint
     from nexus.data.tokenizer import ByteTokenizer
-    from nexus.models import build_model
     from nexus.export.ternary import load_ternary, save_ternary
+    from nexus.models import build_model
     from nexus.presets import get_preset
 
     cfg = get_preset(args.preset)

@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import statistics
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,10 +52,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from nexus.analysis.flops import forward_flops_per_token
 from nexus.analysis.hooks import direct_anchor_projection
 from nexus.models import build_model, fused_mix, mix_kernels
-from nexus.runtime import tune_cpu_allocator
-from nexus.presets import get_preset
 from nexus.optim.param_groups import build_optimizer
-from pathlib import Path
+from nexus.presets import get_preset
+from nexus.runtime import tune_cpu_allocator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import alternate, emit, print_machine, ratios  # noqa: E402

@@ -55,8 +55,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402
+
 from nexus.experiments.study_plan import (
-    WIDE_LR,
     Scale,
     _sans_dir,
     describe_run,

@@ -44,9 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/,
 import arch_study as A  # noqa: E402  (issue 47 item 3's nexus-rank-vs-tokenformer study)
 import credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
 import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
-from nexus.experiments.study_plan import merge_runs  # noqa: E402
-from nexus.experiments.study_parts import Arms, LrGrid, build_parts, plan_arms  # noqa: E402
 from _harness import StepTimer, print_machine  # noqa: E402  (progressive_regime put benchmarks/ on the path)
+
+from nexus.experiments.study_parts import Arms, LrGrid, build_parts, plan_arms  # noqa: E402
+from nexus.experiments.study_plan import merge_runs  # noqa: E402
 
 STUDY = "progressive-regime"
 TUNING_SEEDS = (100, 101)  # never evaluation seeds

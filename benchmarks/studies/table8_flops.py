@@ -18,13 +18,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from nexus.models.accounting import param_count_for_config
 from nexus.analysis.flops import (
     calflops_like_counts,
     calflops_without_attention_core,
     forward_flops_per_token,
     linear_layer_flops,
 )
+from nexus.models.accounting import param_count_for_config
 from nexus.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import tempfile
 from pathlib import Path
 
 from nexus.analysis.compute import growth_compute
 from nexus.presets import get_preset
 from nexus.train.trainer import Trainer
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402

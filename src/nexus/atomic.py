@@ -33,13 +33,13 @@ from .config import ConfigError
 from .outdir.crash import crash_point
 from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
-from .outdir.manifest import pid_alive  # re-exported: data/prepare and the tests import it from here
 from .outdir.manifest import (
     entry_unchanged,
     holds_recorded_output,
     manifest_of_tree,
     output_hash,
     ownership_problems,
+    pid_alive,  # re-exported: data/prepare and the tests import it from here
     read_manifest,
     record,
     remove_dead_manifest_temporaries,

@@ -31,7 +31,7 @@ class ArchitectureOptions(KindOptions, kind="transformer"):
     section: typing.ClassVar[str] = "arch"
     addressed_by_kind: typing.ClassVar[bool] = True  # model.<arch>.<option>: the form before model.arch held options
 
-    def check(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+    def check(self, errors: list[str], p: str, model: ModelConfig) -> None:
         """The transformer's rule across its parts: mixing g needs gate logits."""
         model.mixing.validate_with_model(errors, f"{p.rsplit('.', 1)[0]}.mixing", model)
 
@@ -70,11 +70,11 @@ class MLPOptions(KindOptions, kind="dense"):
     # (growth/width.py makes one option per axis any registered MLP kind declares)
     width_axis_reasons: typing.ClassVar[dict[str, str]] = {"ffn": "new dense FFN inner size (0 = unchanged)"}
 
-    def width_axes(self, model: "ModelConfig") -> dict[str, int]:
+    def width_axes(self, model: ModelConfig) -> dict[str, int]:
         """The inner axes width growth may grow in this MLP, with their sizes (growth/width.py)."""
         return {"ffn": model.ffn}
 
-    def set_width_axes(self, model: "ModelConfig", sizes: dict[str, int]) -> None:
+    def set_width_axes(self, model: ModelConfig, sizes: dict[str, int]) -> None:
         """Write grown sizes of `width_axes` into `model` (this section belongs to it)."""
         model.ffn_hidden = sizes["ffn"]  # explicit: the default would follow d_model
 
@@ -152,7 +152,7 @@ class MixingConfig:
         if self.dynamic:
             _check(errors, self.learnable, f"{p}.learnable", self.learnable, "true when mixing.dynamic is on")
 
-    def validate_with_model(self, errors: list[str], p: str, model: "ModelConfig") -> None:
+    def validate_with_model(self, errors: list[str], p: str, model: ModelConfig) -> None:
         """Checks that need the rest of the model: gate logits must exist to be mixed."""
         if self.anchor != "none" and "g" in self.components and model.attention.gate == "none":
             errors.append(
@@ -712,7 +712,7 @@ class RunConfig:
     preset: str = ""  # preset this config came from (informational)
     growth_history: list[dict] = field(default_factory=list)  # growth records, appended by nexus.growth
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         errors: list[str] = []
         self.model.validate(errors, "model")
         self.data.validate(errors, "data")
@@ -730,7 +730,7 @@ class RunConfig:
         self.__dict__["_passed"] = self.to_dict()  # not a field: never saved or compared
         return self
 
-    def validated(self) -> "RunConfig":
+    def validated(self) -> RunConfig:
         """This config, validated unless `validate()` already passed it and it has not changed since: the
         front door (cli/train.py) validates a run's config once and the trainer it hands it to does not
         repeat that, while `Trainer(cfg)` with a config built or edited by hand is still checked."""
@@ -741,7 +741,7 @@ class RunConfig:
         return to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
         """A config of the current form (an older one read from a file is upgraded where it is read:
         nexus.config_migration)."""
         return from_dict(cls, d, "")

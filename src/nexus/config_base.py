@@ -165,12 +165,12 @@ class KindOptions:
         super().__setattr__(name, value)
 
     @classmethod
-    def base(cls) -> type["KindOptions"]:
+    def base(cls) -> type[KindOptions]:
         """The section's base class (the baseline kind, with the options every kind shares)."""
         return next(b for b in cls.__mro__ if "section" in b.__dict__)
 
     @classmethod
-    def kinds(cls) -> dict[str, type["KindOptions"]]:
+    def kinds(cls) -> dict[str, type[KindOptions]]:
         """Every registered kind of this section (importing the kinds' package once)."""
         base = cls.base()
         if not getattr(base, "_searched", False):
@@ -183,7 +183,7 @@ class KindOptions:
         return dict(base.registered)
 
     @classmethod
-    def options_class(cls, kind, where: str) -> type["KindOptions"]:
+    def options_class(cls, kind, where: str) -> type[KindOptions]:
         base = cls.base()
         if not isinstance(kind, str):  # a list or mapping would not even hash: name the field instead
             raise ConfigError(f"{where}.kind={kind!r} (valid: one of {'|'.join(cls.kinds())})")
@@ -195,7 +195,7 @@ class KindOptions:
         return kinds[kind]
 
     @classmethod
-    def make(cls, kind: str, **options) -> "KindOptions":
+    def make(cls, kind: str, **options) -> KindOptions:
         """The options of `kind` from keyword values, parsed and coerced like a config file's section."""
         return from_dict(
             cls.options_class(kind, f"model.{cls.section}"), {"kind": kind, **options}, f"model.{cls.section}."

@@ -12,13 +12,13 @@ import inspect
 import io
 import tokenize
 import typing
-from functools import lru_cache
+from functools import cache
 
 from .config import RunConfig
 from .config_base import KindOptions, declared_choices
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_reasons(cls) -> dict[str, str]:
     """{field name: its reason} for a config dataclass: a field declared with `config.option(default,
     reason)` carries it (a kind's options, inherited fields included), else the comment on its line."""

@@ -22,8 +22,9 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 from .errors import ConfigError
 

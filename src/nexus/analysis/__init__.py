@@ -13,8 +13,8 @@ The modules are imported when the first analysis is looked up, so this package s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..plugins import Registry
 

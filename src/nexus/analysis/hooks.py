@@ -14,7 +14,7 @@ outside the block.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch.nn as nn
 

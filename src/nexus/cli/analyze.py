@@ -88,9 +88,8 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
-    from ..atomic import atomic_dir_write, guard_output
-
     from ..analysis.source import AnalysisSource
+    from ..atomic import atomic_dir_write, guard_output
 
     analysis = ANALYSES.get(args.kind)
     src = AnalysisSource(args, extra)

@@ -32,7 +32,7 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def growth_flags() -> frozenset[str]:
     """The option strings the growth families' specs declare (`option(default, reason, "--flag")` and the
     flags of its `consts`), read from the source of the growth package's modules without importing them (they

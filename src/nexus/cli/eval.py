@@ -75,9 +75,9 @@ def add_parser(sub) -> None:
 
 
 def run(args, extra) -> int:
-    from ..eval.perplexity import perplexity
     from ..checkpoint import load_checkpoint
     from ..config_overrides import parse_overrides
+    from ..eval.perplexity import perplexity
 
     if args.lm_eval:
         return _run_lm_eval(args)

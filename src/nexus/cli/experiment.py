@@ -167,9 +167,8 @@ def _no_experiment(args, extra) -> int:
 
 
 def run_progressive_cmd(args, extra) -> int:
-    from ..experiments.progressive import DEFAULT_METHOD, method_table, plan_progressive, run_progressive
-
     from ..experiments.pair import PAIRS
+    from ..experiments.progressive import DEFAULT_METHOD, method_table, plan_progressive, run_progressive
 
     if args.list:
         for row in method_table():

@@ -39,10 +39,10 @@ def add_parser(sub, detailed: bool = True) -> None:
 
 
 def run(args, extra) -> int:
+    from ..atomic import guard_output
     from ..config import ConfigError
     from ..growth import grow_checkpoint, parse_growth_spec
     from ..growth.spec import spec_from_flags
-    from ..atomic import guard_output
     from ..outdir import CHECKPOINT
 
     spec = spec_from_flags(args)

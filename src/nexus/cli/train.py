@@ -17,7 +17,6 @@ from ..config_overrides import parse_overrides
 from ..outdir import MARKER, TRAIN_RUN, check_output
 from .common import FIELDS_EPILOG, ConfigFieldsHelpFormatter, add_config_args, base_config
 
-
 HEAVY_OPTIONS = True  # the growth-family options import nexus.growth (and torch): added only when `train` runs
 
 

@@ -38,7 +38,7 @@ class HFTokenizer(BPETokenizer):
         (directory / STORED_META).write_text(json.dumps(meta, indent=1))
 
     @classmethod
-    def load_dir(cls, directory: Path) -> "HFTokenizer":
+    def load_dir(cls, directory: Path) -> HFTokenizer:
         from tokenizers import Tokenizer
 
         directory = Path(directory)
@@ -86,7 +86,7 @@ def _read_tokenizer_config(directory: Path) -> dict:
         return {}
 
 
-def wrap_tokenizer(tok, tcfg: dict, hf_model_cfg=None) -> "HFTokenizer | None":
+def wrap_tokenizer(tok, tcfg: dict, hf_model_cfg=None) -> HFTokenizer | None:
     """A `tokenizers.Tokenizer` with its special ids: named by tokenizer_config.json, else by the HF
     model config, else the first known name the vocabulary has. None without any end-of-sequence token."""
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import glob
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from ..config import ConfigError, DataConfig
 from .readers import Reader, file_readers, reader, reader_for_file, readers, suffix_of, valid_sources
@@ -109,7 +109,7 @@ class Source:
             )
             raise ConfigError(f"data.source={self.spec!r} holds {self.describe_bad(bad)} (valid: {fix})")
 
-    def without(self, bad: list[tuple[Path, str]]) -> "Source":
+    def without(self, bad: list[tuple[Path, str]]) -> Source:
         """The same source less the given files (`nexus data prepare --skip-bad`)."""
         drop = {p for p, _ in bad}
         keep = [f for f in self.files if f not in drop]

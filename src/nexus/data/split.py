@@ -9,7 +9,7 @@ hub stream is read once, and memory holds one block of documents.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 

@@ -13,8 +13,8 @@ import functools
 import os
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..config import ConfigError
 

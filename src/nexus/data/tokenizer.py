@@ -59,7 +59,7 @@ class BPETokenizer:
             )
 
     @classmethod
-    def train(cls, texts, vocab_size: int) -> "BPETokenizer":
+    def train(cls, texts, vocab_size: int) -> BPETokenizer:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
         tok = Tokenizer(models.BPE())

@@ -55,7 +55,7 @@ class NexusLM(_base()):
         self.pad_id = getattr(tokenizer, "pad_id", None) or 0
 
     @classmethod
-    def from_checkpoint(cls, path, **kw) -> "NexusLM":
+    def from_checkpoint(cls, path, **kw) -> NexusLM:
         from ..checkpoint import load_checkpoint
 
         model, _, tok = load_checkpoint(path)
@@ -63,13 +63,13 @@ class NexusLM(_base()):
 
     # lm-eval's CLI builds models from `--model_args checkpoint=DIR,...` plus its own batch_size/device
     @classmethod
-    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "NexusLM":
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> NexusLM:
         from lm_eval.utils import simple_parse_args_string
 
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "NexusLM":
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> NexusLM:
         args = dict(arg_dict)
         extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
         if "checkpoint" not in args:

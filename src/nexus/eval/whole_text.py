@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch

@@ -361,9 +361,9 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
     SIGINT / SIGTERM stop the study at a run boundary: no run starts after it, every run in flight saves a checkpoint
     and stops, then StudyInterrupted is raised (the same call continues where it stopped). Workers end with this
     process however it ends (a kill -9 included): none is left behind."""
+    import multiprocessing
     import signal
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    import multiprocessing
 
     todo = needed_runs(runs, ledger)
     skipped = len(runs) - len(todo)

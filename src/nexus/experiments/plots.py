@@ -6,7 +6,6 @@ from pathlib import Path
 
 from ..figures import pyplot, save_figure
 
-
 COLORS = {"grown": "tab:blue", "scratch": "tab:gray", "small": "tab:orange", "scratch-steplaw": "tab:purple"}
 
 

@@ -395,9 +395,7 @@ def run_progressive(plan: dict, quiet: bool = True, say=print) -> dict:
     """Run (or resume) every run of every seed, then write results.json, report.md and the plots."""
     from .plots import plot_progressive
     from .report import build_progressive_results, render_progressive_report
-    from .runs import write_text_atomic
-
-    from .runs import experiment_dir, record_outputs
+    from .runs import experiment_dir, record_outputs, write_text_atomic
 
     with experiment_dir(Path(plan["out_dir"])) as out_dir:
         _check_same_plan(out_dir, plan)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-
 from contextlib import contextmanager
+from pathlib import Path
 
 from ..atomic import guard_output, write_text_atomic
 from ..config import ConfigError, RunConfig

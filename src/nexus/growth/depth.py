@@ -98,7 +98,7 @@ class DepthSpec(GrowthSpec):
         "beside --depth.*), as its spec mapping",
     )
 
-    def validate(self) -> "DepthSpec":
+    def validate(self) -> DepthSpec:
         from .width import parse_pair  # the one RHO,TAU parser, shared with width growth
 
         super().validate()

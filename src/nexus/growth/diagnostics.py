@@ -188,7 +188,7 @@ class PostGrowthMonitor:
         }
 
     @classmethod
-    def from_state_dict(cls, st: dict) -> "PostGrowthMonitor":
+    def from_state_dict(cls, st: dict) -> PostGrowthMonitor:
         """The monitor `state_dict` described (KeyError/IndexError/TypeError on a malformed state)."""
         maps = {
             name: ParamMap(name, copy_source={int(d): st["sources"][j].long() for d, j in dims.items()})

@@ -79,7 +79,7 @@ class GrowthHook(Hook):
         self.checked_model = None  # the model config `spec` was checked against (check)
 
     @classmethod
-    def from_options(cls, options: GrowthOptions, cfg, where: str) -> "GrowthHook":
+    def from_options(cls, options: GrowthOptions, cfg, where: str) -> GrowthHook:
         at, spec = options.at, options.spec or None
         hook = cls(at, parse_growth_spec(spec, f"{where}.spec") if spec is not None else None)
         if not at and spec is not None:  # kept, not refused: an upgraded train.grow_at 0 + train.growth is this entry

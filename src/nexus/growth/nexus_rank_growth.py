@@ -31,10 +31,10 @@ from typing import ClassVar
 import torch
 
 from ..config import ConfigError, RunConfig
-from .registry import GrowthResult, register_grower
-from .methods import Method, register_method
-from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
+from .methods import Method, register_method
+from .registry import GrowthResult, register_grower
+from .spec import NewEntriesSpec, check_int, option
 
 CUTS = ("in", "out", "mixed", "wa")
 INITS = ("exact", "zero", "noise")
@@ -68,7 +68,7 @@ class NexusRankSpec(NewEntriesSpec):
         "in", f"which side of each new unit is zero for --rank-init exact: {'|'.join(CUTS)}", "--cut", metavar="CUT"
     )
 
-    def validate(self) -> "NexusRankSpec":
+    def validate(self) -> NexusRankSpec:
         super().validate()
         for key, flag in (("delta_m", "--delta-m"), ("delta_a", "--delta-a")):
             check_int(getattr(self, key), flag)

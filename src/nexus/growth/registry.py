@@ -3,8 +3,8 @@ line, `@register_grower("<family>", <Spec>)`, and the first lookup imports every
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch.nn as nn
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import AttentionOptions, ConfigError, RunConfig
-from .registry import GrowthResult, register_grower
-from .methods import Method, register_method
 from .inherit import inherit
+from .methods import Method, register_method
+from .registry import GrowthResult, register_grower
 from .spec import GrowthSpec, check_int, option
 
 KINDS = ("higher-order",)
@@ -52,7 +52,7 @@ class RetrofitSpec(GrowthSpec):
     )
     seed: int = option(0, "seed of the random recursive parts", "--growth-seed", kind=int, metavar="S")
 
-    def validate(self) -> "RetrofitSpec":
+    def validate(self) -> RetrofitSpec:
         super().validate()
         if self.kind not in KINDS:
             raise ConfigError(f"--retrofit={self.kind!r} (valid: {'|'.join(KINDS)})")

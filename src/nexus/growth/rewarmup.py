@@ -40,7 +40,6 @@ entry marked new (done by `nexus.growth.grow` when the record says `rewarmup_all
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 
 from ..config import ConfigError

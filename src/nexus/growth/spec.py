@@ -84,7 +84,7 @@ class GrowthSpec:
         """The options whose flags select this family on the command line (`triggers` unless computed)."""
         return cls.triggers
 
-    def validate(self) -> "GrowthSpec":
+    def validate(self) -> GrowthSpec:
         """Check (and normalize) the fields; ConfigError names the field, the value and what is valid."""
         if self.optimizer_state not in OPTIMIZER_STATE_POLICIES:
             raise ConfigError(
@@ -117,7 +117,7 @@ class NewEntriesSpec(GrowthSpec):
         None, "seed of the random new entries (default: train.seed)", "--growth-seed", kind=int, metavar="S"
     )
 
-    def validate(self) -> "NewEntriesSpec":
+    def validate(self) -> NewEntriesSpec:
         super().validate()
         frac = self.noise_frac
         if not isinstance(frac, (int, float)) or isinstance(frac, bool) or frac <= 0:

@@ -21,10 +21,10 @@ from typing import ClassVar
 import torch
 
 from ..config import ConfigError, RunConfig
-from .registry import GrowthResult, register_grower
-from .methods import Method, register_method
-from .spec import NewEntriesSpec, check_int, option
 from .inherit import fill_normal, inherit, matched_std, region_blocks
+from .methods import Method, register_method
+from .registry import GrowthResult, register_grower
+from .spec import NewEntriesSpec, check_int, option
 
 INITS = ("exact", "zero", "noise")
 
@@ -48,7 +48,7 @@ class TokenFormerSpec(NewEntriesSpec):
         choices=INITS,
     )
 
-    def validate(self) -> "TokenFormerSpec":
+    def validate(self) -> TokenFormerSpec:
         super().validate()
         check_int(self.add_tokens, "--add-tokens")
         check_int(self.add_ffn_tokens, "--add-ffn-tokens")

@@ -46,10 +46,10 @@ import torch
 from ..config import ConfigError, MLPOptions, ModelConfig, RunConfig
 from ..models.accounting import build_on_meta
 from ..models.width_roles import Roles, collect_refusals, collect_roles
-from .param_map import ParamMap
-from .registry import GrowthResult, register_grower
 from .inherit import inherit
 from .methods import Method, register_method
+from .param_map import ParamMap
+from .registry import GrowthResult, register_grower
 from .spec import GrowthSpec, option
 
 INITS = ("copy", "random", "zero")
@@ -149,7 +149,7 @@ class WidthSpec(GrowthSpec):
     def init_in(self) -> str:
         return self.init.split(",")[1]
 
-    def validate(self) -> "WidthSpec":
+    def validate(self) -> WidthSpec:
         super().validate()
         for axis in all_axes():
             v = getattr(self, axis, 0) or 0

@@ -11,8 +11,10 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError, atomic_dir_write, load_state_dict_checked
-from ..outdir import HF_EXPORT
 from ..config import ConfigError, ModelConfig, RunConfig
+from ..data.hf_tokenizer import write_hf_tokenizer
+from ..data.tokenizer_files import tokenizer_from_hf_dir
+from ..outdir import HF_EXPORT
 from .config_map import (
     check_exportable,
     hf_architecture_for,
@@ -20,8 +22,6 @@ from .config_map import (
     model_config_from_hf,
     require_transformers,
 )
-from ..data.hf_tokenizer import write_hf_tokenizer
-from ..data.tokenizer_files import tokenizer_from_hf_dir
 from .weights import IGNORED, hf_key_to_nexus, nexus_key_to_hf, read_hf_weights
 
 

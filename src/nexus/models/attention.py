@@ -19,9 +19,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .cache import append_history
 from .layers import HookPoint, RMSNorm, apply_rope
 from .projections import ProjectionFactory, linear_projection
-from .cache import append_history
 from .width_roles import port, prefixed
 
 

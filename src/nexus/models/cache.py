@@ -67,7 +67,7 @@ class LayerCache(dict):
         super().__init__()
         self.capacity = capacity
 
-    def child(self, key) -> "LayerCache":
+    def child(self, key) -> LayerCache:
         """A nested cache (e.g. one inner attention level) with the same capacity."""
         if key not in self:
             self[key] = LayerCache(self.capacity)

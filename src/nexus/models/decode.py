@@ -27,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import Attention
-from .layers import RMSNorm, SwiGLU
 from .cache import LayerCache, SeqBuffer
+from .layers import RMSNorm, SwiGLU
 
 
 def _hooked(model: nn.Module) -> bool:
@@ -100,7 +100,7 @@ class PlainDecoder:
         self.cos, self.sin = cos, torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
 
     @classmethod
-    def build(cls, model: nn.Module, cache, block_type: type) -> "PlainDecoder | None":
+    def build(cls, model: nn.Module, cache, block_type: type) -> PlainDecoder | None:
         """The decoder for `model` over `cache` after its prefill, or None when the model has parts
         the decoder does not reproduce (see the module docstring)."""
         if model.training or getattr(model, "anchor", None) is not None or model.embed.max_norm is not None:

@@ -19,7 +19,6 @@ import functools
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from . import mix_kernels

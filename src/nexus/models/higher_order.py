@@ -33,9 +33,9 @@ import torch.nn as nn
 
 from ..config import ModelConfig
 from .attention import Attention, sdpa_causal
+from .cache import append_history, child_cache
 from .kinds import ATTENTION_KINDS, LayerKind
 from .layers import HookPoint, apply_rope
-from .cache import append_history, child_cache
 
 
 class HigherOrderAttention(Attention):

@@ -23,8 +23,8 @@ first lookup, so a new kind needs no central list.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch.nn as nn
 

@@ -17,7 +17,6 @@ code all see ordinary matrices (weight shapes: w_m (M, D), w_a (A, M), w_d (D_ou
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn

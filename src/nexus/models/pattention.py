@@ -13,7 +13,6 @@ pins tau at the pre-growth count; without it growth rescales every old score (no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn

@@ -11,8 +11,8 @@ made once per model by `projection_factory(cfg)`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch.nn as nn
 

@@ -33,8 +33,8 @@ from .base import LanguageModel
 from .bitlinear import BitLinear, hold_quantized_weights
 from .kinds import ARCHITECTURES, Architecture
 from .layers import RMSNorm
-from .ternary_swiglu import fused_swiglu
 from .lm_loss import LMOutput, cross_entropy_mean, lm_loss
+from .ternary_swiglu import fused_swiglu
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -48,7 +48,7 @@ class CausalDepthwiseConv(nn.Module):
         self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=True)
 
     def forward(
-        self, x: torch.Tensor, state: "torch.Tensor | ConvHistory | None" = None
+        self, x: torch.Tensor, state: torch.Tensor | ConvHistory | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start),
         or a ConvHistory (decoding), which is updated in place. Returns (y (B, T, D), new state)."""
@@ -328,7 +328,7 @@ class NexusConfig:
     init_std: float = 0.02  # init std
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NexusConfig":
+    def from_dict(cls, d: dict) -> NexusConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         aliases = {"t_inner": "T_inner", "dim": "d_model", "hidden_dim": "ffn_hidden"}
         kwargs = {}

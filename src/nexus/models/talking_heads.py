@@ -22,13 +22,14 @@ the base Attention's; P_l and P_w are h x h, so width growth leaves them alone.
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
 from .attention import Attention, causal_mask
-from .kinds import ATTENTION_KINDS, LayerKind
 from .cache import append_history
+from .kinds import ATTENTION_KINDS, LayerKind
 
 
 class TalkingHeadsAttention(Attention):

@@ -36,7 +36,7 @@ from .manifest import confined_name, pid_alive, through_symlink
 SUFFIX = ".nexus-lock"
 # the temporary names nexus.atomic creates: .NAME.tmp|new|old|del-PID-NS
 SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old|del)-(?P<tag>\d+-\d+)$")
-_HELD: dict[Path, "OutputLock"] = {}  # output path (resolved) -> the lock this process holds on it
+_HELD: dict[Path, OutputLock] = {}  # output path (resolved) -> the lock this process holds on it
 
 
 def lock_file(target) -> Path:
@@ -169,7 +169,7 @@ def _describe(h: dict) -> str:
 class OutputLock:
     """Held lock on one output path. Use `acquire_output_lock`."""
 
-    def __init__(self, target: Path, parent: "OutputLock | None" = None):
+    def __init__(self, target: Path, parent: OutputLock | None = None):
         self.target = target
         self.parent = parent  # re-entrant: the enclosing lock this process already holds
         self.file = lock_file(target)

@@ -7,7 +7,7 @@ higher_order, recurrent); every module present in this package is imported on fi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..config import ConfigError, RunConfig
 from ..plugins import Registry

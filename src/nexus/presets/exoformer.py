@@ -9,7 +9,7 @@ rest, linear warmup then a linear warmdown over the last 20% of steps.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..config import MixingConfig, RunConfig
 from . import register

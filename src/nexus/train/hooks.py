@@ -54,13 +54,13 @@ class Hook:
     Options: typing.ClassVar[type | None] = None  # a registered kind's options dataclass (None: it takes none)
 
     @classmethod
-    def from_config(cls, entry: dict, cfg, where: str) -> "Hook":
+    def from_config(cls, entry: dict, cfg, where: str) -> Hook:
         """A registered kind's hook from its `train.hooks` entry ({kind, **options}); `where` names the
         entry in errors."""
         return cls.from_options(parse_hook_options(cls, entry, cfg, where), cfg, where)
 
     @classmethod
-    def from_options(cls, options, cfg, where: str) -> "Hook":
+    def from_options(cls, options, cfg, where: str) -> Hook:
         """The hook from its parsed options (None: a kind without options); by default the options'
         fields are its keyword arguments."""
         if options is None:

@@ -34,9 +34,9 @@ from ..models.lm_loss import IGNORE_INDEX
 from ..optim.param_groups import build_optimizer
 from ..optim.schedule import set_lr
 from . import distributed as D
+from . import run_dir as R
 from .health import StepHealth
 from .hooks import Hook, builtin_hooks, configured_hooks
-from . import run_dir as R
 from .memory import check_training_memory
 
 

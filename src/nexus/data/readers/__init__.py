@@ -17,8 +17,8 @@ what a source may be is built from the registry (`valid_sources`, `file_forms`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ...plugins import Registry
 
