@@ -13,6 +13,7 @@ find our model (see src/_nexus_lm_eval_hook.py). Two places, because the two ins
 
 Everything else (metadata, dependencies, scripts) stays in pyproject.toml.
 """
+
 import os
 
 from setuptools import setup
