@@ -41,6 +41,8 @@ NOT_RUN = {
     "python3 -m venv": "creates a virtual environment (the install itself)",
     ". .venv/bin/activate": "activates that environment in the reader's shell",
     "python -m pytest": "the test suite itself",
+    "ruff ": "the formatter and linter .ci/run runs before the tests (the suite holds no copy of them)",
+    "mypy": "the type checker .ci/run runs before the tests",
     "lm_eval ": "lm-eval's own CLI on a task's dataset (hellaswag) or the reader's task files; the adapter is "
     "tested in tests/test_lm_eval*.py",
     "python -m lm_eval ": "as lm_eval",

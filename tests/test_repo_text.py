@@ -116,7 +116,8 @@ def _field_exists(dotted: str) -> bool:
         if part not in fields or fields[part].metadata.get("set_by_growth"):
             return False
         tp = typing.get_type_hints(tp)[part] if part in typing.get_type_hints(tp) else str
-    return not dataclasses.is_dataclass(tp)
+    # a plain field, or a kind section named by its kind (`--train.optimizer muon`)
+    return not dataclasses.is_dataclass(tp) or (isinstance(tp, type) and issubclass(tp, KindOptions))
 
 
 def _placeholder(name: str) -> bool:
