@@ -191,7 +191,8 @@ def side_pattern(name: str, state: str) -> str:
 
 def test_every_journaled_temporary_is_named_as_recovery_reads_it(tmp_path, monkeypatch):
     """Each temporary a write records (a file's `.tmp`, with or without the lock passed in; a replaced
-    folder's `.tmp`, `.new`, `.old`; a pruned folder's `.del`) is named `.NAME.STATE-TAG`: recovery after a kill matches only that form."""
+    folder's `.tmp`, `.new`, `.old`; a pruned folder's `.del`) is named `.NAME.STATE-TAG`: \
+recovery after a kill matches only that form."""
     import re
 
     run = tmp_path / "run"
@@ -289,7 +290,8 @@ def test_a_recovered_leftover_that_cannot_be_deleted_is_named_not_reported_remov
 
 def test_recover_interrupted_finishes_dead_writers_of_the_checkpoint_and_of_its_folder(tmp_path):
     """A reader of run/step-10 finishes the swaps a dead writer of the checkpoint itself recorded and
-    those a dead writer of the run folder recorded; a lock whose holder ran on another host cannot be checked from here and is left alone."""
+    those a dead writer of the run folder recorded; \
+a lock whose holder ran on another host cannot be checked from here and is left alone."""
     run = tmp_path / "run"
     run.mkdir()
     ckpt = run / "step-10"

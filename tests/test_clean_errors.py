@@ -229,7 +229,7 @@ def test_build_model_names_a_wrong_argument():
         nexus.build_model({"d_model": 32})
 
 
-# ----------------------------------------------------------------------------- issue 42 item 5: the API validates like the CLI
+# ---------------------------------------------------------------------- issue 42 item 5: the API validates like the CLI
 @pytest.mark.parametrize(
     "fields,needle",
     [

@@ -155,7 +155,7 @@ def test_a_binary_config_is_one_line(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("value", ["nan,5", "inf,5", "1.3,inf", "nan,nan"])
-def test_non_finite_rewarmup_is_refused(capsys, tmp_path, ckpt, value):
+def test_non_finite_rewarmup_is_refused(capsys, tmp_path, ckpt, value):  # noqa: F811  (ckpt: the imported fixture)
     """`--rewarmup nan,5` was accepted and wrote "rho": NaN; resuming gave loss nan, then a traceback."""
     one_line_exit_2(
         capsys,

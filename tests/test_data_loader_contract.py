@@ -132,7 +132,8 @@ def test_the_summary_of_a_bin_names_its_split_and_a_prepared_corpus_ends_at_its_
     p = _ramp_bin(tmp_path, 200)
     s = DataModule(DataConfig(source=str(p), seq_len=8, val_fraction=0.1)).summary()
     assert s == (
-        f"{p} (bin) | tokenizer byte (vocab {ByteTokenizer().vocab_size}) | train 180 tokens | validation 20 tokens | validation: the "
+        f"{p} (bin) | tokenizer byte (vocab {ByteTokenizer().vocab_size}) | train 180 tokens | "
+        "validation 20 tokens | validation: the "
         "last 10% of the tokens (20; a bare .bin has no document boundaries, so the split is by position)"
     )
     (tmp_path / "c.txt").write_text("".join(f"document {i} with a few words in it\n\n" for i in range(40)))

@@ -133,7 +133,8 @@ def test_bad_variable_exits_2_with_one_line(tmp_path):
     ]
 
 
-@pytest.mark.slow  # two env-script processes that each import the hub stack (~35 s); the in-process offline check stays in test_data_sources
+@pytest.mark.slow  # two env-script processes that each import the hub stack (~35 s);
+# the in-process offline check stays in test_data_sources
 def test_offline_hub_dataset_and_hub_push_fail_with_one_line(tmp_path):
     r = _run_cli({"MODEL_SIZE": "micro", "TOTAL_STEPS": "1", "OUTPUT_DIR": str(tmp_path / "o")}, tmp_path)
     assert r.returncode == 2, r.stderr

@@ -134,7 +134,7 @@ def test_static_lambda_starts_at_half(preset):
     """Both coefficients (lambda1 on the anchor, lambda2 on the current projection) of every mixed
     component start at 0.5, also after the model's global re-init."""
     model = build_model(micro_model_cfg(preset))
-    for check in range(2):
+    for _check in range(2):
         seen = 0
         for _, mx in mixers(model):
             for c in mx.components:

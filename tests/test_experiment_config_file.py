@@ -14,7 +14,11 @@ from nexus.config import ConfigError
 from nexus.experiments import compare as C
 from nexus.experiments import progressive as P
 
-FILE = "model:\n  n_layers: 1\n  qk_norm: true\ntrain:\n  lr: 0.002\n  batch_size: 2\n  eval_batches: 1\ndata:\n  seq_len: 48\n"
+FILE = (
+    "model:\n  n_layers: 1\n  qk_norm: true\n"
+    "train:\n  lr: 0.002\n  batch_size: 2\n  eval_batches: 1\n"
+    "data:\n  seq_len: 48\n"
+)
 # the same fields as the dotted overrides the file amounts to, written by hand
 AS_OVERRIDES = [
     "--model.n_layers",

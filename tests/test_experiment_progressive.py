@@ -399,7 +399,7 @@ def test_method_pair_head_to_head(tmp_path, monkeypatch):
     plan = pair.plan_pair("test-pair", list(MICRO), 384, 0.5, [0, 1], str(tmp_path / "pair"), eval_points=5)
     r = pair.run_pair(plan, quiet=True, say=lambda *_: None)
     on_disk = json.loads((tmp_path / "pair" / "results.json").read_text())
-    for sd, row in on_disk["per_seed"].items():
+    for _sd, row in on_disk["per_seed"].items():
         a, b = row["runs"]["test-ffn"], row["runs"]["test-ffn-b"]
         assert a["tokens"] == b["tokens"] == plan["plans"]["test-ffn"]["token_budget"]
         hit = _first_crossing(

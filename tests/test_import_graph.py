@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "models",
         "optim",
         "figures",
-    ),  # layers, architectures, generation, parameter accounting | optimizers, LR schedule | matplotlib defaults, saved through atomic
+    ),  # layers, architectures, generation, parameter accounting |
+    # optimizers, LR schedule | matplotlib defaults, saved through atomic
     ("data",),  # tokenizers (incl. the HF wrapper), corpora, batches
     ("checkpoint",),
     ("eval", "hf", "export"),  # read checkpoints + tokenizers: evaluation, HF conversion, ternary export

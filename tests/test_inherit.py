@@ -4,7 +4,6 @@ grower filling the rest, buffers copied by name, the new model on the old one's 
 initialization that leaves the global RNG alone, new-entry blocks that tile the grown tensor, and the
 scale and draws of random new entries."""
 
-
 import pytest
 import torch
 

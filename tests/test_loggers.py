@@ -96,7 +96,8 @@ def test_wandb_is_not_imported_unless_chosen(tmp_path, monkeypatch):
         "import sys, os; from nexus.config_overrides import parse_overrides; from nexus.presets import get_preset; "
         "from nexus.train.trainer import Trainer; "
         f"cfg = parse_overrides(get_preset('baseline-micro'), {RUN!r} + ['--train.out_dir', {str(tmp_path / 'r')!r}]); "
-        "Trainer(cfg.validate(), quiet=True).fit(); assert 'wandb' not in sys.modules and 'tensorboard' not in sys.modules"
+        "Trainer(cfg.validate(), quiet=True).fit(); "
+        "assert 'wandb' not in sys.modules and 'tensorboard' not in sys.modules"
     )
     env = dict(__import__("os").environ, NEXUS_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)

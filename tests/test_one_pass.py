@@ -45,8 +45,10 @@ def counts(monkeypatch):
             WidthSpec,
             name,
             (
+                # B023 below is a false positive: `real` and `name` there are this lambda's own parameters, bound
+                # per iteration by the call
                 lambda real, name: (
-                    lambda self, *a: seen.__setitem__(f"spec {name}", seen[f"spec {name}"] + 1) or real(self, *a)
+                    lambda self, *a: seen.__setitem__(f"spec {name}", seen[f"spec {name}"] + 1) or real(self, *a)  # noqa: B023
                 )
             )(real, name),
         )

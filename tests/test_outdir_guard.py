@@ -113,8 +113,8 @@ def test_refuse_unproven_names_the_first_thing_and_counts_the_rest(tmp_path):
     refuse_unproven(out, "--out='run'")  # all of it nexus's
     (out / "config.yaml").write_text("b")
     assert refusal(refuse_unproven, out, "--out='run'") == (
-        "--out='run': 'config.yaml' was changed since nexus wrote it (valid: move it out of the folder, or another output "
-        "path; --overwrite replaces only files nexus wrote and never deletes anything else)"
+        "--out='run': 'config.yaml' was changed since nexus wrote it (valid: move it out of the folder, "
+        "or another output path; --overwrite replaces only files nexus wrote and never deletes anything else)"
     )
     (out / "config.yaml").write_text("a")
     (out / "x.txt").write_text("mine")
@@ -139,7 +139,8 @@ def test_a_new_or_empty_path_may_receive_any_output(tmp_path):
 def test_an_output_of_the_same_kind_is_replaced_or_continued_only_when_asked(tmp_path):
     out = output(tmp_path / "run", TRAIN_RUN, **{"config.yaml": "a"})
     assert refusal(check_output, out, TRAIN_RUN, flag="--save") == (
-        f"--save={str(out)!r} already holds a nexus train run output (valid: another --save, or --overwrite to replace it)"
+        f"--save={str(out)!r} already holds a nexus train run output "
+        "(valid: another --save, or --overwrite to replace it)"
     )
     assert check_output(out, TRAIN_RUN, overwrite=True) == out and check_output(out, TRAIN_RUN, resume=True) == out
     (out / "mine.txt").write_text("x")
@@ -363,8 +364,8 @@ def test_a_dead_writers_lock_is_refused_under_the_callers_flag_naming_the_lock(t
     out.mkdir()
     lock_file(out).mkdir()
     assert refusal(recorded_temporaries, out) == (
-        f"--out={str(out)!r}: its lock name {str(lock_file(out))!r} is a folder (valid: move it away, or another output "
-        "path; nexus never deletes what it did not write)"
+        f"--out={str(out)!r}: its lock name {str(lock_file(out))!r} is a folder "
+        "(valid: move it away, or another output path; nexus never deletes what it did not write)"
     )
     lock_file(out).rmdir()
     dead_lock(out, "../x/.y.tmp-1-2")

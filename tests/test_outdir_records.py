@@ -375,11 +375,11 @@ def test_an_entry_that_is_no_record_or_a_file_turned_folder_is_changed_and_what_
 
 
 # ----------------------------------------------------------------------------- since the rebase (main's new code)
-from nexus.outdir.manifest import (
+from nexus.outdir.manifest import (  # noqa: E402
     dead_manifest_temporary,
     holds_recorded_output,
     is_library,
-    library_file_owned,  # noqa: E402
+    library_file_owned,
     library_files,
     library_problems,
     manifest_temporary,

@@ -143,7 +143,7 @@ def test_only_a_finished_sweep_run_of_the_same_config_is_reused(bench, tmp_path)
     lrs = [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]
     sweep_runs = bench.plan_sweep(list(bench.DEFAULT_METHODS), "smoke", "embedded", out, lrs)["runs"]
     table = {}
-    for name, r in sweep_runs.items():
+    for _name, r in sweep_runs.items():
         if r["lr"] != 1.6e-2:  # one lr's runs unfinished: nothing of theirs may be reused
             d = Path(r["cfg"]["train"]["out_dir"])
             d.mkdir(parents=True)

@@ -97,7 +97,8 @@ def test_a_world_size_that_cannot_keep_the_global_batch_is_refused_with_the_larg
 def test_a_batch_given_on_resume_chooses_the_global_batch_and_is_noted_when_it_changes_it():
     new = _train(8, 1)
     assert keep_global_batch(_train(4, 2), new, 1, 2, W) == [
-        "global batch 8 -> 16 sequences per step (train.batch_size 8 x train.grad_accum 1 x world 2), as given on resume"
+        "global batch 8 -> 16 sequences per step "
+        "(train.batch_size 8 x train.grad_accum 1 x world 2), as given on resume"
     ]
     assert new.grad_accum == 1  # given, not adjusted
     assert keep_global_batch(_train(4, 2), _train(2, 4), 3, 3, W) == []  # the same 24 sequences: nothing to say
@@ -115,7 +116,8 @@ def test_a_checkpoint_without_its_world_size_is_taken_at_the_launched_one():
     # a batch given on resume: measured against the same world, so 4 x 2 x 3 -> 8 x 1 x 3
     assert keep_global_batch(_train(4, 2), _train(8, 1), None, 3, W) == []
     assert keep_global_batch(_train(4, 2), _train(8, 2), None, 3, W) == [
-        "global batch 24 -> 48 sequences per step (train.batch_size 8 x train.grad_accum 2 x world 3), as given on resume"
+        "global batch 24 -> 48 sequences per step "
+        "(train.batch_size 8 x train.grad_accum 2 x world 3), as given on resume"
     ]
 
 

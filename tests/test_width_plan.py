@@ -534,7 +534,8 @@ RMS_KEYS = {"rms_ratio_per_layer", "rms_ratio_max_dev", "probe_loss_before", "pr
     ],
 )
 def test_the_printed_report_and_the_rewarmup_record_say_what_grew(tie, ws, expected):
-    """Every line the grower prints (the SwiGLU note only for a zero fan-out that adds SwiGLU units, the logit scale only for a tied head
+    """Every line the grower prints (the SwiGLU note only for a zero fan-out that adds SwiGLU units, \
+the logit scale only for a tied head
     whose hidden axis grows, the re-warmup pair and whether it drives every parameter) beside the RMS probe, and
     the re-warmup the record hands to the lr plan."""
     from nexus.growth.width import grow_width

@@ -1603,7 +1603,8 @@ def main(argv=None) -> int:
         print(f"{g:18}{n['valid']:7}{n['clean']:7}{n['unclean']:9}{n['loss']:6}{len(rs) - sum(n.values()):7}")
     print(
         f"{'total':18}{counts['valid']:7}{counts['clean']:7}{counts['unclean']:9}{counts['loss']:6}"
-        f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, {summary['child_cpu_seconds']} s of "
+        f"{counts['skipped'] + counts['harness-error']:7}   ({summary['seconds']} s, "
+        f"{summary['child_cpu_seconds']} s of "
         f"CPU, commit {git}, "
         f"cpu {summary['cpu_capability']}) -> {args.json}"
     )

@@ -458,7 +458,8 @@ def hide_packages(names, where: Path) -> str:
         "class _Hide(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] in _HIDDEN:\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r} (hidden by gpu_check --dry-run)', name=name)\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} "
+        "(hidden by gpu_check --dry-run)', name=name)\n"
         "        return None\n"
         "sys.meta_path.insert(0, _Hide())\n"
     )

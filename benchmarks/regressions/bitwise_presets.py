@@ -7,7 +7,8 @@ must keep them for every preset).
 The reference revision is checked out with `git worktree add --detach` (default /tmp/nexus-before) and
 each side runs in its own process with its own `src` on PYTHONPATH, one thread. Both sides build the
 *same* model config: this tree's preset, written in the reference's config form where that form differs
-(attention/projection/MLP kinds as flat sections, the architecture as a name), so a preset whose definition changed on purpose is
+(attention/projection/MLP kinds as flat sections, the architecture as a name), so a preset whose \
+definition changed on purpose is
 still compared on what the code does with it. The reference's own preset config is compared too and
 a difference is reported beside the result.
 

@@ -197,7 +197,8 @@ def compile_check(args) -> None:
         clock="cpu",
     )
     print(
-        f"  eager {[round(t * 1e3, 1) for t in times['eager']]} ms, compiled {[round(t * 1e3, 1) for t in times['compiled']]} ms"
+        f"  eager {[round(t * 1e3, 1) for t in times['eager']]} ms, "
+        f"compiled {[round(t * 1e3, 1) for t in times['compiled']]} ms"
     )
     emit(
         "baseline-tiny compiled vs eager training step (speed)",

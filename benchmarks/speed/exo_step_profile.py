@@ -88,7 +88,8 @@ def main() -> None:
     n = args.steps
     print(
         f"d_model {d} x 29 layers, {shape.seq} tokens, {torch.get_num_threads()} thread(s), process CPU time, "
-        f"mean of {n} steps per model | mixing path: {'fused' if fused_mix.enabled() and mix_kernels.available() else 'eager'}"
+        f"mean of {n} steps per model | "
+        f"mixing path: {'fused' if fused_mix.enabled() and mix_kernels.available() else 'eager'}"
     )
     for name, tot in totals.items():
         print(f"step {name:<14} {tot / n * 1e3:8.1f} ms")

@@ -230,7 +230,8 @@ def main() -> None:
         ratio = [c / n for c, n in zip(rounds["chunked"], rounds["nexus"])]
         print(
             f"chunked loss ({args.vs_chunked} tokens per chunk), same process, interleaved: tokens/s per round "
-            f"{[round(v) for v in rounds['chunked']]}; chunked/plain {[round(v, 3) for v in ratio]}; peak memory GiB {mem}"
+            f"{[round(v) for v in rounds['chunked']]}; chunked/plain {[round(v, 3) for v in ratio]}; "
+            f"peak memory GiB {mem}"
         )
         emit(
             f"training tokens/s, chunked/plain loss (chunk {args.vs_chunked}), {n_params / 1e6:.0f}M, {args.dtype}, "
@@ -244,7 +245,8 @@ def main() -> None:
     if args.vs_hf:
         ratio = [n / h for n, h in zip(rounds["nexus"], rounds["hf"])]
         print(
-            f"HF LlamaForCausalLM (sdpa), same process, interleaved: tokens/s per round {[round(v) for v in rounds['hf']]}; "
+            "HF LlamaForCausalLM (sdpa), same process, interleaved: "
+            f"tokens/s per round {[round(v) for v in rounds['hf']]}; "
             f"nexus/HF {[round(v, 3) for v in ratio]}; peak memory GiB (each side's own) {mem}"
         )
         emit(

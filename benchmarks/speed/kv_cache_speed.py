@@ -66,13 +66,13 @@ def main() -> None:
                 generate(model, prompt, max_new_tokens=4, temperature=0, use_cache=use_cache)
             out = {}
 
-            def side(use_cache: bool):
+            def side(use_cache: bool, out=out, model=model, prompt=prompt):
                 return lambda: out.__setitem__(
                     use_cache,
                     generate(model, prompt, max_new_tokens=args.new_tokens, temperature=0, use_cache=use_cache),
                 )
 
-            def check_round(r: int, t: dict) -> None:
+            def check_round(r: int, t: dict, out=out, order=order, batch=batch) -> None:
                 assert torch.equal(out[True], out[False]), "cached and uncached generation must give the same tokens"
                 print(
                     f"  order {order} batch {batch} round {r}: cached {t['cached']:.2f} s, uncached "

@@ -168,7 +168,8 @@ def main() -> None:
             print(json.dumps(c[t]))
         print(
             f"control (full backprop, n_sup 1, batch {args.control_batch}): T_inner=24 {c[24][key]:.1f} MB vs "
-            f"T_inner=4 {c[4][key]:.1f} MB -> ratio {c[24][key] / max(c[4][key], 1e-9):.2f} (grows with depth, as it should)"
+            f"T_inner=4 {c[4][key]:.1f} MB -> ratio {c[24][key] / max(c[4][key], 1e-9):.2f} "
+            "(grows with depth, as it should)"
         )
 
 

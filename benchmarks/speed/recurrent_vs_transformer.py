@@ -116,7 +116,8 @@ def main() -> None:
         f"{tps['recurrent'] * depth:.0f}, transformer {tps['transformer'] * depth:.0f}"
     )
     emit(
-        f"recurrent ({args.preset}) vs Transformer++ of equal parameters and effective depth {depth}, training tokens/s",
+        f"recurrent ({args.preset}) vs Transformer++ of equal parameters and effective depth {depth}, "
+        "training tokens/s",
         ratios,
         "report",
         recurrent_tok_s=round(tps["recurrent"], 2),

@@ -5,7 +5,8 @@ both alike) and prints its raw numbers; this script runs them one after another,
 output, reads the `RESULT` line each ends with (benchmarks/_result.py) and prints one table with the
 date, the machine and the load around each run.
 
-    python benchmarks/speed/speed_suite.py                        # every benchmark, the rounds used in benchmarks/README.md
+    python benchmarks/speed/speed_suite.py                        \
+# every benchmark, the rounds used in benchmarks/README.md
     python benchmarks/speed/speed_suite.py --quick                # 2 rounds each, smaller decode runs: a smoke run
     python benchmarks/speed/speed_suite.py --only ternary,kv      # a subset
     python benchmarks/speed/speed_suite.py --out results/speed    # also write results/speed/{suite.json,suite.md,logs}
@@ -74,7 +75,10 @@ def run_one(name: str, argv: list[str]) -> tuple[list[dict], str, dict]:
 
 def fmt(rec: dict) -> str:
     lo, hi = rec["range"]
-    return f"{rec['value']:#.3g}{rec['unit'] if rec['unit'] == 'x' else ''} [{lo:#.3g}, {hi:#.3g}] ({rec['rounds']} rounds)"
+    return (
+        f"{rec['value']:#.3g}{rec['unit'] if rec['unit'] == 'x' else ''} [{lo:#.3g}, {hi:#.3g}] "
+        f"({rec['rounds']} rounds)"
+    )
 
 
 def table(rows: list[tuple[dict, dict]], header: str, quick: bool = False) -> str:

@@ -183,7 +183,8 @@ def main() -> None:
     fp = tok_s.pop("fp32")
     rc = cfg.model.arch
     print(
-        f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + {report['other_params'] / 1e6:.2f}M fp32 params, "
+        f"{args.preset}: {report['ternary_params'] / 1e6:.2f}M ternary + "
+        f"{report['other_params'] / 1e6:.2f}M fp32 params, "
         f"N_sup {rc.n_sup} x T_inner {rc.t_inner} x {cfg.model.n_layers} layers, threads {torch.get_num_threads()}"
     )
     print(
@@ -200,10 +201,12 @@ def main() -> None:
         ratios = [t / f for t, f in zip(ter, fp)]
         print(
             f"packed kernel {k} (layers run {', '.join(used)}): max |logit diff| vs the exact packed model {diff:.4g} "
-            f"on the prompt; top-1 agreement over {cont.shape[1]} teacher-forced positions {agree:.3f} (random-init weights)"
+            f"on the prompt; top-1 agreement over {cont.shape[1]} teacher-forced positions "
+            f"{agree:.3f} (random-init weights)"
         )
         print(
-            f"  decode tokens/s ({args.clock} clock, batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new, {len(ter)} alternated "
+            f"  decode tokens/s ({args.clock} clock, batch {args.batch}, prompt {args.prompt_len}, "
+            f"{args.new_tokens} new, {len(ter)} alternated "
             f"rounds): packed {statistics.median(ter):.2f} vs fp32 {f_med:.2f} (medians); raw packed "
             f"{[round(v, 2) for v in ter]} fp32 {[round(v, 2) for v in fp]}"
         )
@@ -227,7 +230,8 @@ def main() -> None:
         pk, fs = step_ratios(packed[first], fp32_model, prompt, args.step_rounds)
         r = [f / k for k, f in zip(pk, fs)]
         print(
-            f"one-token steps alone (kernel {first}), ms: packed {[round(v) for v in pk]} fp32 {[round(v) for v in fs]}; "
+            f"one-token steps alone (kernel {first}), ms: packed {[round(v) for v in pk]} "
+            f"fp32 {[round(v) for v in fs]}; "
             f"ratio per round {[round(v, 2) for v in r]} -> median {statistics.median(r):.2f}, "
             f"range [{min(r):.2f}, {max(r):.2f}]"
         )

@@ -39,7 +39,7 @@ def matmul_rate_gflops(shapes, repeats: int = 3, clock: str = "wall") -> tuple[f
         a = torch.randn(k, m).t() if layout == "tn" else torch.randn(m, k)
         b = torch.randn(n, k).t() if layout == "nt" else torch.randn(k, n)
         # one warm-up call (thread pool, caches), then `repeats` timed ones
-        times = alternate({"mm": lambda: torch.mm(a, b)}, rounds=repeats, warmup=1, clock=clock)["mm"]
+        times = alternate({"mm": lambda a=a, b=b: torch.mm(a, b)}, rounds=repeats, warmup=1, clock=clock)["mm"]
         rate = 2 * m * k * n / statistics.median(times) / 1e9
         if rate > best:
             best, best_shape = rate, f"{m}x{k}x{n} {layout}"

@@ -22,7 +22,8 @@ overhead the preset pays; it is kept as a secondary, quicker row.
 `--shape custom` takes --d-model/--layers/--seq as given (the earlier default was d 512 x 8 layers,
 one 2,048-token sequence, where a byte vocabulary puts the anchor on the table path).
 
-    python benchmarks/speed/variant_overhead.py --threads 1 --clock process --rounds 6 --warmup 1   # headline: the preset's shape
+    python benchmarks/speed/variant_overhead.py --threads 1 --clock process --rounds 6 --warmup 1   \
+# headline: the preset's shape
     python benchmarks/speed/variant_overhead.py --shape 450m-reduced --threads 1 --clock process --rounds 30
     python benchmarks/speed/variant_overhead.py --shape custom --d-model 512 --layers 8 --seq 2048 --variants all
     python benchmarks/speed/variant_overhead.py --rounds 20 --device cuda --dtype bfloat16 --d-model 1024 --seq 2048
@@ -32,7 +33,8 @@ median of per-round paired ratios with a 95% bootstrap interval), the FLOPs rati
 paper's per-token formula and as executed for this batch (FlopCounterMode, forward + backward), and
 the raw per-round times. `--clock process` times each step by this process's CPU time instead of
 the elapsed time: on a machine shared with other jobs it leaves out the time they hold the cores
-(not their competition for memory bandwidth). nexus's CLI tunes glibc malloc (nexus/runtime.py), so this script does too;
+(not their competition for memory bandwidth). \
+nexus's CLI tunes glibc malloc (nexus/runtime.py), so this script does too;
 --no-malloc-tuning measures the default allocator.
 """
 
@@ -263,10 +265,13 @@ def main() -> None:
     flops = {v: forward_flops_per_token(unwrap[v], args.seq) for v in args.variants}
     ran = {v: executed_flops(unwrap[v], x, y) if args.count_flops else float("nan") for v in args.variants}
     print(
-        f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | dtype {args.dtype} | d_model {args.d_model} x "
-        f"{args.layers} layers, {built['gated'][1].cfg.n_heads} heads, ffn {built['gated'][1].cfg.ffn} | batch {args.batch} x seq {args.seq} | optimizer "
+        f"shape {args.shape} | device {device} ({torch.get_num_threads()} CPU threads) | "
+        f"dtype {args.dtype} | d_model {args.d_model} x "
+        f"{args.layers} layers, {built['gated'][1].cfg.n_heads} heads, ffn {built['gated'][1].cfg.ffn} | "
+        f"batch {args.batch} x seq {args.seq} | optimizer "
         f"{'on' if args.optimizer else 'off'} | compile {'on' if args.compile else 'off'} | malloc {malloc} | "
-        f"anchor path {args.anchor_path} | {args.clock} clock | {args.rounds} rounds (+{args.warmup} warmup), alternating order"
+        f"anchor path {args.anchor_path} | {args.clock} clock | "
+        f"{args.rounds} rounds (+{args.warmup} warmup), alternating order"
     )
     print(
         f"{PAPER_PRESET} takes the {preset_path} anchor path ({preset_tokens:,} tokens per micro-batch, "
@@ -290,7 +295,8 @@ def main() -> None:
     paired = {v: paired_ratio(times[v], times["gated"]) for v in args.variants}
     base = med.get("base-transformer")
     print(
-        f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} {'paired vs gated':>22} {'formula FLOPs':>14} "
+        f"{'variant':<20} {'median ms':>10} {'vs base':>8} {'vs gated':>9} "
+        f"{'paired vs gated':>22} {'formula FLOPs':>14} "
         f"{'executed FLOPs':>15} {'min..max ms':>18}"
     )
     print(f"{'':<20} {'':>10} {'':>8} {'':>9} {'(median [95% CI])':>22} {'vs gated':>14} {'vs gated':>15}")
@@ -300,7 +306,8 @@ def main() -> None:
         vs_base = f"{med[v] / base:>8.3f}" if base else f"{'-':>8}"
         print(
             f"{v:<20} {med[v] * 1e3:>10.2f} {vs_base} {med[v] / med['gated']:>9.3f} "
-            f"{f'{p_med:.3f} [{p_lo:.3f}, {p_hi:.3f}]':>22} {flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} "
+            f"{f'{p_med:.3f} [{p_lo:.3f}, {p_hi:.3f}]':>22} "
+            f"{flops[v] / flops['gated']:>14.4f} {ran[v] / ran['gated']:>15.4f} "
             f"{min(ts) * 1e3:>8.2f}..{max(ts) * 1e3:<8.2f}"
         )
     for v in args.variants:  # the raw numbers behind every ratio

@@ -88,7 +88,8 @@ def summarize(parts: dict, ledger, say) -> dict:
     for fam, p in (out["pilot"] or {}).items():
         say(
             f"pilot {fam} (tuning seeds {','.join(map(str, TUNING_SEEDS))}, chosen lrs): small - scratch "
-            f"{p['small_minus_scratch']:+.4f} = {p['ses']:.1f} SE ({'passes' if p['passes'] else 'FAILS: the test is void'})"
+            f"{p['small_minus_scratch']:+.4f} = {p['ses']:.1f} SE "
+            f"({'passes' if p['passes'] else 'FAILS: the test is void'})"
         )
     ev = parts["eval"]
     if not (ev.get("tuned") and all(ledger.holds(k, r["cfg"]) for k, r in ev["runs"].items())):

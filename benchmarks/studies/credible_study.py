@@ -10,7 +10,8 @@ Pre-stated (2026-12-07, before any run of this study):
   tuning     successive halving on tuning seeds only: 4 peak lrs a factor 2 apart on seed 100 for the small and the
              scratch shape, extended a factor 2 at a time past an edge that holds the best (rule stated 2026-12-07,
              after the first 4: both shapes' best was the low edge, 8e-3, so 4e-3 and 2e-3 were added), the best 2
-             of each on seed 101, the lowest mean over both seeds chosen (`tune`, `tune-halving`); then the continuation lr at growth, x1 (the paper: the small model's lr is kept) or x2,
+             of each on seed 101, the lowest mean over both seeds chosen (`tune`, `tune-halving`); \
+then the continuation lr at growth, x1 (the paper: the small model's lr is kept) or x2,
              for the small model and the grown one, on both tuning seeds (`tune-cont`).
   evaluation seeds 0-7 (never tuned on): the prefix to the growth step, then from it: small (x1), small@lr2x,
              sparkling (x1), sparkling@lr2x; scratch at its tuned lr. Both multipliers run whatever tune-cont picks,

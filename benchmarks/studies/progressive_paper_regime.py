@@ -25,8 +25,10 @@ Runs whose configurations are identical apart from their directory (the width me
 and scratch runs, the retrofit's small run, nexus-rank = nexus-rank-matched, the pair's grown runs)
 are trained once and copied, so the full setting trains 16 distinct runs per seed.
 
-    python benchmarks/studies/progressive_paper_regime.py --out runs/bench-paper-regime   # full: 100 tokens/param, seeds 0,1,2
-    python benchmarks/studies/progressive_paper_regime.py --estimate   # time a few steps of every distinct model: idle estimate
+    python benchmarks/studies/progressive_paper_regime.py --out runs/bench-paper-regime   \
+# full: 100 tokens/param, seeds 0,1,2
+    python benchmarks/studies/progressive_paper_regime.py --estimate   \
+# time a few steps of every distinct model: idle estimate
     python benchmarks/studies/progressive_paper_regime.py --quick      # 4 tokens/param, seeds 0,1,2 (a smoke run)
     python benchmarks/studies/progressive_paper_regime.py --methods sparkling,naive-copy --seeds 0
 Prints a progress line per run, one JSON line per method, and a table (mean +- std, 95% interval,
@@ -268,7 +270,8 @@ def render_table(rows: list[dict], pair: dict | None) -> str:
         d = sm["a_minus_b_final"]
         out += [
             "",
-            f"Pair {pair['pair']} ({a} vs {b}, grown runs only, same bases and tokens): {a} {fmt_ci(sm['final_val_loss'][a])}, "
+            f"Pair {pair['pair']} ({a} vs {b}, grown runs only, same bases and tokens): "
+            f"{a} {fmt_ci(sm['final_val_loss'][a])}, "
             f"{b} {fmt_ci(sm['final_val_loss'][b])}; {a} − {b} {fmt_ci(d['diff'])} (paired t p {_p(d['t_p'])}, "
             f"Wilcoxon p {_p(d['wilcoxon_p'])}); compute {a} saved to reach {b}'s final loss: "
             f"{fmt_ci(sm['saved'], True)} ({sm['reached']} of {len(pair['seeds'])} seeds reached it directly, "
@@ -410,7 +413,7 @@ def main() -> None:
             pplan = PR.plan_pair(
                 pname, tokens=plans[pa]["token_budget"], grow_at=0.5, seeds=seeds, out=str(out / pname), variants=shrunk
             )
-            for m, p in pplan["plans"].items():
+            for _m, p in pplan["plans"].items():
                 cache.fill(p["configs"], Path(p["out_dir"]), claim=False)
             pair = PR.run_pair(pplan, quiet=True, say=say)
     wall = clock.so_far().wall

@@ -23,10 +23,14 @@ The regime (`--scale full`, the default):
 Three commands, in this order (each resumable: run it again after an interruption and finished runs are
 skipped, unfinished ones continue from their last step checkpoint):
 
-    python benchmarks/studies/progressive_regime.py --estimate --data stdlib       # the plan and its time; trains nothing
-    python benchmarks/studies/progressive_regime.py --lr-sweep --data stdlib       # 5 log-spaced lrs, one seed -> OUT/lr_sweep.json
-    python benchmarks/studies/progressive_regime.py --data stdlib                  # the benchmark (reads OUT/lr_sweep.json)
-    python benchmarks/studies/progressive_regime.py --smoke --out /tmp/regime      # a tiny scale that exercises all of it
+    python benchmarks/studies/progressive_regime.py --estimate --data stdlib       \
+# the plan and its time; trains nothing
+    python benchmarks/studies/progressive_regime.py --lr-sweep --data stdlib       \
+# 5 log-spaced lrs, one seed -> OUT/lr_sweep.json
+    python benchmarks/studies/progressive_regime.py --data stdlib                  \
+# the benchmark (reads OUT/lr_sweep.json)
+    python benchmarks/studies/progressive_regime.py --smoke --out /tmp/regime      \
+# a tiny scale that exercises all of it
 
 `--data` is any `data.source` (the stdlib corpus, a text file, ...). A corpus whose training split is smaller
 than the tokens one run draws would repeat within the run, and is refused with one line. The lr sweep trains
@@ -281,7 +285,8 @@ def summarize(plan: dict, ledger) -> dict:
     for i, a in enumerate(methods):
         for b in methods[i + 1 :]:
             between[f"{a} - {b}"] = paired(per_method[a]["per_seed"]["grown"], per_method[b]["per_seed"]["grown"])
-    # two bases of equal size (Nexus-Rank vs TokenFormer): the architectures' own gap at equal tokens, small against small
+    # two bases of equal size (Nexus-Rank vs TokenFormer): the architectures' own gap at equal tokens,
+    # small against small
     # and scratch against scratch, apart from what each one's growth contributes (its gap closed above)
     architectures = {}
     names = list(plan["bases"])
@@ -383,7 +388,12 @@ def render(plan: dict, summary: dict, corpus: dict, head: str) -> str:
     lines += [
         f"re-warmup tau {plan['tau_rule']}; evaluation on {plan['eval_tokens']:,} fixed validation tokens; "
         f"seeds {', '.join(map(str, plan['seeds']))}",
-        f"lrs: {'tuned by the lr sweep: ' + json.dumps(plan['lrs']) if plan['tuned'] else 'UNTUNED (--untuned): every run at the preset lr'}",
+        "lrs: "
+        + (
+            "tuned by the lr sweep: " + json.dumps(plan["lrs"])
+            if plan["tuned"]
+            else "UNTUNED (--untuned): every run at the preset lr"
+        ),
         *sweep_lines(plan.get("sweep")),
         f"corpus {plan['data']}: {corpus['train_tokens']:,} training tokens; one run draws at most "
         f"{corpus['share_of_split_drawn']:.2f} of them, so no token is seen twice ({corpus['sampler']})",
@@ -478,7 +488,7 @@ def read_sweep(path: Path, plan_key: dict) -> dict:
         )
     try:
         s = json.loads(path.read_text())
-        key, best = s["key"], s["best"]
+        key, _best = s["key"], s["best"]  # reading "best" checks the file has it (KeyError -> Refused)
     except (OSError, ValueError, KeyError) as e:
         raise Refused(
             f"--sweep={str(path)!r} is not an lr sweep result ({type(e).__name__}) (valid: the "
@@ -582,7 +592,8 @@ def print_plan(plan: dict, est: dict | None, corpus: dict, say) -> None:
         say(
             f"plan: {plan['scale']} | base {name} ({', '.join(b['methods'])}) | small {b['small_params']:,} params | "
             f"growth at step {b['grow_step']} = {b['grow_step'] * plan['tokens_per_step']:,} tokens "
-            f"({b['tokens_per_param_at_growth']:.1f} tokens/param) | {b['steps']} steps = {b['token_budget']:,} tokens per "
+            f"({b['tokens_per_param_at_growth']:.1f} tokens/param) | "
+            f"{b['steps']} steps = {b['token_budget']:,} tokens per "
             f"run | eval {plan['eval_tokens']:,} tokens | seeds {','.join(map(str, plan['seeds']))}"
         )
     if "problem" in corpus:
@@ -737,7 +748,8 @@ def _main(argv: list[str] | None) -> int:
 
 
 def emit_headline(summary: dict, label: str, seeds: list[int]) -> None:
-    """The RESULT line of each growth method of a summary (summarize()): grown - scratch final val loss, seed by seed."""
+    """The RESULT line of each growth method of a summary (summarize()): \
+grown - scratch final val loss, seed by seed."""
     for m, pm in summary["methods"].items():
         emit(
             f"{label}: {m} grown - scratch final val loss (paired by seed)",
@@ -768,7 +780,7 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
     clock = StepTimer().start()
     execute(plan["runs"], a.workers, a.threads, lambda s: print(s, flush=True))
     table, best = {}, {}
-    for name, run in plan["runs"].items():
+    for _name, run in plan["runs"].items():
         done = read_done(Path(run["cfg"]["train"]["out_dir"]))
         table.setdefault(run["shape"], []).append(
             {"lr": run["lr"], "final_val_loss": float(done["val_loss"]), "wall_s": done.get("wall_s")}
@@ -799,7 +811,8 @@ def _sweep(a, methods, scale, data, out: Path, lrs: list[float]) -> int:
         },
     )
     print(
-        f"lr sweep: {len(plan['runs'])} runs, {wall / 60:.1f} min wall, {cost / 60:.1f} run-minutes -> {out / SWEEP_FILE}"
+        f"lr sweep: {len(plan['runs'])} runs, {wall / 60:.1f} min wall, "
+        f"{cost / 60:.1f} run-minutes -> {out / SWEEP_FILE}"
     )
     return 0
 

@@ -25,9 +25,12 @@ Parts (run in this order; a part that needs tuned lrs refuses until its tuning i
              scratch on seeds 0-2: the paired difference of the growth gains (small - grown), Nexus-Rank minus
              TokenFormer, and each one's share of its own gap
 
-    python benchmarks/studies/regime_study.py --estimate                   # done / remaining / cost per part; trains nothing
-    python benchmarks/studies/regime_study.py --estimate --device cuda --cuda-steps-per-s 40   # the same at a stated GPU rate
-    python benchmarks/studies/regime_study.py --parts tune                 # run (or continue) a part; commit the ledger after
+    python benchmarks/studies/regime_study.py --estimate                   \
+# done / remaining / cost per part; trains nothing
+    python benchmarks/studies/regime_study.py --estimate --device cuda --cuda-steps-per-s 40   \
+# the same at a stated GPU rate
+    python benchmarks/studies/regime_study.py --parts tune                 \
+# run (or continue) a part; commit the ledger after
     python benchmarks/studies/regime_study.py --plot                       # tables and figures from the ledger alone
 """
 
@@ -208,7 +211,8 @@ def estimate_parts(
             f"live rate: {live['steps_per_s']:.1f} steps/s per worker over the ledger's last {live['runs']} runs "
             f"(finished {live['since']} .. {live['until']}) against {measured:.1f} timed now"
             + (f": {slow:.1f}x slower, the machine is loaded or was" if slow > 1.3 else "")
-            + f"; at the live rate what remains takes {steps / live['steps_per_s'] / 3600 / max(1, workers):.2f} h wall "
+            + "; at the live rate what remains takes "
+            f"{steps / live['steps_per_s'] / 3600 / max(1, workers):.2f} h wall "
             f"with {workers} worker(s)"
         )
     say(

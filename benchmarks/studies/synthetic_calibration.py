@@ -2,7 +2,8 @@
 trains, per attention order, one seed. Used to choose task settings where the standard model ends
 between chance and 100% (docs/higher_order.md); the comparison itself is higher_order_tasks.py.
 
-    python benchmarks/studies/synthetic_calibration.py --task mqar --opts '{"vocab": 64, "pairs": 16}' --lr 1e-3 --steps 1000 --every 200
+    python benchmarks/studies/synthetic_calibration.py --task mqar --opts '{"vocab": 64, "pairs": 16}' \
+--lr 1e-3 --steps 1000 --every 200
 
 A plain loop, not the Trainer, so one run gives the whole curve: AdamW (0.9, 0.95), no weight decay,
 constant LR after 30 linear warmup steps, clip 1.0, batch --bs of fresh task batches (generator seed

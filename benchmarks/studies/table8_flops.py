@@ -5,7 +5,8 @@
   calflops  the same plus norms, activations, softmax and elementwise ops (CalFlops' conventions)
 
 Then, per row, the other conventions (embedding lookup counted as a 2 d V matmul, no LM head, MACs
-instead of FLOPs) and our parameter count against the size the paper names. Also printed: the calflops count without the attention core (QK^T, softmax, AV), which CalFlops
+instead of FLOPs) and our parameter count against the size the paper names. \
+Also printed: the calflops count without the attention core (QK^T, softmax, AV), which CalFlops
 cannot see when the attention runs in a fused kernel, and the linear layers alone without the LM
 head. Runs on the meta device: no memory, a few seconds.
 
@@ -48,7 +49,8 @@ def main() -> None:
     args = ap.parse_args()
     print_machine()  # counts, not timings: the line keeps every benchmark's output alike
     print(
-        f"{'preset':<18} {'params':>8} {'Table 8':>10} {'analytic':>16} {'calflops':>16} {'calflops w/o attn core':>24} "
+        f"{'preset':<18} {'params':>8} {'Table 8':>10} {'analytic':>16} {'calflops':>16} "
+        f"{'calflops w/o attn core':>24} "
         f"{'linear w/o head':>18}"
     )
     conventions = []
@@ -64,7 +66,7 @@ def main() -> None:
         vs_paper["analytic"].append(analytic / paper)
         vs_paper["calflops"].append(cal["total"] / paper)
 
-        def cell(v):
+        def cell(v, paper=paper):
             return f"{v:.4g} ({v / paper - 1:+.1%})"
 
         named = float(size[:-1]) * 1e6  # the size the paper names
@@ -82,7 +84,8 @@ def main() -> None:
     rows = [f"{fam}-{size}" for fam, size in TABLE8]
     for way, values in vs_paper.items():
         emit(
-            f"Table 8 forward FLOPs per token at {args.seq} tokens: {way} count / the paper's, over its {len(rows)} rows",
+            f"Table 8 forward FLOPs per token at {args.seq} tokens: "
+            f"{way} count / the paper's, over its {len(rows)} rows",
             values,
             "report (1 = the paper's count)",
             per_row=dict(zip(rows, [round(v, 4) for v in values])),

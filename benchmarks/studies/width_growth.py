@@ -120,7 +120,8 @@ def main() -> None:
         print(f"{name:14s} " + " ".join(f"{v:.4f}   " for v in losses) + f" {sum(losses) / len(losses):.4f}   {jtxt}")
     print(f"\nactive params small/large: {comp['active_params_small']:,} / {comp['active_params_large']:,}")
     print(
-        f"FLOPs saved vs scratch-wide: eq. 29 (6ND) {comp['saved_eq29']:.1%}, measured FLOPs {comp['saved_measured']:.1%}"
+        f"FLOPs saved vs scratch-wide: eq. 29 (6ND) {comp['saved_eq29']:.1%}, "
+        f"measured FLOPs {comp['saved_measured']:.1%}"
     )
     print(f"total time {clock.so_far().wall:.0f}s")
     for name in VARIANTS:

@@ -7,6 +7,9 @@ feature (anchor mixing, Nexus-Rank, MoE, ...) can be added without touching the 
 `validate()` collects *all* problems and raises one ConfigError listing them.
 """
 
+# A field's comment is its reason in `nexus config` and `--help`, read from the field's own line by
+# config_help.py, so it stays on that one line whatever its length: no E501 in this file.
+# ruff: noqa: E501
 from __future__ import annotations
 
 import dataclasses
@@ -491,7 +494,9 @@ class TrainConfig:
     optimizer: OptimizerOptions = field(
         default_factory=AdamWOptions,
         metadata={
-            "reason": "the optimizer and its own options (each kind declared in optim/kinds/, with its paper's defaults)"
+            "reason": (
+                "the optimizer and its own options (each kind declared in optim/kinds/, with its paper's defaults)"
+            )
         },
     )
     lr: float = 3e-3  # peak AdamW learning rate

@@ -125,7 +125,8 @@ class KindOptions:
     registers it; the section's base class is the baseline kind and holds the options
     every kind of the section shares. Parsing a section looks its kind up here; a kind not registered
     yet is searched for by importing the modules of `package` and the installed plugins (by name: the
-    config layer depends on no model code). Choices are `typing.Literal` annotations, checked by `validate` for every kind;
+    config layer depends on no model code). \
+Choices are `typing.Literal` annotations, checked by `validate` for every kind;
     `check` adds what a kind needs beyond its own fields."""
 
     kind: str = option("", "which registered kind this section builds")

@@ -9,7 +9,8 @@
 
 The attention probabilities are recomputed from the (mixed, normed, rotated) q and k each layer
 passes to `attend` (read at its `hook_qk` hook point), so the fast SDPA path stays untouched; the
-gate logits are read at `hook_gate`. Hooks are installed per call and removed afterwards. Plots are written with matplotlib's Agg backend (no display needed).
+gate logits are read at `hook_gate`. Hooks are installed per call and removed afterwards. \
+Plots are written with matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations

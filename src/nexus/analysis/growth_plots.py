@@ -6,7 +6,8 @@ pretrained (leading corner) and which are new. By default NOC and U_P compare th
 pretrained corner of the first checkpoint, taken at the growth) with the whole grown matrix;
 `--noc-reading corner` compares the corner with the new entries instead (growth_stats.NOC_READINGS),
 averaged over the grown matrices. Repeat `--checkpoints` once per grown run (e.g. 240->300M,
-240->380M, 240->440M) to pool the PCA and the scaling-law fit across runs (Table 5, Fig. 3). Performance is 1/PPL on validation batches (the paper uses benchmark
+240->380M, 240->440M) to pool the PCA and the scaling-law fit across runs (Table 5, Fig. 3). \
+Performance is 1/PPL on validation batches (the paper uses benchmark
 accuracy; we have no benchmarks offline), so Perf% = relative change of 1/PPL.
 """
 
@@ -50,7 +51,7 @@ def collect(
     from ..config import ConfigError
 
     rows, ref_step, base = [], None, None
-    for i, p in enumerate(paths):
+    for _i, p in enumerate(paths):
         model, cfg, tok = load_checkpoint(p)
         rec = _grown_record(cfg, p)
         if ref_step is None:

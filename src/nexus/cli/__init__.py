@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_guarded(prog: str, command) -> int:
     """Run `command()` -> its exit code, with the failures a user causes as one stderr line each: bad
         input (ConfigError) exit 2, an aborted training run exit 1, Ctrl-C exit 130 (a training run stopped by
-    SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). Any other exception is
+    SIGINT / SIGTERM at a step boundary: 130 / 143, with its checkpoint and the command that resumes it). \
+Any other exception is
         an internal fault and keeps its traceback. SIGTERM outside a training loop (which saves a checkpoint first)
         stops the command as Ctrl-C does: one line, exit 143; every writer renames complete files only."""
     import signal

@@ -301,7 +301,8 @@ def run(environ=None) -> dict:
         plan.release()
     if trainer.is_main:
         print(
-            f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | checkpoint {result['checkpoint']} "
+            f"final: val loss {result['val_loss']:.4f} (ppl {result['val_ppl']:.2f}) | "
+            f"checkpoint {result['checkpoint']} "
             f"| {memory_text(trainer.device)}" + (f" | pushed to {result['pushed']}" if "pushed" in result else ""),
             flush=True,
         )

@@ -103,7 +103,8 @@ def run(args, extra) -> int:
     else:
         print(
             f"validation loss {res['val_loss']:.4f} | perplexity {res['val_ppl']:.2f} | {res['tokens']} tokens "
-            f"(estimate: {args.batches} x {args.batch_size} windows of the validation split; --split val scores all of it)"
+            f"(estimate: {args.batches} x {args.batch_size} windows of the validation split; "
+            "--split val scores all of it)"
         )
     return 0
 

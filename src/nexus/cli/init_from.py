@@ -1,7 +1,8 @@
 """`nexus train --init-from SOURCE`: a new run that starts from a model's weights only (continued
 pretraining on new data, SFT of a pretrained or grown model). The optimizer and the LR schedule start
 fresh; data and training settings come from --preset / --config when given, else from SOURCE's own
-config (a HF model: the default preset's), then the overrides. The model's shape comes from SOURCE: a nexus checkpoint (grown ones included) or a HF model
+config (a HF model: the default preset's), then the overrides. \
+The model's shape comes from SOURCE: a nexus checkpoint (grown ones included) or a HF model
 directory (imported as `nexus import` does). The tokenizer is SOURCE's unless one is given; a
 tokenizer whose vocabulary differs from the model's needs --resize-vocab (checked by the trainer
 before anything is written)."""

@@ -8,7 +8,8 @@ read as evenly spaced chunks of them, and the line says how much was read.
 
 Windows are compared by a 64-bit polynomial hash, h = sum_j t[i+j] * B^j mod 2^64, computed for every
 training position at once from prefix sums (numpy, no Python loop per token): stdlib's 30.5M byte tokens
-take 1.2-1.6 s on the loaded 2-core development machine (AVX512; benchmarks/speed/overlap_check.py). Hand-written because no library we depend
+take 1.2-1.6 s on the loaded 2-core development machine (AVX512; benchmarks/speed/overlap_check.py). \
+Hand-written because no library we depend
 on offers a vectorized rolling hash over a memmap.
 """
 

@@ -55,7 +55,8 @@ class BPETokenizer:
         self.pad_id = tok.token_to_id("<pad>")
         if self.eos_id is None:
             raise ConfigError(
-                "data.tokenizer: tokenizer.json has no '<eos>' token (valid: a nexus-trained BPE or one with <bos>/<eos>/<pad>)"
+                "data.tokenizer: tokenizer.json has no '<eos>' token "
+                "(valid: a nexus-trained BPE or one with <bos>/<eos>/<pad>)"
             )
 
     @classmethod

@@ -87,7 +87,8 @@ def plan_compare(
             tc.save_every, tc.keep_last, tc.log_every = max(1, steps // 4), 1, max(1, steps // 20)
             from ..train.hooks import configured_hooks
 
-            try:  # a bad hook entry (a growth outside the budget, a spec that does not apply) fails before any run trains
+            try:  # a bad hook entry (a growth outside the budget, a spec that does not apply)
+                # fails before any run trains
                 configured_hooks(c)
             except ConfigError as e:
                 raise ConfigError(f"preset {name!r}: {e}") from None

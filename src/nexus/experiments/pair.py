@@ -101,7 +101,7 @@ def _run_pair(plan: dict, quiet: bool, say) -> dict:
     from .runs import record_outputs
 
     out_dir = Path(plan["out_dir"])
-    for m, p in plan["plans"].items():
+    for _m, p in plan["plans"].items():
         _check_same_plan(Path(p["out_dir"]), p)
     out_dir.mkdir(parents=True, exist_ok=True)
     for m, p in plan["plans"].items():
@@ -232,14 +232,16 @@ def render_pair_report(r: dict) -> str:
         z = r["sizes"][m]
         lines.append(
             f"| {m} | {z['total_params']['small']:,} | {z['total_params']['large']:,} | "
-            f"{z['small']['train_flops_per_token']:.4g} -> {z['large']['train_flops_per_token']:.4g} | {z['schedule']} |"
+            f"{z['small']['train_flops_per_token']:.4g} -> "
+            f"{z['large']['train_flops_per_token']:.4g} | {z['schedule']} |"
         )
     lines += ["", "| method | final val loss (mean +- std, 95% CI) |", "|---|---|"]
     lines += [f"| {m} | {_ci(sm['final_val_loss'][m])} |" for m in (a, b)]
     d = sm["a_minus_b_final"]
     lines += [
         "",
-        f"- {a} - {b} (paired by seed): {_ci(d['diff'])}; paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}",
+        f"- {a} - {b} (paired by seed): {_ci(d['diff'])}; "
+        f"paired t p = {_p(d['t_p'])}, Wilcoxon p = {_p(d['wilcoxon_p'])}",
         f"- {pair_headline(r)}",
         "",
         f"| seed | {a} at growth | {b} at growth | {a} final | {b} final | saved | target reached before growth |",

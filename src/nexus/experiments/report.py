@@ -257,7 +257,10 @@ def savings_headline(r: dict) -> str:
             f"loss in any of {n} seeds (seeds {', '.join(map(str, r['seeds']))})"
         )
     if k == 1:  # one value has no spread: say so instead of printing +- 0
-        s = f"measured compute saved at equal loss: {_pct(ms['mean'])} in the only one of {n} seeds that reached it (no spread)"
+        s = (
+            f"measured compute saved at equal loss: {_pct(ms['mean'])} "
+            f"in the only one of {n} seeds that reached it (no spread)"
+        )
     else:
         s = f"measured compute saved at equal loss: {_ci(ms, pct=True)} over the {k} of {n} seeds that reached it"
     return s + ("" if k == n else f" ({n - k} seed(s) never reached the scratch loss: no saving there)")
@@ -346,7 +349,8 @@ def render_progressive_report(r: dict) -> str:
         "",
         "## FLOPs saved at equal tokens (SPARKLING eq. 29)",
         "",
-        f"C* = 6(N_small D_e + N_large (D - D_e)) = {eq['c_star']:.3e}; C_scratch = 6 N_large D = {eq['c_scratch']:.3e}; "
+        f"C* = 6(N_small D_e + N_large (D - D_e)) = {eq['c_star']:.3e}; "
+        f"C_scratch = 6 N_large D = {eq['c_scratch']:.3e}; "
         f"eq. 29 FLOPs saved at equal tokens = {_pct(eq['flops_saved'])}",
         "",
         "This is what growing saves at the same token budget, whatever the loss; the measured number above is "

@@ -177,7 +177,10 @@ def zero_init_warning(optimizer: str) -> str:
     small model's run depends on the optimizer: AdamW's per-element update of an old entry sees the
     same gradient, so it does; Muon multiplies each matrix's update by sqrt(max(1, rows/cols)), and
     growth changes W_M's and W_A's shapes, so the old weights take steps of another size."""
-    head = "paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, so the new units never learn"
+    head = (
+        "paper-literal all-zero init: GELU(0)=0 gives every new block a zero gradient forever, "
+        "so the new units never learn"
+    )
     if optimizer == "muon":
         return (
             head + "; under Muon the old weights do not train exactly like the small model either (its update scale "

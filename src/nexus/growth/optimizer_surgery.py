@@ -41,7 +41,8 @@ def transplant_optimizer_state(
             for p in group["params"]:
                 name = new_optimizer.param_names[id(p)]
                 pm = maps.get(name, ParamMap(old_name=name))
-                # only grown/new tensors get a mask: a full-size zero mask per unchanged tensor costs ~1 GB at 100M params
+                # only grown/new tensors get a mask:
+                # a full-size zero mask per unchanged tensor costs ~1 GB at 100M params
                 has_new = pm.old_name is None or (
                     pm.old_slices is not None and tuple(sl.stop for sl in pm.old_slices) != tuple(p.shape)
                 )

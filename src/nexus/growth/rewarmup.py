@@ -30,7 +30,8 @@ whose Adam moments are tuned to the floor. So every entry, old and new, moves li
 train.warmup_steps steps (the run's own warmup length; at least 1) from its lr at s under the old plan
 to its lr at s + warmup_steps under the new one; after that old entries follow the re-planned baseline
 and new ones eq. 28 over it. (Not tau_w: SPARKLING's 250 often exceeds the whole continuation, and the
-bridge would then aim at the new plan's last step, its floor.) Without a re-plan (growth inside a run planned over its whole length, SPARKLING's
+bridge would then aim at the new plan's last step, its floor.) \
+Without a re-plan (growth inside a run planned over its whole length, SPARKLING's
 setting) old entries stay exactly on the baseline.
 The optimizers apply this per-element lr to the *update* (after Adam's normalisation / Muon's
 orthogonalisation), so it works under both. The `rewarmup-all` baseline uses the same curve with every

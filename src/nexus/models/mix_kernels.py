@@ -30,7 +30,8 @@ import functools
 
 @functools.cache
 def _kernels():
-    """(forward, backward, gate_backward, forward_layer, backward_layer) compiled lazily (each dtype specializes on its first call), or None."""
+    """(forward, backward, gate_backward, forward_layer, backward_layer) compiled lazily \
+(each dtype specializes on its first call), or None."""
     from .numba_jit import njit
 
     jit = njit()

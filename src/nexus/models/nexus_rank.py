@@ -7,7 +7,8 @@ Three forms:
                  D_out is the projection's output width. Growing M or A leaves that factor alone.
   l2norm_width : the public code's earlier form, h / ||h||_2 * sqrt(width of h) (eps 1e-6 here, to
                  keep an all-zero pre-activation finite). The sqrt(width) factor is read from
-                 the growth pins `frozen_m`/`frozen_a` (model.growth_state) when set, so growing M or A does not rescale the old
+                 the growth pins `frozen_m`/`frozen_a` (model.growth_state) when set, \
+so growing M or A does not rescale the old
                  units (growth freezes it at the pre-growth width, like TokenFormer's sqrt(n)).
 
 The three stages are plain nn.Linear layers: the optimizer, Muon, the FLOPs walker and the growth

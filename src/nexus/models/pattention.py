@@ -76,7 +76,10 @@ class Pattention(nn.Module):
         return 2.0 * self.n_tokens * (self.d_in + self.d_out)
 
     def extra_repr(self) -> str:
-        return f"{self.d_in}->{self.d_out}, tokens={self.n_tokens}, act={self.act}, tau=sqrt({self.frozen_n or self.n_tokens})"
+        return (
+            f"{self.d_in}->{self.d_out}, tokens={self.n_tokens}, act={self.act}, "
+            f"tau=sqrt({self.frozen_n or self.n_tokens})"
+        )
 
 
 def make_pattention(cfg: ModelConfig, target: str, d_in: int, d_out: int, bias: bool) -> Pattention:

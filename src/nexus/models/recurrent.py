@@ -167,7 +167,10 @@ class RecurrentLM(LanguageModel):
         self.init_weights()
 
     def width_refusal(self, spec) -> str:
-        return "the recurrent model (model.arch.kind='recurrent') has no width-growth rule (valid: model.arch.kind=transformer)"
+        return (
+            "the recurrent model (model.arch.kind='recurrent') has no width-growth rule "
+            "(valid: model.arch.kind=transformer)"
+        )
 
     def init_module(self, m: nn.Module) -> None:
         if isinstance(m, nn.Conv1d):

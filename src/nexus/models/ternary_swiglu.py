@@ -7,7 +7,8 @@
 Why hand-written: at batch 1 each of the three packed matmuls is ~0.1 ms, and the torch glue around
 them (three kernel wrappers, silu, the product and the six ops of the SubLN norm) cost about as much again
 on an AVX2 CPU, where it decided whether nexus-tiny decodes 2x faster than fp32 (issue 41). Fusing
-the MLP also lets the int8 form read x once for a gate row and its up row (~10% faster, measured). No library fuses a ternary SwiGLU on the CPU.
+the MLP also lets the int8 form read x once for a gate row and its up row (~10% faster, measured). \
+No library fuses a ternary SwiGLU on the CPU.
 
 The same per-row dot products as ternary_kernels.py (int8 codes, or the 2-bit planes with the
 sum x_k u_k - sum x_k trick), so outputs agree with the three separate calls and with the dense fp32

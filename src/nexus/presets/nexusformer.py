@@ -173,5 +173,6 @@ for _size in NEXUSFORMER_SHAPES:
     register(
         f"tokenformer-{_size}",
         f"TokenFormer {_size.upper()} ({_table}): {TOKENFORMER_SHAPES[_size][0]} layers, "
-        f"d={TOKENFORMER_SHAPES[_size][1]}, {TOKENFORMER_SHAPES[_size][3]} qkv tokens, {TOKENFORMER_SHAPES[_size][2]} FFN tokens",
+        f"d={TOKENFORMER_SHAPES[_size][1]}, {TOKENFORMER_SHAPES[_size][3]} qkv tokens, "
+        f"{TOKENFORMER_SHAPES[_size][2]} FFN tokens",
     )(_tokenformer_paper(_size))

@@ -4,7 +4,8 @@ Modelled on OLMo-core's trainer callbacks. A hook subclasses `Hook` and override
 each gets the trainer first. The trainer calls every hook, in descending `priority` (ties: the order
 they were given), at these events:
 
-    on_fit_start(trainer)                        fit() begins: before the run directory is written or a step taken (checks)
+    on_fit_start(trainer)                        fit() begins: \
+before the run directory is written or a step taken (checks)
     on_checkpoint_load(trainer)                  a checkpoint's state was restored (after load_state_dict)
     on_step_start(trainer, step)                 before the step's forward passes
     before_optimizer_step(trainer, step)         gradients reduced and clipped, before optimizer.step

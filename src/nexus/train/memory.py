@@ -39,7 +39,8 @@ def check_training_memory(cfg: RunConfig, device: torch.device) -> dict:
         raise ConfigError(
             f"model.d_model={m.d_model}, model.n_layers={m.n_layers}, train.batch_size={t.batch_size}, "
             f"data.seq_len={cfg.data.seq_len}: training needs at least {est['total'] / GB:,.1f} GB "
-            f"({est['params'] / 1e6:,.1f}M params: weights+grads+AdamW {(est['total'] - est['activations']) / GB:,.1f} GB, "
+            f"({est['params'] / 1e6:,.1f}M params: "
+            f"weights+grads+AdamW {(est['total'] - est['activations']) / GB:,.1f} GB, "
             f"activations {est['activations'] / GB:,.1f} GB) but {free / GB:,.1f} GB is free on {device.type} "
             "(valid: a smaller model or batch)"
         )

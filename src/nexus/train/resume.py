@@ -2,7 +2,8 @@
 
 A checkpoint fixes the model (its shape, and every model field but the few declared safe in
 RESUMABLE_MODEL_FIELDS: its weights compute one function) and the tokenizer: its weights and its
-optimizer state are laid out for them. Everything else given on resume is honoured and recorded in the run's config.yaml (data
+optimizer state are laid out for them. \
+Everything else given on resume is honoured and recorded in the run's config.yaml (data
 source and sequence length, steps and the schedule horizon, learning rates, logging, evaluation and
 save cadence, the batch), each change printed as a note. The global batch is kept across world sizes
 by adjusting gradient accumulation, or the resume is refused with the values that keep it. A change

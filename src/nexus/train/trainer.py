@@ -257,7 +257,8 @@ class Trainer:
         """Replace the model and its optimizer, the per-parameter lr rule and/or the run config mid-run:
         the only way a hook changes them. `cfg` is the config that describes the new model. Under FSDP2
         `model` is a plain (unsharded) model and `optimizer` its optimizer with full state: the model is
-        sharded here and the state sharded like it. Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
+        sharded here and the state sharded like it. \
+Step, tokens seen, the data cursor (batches are drawn by step) and the RNG streams stay."""
         if (model is None) != (optimizer is None):
             raise RuntimeError("Trainer.swap: a new model needs its own optimizer (give both or neither)")
         rng = torch.get_rng_state()
