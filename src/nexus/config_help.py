@@ -32,10 +32,17 @@ def field_reasons(cls) -> dict[str, str]:
 
 def _comment_reasons(cls) -> dict[str, str]:
     src = inspect.getsource(cls)
-    comments = {}
+    # the first comment inside each statement, keyed by the statement's first line: a field the formatter wrapped
+    # over several lines keeps its reason wherever the comment landed in it
+    comments: dict[int, str] = {}
+    start = None
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+        if tok.type == tokenize.NEWLINE:
+            start = None
+        elif start is None and tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            start = tok.start[0]
+        if tok.type == tokenize.COMMENT and start is not None:
+            comments.setdefault(start, tok.string.lstrip("#").strip())
     out = {}
     names = {f.name for f in dataclasses.fields(cls)}
     for i, line in enumerate(src.splitlines(), start=1):
