@@ -33,7 +33,8 @@ def _flags(argv: list[str]):
 
 
 def _words(text: str) -> str:
-    return " ".join(text.split())
+    # argparse wraps help lines, also after a hyphen ("in-" / "weights"): words, with such breaks rejoined
+    return " ".join(text.split()).replace("- ", "-")
 
 
 def test_no_growth_flag_asks_for_no_spec_and_every_flag_defaults_to_none():

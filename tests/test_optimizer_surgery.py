@@ -206,14 +206,23 @@ def test_a_tensor_that_does_not_grow_again_drops_its_old_new_mask_and_keeps_othe
     assert torch.equal(st["exp_avg"], st6["exp_avg"]) and torch.equal(st["step"], st6["step"])
 
 
-def test_scaled_policy_leaves_state_of_unknown_scaling_as_is():
-    """Only the moments whose scaling law is known (first moments by alpha, second by alpha^2) are
-    rescaled; a per-element entry of any other kind is carried unscaled."""
+def test_scaled_policy_carries_a_power_0_state_unscaled_and_refuses_an_undeclared_one(monkeypatch):
+    """Only the moments whose scaling law the optimizer declares are rescaled (first moments by alpha, second by
+    alpha^2); a per-element state declared with power 0 is carried unscaled, and one it does not declare at all is
+    refused rather than guessed from its name (optim/base.py GrowableOptimizer.state_growth)."""
+    import pytest
+
     old_opt = _trained(3, seed=11)
     sd = old_opt.state_dict()
     extra = torch.rand(4, 3) + 1.0
     sd["state"]["lin.weight"]["grad_ema"] = extra
     alpha = torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25])
+    new_opt = build_optimizer(Tiny(6, cols=5), TCFG)
+    with pytest.raises(RuntimeError, match="grad_ema"):
+        transplant_optimizer_state(sd, new_opt, _maps(4, 3, fan_in_scale={1: alpha}), "scaled")
+    from nexus.optim.optimizers import AdamW
+
+    monkeypatch.setattr(AdamW, "state_growth", {**AdamW.state_growth, "grad_ema": 0})
     new_opt = build_optimizer(Tiny(6, cols=5), TCFG)
     transplant_optimizer_state(sd, new_opt, _maps(4, 3, fan_in_scale={1: alpha}), "scaled")
     st = new_opt.state_for("lin.weight")

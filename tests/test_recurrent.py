@@ -226,7 +226,13 @@ def test_presets_match_the_v41_table():
         # the table's ternary size (params x 1.6 bits) needs nearly every parameter to be ternary
         assert info["embedding"] / info["total"] < 0.03, name
         t = cfg.train
-        assert (t.lr, t.betas, t.weight_decay, t.grad_clip, t.schedule) == (3e-4, [0.9, 0.95], 0.01, 1.0, "cosine")
+        assert (t.lr, t.optimizer.betas, t.weight_decay, t.grad_clip, t.schedule) == (
+            3e-4,
+            [0.9, 0.95],
+            0.01,
+            1.0,
+            "cosine",
+        )
 
 
 def test_nexus_config_and_model_api():

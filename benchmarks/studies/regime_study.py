@@ -44,8 +44,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
-import arch_study as A  # noqa: E402  (issue 47 item 3's nexus-rank-vs-tokenformer study)
-import credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
+import _arch_study as A  # noqa: E402  (issue 47 item 3's nexus-rank-vs-tokenformer study)
+import _credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
 import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
 from _harness import StepTimer, print_machine  # noqa: E402  (progressive_regime put benchmarks/ on the path)
 
@@ -291,7 +291,7 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
 
 
 def arch_study_summary(parts: dict, ledger, root: Path, say) -> dict:
-    """The nexus-rank-vs-tokenformer study's tuning table, pilot and comparison (arch_study.summarize)."""
+    """The nexus-rank-vs-tokenformer study's tuning table, pilot and comparison (_arch_study.summarize)."""
     c = parts["tune"]["choice"]
     for shape, rows in c["table"].items():
         cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
@@ -310,7 +310,7 @@ def arch_study_summary(parts: dict, ledger, root: Path, say) -> dict:
 
 
 def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
-    """The sparkling-credible study's tables (credible_study.summarize) and its tuning figures."""
+    """The sparkling-credible study's tables (_credible_study.summarize) and its tuning figures."""
     out = {}
     for p in ("tune", "tune-halving"):
         c = parts[p]["choice"]

@@ -628,7 +628,7 @@ Step, tokens seen, the data cursor (batches are drawn by step) and the RNG strea
         self._start_clock()
         while self.step < self.cfg.train.steps:
             self.run_step()
-        # params again: a growth during the run swapped the model, and the result describes the model it ends with
+        # params again: a hook may have swapped the model during the run; the result describes the one it ends with
         result.update(step=self.step, tokens_seen=self.tokens_seen, params=self.n_params)
         self.call_hooks("on_fit_end", result)  # the final evaluation, sample and checkpoint fill it in
         return result
