@@ -95,3 +95,24 @@ def test_arch_pilot_voids_the_comparison_when_a_family_gap_is_not_resolved(study
     said = []
     out = A.summarize(parts, ledger, said.append)
     assert any("FAILS: the test is void" in s for s in said) and "share_difference" not in out
+
+
+def test_depth_vs_width_arms_end_at_one_shape_and_share_their_scratch_run(study, tmp_path):
+    """Issue 48 item 6: the depth arm against the width arm at matched final parameters (planned)."""
+    D = study.D
+    ledger = L.Ledger(tmp_path / "l")
+    parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, D.TUNE_LRS, study=D.STUDY)
+    ev = parts["eval"]["runs"]
+    for sd in D.EVAL_SEEDS:
+        width, depth = ev[f"seed{sd}/sparkling"], ev[f"seed{sd}/depth-zero-matched"]
+        wm, dm = width["cfg"]["model"], depth["cfg"]["model"]
+        wg = next(h for h in width["cfg"]["train"]["hooks"] if h["kind"] == "growth")["spec"]
+        dg = next(h for h in depth["cfg"]["train"]["hooks"] if h["kind"] == "growth")["spec"]
+        # width: 4 layers, FFN 128 -> 256; depth: 2 layers, FFN 256 -> 4 layers; both end 4 x d64 x FFN 256
+        assert (wm["n_layers"], wm["ffn_hidden"], wg["ffn"]) == (4, 128, 256)
+        assert (dm["n_layers"], dm["ffn_hidden"], dg["layers"], dg["init"]) == (2, 256, 4, "zero")
+        assert wm["d_model"] == dm["d_model"] == 64 and width["shape"] == depth["shape"]
+        scratch = [k for k, r in ev.items() if r["kind"] == "scratch" and r["seed"] == sd]
+        assert scratch == [f"seed{sd}/scratch-{width['shape']}"]
+        assert ev[scratch[0]]["cfg"]["model"]["n_layers"] == 4
+        assert depth["after"] != width["after"]  # each from its own small model's prefix

@@ -46,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/studies/, home of progressive_regime
 import _arch_study as A  # noqa: E402  (issue 47 item 3's nexus-rank-vs-tokenformer study)
 import _credible_study as C  # noqa: E402  (issue 47's sparkling-credible study: its parts and summary)
+import _depth_study as D  # noqa: E402  (issue 48's depth-vs-width study, planned)
 import progressive_regime as R  # noqa: E402  (the regime's data: scales, methods; its results code)
 from _harness import StepTimer, print_machine  # noqa: E402  (progressive_regime put benchmarks/ on the path)
 
@@ -103,7 +104,7 @@ def study_parts(tune_lrs=TUNE_LRS, arch_lrs=ARCH_LRS) -> dict:
     }
 
 
-STUDIES = {m.STUDY: m for m in (C, A)}  # studies with parts of their own (the rest: this file's regime study)
+STUDIES = {m.STUDY: m for m in (C, A, D)}  # studies with parts of their own (the rest: this file's regime study)
 # part -> the tuning part it needs complete in the ledger before it runs
 NEEDS = {
     name: (p[0] if isinstance(p, tuple) else p).tuned_by
@@ -120,7 +121,11 @@ def build(scale: str, data: str, out: Path, ledger, tune_lrs=TUNE_LRS, arch_lrs=
         parts = STUDIES[study].study_parts(tune_lrs)
     else:
         parts = study_parts(tune_lrs, arch_lrs or (MAIN_ARCH_LRS if scale == "main" else ARCH_LRS))
-    variants = {**R.arch_methods(), **(C.bracket_methods() if study == C.STUDY else {})}
+    variants = {
+        **R.arch_methods(),
+        **(C.bracket_methods() if study == C.STUDY else {}),
+        **(D.depth_methods() if study == D.STUDY else {}),
+    }
     return build_parts(parts, R.SCALES[scale], data, out, ledger, tuple(tune_lrs), variants)
 
 
