@@ -101,3 +101,5 @@ def test_every_config_field_has_its_reason_also_where_the_formatter_wrapped_it()
             empty = {k for k, v in field_reasons(cls).items() if not v}
             assert empty <= sections.get(name, set()), (name, empty)
     assert field_reasons(C.TrainConfig)["dist_init_timeout_s"].startswith("torchrun, through set-up")
+    # a reason continued on comment lines inside the field's parentheses is one reason
+    assert field_reasons(C.ModelConfig)["logit_scale"].endswith("sets it to the tied head's fan-in factor")

@@ -48,7 +48,10 @@ def counts(monkeypatch):
                 # B023 below is a false positive: `real` and `name` there are this lambda's own parameters, bound
                 # per iteration by the call
                 lambda real, name: (
-                    lambda self, *a: seen.__setitem__(f"spec {name}", seen[f"spec {name}"] + 1) or real(self, *a)  # noqa: B023
+                    lambda self, *a: (
+                        seen.__setitem__(f"spec {name}", seen[f"spec {name}"] + 1)  # noqa: B023
+                        or real(self, *a)  # noqa: B023
+                    )
                 )
             )(real, name),
         )

@@ -60,7 +60,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _result
 from _harness import StepTimer, emit, print_machine  # noqa: E402
 
-from nexus.experiments.study_plan import (  # noqa: E402  (WIDE_LR: re-exported, the study scripts and tests use R.WIDE_LR)
+# WIDE_LR is re-exported: the study scripts and tests use R.WIDE_LR
+from nexus.experiments.study_plan import (  # noqa: E402
     WIDE_LR,  # noqa: F401
     Scale,
     _sans_dir,

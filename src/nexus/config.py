@@ -7,9 +7,9 @@ feature (anchor mixing, Nexus-Rank, MoE, ...) can be added without touching the 
 `validate()` collects *all* problems and raises one ConfigError listing them.
 """
 
-# A field's comment is its reason in `nexus config` and `--help`, read from the field's own line by
-# config_help.py, so it stays on that one line whatever its length: no E501 in this file.
-# ruff: noqa: E501
+# A field's comment is its reason in `nexus config` and `--help` (config_help.py joins every comment inside the
+# field's statement): a reason longer than a line continues on comment lines inside parentheses that
+# `# fmt: off` keeps from the formatter.
 from __future__ import annotations
 
 import dataclasses
@@ -187,9 +187,17 @@ class ModelConfig:
     zero_init_out: bool = False  # zero-init attention output and MLP down projections (ExoFormer recipe)
     zero_init_head: bool = False  # zero-init the untied LM head (ExoFormer recipe)
     z_loss: float = 0.0  # z-loss weight on log(sum exp logits)^2, added once (PaLM)
-    loss_chunk_tokens: int = 0  # >0: training head + CE this many tokens at a time, never the full logits (less memory; same loss to fp32 rounding); 0: plain
+    loss_chunk_tokens: int = (
+        0  # >0: training head + CE this many tokens at a time, never the full logits (less memory; same loss to fp32
+        # rounding); 0: plain
+    )
     attention_bias: bool = False  # bias in q/k/v projections (Qwen2)
-    logit_scale: float = 1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in factor
+    # fmt: off
+    logit_scale: float = (
+        1.0  # constant multiplier on the LM-head logits; SPARKLING hidden growth sets it to the tied head's fan-in
+        # factor
+    )
+    # fmt: on
     attention: AttentionOptions = field(
         default_factory=AttentionOptions
     )  # {kind: standard|<registered>, **its options}
@@ -199,8 +207,12 @@ class ModelConfig:
     mixing: MixingConfig = field(default_factory=MixingConfig)
     mlp: MLPOptions = field(default_factory=MLPOptions)  # {kind: dense|<registered>, **its options}
     growth_state: dict[str, int] = field(
-        default_factory=dict, metadata={"set_by_growth": True}
-    )  # scales growth pinned so the grown model computes what the model before it did, {name: value}; each name declared by a selected kind (growth_pins); set by growth only
+        default_factory=dict,
+        metadata={
+            "set_by_growth": True
+        },  # scales growth pinned so the grown model computes what the model before it did, {name: value}; each name
+        # declared by a selected kind (growth_pins); set by growth only
+    )
 
     def __setattr__(self, name: str, value) -> None:
         if name == "arch" and isinstance(value, str):  # arch="<kind>": that kind with its default options
@@ -354,7 +366,12 @@ class DataConfig:
     text_field: str = "text"  # field that holds text in jsonl/parquet/hub rows
     cache_dir: str = ""  # where tokenized memory-mapped arrays live ('' -> ~/.cache/nexus)
     max_documents: int = 0  # cap on documents read (0 = all, everywhere); a cap is printed with the data summary
-    dtype: str = "auto"  # token dtype of a bare .bin file: auto (uint16 for vocabularies up to 65,536, else uint32) | uint16 | uint32
+    # fmt: off
+    dtype: str = (
+        "auto"  # token dtype of a bare .bin file: auto (uint16 for vocabularies up to 65,536, else uint32) | uint16 |
+        # uint32
+    )
+    # fmt: on
     num_proc: int = 0  # worker processes that tokenize a corpus into the cache (0 = the usable cores, at most 8)
     chat: bool = False  # rows are chat conversations (messages); loss only on assistant tokens (SFT)
     document_per_file: bool = False  # each text file is one document (default: split at blank lines; code: always)
@@ -524,7 +541,11 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
-    compile_mode: str = "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer kernel launches for small models on a GPU)
+    compile_mode: str = (
+        "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer
+        # kernel
+        # launches for small models on a GPU)
+    )
     parallel: str = choice(
         "ddp",
         "train.parallel",
@@ -551,9 +572,16 @@ class TrainConfig:
     wandb_project: str = "nexus"  # W&B project when log_to has wandb (WANDB_MODE=offline works without an account)
     out_dir: str = "runs/default"  # run directory (metrics.jsonl, checkpoints)
     hooks: list[dict] = field(
-        default_factory=list
-    )  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}
-    dist_timeout_s: int = 60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every rank
+        default_factory=list  # trainer hooks this run turns on, each {kind: <hook kind>, **its options}, e.g. {kind:
+        # growth, at: 150, spec:
+        # {family: width, hidden: 128}}
+    )
+    # fmt: off
+    dist_timeout_s: int = (
+        60  # torchrun, after the first step: a collective waiting this long (a stopped, hung or dead rank) ends every
+        # rank
+    )
+    # fmt: on
     dist_init_timeout_s: int = (
         600  # torchrun, through set-up, compilation, the first step and each checkpoint save: slow but healthy there
     )

@@ -32,8 +32,9 @@ def field_reasons(cls) -> dict[str, str]:
 
 def _comment_reasons(cls) -> dict[str, str]:
     src = inspect.getsource(cls)
-    # the first comment inside each statement, keyed by the statement's first line: a field the formatter wrapped
-    # over several lines keeps its reason wherever the comment landed in it
+    # the comments inside each statement, joined, keyed by the statement's first line: a field the formatter wrapped
+    # over several lines keeps its reason wherever the comment landed in it, and a reason longer than a line
+    # continues on comment lines inside the statement's parentheses
     comments: dict[int, str] = {}
     start = None
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
@@ -42,7 +43,8 @@ def _comment_reasons(cls) -> dict[str, str]:
         elif start is None and tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
             start = tok.start[0]
         if tok.type == tokenize.COMMENT and start is not None:
-            comments.setdefault(start, tok.string.lstrip("#").strip())
+            text = tok.string.lstrip("#").strip()
+            comments[start] = f"{comments[start]} {text}" if start in comments else text
     out = {}
     names = {f.name for f in dataclasses.fields(cls)}
     for i, line in enumerate(src.splitlines(), start=1):
