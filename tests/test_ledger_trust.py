@@ -187,8 +187,9 @@ def _wait_for_records(tmp_path: Path, n: int, p: subprocess.Popen, limit: float 
         time.sleep(0.2)
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
-def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans_and_it_continues(tmp_path):
+def _sigterm_a_two_worker_study(tmp_path: Path) -> int:
+    """SIGTERM once the first run is in the ledger: one stderr line naming the command that continues the study,
+    exit 143, no worker left. Returns how many runs the ledger holds."""
     p = subprocess.Popen(
         _study(tmp_path, "--workers", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
     )
@@ -203,7 +204,26 @@ def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans_and_it_con
     assert "continue with:" in lines[0] and str(STUDY) in lines[0] and "nexus train --resume" not in lines[0]
     time.sleep(0.5)
     assert not [w for w in workers if _alive(w)], "a worker outlived the study"
-    held = len(list((tmp_path / "res").rglob("seed*.json")))
+    return len(list((tmp_path / "res").rglob("seed*.json")))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
+def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans(tmp_path):
+    held = _sigterm_a_two_worker_study(tmp_path)
+    ledger = L.Ledger(tmp_path / "res" / "progressive-regime")
+    assert len(ledger.names()) == held >= 1 and all(ledger.read(n)["name"] == n for n in ledger.names())
+    # what it left continues: the same command's estimate counts the held runs as done
+    est = subprocess.run(
+        [*_study(tmp_path), "--estimate", "--timing-steps", "1"], capture_output=True, text=True, cwd=tmp_path
+    )
+    row = next(line.split() for line in est.stdout.splitlines() if line.startswith("tune "))
+    assert est.returncode == 0 and row[1:4] == ["12", str(held), str(12 - held)], est.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
+def test_a_study_stopped_by_sigterm_continues_to_the_results_of_one_never_stopped(tmp_path):
+    held = _sigterm_a_two_worker_study(tmp_path)
     cont = subprocess.run(_study(tmp_path, "--workers", "2"), capture_output=True, text=True, cwd=tmp_path)
     assert cont.returncode == 0, cont.stderr
     assert f"{held} of 12 runs already there" in cont.stdout
