@@ -256,15 +256,8 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
     """Every table and figure the ledger can support now; a part not complete says how far it is."""
     out: dict = {}
     for p in ("tune", "arch-tune"):
-        c = parts[p]["choice"]
-        out[p] = c
-        for shape, rows in c["table"].items():
-            cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
-            best = c["best"].get(shape)
-            say(
-                f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)")
-            )
+        out[p] = parts[p]["choice"]
+        say_tuning(p, out[p], say)
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"], root / "tune.png")
     ready = {}
@@ -295,20 +288,23 @@ def summarize_parts(parts: dict, ledger, root: Path, say) -> dict:
     return out
 
 
+def say_tuning(part: str, choice: dict, say) -> None:
+    """One line per shape of a tuning part: the mean final loss per lr over its seeds and the lr chosen (a best at
+    the grid's edge is said: extend the grid past it before any evaluation run)."""
+    for shape, rows in choice["table"].items():
+        cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
+        best = choice["best"].get(shape)
+        edge = " (edge of the grid: extend it)" if best and choice["edge"][shape] else ""
+        say(
+            f"{part} {shape}: mean over seeds {','.join(map(str, choice['seeds']))}: {cells}"
+            + (f" -> {best:.3g}{edge}" if best else " (incomplete)")
+        )
+
+
 def arch_study_summary(parts: dict, ledger, root: Path, say) -> dict:
     """The nexus-rank-vs-tokenformer study's tuning table, pilot and comparison (_arch_study.summarize)."""
     c = parts["tune"]["choice"]
-    for shape, rows in c["table"].items():
-        cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
-        best = c["best"].get(shape)
-        say(
-            f"tune {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-            + (
-                f" -> {best:.3g}" + (" (edge of the grid: extend it)" if c["edge"][shape] else "")
-                if best
-                else " (incomplete)"
-            )
-        )
+    say_tuning("tune", c, say)
     if any(r["mean"] is not None for rows in c["table"].values() for r in rows):
         plot_tuning(c, root / "tune.png")
     return A.summarize(parts, ledger, say)
@@ -318,14 +314,7 @@ def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
     """The sparkling-credible study's tables (_credible_study.summarize) and its tuning figures."""
     out = {}
     for p in ("tune", "tune-halving"):
-        c = parts[p]["choice"]
-        for shape, rows in c["table"].items():
-            cells = ", ".join(f"{r['lr']:.3g}: " + ("-" if r["mean"] is None else f"{r['mean']:.4f}") for r in rows)
-            best = c["best"].get(shape)
-            say(
-                f"{p} {shape}: mean over seeds {','.join(map(str, c['seeds']))}: {cells}"
-                + (f" -> {best:.3g}" + (" (edge of the grid)" if c["edge"][shape] else "") if best else " (incomplete)")
-            )
+        say_tuning(p, parts[p]["choice"], say)
     c = parts["tune-halving"]["choice"] if parts["tune-halving"]["choice"]["table"] else parts["tune"]["choice"]
     if any(r["mean"] is not None for rows in parts["tune"]["choice"]["table"].values() for r in rows):
         plot_tuning(parts["tune"]["choice"] if not c["complete"] else c, root / "tune.png")
