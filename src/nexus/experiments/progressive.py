@@ -65,7 +65,8 @@ DEFAULT_METHOD = "sparkling"
 # --tokens overrides it.
 QUICK = {"train.steps": 150, "train.warmup_steps": 15}
 # where Method.lrs come from: 5 log-spaced lrs, one seed, the small and the scratch shape at the quick budget
-MAIN_JOB_SWEEP = "sweep: python benchmarks/studies/progressive_regime.py --scale main --data embedded --lr-sweep"
+# where the FFN-axis methods' lrs come from (report.md prints it beside the scratch lr)
+MAIN_JOB_SWEEP = "leak-free tuning on seeds 100, 101: study progressive-main, benchmarks/results/progressive-main"
 
 
 def method_table() -> list[dict]:
