@@ -410,7 +410,8 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
                 finished(name, run_job(*args(name)))
             stopped()
             return results
-        pending, running, forwarded = list(order), {}, False
+        pending, forwarded = list(order), False
+        running: dict = {}
         ex = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(),)
         )

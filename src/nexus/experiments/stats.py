@@ -88,7 +88,7 @@ def gap_closed(small: list[float], grown: list[float], scratch: list[float], con
     num = [float(s) - float(g) for s, g in zip(small, grown)]
     den = [float(s) - float(c) for s, c in zip(small, scratch)]
     per_seed = [None if d == 0 else n / d for n, d in zip(num, den)]
-    out = {
+    out: dict[str, object] = {
         "n": k,
         "estimate": None,
         "ci_low": None,

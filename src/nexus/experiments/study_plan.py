@@ -171,7 +171,7 @@ def plan_branched(
         return P.small_config(resolve(m, variants), None, run_overrides(scale, data, None), None)
 
     groups: dict[str, list[str]] = {}  # small model (as JSON) -> its arms, in the order given
-    small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
+    small_cfgs: dict = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
     for m in arms:
         cfg = small_of(m)
         key = _sans_dir(cfg.to_dict())
@@ -179,7 +179,8 @@ def plan_branched(
         small_cfgs.setdefault(key, cfg)
     default_small = _sans_dir(small_of(P.DEFAULT_METHOD).to_dict())
     runs: dict[str, dict] = {}
-    bases, plans = {}, {}
+    bases: dict[str, dict] = {}
+    plans: dict = {}
     for small_json, ms in groups.items():
         # the default FFN-axis base keeps the plain names; any other base is named by its first arm (sorted, so
         # the name does not depend on the order of the arms and a rerun finds its runs)

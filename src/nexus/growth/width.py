@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 
@@ -156,7 +157,7 @@ class WidthSpec(GrowthSpec):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"width.{axis}={v!r} (valid: a positive integer, the new size)")
             setattr(self, axis, v)
-        parts = self.init.split(",") if isinstance(self.init, str) else list(self.init)
+        parts = self.init.split(",") if isinstance(self.init, str) else list(cast(Iterable[str], self.init))
         if len(parts) == 1:
             parts = parts * 2
         if len(parts) != 2 or any(p not in INITS for p in parts):
