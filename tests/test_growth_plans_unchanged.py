@@ -110,7 +110,9 @@ def test_the_regime_study_at_full_scale_plans_as_recorded(tmp_path):
     assert sorted(parts) == sorted(rec["meta"])
     for name, part in parts.items():
         want = rec["meta"][name]
-        assert part.get("tuned") == want["tuned"], name
+        # a grid part recorded no "tuned" at 1dbb173; since the successive halving a first-round grid is tuned=True
+        # (study_parts.build_parts): the same meaning, nothing waits on a tuning
+        assert part.get("tuned") == (True if want["tuned"] is None and "choice" in part else want["tuned"]), name
         assert (
             _json({k: {f: x for f, x in r.items() if f != "cfg"} for k, r in part["runs"].items()}) == want["runs"]
         ), name
