@@ -53,9 +53,11 @@ then the continuation lr at growth, x1 (the paper: the small model's lr is kept)
              intervals: grown - scratch at equal tokens (the 0.01 margin's verdict, as eval's), grown - small@lr2x
              (growth's own effect), and the change of grown - scratch from 1x (the trend, each seed its own baseline).
              Not estimated: equal FLOPs (a WSD curve between decays is not a model trained to that budget). Seeds 0-2
-             bound the cost (the bracket's seeds; about 3.5 CPU-hours, at ~8 steps/s): with 2 degrees of freedom an
-             interval is ~2.5 standard deviations of the paired difference wide on each side, so the scan resolves a
-             trend of a few hundredths of a nat, not the 0.01 margin; eval's 8 seeds carry the primary estimand.
+             bound the cost (the bracket's seeds; 57 runs, 90,219 steps: 2.6 CPU-hours at the idle-core rate, 4.4 at
+             the 5.8 steps/s the study's runs got under load on 2026-12-07; 8 seeds would take 2.7 times as long):
+             with 2 degrees of freedom an interval is ~2.5 standard deviations of the paired difference wide on each
+             side (tuning seeds: grown - scratch +0.014 and +0.027), so the scan resolves a trend of a few hundredths
+             of a nat, not the 0.01 margin; eval's 8 seeds carry the primary estimand.
 """
 
 from __future__ import annotations
