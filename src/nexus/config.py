@@ -534,7 +534,13 @@ class TrainConfig:
     max_nonfinite: int = 5  # abort after this many non-finite losses in a row (each skips its step)
     seed: int = 0  # RNG seed for init, data order and sampling
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
+    # issue 51: auto became the default (it was float32); a saved config without the field means float32
+    # (config_migration.saved_run_config), and every study plan and the main job pin float32
+    dtype: str = option(
+        "auto",
+        "auto | float32 | bfloat16 autocast; auto: bf16 where the device computes it natively and the model is wide "
+        "enough to gain (nexus/train/precision.py, benchmarks/results/dtype-auto.md), else float32",
+    )
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     compile_mode: str = (
         "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer
@@ -669,7 +675,7 @@ class TrainConfig:
             self.optimizer.validate(errors, f"{p}.optimizer", None)
         else:
             _check(errors, False, f"{p}.optimizer", self.optimizer, "an optimizer kind or {kind, **options}")
-        _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
+        _check(errors, self.dtype in ("auto", "float32", "bfloat16"), f"{p}.dtype", self.dtype, "auto|float32|bfloat16")
         _check(
             errors,
             self.compile_mode in ("default", "reduce-overhead"),

@@ -297,9 +297,24 @@ def _whole(d):
     return d
 
 
+# Fields whose default changed: a whole config nexus saved before the change that lacks one ran with the old
+# default, so it is read with that, not today's. (A config file a user writes is partial: read_config_file
+# gives it today's defaults.) Today every saved config holds every field, so these fill only older ones.
+SAVED_OLD_DEFAULTS = {("train", "dtype"): "float32"}  # issue 51: train.dtype's default became auto
+
+
+def _old_defaults(d: dict) -> dict:
+    for (section, name), old in SAVED_OLD_DEFAULTS.items():
+        sec = d.get(section) if isinstance(d, dict) else None
+        if isinstance(sec, dict) and name not in sec:
+            sec[name] = old
+    return d
+
+
 def saved_run_config(d: dict) -> RunConfig:
-    """A RunConfig from a mapping nexus saved (a checkpoint's config.json, an experiment plan), of any version."""
-    return RunConfig.from_dict(_whole(upgrade(d)))
+    """A RunConfig from a mapping nexus saved (a checkpoint's config.json, an experiment plan), of any version: a
+    field it lacks takes its default, or the default of its day where that changed since (SAVED_OLD_DEFAULTS)."""
+    return RunConfig.from_dict(_old_defaults(_whole(upgrade(d))))
 
 
 def read_config_file(path: str | Path, flag: str = "--config") -> dict:
