@@ -14,6 +14,11 @@ it is created, so every moment is recoverable from the record:
 (else the `.old`) goes back under NAME when NAME is missing; the rest is removed. Nothing nexus did
 not record is ever touched.
 
+A temporary whose delete fails (permissions, a busy mount) or is interrupted (Ctrl-C mid-delete) outlives the
+lock whose journal recorded it; in a folder with a manifest (a run directory) it is recorded there as a
+leftover instead, and `retry_leftovers` removes it at the folder's next save or resume, one line each time it
+removes or cannot remove one. Outside such a folder the warning line says to delete it by hand.
+
 A finished output is entered in its folder's manifest (when the writer records it there: a run's
 checkpoints and files) after its rename and before the journal says `done`. A kill between the two is
 recognised on recovery: the journal's `ready` line holds the output's hash (a file's bytes, a folder's
@@ -35,13 +40,17 @@ from .outdir.lock import SIDE as _SIDE
 from .outdir.lock import OutputLock, acquire_output_lock, held_lock, holder_alive, is_rank0, lock_file, read_lock
 from .outdir.manifest import (
     entry_unchanged,
+    forget_leftovers,
     holds_recorded_output,
+    is_recorded_leftover,
+    leftover_entries,
     manifest_of_tree,
     output_hash,
     ownership_problems,
     pid_alive,  # re-exported: data/prepare and the tests import it from here
     read_manifest,
     record,
+    record_leftover,
     remove_dead_manifest_temporaries,
     write_manifest,
 )
@@ -101,21 +110,85 @@ def side_name(final: Path, state: str, tag: str) -> Path:
     return final.parent / f".{final.name}.{state}-{tag}"
 
 
+_NAMED: set[Path] = set()  # leftovers this process has said it could not remove: said once, not at every save
+
+
+def _delete(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink(missing_ok=True)
+
+
 def _remove(p: Path) -> bool:
     """Delete a leftover temporary; whether it is gone. A delete that fails (permissions, a busy mount)
-    neither undoes a completed save nor passes silently: one line names what is left and why."""
+    neither undoes a completed save nor passes silently: one line names what is left and why. In a folder
+    with a manifest the leftover is recorded there (so is one whose delete is interrupted), and the folder's
+    next save or resume removes it (retry_leftovers): the lock's release drops the journal that named it."""
     try:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
+        _delete(p)
     except OSError as e:
+        later = _keep_for_retry(p)
+        _NAMED.add(p)
         print(
-            f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, delete it by hand",
+            f"nexus: warning: could not remove {p} ({e.strerror or e}); it is not needed, "
+            + (f"nexus removes it at the next save or resume of {p.parent}" if later else "delete it by hand"),
             file=sys.stderr,
         )
         return False
+    except BaseException:  # interrupted mid-delete: recorded, so the next save or resume finishes the delete
+        _keep_for_retry(p)
+        raise
     return True
+
+
+def _keep_for_retry(p: Path) -> bool:
+    """Record `p` (a temporary nexus made and could not delete) in its folder's manifest; whether it was."""
+    if not (p.exists() or p.is_symlink()):
+        return False
+    try:
+        return record_leftover(p.parent, p.name)
+    except (OSError, ConfigError):  # a manifest that cannot be read or written: the user is told to delete it
+        return False
+
+
+def retry_leftovers(folder) -> list[str]:
+    """Remove the leftovers `folder`'s manifest records (nexus's own temporaries an earlier save could not
+    delete), each only while it is still the very folder or file recorded; call it holding the folder's lock.
+    Returns a line per leftover removed. One that still cannot be removed stays recorded and is named on one
+    warning line (once per process); a name that holds something else now loses its record and is left alone."""
+    d = Path(folder)
+    try:
+        entries = leftover_entries(read_manifest(d))
+    except ConfigError:  # a manifest naming paths outside its folder: the command's own checks refuse it
+        return []
+    notes, drop = [], []
+    for name, entry in sorted(entries.items()):
+        p = d / name
+        if not (p.exists() or p.is_symlink()):
+            drop.append(name)  # deleted by hand meanwhile
+            continue
+        if not is_recorded_leftover(d, name, entry):
+            drop.append(name)
+            notes.append(f"left {name} alone: it is no longer the leftover nexus recorded under that name")
+            continue
+        try:
+            _delete(p)
+        except OSError as e:
+            _keep_for_retry(p)  # a partial delete changed it: the record follows what is left
+            if p not in _NAMED:
+                _NAMED.add(p)
+                print(
+                    f"nexus: warning: could not remove {p} ({e.strerror or e}), left by an earlier save; it is "
+                    f"not needed, nexus tries again at the next save or resume of {d}",
+                    file=sys.stderr,
+                )
+            continue
+        drop.append(name)
+        notes.append(f"removed {name}, left by an earlier save that could not delete it")
+    if drop:
+        forget_leftovers(d, drop)
+    return notes
 
 
 def recover_recorded(lock: OutputLock) -> list[str]:
@@ -219,6 +292,7 @@ def guard_output(path, kind: str, **check):
             notes += recover_recorded(lk)
         if lk.parent is None:
             notes += remove_dead_manifest_temporaries(Path(path))
+            notes += retry_leftovers(Path(path))
         for note in notes:
             print(f"nexus: note: {note}", file=sys.stderr)
         check_output(path, kind, **check)
@@ -234,8 +308,15 @@ def output_lock(final: Path) -> OutputLock | None:
     if not is_rank0():
         return None
     lk = acquire_output_lock(final)
-    if lk.taken_over:
-        recover_recorded(lk)
+    try:
+        if lk.taken_over:
+            recover_recorded(lk)
+        if held_lock(final.parent) is not None:  # the folder's writer (a run): its leftovers are retried at each save
+            for note in retry_leftovers(final.parent):
+                print(f"nexus: note: {note}", file=sys.stderr)
+    except BaseException:
+        lk.release()
+        raise
     return lk
 
 
@@ -422,6 +503,7 @@ __all__ = [
     "recover_recorded",
     "recover_interrupted",
     "remove_recorded",
+    "retry_leftovers",
     "write_file_atomic",
     "write_text_atomic",
     "read_manifest",

@@ -24,18 +24,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import time
 from pathlib import Path
 
 from ..config import ConfigError
-from .manifest import confined_name, pid_alive, through_symlink
+from .manifest import SIDE, confined_name, pid_alive, through_symlink
 
 SUFFIX = ".nexus-lock"
-# the temporary names nexus.atomic creates: .NAME.tmp|new|old|del-PID-NS
-SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old|del)-(?P<tag>\d+-\d+)$")
 _HELD: dict[Path, OutputLock] = {}  # output path (resolved) -> the lock this process holds on it
 
 

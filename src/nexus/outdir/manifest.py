@@ -14,6 +14,12 @@ nexus owns is proven by the record, never guessed from file names:
                          # had written when nexus last recorded it; the library appends to its files, so a
                          # listed file is the library's while it starts with the recorded bytes
 
+A folder that nexus fills in place (a run directory) may also list `"leftovers"`: nexus's own temporaries
+(`.checkpoint.old-TAG`, `.step_N.del-TAG`, see nexus.atomic) whose delete failed or was interrupted, each by its
+inode and modification time, so the next save or resume of the folder removes them (nexus.atomic.retry_leftovers).
+A name that holds anything else by then (a folder the user put there under that name, even on a reused inode) is
+not nexus's and is left alone.
+
 Whole-directory outputs (a checkpoint, an analysis, an HF export) list every file below them by its
 relative path. A file that is listed and unchanged is nexus's; a listed file whose bytes changed, and
 anything not listed, is the user's.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path, PurePosixPath
 
@@ -36,6 +43,9 @@ from ..config import ConfigError
 from .crash import crash_point
 
 MARKER = ".nexus-run"
+LEFTOVERS = "leftovers"  # the manifest's record of nexus's own temporaries it could not delete yet
+# the temporary names nexus.atomic creates beside an output NAME: .NAME.tmp|new|old|del-PID-NS
+SIDE = re.compile(r"^\.(?P<name>.+)\.(?P<state>tmp|new|old|del)-(?P<tag>\d+-\d+)$")
 MARKER_TMP = ".nexus-run.tmp-"  # + pid: the manifest's own temporary (per process: torchrun ranks may mark
 # one shared cache directory at once); a kill mid-write can leave one, which is never taken for a user's file
 
@@ -336,13 +346,79 @@ def entry_unchanged(path: Path, entry: dict) -> bool:
     return pending.encode().startswith(tail) and sha256_of(path, entry["size"]) == entry.get("sha256")
 
 
+def leftover_entries(m: dict | None) -> dict[str, dict]:
+    """The leftovers a manifest records ({name: {"ino": N, "mtime_ns": T}}), each a temporary's name (one part,
+    `.NAME.STATE-TAG`) with its inode and modification time; anything else under the key (an edited manifest) is
+    ignored, never acted on."""
+    found = m.get(LEFTOVERS) if isinstance(m, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {
+        name: e
+        for name, e in found.items()
+        if confined_name(name)
+        and "/" not in name
+        and SIDE.match(name)
+        and isinstance(e, dict)
+        and isinstance(e.get("ino"), int)
+        and isinstance(e.get("mtime_ns"), int)
+    }
+
+
+def is_recorded_leftover(directory, name: str, entry: dict) -> bool:
+    """Whether `directory/name` is still the very leftover the manifest recorded: the same inode and modification
+    time, not a symlink (a folder or file put under the name since is someone else's, even on a reused inode)."""
+    p = Path(directory) / name
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return False
+    return not p.is_symlink() and (st.st_ino, st.st_mtime_ns) == (entry.get("ino"), entry.get("mtime_ns"))
+
+
+def owned_leftovers(directory, m: dict | None = None) -> set[str]:
+    """The names of `directory` that are leftovers its manifest records and that are still those very ones."""
+    m = read_manifest(directory) if m is None else m
+    return {n for n, e in leftover_entries(m).items() if is_recorded_leftover(directory, n, e)}
+
+
+def record_leftover(directory, name: str) -> bool:
+    """Record `directory/name`, a temporary nexus made there and could not delete (its delete failed or was
+    interrupted), in the folder's manifest so the next save or resume of the folder removes it (recorded again
+    after a retry that deleted part of it). Only a folder with a manifest holds such a record; returns whether
+    it was recorded."""
+    d = Path(directory)
+    m = read_manifest(d)
+    if m is None or not SIDE.match(name):
+        return False
+    st = os.lstat(d / name)
+    m[LEFTOVERS] = {**leftover_entries(m), name: {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns}}
+    write_manifest(d, m)
+    return True
+
+
+def forget_leftovers(directory, names) -> None:
+    """Drop leftovers from `directory`'s record (gone, or no longer the ones recorded)."""
+    m = read_manifest(directory)
+    if m is None or LEFTOVERS not in m:
+        return
+    left = {n: e for n, e in leftover_entries(m).items() if n not in set(names)}
+    if left:
+        m[LEFTOVERS] = left
+    else:
+        del m[LEFTOVERS]
+    write_manifest(directory, m)
+
+
 def ownership_problems(directory, ignore=()) -> list[tuple[str, str]]:
     """[(relative path, "changed" | "not written by nexus")] for everything in `directory` nexus cannot
-    prove it wrote; empty when it owns all of it. `ignore`: names to leave out (recorded temporaries)."""
+    prove it wrote; empty when it owns all of it. `ignore`: names to leave out (recorded temporaries).
+    A leftover the manifest records (and that is still the one recorded) is nexus's."""
     d = Path(directory)
     m = read_manifest(d)
     if m is None:
         return [(".", "not written by nexus")]
+    ignore = {*ignore, *owned_leftovers(d, m)}
     listed = m["files"]
     problems = []
     for rel, entry in sorted(listed.items()):

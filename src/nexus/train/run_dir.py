@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from ..atomic import recover_recorded, remove_recorded, write_text_atomic
+from ..atomic import recover_recorded, remove_recorded, retry_leftovers, write_text_atomic
 from ..config import ConfigError
 from ..outdir import TRAIN_RUN, acquire_output_lock, forget, held_lock, read_manifest, record
 from ..outdir.crash import crash_point
@@ -87,7 +87,8 @@ def latest_checkpoint(run_dir) -> Path | None:
 
 def run_lock(out_dir, flag: str = "--out"):
     """The run directory's one-writer lock (torchrun rank 0 only; None elsewhere). A lock left by a dead
-    run is taken over: its recorded interrupted saves are finished first, and `.notes` says so."""
+    run is taken over: its recorded interrupted saves are finished first, the leftovers an earlier save
+    could not delete are removed (nexus.atomic.retry_leftovers), and `.notes` says so."""
     if not is_rank0():
         return None
     out = Path(out_dir)
@@ -97,6 +98,7 @@ def run_lock(out_dir, flag: str = "--out"):
         lk.notes += recover_recorded(lk)
     if lk.parent is None:
         lk.notes += remove_dead_manifest_temporaries(out)
+        lk.notes += retry_leftovers(out)  # what an earlier save of the run could not delete
     return lk
 
 
