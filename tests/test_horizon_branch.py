@@ -1,5 +1,5 @@
 """A WSD decay branched from a stable-phase run is the single run with its decay at the branch point, bit for bit
-(issue 47 item 4; nexus.train.branch, nexus.experiments.study_plan.plan_horizon).
+(issue 47 item 4; nexus.experiments.branch, nexus.experiments.study_plan.plan_horizon).
 
 The horizon scan of one seed at the smoke scale (growth at step 4; horizons 1x, 2x, 4x end at steps 8, 12, 20, their
 decays over the last 20% from steps 6, 10, 16) trains as the study does it: the prefix, each arm's stable phase in
@@ -110,7 +110,7 @@ def test_a_decay_branched_from_the_stable_run_equals_the_single_run_bitwise(scan
 
 
 def test_a_branch_that_is_not_the_checkpoints_run_is_refused_in_one_line(scan):
-    from nexus.train.branch import branch_config
+    from nexus.experiments.branch import branch_config
 
     plan, _, _ = scan
     runs = plan["runs"]

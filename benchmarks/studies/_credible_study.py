@@ -46,8 +46,9 @@ then the continuation lr at growth, x1 (the paper: the small model's lr is kept)
              2830 / 4246 / 7076), so the grown, small and scratch runs of a horizon train on equal total tokens, decay
              included (1x: eval's budget). Warmup (106 steps), re-warmup (rho 1.3, tau 14 steps), evaluation cadence,
              batch and numerics are eval's 1x runs'; the lrs are the cosine tuning's, not retuned for WSD. Each decay
-             branch is the single run with its decay at D_k, bit for bit (nexus.train.branch refuses a branch whose lr
-             before its branch point differs from its segment's; tests/test_horizon_branch.py trains both). Corpus:
+             branch is the single run with its decay at D_k, bit for bit (nexus.experiments.branch refuses a branch
+             whose lr before its branch point differs from its segment's; tests/test_horizon_branch.py trains both).
+             Corpus:
              the 4x runs draw (1 + 4) x 1769 x 16 x 128 = 18,114,560 tokens, 0.59 of the stdlib training split
              (30,542,036): no token repeats, so 1x, 2x and 4x all run. Estimand per horizon, paired by seed with 95% t
              intervals: grown - scratch at equal tokens (the 0.01 margin's verdict, as eval's), grown - small@lr2x

@@ -422,7 +422,7 @@ def plan_horizon(
     of plan_branched's, and scratch from step 0) a chain `<arm>/stable-<k>x` of stable-phase segments, each continuing
     the one before from its checkpoint up to D_k, planned over the longest horizon (flat up to its last D); and
     `<arm>/<k>x`, the single run with its decay at D_k, branched from `<arm>/stable-<k>x`'s checkpoint. Each run's
-    config is the single run it stands for (nexus.train.branch holds each branch to it: the lr it gives every step
+    config is the single run it stands for (nexus.experiments.branch holds each branch to it: the lr it gives every step
     before its branch point equals its segment's, bit for bit). Runs carry start_step (where they start training
     themselves), phase (stable / decay), horizon (k) and arm."""
     ks = tuple(sorted(set(int(k) for k in horizons)))

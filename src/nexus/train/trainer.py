@@ -138,8 +138,8 @@ class Trainer:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
         self.is_main = self.rank == 0
-        # train.dtype (auto: decided here, once, from the device and the model the run starts with; a growth
-        # mid-run keeps it): nexus.train.precision
+        # train.dtype (auto: decided here, once, from the device and the model the run starts with; a model
+        # changed mid-run keeps it): nexus.train.precision
         self.precision = resolve_precision(tc.dtype, self.device, cfg.model.d_model, cfg.model.hd)
         self.out_dir = Path(tc.out_dir)
         self._seed_everything(tc.seed)
