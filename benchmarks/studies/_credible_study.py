@@ -63,8 +63,6 @@ then the continuation lr at growth, x1 (the paper: the small model's lr is kept)
 
 from __future__ import annotations
 
-import math
-
 from nexus.experiments.study_parts import Arms, Horizon, LrGrid
 
 STUDY = "sparkling-credible"
@@ -178,7 +176,7 @@ def continuation_choice(parts: dict, ledger) -> dict | None:
 
 def pilot(parts: dict, ledger) -> dict | None:
     """Scratch below small on the tuning seeds at the chosen lrs, in standard errors of the paired difference."""
-    from nexus.experiments.stats import paired
+    from nexus.experiments.stats import in_standard_errors
 
     c = parts["tune-halving"]["choice"]
     if not c["complete"]:
@@ -187,14 +185,13 @@ def pilot(parts: dict, ledger) -> dict | None:
     sc_shape = next(k for k in c["table"] if k != "small")
     sc = [r for r in c["table"][sc_shape] if r["lr"] == c["best"][sc_shape]][0]["losses"]
     seeds = sorted(sm)
-    d = paired([sm[s] for s in seeds], [sc[s] for s in seeds])["diff"]
-    se = d["std"] / math.sqrt(d["n"]) if d["n"] > 1 else float("nan")
+    g = in_standard_errors([sm[s] - sc[s] for s in seeds])
     return {
-        "small_minus_scratch": d["mean"],
-        "se": se,
-        "ses": d["mean"] / se if se > 0 else float("inf"),
+        "small_minus_scratch": g["mean"],
+        "se": g["se"],
+        "ses": g["ses"],
         "seeds": seeds,
-        "passes": d["mean"] > 0 and (se == 0 or d["mean"] / se >= GAP_SES),
+        "passes": g["mean"] > 0 and g["ses"] >= GAP_SES,
     }
 
 
@@ -202,7 +199,7 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
     """Every number the card reports, from the ledger alone: the pilot, the continuation pick, the primary estimand
     per arm at equal tokens and equal FLOPs, growth's own effect against the lr-matched control, and the share of
     the gap where the gap is resolved. plan_summary: progressive_regime.summarize (per-method finals and curves)."""
-    from nexus.experiments.stats import fmt, fmt_gap, paired
+    from nexus.experiments.stats import fmt, fmt_gap, in_standard_errors, paired
 
     out: dict = {"margin": MARGIN}
     p = pilot(parts, ledger)
@@ -239,7 +236,7 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
         eq_flops = paired(g, m["scratch_at_grown_flops"])
         growth = paired(g, ctl)
         gap = paired(sm, sc)["diff"]
-        gap_ses = gap["mean"] / (gap["std"] / math.sqrt(gap["n"])) if gap["std"] > 0 else float("inf")
+        gap_ses = in_standard_errors([a - b for a, b in zip(sm, sc)])["ses"]
         row = {
             "grown_minus_scratch_equal_tokens": eq_tokens,
             "grown_minus_scratch_equal_flops": eq_flops,
