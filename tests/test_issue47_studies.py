@@ -298,3 +298,21 @@ def test_credible_horizon_at_the_credible_scale_reads_the_committed_tuning_and_f
     corpus = study.R.corpus_check(plan)
     assert corpus["tokens_per_run"] == 5 * 1769 * 16 * 128 == 18_114_560
     assert 0.59 < corpus["share_of_split_drawn"] < 0.6
+
+
+def test_credible_loss_figure_draws_the_lr_matched_control_beside_the_arm_it_controls(study, tmp_path, monkeypatch):
+    """An arm that changes the lr at growth is read against its no-growth control: loss_vs_tokens.png draws
+    small@lr2x beside sparkling@lr2x (the first figure of the study drew the arm and left its control out)."""
+    import nexus.figures
+
+    C = study.C
+    ledger = L.Ledger(tmp_path / "l")
+    parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, C.TUNE_LRS, study=C.STUDY)
+    _plant(ledger, parts["eval"]["runs"], lambda n, r: 3.0)
+    figs = []
+    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or Path(path).name)
+    study.R.plot_regime(parts["eval"]["plans"][0], ledger, tmp_path)
+    labels = [ln.get_label() for ln in figs[0].axes[0].lines]
+    control = f"small@lr{C.LR_MULT}x"
+    assert any(lab.startswith(f"{control} (no growth)") for lab in labels), labels
+    assert any(lab.startswith(f"sparkling@lr{C.LR_MULT}x") for lab in labels), labels

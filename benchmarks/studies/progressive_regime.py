@@ -329,6 +329,11 @@ def plot_regime(plan: dict, ledger, out: Path) -> str:
             for i, sh in enumerate(shapes)
         ]
         lines += [(m, m, True, palette[i % len(palette)]) for i, m in enumerate(b["methods"])]
+        # the small model's lr-matched no-growth controls (small@lr2x: the lr raised at the growth step, no growth):
+        # an arm that changes the lr is read against its control, so the figure draws both
+        head = f"{ns}seed{seeds[0]}/"
+        controls = [k[len(head) :] for k in plan["runs"] if k.startswith(f"{head}{b['small_run']}@")]
+        lines += [(f"{c} (no growth)", c, True, "tab:brown") for c in controls]
         tail, late = [], []
         for label, run, branched, color in lines:
             curves = [
@@ -340,7 +345,7 @@ def plot_regime(plan: dict, ledger, out: Path) -> str:
                     ax.plot([p["tokens"] for p in c], [p["val_loss"] for p in c], "-", color=color, alpha=0.25, lw=1)
                 xs, ys = mean_curve(curves, "tokens", "val_loss")
                 # small alone dashed and on top: after growth naive copy can sit on it and would hide it
-                small_line = run == b["small_run"]
+                small_line = run == b["small_run"] or run.startswith(b["small_run"] + "@")
                 ax.plot(
                     xs,
                     ys,
