@@ -175,7 +175,7 @@ def test_credible_horizon_part_is_planned_at_the_tuned_lrs_with_its_controls(stu
         ), name
 
 
-def test_credible_horizon_summary_is_the_paired_difference_per_horizon(study, tmp_path):
+def test_credible_horizon_summary_is_the_paired_difference_per_horizon(study, tmp_path, monkeypatch):
     from nexus.experiments.stats import paired
 
     C = study.C
@@ -217,6 +217,21 @@ def test_credible_horizon_summary_is_the_paired_difference_per_horizon(study, tm
         assert row["verdict"].startswith("refuted" if k == 1 else "undetermined" if k == 2 else "supported")
     assert "cosine_1x" not in out  # eval holds none of its runs here
     assert sum(s.startswith("horizon ") and "grown - scratch" in s for s in said) == len(C.HORIZONS)
+
+    # the figure: both differences per horizon with each seed's own value drawn (3 seeds: a wide interval is one
+    # seed), and the horizons' step counts as the only x labels (the log axis's minor labels once printed over them)
+    import nexus.figures
+
+    figs = []
+    monkeypatch.setattr(nexus.figures, "save_figure", lambda fig, path: figs.append(fig) or str(path))
+    study.plot_wsd_horizon(out, tmp_path / "horizon.png")
+    ax = figs[0].axes[0]
+    seeds = [ln.get_ydata() for ln in ax.lines if ln.get_gid() == "per-seed"]
+    assert len(seeds) == 2 * len(C.HORIZONS) and all(len(y) == len(C.HORIZON_SEEDS) for y in seeds)
+    first = out["horizons"][min(C.HORIZONS)]["per_seed"]
+    assert list(seeds[0]) == pytest.approx([g - c for g, c in zip(first["grown"], first["scratch"])])
+    ticks = {t.get_text() for t in ax.get_xticklabels(minor=True)} - {""}
+    assert not ticks, ticks
 
 
 @pytest.mark.slow

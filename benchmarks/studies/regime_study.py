@@ -342,7 +342,7 @@ def plot_wsd_horizon(summary: dict, path: Path) -> str:
     from nexus.figures import pyplot, save_figure
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
     rows = sorted(summary["horizons"].values(), key=lambda r: r["post_steps"])
     x = [r["post_steps"] for r in rows]
     for key, label, color, dx in (
@@ -354,15 +354,30 @@ def plot_wsd_horizon(summary: dict, path: Path) -> str:
         lo = [v["mean"] - (v["ci_low"] if v["ci_low"] is not None else v["mean"]) for v in d]
         hi = [(v["ci_high"] if v["ci_high"] is not None else v["mean"]) - v["mean"] for v in d]
         ax.errorbar([a * dx for a in x], mean, yerr=[lo, hi], fmt="o-", color=color, capsize=3, label=label)
+        # each seed's own difference, faint: with 3 seeds a wide interval is one seed, and the reader should see which
+        other = "scratch" if key == "grown_minus_scratch" else "small"
+        for r, a in zip(rows, x):
+            ps = r["per_seed"]
+            ax.plot(
+                [a * dx] * len(ps["grown"]),
+                [g - o for g, o in zip(ps["grown"], ps[other])],
+                "_",
+                color=color,
+                ms=10,
+                alpha=0.6,
+                gid="per-seed",
+            )
     ax.axhline(C.MARGIN, color="tab:green", ls="--", lw=1, label=f"margin +{C.MARGIN:g}")
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set(
         xscale="log",
         xlabel=f"steps after growth (WSD, decay over the last {C.HORIZON_DECAY_FRACTION:.0%} of each horizon)",
         ylabel="final validation loss difference (nats)",
-        title=f"{C.STUDY} horizon scan, seeds {', '.join(map(str, summary['seeds']))}",
+        title=f"{C.STUDY} horizon scan, seeds {', '.join(map(str, summary['seeds']))} (bars: 95% t, ticks: each seed)",
     )
     ax.set_xticks(x, [str(v) for v in x])
+    ax.set_xticks([], minor=True)  # the log axis's own minor labels (2x10^3 ...) would print over the horizons'
+    ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
