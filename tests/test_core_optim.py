@@ -269,17 +269,17 @@ def test_muon_runs_nesterov_momentum_unless_told_otherwise():
     sqrt(max(1, rows / cols)), three steps."""
     import math
 
-    tcfg = TrainConfig()
+    tcfg = TrainConfig(optimizer="muon").optimizer  # the muon kind's own options
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.randn(8, 4))
-    ref, buf, mu = w.detach().clone(), torch.zeros(8, 4), tcfg.muon_momentum
-    opt = Muon([w], lr=tcfg.muon_lr, momentum=mu)
+    ref, buf, mu = w.detach().clone(), torch.zeros(8, 4), tcfg.momentum
+    opt = Muon([w], lr=tcfg.lr, momentum=mu)
     for _ in range(3):
         g = torch.randn(8, 4)
         w.grad = g.clone()
         opt.step()
         buf = mu * buf + (1 - mu) * g
-        ref -= tcfg.muon_lr * orthogonalize(g + mu * (buf - g)) * math.sqrt(max(1.0, 8 / 4))
+        ref -= tcfg.lr * orthogonalize(g + mu * (buf - g)) * math.sqrt(max(1.0, 8 / 4))
     torch.testing.assert_close(w.detach(), ref, atol=1e-5, rtol=1e-5)
 
 
@@ -473,16 +473,16 @@ def test_optimizer_classes_built_directly_default_to_a_default_run():
         tc.optimizer.eps,
         tc.cautious_wd,
     )
-    m = Muon(p).defaults
+    m, mo = Muon(p).defaults, TrainConfig(optimizer="muon").optimizer
     assert (m["lr"], m["momentum"], m["weight_decay"], m["ns_steps"], m["ns_method"], m["cautious_wd"]) == (
-        tc.muon_lr,
-        tc.muon_momentum,
-        tc.muon_wd,
-        tc.muon_ns_steps,
-        tc.muon_ns,
+        mo.lr,
+        mo.momentum,
+        mo.weight_decay,
+        mo.ns_steps,
+        mo.ns_method,
         tc.cautious_wd,
     )
-    assert m["nesterov"] is True  # "Muon Nesterov momentum" (TrainConfig.muon_momentum); no field turns it off
+    assert m["nesterov"] is True  # "Muon's Nesterov momentum" (train.optimizer.momentum); no field turns it off
 
 
 def test_a_step_with_a_tensor_lr_and_cautious_decay_follows_its_formula():

@@ -429,12 +429,13 @@ def test_every_table2_row_has_tiny_and_450m_presets_with_the_recipe():
             m, t = cfg.model, cfg.train
             assert m.zero_init_out and m.zero_init_head and not m.tie_embeddings and m.qk_norm
             assert m.z_loss == 1e-5
-            assert t.optimizer.kind == "muon" and t.muon_lr == 0.01 and t.muon_wd == 0.1 and t.cautious_wd
+            assert t.optimizer.kind == "muon" and t.optimizer.lr == 0.01 and t.optimizer.weight_decay == 0.1
+            assert t.optimizer.ns_method == "polar_express" and t.cautious_wd
             assert t.lr == 3e-3 and t.weight_decay == 0.0
             assert t.schedule == "linear_warmdown" and t.decay_fraction == 0.2
     assert get_preset("gated-450m").model.n_layers == 29 and get_preset("base-transformer-450m").model.n_layers == 32
     one_b = get_preset("exo-dynamic-e-1b")
-    assert one_b.model.d_model == 1536 and one_b.train.muon_lr == 0.003 and one_b.train.lr == 0.001
+    assert one_b.model.d_model == 1536 and one_b.train.optimizer.lr == 0.003 and one_b.train.lr == 0.001
     for name in ("gated-1b", "exo-dynamic-e-1b"):  # Table 4 keeps Table 3's 16 heads: 16 of 96 at d 1536
         m = get_preset(name).model
         assert (m.n_heads, m.hd, m.n_layers) == (16, 96, 32), name
@@ -495,7 +496,7 @@ def _micro_run(preset: str, tmp_path, steps: int = 30) -> tuple[float, float]:
     cfg.data.seq_len = 64
     t = cfg.train
     t.steps, t.batch_size, t.warmup_steps, t.eval_batches, t.eval_every = steps, 8, 5, 2, 0
-    t.out_dir, t.muon_lr = str(tmp_path / preset), 0.02
+    t.out_dir, t.optimizer.lr = str(tmp_path / preset), 0.02
     tr = Trainer(cfg, quiet=True)
     before = tr.evaluate()
     for s in range(steps):

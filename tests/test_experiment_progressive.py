@@ -380,7 +380,8 @@ def test_paper_recipe_and_tau(methods):
     n_s, n_l = sl["total_params"]["small"], sl["total_params"]["large"]
     lrs = {k: v["train"]["lr"] for k, v in sl["configs"]["0"].items()}
     assert (
-        lrs["scratch-steplaw"] == pytest.approx(lrs["small"] * (n_l / n_s) ** -0.713) and lrs["scratch"] == lrs["small"]
+        lrs["scratch-steplaw"] == pytest.approx(lrs["small"] * (n_l / n_s) ** -0.713)
+        and lrs["scratch"] == P.methods()["sparkling"].lrs["scratch"]  # the step-law arm is added; scratch stays tuned
     )
     with pytest.raises(ConfigError, match="--tau"):
         P.plan_progressive("sparkling", out="unused", tau="soon")

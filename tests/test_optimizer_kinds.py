@@ -45,7 +45,7 @@ class Tiny(torch.nn.Module):
 
 
 def tcfg(kind: str) -> TrainConfig:
-    t = TrainConfig(optimizer=kind, lr=1e-2, muon_lr=0.02, weight_decay=0.1)
+    t = TrainConfig(optimizer=kind, lr=1e-2, weight_decay=0.1)
     RunConfig(train=t).validate()
     return t
 

@@ -72,13 +72,17 @@ def test_embedding_names():
 
 def test_every_optimizer_field_reaches_its_optimizer():
     t = TrainConfig(
-        optimizer={"kind": "muon", "betas": [0.8, 0.9], "eps": 1e-7},
+        optimizer={
+            "kind": "muon",
+            "betas": [0.8, 0.9],
+            "eps": 1e-7,
+            "lr": 0.03,
+            "momentum": 0.9,
+            "weight_decay": 0.01,
+            "ns_steps": 4,
+            "ns_method": "polar_express",
+        },
         lr=1.5e-3,
-        muon_lr=0.03,
-        muon_momentum=0.9,
-        muon_wd=0.01,
-        muon_ns_steps=4,
-        muon_ns="polar_express",
         weight_decay=0.05,
     )
     opt = build_optimizer(Net(), t)

@@ -19,7 +19,7 @@ def test_the_docs_scratch_lr_row_says_what_the_default_plan_and_report_say(tmp_p
     rule = default["scratch_lr_rule"]  # what report.md prints after "from-scratch peak lr:"
     assert rule.startswith("tuned: ")
     row = _row("scratch lr")
-    assert rule.split(" (")[0] in row  # e.g. "tuned: 0.002"
+    assert rule.split(" (")[0] in row  # e.g. "tuned: 0.004"
     untuned = next(n for n, m in methods().items() if not m.lrs)
     assert plan_progressive(untuned, out=str(tmp_path / "u"))["scratch_lr_rule"] == "the small model's lr (untuned)"
     assert "untuned" in row  # and the row says when the lr is the small model's, untuned

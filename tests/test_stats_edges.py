@@ -121,3 +121,21 @@ def test_quartiles_and_rank_sum_edges():
     assert stats.rank_sum([0.1], b) is None and stats.rank_sum(a, [0.9]) is None
     assert stats.rank_sum([0.5, 0.5], [0.5, 0.5]) is None  # every value equal: no ranking
     assert stats.rank_sum([0.5, 0.5], [0.5, 0.7]) is not None  # two distinct values are enough
+
+
+def test_in_standard_errors_is_the_mean_over_its_standard_error_and_never_passes_a_check_on_one_value():
+    """The studies' pilot checks read ses >= k: one value cannot pass, equal differences are +-inf by their sign."""
+    import math
+
+    from nexus.experiments.stats import in_standard_errors
+
+    d = [0.03, 0.05, 0.04, 0.06]
+    mean = sum(d) / 4
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / 3 / 4)  # the sample std over sqrt(n), from its definition
+    got = in_standard_errors(d)
+    assert got["mean"] == pytest.approx(mean) and got["se"] == pytest.approx(se)
+    assert got["ses"] == pytest.approx(mean / se)
+    one = in_standard_errors([0.5])
+    assert math.isnan(one["se"]) and not one["ses"] >= 4
+    assert in_standard_errors([0.1, 0.1])["ses"] == math.inf and in_standard_errors([-0.1, -0.1])["ses"] == -math.inf
+    assert in_standard_errors([0.0, 0.0])["ses"] == 0.0

@@ -29,7 +29,7 @@ def trained():
         torch.manual_seed(0)
         cfg = RunConfig(
             model=ModelConfig(d_model=32, n_layers=1, n_heads=2, ffn_hidden=48),
-            train=TrainConfig(optimizer=optimizer, lr=3e-3, muon_lr=0.02, weight_decay=0.0),
+            train=TrainConfig(optimizer=optimizer, lr=3e-3, weight_decay=0.0),
         )
         model = build_model(cfg.model)
         opt = build_optimizer(model, cfg.train)

@@ -82,7 +82,7 @@ def test_events_arrive_in_loop_order(tmp_path):
         ("step_end", 4),
         ("eval", 4),
         ("save", "checkpoint"),
-        ("fit_end", ["checkpoint", "params", "sample", "step", "tokens_seen", "val_loss", "val_ppl"]),
+        ("fit_end", ["checkpoint", "dtype", "params", "sample", "step", "tokens_seen", "val_loss", "val_ppl"]),
     ]
     assert rec.events == want
 

@@ -8,7 +8,15 @@ baseline-tiny preset (the default run) for --loss-steps steps in fp32 and in bf1
 bf16 is "within seed noise" when the mean paired difference is smaller than the fp32 runs' spread
 over seeds. Compile: the time to the first compiled step of the same preset and its step time.
 
+Widths (issue 51 item 1, `--widths`): the bf16 / fp32 training-step ratio of nexus alone at each d_model given
+(2 layers by default, heads of 64 or --head-dim, seq 256, batch 8, nexus's AdamW as `nexus train` builds it,
+autocast as the trainer takes it), every (width, dtype) alternated in one process, round after round, on the
+process CPU clock; plus the studies' shape (d 64 x 4 layers, heads of 16, FFN 128, batch 16 x seq 128). The
+table `--train.dtype auto`'s rule (nexus/train/precision.py) was set from, one run per head dim (16, 32, 64);
+`--widths` runs only this table (results: benchmarks/results/dtype-auto.md).
+
     python benchmarks/speed/cpu_precision.py --threads 1 --rounds 3                     # everything
+    python benchmarks/speed/cpu_precision.py --threads 1 --widths 64,128,256,512 --head-dim 16 --rounds 7 --steps 2
     python benchmarks/speed/cpu_precision.py --threads 1 --no-loss --no-compile-check   # speed only
     python benchmarks/speed/cpu_precision.py --d-model 64 --layers 2 --rounds 1 --loss-steps 4 --seeds 0  # smoke
 """
@@ -93,6 +101,78 @@ def speed(args) -> dict:
     nexus_best = min(("nexus fp32", "nexus bf16"), key=lambda k: statistics.median(times[k]))
     emit(f"nexus best ({nexus_best}) vs HF best ({hf_best})", ratio(nexus_best, hf_best), ">= 1.0")
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def width_table(args) -> dict:
+    """bf16 autocast vs fp32 training step of nexus at each width in args.widths (and the studies' shape)."""
+    from nexus.config import ModelConfig, TrainConfig
+    from nexus.models import build_model
+    from nexus.optim.param_groups import build_optimizer
+
+    shapes = {
+        f"d{d}": dict(
+            d_model=d,
+            n_layers=args.layers,
+            n_heads=max(1, d // args.head_dim),
+            head_dim=args.head_dim if d >= args.head_dim else 0,
+            seq=args.seq,
+            batch=args.batch,
+        )
+        for d in args.widths
+    }
+    if not args.no_study_shape:  # the progressive studies' small model (sparkling-dense-tiny at a study's batch)
+        shapes["study d64"] = dict(d_model=64, n_layers=4, n_heads=4, head_dim=16, ffn_hidden=128, seq=128, batch=16)
+    sides, losses = {}, {}
+    for name, sh in shapes.items():
+        seq, batch = sh.pop("seq"), sh.pop("batch")
+        cfg = ModelConfig(vocab_size=args.vocab, max_seq_len=seq, **sh)
+        cfg.validate([], "model")
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, args.vocab, (batch, seq + 1), generator=g)
+        x, y = ids[:, :-1], ids[:, 1:]
+        for dtype in ("fp32", "bf16"):
+            torch.manual_seed(0)
+            model = build_model(cfg).train()
+            opt = build_optimizer(model, TrainConfig(lr=0.0))  # lr 0: every round times the same weights
+
+            def step(model=model, opt=opt, x=x, y=y, bf16=dtype == "bf16"):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):  # Trainer._autocast's context
+                    loss = model(x, labels=y).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return float(loss.detach())
+
+            sides[f"{name} {dtype}"] = step
+        shapes[name] = {**sh, "seq": seq, "batch": batch, "params": sum(p.numel() for p in model.parameters())}
+    losses = {k: fn() for k, fn in sides.items()}  # warm-up, and the first loss each side computes
+    times = alternate(sides, args.rounds, calls=args.steps, warmup=0, clock="cpu")
+    print(
+        f"widths: {args.layers} layers, heads of {args.head_dim}, seq {args.seq}, batch {args.batch}, "
+        f"vocab {args.vocab}; "
+        f"threads {torch.get_num_threads()}; CPU time per step, {args.rounds} alternated rounds x {args.steps} steps"
+    )
+    out = {}
+    for name, sh in shapes.items():
+        fp, bf = times[f"{name} fp32"], times[f"{name} bf16"]
+        r = [a / b for a, b in zip(fp, bf)]  # bf16 speed over fp32, paired within each round
+        print(
+            f"  {name:>9} ({sh['params'] / 1e6:.2f}M params, head dim {sh.get('head_dim') or sh['d_model']}, batch "
+            f"{sh['batch']} x seq {sh['seq']}): "
+            f"fp32 {[round(t * 1e3, 1) for t in fp]} ms, bf16 {[round(t * 1e3, 1) for t in bf]} ms; "
+            f"bf16/fp32 speed median {statistics.median(r):.2f}x [{min(r):.2f}, {max(r):.2f}]; first loss "
+            f"fp32 {losses[f'{name} fp32']:.4f} bf16 {losses[f'{name} bf16']:.4f}"
+        )
+        emit(
+            f"nexus bf16 autocast vs fp32 training step, {name}"
+            + ("" if name.startswith("study") else f", head dim {sh.get('head_dim') or sh['d_model']}"),
+            r,
+            "> 1 for train.dtype auto to pick bf16 at this width",
+            fp32_ms=[round(t * 1e3, 2) for t in fp],
+            bf16_ms=[round(t * 1e3, 2) for t in bf],
+        )
+        out[name] = statistics.median(r)
+    return out
 
 
 def train_loss(seed: int, dtype: str, steps: int, out, extra=()) -> tuple[float, float]:
@@ -211,7 +291,7 @@ def compile_check(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--d-model", type=int, default=512)
-    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--layers", type=int, default=None, help="default 8 (2 with --widths)")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=259)
@@ -224,6 +304,14 @@ def main() -> None:
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--no-loss", action="store_true")
     p.add_argument("--no-compile-check", action="store_true")
+    p.add_argument(
+        "--widths",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=None,
+        help="d_model values of the bf16/fp32 width table (runs only that table), e.g. 64,128,256,512",
+    )
+    p.add_argument("--head-dim", type=int, default=64, help="the width table's head dim (heads = d_model / it)")
+    p.add_argument("--no-study-shape", action="store_true", help="leave the studies' shape out of the width table")
     args = p.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log file as each part ends
     if args.threads:
@@ -233,6 +321,11 @@ def main() -> None:
     tune_cpu_allocator()  # what nexus's CLI does; HF's model shares the process
     print_machine()  # CPU model and capability beside the figures below
     print(f"cpu: {cpu_bf16_report()}; torch {torch.__version__}")
+    if args.layers is None:
+        args.layers = 2 if args.widths else 8  # --widths: the issue's d512 x 2 layers measurement
+    if args.widths:
+        width_table(args)
+        return
     if not args.no_speed:
         speed(args)
     if not args.no_loss:

@@ -22,8 +22,6 @@ Pre-stated (2026-12-07, before any run of this study):
 
 from __future__ import annotations
 
-import math
-
 from nexus.experiments.study_parts import Arms, LrGrid
 
 STUDY = "nexus-rank-vs-tokenformer"
@@ -46,16 +44,10 @@ def study_parts(tune_lrs=TUNE_LRS) -> dict:
     }
 
 
-def _se(diffs: list[float]) -> float:
-    n = len(diffs)
-    if n < 2:
-        return float("nan")
-    mean = sum(diffs) / n
-    return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
-
-
 def pilot(parts: dict, ledger) -> dict | None:
     """Per family: small - scratch at the chosen lrs over the tuning seeds, in standard errors."""
+    from nexus.experiments.stats import in_standard_errors
+
     c = parts["tune"]["choice"]
     if not c["complete"]:
         return None
@@ -70,19 +62,19 @@ def pilot(parts: dict, ledger) -> dict | None:
             for shape in (small_shape, scratch_shape)
         }
         diffs = [row[small_shape][s] - row[scratch_shape][s] for s in sorted(row[small_shape])]
-        mean, se = sum(diffs) / len(diffs), _se(diffs)
+        g = in_standard_errors(diffs)
         out[fam] = {
-            "small_minus_scratch": mean,
-            "se": se,
-            "ses": mean / se if se > 0 else float("inf"),
-            "passes": mean > 0 and (se == 0 or mean / se >= GAP_SES),
+            "small_minus_scratch": g["mean"],
+            "se": g["se"],
+            "ses": g["ses"],
+            "passes": g["mean"] > 0 and g["ses"] >= GAP_SES,
             "edge": c["edge"],
         }
     return out
 
 
 def summarize(parts: dict, ledger, say) -> dict:
-    from nexus.experiments.stats import fmt, paired
+    from nexus.experiments.stats import fmt, in_standard_errors, paired
 
     out: dict = {"pilot": pilot(parts, ledger)}
     for fam, p in (out["pilot"] or {}).items():
@@ -104,8 +96,7 @@ def summarize(parts: dict, ledger, say) -> dict:
         sm = [ledger.final_val_loss(f"seed{sd}/{base['small_run']}") for sd in EVAL_SEEDS]
         gr = [ledger.final_val_loss(f"seed{sd}/{fam}") for sd in EVAL_SEEDS]
         sc = [ledger.final_val_loss(f"seed{sd}/scratch-{shape}") for sd in EVAL_SEEDS]
-        gaps = [a - c for a, c in zip(sm, sc)]
-        gap_ses = (sum(gaps) / len(gaps)) / _se(gaps) if _se(gaps) > 0 else float("inf")
+        gap_ses = in_standard_errors([a - c for a, c in zip(sm, sc)])["ses"]
         per[fam] = {
             "gain": [a - g for a, g in zip(sm, gr)],
             "gap_ses": gap_ses,

@@ -32,13 +32,38 @@ then the continuation lr at growth, x1 (the paper: the small model's lr is kept)
              Perturb heuristic (App. H: copies kicked by +-eps, zero-sum) at eps = 2^-k of the weights' std, k in
              {8, 6, 4, 2} (perturb-8 was `naive-copy` in progressive-main). Each arm's symmetry lock at the end
              (how far each copied unit moved from its twin) is read from its run's metrics.
+  horizon    (added 2026-12-07 before its runs, evaluation seeds 0-2; issue 47 item 4) grown - scratch as a function of
+             the post-growth budget from one set of runs, on nexus's WSD schedule (train.schedule wsd: linear warmup,
+             flat at the peak, then linear to 0.01 x peak over the last 20% of the horizon). WSD is NOT the paper's
+             cosine: the scan asks how the estimand moves with the budget; its 1x point is set beside eval's cosine 1x
+             on the same seeds, never pooled with it. Per seed: a WSD prefix (the small model at its tuned 8e-3, stable
+             to the growth step 1769: no decay before growth); from it sparkling@lr2x (grown at 1769, then 2 x 8e-3,
+             tune-cont's pick for the grown run) and its lr-matched no-growth control small@lr2x (2 x 8e-3 from 1769,
+             tune-cont's pick for the small run too); scratch (FFN 256, its tuned 8e-3) from step 0. Each arm is one
+             stable-phase run (in segments, each continuing the one before from its checkpoint) with a decay branched
+             from it per horizon: horizon k in {1, 2, 4} (k x 1769 steps after growth) ends at T_k = (1 + k) x 1769 =
+             3538 / 5307 / 8845 steps in all, its decay over its own last 20% (708 / 1061 / 1769 steps, from steps
+             2830 / 4246 / 7076), so the grown, small and scratch runs of a horizon train on equal total tokens, decay
+             included (1x: eval's budget). Warmup (106 steps), re-warmup (rho 1.3, tau 14 steps), evaluation cadence,
+             batch and numerics are eval's 1x runs'; the lrs are the cosine tuning's, not retuned for WSD. Each decay
+             branch is the single run with its decay at D_k, bit for bit (nexus.experiments.branch refuses a branch
+             whose lr before its branch point differs from its segment's; tests/test_horizon_branch.py trains both).
+             Corpus:
+             the 4x runs draw (1 + 4) x 1769 x 16 x 128 = 18,114,560 tokens, 0.59 of the stdlib training split
+             (30,542,036): no token repeats, so 1x, 2x and 4x all run. Estimand per horizon, paired by seed with 95% t
+             intervals: grown - scratch at equal tokens (the 0.01 margin's verdict, as eval's), grown - small@lr2x
+             (growth's own effect), and the change of grown - scratch from 1x (the trend, each seed its own baseline).
+             Not estimated: equal FLOPs (a WSD curve between decays is not a model trained to that budget). Seeds 0-2
+             bound the cost (the bracket's seeds; 57 runs, 90,219 steps: 2.6 CPU-hours at the idle-core rate, 4.4 at
+             the 5.8 steps/s the study's runs got under load on 2026-12-07; 8 seeds would take 2.7 times as long):
+             with 2 degrees of freedom an interval is ~2.5 standard deviations of the paired difference wide on each
+             side (tuning seeds: grown - scratch +0.014 and +0.027), so the scan resolves a trend of a few hundredths
+             of a nat, not the 0.01 margin; eval's 8 seeds carry the primary estimand.
 """
 
 from __future__ import annotations
 
-import math
-
-from nexus.experiments.study_parts import Arms, LrGrid
+from nexus.experiments.study_parts import Arms, Horizon, LrGrid
 
 STUDY = "sparkling-credible"
 SCALE = "credible"
@@ -55,11 +80,23 @@ ARMS = ("sparkling", f"sparkling@lr{LR_MULT}x")
 BRACKET_SEEDS = (0, 1, 2)
 PERTURB_EXPONENTS = (8, 6, 4, 2)
 BRACKET = ("naive-copy-locked", "naive-copy-random", "natural", *(f"perturb-{k}" for k in PERTURB_EXPONENTS))
-PARTS = ("tune", "tune-halving", "tune-cont", "eval", "bracket")
+# the horizon scan (issue 47 item 4): WSD decays branched from one stable-phase run per arm and seed
+HORIZON_SEEDS = (0, 1, 2)
+HORIZONS = (1, 2, 4)  # post-growth steps as multiples of the pre-growth steps (eval's budget is 1x)
+HORIZON_DECAY_FRACTION = 0.2  # each horizon's decay: its last 20% of steps (nexus's wsd default), linear to 0.01
+HORIZON_ARM = ARMS[1]  # sparkling@lr2x: the grown arm at tune-cont's pick (x2 for both kinds, 2026-12-07 18:09)
+HORIZON_CONTROL = f"small@lr{LR_MULT}x"  # its lr-matched no-growth control
+PARTS = ("tune", "tune-halving", "tune-cont", "eval", "bracket", "horizon")
 # before the tuning is complete, parts are planned at these lrs (cost only: no run trains at them)
 ESTIMATE_ONLY_LRS = {"small": 3.2e-2, "d64-ffn256": 1.6e-2}
 # part -> the part whose tuning it needs complete in the ledger
-NEEDS = {"tune-halving": "tune", "tune-cont": "tune-halving", "eval": "tune-halving", "bracket": "tune-halving"}
+NEEDS = {
+    "tune-halving": "tune",
+    "tune-cont": "tune-halving",
+    "eval": "tune-halving",
+    "bracket": "tune-halving",
+    "horizon": "tune-halving",
+}
 
 
 def bracket_methods() -> dict:
@@ -95,6 +132,18 @@ def study_parts(tune_lrs=TUNE_LRS) -> dict:
         "bracket": Arms(
             BRACKET, BRACKET_SEEDS, tuned_by="tune-halving", untuned_lrs=ESTIMATE_ONLY_LRS, scratch_seeds=()
         ),
+        # its own WSD prefixes (eval's are cosine, decaying before growth): paired with eval only by seed
+        "horizon": Horizon(
+            (HORIZON_ARM,),
+            HORIZON_SEEDS,
+            tuned_by="tune-halving",
+            untuned_lrs=ESTIMATE_ONLY_LRS,
+            horizons=HORIZONS,
+            decay_fraction=HORIZON_DECAY_FRACTION,
+            ns="horizon/",
+            small_lr_mults=(LR_MULT,),
+            controls=(HORIZON_CONTROL,),
+        ),
     }
 
 
@@ -127,7 +176,7 @@ def continuation_choice(parts: dict, ledger) -> dict | None:
 
 def pilot(parts: dict, ledger) -> dict | None:
     """Scratch below small on the tuning seeds at the chosen lrs, in standard errors of the paired difference."""
-    from nexus.experiments.stats import paired
+    from nexus.experiments.stats import in_standard_errors
 
     c = parts["tune-halving"]["choice"]
     if not c["complete"]:
@@ -136,14 +185,13 @@ def pilot(parts: dict, ledger) -> dict | None:
     sc_shape = next(k for k in c["table"] if k != "small")
     sc = [r for r in c["table"][sc_shape] if r["lr"] == c["best"][sc_shape]][0]["losses"]
     seeds = sorted(sm)
-    d = paired([sm[s] for s in seeds], [sc[s] for s in seeds])["diff"]
-    se = d["std"] / math.sqrt(d["n"]) if d["n"] > 1 else float("nan")
+    g = in_standard_errors([sm[s] - sc[s] for s in seeds])
     return {
-        "small_minus_scratch": d["mean"],
-        "se": se,
-        "ses": d["mean"] / se if se > 0 else float("inf"),
+        "small_minus_scratch": g["mean"],
+        "se": g["se"],
+        "ses": g["ses"],
         "seeds": seeds,
-        "passes": d["mean"] > 0 and (se == 0 or d["mean"] / se >= GAP_SES),
+        "passes": g["mean"] > 0 and g["ses"] >= GAP_SES,
     }
 
 
@@ -151,7 +199,7 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
     """Every number the card reports, from the ledger alone: the pilot, the continuation pick, the primary estimand
     per arm at equal tokens and equal FLOPs, growth's own effect against the lr-matched control, and the share of
     the gap where the gap is resolved. plan_summary: progressive_regime.summarize (per-method finals and curves)."""
-    from nexus.experiments.stats import fmt, fmt_gap, paired
+    from nexus.experiments.stats import fmt, fmt_gap, in_standard_errors, paired
 
     out: dict = {"margin": MARGIN}
     p = pilot(parts, ledger)
@@ -188,7 +236,7 @@ def summarize(parts: dict, ledger, plan_summary, say) -> dict:
         eq_flops = paired(g, m["scratch_at_grown_flops"])
         growth = paired(g, ctl)
         gap = paired(sm, sc)["diff"]
-        gap_ses = gap["mean"] / (gap["std"] / math.sqrt(gap["n"])) if gap["std"] > 0 else float("inf")
+        gap_ses = in_standard_errors([a - b for a, b in zip(sm, sc)])["ses"]
         row = {
             "grown_minus_scratch_equal_tokens": eq_tokens,
             "grown_minus_scratch_equal_flops": eq_flops,
@@ -244,4 +292,73 @@ def bracket_summary(parts: dict, ledger, say) -> dict | None:
             f"{fmt(out[arm]['grown_minus_sparkling']['diff'])}; share {fmt_gap(out[arm]['gap_closed'])}; symmetry "
             f"lock at the end (mean cosine copy/twin per seed) {locks}"
         )
+    return out
+
+
+def horizon_summary(parts: dict, ledger, say) -> dict | None:
+    """The horizon scan from the ledger alone: per post-growth budget k (each horizon whose decay branches are all
+    held), on HORIZON_SEEDS paired by seed, grown - scratch (equal total tokens; the pre-stated margin's verdict) and
+    grown - small (HORIZON_CONTROL: growth's own effect at the same lr), both with 95% t intervals; the change of
+    grown - scratch from the 1x horizon (paired by seed); and beside the 1x point, eval's cosine grown - scratch on the
+    same seeds where eval holds them (the schedule's own effect on the estimand: WSD is not the paper's cosine)."""
+    from nexus.experiments.stats import fmt, paired
+
+    part = parts.get("horizon")
+    if not part:
+        return None
+    plan, runs = part["plans"][0], part["runs"]
+    ns = plan["ns"]
+    scratch = next(r["arm"] for r in runs.values() if r["kind"] == "scratch")
+    if not part.get("tuned"):
+        say(f"horizon: its lrs are not tuned yet; {len(runs)} runs planned")
+        return None
+
+    def name(sd: int, arm: str, k: int) -> str:
+        return f"{ns}seed{sd}/{arm}/{k}x"
+
+    def finals(arm: str, k: int) -> list[float]:
+        return [ledger.final_val_loss(name(sd, arm, k)) for sd in HORIZON_SEEDS]
+
+    out: dict = {"seeds": list(HORIZON_SEEDS), "schedule": plan["schedule"], "horizons": {}}
+    for k, h in plan["horizons"].items():
+        names = [name(sd, arm, k) for sd in HORIZON_SEEDS for arm in (HORIZON_ARM, HORIZON_CONTROL, scratch)]
+        held = sum(ledger.holds(n, runs[n]["cfg"]) for n in names)
+        if held < len(names):
+            say(f"horizon {k}x: {held} of {len(names)} decay runs in the ledger; not summarized yet")
+            continue
+        g, sm, sc = finals(HORIZON_ARM, k), finals(HORIZON_CONTROL, k), finals(scratch, k)
+        eq = paired(g, sc)
+        row = {
+            **h,
+            "per_seed": {"grown": g, "small": sm, "scratch": sc},
+            "grown_minus_scratch": eq,
+            "verdict": _verdict(eq["diff"]["ci_low"], eq["diff"]["ci_high"])
+            if eq["diff"]["ci_low"] is not None
+            else "undetermined (one seed)",
+            "grown_minus_small": paired(g, sm),
+        }
+        first = out["horizons"].get(min(plan["horizons"]))
+        if first is not None and k != min(plan["horizons"]):
+            d0 = [a - b for a, b in zip(first["per_seed"]["grown"], first["per_seed"]["scratch"])]
+            row["change_from_first"] = paired([a - b for a, b in zip(g, sc)], d0)
+        out["horizons"][k] = row
+        say(
+            f"horizon {k}x ({h['post_steps']} steps after growth, {h['steps']} in all, WSD decay over the last "
+            f"{h['decay_steps']}): grown - scratch {fmt(eq['diff'])} -> {row['verdict']}; grown - {HORIZON_CONTROL} "
+            f"{fmt(row['grown_minus_small']['diff'])}"
+            + (
+                f"; grown - scratch minus its {min(plan['horizons'])}x value {fmt(row['change_from_first']['diff'])}"
+                if "change_from_first" in row
+                else ""
+            )
+        )
+    cos = [f"seed{sd}/{n}" for sd in HORIZON_SEEDS for n in (HORIZON_ARM, scratch)]
+    ev = parts.get("eval", {}).get("runs", {})
+    if all(n in ev and ledger.holds(n, ev[n]["cfg"]) for n in cos):
+        c = paired(
+            [ledger.final_val_loss(f"seed{sd}/{HORIZON_ARM}") for sd in HORIZON_SEEDS],
+            [ledger.final_val_loss(f"seed{sd}/{scratch}") for sd in HORIZON_SEEDS],
+        )
+        out["cosine_1x"] = c
+        say(f"horizon: eval's cosine 1x on the same seeds (its own cosine prefixes), grown - scratch {fmt(c['diff'])}")
     return out

@@ -57,6 +57,7 @@ def run(task_name: str, order: int, seed: int, steps: int, out_dir: str) -> dict
         cfg.model.attention = AttentionOptions.make("higher_order", order=order)
     cfg.train.seed, cfg.train.steps, cfg.train.out_dir = seed, steps, out_dir  # the schedule spans `steps`
     cfg.train.eval_every = 0
+    cfg.train.dtype = "float32"  # pinned: the study keeps its numerics if the default (auto) moves
     cfg.validate()
     with StepTimer() as t:
         trainer = Trainer(cfg, quiet=True)

@@ -581,10 +581,13 @@ def estimate(plan: dict, threads: int, workers: int, timing_steps: int, cost: di
         sec = d["steps"] * step_s + evals * eval_s
         total += sec
         rows.append({"run": name, **d, "est_s": sec})
-    chains = {}
-    for name, run in plan["runs"].items():
-        r = next(x for x in rows if x["run"] == name)
-        chains[name] = r["est_s"] + (next(x for x in rows if x["run"] == run["after"])["est_s"] if run["after"] else 0)
+    est_s = {x["run"]: x["est_s"] for x in rows}
+
+    def chain(name: str) -> float:  # a run and every run it branches from, up its chain (they run in sequence)
+        after = plan["runs"][name]["after"]
+        return est_s[name] + (chain(after) if after else 0.0)
+
+    chains = {name: chain(name) for name in plan["runs"]}
     wall = max(total / max(1, workers), max(chains.values()))
     return {"rows": rows, "serial_s": total, "wall_s": wall}
 

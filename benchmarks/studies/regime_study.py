@@ -220,6 +220,14 @@ def estimate_parts(
             f"{steps / live['steps_per_s'] / 3600 / max(1, workers):.2f} h wall "
             f"with {workers} worker(s)"
         )
+        for r in rows:  # each part at the live rate: a worker-hour is a CPU-hour (one thread per worker)
+            r["live_serial_s"] = r["remaining_steps"] / live["steps_per_s"]
+            if r["remaining"]:
+                say(
+                    f"  at the live rate: {r['part']} {r['remaining']} runs, {r['remaining_steps']:,} steps, "
+                    f"{r['live_serial_s'] / 3600:.2f} CPU-hours ({r['live_serial_s'] / 3600 / max(1, workers):.2f} h "
+                    f"wall with {workers} worker(s))"
+                )
     say(
         f"total remaining: {sum(r['remaining'] for r in rows)} runs, {tot / 3600:.2f} h serial, "
         f"{tot / 3600 / max(1, workers):.2f} h wall with {workers} worker(s)"
@@ -230,14 +238,14 @@ def estimate_parts(
 def live_rate(parts: dict, ledger, last: int = 8) -> dict | None:
     """Optimizer steps per second per worker that the ledger's latest finished runs got (steps each trained itself,
     a branch not its prefix's, over its wall time): the rate under the machine's real load."""
+    from nexus.experiments.ledger import own_start
+
     recs = []
     for part in parts.values():
         for name, run in part["runs"].items():
             if ledger.holds(name, run["cfg"]):
                 final = ledger.read(name)
-                steps = run["cfg"]["train"]["steps"] - (
-                    run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0
-                )
+                steps = run["cfg"]["train"]["steps"] - own_start(run)
                 if isinstance(final["final"].get("wall_s"), (int, float)) and final["final"]["wall_s"] > 0:
                     recs.append((final["finished_at"], steps, final["final"]["wall_s"]))
     if not recs:
@@ -320,9 +328,45 @@ def credible_summary(parts: dict, ledger, root: Path, say) -> dict:
         plot_tuning(parts["tune"]["choice"] if not c["complete"] else c, root / "tune.png")
     out.update(C.summarize(parts, ledger, R.summarize, say))
     out["bracket"] = C.bracket_summary(parts, ledger, say)
+    out["horizon"] = C.horizon_summary(parts, ledger, say)
     if "methods" in out:
         R.plot_regime(parts["eval"]["plans"][0], ledger, root)
+    if out["horizon"] and out["horizon"]["horizons"]:
+        plot_wsd_horizon(out["horizon"], root / "horizon.png")
     return out
+
+
+def plot_wsd_horizon(summary: dict, path: Path) -> str:
+    """sparkling-credible's horizon scan: grown - scratch and grown - small (95% t intervals) against the post-growth
+    steps of each WSD horizon, with the pre-stated margin."""
+    from nexus.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    rows = sorted(summary["horizons"].values(), key=lambda r: r["post_steps"])
+    x = [r["post_steps"] for r in rows]
+    for key, label, color, dx in (
+        ("grown_minus_scratch", "grown - scratch (equal tokens)", "tab:blue", 0.98),
+        ("grown_minus_small", f"grown - {C.HORIZON_CONTROL} (growth's own effect)", "tab:orange", 1.02),
+    ):
+        d = [r[key]["diff"] for r in rows]
+        mean = [v["mean"] for v in d]
+        lo = [v["mean"] - (v["ci_low"] if v["ci_low"] is not None else v["mean"]) for v in d]
+        hi = [(v["ci_high"] if v["ci_high"] is not None else v["mean"]) - v["mean"] for v in d]
+        ax.errorbar([a * dx for a in x], mean, yerr=[lo, hi], fmt="o-", color=color, capsize=3, label=label)
+    ax.axhline(C.MARGIN, color="tab:green", ls="--", lw=1, label=f"margin +{C.MARGIN:g}")
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.set(
+        xscale="log",
+        xlabel=f"steps after growth (WSD, decay over the last {C.HORIZON_DECAY_FRACTION:.0%} of each horizon)",
+        ylabel="final validation loss difference (nats)",
+        title=f"{C.STUDY} horizon scan, seeds {', '.join(map(str, summary['seeds']))}",
+    )
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def horizon(parts: dict, ledger, root: Path, say) -> list[dict]:

@@ -46,6 +46,7 @@ def small_config(steps: int, seed: int, out: Path):
     t = cfg.train
     t.steps, t.warmup_steps, t.seed, t.lr, t.eval_every, t.eval_batches = steps, steps // 12, seed, 3e-3, 0, 16
     t.log_every, t.out_dir = 10, str(out)
+    t.dtype = "float32"  # pinned: the study keeps its numerics if the default (auto) moves
     t.drop_hook("growth")
     return cfg
 

@@ -516,7 +516,7 @@ class TrainConfig:
             )
         },
     )
-    lr: float = 3e-3  # peak AdamW learning rate
+    lr: float = 3e-3  # peak AdamW learning rate (under muon its AdamW half's; Muon's own: train.optimizer.lr)
     min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
     schedule: str = choice(
         "cosine",
@@ -527,19 +527,20 @@ class TrainConfig:
     )
     warmup_steps: int = 30  # linear warmup steps
     decay_fraction: float = 0.2  # wsd / linear_warmdown: share of steps spent decaying at the end
-    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices
+    weight_decay: float = 0.1  # AdamW decoupled weight decay on matrices (Muon's own: train.optimizer.weight_decay)
     decay_all: bool = False  # also decay norms, biases and embeddings (off: the usual rule)
-    muon_lr: float = 0.02  # Muon learning rate for 2-D hidden matrices
-    muon_wd: float = 0.0  # Muon weight decay
-    muon_momentum: float = 0.95  # Muon Nesterov momentum
-    muon_ns: str = "newton_schulz"  # newton_schulz | polar_express orthogonalization
-    muon_ns_steps: int = 5  # orthogonalization iterations
     cautious_wd: bool = False  # apply weight decay only where update and weight agree in sign
     grad_clip: float = 1.0  # global gradient-norm clip (0 = off)
     max_nonfinite: int = 5  # abort after this many non-finite losses in a row (each skips its step)
     seed: int = 0  # RNG seed for init, data order and sampling
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 autocast (slower on a CPU without native bf16: benchmarks/README.md)
+    # issue 51: auto became the default (it was float32); a saved config without the field means float32
+    # (config_migration.saved_run_config), and every study plan and the main job pin float32
+    dtype: str = option(
+        "auto",
+        "auto | float32 | bfloat16 autocast; auto: bf16 where the device computes it natively and the model is wide "
+        "enough to gain (nexus/train/precision.py, benchmarks/results/dtype-auto.md), else float32",
+    )
     compile: bool = False  # torch.compile the model (on a CPU its build takes minutes for a 0-2% faster step)
     compile_mode: str = (
         "default"  # torch.compile mode with compile on: default | reduce-overhead (CUDA graphs; static shapes: fewer
@@ -642,7 +643,6 @@ class TrainConfig:
                 h,
                 "a mapping with a kind, e.g. {kind: growth, at: 150, spec: {family: width, hidden: 128}}",
             )
-        _positive(errors, f"{p}.muon_lr", self.muon_lr)
         _check(
             errors,
             isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**32,
@@ -650,34 +650,6 @@ class TrainConfig:
             self.seed,
             "an integer in [0, 2**32)",
         )  # numpy's seed range
-        _check(
-            errors,
-            isinstance(self.muon_wd, (int, float)) and self.muon_wd >= 0,
-            f"{p}.muon_wd",
-            self.muon_wd,
-            "a number >= 0",
-        )
-        _check(
-            errors,
-            isinstance(self.muon_momentum, (int, float)) and 0 <= self.muon_momentum < 1,
-            f"{p}.muon_momentum",
-            self.muon_momentum,
-            "a number in [0, 1)",
-        )
-        _check(
-            errors,
-            isinstance(self.muon_ns_steps, int) and self.muon_ns_steps > 0,
-            f"{p}.muon_ns_steps",
-            self.muon_ns_steps,
-            "an integer > 0",
-        )
-        _check(
-            errors,
-            self.muon_ns in ("newton_schulz", "polar_express"),
-            f"{p}.muon_ns",
-            self.muon_ns,
-            "newton_schulz|polar_express",
-        )
         _check(
             errors,
             isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1,
@@ -703,7 +675,7 @@ class TrainConfig:
             self.optimizer.validate(errors, f"{p}.optimizer", None)
         else:
             _check(errors, False, f"{p}.optimizer", self.optimizer, "an optimizer kind or {kind, **options}")
-        _check(errors, self.dtype in ("float32", "bfloat16"), f"{p}.dtype", self.dtype, "float32|bfloat16")
+        _check(errors, self.dtype in ("auto", "float32", "bfloat16"), f"{p}.dtype", self.dtype, "auto|float32|bfloat16")
         _check(
             errors,
             self.compile_mode in ("default", "reduce-overhead"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import KindOptions, ModelConfig, ProjectionOptions, RunConfig
+from .config import KindOptions, ModelConfig, OptimizerOptions, ProjectionOptions, RunConfig
 from .errors import ConfigError
 
 # Every kind's growth pins, once model.projection.<name>, then all four always in model.growth_state (0 = not
@@ -47,13 +47,14 @@ def upgrade(d):
     kinds declare; model.moe -> model.mlp {kind: moe, **its options},
     or {kind: dense} when it had no experts; model.arch: <name> beside model.<name>: {options} -> model.arch
     {kind, **options}; train.grow_at / train.growth -> a train.hooks growth entry; train.betas / train.eps ->
-    train.optimizer {kind, betas, eps}. A dropped value that was
-    not its default (it had no effect) is named in one line on stderr."""
+    train.optimizer {kind, betas, eps}; train.muon_* -> the muon kind's own options (named in one line). A dropped
+    value that was not its default (it had no effect) is named in one line on stderr."""
     if not isinstance(d, dict):
         return d
     d = copy.deepcopy(d)
     _upgrade_train_growth(d)
     _move_optimizer_options(d)
+    _move_muon_options(d)
     model = d.get("model")
     if not isinstance(model, dict):
         return d
@@ -219,9 +220,101 @@ def _move_optimizer_options(d: dict) -> None:
     train["optimizer"] = opt
 
 
+# train fields that were Muon's own before the muon kind owned its options (issue 49): the old name -> the muon
+# kind's option (each named as the Muon param-group key it sets, optim/kinds/muon.py)
+LEGACY_MUON_FIELDS = {
+    "muon_lr": "lr",
+    "muon_wd": "weight_decay",
+    "muon_momentum": "momentum",
+    "muon_ns": "ns_method",
+    "muon_ns_steps": "ns_steps",
+}
+MUON_KIND = "muon"
+
+
+def muon_default(old: str):
+    """The default of the muon kind's option that the old train field `old` (`muon_lr`) became."""
+    return getattr(OptimizerOptions.options_class(MUON_KIND, "train.optimizer")(), LEGACY_MUON_FIELDS[old])
+
+
+def dropped_muon_field(old: str, value, kind) -> None:
+    """An old train.muon_* beside an optimizer kind that is not muon read by nothing: named in one line on stderr
+    when it was not its default."""
+    if value != muon_default(old):
+        print(
+            f"config: dropped train.{old}={value!r} from an old config (train.optimizer is {kind!r}, not muon; it "
+            "had no effect)",
+            file=sys.stderr,
+        )
+
+
+def _move_muon_options(d: dict, unnamed_kind: str | None = None) -> None:
+    """Written before the muon kind owned its options: train.muon_lr / muon_wd / muon_momentum / muon_ns /
+    muon_ns_steps -> train.optimizer: {kind: muon, lr, weight_decay, momentum, ns_method, ns_steps}, the move named
+    in one line on stderr; beside another kind they had no effect: dropped (a non-default one named). An old and a
+    new name of one option given with different values are refused in one line. A mapping that names no kind (a
+    partial config file; `unnamed_kind` None) keeps them for its merge, which knows the kind it merges onto
+    (config_overrides.set_field); a whole config without one has `unnamed_kind`, the default kind."""
+    train = d.get("train")
+    if not isinstance(train, dict) or not any(k in train for k in LEGACY_MUON_FIELDS):
+        return
+    opt = train.get("optimizer")
+    if not (opt is None or isinstance(opt, (str, dict))):  # no kind at all: parsing names train.optimizer
+        for k in LEGACY_MUON_FIELDS:
+            train.pop(k, None)
+        return
+    kind = opt if isinstance(opt, str) else opt.get("kind") if isinstance(opt, dict) else None
+    kind = kind if kind is not None else unnamed_kind
+    if kind is None:
+        return
+    old = {k: train.pop(k) for k in LEGACY_MUON_FIELDS if k in train}
+    if kind != MUON_KIND:
+        for k, v in old.items():
+            dropped_muon_field(k, v, kind)
+        return
+    opt = dict(opt) if isinstance(opt, dict) else {"kind": kind}
+    for k, v in old.items():
+        new = LEGACY_MUON_FIELDS[k]
+        if new in opt and opt[new] != v:
+            raise ConfigError(
+                f"train.{k}={v!r} and train.optimizer.{new}={opt[new]!r} given together (train.{k} is the old name "
+                f"of train.optimizer.{new}; valid: train.optimizer.{new} alone)"
+            )
+        opt[new] = v
+    train["optimizer"] = opt
+    print(
+        f"config: moved an old config's train.{', '.join(f'{k}={v!r}' for k, v in old.items())} into "
+        f"train.optimizer as {', '.join(LEGACY_MUON_FIELDS[k] for k in old)} (the muon kind's own options, issue 49)",
+        file=sys.stderr,
+    )
+
+
+def _whole(d):
+    """A whole config (not merged onto another): an old train.muon_* beside no train.optimizer was beside the
+    default kind."""
+    if isinstance(d, dict):
+        _move_muon_options(d, OptimizerOptions.kind_name)
+    return d
+
+
+# Fields whose default changed: a whole config nexus saved before the change that lacks one ran with the old
+# default, so it is read with that, not today's. (A config file a user writes is partial: read_config_file
+# gives it today's defaults.) Today every saved config holds every field, so these fill only older ones.
+SAVED_OLD_DEFAULTS = {("train", "dtype"): "float32"}  # issue 51: train.dtype's default became auto
+
+
+def _old_defaults(d: dict) -> dict:
+    for (section, name), old in SAVED_OLD_DEFAULTS.items():
+        sec = d.get(section) if isinstance(d, dict) else None
+        if isinstance(sec, dict) and name not in sec:
+            sec[name] = old
+    return d
+
+
 def saved_run_config(d: dict) -> RunConfig:
-    """A RunConfig from a mapping nexus saved (a checkpoint's config.json, an experiment plan), of any version."""
-    return RunConfig.from_dict(upgrade(d))
+    """A RunConfig from a mapping nexus saved (a checkpoint's config.json, an experiment plan), of any version: a
+    field it lacks takes its default, or the default of its day where that changed since (SAVED_OLD_DEFAULTS)."""
+    return RunConfig.from_dict(_old_defaults(_whole(upgrade(d))))
 
 
 def read_config_file(path: str | Path, flag: str = "--config") -> dict:
@@ -245,4 +338,4 @@ def read_config_file(path: str | Path, flag: str = "--config") -> dict:
 
 def load_config_file(path: str | Path, flag: str = "--config") -> RunConfig:
     """A whole config YAML file as a RunConfig (defaults for the fields it leaves out)."""
-    return RunConfig.from_dict(read_config_file(path, flag))
+    return RunConfig.from_dict(_whole(read_config_file(path, flag)))

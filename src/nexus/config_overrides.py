@@ -10,6 +10,7 @@ typed values it holds (`merge_mapping`), never turned into text and read back.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import yaml
 
 from .config import KindOptions, RunConfig
 from .config_base import coerce
-from .config_migration import read_config_file
+from .config_migration import LEGACY_MUON_FIELDS, MUON_KIND, dropped_muon_field, read_config_file
 from .errors import ConfigError
 
 # Fields (and whole sections) that moved, for the one-line answer to an override that still names them.
@@ -68,6 +69,8 @@ def set_field(cfg: RunConfig, dotted: str, raw: Any, text: bool = False) -> None
                     f"{dotted} is an option of {obj.section} kind {'|'.join(owners)}, not of "
                     f"{obj.kind!r} (valid: --{'.'.join(parts[:i])}.kind {owners[0]} before it)"
                 )
+        if part not in names and i == len(parts) - 1 and dotted in _LEGACY_MUON:
+            return _set_legacy_muon(cfg, dotted, raw, text)
         if part not in names:
             moved = next((v for k, v in MOVED_FIELDS.items() if dotted == k or dotted.startswith(k + ".")), None)
             if moved:
@@ -99,6 +102,36 @@ def set_field(cfg: RunConfig, dotted: str, raw: Any, text: bool = False) -> None
             setattr(obj, part, coerce(value, tp, dotted))
         else:
             parent, obj = obj, getattr(obj, part)
+
+
+_LEGACY_MUON = {f"train.{old}": f"train.optimizer.{new}" for old, new in LEGACY_MUON_FIELDS.items()}
+
+
+def _set_legacy_muon(cfg: RunConfig, dotted: str, raw: Any, text: bool) -> None:
+    """`train.muon_lr` and the other Muon fields before the muon kind owned its options (issue 49): set as the
+    muon kind's option it became, the move named in one line on stderr. Beside another kind: a command line's is
+    refused in one line (it would set nothing; naming the order that sets it), a config file's had no effect
+    there before either and is dropped (named when it is not its default)."""
+    new, kind = _LEGACY_MUON[dotted], cfg.train.optimizer.kind
+    value = _scalar(raw) if text else raw
+    if kind == MUON_KIND:
+        set_field(cfg, new, raw, text)
+        print(f"config: {dotted} is now {new} (the muon kind's own option, issue 49): {new}={value!r}", file=sys.stderr)
+    elif text:
+        raise ConfigError(
+            f"{dotted}={value!r} moved into {new}, an option of optimizer kind muon, not of {kind!r} (valid: "
+            f"--train.optimizer muon, then --{new} {raw})"
+        )
+    else:
+        dropped_muon_field(dotted.split(".", 1)[1], value, kind)
+
+
+def _scalar(raw: str):
+    """A command line's text as the YAML scalar it reads as (the text itself where it is none)."""
+    try:
+        return yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
 
 
 def _section_named_by_kind(obj, name: str) -> tuple[str, str] | None:
@@ -152,6 +185,7 @@ def mapping_sets(d: dict | None, dotted: str) -> bool:
 
 def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:
     """Apply `--a.b value` / `--a.b=value` pairs from a command line."""
+    _refuse_both_muon_spellings(args)
     i = 0
     while i < len(args):
         a = args[i]
@@ -167,3 +201,29 @@ def parse_overrides(cfg: RunConfig, args: list[str]) -> RunConfig:
             i += 2
         apply_override(cfg, key, val)
     return cfg
+
+
+def _refuse_both_muon_spellings(args: list[str]) -> None:
+    """An old train.muon_* and the muon option it became on one command line with different values: which one was
+    meant is not known, so neither is applied (one line). The same value twice is the same setting."""
+    given: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if a.startswith("--") and "." in a.split("=", 1)[0]:
+            key, eq, val = a[2:].partition("=")
+            if not eq and i + 1 < len(args):
+                val = args[i + 1]
+            given[key] = val
+    for old, new in _LEGACY_MUON.items():
+        if old in given and new in given and _number_or_text(given[old]) != _number_or_text(given[new]):
+            raise ConfigError(
+                f"{old}={given[old]} and {new}={given[new]} given together ({old} is the old name of {new}; valid: "
+                f"--{new} alone)"
+            )
+
+
+def _number_or_text(raw: str):
+    v = _scalar(raw)
+    try:
+        return float(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) else v
+    except ValueError:
+        return v

@@ -245,7 +245,8 @@ def plot_pooled(runs: list[dict], agg: dict, out_dir: Path) -> list[str]:
         if pts:
             ax.scatter(*zip(*pts), s=14, label=f"run {i}")
     if fit:
-        xs = np.linspace(*ax.get_xlim(), 50)
+        lo, hi = ax.get_xlim()
+        xs = np.linspace(lo, hi, 50)
         ax.plot(xs, fit["w"] * xs + fit["b"], "k-", label=f"w={fit['w']:.4f}, b={fit['b']:.3f}, R²={fit['r2']:.3f}")
     ax.set_xlabel("|ln R|")
     ax.set_ylabel("ln PPL")

@@ -85,7 +85,8 @@ def joined(arrays: list[np.ndarray]):
 
 def split_tail(arrays: list[np.ndarray], n_tail: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(head, tail) views: the last n_tail tokens of the arrays taken as one sequence, and the rest."""
-    head, tail = list(arrays), []
+    head: list[np.ndarray] = list(arrays)
+    tail: list[np.ndarray] = []
     while n_tail > 0 and head:
         last = head.pop()
         take = min(n_tail, len(last))

@@ -49,9 +49,8 @@ class NexusLM(_base()):
         self.max_length = int(max_length or model.cfg.max_seq_len)
         self._device = torch.device(device)
         # Prefix for an empty context: the tokenizer's BOS if it has one, else EOS (documents are EOS-separated).
-        self.prefix_id = getattr(tokenizer, "bos_id", None)
-        if self.prefix_id is None:
-            self.prefix_id = tokenizer.eos_id
+        bos = getattr(tokenizer, "bos_id", None)
+        self.prefix_id: int = int(tokenizer.eos_id if bos is None else bos)
         self.pad_id = getattr(tokenizer, "pad_id", None) or 0
 
     @classmethod

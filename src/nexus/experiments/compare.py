@@ -43,6 +43,7 @@ def plan_compare(
     """Validate every run and return the plan; trains nothing. config_mapping: the fields a --config file
     names, merged onto each preset before `overrides`."""
     from ..presets import get_preset, preset_label
+    from ..train.precision import pin_experiment_dtype
 
     if equal not in ("tokens", "flops"):
         raise ConfigError(f"--equal={equal!r} (valid: tokens|flops)")
@@ -59,6 +60,7 @@ def plan_compare(
     cfgs = []
     for name in presets:
         cfg = get_preset(name)
+        pin_experiment_dtype(cfg)  # arms of different widths in one dtype, float32 unless set
         if config_mapping:
             merge_mapping(cfg, copy.deepcopy(config_mapping))
         parse_overrides(cfg, list(overrides or []))

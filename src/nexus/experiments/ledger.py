@@ -341,12 +341,20 @@ def run_job(cfg: dict, run_dir: str, start_from: str | None, threads: int) -> di
         _STOP["in_job"] = False
 
 
+def own_start(run: dict) -> int:
+    """The step a planned run starts training itself from: its `start_step` where the plan gives one (a segment of a
+    branched chain), else the growth step for a branch of a prefix, else 0."""
+    if "start_step" in run:
+        return int(run["start_step"])
+    return int(run.get("grow_step", 0)) if run["kind"] in ("small", "grown") else 0
+
+
 def needed_runs(runs: dict, ledger) -> list[str]:
     """The runs to train now: those the ledger does not hold, and the prefix of any of them whose checkpoint is not
-    on this machine (a prefix trained in another session is trained again: the same config on the same device gives
-    the same checkpoint; its ledger file is kept as it is)."""
+    on this machine, and so on up a chain of branches (a prefix trained in another session is trained again: the same
+    config on the same device gives the same checkpoint; its ledger file is kept as it is)."""
     todo = [n for n in runs if ledger is None or not ledger.holds(n, runs[n]["cfg"])]
-    for n in list(todo):
+    for n in todo:  # grows as it goes: a chain of branches (a stable phase in segments) is followed to its start
         after = runs[n]["after"]
         if after and after not in todo and not (Path(runs[after]["cfg"]["train"]["out_dir"]) / "checkpoint").is_dir():
             todo.append(after)
@@ -370,7 +378,12 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
     if ledger is not None and skipped:
         say(f"ledger {ledger.root}: {skipped} of {len(runs)} runs already there, skipped; {len(todo)} to run")
     rank = {"prefix": 0, "scratch": 1, "grown": 2, "small": 3}
-    order = sorted(todo, key=lambda k: rank[runs[k]["kind"]])
+
+    def depth(name: str) -> int:  # branches after what they branch from (a chain's segments in order)
+        after = runs[name]["after"]
+        return 0 if after is None else 1 + depth(after)
+
+    order = sorted(todo, key=lambda k: (depth(k), rank[runs[k]["kind"]]))
     results, saved, t0 = {}, [], time.perf_counter()
 
     def args(name):
@@ -390,7 +403,7 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
         if ledger is not None and not ledger.holds(name, runs[name]["cfg"]):
             ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
         run = runs[name]
-        steps = run["cfg"]["train"]["steps"] - (run.get("grow_step", 0) if run["kind"] in ("small", "grown") else 0)
+        steps = run["cfg"]["train"]["steps"] - own_start(run)
         say(
             f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s, "
             f"{steps / max(res['wall_s'], 1e-9):.1f} steps/s live)"
@@ -410,7 +423,8 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
                 finished(name, run_job(*args(name)))
             stopped()
             return results
-        pending, running, forwarded = list(order), {}, False
+        pending, forwarded = list(order), False
+        running: dict = {}
         ex = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(),)
         )

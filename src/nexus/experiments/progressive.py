@@ -65,7 +65,8 @@ DEFAULT_METHOD = "sparkling"
 # --tokens overrides it.
 QUICK = {"train.steps": 150, "train.warmup_steps": 15}
 # where Method.lrs come from: 5 log-spaced lrs, one seed, the small and the scratch shape at the quick budget
-MAIN_JOB_SWEEP = "sweep: python benchmarks/studies/progressive_regime.py --scale main --data embedded --lr-sweep"
+# where the FFN-axis methods' lrs come from (report.md prints it beside the scratch lr)
+MAIN_JOB_SWEEP = "leak-free tuning on seeds 100, 101: study progressive-main, benchmarks/results/progressive-main"
 
 
 def method_table() -> list[dict]:
@@ -127,8 +128,10 @@ def small_config(
     """Method m's small model: its preset with its own overrides and tuned lr (or a user preset as it is), a
     --config file's fields, then the command line's overrides; refused unless m's growth applies to it."""
     from ..presets import get_preset
+    from ..train.precision import pin_experiment_dtype
 
     cfg = get_preset(preset or m.preset)
+    pin_experiment_dtype(cfg)  # float32 unless the preset or the command line says otherwise (README's figures)
     if preset is None:  # the method's own small shape; a user preset is taken as the small model as is
         tuned = {"train.lr": m.lrs["small"]} if m.lrs else {}
         for k, v in {**QUICK, **m.overrides, **tuned}.items():

@@ -56,7 +56,7 @@ def _flops_per_token(configs: list[RunConfig], params: int | None) -> tuple[floa
     several) is scaled from the nearest by the parameter ratio, and marked inexact."""
     from ..analysis.param_formula import count
 
-    known = []
+    known: list[tuple[int, float]] = []
     for c in configs:  # an ungrown run's two configs hold one model: measured once (a meta-device build)
         same = next((k for k, m in zip(known, configs) if (m.model, m.data.seq_len) == (c.model, c.data.seq_len)), None)
         known.append(same or (count(c.model)["total"], train_flops_per_token(c.model, c.data.seq_len)[0]))

@@ -142,7 +142,8 @@ def latest_step_checkpoint(run_dir: Path) -> Path | None:
 def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, start_from: Path | None = None) -> dict:
     """Train `cfg` into `run_dir` unless already finished; returns the trainer's result (+ wall_s).
     `start_from`: a checkpoint the run branches from (its model, optimizer state and step) when `run_dir`
-    holds no step checkpoint of its own yet, e.g. every grown variant of one small model."""
+    holds no step checkpoint of its own yet, e.g. every grown variant of one small model, or a decay branched from a
+    stable-phase run; it must be this run's own state at that step (nexus.experiments.branch, refused otherwise)."""
     from ..train.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -167,7 +168,12 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         trainer = Trainer(resumed, resume=str(resume), quiet=quiet, notes=notes)
     else:
         trim_metrics(run_dir, None)
-        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet)
+        branch_notes: list[str] = []
+        if start_from is not None:  # the checkpoint must be this run's state at its step (experiments/branch.py)
+            from .branch import branch_config
+
+            cfg, branch_notes = branch_config(start_from, cfg)
+        trainer = Trainer(cfg, resume=None if start_from is None else str(start_from), quiet=quiet, notes=branch_notes)
     result = trainer.fit()
     result = {k: v for k, v in result.items() if k != "sample"}
     result["wall_s"] = time.perf_counter() - t0

@@ -43,6 +43,18 @@ def describe(values: list[float], confidence: float = CONFIDENCE) -> dict:
     return {"n": n, "mean": mean, "std": std, "ci_low": mean - half, "ci_high": mean + half}
 
 
+def in_standard_errors(diffs: list[float]) -> dict:
+    """The mean of paired differences in units of its standard error, {"mean", "se", "ses"}: the studies' pilot
+    checks (a gap must exceed k standard errors). Under 2 values se and ses are nan (no check can pass); where
+    every difference is equal (se 0) ses is +-inf by the sign of the mean (0 for a zero mean)."""
+    d = describe(diffs)
+    if d["n"] < 2:
+        return {"mean": d["mean"], "se": float("nan"), "ses": float("nan")}
+    se = d["std"] / math.sqrt(d["n"])
+    ses = d["mean"] / se if se > 0 else math.copysign(float("inf"), d["mean"]) if d["mean"] else 0.0
+    return {"mean": d["mean"], "se": se, "ses": ses}
+
+
 def paired(a: list[float], b: list[float]) -> dict:
     """Paired comparison of a and b (same seeds, same order)."""
     from scipy import stats
@@ -88,7 +100,7 @@ def gap_closed(small: list[float], grown: list[float], scratch: list[float], con
     num = [float(s) - float(g) for s, g in zip(small, grown)]
     den = [float(s) - float(c) for s, c in zip(small, scratch)]
     per_seed = [None if d == 0 else n / d for n, d in zip(num, den)]
-    out = {
+    out: dict[str, object] = {
         "n": k,
         "estimate": None,
         "ci_low": None,

@@ -1,6 +1,7 @@
 """A study over one ledger as named parts (issue 38): tuning grids whose choice, read from the ledger, sets the lrs
-of the parts that compare arms. A study script names its parts as data (`LrGrid`, `Arms`) and calls `build_parts`;
-every plan comes from nexus.experiments.study_plan.
+of the parts that compare arms. A study script names its parts as data (`LrGrid`, `Arms`, `Horizon`: a WSD horizon
+scan, decays branched from one stable-phase run) and calls `build_parts`; every plan comes from
+nexus.experiments.study_plan.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .study_plan import Scale, merge_runs, plan_branched, plan_lr_grid
+from .study_plan import Scale, merge_runs, plan_branched, plan_horizon, plan_lr_grid
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,26 @@ class Arms:
     tokens_per_param: float | None = None
     scratch_seeds: tuple | None = None
     small_lr_mults: tuple = ()  # the small model continued at K x its lr from the growth step, for each K
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """A horizon scan at low cost (study_plan.plan_horizon): the arms on seeds at the lrs the tuning part `tuned_by`
+    chose (until it is complete: `untuned_lrs`, marked untuned), a WSD stable-phase run per arm with a decay branched
+    from it at each post-growth budget in `horizons` (multiples of the pre-growth steps), the decay over the last
+    `decay_fraction` of each horizon. controls: which of plan_branched's small runs are scanned beside the grown arms
+    ("small", "small@lr<K>x" for K in small_lr_mults); scratch is always scanned."""
+
+    arms: tuple
+    seeds: tuple
+    tuned_by: str
+    untuned_lrs: dict | float
+    horizons: tuple = (1, 2, 4)
+    decay_fraction: float = 0.2
+    ns: str = "horizon/"
+    small_lr_mults: tuple = ()
+    controls: tuple = ("small",)
+    tokens_per_param: float | None = None
 
 
 def choose_lrs(plan: dict, ledger) -> dict:
@@ -140,11 +161,36 @@ def plan_arms(part: Arms, lrs: dict, scale: Scale, data: str, out: Path, variant
     return plan
 
 
+def plan_horizon_part(
+    part: Horizon, lrs: dict, scale: Scale, data: str, out: Path, variants: dict | None = None
+) -> dict:
+    """One Horizon part's plan at the given lrs (study_plan.plan_horizon)."""
+    plan = plan_horizon(
+        list(part.arms),
+        list(part.seeds),
+        scale,
+        data,
+        out,
+        lrs,
+        horizons=part.horizons,
+        decay_fraction=part.decay_fraction,
+        ns=part.ns,
+        variants=variants,
+        small_lr_mults=part.small_lr_mults,
+        controls=part.controls,
+        tokens_per_param=part.tokens_per_param,
+    )
+    # each shape's scratch config: a grown run's step is timed on it
+    plan["shape_cfgs"] = {r["shape"]: r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch"}
+    return plan
+
+
 def build_parts(
     parts: dict, scale: Scale, data: str, out: Path, ledger, grid_lrs: tuple, variants: dict | None = None
 ) -> dict:
     """Every part's plans, in the order given: each tuning grid with its choice from the ledger, then each part that
-    compares arms (a part may be a tuple of Arms: one plan each) at its tuning's lrs where that is complete.
+    compares arms (a part may be a tuple of Arms: one plan each) or scans horizons (Horizon) at its tuning's lrs where
+    that is complete.
     Returns name -> {"plans", "runs" (merged), "choice" (grids) or "tuned" (arms)}."""
     built: dict[str, dict] = {name: {} for name in parts}
     for name, part in parts.items():  # in the order given: a halving round after the grid it halves
@@ -170,14 +216,19 @@ def build_parts(
                 built[name]["choice"] = choose_halving(built[part.top_of]["choice"], built[name]["choice"])
     for name, part in parts.items():
         group = part if isinstance(part, tuple) else (part,)
-        if not isinstance(group[0], Arms):
+        if not isinstance(group[0], (Arms, Horizon)):
             continue
         tuning = built[group[0].tuned_by]["choice"]
         lrs = tuning["best"] if tuning["complete"] else None
         untuned = group[0].untuned_lrs
         fallback = untuned if isinstance(untuned, dict) else {k: untuned for k in tuning["table"]}
         built[name] = {
-            "plans": [plan_arms(p, lrs or fallback, scale, data, out, variants) for p in group],
+            "plans": [
+                plan_horizon_part(p, lrs or fallback, scale, data, out, variants)
+                if isinstance(p, Horizon)
+                else plan_arms(p, lrs or fallback, scale, data, out, variants)
+                for p in group
+            ],
             "tuned": lrs is not None,
         }
     for part in built.values():

@@ -171,7 +171,7 @@ def plan_branched(
         return P.small_config(resolve(m, variants), None, run_overrides(scale, data, None), None)
 
     groups: dict[str, list[str]] = {}  # small model (as JSON) -> its arms, in the order given
-    small_cfgs = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
+    small_cfgs: dict = {}  # the same JSON -> that small config (its parameters are the unit of tokens per parameter)
     for m in arms:
         cfg = small_of(m)
         key = _sans_dir(cfg.to_dict())
@@ -179,7 +179,8 @@ def plan_branched(
         small_cfgs.setdefault(key, cfg)
     default_small = _sans_dir(small_of(P.DEFAULT_METHOD).to_dict())
     runs: dict[str, dict] = {}
-    bases, plans = {}, {}
+    bases: dict[str, dict] = {}
+    plans: dict = {}
     for small_json, ms in groups.items():
         # the default FFN-axis base keeps the plain names; any other base is named by its first arm (sorted, so
         # the name does not depend on the order of the arms and a rerun finds its runs)
@@ -356,9 +357,11 @@ def merge_runs(run_dicts) -> dict:
 
 def describe_run(run: dict, plan: dict) -> dict:
     """What a run trains: its shape, lr, and the steps and tokens it trains itself (a branch not its prefix's)."""
+    from .ledger import own_start
+
     m = run["cfg"]["model"]
     tc = run["cfg"]["train"]
-    start = run["grow_step"] if run["kind"] in ("small", "grown") else 0
+    start = own_start(run)
     row = {
         "layers": m["n_layers"],
         "d_model": m["d_model"],
@@ -382,3 +385,139 @@ def timed_config(run: dict, plan: dict) -> dict:
             r["cfg"] for r in plan["runs"].values() if r["kind"] == "scratch" and r.get("shape") == run["shape"]
         )
     return run["cfg"]
+
+
+def wsd_decay_start(steps: int, decay_fraction: float) -> int:
+    """The first decaying step of `train.schedule: wsd` over a horizon of `steps` (optim/schedules/wsd.py's window)."""
+    from types import SimpleNamespace
+
+    from ..optim.schedules.wsd import decay_window
+
+    return decay_window(SimpleNamespace(schedule_steps=steps, steps=steps, decay_fraction=decay_fraction))[0]
+
+
+def plan_horizon(
+    arms: list[str],
+    seeds: list[int],
+    scale: Scale,
+    data: str,
+    out: Path,
+    lrs: dict | None,
+    horizons: tuple = (1, 2, 4),
+    decay_fraction: float = 0.2,
+    ns: str = "horizon/",
+    variants: dict | None = None,
+    small_lr_mults: tuple = (),
+    controls: tuple = ("small",),
+    tokens_per_param: float | None = None,
+) -> dict:
+    """A horizon scan at low cost (issue 47 item 4): per seed and arm, one WSD stable-phase run and a decay branched
+    from it for each post-growth budget k x the pre-growth steps (k in `horizons`); trains nothing.
+
+    The 1x plan of plan_branched (the same arms, lrs, warmup, re-warmup tau, evaluation cadence and growth step g) is
+    moved to `train.schedule: wsd` with `decay_fraction`, nothing else changed. Horizon k ends at T_k = (1 + k) g
+    steps, its decay taking the last `decay_fraction` of T_k (from D_k, wsd_decay_start): the budget of each horizon
+    is T_k steps in all, decay included, so the grown, small and scratch runs of one horizon train on equal tokens.
+    Per seed: the prefix (the small model, stable to g); per arm (the grown arms, the small runs named in `controls`
+    of plan_branched's, and scratch from step 0) a chain `<arm>/stable-<k>x` of stable-phase segments, each continuing
+    the one before from its checkpoint up to D_k, planned over the longest horizon (flat up to its last D); and
+    `<arm>/<k>x`, the single run with its decay at D_k, branched from `<arm>/stable-<k>x`'s checkpoint. Each run's
+    config is the single run it stands for (nexus.experiments.branch holds each branch to it: the lr it gives every step
+    before its branch point equals its segment's, bit for bit). Runs carry start_step (where they start training
+    themselves), phase (stable / decay), horizon (k) and arm."""
+    ks = tuple(sorted(set(int(k) for k in horizons)))
+    if not ks or ks[0] < 1 or not 0 < decay_fraction < 1:
+        raise ConfigError(
+            f"horizons={horizons!r}, decay_fraction={decay_fraction!r} (valid: ks >= 1, 0 < fraction < 1)"
+        )
+    one = plan_branched(
+        list(arms),
+        list(seeds),
+        scale,
+        data,
+        out,
+        lrs,
+        tokens_per_param=tokens_per_param,
+        post_mult=1,
+        ns=ns,
+        variants=variants,
+        small_lr_mults=small_lr_mults,
+    )
+    if len(one["bases"]) != 1:
+        raise ConfigError(f"a horizon scan of arms {list(arms)} with {len(one['bases'])} bases (valid: one base)")
+    g = one["grow_step"]
+    total = {k: (1 + k) * g for k in ks}
+    start = {k: wsd_decay_start(total[k], decay_fraction) for k in ks}
+    longest = total[ks[-1]]
+    if start[ks[0]] <= g:
+        raise ConfigError(
+            f"decay_fraction={decay_fraction!r}: the {ks[0]}x horizon's decay would start at step {start[ks[0]]}, not "
+            f"after the growth step {g} (valid: a smaller fraction)"
+        )
+
+    def wsd(cfg: dict, run_dir: Path, steps: int, horizon: int) -> dict:
+        c = copy.deepcopy(cfg)
+        tc = c["train"]
+        tc["schedule"], tc["decay_fraction"], tc["schedule_steps"], tc["steps"] = "wsd", decay_fraction, horizon, steps
+        tc["out_dir"], tc["save_every"] = str(run_dir), max(1, steps // 10)
+        return c
+
+    keep = {"small": set(controls)}
+    runs: dict[str, dict] = {}
+    for sd in seeds:
+        root = out / f"{ns}seed{sd}"
+        prefix = f"{ns}seed{sd}/prefix"
+        r = one["runs"][prefix]
+        runs[prefix] = {
+            **r,
+            "cfg": wsd(r["cfg"], root / "prefix", g, longest),
+            "steps": g,
+            "start_step": 0,
+            "phase": "stable",
+        }
+        for name, r in one["runs"].items():
+            arm = name.split("/")[-1]
+            if r["seed"] != sd or r["kind"] == "prefix" or (r["kind"] == "small" and arm not in keep["small"]):
+                continue
+            after, at = (prefix, g) if r["after"] else (None, 0)
+            for k in ks:
+                seg = f"{ns}seed{sd}/{arm}/stable-{k}x"
+                where = root / arm
+                common = {**r, "arm": arm, "horizon": k}
+                runs[seg] = {
+                    **common,
+                    "cfg": wsd(r["cfg"], where / f"stable-{k}x", start[k], longest),
+                    "steps": start[k],
+                    "after": after,
+                    "start_step": at,
+                    "phase": "stable",
+                }
+                runs[f"{ns}seed{sd}/{arm}/{k}x"] = {
+                    **common,
+                    "cfg": wsd(r["cfg"], where / f"{k}x", total[k], total[k]),
+                    "steps": total[k],
+                    "after": seg,
+                    "start_step": start[k],
+                    "phase": "decay",
+                }
+                after, at = seg, start[k]
+    return {
+        **{k: v for k, v in one.items() if k not in ("runs", "post_mult")},
+        "steps": longest,
+        "token_budget": longest * one["tokens_per_step"],
+        "schedule": f"wsd, linear decay over the last {decay_fraction:g} of each horizon to min_lr_ratio",
+        "decay_fraction": decay_fraction,
+        "horizons": {
+            k: {
+                "post_mult": k,
+                "steps": total[k],
+                "post_steps": total[k] - g,
+                "decay_start": start[k],
+                "decay_steps": total[k] - start[k],
+                "tokens": total[k] * one["tokens_per_step"],
+            }
+            for k in ks
+        },
+        "controls": list(controls),
+        "runs": runs,
+    }

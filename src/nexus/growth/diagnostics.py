@@ -147,7 +147,7 @@ class PostGrowthMonitor:
         self.calls += 1
         if self.calls % self.every:
             return
-        rec = {}
+        rec: dict[str, object] = {}
         if self.has_copies:
             lock = symmetry_lock(trainer.model, self.param_maps)
             if lock:

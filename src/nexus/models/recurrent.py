@@ -49,7 +49,7 @@ class CausalDepthwiseConv(nn.Module):
 
     def forward(
         self, x: torch.Tensor, state: torch.Tensor | ConvHistory | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | ConvHistory]:
         """x (B, T, D); state (B, k-1, D) = the previous k-1 inputs (None = zeros, i.e. sequence start),
         or a ConvHistory (decoding), which is updated in place. Returns (y (B, T, D), new state)."""
         B, T, D = x.shape

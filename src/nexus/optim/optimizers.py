@@ -328,7 +328,7 @@ class OptimizerSet:
     def state_dict(self) -> dict:
         """{"groups": {opt: [hyperparams without params]}, "state": {param_name: {key: tensor}},
         "membership": {param_name: [opt, group_index]}} -- tensors and plain data only."""
-        out = {"groups": {}, "state": {}, "membership": {}}
+        out: dict[str, dict] = {"groups": {}, "state": {}, "membership": {}}
         for oname, o in self.optimizers.items():
             out["groups"][oname] = [
                 {

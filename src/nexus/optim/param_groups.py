@@ -66,13 +66,14 @@ def build_muon(named, tcfg: TrainConfig) -> dict:
     buckets = buckets_of(named, tcfg)
     opts = build_adamw([(n, p) for n, p in named if classify(n, p, tcfg) != "muon"], tcfg)
     if buckets["muon"]:
+        o = tcfg.optimizer  # the muon kind's own options (optim/kinds/muon.py)
         opts["muon"] = Muon(
             [{"params": buckets["muon"], "name": "muon"}],
-            lr=tcfg.muon_lr,
-            momentum=tcfg.muon_momentum,
-            weight_decay=tcfg.muon_wd,
-            ns_steps=tcfg.muon_ns_steps,
-            ns_method=tcfg.muon_ns,
+            lr=o.lr,
+            momentum=o.momentum,
+            weight_decay=o.weight_decay,
+            ns_steps=o.ns_steps,
+            ns_method=o.ns_method,
             cautious_wd=tcfg.cautious_wd,
         )
     return opts

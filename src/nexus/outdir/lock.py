@@ -81,7 +81,9 @@ def read_lock(path: Path) -> tuple[dict, list[str]]:
 
 def read_journal(path: Path) -> tuple[dict, list[str], dict[str, str]]:
     """(holder, pending temporaries not yet done, {pending name: sha256 recorded when it was complete})."""
-    holder, pending, ready = {}, [], {}
+    holder: dict = {}
+    pending: list[str] = []
+    ready: dict[str, str] = {}
     if not path.is_file():  # nexus writes its lock as a regular file; a FIFO under the name would block the read
         return holder, pending, ready
     try:

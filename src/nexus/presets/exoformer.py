@@ -24,8 +24,7 @@ def exoformer_recipe(cfg: RunConfig) -> RunConfig:
     m.zero_init_out, m.zero_init_head = True, True
     m.z_loss = 1e-5
     m.norm_eps = 1e-6
-    t.optimizer, t.muon_ns = "muon", "polar_express"
-    t.muon_lr, t.muon_wd, t.muon_momentum = 0.01, 0.1, 0.95
+    t.optimizer = {"kind": "muon", "ns_method": "polar_express", "lr": 0.01, "weight_decay": 0.1, "momentum": 0.95}
     t.lr, t.weight_decay, t.optimizer.betas = 3e-3, 0.0, [0.9, 0.95]
     t.cautious_wd = True
     t.schedule, t.decay_fraction, t.min_lr_ratio = "linear_warmdown", 0.2, 0.0
@@ -146,7 +145,7 @@ def exo_1b_base() -> RunConfig:
     cfg = exo_450m_base(gated=True)
     m, t = cfg.model, cfg.train
     m.d_model, m.n_heads, m.n_layers, m.ffn_hidden = 1536, 16, 32, 3072
-    t.muon_lr, t.lr, t.steps = 0.003, 0.001, 76293
+    t.optimizer.lr, t.lr, t.steps = 0.003, 0.001, 76293
     return cfg
 
 

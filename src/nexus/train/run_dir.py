@@ -322,10 +322,12 @@ def record_replan(old, new, growth_history: list, step: int | None) -> None:
 def _lr_notes(old, new, step: int | None) -> list[str]:
     notes = []
     at = "from the resumed step on" if step is None else f"from step {step} on"
-    for field in ("lr", "muon_lr"):
-        a, b = getattr(old, field), getattr(new, field)
+    pairs = [("train.lr", old.lr, new.lr)]
+    if hasattr(old.optimizer, "lr") and hasattr(new.optimizer, "lr"):  # a kind's own lr (muon's matrices)
+        pairs.append(("train.optimizer.lr", old.optimizer.lr, new.optimizer.lr))
+    for name, a, b in pairs:
         if a != b:
-            notes.append(f"train.{field} {a:g} -> {b:g} {at} (resumed optimizer state kept)")
+            notes.append(f"{name} {a:g} -> {b:g} {at} (resumed optimizer state kept)")
     return notes
 
 

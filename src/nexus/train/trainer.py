@@ -38,6 +38,7 @@ from . import run_dir as R
 from .health import StepHealth
 from .hooks import Hook, builtin_hooks, configured_hooks
 from .memory import check_training_memory
+from .precision import autocast_context, resolve_precision, resume_note
 
 
 class TrainingAborted(RuntimeError):
@@ -137,6 +138,9 @@ class Trainer:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(self.device)
         self.is_main = self.rank == 0
+        # train.dtype (auto: decided here, once, from the device and the model the run starts with; a model
+        # changed mid-run keeps it): nexus.train.precision
+        self.precision = resolve_precision(tc.dtype, self.device, cfg.model.d_model, cfg.model.hd)
         self.out_dir = Path(tc.out_dir)
         self._seed_everything(tc.seed)
         self.data = DataModule(cfg.data, seed=tc.seed, tokenizer=init_tokenizer)
@@ -168,6 +172,10 @@ class Trainer:
             self._restore(tstate)
             R.apply_base_lrs(self.optimizer, base_lrs)  # this run's train.lr, not the stored one
             self.resumed_step = self.step
+            # checkpoints from before issue 51 recorded no dtype: theirs was their config's (float32 | bfloat16)
+            changed = resume_note(tstate.get("dtype"), self.precision)
+            if changed:
+                self.notes.append(changed)
         self._wrap()
         if self.cfg.train.parallel == "fsdp2" and self.world == 1:  # asked for, not done: say so
             self.notes.append(
@@ -305,6 +313,7 @@ Step, tokens seen, the data cursor (batches are drawn by step) and the RNG strea
             "rng": rng,
             "elapsed_s": self.elapsed(),
             "world": self.world,
+            "dtype": self.precision.dtype,  # what the steps ran in (train.dtype auto resolved): a resume compares
         }  # a resume at another world size keeps the global batch (train/resume.py)
         tc = self.cfg.train
         st["data"] = self.data.state_dict(self.step, tc.batch_size * self.world, tc.grad_accum)  # the loader's position
@@ -432,9 +441,7 @@ Step, tokens seen, the data cursor (batches are drawn by step) and the RNG strea
         return int(self.health.total)
 
     def _autocast(self):
-        if self.cfg.train.dtype == "bfloat16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast_context(self.precision, self.device)
 
     @torch.no_grad()
     def evaluate(self, n_batches: int | None = None) -> float:
@@ -624,7 +631,7 @@ Step, tokens seen, the data cursor (batches are drawn by step) and the RNG strea
     def _fit(self) -> dict:
         self.call_hooks("on_fit_start")  # checks that must fail before anything is written
         self._announce()
-        result: dict = {"params": self.n_params}
+        result: dict = {"params": self.n_params, "dtype": self.precision.dtype}  # dtype: train.dtype as resolved
         self._start_clock()
         while self.step < self.cfg.train.steps:
             self.run_step()
@@ -687,6 +694,8 @@ Step, tokens seen, the data cursor (batches are drawn by step) and the RNG strea
             f"nexus: {self.cfg.preset or 'custom'} | {self.n_params / 1e6:.2f}M params | {self.device} | "
             f"world {self.world} | steps {self.step}->{self.cfg.train.steps} | out {self.out_dir}"
         )
+        if self.precision.worth_saying:
+            self.say(self.precision.line())  # what auto chose and why (or an explicit bf16 that is slow here)
         self._say_epochs(self.cfg.train)
         if self.cfg.train.compile:  # the first step waits for the compiler: say so instead of looking hung
             self.say("torch.compile: the first step compiles the model (often a minute or more; later steps are fast)")

@@ -98,7 +98,7 @@ def ref_deep_supervision_loss(model, ids: torch.Tensor, labels: torch.Tensor, n_
     """The v4.1 script's training listing, verbatim in structure."""
     x = model.embed.weight[ids]
     z = torch.zeros_like(x)
-    loss = 0.0
+    loss = torch.zeros(())
     for _ in range(n_sup):
         with torch.no_grad():
             for _ in range(t_inner - 1):
