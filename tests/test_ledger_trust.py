@@ -570,8 +570,9 @@ def test_the_runner_runs_each_job_once_after_its_prefix_and_records_and_reports_
     assert jobs["seed0/grown"]["t0"] >= jobs["seed0/prefix"]["t1"]  # the grown run branches from the prefix's end
     started = sorted(jobs, key=lambda n: jobs[n]["t0"])
     pids = {j["pid"] for j in jobs.values()}
-    if workers == 1:  # one at a time, in this process, prefix first, then by kind (the plan's order within a kind)
-        assert started == ["seed0/prefix", "seed0/scratch", "seed0/grown", "seed0/small", "seed2/small"]
+    if workers == 1:  # one at a time, in this process: a branch after what it branches from, then by kind (prefix,
+        # scratch, grown, small), the plan's order within a kind
+        assert started == ["seed0/prefix", "seed0/scratch", "seed0/small", "seed2/small", "seed0/grown"]
         assert pids == {os.getpid()} and all(jobs[a]["t1"] <= jobs[b]["t0"] for a, b in zip(started, started[1:]))
     else:  # two at a time in fresh processes; the grown run waits for its prefix while a free worker runs the rest
         assert set(started[:2]) == {"seed0/prefix", "seed0/scratch"}
