@@ -46,6 +46,14 @@ def load_plan() -> tuple[dict, dict[str, list[str]]]:
     return data["tool"]["mutmut"], data["tool"]["nexus-mutation"]["modules"]
 
 
+def module_settings(module: str) -> dict:
+    """`[tool.nexus-mutation.settings]`'s mutmut settings for `module`, over the shared ones (a module whose tests
+    build an expensive fixture gets a larger timeout_constant: mutmut's time estimate counts a test's call, not its
+    fixtures' setup, so a mutant those tests do not kill would time out in the fixture and count as killed)."""
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return data["tool"]["nexus-mutation"].get("settings", {}).get(module, {})
+
+
 def toml_list(items) -> str:
     return "[" + ", ".join(json.dumps(str(i)) for i in items) + "]"
 
@@ -57,6 +65,9 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
     work.mkdir(parents=True)
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(REPO / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    # the study tests import the scripts in benchmarks/ (tests/benchmark_module.py, beside tests/) and read the
+    # committed ledgers in benchmarks/results/
+    shutil.copytree(REPO / "benchmarks", work / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
     text = (REPO / "pyproject.toml").read_text()
     text = text[: text.index("[tool.mutmut]")]  # the shared table is rewritten below, narrowed
     lines = [
@@ -65,6 +76,7 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}",
         f"pytest_add_cli_args = {toml_list(shared.get('pytest_add_cli_args', []))}",
         f"do_not_mutate_patterns = {toml_list(shared.get('do_not_mutate_patterns', []))}",
+        f"also_copy = {toml_list(['benchmarks/'])}",  # mutmut copies tests/ into mutants/ itself, not benchmarks/
     ]
     for key in ("timeout_multiplier", "timeout_constant"):
         if key in shared:
@@ -74,6 +86,19 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
     # "nothing here", so mutmut's stats pass would import nexus from the editable install (the main checkout)
     # instead, find no mutated function reached, stop, and only a retry would run the mutants
     (work / "mutants" / "src").mkdir(parents=True)
+    (work / "mutants" / "src" / "sitecustomize.py").write_text(_CHILD_STATS)
+
+
+# Written beside the mutated nexus (PYTHONPATH): a process a test starts (a CLI, a study's runner and its workers)
+# imports the mutated code and inherits MUTANT_UNDER_TEST. Under mutmut's stats pass that value makes each mutated
+# function record that it was reached, which needs mutmut's config in the working directory (a child in a tmp
+# folder has none: it dies at its first call) and is lost with the process anyway. Such a process runs the original
+# code instead; under a mutant it runs that mutant, as the test's own process does.
+_CHILD_STATS = """import os
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    del os.environ["MUTANT_UNDER_TEST"]
+"""
 
 
 def read_results(work: Path, module: str) -> dict[str, int | None]:
@@ -176,7 +201,7 @@ def main(argv=None) -> int:
     print(f"mutmut {version('mutmut')}, python {sys.version.split()[0]}, {len(chosen)} module(s)", flush=True)
     rows = []
     for m in chosen:
-        row = run_module(m, plan[m], shared, out, args.children)
+        row = run_module(m, plan[m], {**shared, **module_settings(m)}, out, args.children)
         rows.append(row)
         score = "n/a" if row["score"] is None else f"{row['score']:.1%}"
         print(
