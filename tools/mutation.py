@@ -68,6 +68,16 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
     # the study tests import the scripts in benchmarks/ (tests/benchmark_module.py, beside tests/) and read the
     # committed ledgers in benchmarks/results/
     shutil.copytree(REPO / "benchmarks", work / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    write_settings(work, module, tests, shared)
+    # PYTHONPATH names mutants/src (see `mutmut` below); a folder missing when Python starts is cached as
+    # "nothing here", so mutmut's stats pass would import nexus from the editable install (the main checkout)
+    # instead, find no mutated function reached, stop, and only a retry would run the mutants
+    (work / "mutants" / "src").mkdir(parents=True)
+    (work / "mutants" / "src" / "sitecustomize.py").write_text(_CHILD_STATS)
+
+
+def write_settings(work: Path, module: str, tests: list[str], shared: dict) -> None:
+    """The scratch copy's pyproject.toml: this checkout's, its [tool.mutmut] narrowed to `module` and `tests`."""
     text = (REPO / "pyproject.toml").read_text()
     text = text[: text.index("[tool.mutmut]")]  # the shared table is rewritten below, narrowed
     lines = [
@@ -82,11 +92,6 @@ def scratch_copy(work: Path, module: str, tests: list[str], shared: dict) -> Non
         if key in shared:
             lines.append(f"{key} = {shared[key]}")
     (work / "pyproject.toml").write_text(text + "[tool.mutmut]\n" + "\n".join(lines) + "\n")
-    # PYTHONPATH names mutants/src (see `mutmut` below); a folder missing when Python starts is cached as
-    # "nothing here", so mutmut's stats pass would import nexus from the editable install (the main checkout)
-    # instead, find no mutated function reached, stop, and only a retry would run the mutants
-    (work / "mutants" / "src").mkdir(parents=True)
-    (work / "mutants" / "src" / "sitecustomize.py").write_text(_CHILD_STATS)
 
 
 # Written beside the mutated nexus (PYTHONPATH): a process a test starts (a CLI, a study's runner and its workers)
@@ -145,9 +150,15 @@ def survivor_diffs(work: Path, names: list[str]) -> dict[str, str]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_module(module: str, tests: list[str], shared: dict, out: Path, children: int) -> dict:
+def run_module(module: str, tests: list[str], shared: dict, out: Path, children: int, resume: bool = False) -> dict:
     work = out / "work" / re.sub(r"[^A-Za-z0-9]+", "_", module)
-    scratch_copy(work, module, tests, shared)
+    if resume and (work / "mutants" / "mutmut-stats.json").is_file():
+        # the same copy of src/ and tests/ and mutmut's verdicts so far; only the settings are re-read (mutmut
+        # re-runs the mutants a changed timeout could reclassify and keeps every other verdict)
+        print(f"mutation: {module}: resuming in {work} (its copy of the tree is kept: edits since are not in it)")
+        write_settings(work, module, tests, shared)
+    else:
+        scratch_copy(work, module, tests, shared)
     t0 = time.time()
     with open(out / (work.name + ".log"), "w") as log:
         for _ in range(3):  # mutmut resumes where it stopped; a run that leaves mutants unchecked is retried
@@ -180,6 +191,11 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the modules and their tests, run nothing")
     ap.add_argument("--out", default="mutation-report", help="report folder (scratch copies go below it)")
     ap.add_argument("--children", type=int, default=2, help="mutants run in parallel (default 2 = this CPU)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a module's run in its scratch copy under --out (its verdicts kept; the settings re-read)",
+    )
     args = ap.parse_args(argv)
     shared, plan = load_plan()
     if args.list:
@@ -201,7 +217,7 @@ def main(argv=None) -> int:
     print(f"mutmut {version('mutmut')}, python {sys.version.split()[0]}, {len(chosen)} module(s)", flush=True)
     rows = []
     for m in chosen:
-        row = run_module(m, plan[m], {**shared, **module_settings(m)}, out, args.children)
+        row = run_module(m, plan[m], {**shared, **module_settings(m)}, out, args.children, args.resume)
         rows.append(row)
         score = "n/a" if row["score"] is None else f"{row['score']:.1%}"
         print(
