@@ -583,6 +583,45 @@ def test_the_runner_runs_each_job_once_after_its_prefix_and_records_and_reports_
         assert not [pid for pid in pids if _alive(pid)], "a worker outlived the runner's return"
 
 
+def test_a_chain_of_branches_runs_each_after_what_it_branches_from_and_grown_before_small(quick_jobs, stop, tmp_path):
+    """The horizon part's chains (prefix -> a stable segment -> its decay): one worker runs a run only after the run
+    it branches from, however the plan lists them; among runs at the same depth a grown run before a small one."""
+    runs = {}
+    runs["s/small"] = _job(tmp_path, "s/small", "small", after="s/prefix", grow_step=4)
+    runs["s/decay"] = _job(tmp_path, "s/decay", "grown", after="s/stable", grow_step=4)
+    runs["s/stable"] = _job(tmp_path, "s/stable", "grown", after="s/prefix", grow_step=4)
+    runs["s/grown"] = _job(tmp_path, "s/grown", "grown", after="s/prefix", grow_step=4)
+    runs["s/prefix"] = _job(tmp_path, "s/prefix", "prefix", grow_step=4)
+    L.execute(runs, 1, 1, lambda s: None, _FakeLedger(tmp_path / "l"), 64)
+    jobs = quick_jobs()
+    started = sorted(jobs, key=lambda n: jobs[n]["t0"])
+    assert started == ["s/prefix", "s/stable", "s/grown", "s/small", "s/decay"]
+    stable_dir = runs["s/stable"]["cfg"]["train"]["out_dir"]
+    assert jobs["s/decay"]["start_from"] == str(Path(stable_dir) / "checkpoint")
+
+
+def test_the_runners_pool_holds_as_many_workers_as_asked_whatever_the_cpu_count(
+    quick_jobs, stop, tmp_path, monkeypatch
+):
+    """`--workers 2` on a machine with more cores starts a pool of 2 processes, not one per core."""
+    import concurrent.futures
+
+    sizes = []
+
+    class Pool(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sizes.append(self._max_workers)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    runs = {"seed0/scratch": _job(tmp_path, "seed0/scratch", "scratch")}
+    assert L.execute(runs, 2, 1, lambda s: None, _FakeLedger(tmp_path / "l"), 64) == {
+        "seed0/scratch": {"val_loss": 1.25, "wall_s": 2.0}
+    }
+    assert sizes == [2]
+
+
 def test_a_runner_whose_ledger_holds_every_run_says_so_and_runs_nothing(quick_jobs, stop, tmp_path):
     runs = {"seed0/scratch": _job(tmp_path, "seed0/scratch", "scratch")}
     lines = []
