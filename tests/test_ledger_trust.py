@@ -209,6 +209,41 @@ def _sigterm_a_two_worker_study(tmp_path: Path) -> int:
     return len(list((tmp_path / "res").rglob("seed*.json")))
 
 
+@pytest.mark.parametrize("stop", ["runs", "before"])
+def test_a_stopped_study_says_in_one_line_where_it_stopped_and_the_command_that_continues_it(
+    tmp_path, capsys, monkeypatch, stop
+):
+    """regime_study.main, in-process: a stop inside the runner (StudyInterrupted, the runs in flight saved) or before
+    any run (KeyboardInterrupt) ends in one stderr line with the study's own command, exit 128 + the signal; the
+    SIGTERM handler it installs for the stop before any run is taken down again."""
+    study = load_benchmark("studies/regime_study.py")
+
+    def stopped(argv):
+        if stop == "runs":
+            raise L.StudyInterrupted(signal.SIGTERM, 3, ["seed0/small"])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study, "_main", stopped)
+    handler = signal.getsignal(signal.SIGTERM)
+    args = ["--study", "sparkling-credible", "--parts", "eval", "--workers", "2"]
+    rc = study.main(args)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 1 and signal.getsignal(signal.SIGTERM) is handler, err
+    assert lines[0].endswith(f"continue with: {sys.executable} {study.__file__} {' '.join(args)}"), lines[0]
+    assert "nexus train --resume" not in lines[0]
+    if stop == "runs":
+        assert rc == 128 + signal.SIGTERM
+        assert lines[0].startswith("study stopped by SIGTERM at a run boundary: 3 run(s) finished this time")
+        assert "(seed0/small saved mid-run, resumed from there)" in lines[0]
+    else:
+        assert rc == 130 and lines[0].startswith("study stopped before any run was in flight; nothing was lost")
+
+
+# the whole path in a child: ~45 s on the shared CPU; the runner's SIGTERM handling with two workers is in the default
+# suite in-process (test_sigterm_to_the_runner_starts_no_run_after_it_and_the_runs_in_flight_stop[2]), main's line
+# above, and orphans after a kill -9 in test_kill_9_of_the_study_runner_takes_its_workers_with_it
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the runner's workers")
 def test_sigterm_stops_a_two_worker_study_in_one_line_without_orphans(tmp_path):
     held = _sigterm_a_two_worker_study(tmp_path)
