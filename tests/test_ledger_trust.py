@@ -963,3 +963,17 @@ def test_a_records_digest_covers_a_value_json_has_no_type_for_as_its_text():
     rec = {"name": "r", "where": Path("runs/a"), L.DIGEST: "ignored"}
     want = hashlib.sha256(json.dumps({"name": "r", "where": "runs/a"}, sort_keys=True).encode()).hexdigest()
     assert L.record_digest(rec) == want
+
+
+def test_a_planned_runs_own_start_is_its_segment_start_else_its_growth_step_for_a_branch_else_zero():
+    """The step a run trains itself from (the live rate's steps and the estimate count from it): a stable segment or
+    a decay branch of the horizon's chains gives its own start_step, whatever its kind; a small or grown branch of a
+    prefix starts at the growth step; a prefix or scratch run at 0."""
+    assert L.own_start({"kind": "grown", "grow_step": 3, "start_step": 7}) == 7
+    assert L.own_start({"kind": "scratch", "start_step": "12"}) == 12
+    assert L.own_start({"kind": "small", "start_step": 0, "grow_step": 5}) == 0
+    assert L.own_start({"kind": "grown", "grow_step": 5}) == 5
+    assert L.own_start({"kind": "small", "grow_step": 5}) == 5
+    assert L.own_start({"kind": "small"}) == 0
+    assert L.own_start({"kind": "prefix", "grow_step": 5}) == 0
+    assert L.own_start({"kind": "scratch", "grow_step": 5}) == 0

@@ -134,9 +134,8 @@ def data_key(cfg: dict) -> str:
 
     dm = DataModule(saved_run_config(copy.deepcopy(cfg)).data, seed=0, quiet=True)
     h = hashlib.sha256()
-    for split in (dm.train, dm.val):
-        tokens = getattr(split, "tokens", None)
-        h.update(np.ascontiguousarray(tokens).tobytes() if tokens is not None else repr(len(split)).encode())
+    for split in (dm.train, dm.val):  # TokenStreams: every source a study can name is read as token ids
+        h.update(np.ascontiguousarray(split.tokens).tobytes())
     return h.hexdigest()[:16]
 
 
