@@ -42,3 +42,50 @@ def test_a_directory_from_before_plan_json_is_not_refused(tmp_path):
     run = tmp_path / "old"
     run.mkdir()
     check_plan(run, _cfg(tmp_path))
+
+
+def test_an_interrupted_run_resumes_from_its_newest_step_checkpoint_and_ends_as_one_never_stopped(
+    tmp_path, monkeypatch
+):
+    """run_resumable's resume path in-process: a run stopped after its step-2 checkpoint resumes from it (plan kept,
+    the metrics after step 2 cut, the resume said), and ends with the losses of the same run never stopped."""
+    import json
+
+    import nexus.train.trainer as T
+    from nexus.train.hooks import Hook
+
+    def cfg():
+        c = _cfg(tmp_path)
+        c.train.steps, c.train.save_every, c.train.eval_every = 4, 2, 2
+        return c
+
+    ref = run_resumable(cfg(), tmp_path / "ref", say=lambda *_: None)
+    state = {"armed": True}
+
+    class Stop(Hook):
+        def on_log(self, trainer, step, metrics):
+            if state["armed"] and step == 3:
+                state["armed"] = False
+                raise KeyboardInterrupt
+
+    orig_init = T.Trainer.__init__
+
+    def init_with_stop(self, *a, **k):
+        orig_init(self, *a, **k)
+        self.add_hook(Stop())
+
+    monkeypatch.setattr(T.Trainer, "__init__", init_with_stop)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_resumable(cfg(), run, say=lambda *_: None)
+    assert not (run / "done.json").exists() and (run / "step_0000002").is_dir() and (run / PLAN).is_file()
+    plan = (run / PLAN).read_bytes()
+    said: list[str] = []
+    res = run_resumable(cfg(), run, say=said.append)
+    assert said == ["  run: resuming from step_0000002"]
+    assert res["resumed_from"] == "step_0000002" and "branched_from" not in res
+    assert res["val_loss"] == ref["val_loss"] and (run / PLAN).read_bytes() == plan
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert steps == sorted(set(steps)) and steps[-1] == 4
+    assert not list(run.glob("step_*"))  # the final checkpoint supersedes the step checkpoints
+    assert json.loads((run / "done.json").read_text())["resumed_from"] == "step_0000002"
