@@ -429,7 +429,7 @@ def write_file_atomic(final: Path, write_fn, lk: OutputLock | None = None, enter
     final = Path(final)
     m = read_manifest(final.parent)
     listed = m is not None and final.name in m["files"]
-    if listed and final.exists() and not entry_unchanged(final, m["files"][final.name]):
+    if listed and m is not None and final.exists() and not entry_unchanged(final, m["files"][final.name]):
         raise ConfigError(
             f"{str(final)!r} was changed since nexus wrote it, and nexus would replace it (valid: move it "
             "out of the folder; nexus never replaces what it did not write)"

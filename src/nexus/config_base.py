@@ -105,8 +105,9 @@ def _check_choices(section, errors: list[str], p: str) -> None:
             _check(errors, False, f"{p}.{f.name}", v, ("a list of " if isinstance(v, list) else "") + "|".join(table))
             continue
         for x in values:
-            if table[x].check is not None:
-                table[x].check(section, errors, p)
+            check = table[x].check
+            if check is not None:
+                check(section, errors, p)
 
 
 def _choices(tp) -> tuple | None:

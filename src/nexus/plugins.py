@@ -57,11 +57,13 @@ def load_plugins() -> None:
                 what = f"names module {ep.module!r}, which is not installed"
             else:
                 what = f"failed to load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
-            _plugins["error"] = ConfigError(
+            # raised by name: mypy keeps _plugins["error"] narrowed to None by the check above, past the assignment
+            error = ConfigError(
                 f"plugin {ep.name!r} ({where}) {what} (valid: fix or uninstall that "
                 "package, or set NEXUS_DISABLE_PLUGINS=1)"
             )
-            raise _plugins["error"] from None
+            _plugins["error"] = error
+            raise error from None
         finally:
             _plugins["current"] = None
 

@@ -13,6 +13,7 @@ the outer attention, which is the paper's inner-Q/inner-K map at order 2.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def record_attention_maps(model, input_ids: torch.Tensor) -> dict[str, np.ndarra
     def record(name: str):
         return lambda module, inputs, output: recorder.add(name, *inputs)
 
-    pairs = []
+    pairs: list[tuple[torch.nn.Module, Callable]] = []  # (module, forward hook), as forward_hooks takes them
     for m in model.modules():
         if isinstance(m, Attention):
             pairs.append((m.hook_qk, record("outer")))

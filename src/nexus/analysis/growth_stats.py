@@ -96,6 +96,7 @@ def harmonic_regression(t, y, n_freqs: int = 2000) -> dict:
         ss_res = float(((y - X @ coef) ** 2).sum())
         if best is None or ss_res < best[0]:
             best = (ss_res, f, coef)
+    assert best is not None  # a grid of n_freqs >= 1 points (its one caller: 2000)
     ss_res, f, coef = best
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0

@@ -20,6 +20,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import ConfigError
 from ..runtime import tune_cpu_allocator
@@ -120,7 +121,7 @@ def _valid(var: Var) -> str:
 def read_env(environ=None) -> dict:
     """Environment -> {VAR: value}, defaults filled in (phase-dependent ones resolved)."""
     environ = os.environ if environ is None else environ
-    out = {}
+    out: dict[str, Any] = {}  # each variable's own type (Var.kind)
     for var in VARS:
         raw = environ.get(var.name)
         if raw is None or raw.strip() == "" and var.kind != "str":

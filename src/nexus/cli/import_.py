@@ -4,6 +4,7 @@ checkpoint directory."""
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 # Logits of an exact import differ only by fp32 rounding; anything above this is a wrong mapping.
 VERIFY_TOLERANCE = 1e-4
@@ -54,7 +55,7 @@ def _write(args) -> int:
     extra = {STORED_SPECIAL_IDS: json.dumps(model.hf_special_ids)}  # the model's own ids, for export
     if gen:
         extra[STORED_GENERATION_CONFIG] = json.dumps(gen, indent=2)
-    res = {
+    res: dict[str, Any] = {
         "architecture": cfg.preset.removeprefix("hf:"),
         "params": count_parameters(model),
         "tokenizer": getattr(tok, "kind", "byte"),
@@ -77,7 +78,8 @@ def _write(args) -> int:
             f"imported {res['architecture']} ({res['params'] / 1e6:.2f}M params, tokenizer {res['tokenizer']}) "
             f"-> {res['checkpoint']}"
         )
-        for note in model.import_notes[1:]:
+        # a list import_hf attaches to the module (mypy types Module attributes as Tensor | Module)
+        for note in cast(list, model.import_notes)[1:]:
             print(f"  note: {note}")
         if args.verify:
             print(f"  max |logit difference| vs transformers: {res['max_logit_diff']:.3g}")

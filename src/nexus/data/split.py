@@ -29,7 +29,7 @@ def block_val_positions(n: int, block: int, val_fraction: float, split_seed: int
 
 def split_documents(
     docs: Iterable, val_fraction: float, split_seed: int, block_size: int | None = None
-) -> Iterator[tuple[object, bool]]:
+) -> Iterator[tuple[object, bool | None]]:
     """(document, is_validation) in stream order. A corpus of one document yields it once with
     is_validation None: the caller holds out its tail instead."""
     size = block_size or SPLIT_BLOCK

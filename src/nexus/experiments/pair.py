@@ -135,7 +135,9 @@ def build_pair_results(plan: dict) -> dict:
         cfg = saved_run_config(first)
         meth = resolve_method(m)
         small = _model_summary(cfg.model, cfg.data.seq_len)
-        large = _model_summary(dry_run_growth(cfg, meth, cfg.train.hook("growth")["spec"]), cfg.data.seq_len)
+        growth = cfg.train.hook("growth")
+        assert growth is not None  # the grown run's config: the growth it planned
+        large = _model_summary(dry_run_growth(cfg, meth, growth["spec"]), cfg.data.seq_len)
         d_e = p["grow_step"] * p["tokens_per_step"]
         segs = [
             {"start_tokens": 0.0, "flops_per_token": small["train_flops_per_token"]},

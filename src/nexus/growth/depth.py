@@ -39,7 +39,7 @@ import copy
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn as nn
@@ -271,10 +271,11 @@ def grow_depth(model, cfg: RunConfig, spec: DepthSpec) -> GrowthResult:
         maps = _copy_tensors(base, new_model, plan, spec.init, base_maps)
         zeroed = []
         if spec.init in PRESERVING:
+            layers = cast(nn.ModuleList, new_model.layers)  # every model keeps its blocks there (LanguageModel)
             for k, (_, is_new) in enumerate(plan):
                 if is_new:
-                    for rel in residual_writers(new_model.layers[k]):
-                        new_model.layers[k].get_parameter(rel).zero_()
+                    for rel in residual_writers(layers[k]):
+                        layers[k].get_parameter(rel).zero_()
                         zeroed.append(f"layers.{k}.{rel}")
     new_at = [k for k, (_, is_new) in enumerate(plan) if is_new]
     record = {
@@ -303,7 +304,8 @@ def grow_depth(model, cfg: RunConfig, spec: DepthSpec) -> GrowthResult:
     if ws is not None:
         report["order"] = "width first, then depth on the widened model; verified once, after both"
     if spec.rewarmup:
-        report["rewarmup"] = f"rho={spec.rewarmup['rho']} tau={spec.rewarmup['tau']} (new blocks and new channels)"
+        rw = cast(dict, spec.rewarmup)  # validate() made it parse_pair's {"rho", "tau"} (the field takes the raw forms)
+        report["rewarmup"] = f"rho={rw['rho']} tau={rw['tau']} (new blocks and new channels)"
     from .diagnostics import rms_ratio_report, stream_pairs
 
     pairs = stream_pairs(maps, len(model.layers) + 1, spec.layers + 1)

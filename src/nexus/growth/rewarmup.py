@@ -98,11 +98,10 @@ def planned_factors(record: dict | None):
         return lr_factor(step, tcfg)
 
     def new(step: int, tcfg) -> float:
-        return (
-            rewarmup_factor(step, int(record["step"]), float(rw["rho"]), int(rw["tau"]), tcfg)
-            if rw
-            else old(step, tcfg)
-        )
+        if not rw:
+            return old(step, tcfg)
+        assert record is not None  # rw is set only from a record
+        return rewarmup_factor(step, int(record["step"]), float(rw["rho"]), int(rw["tau"]), tcfg)
 
     replan = (record or {}).get("lr_replan")
     if not replan:
@@ -146,8 +145,9 @@ def lr_plan(tcfg, start: int, record: dict | None = None) -> tuple[str, bool]:
         tau = max(tcfg.warmup_steps, 1)
         marks |= {int(replan["step"]), int(replan["step"]) + tau - 1, int(replan["step"]) + tau}
     marks = sorted(t for t in marks if start <= t <= last)
-    parts = [
-        f"first step {start}: {old(start):.3g}" + (f" (new entries {new(start):.3g})" if rw and start > t_e else "")
+    parts = [  # t_e is set whenever rw is (both come from record)
+        f"first step {start}: {old(start):.3g}"
+        + (f" (new entries {new(start):.3g})" if rw and t_e is not None and start > t_e else "")
     ]
     if t_e is not None and start <= t_e <= last:
         parts.append(f"growth step {t_e}: old entries {old(t_e):.3g}, new {new(t_e):.3g}")

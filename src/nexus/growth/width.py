@@ -519,9 +519,8 @@ def grow_width(model, cfg: RunConfig, ws: WidthSpec) -> GrowthResult:
     if "hidden" in plans and m.tie_embeddings:
         report["logit_scale"] = new_mcfg.logit_scale
     if ws.rewarmup:
-        report["rewarmup"] = f"rho={ws.rewarmup['rho']} tau={ws.rewarmup['tau']}" + (
-            " (all parameters)" if ws.rewarmup_all else ""
-        )
+        rw = cast(dict, ws.rewarmup)  # validate() made it parse_pair's {"rho", "tau"} (the field takes the raw forms)
+        report["rewarmup"] = f"rho={rw['rho']} tau={rw['tau']}" + (" (all parameters)" if ws.rewarmup_all else "")
     from .diagnostics import rms_ratio_report
 
     report.update(rms_ratio_report(model, new_model, cfg.model.vocab_size))

@@ -47,7 +47,7 @@ class ProjectionMixer(Protocol):
         """After QK-norm, before RoPE: q, k (B, T, heads, hd) -> q, k."""
 
 
-def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor | None:
+def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
     """Boolean mask (True = may attend) for t_q new queries after t_k - t_q cached keys."""
     past = t_k - t_q
     i = torch.arange(t_q, device=device)[:, None] + past
@@ -121,6 +121,7 @@ class Attention(nn.Module):
 
     def qk_norm(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.q_norm is not None:
+            assert self.k_norm is not None  # built together with q_norm (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k
 

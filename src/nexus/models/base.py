@@ -9,11 +9,17 @@ TransformerLM and RecurrentLM subclass it, build their layer stack and supply `f
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
 from .layers import RMSNorm
+
+
+class _SpecialInit(Protocol):  # a module with its own init, run after the global one (init_weights)
+    def reset_special_parameters(self) -> None: ...
 
 
 class LanguageModel(nn.Module):
@@ -44,7 +50,8 @@ class LanguageModel(nn.Module):
             nn.init.zeros_(self.lm_head.weight)
         for m in self.modules():
             if m is not self and hasattr(m, "reset_special_parameters"):
-                m.reset_special_parameters()
+                # the cast is the hasattr: mypy cannot narrow a Module by it (__getattr__ types all as Tensor | Module)
+                cast(_SpecialInit, m).reset_special_parameters()
 
     def init_module(self, m: nn.Module) -> None:
         """The global init of one module (in module order, so the random draws keep their order)."""

@@ -13,6 +13,7 @@ the "every weight is ternary" and "packed export gives identical logits" guarant
 from __future__ import annotations
 
 import contextlib
+from typing import Protocol
 
 import torch
 import torch.nn as nn
@@ -82,6 +83,12 @@ def _rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+class _InputQuant(Protocol):  # what BitLinear.prepare_input reads: PackedTernaryLinear shares the method
+    act_quant: bool
+    input_norm: bool
+    norm_eps: float
+
+
 class BitLinear(nn.Linear):
     """nn.Linear whose forward uses absmean-ternary weights (and optionally 8-bit activations).
 
@@ -107,7 +114,7 @@ class BitLinear(nn.Linear):
         self.input_norm = input_norm  # parameter-free RMSNorm before quantization (SubLN)
         self.norm_eps = norm_eps
 
-    def prepare_input(self, x: torch.Tensor) -> torch.Tensor:
+    def prepare_input(self: _InputQuant, x: torch.Tensor) -> torch.Tensor:
         if self.input_norm:
             x = _rms_normalize(x, self.norm_eps)
         if self.act_quant:
@@ -250,6 +257,15 @@ class PackedTernaryLinear(nn.Module):
 
     is_ternary = True
     kernel_choice = None  # the measurement behind kernel="auto" (KernelChoice), else None
+    # buffers (register_buffer), each kernel's own subset
+    planes: torch.Tensor
+    packed: torch.Tensor
+    scales_zeros: torch.Tensor
+    codes: torch.Tensor
+    ones: torch.Tensor
+    weight: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor | None
 
     def __init__(
         self,

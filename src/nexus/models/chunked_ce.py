@@ -60,6 +60,7 @@ class _ChunkedHeadCE(torch.autograd.Function):
                     z_sum += (lse.square() * vf).sum()
                 if not need_grad:
                     continue
+                assert grad_h is not None and grad_w is not None  # made when need_grad
                 # the softmax, in place over this chunk's logits, scaled to d loss / d logits
                 probs = logits.sub_(lse[:, None]).exp_()
                 coef = vf * (1.0 + 2.0 * z_loss * lse) if z_loss > 0 else vf

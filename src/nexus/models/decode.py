@@ -22,13 +22,18 @@ tests/test_decode_cache.py holds it to the module forward and to uncached genera
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import Attention
 from .cache import LayerCache, SeqBuffer
-from .layers import RMSNorm, SwiGLU
+from .layers import RMSNorm, RotaryEmbedding, SwiGLU
+
+if TYPE_CHECKING:
+    from .base import LanguageModel
 
 
 def _hooked(model: nn.Module) -> bool:
@@ -88,7 +93,7 @@ class _Layer:
 class PlainDecoder:
     """`decoder(ids)` for ids (B, 1): the next position's logits (B, V), advancing `cache` by one."""
 
-    def __init__(self, model: nn.Module, cache, layers: list[_Layer]):
+    def __init__(self, model: LanguageModel, cache, layers: list[_Layer]):
         cfg = model.cfg
         self.model, self.cache, self.layers = model, cache, layers
         self.d, self.eps = cfg.d_model, cfg.norm_eps
@@ -96,11 +101,12 @@ class PlainDecoder:
         self.gqa = self.n_kv != self.n_heads
         half = self.hd // 2
         # rotate_half(x) * sin == roll(x, hd/2) * [-sin_lo, sin_hi]: the sign moves into the table
-        cos, sin = model.rope.tables(0, model.cfg.max_seq_len)
+        # a TransformerLM's rope (the only caller, not named here: its module imports this one)
+        cos, sin = cast(RotaryEmbedding, model.rope).tables(0, model.cfg.max_seq_len)
         self.cos, self.sin = cos, torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
 
     @classmethod
-    def build(cls, model: nn.Module, cache, block_type: type) -> PlainDecoder | None:
+    def build(cls, model: LanguageModel, cache, block_type: type) -> PlainDecoder | None:
         """The decoder for `model` over `cache` after its prefill, or None when the model has parts
         the decoder does not reproduce (see the module docstring)."""
         if model.training or getattr(model, "anchor", None) is not None or model.embed.max_norm is not None:

@@ -86,7 +86,8 @@ def check_generate_args(
         bad("temperature", temperature, "a finite number >= 0 (0 = greedy)")
     if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 0:
         bad("top_k", top_k, "an integer >= 0 (0 = off)")
-    if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
+    # numbers.Real declares only < and <= (as the ABC does); every Real that reaches here (int, float, numpy) has >
+    if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:  # type: ignore[operator]
         bad("top_p", top_p, "a number in (0, 1]")
     if eos_id is not None and (
         not isinstance(eos_id, numbers.Integral)

@@ -28,6 +28,8 @@ level directly below it at `hook_inner["inner_<target>"]`, called with that leve
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 
@@ -100,6 +102,10 @@ class HigherOrderAttention(Attention):
             return "self"
         return next(f"inner_{t}" for t, m in self.inner.items() if m is w)
 
+    def _inner_attention(self, t: str) -> nn.Module:
+        assert self.inner is not None  # built for the projected, unshared form: the only one that asks for it
+        return self.inner[t]
+
     def _blend(self, t: str, base: torch.Tensor, refined: torch.Tensor) -> torch.Tensor:
         if self.ho_gate is None:
             return refined
@@ -117,7 +123,7 @@ class HigherOrderAttention(Attention):
         B, T = x.shape[:2]
         for t in self.targets:
             if self.form == "projected":
-                src = w if (self.shared or w is not self) else self.inner[t]
+                src = w if (self.shared or w is not self) else self._inner_attention(t)
                 y = self.level_output(src, x, m - 1, rope, cache, memo, label=f"inner_{t}")
                 refined = getattr(w, f"{t}_proj")(y).view(B, T, parts[t].shape[2], self.head_dim)
             else:
@@ -189,7 +195,7 @@ class HigherOrderAttention(Attention):
         heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
         for t in self.targets:
             if self.form == "projected":
-                src = w if (self.shared or w is not self) else self.inner[t]
+                src = w if (self.shared or w is not self) else self._inner_attention(t)
                 key = f"{self._weights_name(src)}:{m - 1}"
                 if key not in seen:
                     seen.add(key)
@@ -212,7 +218,8 @@ class HigherOrderAttention(Attention):
         acc["lin"] += _linear_flops(self.o_proj)
         seen_by_walker = sum(_linear_flops(m) for m in self.modules() if isinstance(m, nn.Linear))
         if self.inner is not None:  # each inner Attention reports one attention call of its own
-            seen_by_walker += sum(m.flops_per_token(seq_len) for m in self.inner.values())
+            # (ModuleDict is not generic: its values are the Attentions built in __init__)
+            seen_by_walker += sum(cast(Attention, m).flops_per_token(seq_len) for m in self.inner.values())
         core = 2 * 2 * self.n_heads * self.head_dim * seq_len
         return acc["attn"] * core + acc["lin"] - seen_by_walker
 

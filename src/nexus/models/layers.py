@@ -36,6 +36,10 @@ class RMSNorm(nn.Module):
 class RotaryEmbedding(nn.Module):
     """RoPE tables (rotate-half convention, as in Llama/Qwen, so HF weights import unchanged)."""
 
+    inv_freq: torch.Tensor  # buffers (register_buffer)
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_seq_len: int, theta: float):
         super().__init__()
         self.head_dim, self.theta = head_dim, theta

@@ -17,6 +17,8 @@ per-token loop it is tested against.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 
@@ -52,8 +54,8 @@ class MoEMLP(AuxLossModule):
     def width_roles(self) -> dict:
         """Width growth: the router reads the hidden axis; each expert is a SwiGLU over expert_inner."""
         roles = prefixed("router", port(self.router, "in", "hidden", "in"))
-        for i, expert in enumerate(self.experts):
-            roles.update(prefixed(f"experts.{i}", expert.width_roles("expert_inner")))
+        for i, expert in enumerate(self.experts):  # ModuleList is not generic: its items are the SwiGLUs built above
+            roles.update(prefixed(f"experts.{i}", cast(SwiGLU, expert).width_roles("expert_inner")))
         return roles
 
     def route(self, x2: torch.Tensor):

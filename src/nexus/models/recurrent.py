@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from typing import Protocol, cast
 
 import torch
 import torch.nn as nn
@@ -155,6 +156,10 @@ class RecurrentBlock(nn.Module):
             cache[key] = ConvHistory(new_state)  # first chunk (prefill); later chunks update it in place
         x = x + y
         return x + self.mlp(self.mlp_norm(x))
+
+
+class _OwnFlops(Protocol):  # the FLOPs protocol of analysis/flops.py
+    def flops_per_token(self, seq_len: int) -> float: ...
 
 
 class RecurrentLM(LanguageModel):
@@ -303,7 +308,8 @@ class RecurrentLM(LanguageModel):
                 if isinstance(m, nn.Linear):
                     per_application += 2.0 * m.in_features * m.out_features
                 if hasattr(m, "flops_per_token"):
-                    per_application += m.flops_per_token(seq_len)
+                    # the cast is the hasattr: mypy cannot narrow a Module by it (__getattr__: Tensor | Module)
+                    per_application += cast(_OwnFlops, m).flops_per_token(seq_len)
         return (n * t - 1) * per_application + self.tied_head_flops()
 
 

@@ -106,7 +106,9 @@ def recorded_temporaries(p: Path, flag: str = "--out") -> set[str]:
         q = lf.parent / rel
         if p in q.parents:
             out.add(q.relative_to(p).as_posix())
-            final = q.parent / SIDE.match(q.name)["name"]
+            m = SIDE.match(q.name)
+            assert m is not None  # confined_pending refuses any name that is not a SIDE temporary
+            final = q.parent / m["name"]
             if rel in ready and not (q.exists() or q.is_symlink()) and holds_recorded_output(final, ready[rel]):
                 out.add(final.relative_to(p).as_posix())
     return out

@@ -147,6 +147,7 @@ def confined_pending(target: Path, base: Path, pending, lf: Path, flag: str = "-
         m = SIDE.match(q.name) if q is not None else None
         ok = m is not None and not through_symlink(base, rel)
         if ok and q.parent == target.parent:
+            assert m is not None  # ok holds only with a match
             ok = m["name"] == target.name
         elif ok:
             ok = target == q.parent or target in q.parent.parents

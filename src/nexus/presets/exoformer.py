@@ -10,6 +10,7 @@ rest, linear warmup then a linear warmdown over the last 20% of steps.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from ..config import MixingConfig, RunConfig
 from . import register
@@ -171,7 +172,7 @@ for _stem, _desc, _gate, _mixing in TABLE2_ROWS:
         _gate,
         _mixing,
         "450m",
-        lambda g=(_gate != "none"): exo_450m_base(g),
+        partial(exo_450m_base, _gate != "none"),
         "~450M, Table 3 recipe (FineWeb-Edu)",
     )
 for _stem, _desc, _gate, _mixing in TABLE2_ROWS:

@@ -162,7 +162,7 @@ class Trainer:
         self._early_records: list[dict] | None = []
         self.tokens_seen = 0
         self.elapsed_before = 0.0  # wall seconds of the run before this process (a resumed run's earlier parts)
-        self._t0 = None  # when this process's fit() began
+        self._t0: float | None = None  # when this process's fit() began (time.perf_counter)
         self.resumed_step = None
         self.resumed_from = resume  # the checkpoint this run continues (None: a fresh run)
         self.resumed_hook_states: dict = {}  # {hook.state_key: state} read from that checkpoint
