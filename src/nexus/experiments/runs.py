@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..atomic import guard_output, write_text_atomic
 from ..config import ConfigError, RunConfig
-from ..outdir import EXPERIMENT, claim_directory, read_manifest, record
+from ..outdir import EXPERIMENT, TRAIN_RUN, claim_directory, read_manifest, record
 from ..outdir.manifest import entry_unchanged
 from ..train.run_dir import remove_entries, trim_metrics
 
@@ -153,6 +153,8 @@ def run_resumable(cfg: RunConfig, run_dir: Path, quiet: bool = True, say=print, 
         say(f"  {run_dir.name}: finished earlier, skipped")
         return read_done(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if read_manifest(run_dir) is None:  # the trainer's own manifest, made first so that plan.json is entered in it
+        record(run_dir, TRAIN_RUN)
     cfg.train.out_dir = str(run_dir)
     resume = latest_step_checkpoint(run_dir)
     if resume is None or not (run_dir / PLAN).is_file():
