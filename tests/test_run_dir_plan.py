@@ -45,7 +45,7 @@ def test_a_directory_from_before_plan_json_is_not_refused(tmp_path):
 
 
 def test_an_interrupted_run_resumes_from_its_newest_step_checkpoint_and_ends_as_one_never_stopped(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     """run_resumable's resume path in-process: a run stopped after its step-2 checkpoint resumes from it (plan kept,
     the metrics after step 2 cut, the resume said), and ends with the losses of the same run never stopped."""
@@ -85,6 +85,7 @@ def test_an_interrupted_run_resumes_from_its_newest_step_checkpoint_and_ends_as_
     run = moved
     said: list[str] = []
     res = run_resumable(cfg(), run, say=said.append)
+    assert capsys.readouterr().out == ""  # the resumed trainer is quiet too
     assert (run / PLAN).stat().st_ino == plan_inode  # the plan it was started for, not rewritten
     assert said == ["  moved: resuming from step_0000002"]
     assert res["resumed_from"] == "step_0000002" and "branched_from" not in res
@@ -116,6 +117,7 @@ def test_a_changed_plan_is_refused_naming_three_fields_and_counting_the_rest(tmp
     shown = ", ".join(f"{k}: {old.get(k, '(absent)')} -> {new.get(k, '(absent)')}" for k in changed[:3])
     assert f"({shown} and {len(changed) - 3} more)" in msg and "\n" not in msg, msg
     assert "(absent)" in shown  # muon's own lr among the first three: absent from the AdamW plan
+    assert "another config (train.batch_size: 8 -> 3, train.optimizer.kind: " in msg  # dotted names from the top
 
 
 def test_a_plan_is_compared_by_value_whatever_the_order_of_its_keys(tmp_path):
@@ -197,3 +199,52 @@ def test_a_branch_from_another_runs_checkpoint_equals_the_single_run_and_says_wh
     assert res["val_loss"] == single["val_loss"]
     steps = [json.loads(x)["step"] for x in (branch / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert steps == [3, 4]  # its own steps only: the first two are the checkpoint's
+
+
+def _plan_of(tmp_path, **train):
+    """A run folder holding only a plan.json: today's micro config with `train` fields changed (no training)."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    stored = _cfg(tmp_path).to_dict()
+    stored["train"].update(train)
+    (run / PLAN).write_text(json.dumps(stored))
+    return run
+
+
+@pytest.mark.parametrize("four", [False, True])
+def test_the_refusal_lists_three_changed_fields_and_counts_only_those_past_the_third(tmp_path, four):
+    today = _cfg(tmp_path).train
+    changes = {"batch_size": today.batch_size + 2, "lr": 1e-3, "seed": today.seed + 7}
+    if four:
+        changes["weight_decay"] = today.weight_decay + 0.5
+    with pytest.raises(ConfigError) as e:
+        check_plan(_plan_of(tmp_path, **changes), _cfg(tmp_path))
+    shown = (
+        f"train.batch_size: {today.batch_size + 2} -> {today.batch_size}, train.lr: 0.001 -> {today.lr}, "
+        f"train.seed: {today.seed + 7} -> {today.seed}"
+    )
+    assert f"holds a run of another config ({shown}{' and 1 more' if four else ''}) (valid: " in str(e.value)
+
+
+def test_a_field_the_plan_had_and_todays_config_lacks_reads_absent(tmp_path):
+    muon = {"kind": "muon", "lr": 0.02, "momentum": 0.95, "ns_method": "newton_schulz", "ns_steps": 5}
+    with pytest.raises(ConfigError) as e:
+        check_plan(_plan_of(tmp_path, optimizer=muon), _cfg(tmp_path))
+    want = (
+        '(train.optimizer.kind: "muon" -> "adamw", train.optimizer.lr: 0.02 -> (absent), '
+        "train.optimizer.momentum: 0.95 -> (absent) and 3 more) (valid: "
+    )
+    assert want in str(e.value), str(e.value)
+
+
+def test_a_json_result_joins_a_nexus_folders_manifest_only_when_asked(tmp_path):
+    from nexus.experiments.runs import write_json_atomic
+    from nexus.outdir import TRAIN_RUN, read_manifest, record
+
+    record(tmp_path, TRAIN_RUN)  # a nexus output folder, its manifest listing nothing yet
+    write_json_atomic(tmp_path / "mine.json", {"a": 1})
+    assert "mine.json" not in read_manifest(tmp_path)["files"]
+    write_json_atomic(tmp_path / "entered.json", {"a": 1}, enter=True)
+    assert "entered.json" in read_manifest(tmp_path)["files"]
