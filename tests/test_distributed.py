@@ -225,6 +225,8 @@ def run_two_ranks_where_rank1_fails(tmp_path, args: list[str], timeout: int) -> 
     return codes, errs
 
 
+@pytest.mark.slow  # a 2-rank torchrun job (~13-15 s on the shared 2 cores): the default suite keeps one, the
+# parity test; run the rest with -m slow (docs/testing.md)
 def test_a_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     """Launched the way a cluster scheduler does (one process per rank, no torchrun agent to kill the
     survivors), so it is nexus itself that must turn the lost peer into an error on rank 0."""
@@ -285,6 +287,8 @@ def test_the_parallel_wrapper_is_released_before_the_process_group(tmp_path, mon
     assert seen["wrapper_at_shutdown"] is False
 
 
+@pytest.mark.slow  # a 2-rank torchrun job (~13-15 s on the shared 2 cores): the default suite keeps one, the
+# parity test; run the rest with -m slow (docs/testing.md)
 def test_growth_mid_training_under_ddp_matches_one_process(tmp_path):
     """Width growth with re-warmup at step 3 under two DDP ranks (the config's growth hook;
     Trainer.swap re-wraps DDP around the grown model): the same per-step losses as one process."""
@@ -395,6 +399,8 @@ def test_a_stopped_rank_ends_the_whole_job_with_one_line_naming_it(tmp_path):
     assert "forcefully exiting" not in proc.stderr  # the launcher never waited on the stopped rank
 
 
+@pytest.mark.slow  # a 2-rank torchrun job (~13-15 s on the shared 2 cores): the default suite keeps one, the
+# parity test; run the rest with -m slow (docs/testing.md)
 def test_resume_at_another_world_size_keeps_the_global_batch(tmp_path, capsys, monkeypatch):
     """A 2-rank run (2 sequences per rank x 2 micro-batches = 8 per step) resumed by one process: grad_accum
     doubles so each step still sees 8 sequences; a world size no grad_accum can serve is refused with the
