@@ -977,3 +977,35 @@ def test_a_planned_runs_own_start_is_its_segment_start_else_its_growth_step_for_
     assert L.own_start({"kind": "small"}) == 0
     assert L.own_start({"kind": "prefix", "grow_step": 5}) == 0
     assert L.own_start({"kind": "scratch", "grow_step": 5}) == 0
+
+
+def test_a_resumed_run_counts_only_the_steps_after_its_checkpoint_in_its_rate(tmp_path, stop, monkeypatch):
+    """A run stopped and continued times only its last part (run_resumable's wall_s), so its live rate counts the
+    steps after the step checkpoint it resumed: 10 steps, resumed at 6, 2 s -> 2.0 steps/s, not 5.0 (the first
+    study restart printed 305 steps/s for a run that trained 104 steps in 10 s)."""
+    import re
+
+    def resumed_job(cfg, run_dir, start_from, threads):
+        return {"val_loss": 1.5, "wall_s": 2.0, "resumed_from": "step_0000006"}
+
+    run = _job(tmp_path, "seed0/scratch", "scratch")
+    assert L.trained_steps(run, {"resumed_from": "step_0000006"}) == 4
+    assert L.trained_steps(run, {"resumed_from": None}) == 10
+    assert L.trained_steps({**run, "start_step": 8}, {"resumed_from": "step_0000006"}) == 2  # its own start is later
+    monkeypatch.setattr(L, "run_job", resumed_job)
+    lines: list[str] = []
+    L.execute({"seed0/scratch": run}, 1, 1, lines.append, _FakeLedger(tmp_path / "l"), 64)
+    assert re.search(r"\(2 s, 2\.0 steps/s live\)$", lines[-1]), lines
+
+    study = load_benchmark("studies/regime_study.py")
+    ledger = L.Ledger(tmp_path / "ledger")
+    parts = study.build("smoke", "embedded", tmp_path / "runs", ledger, study=study.C.STUDY)
+    name, r = next(iter(parts["tune"]["runs"].items()))
+    steps = r["cfg"]["train"]["steps"]
+    ledger.write(
+        name,
+        r["cfg"],
+        {"val_loss": 3.0, "wall_s": 2.0, "resumed_from": f"step_{steps - 4:07d}"},
+        [{"step": 1, "tokens": 64, "val_loss": 3.0}],
+    )
+    assert study.live_rate(parts, ledger)["steps_per_s"] == pytest.approx(4 / 2.0)

@@ -237,15 +237,16 @@ def estimate_parts(
 
 def live_rate(parts: dict, ledger, last: int = 8) -> dict | None:
     """Optimizer steps per second per worker that the ledger's latest finished runs got (steps each trained itself,
-    a branch not its prefix's, over its wall time): the rate under the machine's real load."""
-    from nexus.experiments.ledger import own_start
+    a branch not its prefix's, a resumed run only those after its step checkpoint, over its wall time): the rate under
+    the machine's real load."""
+    from nexus.experiments.ledger import trained_steps
 
     recs = []
     for part in parts.values():
         for name, run in part["runs"].items():
             if ledger.holds(name, run["cfg"]):
                 final = ledger.read(name)
-                steps = run["cfg"]["train"]["steps"] - own_start(run)
+                steps = trained_steps(run, final["final"])
                 if isinstance(final["final"].get("wall_s"), (int, float)) and final["final"]["wall_s"] > 0:
                     recs.append((final["finished_at"], steps, final["final"]["wall_s"]))
     if not recs:

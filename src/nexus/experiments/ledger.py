@@ -348,6 +348,16 @@ def own_start(run: dict) -> int:
     return int(run.get("grow_step", 0)) if run["kind"] in ("small", "grown") else 0
 
 
+def trained_steps(run: dict, result: dict) -> int:
+    """The steps a planned run trained in the call that finished it, the ones its `wall_s` times: from its own start,
+    or from the step checkpoint it resumed (a run stopped and continued times only its last part)."""
+    start = own_start(run)
+    resumed = str(result.get("resumed_from") or "")
+    if resumed.startswith("step_") and resumed[5:].isdigit():
+        start = max(start, int(resumed[5:]))
+    return int(run["cfg"]["train"]["steps"]) - start
+
+
 def needed_runs(runs: dict, ledger) -> list[str]:
     """The runs to train now: those the ledger does not hold, and the prefix of any of them whose checkpoint is not
     on this machine, and so on up a chain of branches (a prefix trained in another session is trained again: the same
@@ -402,7 +412,7 @@ def execute(runs: dict, workers: int, threads: int, say, ledger=None, tokens_per
         if ledger is not None and not ledger.holds(name, runs[name]["cfg"]):
             ledger.record(name, runs[name]["cfg"], res, Path(runs[name]["cfg"]["train"]["out_dir"]), tokens_per_step)
         run = runs[name]
-        steps = run["cfg"]["train"]["steps"] - own_start(run)
+        steps = trained_steps(run, res)
         say(
             f"  {time.perf_counter() - t0:7.0f} s  {name:34s} val {res['val_loss']:.4f}  ({res['wall_s']:.0f} s, "
             f"{steps / max(res['wall_s'], 1e-9):.1f} steps/s live)"
