@@ -982,7 +982,7 @@ def test_a_planned_runs_own_start_is_its_segment_start_else_its_growth_step_for_
 def test_a_resumed_run_counts_only_the_steps_after_its_checkpoint_in_its_rate(tmp_path, stop, monkeypatch):
     """A run stopped and continued times only its last part (run_resumable's wall_s), so its live rate counts the
     steps after the step checkpoint it resumed: 10 steps, resumed at 6, 2 s -> 2.0 steps/s, not 5.0 (the first
-    study restart printed 305 steps/s for a run that trained 104 steps in 10 s)."""
+    study restart printed 305 steps/s for a run that trained its last 55 steps in 10 s)."""
     import re
 
     def resumed_job(cfg, run_dir, start_from, threads):
