@@ -41,17 +41,14 @@ def status(code) -> str:
     return status_by_exit_code[code]
 
 
-def load_plan() -> tuple[dict, dict[str, list[str]]]:
+def load_plan() -> tuple[dict, dict[str, list[str]], dict[str, dict]]:
+    """pyproject's shared mutmut settings, the module -> tests map, and per module the settings that override the
+    shared ones (`[tool.nexus-mutation.settings]`: a module whose tests build an expensive fixture gets a larger
+    timeout_constant, since mutmut's time estimate counts a test's call, not its fixtures' setup, so a mutant those
+    tests do not kill would time out in the fixture and count as killed)."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return data["tool"]["mutmut"], data["tool"]["nexus-mutation"]["modules"]
-
-
-def module_settings(module: str) -> dict:
-    """`[tool.nexus-mutation.settings]`'s mutmut settings for `module`, over the shared ones (a module whose tests
-    build an expensive fixture gets a larger timeout_constant: mutmut's time estimate counts a test's call, not its
-    fixtures' setup, so a mutant those tests do not kill would time out in the fixture and count as killed)."""
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return data["tool"]["nexus-mutation"].get("settings", {}).get(module, {})
+    ours = data["tool"]["nexus-mutation"]
+    return data["tool"]["mutmut"], ours["modules"], ours.get("settings", {})
 
 
 def toml_list(items) -> str:
@@ -177,15 +174,18 @@ def survivor_diffs(work: Path, names: list[str]) -> dict[str, str]:
 
 def run_module(module: str, tests: list[str], shared: dict, out: Path, children: int, resume: bool = False) -> dict:
     work = out / "work" / re.sub(r"[^A-Za-z0-9]+", "_", module)
-    if resume and (work / "mutants" / "mutmut-stats.json").is_file():
+    resuming = resume and (work / "mutants" / "mutmut-stats.json").is_file()
+    if resuming:
         # the same copy of src/ and tests/ and mutmut's verdicts so far; only the settings are re-read (mutmut
         # re-runs the mutants a changed timeout could reclassify and keeps every other verdict)
         print(f"mutation: {module}: resuming in {work} (its copy of the tree is kept: edits since are not in it)")
         write_settings(work, module, tests, shared)
     else:
+        if resume:
+            print(f"mutation: {module}: nothing to resume in {work} (no finished stats pass); a fresh run")
         scratch_copy(work, module, tests, shared)
     t0 = time.time()
-    with open(out / (work.name + ".log"), "w") as log:
+    with open(out / (work.name + ".log"), "a" if resuming else "w") as log:  # a resumed run keeps the earlier log
         for _ in range(3):  # mutmut resumes where it stopped; a run that leaves mutants unchecked is retried
             mutmut(work, "run", "--max-children", str(children), log=log)
             if None not in read_results(work, module).values():
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         help="continue a module's run in its scratch copy under --out (its verdicts kept; the settings re-read)",
     )
     args = ap.parse_args(argv)
-    shared, plan = load_plan()
+    shared, plan, settings = load_plan()
     if args.list:
         for m, t in plan.items():
             print(f"{m}: {' '.join(t)}")
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     print(f"mutmut {version('mutmut')}, python {sys.version.split()[0]}, {len(chosen)} module(s)", flush=True)
     rows = []
     for m in chosen:
-        row = run_module(m, plan[m], {**shared, **module_settings(m)}, out, args.children, args.resume)
+        row = run_module(m, plan[m], {**shared, **settings.get(m, {})}, out, args.children, args.resume)
         rows.append(row)
         score = "n/a" if row["score"] is None else f"{row['score']:.1%}"
         print(
